@@ -1,3 +1,5 @@
+import { SluiceError } from './errors.js'
+
 /**
  * Log offsets (PROTOCOL.md §4.1).
  *
@@ -12,6 +14,22 @@
  * `inf` is represented as `OP_INF`, one above the largest u64, so plain BigInt
  * comparison orders it after every real op. `now` is not an offset but a request
  * value; `parseRequestOffset` returns it as the string `'now'`.
+ *
+ * Accepted text (what Electric's `LogOffset.from_string` accepts, made total):
+ *
+ *   -1                     exactly; `-0`, `-1_0`, `-1_5` are rejected
+ *   <digits>_<digits|inf>  ASCII digits only; exactly one `_`; `inf` lower case
+ *
+ * - Leading zeros are accepted (`0_02` is `0_2`, as Electric documents) and
+ *   formatting drops them, so a non-canonical request offset still resolves.
+ * - Signs, whitespace, exponents, decimals and non-ASCII digits are rejected.
+ *   Electric's integer parser would take `+5_0`; no client produces one, and a
+ *   literal `+` in a query string decodes to a space anyway.
+ * - Each part must fit in a u64. Electric does not bound them; a larger value
+ *   cannot name a real LSN, so it is a client error here rather than a 500 later.
+ * - Negative parts other than the literal `-1` are rejected. Electric's parser
+ *   crashes on `-1_5` (a 500); here it is "has invalid format".
+ * - `now` is only valid as a request offset (`parseRequestOffset`).
  */
 
 /** The largest value a u64 field can hold. */
@@ -33,29 +51,41 @@ export const LAST_VIRTUAL: LogOffset = Object.freeze({ tx: 0n, op: OP_INF })
 
 export type RequestOffset = LogOffset | 'now'
 
-export class InvalidOffsetError extends Error {
+/** The Ecto message Electric gives for a malformed `offset` parameter. */
+export const INVALID_OFFSET_MESSAGE = 'has invalid format'
+
+export class InvalidOffsetError extends SluiceError<'invalid_offset'> {
   override readonly name = 'InvalidOffsetError'
-  readonly code = 'invalid_offset'
-  constructor(readonly input: string) {
-    super(`Invalid offset ${JSON.stringify(input)}: expected -1, now, or <int>_<int|inf>`)
+  readonly input: string
+
+  constructor(input: string) {
+    super('invalid_offset', {
+      message: `Invalid offset ${JSON.stringify(input)}: expected -1, now, or <int>_<int|inf>`,
+      errors: { offset: [INVALID_OFFSET_MESSAGE] },
+    })
+    this.input = input
   }
 }
 
-// Digits only: no sign, no whitespace, no exponent. Leading zeros are accepted as
-// Electric does (it parses with String.to_integer), and formatting normalises them.
-const DIGITS = /^[0-9]{1,20}$/
+const DIGITS = /^[0-9]+$/
+// Beyond 20 significant digits a value cannot fit in a u64; checking the length
+// first keeps BigInt() away from absurdly long inputs.
+const U64_DIGITS = 20
 
 function parseU64(text: string, input: string): bigint {
   if (!DIGITS.test(text)) throw new InvalidOffsetError(input)
-  const value = BigInt(text)
+  let start = 0
+  while (start < text.length - 1 && text.charCodeAt(start) === 0x30) start++
+  if (text.length - start > U64_DIGITS) throw new InvalidOffsetError(input)
+  const value = BigInt(text.slice(start))
   if (value > U64_MAX) throw new InvalidOffsetError(input)
   return value
 }
 
+/** Builds an offset from its parts; throws `RangeError` for a pair no log can hold. */
 export function makeOffset(tx: bigint, op: bigint): LogOffset {
-  if (tx < -1n || tx > U64_MAX || op < 0n || op > OP_INF) {
-    throw new RangeError(`offset out of range: ${tx}_${op}`)
-  }
+  const valid = tx === -1n ? op === 0n : tx >= 0n && tx <= U64_MAX && op >= 0n && op <= OP_INF
+  if (!valid) throw new RangeError(`offset out of range: ${tx}_${op}`)
   return { tx, op }
 }
 
@@ -78,6 +108,11 @@ export function parseRequestOffset(input: string): RequestOffset {
 export function formatOffset(offset: LogOffset): string {
   if (offset.tx < 0n) return '-1'
   return `${offset.tx}_${offset.op === OP_INF ? 'inf' : offset.op}`
+}
+
+/** Formats a request offset, `now` included (as the etag of an `offset=now` response needs). */
+export function formatRequestOffset(offset: RequestOffset): string {
+  return offset === 'now' ? 'now' : formatOffset(offset)
 }
 
 export function compareOffsets(a: LogOffset, b: LogOffset): -1 | 0 | 1 {

@@ -71,6 +71,10 @@ export interface LogHead {
   readonly snapshotChunks: number
 }
 
+export interface AppendOptions {
+  readonly more?: boolean
+}
+
 export interface ShapeLog {
   readonly id: string
   /** Opaque bytes given at creation (the server keeps the shape definition here). */
@@ -82,8 +86,12 @@ export interface ShapeLog {
    * increasing) with one batched write per file. Entries at or below the log's
    * last appended offset are skipped, so replaying a transaction after a crash
    * is a no-op. Returns how many entries were appended.
+   *
+   * `more: true` says further entries of the same transaction follow in another
+   * call (a transaction too large to hold in memory); it is published only after
+   * the call without `more`.
    */
-  appendTransaction(entries: readonly LogEntryInput[]): number
+  appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number
   /** Entries strictly after `after`, to the end of their chunk. See `LogRead`. */
   read(after: LogOffset): LogRead
 }

@@ -1,0 +1,7 @@
+import { defineConfig } from 'vitest/config'
+import { sharedTestConfig } from '../vitest.shared.js'
+
+const shared = sharedTestConfig(import.meta.dirname)
+
+// The benches keep their tests beside the code they check (storage/peers.test.ts).
+export default defineConfig({ ...shared, test: { ...shared.test, include: ['storage/**/*.test.ts'] } })

@@ -1,0 +1,113 @@
+/**
+ * The one owner of file descriptors in the engine.
+ *
+ * A store may hold 100k shape logs of three files each, far more than a process
+ * may keep open, so descriptors live in an LRU bounded by `maxOpen`. A file in
+ * use (a read whose spans a caller still holds, or a sync in flight) is pinned
+ * and never closed under its user; pinned files may push the count above the
+ * bound for as long as they stay pinned.
+ *
+ * Files are named by `FileRef`, not by path, because a finished snapshot's
+ * directory is renamed into place while its descriptors stay valid.
+ */
+import type { FsPort } from './fs-port.js'
+import { fromSystemError } from './errors.js'
+
+export class FileRef {
+  fd = -1
+  pins = 0
+  /** Close as soon as unpinned, and never reopen (the log was deleted or closed). */
+  retired = false
+  constructor(
+    public path: string,
+    readonly flags: 'r' | 'r+',
+  ) {}
+}
+
+export class FdCache {
+  // Map iteration order is insertion order: the first key is least recently used.
+  private readonly open = new Map<FileRef, true>()
+
+  constructor(
+    private readonly fs: FsPort,
+    readonly maxOpen: number,
+  ) {}
+
+  get size(): number {
+    return this.open.size
+  }
+
+  /** The descriptor of `ref`, opened if needed, pinned until `release(ref)`. */
+  acquire(ref: FileRef): number {
+    if (ref.retired) throw new Error(`file retired: ${ref.path}`)
+    if (ref.fd >= 0) {
+      this.open.delete(ref)
+      this.open.set(ref, true)
+    } else {
+      this.evict(1)
+      try {
+        ref.fd = this.fs.openSync(ref.path, ref.flags)
+      } catch (err) {
+        throw fromSystemError(err, `open ${ref.path}`)
+      }
+      this.open.set(ref, true)
+    }
+    ref.pins++
+    return ref.fd
+  }
+
+  release(ref: FileRef): void {
+    ref.pins--
+    if (ref.pins === 0 && ref.retired) this.closeNow(ref)
+  }
+
+  /** Runs `fn` with the descriptor pinned for its duration. */
+  use<T>(ref: FileRef, fn: (fd: number) => T): T {
+    const fd = this.acquire(ref)
+    try {
+      return fn(fd)
+    } finally {
+      this.release(ref)
+    }
+  }
+
+  async useAsync<T>(ref: FileRef, fn: (fd: number) => Promise<T>): Promise<T> {
+    const fd = this.acquire(ref)
+    try {
+      return await fn(fd)
+    } finally {
+      this.release(ref)
+    }
+  }
+
+  /** Closes `ref` now, or when its last pin is released. */
+  retire(ref: FileRef): void {
+    ref.retired = true
+    if (ref.pins === 0) this.closeNow(ref)
+  }
+
+  /** Closes the descriptor without retiring the ref (it reopens on next use). */
+  forget(ref: FileRef): void {
+    if (ref.pins === 0) this.closeNow(ref)
+  }
+
+  private closeNow(ref: FileRef): void {
+    if (ref.fd < 0) return
+    this.open.delete(ref)
+    const fd = ref.fd
+    ref.fd = -1
+    try {
+      this.fs.closeSync(fd)
+    } catch {
+      // A close error has no one to report to: data safety rests on the syncs, not on close.
+    }
+  }
+
+  private evict(room: number): void {
+    if (this.open.size + room <= this.maxOpen) return
+    for (const ref of this.open.keys()) {
+      if (this.open.size + room <= this.maxOpen) return
+      if (ref.pins === 0) this.closeNow(ref)
+    }
+  }
+}

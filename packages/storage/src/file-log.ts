@@ -1,0 +1,365 @@
+/**
+ * One shape log in the writing process: appends, chunk closing, publishing and
+ * rollback. Offset resolution is `log-reader.ts`; opening and cutting back after
+ * a crash is `recovery.ts`; syncing and the watermark belong to the store.
+ *
+ * Two heads are kept. `appended` is what the files hold; `published` is what
+ * readers see: it moves only to a transaction boundary that a flush has made
+ * durable and the watermark covers. Between them sits `boundaries`, the
+ * transaction ends appended since the last publish.
+ *
+ * Every write is positional at the appended end, and the appended head moves
+ * only after all writes of an append succeeded. A failed append therefore leaves
+ * at most garbage past the end, which is truncated at once (or before the next
+ * append, if truncating failed too) and which recovery would cut anyway.
+ */
+import type { LogOffset } from '@sluice/protocol'
+import { compareOffsets } from '@sluice/protocol'
+import type { LogEntryInput, LogHead, LogRead, ShapeLog } from './contract.js'
+import { StorageError, fromSystemError } from './errors.js'
+import type { FdCache } from './fd-cache.js'
+import { FileRef } from './fd-cache.js'
+import {
+  CHUNK_LIVE,
+  CHUNK_RECORD_BYTES,
+  CHUNK_SNAPSHOT,
+  ENTRY_RECORD_BYTES,
+  ENTRY_SNAPSHOT,
+  ENTRY_TXN_END,
+  HEADER_BYTES,
+  SEPARATOR,
+  writeChunkRecord,
+  writeEntryRecord,
+} from './format.js'
+import type { FsPort } from './fs-port.js'
+import { writeFully } from './fs-port.js'
+import type { ChunkInfo, HeadState } from './log-state.js'
+import { openChunkStart } from './log-state.js'
+import { readRange } from './log-reader.js'
+
+/** What a log needs from its store. */
+export interface LogHost {
+  readonly fs: FsPort
+  readonly fds: FdCache
+  readonly chunkBytes: number
+  /** A number that increases with every append across the store. */
+  nextSeq(): number
+  markDirty(log: FileShapeLog, bytes: number): void
+  /** An append of transaction `tx` failed: the watermark must stay below it. */
+  noteFault(log: FileShapeLog, tx: bigint): void
+  /** An append at or above the faulted transaction succeeded. */
+  clearFault(log: FileShapeLog, tx: bigint): void
+}
+
+interface Boundary extends HeadState {
+  readonly tx: bigint
+  readonly seq: number
+}
+
+interface PendingEntry {
+  readonly tx: bigint
+  readonly op: bigint
+  readonly json: Uint8Array
+  readonly flags: number
+}
+
+// Appends are staged in shared buffers and written in pieces of at most this
+// size, so a transaction of any size needs bounded memory.
+const STAGE_BYTES = 4 * 1024 * 1024
+let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
+let recordStage: Buffer = Buffer.allocUnsafe(64 * ENTRY_RECORD_BYTES)
+let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
+
+function grow(buf: Buffer, need: number): Buffer {
+  if (buf.length >= need) return buf
+  return Buffer.allocUnsafe(Math.max(need, Math.min(buf.length * 2, STAGE_BYTES)))
+}
+
+export const LOG_FILES = { data: 'log.dat', entries: 'entries.idx', chunks: 'chunks.idx', meta: 'meta.bin' } as const
+
+export class FileShapeLog implements ShapeLog {
+  readonly data: FileRef
+  readonly entries: FileRef
+  readonly chunkFile: FileRef
+  private appended: HeadState
+  private published: HeadState
+  private boundaries: Boundary[] = []
+  /** Sizes to cut the files back to before the next append, after a failed truncate. */
+  private pendingCut: HeadState | undefined
+  /** Synced but possibly unpublished: chunk records were written since the last sync. */
+  chunksDirty = false
+  deleted = false
+
+  constructor(
+    readonly id: string,
+    public dir: string,
+    readonly meta: Uint8Array,
+    private readonly host: LogHost,
+    private readonly chunks: ChunkInfo[],
+    head: HeadState,
+  ) {
+    this.data = new FileRef(`${dir}/${LOG_FILES.data}`, 'r+')
+    this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r+')
+    this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r+')
+    this.appended = head
+    this.published = head
+  }
+
+  /** Sets the state found by recovery. */
+  restore(head: HeadState, chunks: readonly ChunkInfo[]): void {
+    this.chunks.length = 0
+    this.chunks.push(...chunks)
+    this.appended = head
+    this.published = head
+    this.boundaries = []
+  }
+
+  /** Points the file refs at a new directory (the snapshot was renamed into place). */
+  moveTo(dir: string): void {
+    this.dir = dir
+    this.data.path = `${dir}/${LOG_FILES.data}`
+    this.entries.path = `${dir}/${LOG_FILES.entries}`
+    this.chunkFile.path = `${dir}/${LOG_FILES.chunks}`
+  }
+
+  head(): LogHead {
+    const h = this.published
+    return { lastOffset: h.last, entryCount: h.entries, closedChunks: h.closedChunks, snapshotChunks: h.snapshotChunks }
+  }
+
+  /** The appended (not necessarily durable) head: the skip point for replays. */
+  appendedHead(): HeadState {
+    return this.appended
+  }
+
+  read(after: LogOffset): LogRead {
+    if (this.deleted) throw new StorageError('io_error', `shape ${this.id} was deleted`)
+    return readRange(
+      { id: this.id, fs: this.host.fs, fds: this.host.fds, data: this.data, entries: this.entries, chunks: this.chunks, head: this.published },
+      after,
+    )
+  }
+
+  appendTransaction(input: readonly LogEntryInput[], options?: { more?: boolean }): number {
+    let skip = 0
+    while (skip < input.length && compareOffsets(input[skip]!.offset, this.appended.last) <= 0) skip++
+    if (skip === input.length) return 0
+    const tx = input[skip]!.offset.tx
+    if (tx <= 0n) throw new StorageError('invalid_append', `shape ${this.id}: live entries need a commit LSN above 0`)
+    const entries: PendingEntry[] = new Array(input.length - skip)
+    let prev = this.appended.last
+    for (let i = skip; i < input.length; i++) {
+      const e = input[i]!
+      if (e.offset.tx !== tx) {
+        throw new StorageError('invalid_append', `shape ${this.id}: one append holds one transaction (${tx} and ${e.offset.tx})`)
+      }
+      if (compareOffsets(e.offset, prev) <= 0) {
+        throw new StorageError('invalid_append', `shape ${this.id}: offsets must increase`)
+      }
+      prev = e.offset
+      const last = i === input.length - 1 && !options?.more
+      entries[i - skip] = { tx, op: e.offset.op, json: e.json, flags: last ? ENTRY_TXN_END : 0 }
+    }
+    try {
+      this.write(entries, CHUNK_LIVE, false)
+    } catch (err) {
+      this.host.noteFault(this, tx)
+      throw err
+    }
+    this.host.clearFault(this, tx)
+    if (!options?.more) this.boundaries.push({ ...this.appended, tx, seq: this.host.nextSeq() })
+    return entries.length
+  }
+
+  /** Snapshot rows: all rows of chunk n carry the virtual offset `0_n`. */
+  appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array): void {
+    const entries: PendingEntry[] = rows.map((json) => ({ tx: 0n, op: -1n, json, flags: ENTRY_SNAPSHOT }))
+    if (end) entries.push({ tx: 0n, op: -1n, json: end, flags: ENTRY_SNAPSHOT | ENTRY_TXN_END })
+    this.write(entries, CHUNK_SNAPSHOT, end !== undefined)
+  }
+
+  /** Publishes the whole appended head (a finished snapshot). */
+  publishAll(): void {
+    this.published = this.appended
+    this.boundaries = []
+  }
+
+  /**
+   * Moves the published head to the last boundary with `tx ≤ lsn` appended no
+   * later than `seq` (that is, before the flush that covers it started).
+   * Returns whether the head moved.
+   */
+  publish(lsn: bigint, seq: number): boolean {
+    let n = 0
+    while (n < this.boundaries.length && this.boundaries[n]!.tx <= lsn && this.boundaries[n]!.seq <= seq) n++
+    if (n === 0) return false
+    const b = this.boundaries[n - 1]!
+    this.published = {
+      entries: b.entries,
+      dataEnd: b.dataEnd,
+      last: b.last,
+      closedChunks: b.closedChunks,
+      snapshotChunks: b.snapshotChunks,
+    }
+    this.boundaries.splice(0, n)
+    return true
+  }
+
+  hasUnpublished(): boolean {
+    return this.boundaries.length > 0
+  }
+
+  /**
+   * Forgets everything not published (a sync of this log failed, so the kernel
+   * may have dropped those pages) and cuts the files back to match.
+   */
+  rollbackToPublished(): void {
+    this.boundaries = []
+    this.cutTo(this.published)
+  }
+
+  private write(entries: PendingEntry[], kind: number, closeAtEnd: boolean): void {
+    if (entries.length === 0) return
+    if (this.pendingCut) this.cutTo(this.pendingCut)
+    const before = this.appended
+    const fs = this.host.fs
+    const fds = this.host.fds
+    const limit = this.host.chunkBytes
+
+    // Pass 1: decide ops (snapshot rows take their chunk number) and chunk ends.
+    const newChunks: ChunkInfo[] = []
+    let closed = before.closedChunks
+    let chunkFill = before.dataEnd - openChunkStart(this.chunks, closed).pos
+    let pos = before.dataEnd
+    const ends = new Array<number>(entries.length)
+    const ops = new Array<bigint>(entries.length)
+    let snapshotChunks = before.snapshotChunks
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!
+      const size = e.json.length + 1
+      pos += size
+      chunkFill += size
+      ends[i] = pos
+      ops[i] = kind === CHUNK_SNAPSHOT ? BigInt(closed) : e.op
+      if (chunkFill >= limit || (closeAtEnd && i === entries.length - 1)) {
+        newChunks.push({ end: { tx: e.tx, op: ops[i]! }, endEntry: before.entries + i + 1, endPos: pos, kind })
+        if (kind === CHUNK_SNAPSHOT) snapshotChunks++
+        closed++
+        chunkFill = 0
+      }
+    }
+
+    try {
+      // Pass 2: entry bytes, staged into pieces of at most STAGE_BYTES.
+      fds.use(this.data, (fd) => {
+        let at = before.dataEnd
+        let fill = 0
+        for (const e of entries) {
+          const size = e.json.length + 1
+          if (size > STAGE_BYTES) {
+            if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
+            fill = 0
+            writeFully(fs, fd, e.json, e.json.length, at)
+            writeFully(fs, fd, COMMA, 1, at + e.json.length)
+            at += size
+            continue
+          }
+          if (fill + size > dataStage.length) {
+            if (fill > 0 && fill + size > STAGE_BYTES) {
+              writeFully(fs, fd, dataStage, fill, at - fill)
+              fill = 0
+            }
+            dataStage = growKeeping(dataStage, fill, fill + size)
+          }
+          dataStage.set(e.json, fill)
+          dataStage[fill + e.json.length] = SEPARATOR
+          fill += size
+          at += size
+        }
+        if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
+      })
+
+      // Pass 3: the records, after the bytes they describe.
+      const maxRecords = STAGE_BYTES / ENTRY_RECORD_BYTES
+      fds.use(this.entries, (fd) => {
+        for (let from = 0; from < entries.length; from += maxRecords) {
+          const to = Math.min(entries.length, from + maxRecords)
+          recordStage = grow(recordStage, (to - from) * ENTRY_RECORD_BYTES)
+          for (let i = from; i < to; i++) {
+            const e = entries[i]!
+            writeEntryRecord(recordStage, (i - from) * ENTRY_RECORD_BYTES, { tx: e.tx, op: ops[i]!, end: ends[i]!, flags: e.flags })
+          }
+          const at = HEADER_BYTES + (before.entries + from) * ENTRY_RECORD_BYTES
+          writeFully(fs, fd, recordStage, (to - from) * ENTRY_RECORD_BYTES, at)
+        }
+      })
+
+      // Pass 4: records of chunks this append closed.
+      if (newChunks.length > 0) {
+        chunkStage = grow(chunkStage, newChunks.length * CHUNK_RECORD_BYTES)
+        newChunks.forEach((c, i) =>
+          writeChunkRecord(chunkStage, i * CHUNK_RECORD_BYTES, {
+            endTx: c.end.tx,
+            endOp: c.end.op,
+            endEntry: c.endEntry,
+            endPos: c.endPos,
+            segment: 0,
+            kind: c.kind,
+          }),
+        )
+        const at = HEADER_BYTES + before.closedChunks * CHUNK_RECORD_BYTES
+        fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, newChunks.length * CHUNK_RECORD_BYTES, at))
+        this.chunksDirty = true
+      }
+    } catch (err) {
+      this.chunks.length = before.closedChunks
+      this.cutTo(before)
+      throw fromSystemError(err, `append to shape ${this.id}`)
+    }
+
+    this.chunks.push(...newChunks)
+    const last = entries[entries.length - 1]!
+    this.appended = {
+      entries: before.entries + entries.length,
+      dataEnd: pos,
+      last: { tx: last.tx, op: ops[entries.length - 1]! },
+      closedChunks: closed,
+      snapshotChunks,
+    }
+    this.host.markDirty(this, pos - before.dataEnd)
+  }
+
+  /** Truncates all three files to `head` and makes it the appended head. */
+  private cutTo(head: HeadState): void {
+    this.chunks.length = Math.min(this.chunks.length, head.closedChunks)
+    this.appended = head
+    const fs = this.host.fs
+    const fds = this.host.fds
+    try {
+      fds.use(this.data, (fd) => fs.ftruncateSync(fd, head.dataEnd))
+      fds.use(this.entries, (fd) => fs.ftruncateSync(fd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES))
+      fds.use(this.chunkFile, (fd) => fs.ftruncateSync(fd, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES))
+      this.pendingCut = undefined
+    } catch {
+      // Retried before the next append; until then the garbage lies past every
+      // head and no reader or replay can reach it.
+      this.pendingCut = head
+    }
+  }
+
+  /** Closes the files (when the store closes or the log is deleted). */
+  retire(): void {
+    this.host.fds.retire(this.data)
+    this.host.fds.retire(this.entries)
+    this.host.fds.retire(this.chunkFile)
+  }
+}
+
+const COMMA = Buffer.from([SEPARATOR])
+
+function growKeeping(buf: Buffer, keep: number, need: number): Buffer {
+  if (buf.length >= need) return buf
+  const next = Buffer.allocUnsafe(Math.max(need, buf.length * 2))
+  buf.copy(next, 0, 0, keep)
+  return next
+}

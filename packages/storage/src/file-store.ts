@@ -1,0 +1,566 @@
+/**
+ * The file engine's store: shape directories, snapshots, group commit and the
+ * durable watermark. Layout and byte formats: `format.ts`.
+ *
+ * Group commit. Appends only write to the page cache and mark their log dirty.
+ * A flush, driven by an interval and by a dirty-byte threshold (or called
+ * directly), runs one pass:
+ *
+ *   1. note the target watermark (the caller's `advance`, capped below any
+ *      transaction whose append failed) and the append sequence number;
+ *   2. fdatasync every dirty log's files, all in one concurrent pass, and finish
+ *      pending snapshots (sync, rename into shapes/, sync the directory);
+ *   3. publish the watermark file atomically;
+ *   4. move each log's published head to its last transaction covered by the
+ *      watermark and appended before step 1, and tell listeners.
+ *
+ * A failed sync loses nothing acknowledged: the watermark stays, the failed
+ * logs drop their unpublished entries (the kernel may have dropped those pages,
+ * so their bytes can no longer be trusted), `advance` falls back to the
+ * watermark, and the caller replays from there; replays are idempotent.
+ */
+import { randomBytes } from 'node:crypto'
+import type { FlushResult, ShapeLogStore, SnapshotWriter } from './contract.js'
+import { FlushError, StorageError, fromSystemError } from './errors.js'
+import { FdCache, FileRef } from './fd-cache.js'
+import { FileShapeLog, LOG_FILES } from './file-log.js'
+import type { LogHost } from './file-log.js'
+import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
+import { decodeMeta, encodeHeader, encodeMeta } from './format.js'
+import type { FsPort } from './fs-port.js'
+import { nodeFs, writeFully } from './fs-port.js'
+import { EMPTY_HEAD } from './log-state.js'
+import { recoverLog } from './recovery.js'
+import { acquireStoreLock } from './store-lock.js'
+import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
+
+/** Tuning knobs of the file engine. Every one has a production default. */
+export interface FileStoreOptions {
+  readonly dir: string
+  /** A chunk closes after the entry that makes it reach this many bytes. */
+  readonly chunkBytes?: number
+  /** Longest time appended data waits for a flush. */
+  readonly flushIntervalMs?: number
+  /** Dirty bytes that trigger a flush before the interval ends. */
+  readonly flushBytes?: number
+  /** Bound of the file-descriptor LRU (three files per log in use). */
+  readonly maxOpenFiles?: number
+  readonly fs?: FsPort
+}
+
+// Short enough that live readers barely notice the wait for durability, long
+// enough that a busy stream shares each sync among many transactions.
+export const DEFAULT_FLUSH_INTERVAL_MS = 10
+export const DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
+// Leaves most of a typical 1024-4096 soft limit to sockets.
+export const DEFAULT_MAX_OPEN_FILES = 512
+
+
+interface FinishingSnapshot {
+  readonly log: FileShapeLog
+  readonly meta: FileRef
+  readonly tmpDir: string
+  resolve(log: FileShapeLog): void
+  reject(err: unknown): void
+}
+
+export class FileLogStore implements ShapeLogStore, LogHost {
+  readonly readOnly = false
+  readonly fds: FdCache
+  readonly chunkBytes: number
+  private readonly flushIntervalMs: number
+  private readonly flushBytes: number
+  private readonly logs = new Map<string, FileShapeLog>()
+  private readonly creating = new Set<string>()
+  private readonly dirty = new Set<FileShapeLog>()
+  private readonly unpublished = new Set<FileShapeLog>()
+  private readonly faults = new Map<FileShapeLog, bigint>()
+  private finishing: FinishingSnapshot[] = []
+  private dirtyBytes = 0
+  private seq = 0
+  private advanced: bigint
+  private durable: bigint
+  private sequence: bigint
+  private timer: NodeJS.Timeout | undefined
+  private flushing: Promise<FlushResult> | undefined
+  private readonly listeners = new Set<(r: FlushResult) => void>()
+  private readonly errorListeners = new Set<(err: StorageError) => void>()
+  private closed = false
+  private tmpCounter = 0
+  /** The last flush error, cleared by the next successful flush. */
+  lastError: StorageError | undefined
+  /** Ids of logs that failed to open and were moved to quarantine/. */
+  readonly quarantined: string[] = []
+
+  private constructor(
+    readonly fs: FsPort,
+    readonly root: string,
+    options: FileStoreOptions,
+    watermark: { lsn: bigint; sequence: bigint },
+    private readonly unlock: () => void,
+  ) {
+    this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
+    this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
+    this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
+    this.flushBytes = options.flushBytes ?? DEFAULT_FLUSH_BYTES
+    this.durable = watermark.lsn
+    this.advanced = watermark.lsn
+    this.sequence = watermark.sequence
+  }
+
+  static async open(options: FileStoreOptions): Promise<FileLogStore> {
+    const fs = options.fs ?? nodeFs
+    const root = options.dir
+    if (options.chunkBytes !== undefined && !(options.chunkBytes >= 1)) throw new RangeError('chunkBytes must be at least 1')
+    try {
+      for (const sub of ['', '/shapes', '/tmp', '/trash', '/quarantine']) fs.mkdirSync(`${root}${sub}`, { recursive: true })
+    } catch (err) {
+      throw fromSystemError(err, `create store directory ${root}`)
+    }
+    const unlock = acquireStoreLock(fs, root)
+    try {
+      let watermark = readWatermark(fs, root)
+      if (!watermark) {
+        watermark = { lsn: 0n, sequence: 0n }
+        await publishWatermark(fs, root, watermark)
+      }
+      const store = new FileLogStore(fs, root, options, watermark, unlock)
+      await store.load()
+      return store
+    } catch (err) {
+      unlock()
+      throw err
+    }
+  }
+
+  private async load(): Promise<void> {
+    // Unfinished snapshots never became shapes: drop them.
+    for (const name of this.fs.readdirSync(`${this.root}/tmp`)) {
+      await this.fs.rm(`${this.root}/tmp/${name}`, { recursive: true, force: true })
+    }
+    this.emptyTrash()
+    for (const id of this.fs.readdirSync(`${this.root}/shapes`)) {
+      const dir = `${this.root}/shapes/${id}`
+      try {
+        checkShapeId(id)
+        this.logs.set(id, await this.openLog(id, dir))
+      } catch (err) {
+        if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
+          throw err
+        }
+        // A damaged log must not stop every other shape from being served; keep
+        // it aside for inspection and let the server recreate the shape.
+        this.fs.renameSync(dir, `${this.root}/quarantine/${id}.${Date.now()}`)
+        this.quarantined.push(id)
+        this.emitError(err)
+      }
+    }
+  }
+
+  private async openLog(id: string, dir: string): Promise<FileShapeLog> {
+    let meta: Buffer
+    try {
+      const decoded = decodeMeta(this.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
+      if (typeof decoded === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${decoded})`)
+      meta = decoded
+    } catch (err) {
+      if (err instanceof StorageError) throw err
+      throw new StorageError('corrupt_log', `shape ${id}: cannot read meta.bin`, { cause: err })
+    }
+    const log = new FileShapeLog(id, dir, meta, this, [], EMPTY_HEAD)
+    try {
+      const found = await recoverLog(this.fs, this.fds, id, dir, this.durable, {
+        data: log.data,
+        entries: log.entries,
+        chunks: log.chunkFile,
+      })
+      log.restore(found.head, found.chunks)
+      return log
+    } catch (err) {
+      log.retire()
+      throw err
+    }
+  }
+
+  private emptyTrash(): void {
+    for (const name of this.fs.readdirSync(`${this.root}/trash`)) {
+      this.fs.rm(`${this.root}/trash/${name}`, { recursive: true, force: true }).catch((err: unknown) => {
+        this.emitError(fromSystemError(err, `remove ${name} from trash`))
+      })
+    }
+  }
+
+  get durableLsn(): bigint {
+    return this.durable
+  }
+
+  /** Logs currently open in the writer. */
+  get size(): number {
+    return this.logs.size
+  }
+
+  createShape(id: string, options?: { meta?: Uint8Array }): SnapshotWriter {
+    this.ensureOpen()
+    checkShapeId(id)
+    if (this.logs.has(id) || this.creating.has(id)) throw new StorageError('shape_exists', `shape ${id} already exists`)
+    const tmpDir = `${this.root}/tmp/${id}.${process.pid}.${++this.tmpCounter}.${randomBytes(3).toString('hex')}`
+    const meta = options?.meta ?? new Uint8Array()
+    try {
+      this.fs.mkdirSync(tmpDir, { recursive: true })
+      const files: Array<[string, Buffer]> = [
+        [LOG_FILES.data, encodeHeader('log')],
+        [LOG_FILES.entries, encodeHeader('entries')],
+        [LOG_FILES.chunks, encodeHeader('chunks')],
+        [LOG_FILES.meta, encodeMeta(meta)],
+      ]
+      for (const [name, bytes] of files) {
+        const fd = this.fs.openSync(`${tmpDir}/${name}`, 'wx', 0o644)
+        try {
+          writeFully(this.fs, fd, bytes, bytes.length, 0)
+        } finally {
+          this.fs.closeSync(fd)
+        }
+      }
+    } catch (err) {
+      void this.fs.rm(tmpDir, { recursive: true, force: true }).catch(() => {})
+      throw fromSystemError(err, `create shape ${id}`)
+    }
+    this.creating.add(id)
+    const log = new FileShapeLog(id, tmpDir, Buffer.from(meta), this, [], EMPTY_HEAD)
+    let state: 'open' | 'finishing' | 'done' = 'open'
+    const drop = async (): Promise<void> => {
+      this.creating.delete(id)
+      this.dirty.delete(log)
+      log.retire()
+      await this.fs.rm(tmpDir, { recursive: true, force: true })
+    }
+    return {
+      append: (rows) => {
+        if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
+        try {
+          log.appendSnapshot(rows)
+        } catch (err) {
+          state = 'done'
+          void drop()
+          throw err
+        }
+      },
+      finish: (snapshotEnd) => {
+        if (state !== 'open') return Promise.reject(new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`))
+        state = 'finishing'
+        try {
+          log.appendSnapshot([], snapshotEnd)
+        } catch (err) {
+          state = 'done'
+          return drop().then(() => Promise.reject(err))
+        }
+        return new Promise<FileShapeLog>((resolve, reject) => {
+          this.finishing.push({
+            log,
+            meta: new FileRef(`${tmpDir}/${LOG_FILES.meta}`, 'r'),
+            tmpDir,
+            resolve: (l) => {
+              state = 'done'
+              resolve(l)
+            },
+            reject: (err) => {
+              state = 'done'
+              void drop().finally(() => reject(err))
+            },
+          })
+          this.schedule(true)
+        })
+      },
+      abort: async () => {
+        if (state !== 'open') return
+        state = 'done'
+        await drop()
+      },
+    }
+  }
+
+  get(id: string): FileShapeLog | undefined {
+    return this.logs.get(id)
+  }
+
+  ids(): string[] {
+    return [...this.logs.keys()]
+  }
+
+  async deleteShape(id: string): Promise<boolean> {
+    this.ensureOpen()
+    const log = this.logs.get(id)
+    if (!log) return false
+    this.logs.delete(id)
+    log.deleted = true
+    this.dirty.delete(log)
+    this.unpublished.delete(log)
+    this.faults.delete(log)
+    log.retire()
+    const trashed = `${this.root}/trash/${id}.${Date.now()}.${randomBytes(3).toString('hex')}`
+    try {
+      this.fs.renameSync(log.dir, trashed)
+      await syncDirectory(this.fs, `${this.root}/shapes`)
+    } catch (err) {
+      throw fromSystemError(err, `delete shape ${id}`)
+    }
+    this.fs.rm(trashed, { recursive: true, force: true }).catch((err: unknown) => {
+      this.emitError(fromSystemError(err, `remove deleted shape ${id}`))
+    })
+    return true
+  }
+
+  advance(lsn: bigint): void {
+    if (lsn <= this.advanced) return
+    this.advanced = lsn
+    this.schedule(false)
+  }
+
+  onFlush(listener: (result: FlushResult) => void): () => void {
+    this.listeners.add(listener)
+    return () => this.listeners.delete(listener)
+  }
+
+  /** Errors of background work (timed flushes, trash removal, quarantined logs). */
+  onError(listener: (err: StorageError) => void): () => void {
+    this.errorListeners.add(listener)
+    return () => this.errorListeners.delete(listener)
+  }
+
+  async flush(): Promise<FlushResult> {
+    this.ensureOpen()
+    return this.flushInternal()
+  }
+
+  private async flushInternal(): Promise<FlushResult> {
+    // A flush already running may have started before the caller's appends:
+    // wait for it, then run one of our own.
+    while (this.flushing) await this.flushing.catch(() => undefined)
+    const run = this.runFlush()
+    this.flushing = run
+    try {
+      return await run
+    } finally {
+      this.flushing = undefined
+    }
+  }
+
+  private async runFlush(): Promise<FlushResult> {
+    if (this.timer) {
+      clearTimeout(this.timer)
+      this.timer = undefined
+    }
+    const target = this.cappedTarget()
+    const seq = this.seq
+    const logs = [...this.dirty]
+    this.dirty.clear()
+    this.dirtyBytes = 0
+    const snapshots = this.finishing
+    this.finishing = []
+
+    const failed: FileShapeLog[] = []
+    let firstError: StorageError | undefined
+    await Promise.all(
+      logs.map(async (log) => {
+        try {
+          await this.syncLog(log)
+        } catch (err) {
+          failed.push(log)
+          firstError ??= fromSystemError(err, `sync shape ${log.id}`)
+        }
+      }),
+    )
+    const created = await this.finishSnapshots(snapshots)
+
+    if (failed.length > 0) {
+      for (const log of failed) {
+        log.rollbackToPublished()
+        this.faults.delete(log)
+        this.unpublished.delete(log)
+      }
+      this.advanced = this.durable
+      const err = new FlushError(firstError!, this.durable, failed.map((l) => l.id))
+      this.lastError = err
+      throw err
+    }
+
+    if (target > this.durable) {
+      try {
+        await publishWatermark(this.fs, this.root, { lsn: target, sequence: this.sequence + 1n })
+      } catch (err) {
+        const e = new FlushError(fromSystemError(err, 'publish the watermark'), this.durable, [])
+        this.lastError = e
+        throw e
+      }
+      this.sequence++
+      this.durable = target
+    }
+
+    const advanced: string[] = created
+    for (const log of this.unpublished) {
+      if (log.publish(this.durable, seq)) advanced.push(log.id)
+      if (!log.hasUnpublished()) this.unpublished.delete(log)
+    }
+    this.lastError = undefined
+    const result: FlushResult = { durableLsn: this.durable, advanced }
+    for (const listener of this.listeners) listener(result)
+    return result
+  }
+
+  private async syncLog(log: FileShapeLog): Promise<void> {
+    if (log.deleted) return
+    const chunks = log.chunksDirty
+    log.chunksDirty = false
+    try {
+      await Promise.all([
+        this.fds.useAsync(log.data, (fd) => this.fs.fdatasync(fd)),
+        this.fds.useAsync(log.entries, (fd) => this.fs.fdatasync(fd)),
+        chunks ? this.fds.useAsync(log.chunkFile, (fd) => this.fs.fdatasync(fd)) : undefined,
+      ])
+    } catch (err) {
+      log.chunksDirty ||= chunks
+      throw err
+    }
+  }
+
+  /** Syncs and renames finished snapshots into place; returns the ids that became logs. */
+  private async finishSnapshots(snapshots: FinishingSnapshot[]): Promise<string[]> {
+    if (snapshots.length === 0) return []
+    const ready: FinishingSnapshot[] = []
+    await Promise.all(
+      snapshots.map(async (s) => {
+        try {
+          await this.syncLog(s.log)
+          await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
+          this.fds.retire(s.meta)
+          await syncDirectory(this.fs, s.tmpDir)
+          ready.push(s)
+        } catch (err) {
+          this.fds.retire(s.meta)
+          s.reject(fromSystemError(err, `finish snapshot of shape ${s.log.id}`))
+        }
+      }),
+    )
+    const moved: FinishingSnapshot[] = []
+    for (const s of ready) {
+      const dir = `${this.root}/shapes/${s.log.id}`
+      try {
+        this.fs.renameSync(s.tmpDir, dir)
+        s.log.moveTo(dir)
+        moved.push(s)
+      } catch (err) {
+        s.reject(fromSystemError(err, `publish snapshot of shape ${s.log.id}`))
+      }
+    }
+    if (moved.length === 0) return []
+    try {
+      await syncDirectory(this.fs, `${this.root}/shapes`)
+    } catch (err) {
+      // The renames may not survive a crash; do not hand out logs that could vanish.
+      for (const s of moved) {
+        const back = `${this.root}/trash/${s.log.id}.${Date.now()}.${randomBytes(3).toString('hex')}`
+        try {
+          this.fs.renameSync(s.log.dir, back)
+        } catch {
+          // Left in shapes/: it is complete and synced, so reopening finds a valid log.
+        }
+        s.log.moveTo(back)
+        s.reject(fromSystemError(err, `publish snapshot of shape ${s.log.id}`))
+      }
+      return []
+    }
+    for (const s of moved) {
+      this.creating.delete(s.log.id)
+      s.log.publishAll()
+      this.logs.set(s.log.id, s.log)
+      s.resolve(s.log)
+    }
+    return moved.map((s) => s.log.id)
+  }
+
+  // ---- LogHost -------------------------------------------------------------
+
+  nextSeq(): number {
+    return ++this.seq
+  }
+
+  markDirty(log: FileShapeLog, bytes: number): void {
+    // A snapshot in progress is synced when it finishes, not by a flush before.
+    if (this.logs.get(log.id) !== log) return
+    this.dirty.add(log)
+    this.unpublished.add(log)
+    this.dirtyBytes += bytes
+    this.schedule(this.dirtyBytes >= this.flushBytes)
+  }
+
+  noteFault(log: FileShapeLog, tx: bigint): void {
+    const prev = this.faults.get(log)
+    if (prev === undefined || tx < prev) this.faults.set(log, tx)
+  }
+
+  clearFault(log: FileShapeLog, tx: bigint): void {
+    const prev = this.faults.get(log)
+    if (prev !== undefined && tx >= prev) this.faults.delete(log)
+  }
+
+  private cappedTarget(): bigint {
+    let target = this.advanced
+    for (const tx of this.faults.values()) if (tx - 1n < target) target = tx - 1n
+    return target < this.durable ? this.durable : target
+  }
+
+  private schedule(now: boolean): void {
+    if (this.closed) return
+    if (now) {
+      if (this.timer) clearTimeout(this.timer)
+      this.timer = setTimeout(() => this.timedFlush(), 0)
+    } else if (!this.timer) {
+      this.timer = setTimeout(() => this.timedFlush(), this.flushIntervalMs)
+    }
+    this.timer.unref()
+  }
+
+  private timedFlush(): void {
+    this.timer = undefined
+    if (this.closed) return
+    this.flushInternal()
+      .catch((err: unknown) => this.emitError(err instanceof StorageError ? err : fromSystemError(err, 'flush')))
+      .finally(() => {
+        // Keep retrying while there is work; a cleared fault then resumes by itself.
+        if (!this.closed && (this.dirty.size > 0 || this.finishing.length > 0 || this.cappedTarget() > this.durable)) {
+          this.schedule(false)
+        }
+      })
+  }
+
+  private emitError(err: StorageError): void {
+    for (const listener of this.errorListeners) listener(err)
+  }
+
+  private ensureOpen(): void {
+    if (this.closed) throw new StorageError('store_closed')
+  }
+
+  /** Flushes what it can, closes every file and releases the lock. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    let error: unknown
+    try {
+      await this.flushInternal()
+    } catch (err) {
+      error = err
+    }
+    this.closed = true
+    if (this.timer) clearTimeout(this.timer)
+    for (const s of this.finishing) s.reject(new StorageError('store_closed'))
+    for (const log of this.logs.values()) log.retire()
+    this.logs.clear()
+    this.unlock()
+    if (error) throw error
+  }
+}
+
+/** Opens (creating if needed) a file store for writing. */
+export function openFileLogStore(options: FileStoreOptions): Promise<FileLogStore> {
+  return FileLogStore.open(options)
+}

@@ -1,0 +1,217 @@
+/**
+ * On-disk formats of the file engine. Pure codecs: bytes in, values out, no I/O.
+ *
+ * Store directory
+ * ---------------
+ *   <root>/LOCK                 pid of the writer holding the store (O_EXCL)
+ *   <root>/watermark            the durable watermark (below), replaced atomically
+ *   <root>/shapes/<id>/         one directory per finished shape log
+ *       log.dat                 entry bytes
+ *       entries.idx             one fixed-width record per entry
+ *       chunks.idx              one fixed-width record per closed chunk
+ *       meta.bin                opaque bytes given at creation
+ *   <root>/tmp/<id>.<n>/        a snapshot being written; renamed into shapes/ once durable
+ *   <root>/trash/               deleted logs awaiting background removal
+ *   <root>/quarantine/          logs that failed to open, kept for inspection
+ *
+ * Every file starts with the same 16-byte header. NEVER CHANGE the layout of a
+ * version once written; a new layout takes a new version byte.
+ *
+ *   off size field
+ *   0   4    magic        ASCII, one per file kind (below)
+ *   4   1    version      FORMAT_VERSION
+ *   5   11   reserved     zero
+ *
+ * log.dat (magic "SLGD")
+ *   From offset 16, entries back to back. An entry is its JSON line followed by
+ *   one `,` byte, so the bytes of any run of entries are an HTTP body for that
+ *   run once wrapped in `[` ... `]` (the last `,` dropped or followed by a
+ *   control line). Entries are never rewritten; compaction (a later feature)
+ *   writes new files and new chunk records that point at them (`segment`).
+ *
+ * entries.idx (magic "SLGE"), record i at 16 + 32*i, little-endian:
+ *   off size field
+ *   0   8    tx           commit LSN; 0 for the snapshot region
+ *   8   8    op           op index inside the transaction; for snapshot rows the chunk number
+ *   16  8    end          position in log.dat just past this entry's `,`
+ *                        (its start is the previous record's end, or 16)
+ *   24  1    flags        bit0 TXN_END: last entry of its transaction (or of the snapshot)
+ *                        bit1 SNAPSHOT: a snapshot row or the snapshot-end line
+ *   25  3    reserved     zero
+ *   28  4    check        crc32(bytes 0..27) XOR CHECK_SALT
+ *
+ * chunks.idx (magic "SLGC"), record k at 16 + 48*k, little-endian:
+ *   0   8    end tx       offset of the chunk's last entry
+ *   8   8    end op
+ *   16  8    end entry    number of entries up to and including this chunk
+ *   24  8    end pos      position in log.dat just past the chunk's last entry
+ *   32  4    segment      data file holding the chunk; always 0 (log.dat) for now
+ *   36  1    kind         0 live, 1 snapshot
+ *   37  7    reserved     zero
+ *   44  4    check        crc32(bytes 0..43) XOR CHECK_SALT
+ *
+ * watermark (magic "SLWM"), 48 bytes:
+ *   0   16   header
+ *   16  8    lsn          every transaction with commit LSN ≤ lsn is durable in every log
+ *   24  8    sequence     incremented on every publish
+ *   32  12   reserved     zero
+ *   44  4    check        crc32(bytes 0..43) XOR CHECK_SALT
+ *
+ * meta.bin (magic "SLGM"):
+ *   0   16   header
+ *   16  4    length n
+ *   20  4    check        crc32(bytes 24..24+n) XOR CHECK_SALT
+ *   24  n    meta bytes
+ *
+ * The salt makes an all-zero record (a hole left by a crash) fail its check.
+ */
+import { crc32 } from 'node:zlib'
+
+export const FORMAT_VERSION = 1
+export const HEADER_BYTES = 16
+export const ENTRY_RECORD_BYTES = 32
+export const CHUNK_RECORD_BYTES = 48
+export const WATERMARK_BYTES = 48
+export const META_HEADER_BYTES = 24
+
+// Fixed forever: a changed salt would make every existing record fail its check.
+const CHECK_SALT = 0x5a17ce01
+
+export const MAGIC = {
+  log: 'SLGD',
+  entries: 'SLGE',
+  chunks: 'SLGC',
+  watermark: 'SLWM',
+  meta: 'SLGM',
+} as const
+export type FileKind = keyof typeof MAGIC
+
+export const ENTRY_TXN_END = 1
+export const ENTRY_SNAPSHOT = 2
+
+export const CHUNK_LIVE = 0
+export const CHUNK_SNAPSHOT = 1
+
+/** The separator stored after every entry. */
+export const SEPARATOR = 0x2c // ','
+
+function check(bytes: Uint8Array): number {
+  return (crc32(bytes) ^ CHECK_SALT) >>> 0
+}
+
+export function encodeHeader(kind: FileKind): Buffer {
+  const buf = Buffer.alloc(HEADER_BYTES)
+  buf.write(MAGIC[kind], 0, 'latin1')
+  buf[4] = FORMAT_VERSION
+  return buf
+}
+
+export type HeaderProblem = 'short' | 'magic' | 'version'
+
+/** Checks a file header; returns the problem, or undefined when it is good. */
+export function checkHeader(kind: FileKind, buf: Uint8Array): HeaderProblem | undefined {
+  if (buf.length < HEADER_BYTES) return 'short'
+  if (Buffer.from(buf.buffer, buf.byteOffset, 4).toString('latin1') !== MAGIC[kind]) return 'magic'
+  if (buf[4] !== FORMAT_VERSION) return 'version'
+  return undefined
+}
+
+export interface EntryRecord {
+  readonly tx: bigint
+  readonly op: bigint
+  readonly end: number
+  readonly flags: number
+}
+
+export function writeEntryRecord(buf: Buffer, at: number, r: EntryRecord): void {
+  buf.writeBigUInt64LE(r.tx, at)
+  buf.writeBigUInt64LE(r.op, at + 8)
+  buf.writeBigUInt64LE(BigInt(r.end), at + 16)
+  buf.writeUInt32LE(r.flags, at + 24)
+  buf.writeUInt32LE(check(buf.subarray(at, at + 28)), at + 28)
+}
+
+/** Decodes the record at `at`; undefined when its check fails (torn or never written). */
+export function readEntryRecord(buf: Buffer, at: number): EntryRecord | undefined {
+  if (buf.readUInt32LE(at + 28) !== check(buf.subarray(at, at + 28))) return undefined
+  return {
+    tx: buf.readBigUInt64LE(at),
+    op: buf.readBigUInt64LE(at + 8),
+    end: Number(buf.readBigUInt64LE(at + 16)),
+    flags: buf[at + 24]!,
+  }
+}
+
+export interface ChunkRecord {
+  readonly endTx: bigint
+  readonly endOp: bigint
+  readonly endEntry: number
+  readonly endPos: number
+  readonly segment: number
+  readonly kind: number
+}
+
+export function writeChunkRecord(buf: Buffer, at: number, r: ChunkRecord): void {
+  buf.fill(0, at, at + CHUNK_RECORD_BYTES)
+  buf.writeBigUInt64LE(r.endTx, at)
+  buf.writeBigUInt64LE(r.endOp, at + 8)
+  buf.writeBigUInt64LE(BigInt(r.endEntry), at + 16)
+  buf.writeBigUInt64LE(BigInt(r.endPos), at + 24)
+  buf.writeUInt32LE(r.segment, at + 32)
+  buf[at + 36] = r.kind
+  buf.writeUInt32LE(check(buf.subarray(at, at + 44)), at + 44)
+}
+
+export function readChunkRecord(buf: Buffer, at: number): ChunkRecord | undefined {
+  if (buf.readUInt32LE(at + 44) !== check(buf.subarray(at, at + 44))) return undefined
+  return {
+    endTx: buf.readBigUInt64LE(at),
+    endOp: buf.readBigUInt64LE(at + 8),
+    endEntry: Number(buf.readBigUInt64LE(at + 16)),
+    endPos: Number(buf.readBigUInt64LE(at + 24)),
+    segment: buf.readUInt32LE(at + 32),
+    kind: buf[at + 36]!,
+  }
+}
+
+export interface Watermark {
+  readonly lsn: bigint
+  readonly sequence: bigint
+}
+
+export function encodeWatermark(w: Watermark): Buffer {
+  const buf = Buffer.alloc(WATERMARK_BYTES)
+  encodeHeader('watermark').copy(buf, 0)
+  buf.writeBigUInt64LE(w.lsn, 16)
+  buf.writeBigUInt64LE(w.sequence, 24)
+  buf.writeUInt32LE(check(buf.subarray(0, 44)), 44)
+  return buf
+}
+
+export function decodeWatermark(buf: Buffer): Watermark | HeaderProblem | 'check' {
+  const problem = checkHeader('watermark', buf)
+  if (problem) return problem
+  if (buf.length < WATERMARK_BYTES) return 'short'
+  if (buf.readUInt32LE(44) !== check(buf.subarray(0, 44))) return 'check'
+  return { lsn: buf.readBigUInt64LE(16), sequence: buf.readBigUInt64LE(24) }
+}
+
+export function encodeMeta(meta: Uint8Array): Buffer {
+  const buf = Buffer.alloc(META_HEADER_BYTES + meta.length)
+  encodeHeader('meta').copy(buf, 0)
+  buf.writeUInt32LE(meta.length, 16)
+  buf.set(meta, META_HEADER_BYTES)
+  buf.writeUInt32LE(check(buf.subarray(META_HEADER_BYTES)), 20)
+  return buf
+}
+
+export function decodeMeta(buf: Buffer): Buffer | HeaderProblem | 'check' {
+  const problem = checkHeader('meta', buf)
+  if (problem) return problem
+  if (buf.length < META_HEADER_BYTES) return 'short'
+  const length = buf.readUInt32LE(16)
+  if (buf.length !== META_HEADER_BYTES + length) return 'short'
+  const body = buf.subarray(META_HEADER_BYTES)
+  if (buf.readUInt32LE(20) !== check(body)) return 'check'
+  return body
+}

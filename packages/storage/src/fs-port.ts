@@ -1,0 +1,74 @@
+/**
+ * The filesystem port: the only way the file engine touches the disk. The default
+ * is node:fs; tests pass a wrapper that injects ENOSPC, EIO and torn writes
+ * (see @sluice/test-utils `createFaultyFs`). Hot-path calls are synchronous on
+ * purpose: an append is a couple of page-cache writes, and a thread-pool round
+ * trip would cost more than the write. Syncs, which wait on the device, are async.
+ */
+import * as fs from 'node:fs'
+
+export interface FsPort {
+  openSync(path: string, flags: string, mode?: number): number
+  closeSync(fd: number): void
+  readSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number
+  writeSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number
+  ftruncateSync(fd: number, length: number): void
+  fstatSync(fd: number): { size: number }
+  statSync(path: string): { size: number; mtimeMs: number; ino: number }
+  read(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
+  fdatasync(fd: number): Promise<void>
+  fsync(fd: number): Promise<void>
+  mkdirSync(path: string, options: { recursive: true }): void
+  readdirSync(path: string): string[]
+  renameSync(from: string, to: string): void
+  readFileSync(path: string): Buffer
+  existsSync(path: string): boolean
+  unlinkSync(path: string): void
+  rm(path: string, options: { recursive: true; force: true }): Promise<void>
+}
+
+function promised<T>(fn: (cb: (err: NodeJS.ErrnoException | null, value: T) => void) => void): Promise<T> {
+  return new Promise((resolve, reject) => fn((err, value) => (err ? reject(err) : resolve(value))))
+}
+
+export const nodeFs: FsPort = {
+  openSync: (path, flags, mode) => fs.openSync(path, flags, mode),
+  closeSync: (fd) => fs.closeSync(fd),
+  readSync: (fd, buffer, offset, length, position) => fs.readSync(fd, buffer, offset, length, position),
+  writeSync: (fd, buffer, offset, length, position) => fs.writeSync(fd, buffer, offset, length, position),
+  ftruncateSync: (fd, length) => fs.ftruncateSync(fd, length),
+  fstatSync: (fd) => fs.fstatSync(fd),
+  statSync: (path) => fs.statSync(path),
+  read: (fd, buffer, offset, length, position) =>
+    promised<number>((cb) => fs.read(fd, buffer, offset, length, position, (err, n) => cb(err, n))),
+  fdatasync: (fd) => promised<void>((cb) => fs.fdatasync(fd, (err) => cb(err, undefined))),
+  fsync: (fd) => promised<void>((cb) => fs.fsync(fd, (err) => cb(err, undefined))),
+  mkdirSync: (path, options) => void fs.mkdirSync(path, options),
+  readdirSync: (path) => fs.readdirSync(path),
+  renameSync: (from, to) => fs.renameSync(from, to),
+  readFileSync: (path) => fs.readFileSync(path),
+  existsSync: (path) => fs.existsSync(path),
+  unlinkSync: (path) => fs.unlinkSync(path),
+  rm: (path, options) => fs.promises.rm(path, options),
+}
+
+/** Writes all of `buf` at `position`, looping over short writes. */
+export function writeFully(port: FsPort, fd: number, buf: Uint8Array, length: number, position: number): void {
+  let done = 0
+  while (done < length) {
+    const n = port.writeSync(fd, buf, done, length - done, position + done)
+    if (n <= 0) throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' })
+    done += n
+  }
+}
+
+/** Reads exactly `length` bytes at `position` (fewer only at end of file); returns the count. */
+export function readFully(port: FsPort, fd: number, buf: Uint8Array, offset: number, length: number, position: number): number {
+  let done = 0
+  while (done < length) {
+    const n = port.readSync(fd, buf, offset + done, length - done, position + done)
+    if (n === 0) break
+    done += n
+  }
+  return done
+}

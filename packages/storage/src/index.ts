@@ -1,0 +1,29 @@
+export type {
+  AppendOptions,
+  FlushResult,
+  LogEntryInput,
+  LogHead,
+  LogRead,
+  ShapeLog,
+  ShapeLogStore,
+  SnapshotWriter,
+  Span,
+} from './contract.js'
+export { STORAGE_ERROR_CODES, StorageError, FlushError } from './errors.js'
+export type { StorageErrorCode } from './errors.js'
+export type { FsPort } from './fs-port.js'
+export { nodeFs } from './fs-port.js'
+export { DEFAULT_CHUNK_BYTES } from './defaults.js'
+export {
+  DEFAULT_FLUSH_BYTES,
+  DEFAULT_FLUSH_INTERVAL_MS,
+  DEFAULT_MAX_OPEN_FILES,
+  FileLogStore,
+  openFileLogStore,
+} from './file-store.js'
+export type { FileStoreOptions } from './file-store.js'
+export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js'
+export type { ReadOnlyStoreOptions } from './read-only-store.js'
+export { MemoryLogStore } from './memory-store.js'
+export type { MemoryStoreOptions } from './memory-store.js'
+export { readSpans, readSpansAsync } from './read-spans.js'

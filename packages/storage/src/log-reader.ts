@@ -1,0 +1,108 @@
+/**
+ * Offset resolution for a file log: `read(after)` to one contiguous span of
+ * log.dat, touching no JSON.
+ *
+ *   1. Binary search the in-memory chunk list (the sparse index) for the first
+ *      closed chunk whose end offset is above `after`; none means the open chunk.
+ *   2. If `after` is exactly the previous chunk's end (every client that follows
+ *      `nextOffset` lands here) the range starts at the chunk start. Otherwise
+ *      binary search that chunk's fixed-width records in entries.idx for the
+ *      first entry above `after` (a made-up or mid-chunk offset).
+ *   3. The span runs from that entry's start to the chunk end, or to the
+ *      published head when the chunk is still open.
+ */
+import type { LogOffset } from '@sluice/protocol'
+import { compareOffsets } from '@sluice/protocol'
+import type { LogRead } from './contract.js'
+import type { FdCache, FileRef } from './fd-cache.js'
+import { ENTRY_RECORD_BYTES, HEADER_BYTES, readEntryRecord } from './format.js'
+import type { EntryRecord } from './format.js'
+import type { FsPort } from './fs-port.js'
+import { readFully } from './fs-port.js'
+import { StorageError, fromSystemError } from './errors.js'
+import type { ChunkInfo, HeadState } from './log-state.js'
+import { openChunkStart } from './log-state.js'
+
+export interface ReadContext {
+  readonly id: string
+  readonly fs: FsPort
+  readonly fds: FdCache
+  readonly data: FileRef
+  readonly entries: FileRef
+  readonly chunks: readonly ChunkInfo[]
+  readonly head: HeadState
+}
+
+const recordBuf = Buffer.alloc(ENTRY_RECORD_BYTES)
+
+function loadRecord(ctx: ReadContext, index: number): EntryRecord {
+  const record = ctx.fds.use(ctx.entries, (fd) => {
+    try {
+      const n = readFully(ctx.fs, fd, recordBuf, 0, ENTRY_RECORD_BYTES, HEADER_BYTES + index * ENTRY_RECORD_BYTES)
+      return n === ENTRY_RECORD_BYTES ? readEntryRecord(recordBuf, 0) : undefined
+    } catch (err) {
+      throw fromSystemError(err, `read entry record ${index} of shape ${ctx.id}`)
+    }
+  })
+  // A published record always passed its check when it was written or recovered.
+  if (!record) throw new StorageError('corrupt_log', `shape ${ctx.id}: entry record ${index} is damaged`)
+  return record
+}
+
+function emptyRead(after: LogOffset, reachedHead: boolean): LogRead {
+  return { spans: [], byteLength: 0, entryCount: 0, nextOffset: after, reachedHead, release() {} }
+}
+
+export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
+  const { head, chunks } = ctx
+  if (head.entries === 0 || compareOffsets(after, head.last) >= 0) return emptyRead(after, true)
+
+  // 1. First closed chunk ending above `after`.
+  let lo = 0
+  let hi = head.closedChunks
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1
+    if (compareOffsets(chunks[mid]!.end, after) > 0) hi = mid
+    else lo = mid + 1
+  }
+  const chunkIndex = lo
+  const start = openChunkStart(chunks, chunkIndex)
+  const closed = chunkIndex < head.closedChunks ? chunks[chunkIndex]! : undefined
+  const endEntry = closed ? closed.endEntry : head.entries
+  const endPos = closed ? closed.endPos : head.dataEnd
+  const nextOffset = closed ? closed.end : head.last
+
+  // 2. First entry above `after` inside the chunk.
+  let first = start.entry
+  let firstPos = start.pos
+  const prev = chunkIndex > 0 ? chunks[chunkIndex - 1] : undefined
+  const aligned = prev ? compareOffsets(prev.end, after) === 0 : after.tx < 0n
+  if (!aligned) {
+    lo = start.entry
+    hi = endEntry
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      const r = loadRecord(ctx, mid)
+      if (compareOffsets({ tx: r.tx, op: r.op }, after) > 0) hi = mid
+      else lo = mid + 1
+    }
+    first = lo
+    if (first > start.entry) firstPos = loadRecord(ctx, first - 1).end
+  }
+  if (first >= endEntry) return emptyRead(after, endEntry === head.entries)
+
+  const fd = ctx.fds.acquire(ctx.data)
+  let released = false
+  return {
+    spans: [{ kind: 'file', fd, position: firstPos, length: endPos - firstPos }],
+    byteLength: endPos - firstPos,
+    entryCount: endEntry - first,
+    nextOffset,
+    reachedHead: endEntry === head.entries,
+    release: () => {
+      if (released) return
+      released = true
+      ctx.fds.release(ctx.data)
+    },
+  }
+}

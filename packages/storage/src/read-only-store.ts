@@ -1,0 +1,231 @@
+/**
+ * A store opened read-only, typically by another process serving the same
+ * directory (a read replica behind the same load balancer). It never writes.
+ *
+ * What the writer has published is exactly what the watermark file covers: a
+ * log's durable prefix for that watermark (see `recovery.ts`). The watermark is
+ * replaced atomically, so re-reading it when its inode or mtime changes and
+ * extending each log's known prefix from where it stood is enough to follow the
+ * writer, without locks and without ever seeing a partial transaction.
+ */
+import type { LogOffset } from '@sluice/protocol'
+import type { FlushResult, LogHead, LogRead, ShapeLog, ShapeLogStore, SnapshotWriter } from './contract.js'
+import { StorageError, fromSystemError } from './errors.js'
+import { FdCache, FileRef } from './fd-cache.js'
+import { LOG_FILES } from './file-log.js'
+import { checkShapeId } from './defaults.js'
+import { DEFAULT_MAX_OPEN_FILES } from './file-store.js'
+import { decodeMeta } from './format.js'
+import type { FsPort } from './fs-port.js'
+import { nodeFs } from './fs-port.js'
+import type { ChunkInfo, HeadState } from './log-state.js'
+import { readRange } from './log-reader.js'
+import { scanLog } from './recovery.js'
+import { WATERMARK_FILE, readWatermark } from './watermark.js'
+
+export interface ReadOnlyStoreOptions {
+  readonly dir: string
+  readonly maxOpenFiles?: number
+  /** How often `onFlush` listeners are polled for a new watermark. */
+  readonly pollIntervalMs?: number
+  readonly fs?: FsPort
+}
+
+class ReadOnlyShapeLog implements ShapeLog {
+  readonly data: FileRef
+  readonly entries: FileRef
+  readonly chunkFile: FileRef
+  private chunks: ChunkInfo[] = []
+  private state: HeadState | undefined
+  private seenLsn = -1n
+
+  constructor(
+    readonly id: string,
+    readonly dir: string,
+    readonly meta: Uint8Array,
+    private readonly store: ReadOnlyFileLogStore,
+  ) {
+    this.data = new FileRef(`${dir}/${LOG_FILES.data}`, 'r')
+    this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r')
+    this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r')
+  }
+
+  /** Extends the known prefix to the current watermark; returns whether it moved. */
+  catchUp(): boolean {
+    const lsn = this.store.durableLsn
+    if (this.state && lsn === this.seenLsn) return false
+    const before = this.state?.entries
+    const known = this.state ? { head: this.state, chunks: this.chunks } : undefined
+    const found = scanLog(this.store.fs, this.store.fds, this.id, { data: this.data, entries: this.entries, chunks: this.chunkFile }, lsn, known)
+    this.state = found.head
+    this.chunks = found.chunks
+    this.seenLsn = lsn
+    return before !== found.head.entries
+  }
+
+  head(): LogHead {
+    this.catchUp()
+    const h = this.state!
+    return { lastOffset: h.last, entryCount: h.entries, closedChunks: h.closedChunks, snapshotChunks: h.snapshotChunks }
+  }
+
+  appendTransaction(): number {
+    throw new StorageError('read_only')
+  }
+
+  read(after: LogOffset): LogRead {
+    this.catchUp()
+    const { fs, fds } = this.store
+    return readRange({ id: this.id, fs, fds, data: this.data, entries: this.entries, chunks: this.chunks, head: this.state! }, after)
+  }
+
+  retire(): void {
+    this.store.fds.retire(this.data)
+    this.store.fds.retire(this.entries)
+    this.store.fds.retire(this.chunkFile)
+  }
+}
+
+export class ReadOnlyFileLogStore implements ShapeLogStore {
+  readonly readOnly = true
+  readonly fds: FdCache
+  private readonly logs = new Map<string, ReadOnlyShapeLog>()
+  private lsn = 0n
+  private stamp = ''
+  private poller: NodeJS.Timeout | undefined
+  private readonly listeners = new Set<(r: FlushResult) => void>()
+  private closed = false
+
+  private constructor(
+    readonly fs: FsPort,
+    readonly root: string,
+    maxOpenFiles: number,
+    private readonly pollIntervalMs: number,
+  ) {
+    this.fds = new FdCache(fs, maxOpenFiles)
+  }
+
+  static open(options: ReadOnlyStoreOptions): ReadOnlyFileLogStore {
+    const fs = options.fs ?? nodeFs
+    const store = new ReadOnlyFileLogStore(fs, options.dir, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES, options.pollIntervalMs ?? 20)
+    if (!fs.existsSync(`${options.dir}/${WATERMARK_FILE}`)) {
+      throw new StorageError('io_error', `${options.dir} is not a Sluice store (no watermark file)`)
+    }
+    store.refresh()
+    return store
+  }
+
+  /** Re-reads the watermark if the writer replaced it. Cheap: one stat. */
+  refresh(): void {
+    let stat: { mtimeMs: number; ino: number; size: number }
+    try {
+      stat = this.fs.statSync(`${this.root}/${WATERMARK_FILE}`)
+    } catch (err) {
+      throw fromSystemError(err, `stat ${this.root}/${WATERMARK_FILE}`)
+    }
+    const stamp = `${stat.ino}:${stat.mtimeMs}:${stat.size}`
+    if (stamp === this.stamp) return
+    const w = readWatermark(this.fs, this.root)
+    if (w) this.lsn = w.lsn
+    this.stamp = stamp
+  }
+
+  get durableLsn(): bigint {
+    this.refresh()
+    return this.lsn
+  }
+
+  get(id: string): ShapeLog | undefined {
+    this.ensureOpen()
+    const cached = this.logs.get(id)
+    if (cached) {
+      if (this.fs.existsSync(cached.dir)) return cached
+      this.logs.delete(id)
+      cached.retire()
+      return undefined
+    }
+    try {
+      checkShapeId(id)
+    } catch {
+      return undefined
+    }
+    const dir = `${this.root}/shapes/${id}`
+    if (!this.fs.existsSync(dir)) return undefined
+    const meta = decodeMeta(this.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
+    if (typeof meta === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${meta})`)
+    const log = new ReadOnlyShapeLog(id, dir, meta, this)
+    this.logs.set(id, log)
+    return log
+  }
+
+  ids(): string[] {
+    return this.fs.readdirSync(`${this.root}/shapes`)
+  }
+
+  createShape(): SnapshotWriter {
+    throw new StorageError('read_only')
+  }
+
+  deleteShape(): Promise<boolean> {
+    return Promise.reject(new StorageError('read_only'))
+  }
+
+  advance(): void {
+    throw new StorageError('read_only')
+  }
+
+  flush(): Promise<FlushResult> {
+    return Promise.reject(new StorageError('read_only'))
+  }
+
+  /** Polls the watermark while someone listens; reports logs opened here whose head moved. */
+  onFlush(listener: (result: FlushResult) => void): () => void {
+    this.listeners.add(listener)
+    if (!this.poller) {
+      this.poller = setInterval(() => this.poll(), this.pollIntervalMs)
+      this.poller.unref()
+    }
+    return () => {
+      this.listeners.delete(listener)
+      if (this.listeners.size === 0 && this.poller) {
+        clearInterval(this.poller)
+        this.poller = undefined
+      }
+    }
+  }
+
+  private poll(): void {
+    const before = this.lsn
+    try {
+      this.refresh()
+    } catch {
+      return
+    }
+    if (this.lsn === before) return
+    const advanced: string[] = []
+    for (const log of this.logs.values()) {
+      try {
+        if (log.catchUp()) advanced.push(log.id)
+      } catch {
+        // A deleted log: `get` notices and drops it.
+      }
+    }
+    const result = { durableLsn: this.lsn, advanced }
+    for (const l of this.listeners) l(result)
+  }
+
+  private ensureOpen(): void {
+    if (this.closed) throw new StorageError('store_closed')
+  }
+
+  async close(): Promise<void> {
+    this.closed = true
+    if (this.poller) clearInterval(this.poller)
+    for (const log of this.logs.values()) log.retire()
+    this.logs.clear()
+  }
+}
+
+export function openReadOnlyLogStore(options: ReadOnlyStoreOptions): ReadOnlyFileLogStore {
+  return ReadOnlyFileLogStore.open(options)
+}

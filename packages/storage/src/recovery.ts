@@ -1,0 +1,184 @@
+/**
+ * Opening a log directory: find the last durable transaction and, for the
+ * writer, cut everything after it.
+ *
+ * What a crash can leave: a log directory exists only once its snapshot was
+ * synced, and every live record with `tx ≤ watermark` was synced before that
+ * watermark was published. So the records form a durable prefix (snapshot rows,
+ * then `tx ≤ W`), followed by anything at all: records of later transactions,
+ * torn records, holes of zeros. A record is *durable* when its check passes and
+ * its tx is 0 or at most W; that holds for a prefix and then never again, which
+ * makes the cut point a binary search, not a scan.
+ */
+import type { FdCache } from './fd-cache.js'
+import { FileRef } from './fd-cache.js'
+import { StorageError, fromSystemError } from './errors.js'
+import {
+  CHUNK_RECORD_BYTES,
+  CHUNK_SNAPSHOT,
+  ENTRY_RECORD_BYTES,
+  ENTRY_TXN_END,
+  HEADER_BYTES,
+  checkHeader,
+  readChunkRecord,
+  readEntryRecord,
+} from './format.js'
+import type { EntryRecord, FileKind } from './format.js'
+import type { FsPort } from './fs-port.js'
+import { readFully } from './fs-port.js'
+import type { ChunkInfo, HeadState } from './log-state.js'
+import { EMPTY_HEAD } from './log-state.js'
+
+export interface RecoveredLog {
+  readonly head: HeadState
+  readonly chunks: ChunkInfo[]
+  /** File sizes differed from the durable head (the writer cut them). */
+  readonly cut: boolean
+}
+
+interface Files {
+  readonly data: FileRef
+  readonly entries: FileRef
+  readonly chunks: FileRef
+}
+
+function corrupt(id: string, what: string): StorageError {
+  return new StorageError('corrupt_log', `shape ${id}: ${what}`)
+}
+
+function checkFileHeader(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kind: FileKind): number {
+  return fds.use(ref, (fd) => {
+    const buf = Buffer.alloc(HEADER_BYTES)
+    const n = readFully(fs, fd, buf, 0, HEADER_BYTES, 0)
+    const problem = checkHeader(kind, buf.subarray(0, n))
+    if (problem === 'version') {
+      throw new StorageError('unsupported_format', `shape ${id}: ${ref.path} has format version ${buf[4]}`)
+    }
+    if (problem) throw corrupt(id, `${ref.path} has a bad header (${problem})`)
+    return fs.fstatSync(fd).size
+  })
+}
+
+/** Reads `count` entry records starting at `first`, stopping at the first that fails its check. */
+function readEntryRecords(fs: FsPort, fd: number, first: number, count: number): EntryRecord[] {
+  const buf = Buffer.alloc(count * ENTRY_RECORD_BYTES)
+  const n = readFully(fs, fd, buf, 0, buf.length, HEADER_BYTES + first * ENTRY_RECORD_BYTES)
+  const out: EntryRecord[] = []
+  for (let at = 0; at + ENTRY_RECORD_BYTES <= n; at += ENTRY_RECORD_BYTES) {
+    const r = readEntryRecord(buf, at)
+    if (!r) break
+    out.push(r)
+  }
+  return out
+}
+
+const durable = (r: EntryRecord | undefined, lsn: bigint): r is EntryRecord => r !== undefined && (r.tx === 0n || r.tx <= lsn)
+
+/**
+ * Finds the durable head of a log for watermark `lsn`. Read-only: the caller
+ * decides whether to cut. `knownEntries` skips a prefix already known durable.
+ */
+export function scanLog(fs: FsPort, fds: FdCache, id: string, files: Files, lsn: bigint, known?: { head: HeadState; chunks: ChunkInfo[] }): RecoveredLog {
+  const dataSize = checkFileHeader(fs, fds, id, files.data, 'log')
+  const entriesSize = checkFileHeader(fs, fds, id, files.entries, 'entries')
+  const chunksSize = checkFileHeader(fs, fds, id, files.chunks, 'chunks')
+
+  const total = Math.floor((entriesSize - HEADER_BYTES) / ENTRY_RECORD_BYTES)
+  const from = known?.head.entries ?? 0
+
+  // Binary search for the first non-durable record in [from, total).
+  const one = Buffer.alloc(ENTRY_RECORD_BYTES)
+  const recordAt = (fd: number, i: number): EntryRecord | undefined => {
+    const n = readFully(fs, fd, one, 0, ENTRY_RECORD_BYTES, HEADER_BYTES + i * ENTRY_RECORD_BYTES)
+    return n === ENTRY_RECORD_BYTES ? readEntryRecord(one, 0) : undefined
+  }
+  let count = fds.use(files.entries, (fd) => {
+    let lo = from
+    let hi = total
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      if (durable(recordAt(fd, mid), lsn)) lo = mid + 1
+      else hi = mid
+    }
+    return lo
+  })
+
+  // The cut must sit on a transaction end with its bytes present. Both hold for
+  // anything the engine wrote; walking back guards against a damaged tail.
+  let last: EntryRecord | undefined
+  fds.use(files.entries, (fd) => {
+    while (count > from) {
+      const r = recordAt(fd, count - 1)!
+      if (r.flags & ENTRY_TXN_END && r.end <= dataSize) {
+        last = r
+        return
+      }
+      count--
+    }
+  })
+
+  // Chunk records: a valid prefix, each ending inside the durable entries.
+  const chunkTotal = Math.floor((chunksSize - HEADER_BYTES) / CHUNK_RECORD_BYTES)
+  const chunks: ChunkInfo[] = known ? known.chunks.slice(0, known.head.closedChunks) : []
+  let snapshotChunks = known?.head.snapshotChunks ?? 0
+  if (chunkTotal > chunks.length) {
+    fds.use(files.chunks, (fd) => {
+      const buf = Buffer.alloc((chunkTotal - chunks.length) * CHUNK_RECORD_BYTES)
+      const n = readFully(fs, fd, buf, 0, buf.length, HEADER_BYTES + chunks.length * CHUNK_RECORD_BYTES)
+      for (let at = 0; at + CHUNK_RECORD_BYTES <= n; at += CHUNK_RECORD_BYTES) {
+        const c = readChunkRecord(buf, at)
+        if (!c || c.endEntry > count) break
+        chunks.push({ end: { tx: c.endTx, op: c.endOp }, endEntry: c.endEntry, endPos: c.endPos, kind: c.kind })
+        if (c.kind === CHUNK_SNAPSHOT) snapshotChunks++
+      }
+    })
+  }
+
+  let head: HeadState
+  if (count === from && known) {
+    head = { ...known.head, closedChunks: chunks.length, snapshotChunks }
+  } else if (count === 0) {
+    head = EMPTY_HEAD
+  } else {
+    if (!last) throw corrupt(id, 'no complete transaction found')
+    head = { entries: count, dataEnd: last.end, last: { tx: last.tx, op: last.op }, closedChunks: chunks.length, snapshotChunks }
+  }
+  const cut =
+    dataSize !== head.dataEnd ||
+    entriesSize !== HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES ||
+    chunksSize !== HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+  return { head, chunks, cut }
+}
+
+/**
+ * The writer's open: scan, then cut the files to the durable head and sync the
+ * cut, so that stale bytes can never reappear behind later appends.
+ */
+export async function recoverLog(fs: FsPort, fds: FdCache, id: string, dir: string, lsn: bigint, files: Files): Promise<RecoveredLog> {
+  const found = scanLog(fs, fds, id, files, lsn)
+  if (!found.cut) return found
+  const { head } = found
+  const cuts: Array<[FileRef, number]> = [
+    [files.data, head.dataEnd],
+    [files.entries, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES],
+    [files.chunks, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES],
+  ]
+  for (const [ref, size] of cuts) {
+    await fds.useAsync(ref, async (fd) => {
+      try {
+        if (fs.fstatSync(fd).size !== size) {
+          fs.ftruncateSync(fd, size)
+          await fs.fsync(fd)
+        }
+      } catch (err) {
+        throw fromSystemError(err, `cut back shape ${id} in ${dir}`)
+      }
+    })
+  }
+  return found
+}
+
+/** Reads all entry records of a chunk range; used by tests and tools to verify a log. */
+export function readAllEntryRecords(fs: FsPort, fds: FdCache, ref: FileRef, count: number): EntryRecord[] {
+  return fds.use(ref, (fd) => readEntryRecords(fs, fd, 0, count))
+}

@@ -1,0 +1,300 @@
+/**
+ * The shape-log contract, as tests. Every implementation runs this same suite.
+ */
+import { BEFORE_ALL, LAST_VIRTUAL, formatOffset, parseOffset } from '@sluice/protocol'
+import type { LogOffset } from '@sluice/protocol'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import type { FlushResult, LogRead, ShapeLog, ShapeLogStore } from '../src/index.js'
+import { StorageError, readSpans } from '../src/index.js'
+
+export interface ContractHarness {
+  store: ShapeLogStore
+  close(): Promise<void>
+}
+
+export type HarnessFactory = (options: { chunkBytes: number }) => Promise<ContractHarness>
+
+const enc = new TextEncoder()
+
+export function row(i: number, pad = 0): Uint8Array {
+  return enc.encode(JSON.stringify({ key: `"public"."t"/"${i}"`, value: { id: String(i), pad: 'x'.repeat(pad) }, headers: { operation: 'insert', relation: ['public', 't'] } }))
+}
+
+export function change(lsn: bigint, op: number, i: number): { offset: LogOffset; json: Uint8Array } {
+  return {
+    offset: { tx: lsn, op: BigInt(op) },
+    json: enc.encode(JSON.stringify({ key: `"public"."t"/"${i}"`, value: { id: String(i) }, headers: { operation: 'update', lsn: String(lsn), op_position: op } })),
+  }
+}
+
+export const SNAPSHOT_END = enc.encode('{"headers":{"control":"snapshot-end","xmin":"1","xmax":"2","xip_list":[]}}')
+
+/** Reads a range and parses it as the HTTP body would be: `[` + bytes without the last `,` + `]`. */
+export function body(read: LogRead): unknown[] {
+  const bytes = readSpans(read)
+  read.release()
+  if (bytes.length === 0) return []
+  expect(bytes[bytes.length - 1]).toBe(0x2c)
+  return JSON.parse(`[${bytes.subarray(0, bytes.length - 1).toString('utf8')}]`) as unknown[]
+}
+
+export async function makeShape(store: ShapeLogStore, id: string, rows: Uint8Array[], meta?: Uint8Array): Promise<ShapeLog> {
+  const writer = store.createShape(id, meta ? { meta } : {})
+  writer.append(rows)
+  return writer.finish(SNAPSHOT_END)
+}
+
+const o = parseOffset
+
+export function describeContract(name: string, factory: HarnessFactory): void {
+  describe(`ShapeLogStore contract: ${name}`, () => {
+    let h: ContractHarness
+    let store: ShapeLogStore
+    const open = async (chunkBytes = 1000) => {
+      h = await factory({ chunkBytes })
+      store = h.store
+    }
+    beforeEach(async () => open())
+    afterEach(async () => h.close())
+
+    it('serves the snapshot as chunks with virtual offsets 0_n, ending with snapshot-end', async () => {
+      // Each row is ~150 bytes; 1000-byte chunks hold 7 rows (the 7th reaches the threshold).
+      const rows = Array.from({ length: 20 }, (_, i) => row(i, 40))
+      const log = await makeShape(store, 's1', rows)
+      const seen: unknown[] = []
+      let at: LogOffset = BEFORE_ALL
+      const offsets: string[] = []
+      for (;;) {
+        const r = log.read(at)
+        if (r.entryCount === 0) break
+        offsets.push(formatOffset(r.nextOffset))
+        seen.push(...body(r))
+        at = r.nextOffset
+      }
+      expect(seen).toHaveLength(21)
+      expect(seen.at(-1)).toEqual({ headers: { control: 'snapshot-end', xmin: '1', xmax: '2', xip_list: [] } })
+      expect(offsets[0]).toBe('0_0')
+      expect(offsets).toEqual(offsets.map((_, i) => `0_${i}`))
+      const head = log.head()
+      expect(head.snapshotChunks).toBe(offsets.length)
+      expect(head.closedChunks).toBe(offsets.length)
+      expect(formatOffset(head.lastOffset)).toBe(offsets.at(-1))
+      // Chunk boundaries are fixed by the bytes: every chunk but the last reaches the threshold.
+      let total = 0
+      at = BEFORE_ALL
+      for (let i = 0; i < offsets.length - 1; i++) {
+        const r = log.read(at)
+        expect(r.byteLength).toBeGreaterThanOrEqual(1000)
+        expect(r.byteLength - (rows[0]!.length + 1)).toBeLessThan(1000)
+        total += r.byteLength
+        at = r.nextOffset
+        r.release()
+      }
+      expect(total).toBeGreaterThan(0)
+    })
+
+    it('stores a changes_only snapshot as a lone snapshot-end chunk', async () => {
+      const log = await makeShape(store, 'empty', [])
+      const r = log.read(BEFORE_ALL)
+      expect(formatOffset(r.nextOffset)).toBe('0_0')
+      expect(r.reachedHead).toBe(true)
+      expect(body(r)).toEqual([{ headers: { control: 'snapshot-end', xmin: '1', xmax: '2', xip_list: [] } }])
+      const after = log.read(o('0_0'))
+      expect(after.entryCount).toBe(0)
+      expect(after.reachedHead).toBe(true)
+    })
+
+    it('publishes appends only once advanced and flushed', async () => {
+      const log = await makeShape(store, 'live', [row(1)])
+      expect(log.appendTransaction([change(100n, 0, 1), change(100n, 2, 2)])).toBe(2)
+      expect(log.read(o('0_0')).entryCount).toBe(0)
+      await store.flush()
+      expect(log.read(o('0_0')).entryCount).toBe(0) // not advanced yet
+      store.advance(100n)
+      const flushed = await store.flush()
+      expect(flushed.durableLsn).toBe(100n)
+      expect(flushed.advanced).toContain('live')
+      expect(store.durableLsn).toBe(100n)
+      const r = log.read(o('0_0'))
+      expect(r.entryCount).toBe(2)
+      expect(r.reachedHead).toBe(true)
+      expect(formatOffset(r.nextOffset)).toBe('100_2')
+      expect(body(r).map((m) => (m as { headers: { op_position: number } }).headers.op_position)).toEqual([0, 2])
+      expect(formatOffset(log.head().lastOffset)).toBe('100_2')
+    })
+
+    it('publishes only transactions at or below the advanced LSN', async () => {
+      const log = await makeShape(store, 'cap', [])
+      log.appendTransaction([change(10n, 0, 1)])
+      log.appendTransaction([change(20n, 0, 2)])
+      log.appendTransaction([change(30n, 0, 3)])
+      store.advance(25n)
+      await store.flush()
+      expect(formatOffset(log.head().lastOffset)).toBe('20_0')
+      expect(body(log.read(o('0_0')))).toHaveLength(2)
+      store.advance(30n)
+      await store.flush()
+      expect(formatOffset(log.head().lastOffset)).toBe('30_0')
+    })
+
+    it('never publishes a transaction whose remaining entries are still to come', async () => {
+      const log = await makeShape(store, 'more', [])
+      log.appendTransaction([change(10n, 0, 1), change(10n, 2, 2)], { more: true })
+      store.advance(9n)
+      await store.flush()
+      expect(log.read(o('0_0')).entryCount).toBe(0)
+      log.appendTransaction([change(10n, 4, 3)])
+      store.advance(10n)
+      await store.flush()
+      expect(log.read(o('0_0')).entryCount).toBe(3)
+    })
+
+    it('answers a made-up offset between entries with the entries after it', async () => {
+      await open(100_000)
+      const log = await makeShape(store, 'mid', [row(1)])
+      for (let tx = 1; tx <= 5; tx++) log.appendTransaction([change(BigInt(tx * 10), 0, tx), change(BigInt(tx * 10), 2, tx + 100)])
+      store.advance(50n)
+      await store.flush()
+      const cases: Array<[string, number, string]> = [
+        ['0_0', 10, '50_2'],
+        ['0_inf', 10, '50_2'],
+        ['10_0', 9, '50_2'],
+        ['10_1', 9, '50_2'],
+        ['10_2', 8, '50_2'],
+        ['29_99', 6, '50_2'],
+        ['30_2', 4, '50_2'],
+        ['50_0', 1, '50_2'],
+      ]
+      for (const [after, count, next] of cases) {
+        const r = log.read(o(after))
+        expect([after, r.entryCount, formatOffset(r.nextOffset)]).toEqual([after, count, next])
+        expect(r.reachedHead).toBe(true)
+        r.release()
+      }
+      const head = log.read(o('50_2'))
+      expect([head.entryCount, head.reachedHead, formatOffset(head.nextOffset)]).toEqual([0, true, '50_2'])
+      const beyond = log.read(o('99_0'))
+      expect([beyond.entryCount, beyond.reachedHead]).toEqual([0, true])
+      expect(LAST_VIRTUAL.tx).toBe(0n)
+    })
+
+    it('closes live chunks after the entry that reaches the threshold, even inside a transaction', async () => {
+      await open(600)
+      const log = await makeShape(store, 'chunks', [])
+      // One big transaction of 12 entries (~120 bytes each) then small ones.
+      const big = Array.from({ length: 12 }, (_, i) => change(100n, i * 2, i))
+      log.appendTransaction(big)
+      for (let tx = 101n; tx < 110n; tx++) log.appendTransaction([change(tx, 0, Number(tx))])
+      store.advance(109n)
+      await store.flush()
+      let at = o('0_0')
+      const ranges: Array<{ next: string; count: number; bytes: number; head: boolean }> = []
+      for (;;) {
+        const r = log.read(at)
+        if (r.entryCount === 0) break
+        ranges.push({ next: formatOffset(r.nextOffset), count: r.entryCount, bytes: r.byteLength, head: r.reachedHead })
+        at = r.nextOffset
+        r.release()
+      }
+      expect(ranges.reduce((n, r) => n + r.count, 0)).toBe(21)
+      // Every closed chunk reached the threshold; only the last range may be short, and only it reaches the head.
+      for (const r of ranges.slice(0, -1)) {
+        expect(r.bytes).toBeGreaterThanOrEqual(600)
+        expect(r.head).toBe(false)
+      }
+      expect(ranges.at(-1)!.head).toBe(true)
+      // The first chunk ends inside transaction 100.
+      expect(ranges[0]!.next.startsWith('100_')).toBe(true)
+      expect(ranges[0]!.next).not.toBe('100_22')
+      // Reading from inside a chunk ends at the same boundary.
+      const mid = log.read(o('100_2'))
+      expect(formatOffset(mid.nextOffset)).toBe(ranges[0]!.next)
+      mid.release()
+    })
+
+    it('skips replayed entries, so replay after a crash is idempotent', async () => {
+      const log = await makeShape(store, 'replay', [])
+      expect(log.appendTransaction([change(10n, 0, 1), change(10n, 2, 2)])).toBe(2)
+      expect(log.appendTransaction([change(10n, 0, 1), change(10n, 2, 2)])).toBe(0)
+      expect(log.appendTransaction([change(5n, 0, 9)])).toBe(0)
+      expect(log.appendTransaction([change(20n, 0, 3)])).toBe(1)
+      store.advance(20n)
+      await store.flush()
+      expect(body(log.read(o('0_0')))).toHaveLength(3)
+    })
+
+    it('rejects appends that do not form one transaction with increasing offsets', async () => {
+      const log = await makeShape(store, 'bad', [])
+      const codeOf = (fn: () => unknown) => {
+        try {
+          fn()
+        } catch (err) {
+          return (err as StorageError).code
+        }
+        return 'no error'
+      }
+      expect(codeOf(() => log.appendTransaction([change(10n, 0, 1), change(11n, 0, 2)]))).toBe('invalid_append')
+      expect(codeOf(() => log.appendTransaction([change(10n, 4, 1), change(10n, 2, 2)]))).toBe('invalid_append')
+      expect(codeOf(() => log.appendTransaction([{ offset: { tx: 0n, op: 5n }, json: row(1) }]))).toBe('invalid_append')
+      expect(log.appendTransaction([])).toBe(0)
+      // Nothing of the rejected appends was kept.
+      expect(log.appendTransaction([change(10n, 0, 1)])).toBe(1)
+      store.advance(10n)
+      await store.flush()
+      expect(body(log.read(o('0_0')))).toHaveLength(1)
+    })
+
+    it('keeps shapes apart, rejects duplicate and unsafe ids, and deletes', async () => {
+      const a = await makeShape(store, 'a', [row(1)], enc.encode('{"table":"a"}'))
+      await makeShape(store, 'b', [row(2), row(3)])
+      expect(new TextDecoder().decode(a.meta)).toBe('{"table":"a"}')
+      expect(store.ids().sort()).toEqual(['a', 'b'])
+      expect(() => store.createShape('a')).toThrow(StorageError)
+      for (const bad of ['', '../x', 'a/b', 'x'.repeat(129), 'sp ace', '.']) {
+        expect(() => store.createShape(bad)).toThrow(/invalid shape id/)
+      }
+      expect(await store.deleteShape('a')).toBe(true)
+      expect(await store.deleteShape('a')).toBe(false)
+      expect(store.get('a')).toBeUndefined()
+      expect(store.ids()).toEqual(['b'])
+      expect(body(store.get('b')!.read(BEFORE_ALL))).toHaveLength(3)
+      const again = await makeShape(store, 'a', [row(7)])
+      expect(body(again.read(BEFORE_ALL))).toHaveLength(2)
+    })
+
+    it('hides a snapshot until it is finished, and forgets an aborted one', async () => {
+      const w = store.createShape('pending')
+      w.append([row(1)])
+      expect(store.get('pending')).toBeUndefined()
+      expect(() => store.createShape('pending')).toThrow(StorageError)
+      await w.abort()
+      expect(store.get('pending')).toBeUndefined()
+      const log = await makeShape(store, 'pending', [row(2)])
+      expect(body(log.read(BEFORE_ALL))).toHaveLength(2)
+    })
+
+    it('tells flush listeners which logs moved', async () => {
+      const seen: FlushResult[] = []
+      const off = store.onFlush((r) => seen.push(r))
+      const a = await makeShape(store, 'la', [])
+      await makeShape(store, 'lb', [])
+      a.appendTransaction([change(7n, 0, 1)])
+      store.advance(7n)
+      await store.flush()
+      off()
+      const last = seen.at(-1)!
+      expect(last.durableLsn).toBe(7n)
+      expect(last.advanced).toEqual(['la'])
+    })
+
+    it('returns body bytes that are exactly the JSON lines joined by commas', async () => {
+      const rows = [row(1), enc.encode('{"value":{"s":"comma, \\"quote\\" ] [ \\u2028 ünï"}}'), row(3)]
+      const log = await makeShape(store, 'bytes', rows)
+      const r = log.read(BEFORE_ALL)
+      const bytes = readSpans(r)
+      r.release()
+      const expected = Buffer.concat([...rows, SNAPSHOT_END].flatMap((b) => [Buffer.from(b), Buffer.from(',')]))
+      expect(bytes.equals(expected)).toBe(true)
+    })
+  })
+}
