@@ -371,7 +371,22 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       }),
     )
     const created = await this.finishSnapshots(snapshots)
+    try {
+      return await this.publish(target, seq, failed, firstError, created.map((c) => c.log.id))
+    } finally {
+      // Resolved last, so whoever awaited a snapshot also sees everything this
+      // flush published (the snapshot itself is durable whatever happened since).
+      for (const c of created) c.resolve(c.log)
+    }
+  }
 
+  private async publish(
+    target: bigint,
+    seq: number,
+    failed: FileShapeLog[],
+    firstError: StorageError | undefined,
+    created: string[],
+  ): Promise<FlushResult> {
     if (failed.length > 0) {
       for (const log of failed) {
         log.rollbackToPublished()
@@ -396,7 +411,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.durable = target
     }
 
-    const advanced: string[] = created
+    const advanced = [...created]
     for (const log of this.unpublished) {
       if (log.publish(this.durable, seq)) advanced.push(log.id)
       if (!log.hasUnpublished()) this.unpublished.delete(log)
@@ -423,8 +438,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
   }
 
-  /** Syncs and renames finished snapshots into place; returns the ids that became logs. */
-  private async finishSnapshots(snapshots: FinishingSnapshot[]): Promise<string[]> {
+  /** Syncs and renames finished snapshots into place and registers them; returns those that became logs. */
+  private async finishSnapshots(snapshots: FinishingSnapshot[]): Promise<FinishingSnapshot[]> {
     if (snapshots.length === 0) return []
     const ready: FinishingSnapshot[] = []
     await Promise.all(
@@ -473,9 +488,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.creating.delete(s.log.id)
       s.log.publishAll()
       this.logs.set(s.log.id, s.log)
-      s.resolve(s.log)
     }
-    return moved.map((s) => s.log.id)
+    return moved
   }
 
   // ---- LogHost -------------------------------------------------------------

@@ -182,6 +182,9 @@ export class MemoryLogStore implements ShapeLogStore {
         log.published = { entries: log.entries.length, chunks: log.chunks.length, tx: 0n }
         this.creating.delete(id)
         this.logs.set(id, log)
+        // As in the file engine, a snapshot becomes durable through a flush, which
+        // publishes whatever else was waiting.
+        await this.flushWith([id])
         return log
       },
       abort: async () => {
@@ -209,8 +212,12 @@ export class MemoryLogStore implements ShapeLogStore {
 
   async flush(): Promise<FlushResult> {
     this.ensureOpen()
+    return this.flushWith([])
+  }
+
+  private async flushWith(created: string[]): Promise<FlushResult> {
     this.durable = this.advanced > this.durable ? this.advanced : this.durable
-    const advanced: string[] = []
+    const advanced: string[] = [...created]
     for (const log of this.logs.values()) if (log.publish(this.durable)) advanced.push(log.id)
     const result = { durableLsn: this.durable, advanced }
     for (const l of this.listeners) l(result)
