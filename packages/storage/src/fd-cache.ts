@@ -58,7 +58,9 @@ export class FdCache {
 
   release(ref: FileRef): void {
     ref.pins--
-    if (ref.pins === 0 && ref.retired) this.closeNow(ref)
+    if (ref.pins > 0) return
+    if (ref.retired) this.closeNow(ref)
+    else if (this.open.size > this.maxOpen) this.evict(0)
   }
 
   /** Runs `fn` with the descriptor pinned for its duration. */

@@ -56,6 +56,17 @@ export const DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
 export const DEFAULT_MAX_OPEN_FILES = 512
 
 
+// Enough to keep every thread-pool worker and the device queue busy.
+const MAX_CONCURRENT_SYNCS = 64
+
+async function forEachConcurrently<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < items.length) await fn(items[next++]!)
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
+}
+
 interface FinishingSnapshot {
   readonly log: FileShapeLog
   readonly meta: FileRef
@@ -360,16 +371,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
     const failed: FileShapeLog[] = []
     let firstError: StorageError | undefined
-    await Promise.all(
-      logs.map(async (log) => {
-        try {
-          await this.syncLog(log)
-        } catch (err) {
-          failed.push(log)
-          firstError ??= fromSystemError(err, `sync shape ${log.id}`)
-        }
-      }),
-    )
+    await forEachConcurrently(logs, this.syncConcurrency(), async (log) => {
+      try {
+        await this.syncLog(log)
+      } catch (err) {
+        failed.push(log)
+        firstError ??= fromSystemError(err, `sync shape ${log.id}`)
+      }
+    })
     const created = await this.finishSnapshots(snapshots)
     try {
       return await this.publish(target, seq, failed, firstError, created.map((c) => c.log.id))
@@ -422,6 +431,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     return result
   }
 
+  /**
+   * Syncs in flight at once. Each pins up to three descriptors, so this keeps a
+   * flush of 100k dirty logs inside the descriptor budget; the thread pool runs
+   * only a few at a time anyway.
+   */
+  private syncConcurrency(): number {
+    return Math.max(1, Math.min(MAX_CONCURRENT_SYNCS, Math.floor(this.fds.maxOpen / 3)))
+  }
+
   private async syncLog(log: FileShapeLog): Promise<void> {
     if (log.deleted) return
     const chunks = log.chunksDirty
@@ -442,20 +460,18 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private async finishSnapshots(snapshots: FinishingSnapshot[]): Promise<FinishingSnapshot[]> {
     if (snapshots.length === 0) return []
     const ready: FinishingSnapshot[] = []
-    await Promise.all(
-      snapshots.map(async (s) => {
-        try {
-          await this.syncLog(s.log)
-          await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
-          this.fds.retire(s.meta)
-          await syncDirectory(this.fs, s.tmpDir)
-          ready.push(s)
-        } catch (err) {
-          this.fds.retire(s.meta)
-          s.reject(fromSystemError(err, `finish snapshot of shape ${s.log.id}`))
-        }
-      }),
-    )
+    await forEachConcurrently(snapshots, this.syncConcurrency(), async (s) => {
+      try {
+        await this.syncLog(s.log)
+        await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
+        this.fds.retire(s.meta)
+        await syncDirectory(this.fs, s.tmpDir)
+        ready.push(s)
+      } catch (err) {
+        this.fds.retire(s.meta)
+        s.reject(fromSystemError(err, `finish snapshot of shape ${s.log.id}`))
+      }
+    })
     const moved: FinishingSnapshot[] = []
     for (const s of ready) {
       const dir = `${this.root}/shapes/${s.log.id}`

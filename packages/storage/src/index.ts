@@ -22,6 +22,7 @@ export {
   openFileLogStore,
 } from './file-store.js'
 export type { FileStoreOptions } from './file-store.js'
+export type { FileShapeLog } from './file-log.js'
 export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js'
 export type { ReadOnlyStoreOptions } from './read-only-store.js'
 export { MemoryLogStore } from './memory-store.js'

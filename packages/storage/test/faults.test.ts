@@ -1,0 +1,235 @@
+/**
+ * Disk full, I/O errors and torn writes, injected through the filesystem port
+ * into real files. Each fault must surface as a typed error, hold the watermark
+ * back, leave nothing corrupt, and stop mattering once it clears.
+ */
+import { readlinkSync, statSync } from 'node:fs'
+import { createFaultyFs, useTempDir } from '@sluice/test-utils'
+import { formatOffset, parseOffset } from '@sluice/protocol'
+import { afterEach, describe, expect, it } from 'vitest'
+import { FlushError, StorageError, nodeFs, openFileLogStore } from '../src/index.js'
+import type { FileLogStore, FsPort } from '../src/index.js'
+import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
+
+const tempDirs = useTempDir()
+const tempDir = (prefix: string) => tempDirs.make(prefix)
+
+/** Matches calls whose first argument is a descriptor of a file with this name. */
+const onFile =
+  (name: string) =>
+  (args: readonly unknown[]): boolean => {
+    try {
+      return readlinkSync(`/proc/self/fd/${String(args[0])}`).endsWith(`/${name}`)
+    } catch {
+      return false
+    }
+  }
+const onPath =
+  (name: string) =>
+  (args: readonly unknown[]): boolean =>
+    String(args[0]).endsWith(name) || String(args[1]).endsWith(name)
+
+async function codeOf(fn: () => unknown): Promise<string> {
+  try {
+    await fn()
+  } catch (err) {
+    return (err as StorageError).code ?? String(err)
+  }
+  return 'no error'
+}
+
+describe('fault injection', () => {
+  let store: FileLogStore | undefined
+  afterEach(async () => {
+    await store?.close().catch(() => undefined)
+    store = undefined
+  })
+
+  async function setup(chunkBytes = 4096) {
+    const dir = await tempDir('faults')
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    store = await openFileLogStore({ dir, chunkBytes, fs: faulty.fs, flushIntervalMs: 60_000 })
+    return { dir, rules: faulty.rules, store }
+  }
+
+  it('a full disk during an append is a typed error that holds the watermark and loses nothing', async () => {
+    const { dir, rules, store: s } = await setup()
+    await makeShape(s, 'a', [row(1)])
+    const log = s.get('a')!
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await s.flush()
+    const sizeBefore = statSync(`${dir}/shapes/a/log.dat`).size
+
+    rules.failNext('writeSync', { code: 'ENOSPC', match: onFile('log.dat') })
+    expect(await codeOf(() => log.appendTransaction([change(20n, 0, 2), change(20n, 2, 3)]))).toBe('disk_full')
+    expect(log.appendedHead().last).toEqual(parseOffset('10_0'))
+    // The caller moves on regardless; the watermark must not pass the failed transaction.
+    s.advance(30n)
+    const flushed = await s.flush()
+    expect(flushed.durableLsn).toBe(19n)
+    expect(statSync(`${dir}/shapes/a/log.dat`).size).toBe(sizeBefore)
+
+    // The fault clears; the replayed transaction goes in and the watermark catches up.
+    expect(log.appendTransaction([change(20n, 0, 2), change(20n, 2, 3)])).toBe(2)
+    s.advance(30n)
+    expect((await s.flush()).durableLsn).toBe(30n)
+    expect(body(log.read(parseOffset('0_0')))).toHaveLength(3)
+  })
+
+  it('a torn write of the entry index is cut away, and the retry lands in its place', async () => {
+    const { dir, rules, store: s } = await setup()
+    await makeShape(s, 'torn', [])
+    const log = s.get('torn')!
+    rules.tornWrite({ bytes: 40, code: 'EIO', match: onFile('entries.idx') })
+    expect(await codeOf(() => log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)]))).toBe('io_error')
+    expect(statSync(`${dir}/shapes/torn/entries.idx`).size).toBe(16 + 32) // header + snapshot-end record
+    expect(log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)])).toBe(2)
+    s.advance(5n)
+    await s.flush()
+    expect(body(log.read(parseOffset('0_0')))).toHaveLength(2)
+
+    // And after a reopen the log is exactly what was published.
+    await s.close()
+    store = await openFileLogStore({ dir, chunkBytes: 4096 })
+    expect(formatOffset(store.get('torn')!.head().lastOffset)).toBe('5_2')
+    expect(body(store.get('torn')!.read(parseOffset('0_0')))).toHaveLength(2)
+  })
+
+  it('a torn write of the entry bytes is cut away too', async () => {
+    const { dir, rules, store: s } = await setup()
+    await makeShape(s, 'tornd', [])
+    const log = s.get('tornd')!
+    rules.tornWrite({ bytes: 'half', code: 'ENOSPC', match: onFile('log.dat') })
+    expect(await codeOf(() => log.appendTransaction([change(5n, 0, 1)]))).toBe('disk_full')
+    const head = log.appendedHead()
+    expect(statSync(`${dir}/shapes/tornd/log.dat`).size).toBe(head.dataEnd)
+    expect(log.appendTransaction([change(5n, 0, 1)])).toBe(1)
+  })
+
+  it('a failed sync rolls back what was not durable and asks for a replay from the watermark', async () => {
+    const { rules, store: s } = await setup()
+    await makeShape(s, 'a', [])
+    const a = s.get('a')!
+    await makeShape(s, 'b', [])
+    const b = s.get('b')!
+    a.appendTransaction([change(10n, 0, 1)])
+    b.appendTransaction([change(10n, 0, 2)])
+    s.advance(10n)
+    await s.flush()
+
+    a.appendTransaction([change(20n, 0, 3)])
+    b.appendTransaction([change(20n, 0, 4)])
+    s.advance(20n)
+    const rule = rules.failNext('fdatasync', { code: 'EIO', match: onFile('log.dat'), times: 1 })
+    let error: unknown
+    await s.flush().catch((err: unknown) => (error = err))
+    expect(rule.hits).toBe(1)
+    expect(error).toBeInstanceOf(FlushError)
+    const fe = error as FlushError
+    expect(fe.code).toBe('io_error')
+    expect(fe.durableLsn).toBe(10n)
+    expect(fe.rolledBack).toHaveLength(1)
+    expect(s.durableLsn).toBe(10n)
+    expect(s.lastError).toBe(fe)
+    // The failed log forgot transaction 20; the other kept it (synced, waiting for the watermark).
+    const failed = fe.rolledBack[0] === 'a' ? a : b
+    const kept = failed === a ? b : a
+    expect(formatOffset(failed.appendedHead().last)).toBe('10_0')
+    expect(formatOffset(kept.appendedHead().last)).toBe('20_0')
+    expect(formatOffset(failed.head().lastOffset)).toBe('10_0')
+
+    // Replay from the watermark: idempotent for the log that kept it.
+    expect(a.appendTransaction([change(20n, 0, 3)]) + b.appendTransaction([change(20n, 0, 4)])).toBe(1)
+    s.advance(20n)
+    expect((await s.flush()).durableLsn).toBe(20n)
+    expect(s.lastError).toBeUndefined()
+    expect(body(a.read(parseOffset('0_0')))).toHaveLength(2)
+    expect(body(b.read(parseOffset('0_0')))).toHaveLength(2)
+  })
+
+  it('a failed watermark publish keeps the old watermark until it succeeds', async () => {
+    const { dir, rules, store: s } = await setup()
+    await makeShape(s, 'w', [])
+    const log = s.get('w')!
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    rules.failNext('renameSync', { code: 'EIO', match: onPath('watermark') })
+    expect(await codeOf(() => s.flush())).toBe('io_error')
+    expect(s.durableLsn).toBe(0n)
+    expect(log.read(parseOffset('0_0')).entryCount).toBe(0)
+    expect((await s.flush()).durableLsn).toBe(10n)
+    expect(log.read(parseOffset('0_0')).entryCount).toBe(1)
+    await s.close()
+    store = await openFileLogStore({ dir })
+    expect(store.durableLsn).toBe(10n)
+  })
+
+  it('a full disk while writing a snapshot leaves no shape behind, and creation can be retried', async () => {
+    const { dir, rules, store: s } = await setup()
+    const w = s.createShape('snap')
+    rules.failNext('writeSync', { code: 'ENOSPC', match: onFile('log.dat') })
+    expect(await codeOf(() => w.append([row(1), row(2)]))).toBe('disk_full')
+    expect(s.get('snap')).toBeUndefined()
+    await new Promise((r) => setTimeout(r, 20))
+    expect(nodeFs.readdirSync(`${dir}/tmp`)).toEqual([])
+    await makeShape(s, 'snap', [row(1), row(2)])
+    const log = s.get('snap')!
+    expect(body(log.read(parseOffset('-1')))).toHaveLength(3)
+  })
+
+  it('a failed sync while finishing a snapshot rejects it without publishing the shape', async () => {
+    const { dir, rules, store: s } = await setup()
+    const w = s.createShape('fin')
+    w.append([row(1)])
+    rules.failNext('fdatasync', { code: 'EIO' })
+    expect(await codeOf(() => w.finish(SNAPSHOT_END))).toBe('io_error')
+    expect(s.get('fin')).toBeUndefined()
+    expect(nodeFs.readdirSync(`${dir}/shapes`)).toEqual([])
+    await makeShape(s, 'fin', [row(1)])
+    const log = s.get('fin')!
+    expect(body(log.read(parseOffset('-1')))).toHaveLength(2)
+  })
+
+  it('keeps working when cutting back a failed append fails too', async () => {
+    const { dir, rules, store: s } = await setup()
+    await makeShape(s, 'cut', [])
+    const log = s.get('cut')!
+    rules.tornWrite({ bytes: 10, code: 'EIO', match: onFile('entries.idx') })
+    rules.failNext('ftruncateSync', { code: 'EIO', times: 3 })
+    expect(await codeOf(() => log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)]))).toBe('io_error')
+    // The garbage stays past the end for now; the next append cuts it and writes in place.
+    expect(log.appendTransaction([change(6n, 0, 1)])).toBe(1)
+    s.advance(6n)
+    await s.flush()
+    expect(statSync(`${dir}/shapes/cut/entries.idx`).size).toBe(16 + 2 * 32)
+    await s.close()
+    store = await openFileLogStore({ dir })
+    expect(formatOffset(store.get('cut')!.head().lastOffset)).toBe('6_0')
+  })
+
+  it('reports faults of timed flushes to error listeners and recovers on its own', async () => {
+    const dir = await tempDir('faults-timed')
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 5 })
+    store = s
+    const errors: StorageError[] = []
+    s.onError((e) => errors.push(e))
+    await makeShape(s, 't', [])
+    const log = s.get('t')!
+    const rule = faulty.rules.failAlways('fdatasync', { code: 'EIO' })
+    log.appendTransaction([change(3n, 0, 1)])
+    s.advance(3n)
+    await new Promise((r) => setTimeout(r, 60))
+    expect(errors.length).toBeGreaterThan(0)
+    expect(errors[0]).toBeInstanceOf(StorageError)
+    expect(s.durableLsn).toBe(0n)
+    rule.remove()
+    // The rolled-back transaction must be replayed, as the server does after a FlushError.
+    log.appendTransaction([change(3n, 0, 1)])
+    s.advance(3n)
+    for (let i = 0; i < 50 && s.durableLsn < 3n; i++) await new Promise((r) => setTimeout(r, 10))
+    expect(s.durableLsn).toBe(3n)
+    expect(body(log.read(parseOffset('0_0')))).toHaveLength(1)
+  })
+})

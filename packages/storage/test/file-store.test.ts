@@ -1,0 +1,221 @@
+/**
+ * File-engine behaviour beyond the shared contract: reopening, cutting back to
+ * the watermark, damaged tails, bounded descriptors, the store lock, quarantine
+ * of damaged logs, and a read-only store following a writer.
+ */
+import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
+import { useTempDir } from '@sluice/test-utils'
+import { BEFORE_ALL, formatOffset, parseOffset } from '@sluice/protocol'
+import { afterEach, describe, expect, it } from 'vitest'
+import { ENTRY_RECORD_BYTES, HEADER_BYTES } from '../src/format.js'
+import { openFileLogStore, openReadOnlyLogStore, readSpans } from '../src/index.js'
+import type { FileLogStore, LogRead, StorageError } from '../src/index.js'
+import type { LogOffset } from '@sluice/protocol'
+import { body, change, makeShape, row } from './contract-suite.js'
+
+const tempDirs = useTempDir()
+
+describe('file engine', () => {
+  const open: FileLogStore[] = []
+  afterEach(async () => {
+    for (const s of open.splice(0)) await s.close().catch(() => undefined)
+  })
+  const openStore = async (dir: string, chunkBytes = 2048, extra: { maxOpenFiles?: number } = {}) => {
+    const s = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, ...extra })
+    open.push(s)
+    return s
+  }
+
+  it('reopens with every published entry and cuts what the watermark never covered', async () => {
+    const dir = await tempDirs.make('reopen')
+    const s = await openStore(dir)
+    await makeShape(s, 'a', [row(1), row(2)])
+    const log = s.get('a')!
+    for (let tx = 1n; tx <= 30n; tx++) log.appendTransaction([change(tx, 0, Number(tx)), change(tx, 2, Number(tx))])
+    s.advance(20n)
+    await s.flush()
+    await s.close()
+    open.length = 0
+
+    const again = await openStore(dir)
+    expect(again.durableLsn).toBe(20n)
+    const reopened = again.get('a')!
+    expect(formatOffset(reopened.head().lastOffset)).toBe('20_2')
+    // The next transactions after the cut are accepted again (the replay).
+    expect(reopened.appendTransaction([change(21n, 0, 21)])).toBe(1)
+    expect(reopened.appendTransaction([change(20n, 2, 20)])).toBe(0)
+    again.advance(21n)
+    await again.flush()
+    let at = BEFORE_ALL
+    let n = 0
+    for (;;) {
+      const r = reopened.read(at)
+      if (r.entryCount === 0) break
+      n += body(r).length
+      at = r.nextOffset
+    }
+    expect(n).toBe(3 + 41)
+  })
+
+  it('recovers a copy taken mid-flight, whatever garbage follows the durable prefix', async () => {
+    const dir = await tempDirs.make('crashcopy')
+    const s = await openStore(dir, 1024)
+    await makeShape(s, 'a', Array.from({ length: 10 }, (_, i) => row(i, 30)))
+    const log = s.get('a')!
+    for (let tx = 1n; tx <= 40n; tx++) log.appendTransaction([change(tx, 0, Number(tx)), change(tx, 2, Number(tx)), change(tx, 4, 1)])
+    s.advance(25n)
+    await s.flush()
+    for (let tx = 41n; tx <= 50n; tx++) log.appendTransaction([change(tx, 0, Number(tx))])
+    const expected = readAll(log)
+
+    const damage: Array<[string, (shapeDir: string) => void]> = [
+      ['nothing', () => {}],
+      ['zeros after the records', (d) => appendFileSync(`${d}/entries.idx`, Buffer.alloc(ENTRY_RECORD_BYTES * 3))],
+      ['a torn record', (d) => appendFileSync(`${d}/entries.idx`, Buffer.alloc(17, 7))],
+      ['garbage bytes', (d) => appendFileSync(`${d}/log.dat`, Buffer.from('{"half":'))],
+      [
+        'a hole of zeros over the non-durable records',
+        (d) => {
+          const size = statSync(`${d}/entries.idx`).size
+          const fd = openSync(`${d}/entries.idx`, 'r+')
+          writeSync(fd, Buffer.alloc(ENTRY_RECORD_BYTES * 5), 0, ENTRY_RECORD_BYTES * 5, size - ENTRY_RECORD_BYTES * 20)
+          closeSync(fd)
+        },
+      ],
+      ['a torn chunk record', (d) => appendFileSync(`${d}/chunks.idx`, Buffer.alloc(20, 1))],
+    ]
+    for (const [what, harm] of damage) {
+      const copy = await tempDirs.make('copy')
+      cpSync(dir, copy, { recursive: true })
+      writeFileSync(`${copy}/LOCK`, '999999999') // the "crashed" writer's pid
+      harm(`${copy}/shapes/a`)
+      const r = await openStore(copy, 1024)
+      const got = readAll(r.get('a')!)
+      expect([what, formatOffset(r.get('a')!.head().lastOffset)]).toEqual([what, '25_4'])
+      expect(got.equals(expected)).toBe(true)
+      // Cut files hold exactly the durable prefix; appends continue after it.
+      const entries = statSync(`${copy}/shapes/a/entries.idx`).size
+      expect((entries - HEADER_BYTES) % ENTRY_RECORD_BYTES).toBe(0)
+      expect(r.get('a')!.appendTransaction([change(26n, 0, 26)])).toBe(1)
+      r.advance(26n)
+      await r.flush()
+      expect(formatOffset(r.get('a')!.head().lastOffset)).toBe('26_0')
+    }
+  })
+
+  it('serves many more logs than it keeps descriptors for', async () => {
+    const dir = await tempDirs.make('fds')
+    const s = await openStore(dir, 512, { maxOpenFiles: 6 })
+    for (let i = 0; i < 40; i++) await makeShape(s, `s${i}`, [row(i)])
+    for (let round = 1n; round <= 3n; round++) {
+      for (let i = 0; i < 40; i++) s.get(`s${i}`)!.appendTransaction([change(round, 0, i)])
+      s.advance(round)
+      await s.flush()
+    }
+    expect(s.fds.size).toBeLessThanOrEqual(6)
+    // A read holds its descriptor open while others churn through the cache.
+    const pinned = s.get('s0')!.read(BEFORE_ALL)
+    for (let i = 1; i < 40; i++) body(s.get(`s${i}`)!.read(BEFORE_ALL))
+    expect(readSpans(pinned).toString()).toContain('"0"')
+    pinned.release()
+    expect(s.fds.size).toBeLessThanOrEqual(6)
+    for (let i = 0; i < 40; i++) expect(formatOffset(s.get(`s${i}`)!.head().lastOffset)).toBe('3_0')
+  })
+
+  it('refuses a second writer and takes over the lock of a dead one', async () => {
+    const dir = await tempDirs.make('lock')
+    await openStore(dir)
+    await expect(openFileLogStore({ dir })).rejects.toMatchObject({ code: 'store_locked' })
+    const other = await tempDirs.make('lock2')
+    writeFileSync(`${other}/LOCK`, '999999999')
+    const s = await openStore(other)
+    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(String(process.pid))
+    await s.close()
+    expect(existsSync(`${other}/LOCK`)).toBe(false)
+  })
+
+  it('sets damaged or unknown-version logs aside and serves the rest', async () => {
+    const dir = await tempDirs.make('quarantine')
+    const s = await openStore(dir)
+    await makeShape(s, 'good', [row(1)])
+    await makeShape(s, 'bad', [row(2)])
+    await makeShape(s, 'future', [row(3)])
+    await s.close()
+    open.length = 0
+    writeFileSync(`${dir}/shapes/bad/entries.idx`, 'not a sluice file')
+    const future = readFileSync(`${dir}/shapes/future/log.dat`)
+    future[4] = 99
+    writeFileSync(`${dir}/shapes/future/log.dat`, future)
+
+    const errors: StorageError[] = []
+    const again = await openStore(dir)
+    again.onError((e) => errors.push(e))
+    expect(again.ids()).toEqual(['good'])
+    expect(again.quarantined.sort()).toEqual(['bad', 'future'])
+    expect(readdirSync(`${dir}/quarantine`).length).toBe(2)
+    expect(body(again.get('good')!.read(BEFORE_ALL))).toHaveLength(2)
+  })
+
+  it('drops unfinished snapshots and empties the trash on open', async () => {
+    const dir = await tempDirs.make('tmp')
+    const s = await openStore(dir)
+    s.createShape('half').append([row(1)])
+    await makeShape(s, 'gone', [row(1)])
+    await s.deleteShape('gone')
+    await s.close()
+    open.length = 0
+    await openStore(dir)
+    await new Promise((r) => setTimeout(r, 50))
+    expect(readdirSync(`${dir}/tmp`)).toEqual([])
+    expect(readdirSync(`${dir}/trash`)).toEqual([])
+    expect(readdirSync(`${dir}/shapes`)).toEqual([])
+  })
+
+  it('lets a read-only store follow the writer, seeing only what is published', async () => {
+    const dir = await tempDirs.make('ro')
+    const w = await openStore(dir, 1024)
+    const reader = openReadOnlyLogStore({ dir })
+    expect(reader.get('a')).toBeUndefined()
+    const writer = w.createShape('a')
+    writer.append([row(1)])
+    expect(reader.get('a')).toBeUndefined()
+    await writer.finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
+    const log = w.get('a')!
+    const ro = reader.get('a')!
+    expect(body(ro.read(BEFORE_ALL))).toHaveLength(2)
+
+    for (let tx = 1n; tx <= 20n; tx++) log.appendTransaction([change(tx, 0, 1), change(tx, 2, 2)])
+    expect(ro.read(parseOffset('0_0')).entryCount).toBe(0)
+    w.advance(12n)
+    await w.flush()
+    expect(formatOffset(ro.head().lastOffset)).toBe('12_2')
+    expect(readAll(ro).equals(readAll(log))).toBe(true)
+    expect(() => ro.appendTransaction([change(30n, 0, 1)])).toThrow(/read-only/)
+
+    const seen: bigint[] = []
+    const off = reader.onFlush((r) => seen.push(r.durableLsn))
+    w.advance(20n)
+    await w.flush()
+    for (let i = 0; i < 50 && seen.length === 0; i++) await new Promise((r) => setTimeout(r, 10))
+    off()
+    expect(seen).toContain(20n)
+    expect(formatOffset(ro.head().lastOffset)).toBe('20_2')
+
+    await w.deleteShape('a')
+    expect(reader.get('a')).toBeUndefined()
+    await reader.close()
+  })
+})
+
+function readAll(log: { read(after: LogOffset): LogRead }): Buffer {
+  const parts: Buffer[] = []
+  let at = BEFORE_ALL
+  for (;;) {
+    const r = log.read(at)
+    if (r.entryCount === 0) break
+    parts.push(readSpans(r))
+    r.release()
+    at = r.nextOffset
+  }
+  return Buffer.concat(parts)
+}
