@@ -100,7 +100,7 @@ switch (task) {
     process.exit(status === 0 && failures === 0 ? 0 : 1)
   }
   case 'start':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo']))
+    process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo', join(root, '.sluice', 'storage-demo')]))
   case 'bench:storage':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
   default:

@@ -542,12 +542,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private schedule(now: boolean): void {
     if (this.closed) return
     if (now) {
+      // Someone waits on this flush (a snapshot) or the threshold was hit: keep
+      // the process alive for it.
       if (this.timer) clearTimeout(this.timer)
       this.timer = setTimeout(() => this.timedFlush(), 0)
     } else if (!this.timer) {
+      // The interval alone must not keep a process alive; close() flushes.
       this.timer = setTimeout(() => this.timedFlush(), this.flushIntervalMs)
+      this.timer.unref()
     }
-    this.timer.unref()
   }
 
   private timedFlush(): void {

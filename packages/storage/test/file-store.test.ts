@@ -4,6 +4,8 @@
  * of damaged logs, and a read-only store following a writer.
  */
 import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
 import { useTempDir } from '@sluice/test-utils'
 import { BEFORE_ALL, formatOffset, parseOffset } from '@sluice/protocol'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -169,6 +171,14 @@ describe('file engine', () => {
     expect(readdirSync(`${dir}/tmp`)).toEqual([])
     expect(readdirSync(`${dir}/trash`)).toEqual([])
     expect(readdirSync(`${dir}/shapes`)).toEqual([])
+  })
+
+  it('finishes a snapshot in a process that has nothing else to do', async () => {
+    const dir = await tempDirs.make('alive')
+    const script = fileURLToPath(new URL('./fixtures/finish-only.ts', import.meta.url))
+    const out = spawnSync(process.execPath, ['--import', 'tsx', '--conditions=sluice-source', script, dir], { encoding: 'utf8', timeout: 30_000 })
+    expect(out.stderr).toBe('')
+    expect(out.stdout.trim()).toBe('finished 2')
   })
 
   it('lets a read-only store follow the writer, seeing only what is published', async () => {
