@@ -67,7 +67,9 @@ interface PendingEntry {
 // size, so a transaction of any size needs bounded memory.
 const STAGE_BYTES = 4 * 1024 * 1024
 let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
-let recordStage: Buffer = Buffer.allocUnsafe(64 * ENTRY_RECORD_BYTES)
+const NO_RECORDS = Buffer.alloc(0)
+// A log keeps its staging buffer between flushes only while it is this small.
+const KEEP_STAGED_BYTES = 4096
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
 
 function grow(buf: Buffer, need: number): Buffer {
@@ -86,7 +88,18 @@ export class FileShapeLog implements ShapeLog {
   private boundaries: Boundary[] = []
   /** Sizes to cut the files back to before the next append, after a failed truncate. */
   private pendingCut: HeadState | undefined
-  /** Synced but possibly unpublished: chunk records were written since the last sync. */
+  /**
+   * Index records are not written per append: they are staged here and written
+   * by `writeIndex()` at the start of each flush, before the sync. Readers only
+   * ever see published entries, and publishing follows the flush, so every
+   * record a reader can ask for is on disk by then.
+   */
+  private staged: Buffer = NO_RECORDS
+  private stagedCount = 0
+  /** Entry records and chunk records already in their files. */
+  private recordsOnDisk: number
+  private chunksOnDisk: number
+  /** Chunk records were written since the last successful sync. */
   chunksDirty = false
   deleted = false
 
@@ -103,6 +116,8 @@ export class FileShapeLog implements ShapeLog {
     this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r+')
     this.appended = head
     this.published = head
+    this.recordsOnDisk = head.entries
+    this.chunksOnDisk = head.closedChunks
   }
 
   /** Sets the state found by recovery. */
@@ -112,6 +127,47 @@ export class FileShapeLog implements ShapeLog {
     this.appended = head
     this.published = head
     this.boundaries = []
+    this.recordsOnDisk = head.entries
+    this.chunksOnDisk = head.closedChunks
+    this.staged = NO_RECORDS
+    this.stagedCount = 0
+  }
+
+  /**
+   * Writes staged entry records and the records of newly closed chunks, each
+   * with one positional write. Called by the store before it syncs this log.
+   */
+  writeIndex(): void {
+    const fs = this.host.fs
+    if (this.stagedCount > 0) {
+      const bytes = this.stagedCount * ENTRY_RECORD_BYTES
+      const at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
+      this.host.fds.use(this.entries, (fd) => writeFully(fs, fd, this.staged, bytes, at))
+      this.recordsOnDisk += this.stagedCount
+      this.stagedCount = 0
+      // Do not keep a big buffer per log: 100k idle logs would hold it all.
+      if (this.staged.length > KEEP_STAGED_BYTES) this.staged = NO_RECORDS
+    }
+    const closed = this.appended.closedChunks
+    if (this.chunksOnDisk < closed) {
+      const count = closed - this.chunksOnDisk
+      chunkStage = grow(chunkStage, count * CHUNK_RECORD_BYTES)
+      for (let i = 0; i < count; i++) {
+        const c = this.chunks[this.chunksOnDisk + i]!
+        writeChunkRecord(chunkStage, i * CHUNK_RECORD_BYTES, {
+          endTx: c.end.tx,
+          endOp: c.end.op,
+          endEntry: c.endEntry,
+          endPos: c.endPos,
+          segment: 0,
+          kind: c.kind,
+        })
+      }
+      const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
+      this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
+      this.chunksOnDisk = closed
+      this.chunksDirty = true
+    }
   }
 
   /** Points the file refs at a new directory (the snapshot was renamed into place). */
@@ -279,52 +335,27 @@ export class FileShapeLog implements ShapeLog {
         if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
       })
 
-      // Pass 3: the records, after the bytes they describe.
-      const maxRecords = STAGE_BYTES / ENTRY_RECORD_BYTES
-      fds.use(this.entries, (fd) => {
-        for (let from = 0; from < entries.length; from += maxRecords) {
-          const to = Math.min(entries.length, from + maxRecords)
-          recordStage = grow(recordStage, (to - from) * ENTRY_RECORD_BYTES)
-          for (let i = from; i < to; i++) {
-            const e = entries[i]!
-            writeEntryRecord(recordStage, (i - from) * ENTRY_RECORD_BYTES, { tx: e.tx, op: ops[i]!, end: ends[i]!, flags: e.flags })
-          }
-          const at = HEADER_BYTES + (before.entries + from) * ENTRY_RECORD_BYTES
-          writeFully(fs, fd, recordStage, (to - from) * ENTRY_RECORD_BYTES, at)
-        }
-      })
-
-      // Pass 4: records of chunks this append closed.
-      if (newChunks.length > 0) {
-        chunkStage = grow(chunkStage, newChunks.length * CHUNK_RECORD_BYTES)
-        newChunks.forEach((c, i) =>
-          writeChunkRecord(chunkStage, i * CHUNK_RECORD_BYTES, {
-            endTx: c.end.tx,
-            endOp: c.end.op,
-            endEntry: c.endEntry,
-            endPos: c.endPos,
-            segment: 0,
-            kind: c.kind,
-          }),
-        )
-        const at = HEADER_BYTES + before.closedChunks * CHUNK_RECORD_BYTES
-        fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, newChunks.length * CHUNK_RECORD_BYTES, at))
-        this.chunksDirty = true
+      // Pass 3: stage the records; a flush writes them after the bytes they describe.
+      const keep = this.stagedCount * ENTRY_RECORD_BYTES
+      this.staged = growKeeping(this.staged, keep, keep + entries.length * ENTRY_RECORD_BYTES)
+      for (let i = 0; i < entries.length; i++) {
+        const e = entries[i]!
+        writeEntryRecord(this.staged, keep + i * ENTRY_RECORD_BYTES, { tx: e.tx, op: ops[i]!, end: ends[i]!, flags: e.flags })
       }
+      this.stagedCount += entries.length
+      this.chunks.push(...newChunks)
+      this.appended = {
+        entries: before.entries + entries.length,
+        dataEnd: pos,
+        last: { tx: entries[entries.length - 1]!.tx, op: ops[entries.length - 1]! },
+        closedChunks: closed,
+        snapshotChunks,
+      }
+      // A huge transaction must not hold its whole index in memory.
+      if (this.stagedCount * ENTRY_RECORD_BYTES >= STAGE_BYTES) this.writeIndex()
     } catch (err) {
-      this.chunks.length = before.closedChunks
       this.cutTo(before)
       throw fromSystemError(err, `append to shape ${this.id}`)
-    }
-
-    this.chunks.push(...newChunks)
-    const last = entries[entries.length - 1]!
-    this.appended = {
-      entries: before.entries + entries.length,
-      dataEnd: pos,
-      last: { tx: last.tx, op: ops[entries.length - 1]! },
-      closedChunks: closed,
-      snapshotChunks,
     }
     this.host.markDirty(this, pos - before.dataEnd)
   }
@@ -333,6 +364,10 @@ export class FileShapeLog implements ShapeLog {
   private cutTo(head: HeadState): void {
     this.chunks.length = Math.min(this.chunks.length, head.closedChunks)
     this.appended = head
+    // Staged records start at entry `recordsOnDisk`; keep those below the new head.
+    this.recordsOnDisk = Math.min(this.recordsOnDisk, head.entries)
+    this.stagedCount = Math.min(this.stagedCount, head.entries - this.recordsOnDisk)
+    this.chunksOnDisk = Math.min(this.chunksOnDisk, head.closedChunks)
     const fs = this.host.fs
     const fds = this.host.fds
     try {

@@ -442,6 +442,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
   private async syncLog(log: FileShapeLog): Promise<void> {
     if (log.deleted) return
+    log.writeIndex()
     const chunks = log.chunksDirty
     log.chunksDirty = false
     try {

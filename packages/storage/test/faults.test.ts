@@ -77,12 +77,21 @@ describe('fault injection', () => {
     expect(body(log.read(parseOffset('0_0')))).toHaveLength(3)
   })
 
-  it('a torn write of the entry index is cut away, and the retry lands in its place', async () => {
+  it('a torn write of the entry index during a flush rolls the log back, and the replay lands in its place', async () => {
     const { dir, rules, store: s } = await setup()
     await makeShape(s, 'torn', [])
     const log = s.get('torn')!
+    log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)])
+    s.advance(5n)
+    // Index records are written by the flush, just before the sync.
     rules.tornWrite({ bytes: 40, code: 'EIO', match: onFile('entries.idx') })
-    expect(await codeOf(() => log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)]))).toBe('io_error')
+    const err = await s.flush().then(
+      () => undefined,
+      (e: unknown) => e,
+    )
+    expect(err).toBeInstanceOf(FlushError)
+    expect((err as FlushError).rolledBack).toEqual(['torn'])
+    expect(s.durableLsn).toBe(0n)
     expect(statSync(`${dir}/shapes/torn/entries.idx`).size).toBe(16 + 32) // header + snapshot-end record
     expect(log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)])).toBe(2)
     s.advance(5n)
@@ -195,7 +204,7 @@ describe('fault injection', () => {
     const { dir, rules, store: s } = await setup()
     await makeShape(s, 'cut', [])
     const log = s.get('cut')!
-    rules.tornWrite({ bytes: 10, code: 'EIO', match: onFile('entries.idx') })
+    rules.tornWrite({ bytes: 10, code: 'EIO', match: onFile('log.dat') })
     rules.failNext('ftruncateSync', { code: 'EIO', times: 3 })
     expect(await codeOf(() => log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)]))).toBe('io_error')
     // The garbage stays past the end for now; the next append cuts it and writes in place.
@@ -203,6 +212,7 @@ describe('fault injection', () => {
     s.advance(6n)
     await s.flush()
     expect(statSync(`${dir}/shapes/cut/entries.idx`).size).toBe(16 + 2 * 32)
+    expect(statSync(`${dir}/shapes/cut/log.dat`).size).toBe(log.appendedHead().dataEnd)
     await s.close()
     store = await openFileLogStore({ dir })
     expect(formatOffset(store.get('cut')!.head().lastOffset)).toBe('6_0')
