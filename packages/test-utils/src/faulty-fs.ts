@@ -120,7 +120,7 @@ function syscallOf(method: string): string {
 
 const TWO_PATH_METHODS = /^(rename|copyFile|link|symlink|cp)(Sync)?$/
 
-function pathsOf(method: string, args: readonly unknown[]): [string?, string?] {
+function pathsOf(method: string, args: readonly unknown[]): [string | undefined, string | undefined] {
   const first = typeof args[0] === 'string' ? args[0] : undefined
   const second = TWO_PATH_METHODS.test(method) && typeof args[1] === 'string' ? args[1] : undefined
   return [first, second]
