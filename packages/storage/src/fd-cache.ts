@@ -27,6 +27,8 @@ export class FileRef {
 export class FdCache {
   // Map iteration order is insertion order: the first key is least recently used.
   private readonly open = new Map<FileRef, true>()
+  // Appends hit the same file over and over; skip the LRU reshuffle then.
+  private mru: FileRef | undefined
 
   constructor(
     private readonly fs: FsPort,
@@ -39,6 +41,10 @@ export class FdCache {
 
   /** The descriptor of `ref`, opened if needed, pinned until `release(ref)`. */
   acquire(ref: FileRef): number {
+    if (ref === this.mru && ref.fd >= 0) {
+      ref.pins++
+      return ref.fd
+    }
     if (ref.retired) throw new Error(`file retired: ${ref.path}`)
     if (ref.fd >= 0) {
       this.open.delete(ref)
@@ -52,6 +58,7 @@ export class FdCache {
       }
       this.open.set(ref, true)
     }
+    this.mru = ref
     ref.pins++
     return ref.fd
   }
@@ -94,6 +101,7 @@ export class FdCache {
   }
 
   private closeNow(ref: FileRef): void {
+    if (ref === this.mru) this.mru = undefined
     if (ref.fd < 0) return
     this.open.delete(ref)
     const fd = ref.fd

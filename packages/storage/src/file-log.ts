@@ -29,7 +29,8 @@ import {
   HEADER_BYTES,
   SEPARATOR,
   writeChunkRecord,
-  writeEntryRecord,
+  splitU64,
+  writeEntryRecordFast,
 } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
@@ -54,13 +55,6 @@ export interface LogHost {
 interface Boundary extends HeadState {
   readonly tx: bigint
   readonly seq: number
-}
-
-interface PendingEntry {
-  readonly tx: bigint
-  readonly op: bigint
-  readonly json: Uint8Array
-  readonly flags: number
 }
 
 // Appends are staged in shared buffers and written in pieces of at most this
@@ -95,6 +89,7 @@ export class FileShapeLog implements ShapeLog {
    * record a reader can ask for is on disk by then.
    */
   private staged: Buffer = NO_RECORDS
+  private stagedView: DataView = new DataView(NO_RECORDS.buffer, 0, 0)
   private stagedCount = 0
   /** Entry records and chunk records already in their files. */
   private recordsOnDisk: number
@@ -130,6 +125,7 @@ export class FileShapeLog implements ShapeLog {
     this.recordsOnDisk = head.entries
     this.chunksOnDisk = head.closedChunks
     this.staged = NO_RECORDS
+    this.stagedView = new DataView(NO_RECORDS.buffer, 0, 0)
     this.stagedCount = 0
   }
 
@@ -146,7 +142,10 @@ export class FileShapeLog implements ShapeLog {
       this.recordsOnDisk += this.stagedCount
       this.stagedCount = 0
       // Do not keep a big buffer per log: 100k idle logs would hold it all.
-      if (this.staged.length > KEEP_STAGED_BYTES) this.staged = NO_RECORDS
+      if (this.staged.length > KEEP_STAGED_BYTES) {
+        this.staged = NO_RECORDS
+        this.stagedView = new DataView(NO_RECORDS.buffer, 0, 0)
+      }
     }
     const closed = this.appended.closedChunks
     if (this.chunksOnDisk < closed) {
@@ -196,42 +195,65 @@ export class FileShapeLog implements ShapeLog {
     )
   }
 
+  /*
+   * BigInt comparisons and conversions cost tens of nanoseconds each on this
+   * V8, more than everything else an entry needs, so the append path touches
+   * BigInts once per entry (Number(op)) and does the rest on numbers. Ops stay
+   * below 2^53, which no transaction comes near.
+   */
   appendTransaction(input: readonly LogEntryInput[], options?: { more?: boolean }): number {
+    const n = input.length
+    if (n === 0) return 0
+    const tx = input[0]!.offset.tx
+    const last = this.appended.last
+    // Entries at or below the last appended offset are a replay: skip them.
     let skip = 0
-    while (skip < input.length && compareOffsets(input[skip]!.offset, this.appended.last) <= 0) skip++
-    if (skip === input.length) return 0
-    const tx = input[skip]!.offset.tx
-    if (tx <= 0n) throw new StorageError('invalid_append', `shape ${this.id}: live entries need a commit LSN above 0`)
-    const entries: PendingEntry[] = new Array(input.length - skip)
-    let prev = this.appended.last
-    for (let i = skip; i < input.length; i++) {
-      const e = input[i]!
-      if (e.offset.tx !== tx) {
-        throw new StorageError('invalid_append', `shape ${this.id}: one append holds one transaction (${tx} and ${e.offset.tx})`)
-      }
-      if (compareOffsets(e.offset, prev) <= 0) {
-        throw new StorageError('invalid_append', `shape ${this.id}: offsets must increase`)
-      }
-      prev = e.offset
-      const last = i === input.length - 1 && !options?.more
-      entries[i - skip] = { tx, op: e.offset.op, json: e.json, flags: last ? ENTRY_TXN_END : 0 }
+    if (tx < last.tx) {
+      skip = n
+    } else if (tx === last.tx) {
+      const lastOp = Number(last.op)
+      while (skip < n && Number(input[skip]!.offset.op) <= lastOp) skip++
     }
+    if (skip === n) {
+      if (input[n - 1]!.offset.tx !== tx) throw this.invalid(`one append holds one transaction`)
+      return 0
+    }
+    if (tx <= 0n) throw this.invalid('live entries need a commit LSN above 0')
+    const count = n - skip
+    const jsons = new Array<Uint8Array>(count)
+    const ops = new Array<number>(count)
+    let prevOp = tx === last.tx ? Number(last.op) : -1
+    for (let i = 0; i < count; i++) {
+      const e = input[skip + i]!
+      if (e.offset.tx !== tx) throw this.invalid(`one append holds one transaction (${tx} and ${e.offset.tx})`)
+      const op = Number(e.offset.op)
+      if (!(op > prevOp)) throw this.invalid('offsets must increase')
+      if (op > Number.MAX_SAFE_INTEGER) throw this.invalid(`op ${e.offset.op} is above ${Number.MAX_SAFE_INTEGER}`)
+      prevOp = op
+      jsons[i] = e.json
+      ops[i] = op
+    }
+    const more = options?.more === true
     try {
-      this.write(entries, CHUNK_LIVE, false)
+      this.write(tx, jsons, ops, input[n - 1]!.offset, more ? 0 : ENTRY_TXN_END, false)
     } catch (err) {
       this.host.noteFault(this, tx)
       throw err
     }
     this.host.clearFault(this, tx)
-    if (!options?.more) this.boundaries.push({ ...this.appended, tx, seq: this.host.nextSeq() })
-    return entries.length
+    // The appended head object is the boundary too (one allocation per append).
+    if (!more) this.boundaries.push(this.appended as Boundary)
+    return count
+  }
+
+  private invalid(what: string): StorageError {
+    return new StorageError('invalid_append', `shape ${this.id}: ${what}`)
   }
 
   /** Snapshot rows: all rows of chunk n carry the virtual offset `0_n`. */
   appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array): void {
-    const entries: PendingEntry[] = rows.map((json) => ({ tx: 0n, op: -1n, json, flags: ENTRY_SNAPSHOT }))
-    if (end) entries.push({ tx: 0n, op: -1n, json: end, flags: ENTRY_SNAPSHOT | ENTRY_TXN_END })
-    this.write(entries, CHUNK_SNAPSHOT, end !== undefined)
+    const jsons = end ? [...rows, end] : rows
+    this.write(0n, jsons, undefined, undefined, end ? ENTRY_TXN_END : 0, end !== undefined)
   }
 
   /** Publishes the whole appended head (a finished snapshot). */
@@ -274,32 +296,45 @@ export class FileShapeLog implements ShapeLog {
     this.cutTo(this.published)
   }
 
-  private write(entries: PendingEntry[], kind: number, closeAtEnd: boolean): void {
-    if (entries.length === 0) return
+  /**
+   * Appends entries of one transaction (`ops` given) or snapshot rows (`ops`
+   * undefined: each row takes its chunk number). `lastOffset` is the offset of
+   * the last entry when known, to avoid building it again.
+   */
+  private write(
+    tx: bigint,
+    jsons: readonly Uint8Array[],
+    ops: readonly number[] | undefined,
+    lastOffset: LogOffset | undefined,
+    lastFlags: number,
+    closeAtEnd: boolean,
+  ): void {
+    const count = jsons.length
+    if (count === 0) return
     if (this.pendingCut) this.cutTo(this.pendingCut)
     const before = this.appended
     const fs = this.host.fs
     const fds = this.host.fds
     const limit = this.host.chunkBytes
+    const snapshot = ops === undefined
+    const kind = snapshot ? CHUNK_SNAPSHOT : CHUNK_LIVE
+    const baseFlags = snapshot ? ENTRY_SNAPSHOT : 0
 
-    // Pass 1: decide ops (snapshot rows take their chunk number) and chunk ends.
+    // Pass 1: chunk ends (and the ops of snapshot rows, which are chunk numbers).
     const newChunks: ChunkInfo[] = []
     let closed = before.closedChunks
     let chunkFill = before.dataEnd - openChunkStart(this.chunks, closed).pos
     let pos = before.dataEnd
-    const ends = new Array<number>(entries.length)
-    const ops = new Array<bigint>(entries.length)
+    const entryOps: number[] = snapshot ? new Array<number>(count) : (ops as number[])
     let snapshotChunks = before.snapshotChunks
-    for (let i = 0; i < entries.length; i++) {
-      const e = entries[i]!
-      const size = e.json.length + 1
+    for (let i = 0; i < count; i++) {
+      const size = jsons[i]!.length + 1
       pos += size
       chunkFill += size
-      ends[i] = pos
-      ops[i] = kind === CHUNK_SNAPSHOT ? BigInt(closed) : e.op
-      if (chunkFill >= limit || (closeAtEnd && i === entries.length - 1)) {
-        newChunks.push({ end: { tx: e.tx, op: ops[i]! }, endEntry: before.entries + i + 1, endPos: pos, kind })
-        if (kind === CHUNK_SNAPSHOT) snapshotChunks++
+      if (snapshot) entryOps[i] = closed
+      if (chunkFill >= limit || (closeAtEnd && i === count - 1)) {
+        newChunks.push({ end: { tx, op: BigInt(entryOps[i]!) }, endEntry: before.entries + i + 1, endPos: pos, kind })
+        if (snapshot) snapshotChunks++
         closed++
         chunkFill = 0
       }
@@ -307,16 +342,18 @@ export class FileShapeLog implements ShapeLog {
 
     try {
       // Pass 2: entry bytes, staged into pieces of at most STAGE_BYTES.
-      fds.use(this.data, (fd) => {
+      const fd = fds.acquire(this.data)
+      try {
         let at = before.dataEnd
         let fill = 0
-        for (const e of entries) {
-          const size = e.json.length + 1
+        for (let i = 0; i < count; i++) {
+          const json = jsons[i]!
+          const size = json.length + 1
           if (size > STAGE_BYTES) {
             if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
             fill = 0
-            writeFully(fs, fd, e.json, e.json.length, at)
-            writeFully(fs, fd, COMMA, 1, at + e.json.length)
+            writeFully(fs, fd, json, json.length, at)
+            writeFully(fs, fd, COMMA, 1, at + json.length)
             at += size
             continue
           }
@@ -327,30 +364,42 @@ export class FileShapeLog implements ShapeLog {
             }
             dataStage = growKeeping(dataStage, fill, fill + size)
           }
-          dataStage.set(e.json, fill)
-          dataStage[fill + e.json.length] = SEPARATOR
+          dataStage.set(json, fill)
+          dataStage[fill + json.length] = SEPARATOR
           fill += size
           at += size
         }
         if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
-      })
+      } finally {
+        fds.release(this.data)
+      }
 
       // Pass 3: stage the records; a flush writes them after the bytes they describe.
       const keep = this.stagedCount * ENTRY_RECORD_BYTES
-      this.staged = growKeeping(this.staged, keep, keep + entries.length * ENTRY_RECORD_BYTES)
-      for (let i = 0; i < entries.length; i++) {
-        const e = entries[i]!
-        writeEntryRecord(this.staged, keep + i * ENTRY_RECORD_BYTES, { tx: e.tx, op: ops[i]!, end: ends[i]!, flags: e.flags })
+      const need = keep + count * ENTRY_RECORD_BYTES
+      if (this.staged.length < need) {
+        this.staged = growKeeping(this.staged, keep, need)
+        this.stagedView = new DataView(this.staged.buffer, this.staged.byteOffset, this.staged.length)
       }
-      this.stagedCount += entries.length
+      const { lo: txLo, hi: txHi } = splitU64(tx)
+      let end = before.dataEnd
+      for (let i = 0; i < count; i++) {
+        end += jsons[i]!.length + 1
+        const flags = i === count - 1 ? baseFlags | lastFlags : baseFlags
+        writeEntryRecordFast(this.staged, this.stagedView, keep + i * ENTRY_RECORD_BYTES, txLo, txHi, entryOps[i]!, end, flags)
+      }
+      this.stagedCount += count
       this.chunks.push(...newChunks)
-      this.appended = {
-        entries: before.entries + entries.length,
+      const head: Boundary = {
+        entries: before.entries + count,
         dataEnd: pos,
-        last: { tx: entries[entries.length - 1]!.tx, op: ops[entries.length - 1]! },
+        last: lastOffset ?? { tx, op: BigInt(entryOps[count - 1]!) },
         closedChunks: closed,
         snapshotChunks,
+        tx,
+        seq: this.host.nextSeq(),
       }
+      this.appended = head
       // A huge transaction must not hold its whole index in memory.
       if (this.stagedCount * ENTRY_RECORD_BYTES >= STAGE_BYTES) this.writeIndex()
     } catch (err) {
