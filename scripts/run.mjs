@@ -17,6 +17,8 @@ const pnpmBin = join(toolsDir, 'node_modules', '.bin', 'pnpm')
 
 const env = {
   ...process.env,
+  // turbo looks for the package manager on PATH.
+  PATH: `${join(toolsDir, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`,
   TURBO_TELEMETRY_DISABLED: '1',
   COREPACK_INTEGRITY_KEYS: '0',
   // pnpm does not hand npm's `nodedir` to node-gyp; without it node-gyp tries to download headers.
