@@ -37,12 +37,15 @@ import { writeFully } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { openChunkStart } from './log-state.js'
 import { readRange } from './log-reader.js'
+import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
+import type { RecordBlockPool } from './record-stage.js'
 
 /** What a log needs from its store. */
 export interface LogHost {
   readonly fs: FsPort
   readonly fds: FdCache
   readonly chunkBytes: number
+  readonly recordPool: RecordBlockPool
   /** A number that increases with every append across the store. */
   nextSeq(): number
   markDirty(log: FileShapeLog, bytes: number): void
@@ -61,9 +64,6 @@ interface Boundary extends HeadState {
 // size, so a transaction of any size needs bounded memory.
 const STAGE_BYTES = 4 * 1024 * 1024
 let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
-const NO_RECORDS = Buffer.alloc(0)
-// A log keeps its staging buffer between flushes only while it is this small.
-const KEEP_STAGED_BYTES = 4096
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
 
 function grow(buf: Buffer, need: number): Buffer {
@@ -88,9 +88,7 @@ export class FileShapeLog implements ShapeLog {
    * ever see published entries, and publishing follows the flush, so every
    * record a reader can ask for is on disk by then.
    */
-  private staged: Buffer = NO_RECORDS
-  private stagedView: DataView = new DataView(NO_RECORDS.buffer, 0, 0)
-  private stagedCount = 0
+  private readonly staged: RecordStage
   /** Entry records and chunk records already in their files. */
   private recordsOnDisk: number
   private chunksOnDisk: number
@@ -113,6 +111,7 @@ export class FileShapeLog implements ShapeLog {
     this.published = head
     this.recordsOnDisk = head.entries
     this.chunksOnDisk = head.closedChunks
+    this.staged = new RecordStage(host.recordPool)
   }
 
   /** Sets the state found by recovery. */
@@ -124,9 +123,7 @@ export class FileShapeLog implements ShapeLog {
     this.boundaries = []
     this.recordsOnDisk = head.entries
     this.chunksOnDisk = head.closedChunks
-    this.staged = NO_RECORDS
-    this.stagedView = new DataView(NO_RECORDS.buffer, 0, 0)
-    this.stagedCount = 0
+    this.staged.truncate(0)
   }
 
   /**
@@ -135,17 +132,16 @@ export class FileShapeLog implements ShapeLog {
    */
   writeIndex(): void {
     const fs = this.host.fs
-    if (this.stagedCount > 0) {
-      const bytes = this.stagedCount * ENTRY_RECORD_BYTES
-      const at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
-      this.host.fds.use(this.entries, (fd) => writeFully(fs, fd, this.staged, bytes, at))
-      this.recordsOnDisk += this.stagedCount
-      this.stagedCount = 0
-      // Do not keep a big buffer per log: 100k idle logs would hold it all.
-      if (this.staged.length > KEEP_STAGED_BYTES) {
-        this.staged = NO_RECORDS
-        this.stagedView = new DataView(NO_RECORDS.buffer, 0, 0)
-      }
+    if (this.staged.count > 0) {
+      const count = this.staged.count
+      let at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
+      this.host.fds.use(this.entries, (fd) =>
+        this.staged.drain((buf, length) => {
+          writeFully(fs, fd, buf, length, at)
+          at += length
+        }),
+      )
+      this.recordsOnDisk += count
     }
     const closed = this.appended.closedChunks
     if (this.chunksOnDisk < closed) {
@@ -375,20 +371,20 @@ export class FileShapeLog implements ShapeLog {
       }
 
       // Pass 3: stage the records; a flush writes them after the bytes they describe.
-      const keep = this.stagedCount * ENTRY_RECORD_BYTES
-      const need = keep + count * ENTRY_RECORD_BYTES
-      if (this.staged.length < need) {
-        this.staged = growKeeping(this.staged, keep, need)
-        this.stagedView = new DataView(this.staged.buffer, this.staged.byteOffset, this.staged.length)
-      }
+      const stage = this.staged
+      stage.reserve(count)
+      const blocks = stage.blocks
       const { lo: txLo, hi: txHi } = splitU64(tx)
       let end = before.dataEnd
-      for (let i = 0; i < count; i++) {
+      let slot = stage.count
+      for (let i = 0; i < count; i++, slot++) {
         end += jsons[i]!.length + 1
         const flags = i === count - 1 ? baseFlags | lastFlags : baseFlags
-        writeEntryRecordFast(this.staged, this.stagedView, keep + i * ENTRY_RECORD_BYTES, txLo, txHi, entryOps[i]!, end, flags)
+        const block = blocks[slot >>> RECORDS_PER_BLOCK_SHIFT]!
+        const at = (slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES
+        writeEntryRecordFast(block.buf, block.view, at, txLo, txHi, entryOps[i]!, end, flags)
       }
-      this.stagedCount += count
+      stage.count = slot
       this.chunks.push(...newChunks)
       const head: Boundary = {
         entries: before.entries + count,
@@ -401,7 +397,7 @@ export class FileShapeLog implements ShapeLog {
       }
       this.appended = head
       // A huge transaction must not hold its whole index in memory.
-      if (this.stagedCount * ENTRY_RECORD_BYTES >= STAGE_BYTES) this.writeIndex()
+      if (this.staged.count * ENTRY_RECORD_BYTES >= STAGE_BYTES) this.writeIndex()
     } catch (err) {
       this.cutTo(before)
       throw fromSystemError(err, `append to shape ${this.id}`)
@@ -415,7 +411,7 @@ export class FileShapeLog implements ShapeLog {
     this.appended = head
     // Staged records start at entry `recordsOnDisk`; keep those below the new head.
     this.recordsOnDisk = Math.min(this.recordsOnDisk, head.entries)
-    this.stagedCount = Math.min(this.stagedCount, head.entries - this.recordsOnDisk)
+    this.staged.truncate(head.entries - this.recordsOnDisk)
     this.chunksOnDisk = Math.min(this.chunksOnDisk, head.closedChunks)
     const fs = this.host.fs
     const fds = this.host.fds

@@ -30,6 +30,7 @@ import { decodeMeta, encodeHeader, encodeMeta } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { nodeFs, writeFully } from './fs-port.js'
 import { EMPTY_HEAD } from './log-state.js'
+import { RecordBlockPool } from './record-stage.js'
 import { recoverLog } from './recovery.js'
 import { acquireStoreLock } from './store-lock.js'
 import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
@@ -79,6 +80,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   readonly readOnly = false
   readonly fds: FdCache
   readonly chunkBytes: number
+  readonly recordPool = new RecordBlockPool()
   private readonly flushIntervalMs: number
   private readonly flushBytes: number
   private readonly logs = new Map<string, FileShapeLog>()

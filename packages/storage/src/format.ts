@@ -38,7 +38,7 @@
  *   24  1    flags        bit0 TXN_END: last entry of its transaction (or of the snapshot)
  *                        bit1 SNAPSHOT: a snapshot row or the snapshot-end line
  *   25  3    reserved     zero
- *   28  4    check        crc32(bytes 0..27) XOR CHECK_SALT
+ *   28  4    check        mix32 of the seven little-endian u32 words at 0..27
  *
  * chunks.idx (magic "SLGC"), record k at 16 + 48*k, little-endian:
  *   0   8    end tx       offset of the chunk's last entry
@@ -48,7 +48,7 @@
  *   32  4    segment      data file holding the chunk; always 0 (log.dat) for now
  *   36  1    kind         0 live, 1 snapshot
  *   37  7    reserved     zero
- *   44  4    check        crc32(bytes 0..43) XOR CHECK_SALT
+ *   44  4    check        mix32 of the eleven little-endian u32 words at 0..43
  *
  * watermark (magic "SLWM"), 48 bytes:
  *   0   16   header
@@ -63,6 +63,11 @@
  *   20  4    check        crc32(bytes 24..24+n) XOR CHECK_SALT
  *   24  n    meta bytes
  *
+ * mix32 (fixed records, written once per entry, so it must be cheap): start at
+ * CHECK_SALT; for each word w, h = imul(h ^ w, 0x9e3779b1), h ^= h >>> 15; then
+ * h = imul(h ^ (h >>> 13), 0x85ebca6b), h ^= h >>> 16. Each step is a bijection
+ * of h, so any change confined to one word always changes the check; random
+ * garbage passes with probability 2^-32. crc32 is CRC-32 (IEEE) XOR CHECK_SALT.
  * The salt makes an all-zero record (a hole left by a crash) fail its check.
  */
 
@@ -120,6 +125,26 @@ function check(bytes: Uint8Array): number {
   return checkRange(bytes, 0, bytes.length)
 }
 
+const MIX_A = 0x9e3779b1
+const MIX_B = 0x85ebca6b
+
+function mixStep(h: number, w: number): number {
+  h = Math.imul(h ^ w, MIX_A)
+  return h ^ (h >>> 15)
+}
+
+function mixEnd(h: number): number {
+  h = Math.imul(h ^ (h >>> 13), MIX_B)
+  return (h ^ (h >>> 16)) >>> 0
+}
+
+/** mix32 over `words` little-endian u32 words of `buf` starting at `at`. */
+function checkWords(buf: Buffer, at: number, words: number): number {
+  let h = CHECK_SALT
+  for (let i = 0; i < words; i++) h = mixStep(h, buf.readUInt32LE(at + 4 * i))
+  return mixEnd(h)
+}
+
 export function encodeHeader(kind: FileKind): Buffer {
   const buf = Buffer.alloc(HEADER_BYTES)
   buf.write(MAGIC[kind], 0, 'latin1')
@@ -162,14 +187,22 @@ export function writeEntryRecordFast(
   end: number,
   flags: number,
 ): void {
+  const opHi = Math.floor(op / TWO_32)
+  const endHi = Math.floor(end / TWO_32)
   view.setUint32(at, txLo, true)
   view.setUint32(at + 4, txHi, true)
   view.setUint32(at + 8, op >>> 0, true)
-  view.setUint32(at + 12, Math.floor(op / TWO_32), true)
+  view.setUint32(at + 12, opHi, true)
   view.setUint32(at + 16, end >>> 0, true)
-  view.setUint32(at + 20, Math.floor(end / TWO_32), true)
+  view.setUint32(at + 20, endHi, true)
   view.setUint32(at + 24, flags, true)
-  view.setUint32(at + 28, checkRange(buf, at, at + 28), true)
+  let h = mixStep(CHECK_SALT, txLo)
+  h = mixStep(h, txHi)
+  h = mixStep(h, op >>> 0)
+  h = mixStep(h, opHi)
+  h = mixStep(h, end >>> 0)
+  h = mixStep(h, endHi)
+  view.setUint32(at + 28, mixEnd(mixStep(h, flags)), true)
 }
 
 /** Low and high 32 bits of a u64; numbers when exact, BigInt arithmetic only above 2^53. */
@@ -184,12 +217,12 @@ export function writeEntryRecord(buf: Buffer, at: number, r: EntryRecord): void 
   buf.writeBigUInt64LE(r.op, at + 8)
   buf.writeBigUInt64LE(BigInt(r.end), at + 16)
   buf.writeUInt32LE(r.flags, at + 24)
-  buf.writeUInt32LE(checkRange(buf, at, at + 28), at + 28)
+  buf.writeUInt32LE(checkWords(buf, at, 7), at + 28)
 }
 
 /** Decodes the record at `at`; undefined when its check fails (torn or never written). */
 export function readEntryRecord(buf: Buffer, at: number): EntryRecord | undefined {
-  if (buf.readUInt32LE(at + 28) !== checkRange(buf, at, at + 28)) return undefined
+  if (buf.readUInt32LE(at + 28) !== checkWords(buf, at, 7)) return undefined
   return {
     tx: buf.readBigUInt64LE(at),
     op: buf.readBigUInt64LE(at + 8),
@@ -215,11 +248,11 @@ export function writeChunkRecord(buf: Buffer, at: number, r: ChunkRecord): void 
   buf.writeBigUInt64LE(BigInt(r.endPos), at + 24)
   buf.writeUInt32LE(r.segment, at + 32)
   buf[at + 36] = r.kind
-  buf.writeUInt32LE(checkRange(buf, at, at + 44), at + 44)
+  buf.writeUInt32LE(checkWords(buf, at, 11), at + 44)
 }
 
 export function readChunkRecord(buf: Buffer, at: number): ChunkRecord | undefined {
-  if (buf.readUInt32LE(at + 44) !== checkRange(buf, at, at + 44)) return undefined
+  if (buf.readUInt32LE(at + 44) !== checkWords(buf, at, 11)) return undefined
   return {
     endTx: buf.readBigUInt64LE(at),
     endOp: buf.readBigUInt64LE(at + 8),

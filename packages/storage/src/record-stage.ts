@@ -1,0 +1,67 @@
+/**
+ * Entry records waiting for the next flush. They live in fixed-size blocks
+ * borrowed from a pool shared by every log of a store, so a busy log never
+ * copies its staged records to grow, an idle one holds no memory, and the total
+ * is bounded by what the flush threshold lets pile up.
+ */
+import { ENTRY_RECORD_BYTES } from './format.js'
+
+// 2048 records a block: one write per 2048 entries, 64 KiB each.
+export const RECORDS_PER_BLOCK_SHIFT = 11
+export const RECORDS_PER_BLOCK = 1 << RECORDS_PER_BLOCK_SHIFT
+const BLOCK_BYTES = RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES
+// Free blocks kept for reuse (4 MiB); more are left to the garbage collector.
+const MAX_FREE_BLOCKS = 64
+
+export interface RecordBlock {
+  readonly buf: Buffer
+  readonly view: DataView
+}
+
+export class RecordBlockPool {
+  private readonly free: RecordBlock[] = []
+
+  take(): RecordBlock {
+    const block = this.free.pop()
+    if (block) return block
+    const buf = Buffer.from(new ArrayBuffer(BLOCK_BYTES))
+    return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length) }
+  }
+
+  give(block: RecordBlock): void {
+    if (this.free.length < MAX_FREE_BLOCKS) this.free.push(block)
+  }
+}
+
+export class RecordStage {
+  readonly blocks: RecordBlock[] = []
+  /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * 32. */
+  count = 0
+
+  constructor(private readonly pool: RecordBlockPool) {}
+
+  /** Makes room for `n` more records. */
+  reserve(n: number): void {
+    const need = (this.count + n + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
+    while (this.blocks.length < need) this.blocks.push(this.pool.take())
+  }
+
+  /** Keeps the first `count` records and returns unneeded blocks to the pool. */
+  truncate(count: number): void {
+    this.count = Math.min(this.count, count)
+    const need = (this.count + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
+    while (this.blocks.length > need) this.pool.give(this.blocks.pop()!)
+  }
+
+  /** Calls `write(bytes, length)` for each block in order, then empties the stage. */
+  drain(write: (buf: Buffer, length: number) => void): void {
+    let left = this.count * ENTRY_RECORD_BYTES
+    for (const block of this.blocks) {
+      if (left <= 0) break
+      const length = Math.min(left, BLOCK_BYTES)
+      write(block.buf, length)
+      left -= length
+    }
+    this.truncate(0)
+  }
+}
