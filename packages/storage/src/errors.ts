@@ -10,6 +10,7 @@ export const STORAGE_ERROR_CODES = {
   invalid_append: 'The entries do not form a valid transaction for this log',
   invalid_shape_id: 'Shape ids are 1-128 characters of [A-Za-z0-9_-]',
   shape_exists: 'A shape with this id already exists',
+  shape_deleted: 'The shape log was deleted',
   read_only: 'The store was opened read-only',
   store_closed: 'The store is closed',
   store_locked: 'Another process holds this store for writing',

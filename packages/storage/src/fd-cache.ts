@@ -11,13 +11,19 @@
  * directory is renamed into place while its descriptors stay valid.
  */
 import type { FsPort } from './fs-port.js'
-import { fromSystemError } from './errors.js'
+import { StorageError, fromSystemError } from './errors.js'
 
 export class FileRef {
   fd = -1
   pins = 0
   /** Close as soon as unpinned, and never reopen (the log was deleted or closed). */
   retired = false
+  /**
+   * Inode of the file first opened under this ref. A reopen that finds another
+   * file at the path (the log was deleted and a new one created under the same
+   * id) must fail rather than mix the old index with the new bytes.
+   */
+  ino = -1
   constructor(
     public path: string,
     readonly flags: 'r' | 'r+',
@@ -51,11 +57,28 @@ export class FdCache {
       this.open.set(ref, true)
     } else {
       this.evict(1)
+      let fd: number
+      let ino: number
       try {
-        ref.fd = this.fs.openSync(ref.path, ref.flags)
+        fd = this.fs.openSync(ref.path, ref.flags)
       } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' && ref.ino >= 0) {
+          throw new StorageError('shape_deleted', `${ref.path} is gone`)
+        }
         throw fromSystemError(err, `open ${ref.path}`)
       }
+      try {
+        ino = this.fs.fstatSync(fd).ino
+      } catch (err) {
+        this.fs.closeSync(fd)
+        throw fromSystemError(err, `stat ${ref.path}`)
+      }
+      if (ref.ino >= 0 && ino !== ref.ino) {
+        this.fs.closeSync(fd)
+        throw new StorageError('shape_deleted', `${ref.path} was replaced by another file`)
+      }
+      ref.ino = ino
+      ref.fd = fd
       this.open.set(ref, true)
     }
     this.mru = ref

@@ -84,7 +84,7 @@ export class FileShapeLog implements ShapeLog {
   private pendingCut: HeadState | undefined
   /**
    * Index records are not written per append: they are staged here and written
-   * by `writeIndex()` at the start of each flush, before the sync. Readers only
+   * by `writeIndex()` when a flush syncs this log, just before the sync. Readers only
    * ever see published entries, and publishing follows the flush, so every
    * record a reader can ask for is on disk by then.
    */
@@ -184,7 +184,7 @@ export class FileShapeLog implements ShapeLog {
   }
 
   read(after: LogOffset): LogRead {
-    if (this.deleted) throw new StorageError('io_error', `shape ${this.id} was deleted`)
+    if (this.deleted) throw new StorageError('shape_deleted', `shape ${this.id} was deleted`)
     return readRange(
       { id: this.id, fs: this.host.fs, fds: this.host.fds, data: this.data, entries: this.entries, chunks: this.chunks, head: this.published },
       after,

@@ -13,7 +13,7 @@ export interface FsPort {
   readSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number
   writeSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number
   ftruncateSync(fd: number, length: number): void
-  fstatSync(fd: number): { size: number }
+  fstatSync(fd: number): { size: number; ino: number }
   statSync(path: string): { size: number; mtimeMs: number; ino: number }
   read(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
   fdatasync(fd: number): Promise<void>

@@ -38,10 +38,14 @@ class ReadOnlyShapeLog implements ShapeLog {
   private chunks: ChunkInfo[] = []
   private state: HeadState | undefined
   private seenLsn = -1n
+  /** Entries as last reported to `onFlush` listeners. */
+  reportedEntries = -1
 
   constructor(
     readonly id: string,
     readonly dir: string,
+    /** Inode of the shape directory: a re-created shape under the same id has another. */
+    readonly dirIno: number,
     readonly meta: Uint8Array,
     private readonly store: ReadOnlyFileLogStore,
   ) {
@@ -50,22 +54,21 @@ class ReadOnlyShapeLog implements ShapeLog {
     this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r')
   }
 
-  /** Extends the known prefix to the current watermark; returns whether it moved. */
-  catchUp(): boolean {
+  /** Extends the known prefix to the current watermark. */
+  catchUp(): HeadState {
     const lsn = this.store.durableLsn
-    if (this.state && lsn === this.seenLsn) return false
-    const before = this.state?.entries
+    if (this.state && lsn === this.seenLsn) return this.state
     const known = this.state ? { head: this.state, chunks: this.chunks } : undefined
     const found = scanLog(this.store.fs, this.store.fds, this.id, { data: this.data, entries: this.entries, chunks: this.chunkFile }, lsn, known)
+    if (!this.state) this.reportedEntries = found.head.entries
     this.state = found.head
     this.chunks = found.chunks
     this.seenLsn = lsn
-    return before !== found.head.entries
+    return found.head
   }
 
   head(): LogHead {
-    this.catchUp()
-    const h = this.state!
+    const h = this.catchUp()
     return { lastOffset: h.last, entryCount: h.entries, closedChunks: h.closedChunks, snapshotChunks: h.snapshotChunks }
   }
 
@@ -74,9 +77,9 @@ class ReadOnlyShapeLog implements ShapeLog {
   }
 
   read(after: LogOffset): LogRead {
-    this.catchUp()
+    const head = this.catchUp()
     const { fs, fds } = this.store
-    return readRange({ id: this.id, fs, fds, data: this.data, entries: this.entries, chunks: this.chunks, head: this.state! }, after)
+    return readRange({ id: this.id, fs, fds, data: this.data, entries: this.entries, chunks: this.chunks, head }, after)
   }
 
   retire(): void {
@@ -91,6 +94,8 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   readonly fds: FdCache
   private readonly logs = new Map<string, ReadOnlyShapeLog>()
   private lsn = 0n
+  /** The watermark last reported to `onFlush` listeners (reads refresh `lsn` too, so it cannot serve). */
+  private reportedLsn = -1n
   private stamp = ''
   private poller: NodeJS.Timeout | undefined
   private readonly listeners = new Set<(r: FlushResult) => void>()
@@ -137,25 +142,39 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
 
   get(id: string): ShapeLog | undefined {
     this.ensureOpen()
-    const cached = this.logs.get(id)
-    if (cached) {
-      if (this.fs.existsSync(cached.dir)) return cached
-      this.logs.delete(id)
-      cached.retire()
-      return undefined
-    }
     try {
       checkShapeId(id)
     } catch {
       return undefined
     }
     const dir = `${this.root}/shapes/${id}`
-    if (!this.fs.existsSync(dir)) return undefined
-    const meta = decodeMeta(this.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
+    let ino: number
+    try {
+      ino = this.fs.statSync(dir).ino
+    } catch {
+      this.forget(id)
+      return undefined
+    }
+    const cached = this.logs.get(id)
+    if (cached && cached.dirIno === ino) return cached
+    this.forget(id)
+    let meta: Buffer | string
+    try {
+      meta = decodeMeta(this.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
+    } catch {
+      return undefined // deleted between the stat and the read
+    }
     if (typeof meta === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${meta})`)
-    const log = new ReadOnlyShapeLog(id, dir, meta, this)
+    const log = new ReadOnlyShapeLog(id, dir, ino, meta, this)
     this.logs.set(id, log)
     return log
+  }
+
+  private forget(id: string): void {
+    const cached = this.logs.get(id)
+    if (!cached) return
+    this.logs.delete(id)
+    cached.retire()
   }
 
   ids(): string[] {
@@ -195,17 +214,21 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   }
 
   private poll(): void {
-    const before = this.lsn
     try {
       this.refresh()
     } catch {
       return
     }
-    if (this.lsn === before) return
+    if (this.lsn === this.reportedLsn) return
+    this.reportedLsn = this.lsn
     const advanced: string[] = []
     for (const log of this.logs.values()) {
       try {
-        if (log.catchUp()) advanced.push(log.id)
+        const { entries } = log.catchUp()
+        if (entries !== log.reportedEntries) {
+          advanced.push(log.id)
+          log.reportedEntries = entries
+        }
       } catch {
         // A deleted log: `get` notices and drops it.
       }

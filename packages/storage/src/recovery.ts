@@ -17,6 +17,7 @@ import {
   CHUNK_RECORD_BYTES,
   CHUNK_SNAPSHOT,
   ENTRY_RECORD_BYTES,
+  ENTRY_SNAPSHOT,
   ENTRY_TXN_END,
   HEADER_BYTES,
   checkHeader,
@@ -72,6 +73,9 @@ function readEntryRecords(fs: FsPort, fd: number, first: number, count: number):
   return out
 }
 
+// Records after a failed one examined for signs of damage (see scanLog).
+const DAMAGE_LOOKAHEAD = 64
+
 const durable = (r: EntryRecord | undefined, lsn: bigint): r is EntryRecord => r !== undefined && (r.tx === 0n || r.tx <= lsn)
 
 /**
@@ -102,6 +106,37 @@ export function scanLog(fs: FsPort, fds: FdCache, id: string, files: Files, lsn:
     }
     return lo
   })
+
+  // Damage is not a crash. A crash leaves, after the durable prefix, only
+  // records of later transactions, torn ones and holes of zeros. So a failing
+  // record that still reads as durable (snapshot flag, or 0 < tx ≤ watermark),
+  // or a valid durable record further on, means the durable prefix itself was
+  // damaged: refuse rather than cut away acknowledged data. (A tear cannot hit
+  // the tx field: records start 16 bytes into a 32-byte grid, so every 512-byte
+  // sector boundary falls at byte 16 of a record, after tx and op.)
+  if (count < total) {
+    fds.use(files.entries, (fd) => {
+      const ahead = Math.min(total - count, DAMAGE_LOOKAHEAD)
+      const buf = Buffer.alloc(ahead * ENTRY_RECORD_BYTES)
+      const n = readFully(fs, fd, buf, 0, buf.length, HEADER_BYTES + count * ENTRY_RECORD_BYTES)
+      for (let at = 0; at + ENTRY_RECORD_BYTES <= n; at += ENTRY_RECORD_BYTES) {
+        const r = readEntryRecord(buf, at)
+        const where = `entry record ${count + at / ENTRY_RECORD_BYTES}`
+        if (r) {
+          if (durable(r, lsn)) throw corrupt(id, `${where} is durable but follows a damaged one`)
+          continue
+        }
+        if (at > 0) continue
+        const tx = buf.readBigUInt64LE(at)
+        const flags = buf[at + 24]!
+        const zero = buf.subarray(at, at + ENTRY_RECORD_BYTES).every((b) => b === 0)
+        if (!zero && (flags & ENTRY_SNAPSHOT || (tx > 0n && tx <= lsn))) {
+          throw corrupt(id, `${where} fails its check but belongs to a durable transaction`)
+        }
+      }
+    })
+  }
+  if (count === from && from === 0 && total > 0) throw corrupt(id, 'its first entry record is damaged')
 
   // The cut must sit on a transaction end with its bytes present. Both hold for
   // anything the engine wrote; walking back guards against a damaged tail.

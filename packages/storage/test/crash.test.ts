@@ -1,0 +1,432 @@
+/**
+ * Crash tests (real processes, real files, SIGKILL).
+ *
+ * Each lane owns a store directory. A child writer (fixtures/crash-writer.ts)
+ * opens it, recovers it, and appends the deterministic workload of
+ * fixtures/workload.ts from where the durable watermark says the logs end
+ * (replaying, as a replication client would from its slot); the parent kills it
+ * with SIGKILL after a random delay, so kills land during appends, fsyncs,
+ * watermark publishes, snapshot creations, deletions and recovery itself. After
+ * every kill the parent checks the directory, alternately through a read-only
+ * store (the crashed files as they are) and through a writer open (recovery,
+ * which cuts the files back; then the on-disk byte tables are decoded and
+ * compared too):
+ *
+ *   - the watermark file is valid, never moved back, and covers at least the
+ *     last `durable <lsn>` the child printed;
+ *   - every log holds exactly the expected entries of every transaction up to
+ *     the watermark, byte for byte (SIGKILL loses nothing written, so nothing
+ *     covered is missing and nothing beyond is visible): never a torn
+ *     transaction, never a stray entry;
+ *   - chunk boundaries sit where the threshold rule puts them (a walk from -1
+ *     following nextOffset compares every range with the expected chunk);
+ *   - a shape exists once a transaction after its creation is durable, and is
+ *     gone once a transaction after its deletion is; one caught mid-snapshot is
+ *     either absent or complete;
+ *   - the next child resumes exactly at that watermark, with the same heads,
+ *     replays without duplicating, and appends on; a final clean run per
+ *     directory appends a fixed number of transactions and closes.
+ *
+ * While the children run, a read-only store in this process follows the same
+ * directory across kills and recoveries (`verifyRange` with the watermark
+ * bracket of each read): a reader never sees anything unpublished or torn.
+ *
+ * Default: 50 kill points (2 lanes). SOAK=1: 500. CRASH_KILLS, CRASH_LANES,
+ * CRASH_PREWARM, CRASH_SEED override; CRASH_DEBUG=1 prints per-kill timings.
+ */
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { formatOffset } from '@sluice/protocol'
+import { afterAll, describe, expect, it } from 'vitest'
+import type { ShapeLog } from '../src/index.js'
+import { openFileLogStore, openReadOnlyLogStore, readSpans, readSpansAsync } from '../src/index.js'
+import { checkLogFiles, readWatermarkFile } from './fixtures/files.js'
+import type { Child } from './fixtures/proc.js'
+import { sleep, spawnFixture } from './fixtures/proc.js'
+import type { CrashChildConfig } from './fixtures/crash-writer.js'
+import type { Schedule } from './fixtures/workload.js'
+import { ExpectedLog, FIXED_ENTRY_BYTES, kOf, observe, parseMeta, rng, specOf, specsUpTo, verifyRange, walkLog } from './fixtures/workload.js'
+
+const SOAK = process.env.SOAK === '1'
+const KILLS = Number(process.env.CRASH_KILLS ?? (SOAK ? 500 : 50))
+const LANES = Number(process.env.CRASH_LANES ?? 2)
+/** Children started ahead of use. */
+const PREWARM = Number(process.env.CRASH_PREWARM ?? 3)
+/** Kill points per directory before a lane starts over in a fresh one (keeps re-verification linear). */
+const EPOCH = 50
+const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31))
+const CHUNK_BYTES = 20 * FIXED_ENTRY_BYTES // 2560: s0 and s2 fill chunks to exactly the threshold
+const FLUSH_INTERVAL_MS = 3
+const FINAL_TXS = 30
+const SCHEDULE: Schedule = { statics: 3, dynEvery: 25, dynLife: 70, touchPct: 45 }
+
+interface Stats {
+  kills: number
+  byPhase: Record<string, number>
+  /** Distinct transactions found durable and byte-exact (per directory, summed). */
+  transactions: number
+  /** Entries compared, counting every re-verification. */
+  entriesChecked: number
+  bytesChecked: number
+  verifications: { readonly: number; writer: number }
+  snapshotKills: { absent: number; complete: number }
+  liveReads: number
+  childRuns: number
+}
+
+const stats: Stats = {
+  kills: 0,
+  byPhase: {},
+  transactions: 0,
+  entriesChecked: 0,
+  bytesChecked: 0,
+  verifications: { readonly: 0, writer: 0 },
+  snapshotKills: { absent: 0, complete: 0 },
+  liveReads: 0,
+  childRuns: 0,
+}
+
+const dirs: string[] = []
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true })
+})
+
+class Lane {
+  readonly dir: string
+  private readonly exps = new Map<string, ExpectedLog>()
+  /** Watermark found by the last verification. */
+  lastW = 0n
+  /** Ids whose deletion a child announced (deletion is immediate, not bound to the watermark). */
+  readonly deletions = new Set<string>()
+  /** What is happening to the directory right now (for diagnostics). */
+  activity = 'idle'
+
+  constructor(readonly name: string) {
+    this.dir = mkdtempSync(join(tmpdir(), `sluice-crash-${name}-`))
+    dirs.push(this.dir)
+  }
+
+  exp(id: string): ExpectedLog {
+    let e = this.exps.get(id)
+    if (!e) {
+      const spec = specOf(SCHEDULE, id)
+      if (!spec) throw new Error(`${this.name}: unexpected shape directory ${id}`)
+      e = new ExpectedLog(SCHEDULE, spec, CHUNK_BYTES)
+      this.exps.set(id, e)
+    }
+    return e
+  }
+
+  /** Starts a pre-started child on this lane's directory. */
+  go(child: Child, seed: number, stopAfter?: number): void {
+    const config: CrashChildConfig = { dir: this.dir, chunkBytes: CHUNK_BYTES, flushIntervalMs: FLUSH_INTERVAL_MS, schedule: SCHEDULE, seed, ...(stopAfter === undefined ? {} : { stopAfter }) }
+    child.send(`go ${JSON.stringify(config)}`)
+  }
+
+  /** Full check of the directory. `writer`: open for writing (recovery) and check the raw files too. */
+  async verify(mode: 'readonly' | 'writer', printedW: bigint): Promise<bigint> {
+    const tStart = Date.now()
+    if (!existsSync(join(this.dir, 'watermark'))) {
+      // Killed during the very first open, before the initial watermark was published.
+      expect(this.lastW, `${this.name}: watermark file vanished`).toBe(0n)
+      expect(existsSync(join(this.dir, 'shapes')) ? readdirSync(join(this.dir, 'shapes')) : []).toEqual([])
+      return 0n
+    }
+    const w = readWatermarkFile(this.dir)
+    expect(w, `${this.name}: watermark file below the last printed durable watermark`).toBeGreaterThanOrEqual(printedW)
+    expect(w, `${this.name}: watermark moved back`).toBeGreaterThanOrEqual(this.lastW)
+    const k = kOf(w)
+    expect(readdirSync(join(this.dir, 'quarantine')), `${this.name}: a log was quarantined`).toEqual([])
+
+    const ro = openReadOnlyLogStore({ dir: this.dir })
+    let present: string[]
+    try {
+      expect(ro.durableLsn).toBe(w)
+      present = ro.ids().sort()
+      this.checkExistence(present, k)
+      for (const id of present) {
+        const log = ro.get(id)
+        expect(log, `${this.name}: ${id} listed but not opened`).toBeDefined()
+        this.checkLog(log!, id, w)
+      }
+    } finally {
+      await ro.close()
+    }
+    stats.verifications.readonly++
+    const tRo = Date.now()
+
+    if (mode === 'writer') {
+      this.activity = 'parent writer open (recovery)'
+      const ws = await openFileLogStore({ dir: this.dir, chunkBytes: CHUNK_BYTES, flushIntervalMs: 1000 })
+      try {
+        expect(ws.quarantined).toEqual([])
+        expect(ws.durableLsn).toBe(w)
+        expect(ws.ids().sort()).toEqual(present)
+        for (const id of present) {
+          this.checkLog(ws.get(id)!, id, w)
+          const exp = this.exp(id)
+          checkLogFiles(join(this.dir, 'shapes', id), exp, exp.count(w))
+        }
+        expect(readdirSync(join(this.dir, 'tmp')), 'unfinished snapshots are dropped on open').toEqual([])
+      } finally {
+        await ws.close()
+        this.activity = 'parent writer closed'
+      }
+      stats.verifications.writer++
+    }
+    if (process.env.CRASH_DEBUG) console.log(`${this.name} verify: read-only ${tRo - tStart} ms, writer ${Date.now() - tRo} ms`)
+    if (k > kOf(this.lastW)) stats.transactions += k - kOf(this.lastW)
+    this.lastW = w
+    return w
+  }
+
+  private checkLog(log: ShapeLog, id: string, w: bigint): void {
+    const exp = this.exp(id)
+    const meta = parseMeta(log.meta)
+    expect(meta).toEqual({ id, createAt: exp.spec.createAt })
+    const walk = walkLog(log, exp, w)
+    stats.entriesChecked += walk.entries
+    stats.bytesChecked += walk.bytes
+  }
+
+  /** Which shapes must, may, or must not exist for watermark transaction k. */
+  private checkExistence(present: string[], k: number): void {
+    for (const id of present) {
+      const spec = specOf(SCHEDULE, id)
+      expect(spec, `${this.name}: unknown shape ${id}`).toBeDefined()
+      // Its deletion ran before transaction deleteAt was appended, let alone made durable.
+      expect(k < spec!.deleteAt, `${this.name}: ${id} still exists at durable transaction ${k} (deleted before ${spec!.deleteAt})`).toBe(true)
+    }
+    for (const spec of specsUpTo(SCHEDULE, k)) {
+      // Created (and awaited) before transaction createAt was appended; only an announced deletion removes it.
+      if (spec.createAt <= k && k < spec.deleteAt && !this.deletions.has(spec.id)) {
+        expect(present, `${this.name}: ${spec.id} missing at durable transaction ${k}`).toContain(spec.id)
+      }
+    }
+  }
+
+  /** What the child printed: its resume point and heads, its last durable watermark, and where it died. */
+  analyse(child: Child, expectResume: number): { printedW: bigint; phase: string; snapshot: string | undefined } {
+    const lines = child.lines
+    const error = lines.find((l) => l.startsWith('error'))
+    expect(error, `${this.name}: child reported ${error}\n${child.stderr()}`).toBeUndefined()
+    let printedW = 0n
+    let phase = 'startup'
+    let snapshot: string | undefined
+    let deleting: string | undefined
+    let ready = false
+    for (const line of lines) {
+      const [word, a, b, c] = line.split(' ')
+      if (word === 'durable') printedW = BigInt(a!)
+      else if (word === 'phase') phase = a!
+      else if (word === 'snap') snapshot = a
+      else if (word === 'snapped') snapshot = undefined
+      else if (word === 'deleting') {
+        deleting = a
+        this.deletions.add(a!)
+      } else if (word === 'deleted') deleting = undefined
+      else if (word === 'ready') ready = true
+      else if (word === 'resume') expect(Number(a), `${this.name}: child resumed elsewhere than the watermark`).toBe(expectResume)
+      else if (word === 'head') {
+        const exp = this.exp(a!)
+        const p = exp.count(this.lastW)
+        expect(`${a} ${b} ${c}`).toBe(`${a} ${p > 0 ? formatOffset(exp.offset(p - 1)) : '-1'} ${p}`)
+      }
+    }
+    let where = phase
+    if (!ready) where = phase === 'open' ? 'recovery' : 'startup'
+    else if (snapshot) where = 'snapshot'
+    else if (deleting) where = 'delete'
+    else if (phase === 'published') where = 'publish'
+    return { printedW, phase: where, snapshot }
+  }
+}
+
+/** Reads the lane's directory through one long-lived read-only store while children write and crash. */
+function followReadOnly(lane: Lane, rand: () => number): { stop(): Promise<void>; check(): void } {
+  let running = true
+  let failure: unknown
+  const loop = (async () => {
+    let ro: ReturnType<typeof openReadOnlyLogStore> | undefined
+    while (running) {
+      await sleep(4)
+      try {
+        ro ??= openReadOnlyLogStore({ dir: lane.dir })
+      } catch {
+        continue // no watermark file yet
+      }
+      const ids = ro.ids()
+      if (ids.length === 0) continue
+      const id = ids[Math.floor(rand() * ids.length)]!
+      const log = ro.get(id)
+      if (!log) continue // deleted meanwhile
+      const exp = lane.exp(id)
+      const dLow = ro.durableLsn
+      const after = exp.randomOffset(rand, exp.count(dLow))
+      let read
+      try {
+        read = log.read(after)
+      } catch (err) {
+        if (ro.get(id) === undefined) continue // deleted between get and read
+        const size = (f: string): number | string => {
+          try {
+            return statSync(join(lane.dir, 'shapes', id, f)).size
+          } catch (e) {
+            return String(e)
+          }
+        }
+        let head: unknown
+        try {
+          head = log.head()
+        } catch (e) {
+          head = String(e)
+        }
+        throw new Error(
+          `${lane.name} read-only follower: read(${formatOffset(after)}) of ${id} threw ${String(err)}; lane activity ${lane.activity}; ` +
+            `watermark ${dLow} -> ${ro.durableLsn} (file ${readWatermarkFile(lane.dir)}); head now ${JSON.stringify(head, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}; ` +
+            `expected count ${exp.count(dLow)}; files log.dat ${size('log.dat')} entries.idx ${size('entries.idx')} (${(Number(size('entries.idx')) - 16) / 32} records) chunks.idx ${size('chunks.idx')}`,
+          { cause: err },
+        )
+      }
+      const dHigh = ro.durableLsn
+      let bytes: Buffer
+      try {
+        bytes = rand() < 0.5 ? readSpans(read) : await readSpansAsync(read)
+      } finally {
+        read.release()
+      }
+      const problem = verifyRange(exp, after, observe(read, bytes), dLow, dHigh)
+      if (problem) throw new Error(`${lane.name} read-only follower: ${problem}`)
+      stats.liveReads++
+    }
+    await ro?.close()
+  })().catch((err: unknown) => {
+    failure = err
+  })
+  return {
+    async stop() {
+      running = false
+      await loop
+      if (failure !== undefined) throw failure
+    },
+    /** Throws the follower's failure, if any, so the lane stops at once. */
+    check() {
+      if (failure !== undefined) throw failure
+    },
+  }
+}
+
+/**
+ * Children start ahead of use (tsx startup costs most of a second here), each
+ * waiting for `go <config>`: a pool shared by the lanes.
+ */
+class Pool {
+  private readonly warm: Child[] = []
+  constructor(private readonly depth: number) {
+    for (let i = 0; i < depth; i++) this.warm.push(this.spawn())
+  }
+  private spawn(): Child {
+    stats.childRuns++
+    return spawnFixture('crash-writer.ts', [])
+  }
+  async take(): Promise<Child> {
+    const child = this.warm.shift() ?? this.spawn()
+    this.warm.push(this.spawn())
+    await child.waitFor((l) => l === 'loaded', { timeoutMs: 60_000 })
+    return child
+  }
+  async close(): Promise<void> {
+    await Promise.all(this.warm.splice(0).map((c) => c.kill()))
+  }
+}
+
+async function runLane(name: string, kills: number, seed: number, pool: Pool): Promise<void> {
+  const rand = rng(seed)
+  let lane = new Lane(`${name}.0`)
+  let epoch = 0
+  let follower = followReadOnly(lane, rng(seed ^ 0x5555))
+  try {
+    for (let n = 0; n < kills; n++) {
+      if (n > 0 && n % EPOCH === 0) {
+        await finalRun(lane, pool, rand)
+        await follower.stop()
+        lane = new Lane(`${name}.${++epoch}`)
+        follower = followReadOnly(lane, rng(seed ^ epoch))
+      }
+      const t0 = Date.now()
+      const child = await pool.take()
+      const t1 = Date.now()
+      const resumeAt = kOf(lane.lastW)
+      lane.go(child, Math.floor(rand() * 2 ** 31))
+      lane.activity = `child ${child.pid} running`
+      if (rand() < 0.1) {
+        await child.waitFor((l) => l === 'phase open')
+        await sleep(Math.floor(rand() * 4))
+      } else {
+        await child.waitFor((l) => l === 'ready')
+        await sleep(20 + Math.floor(rand() * 280))
+      }
+      const t2 = Date.now()
+      const exit = await child.kill('SIGKILL')
+      if (exit.signal !== 'SIGKILL') {
+        throw new Error(`${lane.name}: child exited by itself (${JSON.stringify(exit)})\n${child.lines.slice(-20).join('\n')}\n${child.stderr()}`)
+      }
+      stats.kills++
+      lane.activity = `child ${child.pid} killed`
+      const { printedW, phase, snapshot } = lane.analyse(child, resumeAt)
+      stats.byPhase[phase] = (stats.byPhase[phase] ?? 0) + 1
+      await lane.verify(n % 2 === 1 ? 'writer' : 'readonly', printedW)
+      if (snapshot) {
+        // Killed between createShape and finish resolving: absent, or (walked above) complete.
+        const exists = readdirSync(join(lane.dir, 'shapes')).includes(snapshot)
+        if (exists) stats.snapshotKills.complete++
+        else stats.snapshotKills.absent++
+      }
+      follower.check()
+      if (process.env.CRASH_DEBUG) {
+        console.log(`${lane.name} #${n}: wait ${t1 - t0} ms, run ${t2 - t1} ms, check ${Date.now() - t2} ms, died in ${phase}, k ${kOf(lane.lastW)}`)
+      }
+    }
+    await finalRun(lane, pool, rand)
+  } finally {
+    await follower.stop()
+  }
+}
+
+/** A clean run: appends FINAL_TXS transactions after recovery, closes, exits 0; then a writer check. */
+async function finalRun(lane: Lane, pool: Pool, rand: () => number): Promise<void> {
+  const child = await pool.take()
+  const resumeAt = kOf(lane.lastW)
+  lane.go(child, Math.floor(rand() * 2 ** 31), FINAL_TXS)
+  lane.activity = `final child ${child.pid} running`
+  const exit = await child.closed
+  expect(exit, `${lane.name}: final run\n${child.lines.slice(-20).join('\n')}\n${child.stderr()}`).toEqual({ code: 0, signal: null })
+  const { printedW } = lane.analyse(child, resumeAt)
+  expect(child.lines.at(-1)).toBe(`done ${resumeAt + FINAL_TXS}`)
+  const w = await lane.verify('writer', printedW)
+  expect(kOf(w), `${lane.name}: the clean run made its transactions durable`).toBe(resumeAt + FINAL_TXS)
+}
+
+describe('crash recovery under SIGKILL', () => {
+  it(`keeps every log a byte-exact, untorn prefix covering the watermark across ${KILLS} kill points`, { timeout: Math.max(180_000, KILLS * 5_000) }, async () => {
+    const started = Date.now()
+    const perLane = Math.ceil(KILLS / LANES)
+    const pool = new Pool(PREWARM)
+    try {
+      await Promise.all(Array.from({ length: LANES }, (_, i) => runLane(`lane${i}`, perLane, (SEED + i * 7919) >>> 0, pool)))
+    } finally {
+      await pool.close()
+    }
+    const seconds = ((Date.now() - started) / 1000).toFixed(1)
+    console.log(
+      `crash test: ${stats.kills} kill points, ${stats.transactions} transactions verified ` +
+        `(${stats.entriesChecked} entries / ${(stats.bytesChecked / 1e6).toFixed(1)} MB compared over ` +
+        `${stats.verifications.readonly} read-only + ${stats.verifications.writer} writer checks), ` +
+        `kills by phase ${JSON.stringify(stats.byPhase)}, mid-snapshot kills ${JSON.stringify(stats.snapshotKills)}, ` +
+        `${stats.liveReads} live read-only reads, ${stats.childRuns} child processes, seed ${SEED}, ${seconds} s`,
+    )
+    expect(stats.kills).toBeGreaterThanOrEqual(KILLS)
+    expect(stats.transactions).toBeGreaterThan(0)
+  })
+})
