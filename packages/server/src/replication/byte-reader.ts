@@ -1,0 +1,122 @@
+import { PgoutputDecodeError } from './replication-errors.js'
+
+const NUL = 0
+
+/**
+ * A bounds-checked big-endian cursor over one pgoutput message. Every read
+ * checks the remaining length first, so a short buffer raises a typed
+ * `pgoutput_truncated` error rather than a RangeError (or, for strings, a
+ * silently short value).
+ */
+export class ByteReader {
+  private pos = 0
+
+  constructor(
+    private readonly buf: Buffer,
+    /** The message type character, for error messages. */
+    private readonly messageType: string,
+  ) {}
+
+  get offset(): number {
+    return this.pos
+  }
+
+  get remaining(): number {
+    return this.buf.length - this.pos
+  }
+
+  u8(field: string): number {
+    this.need(1, field)
+    return this.buf[this.pos++] as number
+  }
+
+  i16(field: string): number {
+    this.need(2, field)
+    const value = this.buf.readInt16BE(this.pos)
+    this.pos += 2
+    return value
+  }
+
+  i32(field: string): number {
+    this.need(4, field)
+    const value = this.buf.readInt32BE(this.pos)
+    this.pos += 4
+    return value
+  }
+
+  /** xids and OIDs are unsigned 32-bit. */
+  u32(field: string): number {
+    this.need(4, field)
+    const value = this.buf.readUInt32BE(this.pos)
+    this.pos += 4
+    return value
+  }
+
+  /** LSNs. */
+  u64(field: string): bigint {
+    this.need(8, field)
+    const value = this.buf.readBigUInt64BE(this.pos)
+    this.pos += 8
+    return value
+  }
+
+  /** Timestamps (microseconds since 2000-01-01, may be negative). */
+  i64(field: string): bigint {
+    this.need(8, field)
+    const value = this.buf.readBigInt64BE(this.pos)
+    this.pos += 8
+    return value
+  }
+
+  /** A NUL-terminated UTF-8 string. */
+  cstring(field: string): string {
+    const end = this.buf.indexOf(NUL, this.pos)
+    if (end < 0) throw this.truncated(`${field} has no terminating NUL`)
+    const value = this.buf.toString('utf8', this.pos, end)
+    this.pos = end + 1
+    return value
+  }
+
+  /** `length` bytes decoded as UTF-8. */
+  text(length: number, field: string): string {
+    this.need(length, field)
+    const value = this.buf.toString('utf8', this.pos, this.pos + length)
+    this.pos += length
+    return value
+  }
+
+  /** `length` bytes, copied (the caller's buffer may be reused after decoding). */
+  bytes(length: number, field: string): Buffer {
+    this.need(length, field)
+    const value = Buffer.from(this.buf.subarray(this.pos, this.pos + length))
+    this.pos += length
+    return value
+  }
+
+  skip(length: number, field: string): void {
+    this.need(length, field)
+    this.pos += length
+  }
+
+  /** Fails unless the whole message was consumed: trailing bytes mean we misread it. */
+  end(): void {
+    if (this.pos !== this.buf.length) {
+      throw new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${this.buf.length - this.pos} unexpected trailing byte(s) at offset ${this.pos}`)
+    }
+  }
+
+  malformed(detail: string): PgoutputDecodeError {
+    return new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${detail} at offset ${this.pos}`)
+  }
+
+  private need(length: number, field: string): void {
+    if (length < 0) throw this.malformed(`negative length ${length} for ${field}`)
+    if (this.buf.length - this.pos < length) {
+      throw this.truncated(`${field} needs ${length} byte(s) at offset ${this.pos}, ${this.buf.length - this.pos} left`)
+    }
+  }
+
+  private truncated(detail: string): PgoutputDecodeError {
+    return new PgoutputDecodeError('pgoutput_truncated', this.messageType, detail)
+  }
+}

@@ -1,0 +1,544 @@
+import { EventEmitter } from 'node:events'
+import { formatLsn, parseLsn } from '@sluice/protocol'
+import type pg from 'pg'
+import { LogicalReplicationService } from 'pg-logical-replication'
+import type { AbstractPlugin } from 'pg-logical-replication/dist/output-plugins/abstract.plugin.js'
+import { type BackoffPolicy, DEFAULT_BACKOFF, backoffDelay } from './backoff.js'
+import type { ChangeSink } from './change-sink.js'
+import { DISPLAY_SETTINGS, startupOptions } from './display-settings.js'
+import { SqlState, configurationError, errorMessage, replicationRoleError, sqlState } from './pg-error-mapping.js'
+import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './pg-names.js'
+import type { PgoutputMessage } from './pgoutput-messages.js'
+import { type DecodeFailure, type ProtoVersion, SluicePgoutputPlugin } from './pgoutput-plugin.js'
+import type { RelationCache } from './relation-cache.js'
+import { PublicationNotFoundError, ReplicationError, SlotNotFoundError } from './replication-errors.js'
+import { TransactionAssembler } from './transaction-assembler.js'
+
+/**
+ * Status updates (with a reply request) are sent this often. Well under
+ * Postgres's default wal_sender_timeout (60 s) so the walsender never
+ * considers us gone, and often enough that the slot follows the durable
+ * watermark closely.
+ */
+export const DEFAULT_STATUS_INTERVAL_MS = 10_000
+
+/**
+ * Silence from the server for this long (while we are not busy or paused)
+ * means the connection is dead even if TCP has not noticed: every status
+ * update asks for a reply, so a live server always says something.
+ */
+export const DEFAULT_LIVENESS_TIMEOUT_MS = 45_000
+
+/**
+ * Replies to reply requests that carry no news are spaced at least this far
+ * apart. A walsender shutting down asks again as soon as we answer, until we
+ * confirm its last position; without a floor that is a tight ping-pong for as
+ * long as the durable watermark lags.
+ */
+const MIN_IDLE_REPLY_INTERVAL_MS = 50
+
+export interface ReplicationClientOptions {
+  /** Connection string or pg config; the role needs the REPLICATION attribute. */
+  readonly connection: string | pg.ClientConfig
+  readonly sink: ChangeSink
+  /**
+   * The storage engine's durable watermark: every transaction with commit LSN
+   * at or below it is durable. It must eventually reach the commit LSN of every
+   * delivered transaction, including those no shape kept (the router advances
+   * the store for them), or an idle database cannot release WAL.
+   */
+  readonly durableLsn: () => bigint
+  readonly slotName?: string
+  readonly publicationNames?: readonly string[]
+  readonly protoVersion?: ProtoVersion
+  /** Deliver logical decoding messages to `sink.onLogicalMessage`. */
+  readonly messages?: boolean
+  /**
+   * When nothing is in flight and everything received is durable, confirm the
+   * server's WAL position from its keepalives (as Postgres's own subscriber
+   * does), so an idle database does not accumulate WAL. Default true.
+   */
+  readonly advanceWhenIdle?: boolean
+  readonly statusIntervalMs?: number
+  /** 0 disables the check. */
+  readonly livenessTimeoutMs?: number
+  readonly backoff?: BackoffPolicy
+  /** Extra session settings for the walsender (e.g. logical_decoding_work_mem); display settings are always set. */
+  readonly settings?: Readonly<Record<string, string>>
+  readonly applicationName?: string
+  readonly relations?: RelationCache
+  readonly maxTransactionBytes?: number
+  readonly streamBatchSize?: number
+  /** Ports for tests. */
+  readonly random?: () => number
+  readonly now?: () => number
+}
+
+export interface ConnectedInfo {
+  readonly serverVersionNum: number
+  readonly protoVersion: ProtoVersion
+  /** The slot's position when streaming started: Postgres resends everything committed after it. */
+  readonly confirmedFlushLsn: bigint
+}
+
+export interface DisconnectedInfo {
+  readonly reason: Error
+  /** Delay before the next attempt; undefined when the client stops (stop() or a fatal error). */
+  readonly retryInMs: number | undefined
+}
+
+export interface ReplicationClientEvents {
+  connected: [ConnectedInfo]
+  disconnected: [DisconnectedInfo]
+  /** A fatal error: the client has stopped. Emitted only if someone listens; `stopped` carries it too. */
+  error: [Error]
+}
+
+/** One replication connection: the service, its plugin and what we track about it. */
+class Stream {
+  readonly plugin: SluicePgoutputPlugin
+  processed = 0
+  started = false
+  failure: Error | undefined
+  lastHeardAt: number
+  /** The server's WAL position from its latest keepalive. */
+  walEnd = 0n
+  lastStatusAt = 0
+  statusTimer: NodeJS.Timeout | undefined
+  replyTimer: NodeJS.Timeout | undefined
+
+  constructor(
+    readonly service: LogicalReplicationService,
+    options: ConstructorParameters<typeof SluicePgoutputPlugin>[0],
+    now: number,
+  ) {
+    this.plugin = new SluicePgoutputPlugin(options)
+    this.lastHeardAt = now
+  }
+
+  /** Every received message has been handled (nothing queued in the service or in our sink). */
+  get drained(): boolean {
+    return this.plugin.received === this.processed
+  }
+
+  fail(error: unknown): void {
+    this.failure ??= toError(error)
+    clearInterval(this.statusTimer)
+    clearTimeout(this.replyTimer)
+    void this.service.stop().catch(() => {})
+  }
+}
+
+interface Gate {
+  readonly promise: Promise<void>
+  readonly open: () => void
+}
+
+/**
+ * Streams a logical replication slot into a `ChangeSink`, on
+ * pg-logical-replication's `LogicalReplicationService` with our pgoutput plugin.
+ *
+ * Acknowledgement: the service's own is off entirely (`auto: false` and
+ * `timeoutSeconds: 0`; its timer would confirm what was received, not what is
+ * durable). We confirm `durableLsn()` on keepalives, every status interval and
+ * on `acknowledge()`, never more, never less than already confirmed; the only
+ * exception is the idle case of `advanceWhenIdle`.
+ *
+ * Flow: the service's flowControl queues messages and awaits our handler, which
+ * awaits the sink; while a handler is pending the socket is paused, so a slow
+ * sink (or `pause()`) holds Postgres back through TCP instead of filling memory.
+ *
+ * Reconnects: any error that a retry can fix (connection lost, Postgres
+ * restarting, the slot busy, the sink failing) ends the connection, voids the
+ * sink's partial streamed transactions, waits (capped exponential backoff with
+ * jitter) and reconnects; streaming resumes from the slot's confirmed position
+ * and transactions already delivered or durable are dropped, so the sink sees
+ * each committed transaction once. Fatal errors (privileges, a missing slot or
+ * publication, undecodable data) stop the client.
+ */
+export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
+  readonly slotName: string
+  readonly publicationNames: readonly string[]
+  private readonly assembler: TransactionAssembler
+  private readonly clientConfig: pg.ClientConfig
+  private readonly statusIntervalMs: number
+  private readonly livenessTimeoutMs: number
+  private readonly advanceWhenIdle: boolean
+  private readonly random: () => number
+  private readonly now: () => number
+
+  private stream: Stream | undefined
+  private loop: Promise<void> | undefined
+  private stopping = false
+  private lastConfirmed = 0n
+  private gate: Gate | undefined
+  private wake: (() => void) | undefined
+  private info: ConnectedInfo | undefined
+  private firstConnect: { resolve: () => void; reject: (error: Error) => void } | undefined
+  private readonly stoppedPromise: Promise<Error | undefined>
+  private resolveStopped!: (reason: Error | undefined) => void
+
+  constructor(private readonly options: ReplicationClientOptions) {
+    super()
+    this.slotName = validateSlotName(options.slotName ?? DEFAULT_SLOT_NAME)
+    this.publicationNames = (options.publicationNames ?? [DEFAULT_PUBLICATION_NAME]).map(validatePublicationName)
+    this.statusIntervalMs = options.statusIntervalMs ?? DEFAULT_STATUS_INTERVAL_MS
+    this.livenessTimeoutMs = options.livenessTimeoutMs ?? DEFAULT_LIVENESS_TIMEOUT_MS
+    this.advanceWhenIdle = options.advanceWhenIdle ?? true
+    this.random = options.random ?? Math.random
+    this.now = options.now ?? Date.now
+    this.assembler = new TransactionAssembler(options.sink, {
+      durableLsn: options.durableLsn,
+      ...(options.relations === undefined ? {} : { relations: options.relations }),
+      ...(options.maxTransactionBytes === undefined ? {} : { maxTransactionBytes: options.maxTransactionBytes }),
+      ...(options.streamBatchSize === undefined ? {} : { streamBatchSize: options.streamBatchSize }),
+    })
+    this.clientConfig = buildClientConfig(options)
+    this.stoppedPromise = new Promise((resolve) => {
+      this.resolveStopped = resolve
+    })
+  }
+
+  /** The relation cache of this stream. */
+  get relations(): RelationCache {
+    return this.assembler.relations
+  }
+
+  get connected(): boolean {
+    return this.stream?.started === true && this.stream.failure === undefined
+  }
+
+  /** What the current (or last) connection reported when it started streaming. */
+  get connection(): ConnectedInfo | undefined {
+    return this.info
+  }
+
+  /** The highest LSN confirmed to Postgres. */
+  get confirmedLsn(): bigint {
+    return this.lastConfirmed
+  }
+
+  get paused(): boolean {
+    return this.gate !== undefined
+  }
+
+  /** Resolves when the client has stopped: with the fatal error, or undefined after `stop()`. */
+  get stopped(): Promise<Error | undefined> {
+    return this.stoppedPromise
+  }
+
+  /**
+   * Starts streaming in the background. Resolves once the first connection
+   * streams (transient failures before that are retried and reported as
+   * 'disconnected'); rejects on a fatal error or `stop()` before that.
+   */
+  start(): Promise<void> {
+    if (this.loop !== undefined) return Promise.reject(new ReplicationError('already_started'))
+    const connected = new Promise<void>((resolve, reject) => {
+      this.firstConnect = { resolve, reject }
+    })
+    this.loop = this.run()
+    return connected
+  }
+
+  /**
+   * Confirms `lsn` to Postgres now (capped at `durableLsn()`): typically called
+   * from the store's onFlush. Returns whether a status update was sent.
+   */
+  acknowledge(lsn: bigint): boolean {
+    const stream = this.stream
+    if (stream === undefined || !stream.started || stream.failure !== undefined) return false
+    const durable = this.options.durableLsn()
+    const target = this.ackPosition(stream, lsn < durable ? lsn : durable)
+    if (target <= this.lastConfirmed) return false
+    this.sendStatus(stream, target, false)
+    return true
+  }
+
+  /** Stops taking messages (backpressure for a global memory budget); Postgres is held back through TCP. */
+  pause(): void {
+    if (this.gate !== undefined) return
+    let open!: () => void
+    const promise = new Promise<void>((resolve) => {
+      open = resolve
+    })
+    this.gate = { promise, open }
+  }
+
+  resume(): void {
+    const gate = this.gate
+    this.gate = undefined
+    gate?.open()
+  }
+
+  /**
+   * Confirms the durable position, closes the connection and waits for the
+   * background loop to end. Partially streamed transactions are aborted in the
+   * sink with reason 'disconnected'.
+   */
+  async stop(): Promise<void> {
+    if (this.loop === undefined) {
+      this.stopping = true
+      this.resolveStopped(undefined)
+      return
+    }
+    if (!this.stopping) {
+      this.stopping = true
+      const stream = this.stream
+      if (stream !== undefined && stream.started && stream.failure === undefined) {
+        this.sendStatus(stream, this.ackPosition(stream), false)
+      }
+      stream?.fail(new ReplicationError('client_stopped'))
+      this.resume()
+      this.wake?.()
+    }
+    await this.loop
+  }
+
+  private async run(): Promise<void> {
+    let attempt = 0
+    let fatal: Error | undefined
+    while (!this.stopping) {
+      const stream = new Stream(
+        new LogicalReplicationService(this.clientConfig, { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: true } }),
+        {
+          publicationNames: this.publicationNames,
+          ...(this.options.protoVersion === undefined ? {} : { protoVersion: this.options.protoVersion }),
+          ...(this.options.messages === undefined ? {} : { messages: this.options.messages }),
+        },
+        this.now(),
+      )
+      this.stream = stream
+      const reason = await this.runStream(stream)
+      this.stream = undefined
+      clearInterval(stream.statusTimer)
+      clearTimeout(stream.replyTimer)
+      await stream.service.destroy().catch(() => {})
+      let resetFailure: Error | undefined
+      try {
+        await this.assembler.reset()
+      } catch (error) {
+        // A sink that cannot drop a partial transaction would see it twice after reconnecting: stop instead.
+        resetFailure = toError(error)
+      }
+      if (stream.started) attempt = 0
+      if (this.stopping) {
+        this.emitDisconnected(reason, undefined)
+        break
+      }
+      if (resetFailure !== undefined || isFatal(reason)) {
+        fatal = resetFailure ?? reason
+        this.emitDisconnected(reason, undefined)
+        break
+      }
+      const delay = backoffDelay(attempt++, this.options.backoff ?? DEFAULT_BACKOFF, this.random)
+      this.emitDisconnected(reason, delay)
+      await this.sleep(delay)
+    }
+    this.stopping = true
+    if (fatal !== undefined && this.listenerCount('error') > 0) this.emit('error', fatal)
+    this.firstConnect?.reject(fatal ?? new ReplicationError('client_stopped'))
+    this.firstConnect = undefined
+    this.resolveStopped(fatal)
+  }
+
+  /** Streams until the connection ends; returns why it ended. */
+  private async runStream(stream: Stream): Promise<Error> {
+    const { service } = stream
+    service.on('error', (error: Error) => stream.fail(error))
+    service.on('start', () => this.onStart(stream))
+    service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => this.onKeepalive(stream, lsn, shouldRespond))
+    service.on('data', (_lsn: string, message: PgoutputMessage | DecodeFailure) => this.onData(stream, message))
+    try {
+      await service.subscribe(stream.plugin as unknown as AbstractPlugin, this.slotName)
+    } catch (error) {
+      stream.fail(error)
+    }
+    return this.translate(stream.failure ?? new ReplicationError('connection_lost', 'Postgres ended the replication stream'))
+  }
+
+  private onStart(stream: Stream): void {
+    const setup = stream.plugin.setup
+    stream.started = true
+    stream.lastHeardAt = this.now()
+    if (setup !== undefined) {
+      // Never confirm below the slot's position: on some Postgres versions that moves it backwards.
+      if (setup.confirmedFlushLsn > this.lastConfirmed) this.lastConfirmed = setup.confirmedFlushLsn
+      this.info = { serverVersionNum: setup.serverVersionNum, protoVersion: setup.protoVersion, confirmedFlushLsn: setup.confirmedFlushLsn }
+    }
+    stream.statusTimer = setInterval(() => this.onStatusTimer(stream), this.statusIntervalMs)
+    stream.statusTimer.unref()
+    const ack = this.ackPosition(stream)
+    if (ack > this.lastConfirmed) this.sendStatus(stream, ack, false)
+    if (this.info !== undefined) this.emit('connected', this.info)
+    this.firstConnect?.resolve()
+    this.firstConnect = undefined
+  }
+
+  private onData(stream: Stream, message: PgoutputMessage | DecodeFailure): void | Promise<void> {
+    if (stream.failure !== undefined) return undefined
+    stream.lastHeardAt = this.now()
+    if (message.tag === 'decode-failure') {
+      stream.fail(message.error)
+      return undefined
+    }
+    const gate = this.gate
+    if (gate !== undefined) return gate.promise.then(() => this.handle(stream, message))
+    return this.handle(stream, message)
+  }
+
+  private handle(stream: Stream, message: PgoutputMessage): void | Promise<void> {
+    if (stream.failure !== undefined) return undefined
+    try {
+      const result = this.assembler.push(message)
+      if (result === undefined) {
+        stream.processed++
+        return undefined
+      }
+      return result.then(
+        () => {
+          stream.processed++
+        },
+        (error: unknown) => stream.fail(error),
+      )
+    } catch (error) {
+      stream.fail(error)
+      return undefined
+    }
+  }
+
+  private onKeepalive(stream: Stream, walEnd: string, shouldRespond: boolean): void {
+    if (stream.failure !== undefined || !stream.started) return
+    stream.lastHeardAt = this.now()
+    const end = parseLsn(walEnd)
+    if (end > stream.walEnd) stream.walEnd = end
+    const ack = this.ackPosition(stream)
+    if (ack > this.lastConfirmed) {
+      this.sendStatus(stream, ack, false)
+      return
+    }
+    // Nothing new to confirm: answer only when asked (the walsender also pings
+    // unasked whenever our position trails its own), and not in a tight loop.
+    if (!shouldRespond || stream.replyTimer !== undefined) return
+    const wait = stream.lastStatusAt + MIN_IDLE_REPLY_INTERVAL_MS - this.now()
+    if (wait <= 0) {
+      this.sendStatus(stream, ack, false)
+      return
+    }
+    stream.replyTimer = setTimeout(() => {
+      stream.replyTimer = undefined
+      if (stream.failure === undefined) this.sendStatus(stream, this.ackPosition(stream), false)
+    }, wait)
+  }
+
+  private onStatusTimer(stream: Stream): void {
+    if (stream.failure !== undefined) return
+    const quiet = this.now() - stream.lastHeardAt
+    // Busy or paused, we are not reading the socket, so silence proves nothing.
+    if (this.livenessTimeoutMs > 0 && this.gate === undefined && stream.drained && quiet > this.livenessTimeoutMs) {
+      stream.fail(new ReplicationError('connection_lost', `No message from Postgres for ${quiet} ms`))
+      return
+    }
+    this.sendStatus(stream, this.ackPosition(stream), true)
+  }
+
+  /**
+   * The position to confirm: the durable watermark (or `cap`, lower), or, when
+   * idle, the server's WAL end from its latest keepalive. Idle means every
+   * received message is handled, no transaction is open or partially
+   * streamed, and every commit seen is durable; then every transaction
+   * committed below that WAL end reached us before the keepalive did and is
+   * durable, and any later one commits above it. Postgres's own apply worker
+   * uses the same rule (with no pending transactions it reports the last
+   * received position as flushed). Never below what was confirmed already.
+   */
+  private ackPosition(stream: Stream, cap?: bigint): bigint {
+    const durable = this.options.durableLsn()
+    let target = cap ?? durable
+    if (
+      this.advanceWhenIdle &&
+      stream.walEnd > target &&
+      stream.drained &&
+      this.gate === undefined &&
+      !this.assembler.busy &&
+      durable >= this.assembler.lastCommitLsn
+    ) {
+      target = stream.walEnd
+    }
+    return target > this.lastConfirmed ? target : this.lastConfirmed
+  }
+
+  private sendStatus(stream: Stream, lsn: bigint, requestReply: boolean): void {
+    if (lsn <= 0n) return
+    // The service reports `lsn + 1` as written/flushed/applied (it takes its
+    // argument to be the last byte received); pass one less so that Postgres
+    // records exactly `lsn`.
+    void stream.service.acknowledge(formatLsn(lsn - 1n), requestReply).catch((error: unknown) => stream.fail(error))
+    stream.lastStatusAt = this.now()
+    if (lsn > this.lastConfirmed) this.lastConfirmed = lsn
+  }
+
+  private emitDisconnected(reason: Error, retryInMs: number | undefined): void {
+    this.emit('disconnected', { reason, retryInMs })
+  }
+
+  /** Waits `ms`, or less if `stop()` wakes us. */
+  private sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer)
+        this.wake = undefined
+        resolve()
+      }
+      const timer = setTimeout(done, ms)
+      this.wake = done
+    })
+  }
+
+  /** Server errors that name a cause get our typed, actionable errors. */
+  private translate(error: Error): Error {
+    if (error instanceof ReplicationError) return error
+    const state = sqlState(error)
+    const message = errorMessage(error)
+    if (state === SqlState.insufficientPrivilege) return replicationRoleError('open a replication connection', roleOf(this.clientConfig), error)
+    if (state === SqlState.undefinedObject && /publication/i.test(message)) {
+      return new PublicationNotFoundError(this.publicationNames.join(', '), message)
+    }
+    if (state === SqlState.undefinedObject && /replication slot/i.test(message)) return new SlotNotFoundError(this.slotName)
+    return toError(configurationError(error))
+  }
+}
+
+function isFatal(error: Error): boolean {
+  return error instanceof ReplicationError && error.fatal
+}
+
+function toError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error))
+}
+
+/** The session settings go in the `options` startup parameter, after any the caller set. */
+function buildClientConfig(options: ReplicationClientOptions): pg.ClientConfig {
+  const base: pg.ClientConfig = typeof options.connection === 'string' ? { connectionString: options.connection } : { ...options.connection }
+  const settings = startupOptions({ ...DISPLAY_SETTINGS, ...options.settings })
+  return {
+    ...base,
+    options: base.options === undefined ? settings : `${base.options} ${settings}`,
+    application_name: options.applicationName ?? base.application_name ?? 'sluice_replication',
+    // A dead peer is noticed by TCP too, not only by our liveness check.
+    keepAlive: true,
+  }
+}
+
+function roleOf(config: pg.ClientConfig): string {
+  if (config.user !== undefined) return config.user
+  if (config.connectionString !== undefined) {
+    try {
+      const user = decodeURIComponent(new URL(config.connectionString).username)
+      if (user !== '') return user
+    } catch {
+      // Not a URL (a key=value string): fall through.
+    }
+  }
+  return 'the replication role'
+}
