@@ -35,7 +35,6 @@ import {
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
-import { openChunkStart } from './log-state.js'
 import { readRange } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
 import type { RecordBlockPool } from './record-stage.js'
@@ -94,6 +93,12 @@ export class FileShapeLog implements ShapeLog {
   private chunksOnDisk: number
   /** Chunk records were written since the last successful sync. */
   chunksDirty = false
+  /** Set by the store while this log is in its dirty set, to skip the set on hot appends. */
+  dirtyMark = false
+  // The last transaction LSN split into 32-bit halves (a continued transaction reuses it).
+  private splitTx = -1n
+  private txLo = 0
+  private txHi = 0
   deleted = false
 
   constructor(
@@ -242,6 +247,14 @@ export class FileShapeLog implements ShapeLog {
     return count
   }
 
+  private split(tx: bigint): number {
+    const { lo, hi } = splitU64(tx)
+    this.splitTx = tx
+    this.txLo = lo
+    this.txHi = hi
+    return lo
+  }
+
   private invalid(what: string): StorageError {
     return new StorageError('invalid_append', `shape ${this.id}: ${what}`)
   }
@@ -317,9 +330,9 @@ export class FileShapeLog implements ShapeLog {
     const baseFlags = snapshot ? ENTRY_SNAPSHOT : 0
 
     // Pass 1: chunk ends (and the ops of snapshot rows, which are chunk numbers).
-    const newChunks: ChunkInfo[] = []
+    let newChunks: ChunkInfo[] | undefined
     let closed = before.closedChunks
-    let chunkFill = before.dataEnd - openChunkStart(this.chunks, closed).pos
+    let chunkFill = before.dataEnd - (closed > 0 ? this.chunks[closed - 1]!.endPos : HEADER_BYTES)
     let pos = before.dataEnd
     const entryOps: number[] = snapshot ? new Array<number>(count) : (ops as number[])
     let snapshotChunks = before.snapshotChunks
@@ -329,7 +342,7 @@ export class FileShapeLog implements ShapeLog {
       chunkFill += size
       if (snapshot) entryOps[i] = closed
       if (chunkFill >= limit || (closeAtEnd && i === count - 1)) {
-        newChunks.push({ end: { tx, op: BigInt(entryOps[i]!) }, endEntry: before.entries + i + 1, endPos: pos, kind })
+        ;(newChunks ??= []).push({ end: { tx, op: BigInt(entryOps[i]!) }, endEntry: before.entries + i + 1, endPos: pos, kind })
         if (snapshot) snapshotChunks++
         closed++
         chunkFill = 0
@@ -374,7 +387,8 @@ export class FileShapeLog implements ShapeLog {
       const stage = this.staged
       stage.reserve(count)
       const blocks = stage.blocks
-      const { lo: txLo, hi: txHi } = splitU64(tx)
+      const txLo = tx === this.splitTx ? this.txLo : this.split(tx)
+      const txHi = this.txHi
       let end = before.dataEnd
       let slot = stage.count
       for (let i = 0; i < count; i++, slot++) {
@@ -385,7 +399,7 @@ export class FileShapeLog implements ShapeLog {
         writeEntryRecordFast(block.buf, block.view, at, txLo, txHi, entryOps[i]!, end, flags)
       }
       stage.count = slot
-      this.chunks.push(...newChunks)
+      if (newChunks) for (const c of newChunks) this.chunks.push(c)
       const head: Boundary = {
         entries: before.entries + count,
         dataEnd: pos,

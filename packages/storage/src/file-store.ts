@@ -306,6 +306,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     if (!log) return false
     this.logs.delete(id)
     log.deleted = true
+    log.dirtyMark = false
     this.dirty.delete(log)
     this.unpublished.delete(log)
     this.faults.delete(log)
@@ -366,6 +367,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const target = this.cappedTarget()
     const seq = this.seq
     const logs = [...this.dirty]
+    for (const log of logs) log.dirtyMark = false
     this.dirty.clear()
     this.dirtyBytes = 0
     const snapshots = this.finishing
@@ -518,12 +520,16 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   markDirty(log: FileShapeLog, bytes: number): void {
-    // A snapshot in progress is synced when it finishes, not by a flush before.
-    if (this.logs.get(log.id) !== log) return
-    this.dirty.add(log)
-    this.unpublished.add(log)
+    if (!log.dirtyMark) {
+      // A snapshot in progress is synced when it finishes, not by a flush before.
+      if (this.logs.get(log.id) !== log) return
+      log.dirtyMark = true
+      this.dirty.add(log)
+      this.unpublished.add(log)
+    }
     this.dirtyBytes += bytes
-    this.schedule(this.dirtyBytes >= this.flushBytes)
+    if (this.dirtyBytes >= this.flushBytes) this.schedule(true)
+    else if (!this.timer) this.schedule(false)
   }
 
   noteFault(log: FileShapeLog, tx: bigint): void {
