@@ -12,7 +12,7 @@
  * 3.4-4.2 GB/s (within 10% of each other) with reused ones. `BENCH_FRESH=1`
  * switches the benchmark to `readSpans` to see that cost.
  */
-import { read as readCb, readSync } from 'node:fs'
+import { readSpansInto, readSpansIntoAsync } from '@sluice/storage'
 import type { LogRead } from '@sluice/storage'
 
 /** A reader's destination buffer: grown when a range needs more, otherwise reused. */
@@ -35,26 +35,7 @@ export function copySpans(read: LogRead, into: ReadBuffer): Buffer {
   const first = read.spans[0]
   if (read.spans.length === 1 && first?.kind === 'bytes') return Buffer.from(first.bytes.buffer, first.bytes.byteOffset, first.bytes.byteLength)
   const out = into.take(read.byteLength)
-  let at = 0
-  for (const span of read.spans) {
-    if (span.kind === 'bytes') {
-      out.set(span.bytes, at)
-      at += span.bytes.length
-      continue
-    }
-    let done = 0
-    while (done < span.length) {
-      const n = readSync(span.fd, out, at + done, span.length - done, span.position + done)
-      if (n === 0) throw new Error(`short read: ${done} of ${span.length} bytes`)
-      done += n
-    }
-    at += done
-  }
-  return out.subarray(0, at)
-}
-
-function preadAsync(fd: number, out: Buffer, offset: number, length: number, position: number): Promise<number> {
-  return new Promise((resolve, reject) => readCb(fd, out, offset, length, position, (err, n) => (err ? reject(err) : resolve(n))))
+  return out.subarray(0, readSpansInto(read, out))
 }
 
 /** The same, with file spans read on libuv's thread pool (`fs.read` with a callback). */
@@ -62,20 +43,5 @@ export async function copySpansAsync(read: LogRead, into: ReadBuffer): Promise<B
   const first = read.spans[0]
   if (read.spans.length === 1 && first?.kind === 'bytes') return Buffer.from(first.bytes.buffer, first.bytes.byteOffset, first.bytes.byteLength)
   const out = into.take(read.byteLength)
-  let at = 0
-  for (const span of read.spans) {
-    if (span.kind === 'bytes') {
-      out.set(span.bytes, at)
-      at += span.bytes.length
-      continue
-    }
-    let done = 0
-    while (done < span.length) {
-      const n = await preadAsync(span.fd, out, at + done, span.length - done, span.position + done)
-      if (n === 0) throw new Error(`short read: ${done} of ${span.length} bytes`)
-      done += n
-    }
-    at += done
-  }
-  return out.subarray(0, at)
+  return out.subarray(0, await readSpansIntoAsync(read, out))
 }

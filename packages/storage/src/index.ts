@@ -27,4 +27,4 @@ export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js
 export type { ReadOnlyStoreOptions } from './read-only-store.js'
 export { MemoryLogStore } from './memory-store.js'
 export type { MemoryStoreOptions } from './memory-store.js'
-export { readSpans, readSpansAsync } from './read-spans.js'
+export { readSpans, readSpansAsync, readSpansInto, readSpansIntoAsync } from './read-spans.js'

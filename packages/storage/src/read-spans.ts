@@ -3,11 +3,12 @@ import { nodeFs, readFully } from './fs-port.js'
 import type { FsPort } from './fs-port.js'
 
 /**
- * Copies the bytes of a read into one buffer (pread for file spans). The HTTP
- * layer sends spans without this copy; tests, tools and benchmarks use it.
+ * Copies the bytes of a read into `out` (pread for file spans) and returns how
+ * many were copied. A server answering many requests reads into pooled buffers
+ * this way; large sealed ranges go out by sendfile instead.
  */
-export function readSpans(read: LogRead, fs: FsPort = nodeFs): Buffer {
-  const out = Buffer.allocUnsafe(read.byteLength)
+export function readSpansInto(read: LogRead, out: Uint8Array, fs: FsPort = nodeFs): number {
+  checkRoom(read, out)
   let at = 0
   for (const span of read.spans) {
     if (span.kind === 'bytes') {
@@ -19,12 +20,12 @@ export function readSpans(read: LogRead, fs: FsPort = nodeFs): Buffer {
       at += n
     }
   }
-  return out
+  return at
 }
 
-/** Async variant: reads file spans on the thread pool, so many readers overlap. */
-export async function readSpansAsync(read: LogRead, fs: FsPort = nodeFs): Promise<Buffer> {
-  const out = Buffer.allocUnsafe(read.byteLength)
+/** Async variant: file spans are read on the thread pool, so many readers overlap. */
+export async function readSpansIntoAsync(read: LogRead, out: Uint8Array, fs: FsPort = nodeFs): Promise<number> {
+  checkRoom(read, out)
   let at = 0
   for (const span of read.spans) {
     if (span.kind === 'bytes') {
@@ -40,5 +41,22 @@ export async function readSpansAsync(read: LogRead, fs: FsPort = nodeFs): Promis
     }
     at += done
   }
+  return at
+}
+
+/** Reads a `LogRead` into a new buffer. For tests and tools; servers use `readSpansInto`. */
+export function readSpans(read: LogRead, fs: FsPort = nodeFs): Buffer {
+  const out = Buffer.allocUnsafe(read.byteLength)
+  readSpansInto(read, out, fs)
   return out
+}
+
+export async function readSpansAsync(read: LogRead, fs: FsPort = nodeFs): Promise<Buffer> {
+  const out = Buffer.allocUnsafe(read.byteLength)
+  await readSpansIntoAsync(read, out, fs)
+  return out
+}
+
+function checkRoom(read: LogRead, out: Uint8Array): void {
+  if (out.length < read.byteLength) throw new RangeError(`buffer of ${out.length} bytes for a read of ${read.byteLength}`)
 }
