@@ -1,3 +1,4 @@
 // The server's public API. Each stage of the data flow lives in its own folder
 // (replication/, where/, shapes/, http/); this file re-exports what embedders use.
 export * from './replication/index.js'
+export * from './where/index.js'

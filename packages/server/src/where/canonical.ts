@@ -1,0 +1,148 @@
+import type { EnumType } from './sql-type.js'
+import { quoteIdent, resolveTypeName } from './type-names.js'
+
+/**
+ * The normalised text of a clause: printed back from Postgres's parse tree,
+ * fully parenthesised, keywords upper-case, identifiers quoted, literals in one
+ * spelling, type names canonical. Two clauses that differ only in whitespace,
+ * case of keywords and unquoted identifiers, redundant parentheses, comments,
+ * `!=` versus `<>` or `::int` versus `CAST(... AS integer)` print the same.
+ *
+ * The text is valid SQL with the same meaning (`$n` kept), so it can also be
+ * used in the snapshot query; it is printed only for trees the binder accepted.
+ */
+export function canonicalText(root: unknown, enums: ReadonlyMap<string, EnumType>): string {
+  return print(root, enums)
+}
+
+type Node = Readonly<Record<string, unknown>>
+
+function unwrap(raw: unknown): [string, Node] {
+  const [entry] = Object.entries(raw as Record<string, unknown>)
+  if (entry === undefined) throw new Error('malformed parse tree node')
+  return [entry[0], entry[1] as Node]
+}
+
+function strings(list: unknown): string[] {
+  return ((list as readonly { String?: { sval?: string } }[] | undefined) ?? []).map((n) => n.String?.sval ?? '')
+}
+
+export function quoteLiteral(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`
+}
+
+const LIKE_WORDS: Readonly<Record<string, string>> = {
+  '~~': 'LIKE',
+  '!~~': 'NOT LIKE',
+  '~~*': 'ILIKE',
+  '!~~*': 'NOT ILIKE',
+}
+
+const BETWEEN_WORDS: Readonly<Record<string, string>> = {
+  AEXPR_BETWEEN: 'BETWEEN',
+  AEXPR_NOT_BETWEEN: 'NOT BETWEEN',
+  AEXPR_BETWEEN_SYM: 'BETWEEN SYMMETRIC',
+  AEXPR_NOT_BETWEEN_SYM: 'NOT BETWEEN SYMMETRIC',
+}
+
+function print(raw: unknown, enums: ReadonlyMap<string, EnumType>): string {
+  const p = (child: unknown): string => print(child, enums)
+  const [tag, node] = unwrap(raw)
+  switch (tag) {
+    case 'ColumnRef':
+      return strings(node['fields']).map(quoteIdent).join('.')
+    case 'A_Const': {
+      if (node['isnull'] === true) return 'NULL'
+      const ival = node['ival'] as { ival?: number } | undefined
+      if (ival !== undefined) return String(ival.ival ?? 0)
+      const fval = node['fval'] as { fval?: string } | undefined
+      if (fval !== undefined) return fval.fval ?? '0'
+      const boolval = node['boolval'] as { boolval?: boolean } | undefined
+      if (boolval !== undefined) return boolval.boolval === true ? 'TRUE' : 'FALSE'
+      const sval = node['sval'] as { sval?: string } | undefined
+      return quoteLiteral(sval?.sval ?? '')
+    }
+    case 'ParamRef':
+      return `$${String(node['number'])}`
+    case 'TypeCast': {
+      const type = resolveTypeName(node['typeName'] as never, enums)
+      return `CAST(${p(node['arg'])} AS ${type.sql})`
+    }
+    case 'CollateClause':
+      return `(${p(node['arg'])} COLLATE ${strings(node['collname']).map(quoteIdent).join('.')})`
+    case 'BoolExpr': {
+      const args = (node['args'] as unknown[]).map(p)
+      if (node['boolop'] === 'NOT_EXPR') return `(NOT ${args[0] ?? ''})`
+      return `(${args.join(node['boolop'] === 'AND_EXPR' ? ' AND ' : ' OR ')})`
+    }
+    case 'NullTest':
+      return `(${p(node['arg'])} ${node['nulltesttype'] === 'IS_NOT_NULL' ? 'IS NOT NULL' : 'IS NULL'})`
+    case 'BooleanTest':
+      return `(${p(node['arg'])} ${String(node['booltesttype']).replaceAll('_', ' ')})`
+    case 'CoalesceExpr':
+      return `COALESCE(${(node['args'] as unknown[]).map(p).join(', ')})`
+    case 'A_ArrayExpr':
+      return `ARRAY${printArrayBody(node, enums)}`
+    case 'FuncCall': {
+      const names = strings(node['funcname'])
+      const name = names[names.length - 1] ?? ''
+      return `${name}(${((node['args'] as unknown[] | undefined) ?? []).map(p).join(', ')})`
+    }
+    case 'A_Expr':
+      return printAExpr(node, enums)
+    default:
+      throw new Error(`cannot print ${tag}`)
+  }
+}
+
+function printArrayBody(node: Node, enums: ReadonlyMap<string, EnumType>): string {
+  const elements = (node['elements'] as unknown[] | undefined) ?? []
+  const parts = elements.map((e) => {
+    const [tag, inner] = unwrap(e)
+    return tag === 'A_ArrayExpr' ? printArrayBody(inner, enums) : print(e, enums)
+  })
+  return `[${parts.join(', ')}]`
+}
+
+function operatorOf(node: Node): string {
+  const names = strings(node['name'])
+  return names[names.length - 1] ?? ''
+}
+
+function printAExpr(node: Node, enums: ReadonlyMap<string, EnumType>): string {
+  const p = (child: unknown): string => print(child, enums)
+  const op = operatorOf(node)
+  const list = (): string[] =>
+    (((node['rexpr'] as { List?: { items?: unknown[] } }).List?.items ?? []) as unknown[]).map(p)
+  switch (node['kind']) {
+    case 'AEXPR_OP':
+      return node['lexpr'] === undefined ? `(${op} ${p(node['rexpr'])})` : `(${p(node['lexpr'])} ${op} ${p(node['rexpr'])})`
+    case 'AEXPR_OP_ANY':
+      return `(${p(node['lexpr'])} ${op} ANY (${p(node['rexpr'])}))`
+    case 'AEXPR_OP_ALL':
+      return `(${p(node['lexpr'])} ${op} ALL (${p(node['rexpr'])}))`
+    case 'AEXPR_DISTINCT':
+      return `(${p(node['lexpr'])} IS DISTINCT FROM ${p(node['rexpr'])})`
+    case 'AEXPR_NOT_DISTINCT':
+      return `(${p(node['lexpr'])} IS NOT DISTINCT FROM ${p(node['rexpr'])})`
+    case 'AEXPR_IN':
+      return `(${p(node['lexpr'])} ${op === '=' ? 'IN' : 'NOT IN'} (${list().join(', ')}))`
+    case 'AEXPR_LIKE':
+    case 'AEXPR_ILIKE': {
+      const [rtag, rnode] = unwrap(node['rexpr'])
+      const word = LIKE_WORDS[op] ?? op
+      const names = rtag === 'FuncCall' ? strings(rnode['funcname']) : []
+      if (names.length === 2 && names[0] === 'pg_catalog' && names[1] === 'like_escape') {
+        const [pattern, escape] = (rnode['args'] as unknown[]).map(p)
+        return `(${p(node['lexpr'])} ${word} ${pattern ?? ''} ESCAPE ${escape ?? ''})`
+      }
+      return `(${p(node['lexpr'])} ${word} ${p(node['rexpr'])})`
+    }
+    default: {
+      const word = BETWEEN_WORDS[String(node['kind'])]
+      if (word === undefined) throw new Error(`cannot print ${String(node['kind'])}`)
+      const [low, high] = list()
+      return `(${p(node['lexpr'])} ${word} ${low ?? ''} AND ${high ?? ''})`
+    }
+  }
+}

@@ -1,0 +1,157 @@
+import type { RowValues } from '@sluice/protocol'
+import { Binder } from './bind.js'
+import { canonicalText } from './canonical.js'
+import { compileExpr } from './compile.js'
+import type { IndexableConjunct } from './conjuncts.js'
+import { indexableConjuncts } from './conjuncts.js'
+import { columnsOf } from './expr.js'
+import { constantError } from './fold.js'
+import type { WhereLimits } from './limits.js'
+import { DEFAULT_WHERE_LIMITS } from './limits.js'
+import { loadWhereParser, parseWhereClause } from './parse-clause.js'
+import type { ElementType, EnumType, SqlType } from './sql-type.js'
+import { arrayOf, enumType, isScalarName, opaqueType, scalar } from './sql-type.js'
+import { EvaluationError, EvaluationFailure, WhereClauseError } from './where-error.js'
+import { whereQual } from './where-qual.js'
+
+/** A column of the shape's table, as the replication layer or the catalog describes it. */
+export interface WhereColumn {
+  readonly name: string
+  /**
+   * `pg_type.typname`: `int4`, `text`, an enum's name... An array is either
+   * `_int4` or the element type with `dims`. Types the evaluator does not know
+   * are accepted and usable only in IS [NOT] NULL and casts to text.
+   */
+  readonly type: string
+  readonly dims?: number
+  readonly typeOid?: number
+  /** For an enum (or an array of one): its labels in sort order. */
+  readonly enumValues?: readonly string[]
+  readonly notNull?: boolean
+}
+
+export interface CompileWhereOptions {
+  readonly columns: readonly WhereColumn[]
+  /** Values of `$1..$n`, as text: each is typed by its context like a quoted literal. */
+  readonly params?: readonly string[]
+  readonly limits?: Partial<WhereLimits>
+}
+
+/** Evaluating a clause on a row: Postgres's three-valued result, or what Postgres would have raised. */
+export type WhereResult = boolean | null | EvaluationFailure
+
+/** A WHERE verdict: whether Postgres's `SELECT ... WHERE` returns the row, or the error it raises. */
+export type WhereVerdict = boolean | EvaluationFailure
+
+export interface WhereClause {
+  /** The clause as given. */
+  readonly source: string
+  /** Normalised SQL text: equal for clauses that differ only in spelling (see canonical.ts). */
+  readonly canonical: string
+  readonly params: readonly string[]
+  /** Columns the clause reads, sorted. */
+  readonly columns: readonly string[]
+  /** Conjuncts of the top-level AND the router can index. */
+  readonly conjuncts: readonly IndexableConjunct[]
+  /** Set when the clause is exactly one indexable conjunct: matching its keys is matching the clause. */
+  readonly exact: IndexableConjunct | undefined
+  /**
+   * The clause's value on the row, as Postgres computes the expression (in a
+   * select list): TRUE, FALSE or NULL, or the error it raises. Pure: the row's
+   * values are Postgres text (or null). Never throws.
+   */
+  evaluate(row: RowValues): WhereResult
+  /**
+   * Whether Postgres's `SELECT ... WHERE <clause>` returns the row, after the
+   * rewrites Postgres applies to a WHERE clause (where-qual.ts): it may skip
+   * an evaluation (and so an error) that `evaluate` performs, and a NULL is
+   * simply no match. A failure means Postgres would raise an error for the row.
+   */
+  test(row: RowValues): WhereVerdict
+  /** Whether the row belongs to the shape: `test(row) === true`. */
+  matches(row: RowValues): boolean
+}
+
+function columnType(column: WhereColumn, enums: Map<string, EnumType>): SqlType {
+  let name = column.type
+  let isArray = (column.dims ?? 0) > 0
+  if (!isArray && name.startsWith('_')) {
+    name = name.slice(1)
+    isArray = true
+  }
+  let element: ElementType
+  if (column.enumValues !== undefined) {
+    const existing = enums.get(name)
+    element = existing ?? enumType(name, column.enumValues)
+    if (existing === undefined) enums.set(name, element)
+  } else if (isScalarName(name)) element = scalar(name)
+  else {
+    // An array of a type we do not interpret stays opaque as a whole: its literal may not even use
+    // commas as delimiters (box[] uses ';').
+    return opaqueType(isArray ? `${name}[]` : name)
+  }
+  return isArray ? arrayOf(element) : element
+}
+
+/** Compiles a where clause; loads the WASM parser on first use. */
+export async function compileWhere(source: string, options: CompileWhereOptions): Promise<WhereClause> {
+  await loadWhereParser()
+  return compileWhereSync(source, options)
+}
+
+/** As {@link compileWhere}, once {@link loadWhereParser} has completed. */
+export function compileWhereSync(source: string, options: CompileWhereOptions): WhereClause {
+  const limits: WhereLimits = { ...DEFAULT_WHERE_LIMITS, ...options.limits }
+  const params = options.params ?? []
+  if (params.length > limits.maxParams) {
+    throw new WhereClauseError('limit_exceeded', `Too many parameters (${params.length}; the limit is ${limits.maxParams})`, {
+      field: 'params',
+    })
+  }
+  const enums = new Map<string, EnumType>()
+  const columns = new Map<string, SqlType>()
+  for (const column of options.columns) columns.set(column.name, columnType(column, enums))
+
+  const tree = parseWhereClause(source, limits)
+  const binder = new Binder({ columns, enums, params, limits })
+  const expr = binder.bindWhere(tree)
+  const planningError = constantError(expr)
+  if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)
+
+  const valueOf = compileExpr(expr)
+  const qual = whereQual(expr)
+  const verdictOf = qual === expr ? valueOf : compileExpr(qual)
+  const conjuncts = indexableConjuncts(expr)
+  const evaluate = (row: RowValues): WhereResult => {
+    try {
+      return valueOf(row) as boolean | null
+    } catch (error) {
+      return failure(error)
+    }
+  }
+  const test = (row: RowValues): WhereVerdict => {
+    try {
+      return verdictOf(row) === true
+    } catch (error) {
+      return failure(error)
+    }
+  }
+  return Object.freeze({
+    source,
+    canonical: canonicalText(tree, enums),
+    params: Object.freeze([...params]),
+    columns: Object.freeze([...columnsOf(expr)].sort()),
+    conjuncts: Object.freeze(conjuncts),
+    exact: expr.k !== 'and' && conjuncts.length === 1 ? conjuncts[0] : undefined,
+    evaluate,
+    test,
+    matches: (row: RowValues) => test(row) === true,
+  })
+}
+
+function failure(error: unknown): EvaluationFailure {
+  if (error instanceof EvaluationError) return new EvaluationFailure(error.code, error.message)
+  // A bug of ours must not take replication down: the row is reported as failed.
+  return new EvaluationFailure('internal_error', error instanceof Error ? error.message : String(error))
+}
+
