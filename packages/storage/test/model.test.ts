@@ -186,5 +186,5 @@ describe('file engine against the in-memory reference', () => {
     )
     console.log(`model test: ${histories} histories, ${reads} reads compared`)
     expect(histories).toBeGreaterThanOrEqual(RUNS)
-  })
+  }, RUNS * 1_000)
 })
