@@ -14,7 +14,6 @@
  * append, if truncating failed too) and which recovery would cut anyway.
  */
 import type { LogOffset } from '@sluice/protocol'
-import { compareOffsets } from '@sluice/protocol'
 import type { LogEntryInput, LogHead, LogRead, ShapeLog } from './contract.js'
 import { StorageError, fromSystemError } from './errors.js'
 import type { FdCache } from './fd-cache.js'

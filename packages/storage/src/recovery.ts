@@ -11,7 +11,7 @@
  * makes the cut point a binary search, not a scan.
  */
 import type { FdCache } from './fd-cache.js'
-import { FileRef } from './fd-cache.js'
+import type { FileRef } from './fd-cache.js'
 import { StorageError, fromSystemError } from './errors.js'
 import {
   CHUNK_RECORD_BYTES,
@@ -58,19 +58,6 @@ function checkFileHeader(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kin
     if (problem) throw corrupt(id, `${ref.path} has a bad header (${problem})`)
     return fs.fstatSync(fd).size
   })
-}
-
-/** Reads `count` entry records starting at `first`, stopping at the first that fails its check. */
-function readEntryRecords(fs: FsPort, fd: number, first: number, count: number): EntryRecord[] {
-  const buf = Buffer.alloc(count * ENTRY_RECORD_BYTES)
-  const n = readFully(fs, fd, buf, 0, buf.length, HEADER_BYTES + first * ENTRY_RECORD_BYTES)
-  const out: EntryRecord[] = []
-  for (let at = 0; at + ENTRY_RECORD_BYTES <= n; at += ENTRY_RECORD_BYTES) {
-    const r = readEntryRecord(buf, at)
-    if (!r) break
-    out.push(r)
-  }
-  return out
 }
 
 // Records after a failed one examined for signs of damage (see scanLog).
@@ -211,9 +198,4 @@ export async function recoverLog(fs: FsPort, fds: FdCache, id: string, dir: stri
     })
   }
   return found
-}
-
-/** Reads all entry records of a chunk range; used by tests and tools to verify a log. */
-export function readAllEntryRecords(fs: FsPort, fds: FdCache, ref: FileRef, count: number): EntryRecord[] {
-  return fds.use(ref, (fd) => readEntryRecords(fs, fd, 0, count))
 }
