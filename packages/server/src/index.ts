@@ -2,3 +2,4 @@
 // (replication/, where/, shapes/, http/); this file re-exports what embedders use.
 export * from './replication/index.js'
 export * from './where/index.js'
+export * from './shapes/index.js'

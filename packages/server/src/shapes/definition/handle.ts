@@ -1,0 +1,90 @@
+/**
+ * Shape handles: `<hash>-<unix microseconds>` (PROTOCOL.md §2), e.g.
+ * `4121856423567898134-1763837400123456`.
+ *
+ * Handles are never reused, even across restarts: a client that saw a handle
+ * expire treats any later response carrying it as a stale CDN hit. So the
+ * microsecond part is unique on its own, not just per hash: the issuer keeps
+ * the last value it issued and never issues one at or below it, whatever the
+ * clock says (a frozen clock, two handles in one microsecond, NTP stepping
+ * back). A restarted process is given the highest value ever issued (the
+ * floor, from the restored registry) and starts above it.
+ *
+ * Handles double as storage shape ids, which must match
+ * /^[A-Za-z0-9_-]{1,128}$/; ours use only digits and one `-`, at most
+ * 20 + 1 + 16 = 37 characters.
+ */
+
+export const MAX_HASH_DIGITS = 20
+export const MAX_MICROS_DIGITS = 16
+export const MAX_HANDLE_LENGTH = MAX_HASH_DIGITS + 1 + MAX_MICROS_DIGITS
+
+// No leading zeros (except a lone 0) so each value has one spelling.
+const HANDLE = /^(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,15})$/
+
+export interface ParsedHandle {
+  readonly hash: string
+  readonly micros: number
+}
+
+/** Parses a handle we could have issued; undefined for anything else (never throws on client input). */
+export function parseHandle(text: string): ParsedHandle | undefined {
+  if (text.length > MAX_HANDLE_LENGTH) return undefined
+  const match = HANDLE.exec(text)
+  if (match === null) return undefined
+  const [, hash, microsText] = match
+  if (hash === undefined || microsText === undefined) return undefined
+  if (BigInt(hash) > 0xffff_ffff_ffff_ffffn) return undefined
+  const micros = Number(microsText)
+  if (!Number.isSafeInteger(micros)) return undefined
+  return { hash, micros }
+}
+
+export function isValidHandle(text: string): boolean {
+  return parseHandle(text) !== undefined
+}
+
+export function formatHandle(hash: string, micros: number): string {
+  const handle = `${hash}-${micros}`
+  if (parseHandle(handle) === undefined) throw new RangeError(`not a valid handle: ${handle}`)
+  return handle
+}
+
+/** Wall-clock time in microseconds; a port so tests can freeze it or run it backwards. */
+export type MicrosClock = () => number
+
+export const systemMicrosClock: MicrosClock = () => Date.now() * 1000
+
+export interface HandleIssuerOptions {
+  readonly clock?: MicrosClock
+  /** The highest microsecond value ever issued (by any earlier process); new ones are above it. */
+  readonly floor?: number
+}
+
+export class HandleIssuer {
+  readonly #clock: MicrosClock
+  #last: number
+
+  constructor(options: HandleIssuerOptions = {}) {
+    this.#clock = options.clock ?? systemMicrosClock
+    this.#last = options.floor ?? -1
+  }
+
+  /** The highest microsecond value issued or known to have been issued; persist it to survive restarts. */
+  get floor(): number {
+    return this.#last
+  }
+
+  /** Raises the floor (e.g. on restoring a handle from storage); never lowers it. */
+  observe(micros: number): void {
+    if (micros > this.#last) this.#last = micros
+  }
+
+  issue(hash: string): string {
+    const now = Math.floor(this.#clock())
+    const micros = now > this.#last ? now : this.#last + 1
+    const handle = formatHandle(hash, micros)
+    this.#last = micros
+    return handle
+  }
+}

@@ -1,0 +1,33 @@
+// Shape definitions, handles and the registry that maps one to the other (issue 3 item 5).
+export {
+  type CompiledDefinition,
+  DEFINITION_KEY_VERSION,
+  type ShapeDefinition,
+  compareCodePoints,
+  compileDefinition,
+  definitionHash,
+  definitionKey,
+  definitionsEqual,
+  freezeDefinition,
+  normalizeDefinition,
+  paramList,
+  referencedParamNumbers,
+} from './shape-definition.js'
+export {
+  HandleIssuer,
+  type HandleIssuerOptions,
+  MAX_HANDLE_LENGTH,
+  type MicrosClock,
+  type ParsedHandle,
+  formatHandle,
+  isValidHandle,
+  parseHandle,
+  systemMicrosClock,
+} from './handle.js'
+export { SHAPE_META_VERSION, type ShapeMeta, ShapeMetaError, decodeShapeMeta, encodeShapeMeta } from './shape-meta.js'
+export {
+  type HandleStatus,
+  type ShapeEntry,
+  ShapeRegistry,
+  type ShapeRegistryOptions,
+} from './shape-registry.js'

@@ -1,0 +1,116 @@
+import { LOG_MODES, REPLICA_MODES } from '@sluice/protocol'
+import type { LogMode, ReplicaMode } from '@sluice/protocol'
+import { isValidHandle } from './handle.js'
+import type { ShapeDefinition } from './shape-definition.js'
+import { freezeDefinition } from './shape-definition.js'
+
+/**
+ * A shape's definition as stored in the storage engine's per-shape meta bytes,
+ * read back on restart to rebuild the registry.
+ *
+ * Format: UTF-8 JSON of one object (field order irrelevant):
+ *
+ *   field       type                      meaning
+ *   v           number                    format version, SHAPE_META_VERSION (never reuse a number)
+ *   handle      string                    the shape's handle (also its storage id)
+ *   expired     boolean, optional         true once the shape was invalidated
+ *   schema      string                    table schema, as parsed (case kept)
+ *   table       string                    table name, as parsed
+ *   where       string | null             canonical where text, null for none
+ *   params      {"<n>": string}           values of the referenced $n
+ *   columns     string[] | null           sorted selected columns, null for all
+ *   replica     "default" | "full"
+ *   log         "full" | "changes_only"
+ *
+ * JSON rather than a binary layout: it is written once per shape, and the
+ * definition is a handful of strings.
+ */
+export const SHAPE_META_VERSION = 1
+
+export interface ShapeMeta {
+  readonly handle: string
+  readonly definition: ShapeDefinition
+  readonly expired: boolean
+}
+
+export class ShapeMetaError extends Error {
+  readonly code = 'invalid_shape_meta'
+  constructor(message: string) {
+    super(message)
+    this.name = 'ShapeMetaError'
+  }
+}
+
+export function encodeShapeMeta(def: ShapeDefinition, handle: string, options: { expired?: boolean } = {}): Uint8Array {
+  if (!isValidHandle(handle)) throw new ShapeMetaError(`not a valid handle: ${handle}`)
+  const record: Record<string, unknown> = {
+    v: SHAPE_META_VERSION,
+    handle,
+    schema: def.schema,
+    table: def.table,
+    where: def.where ?? null,
+    params: def.params,
+    columns: def.columns ?? null,
+    replica: def.replica,
+    log: def.log,
+  }
+  if (options.expired === true) record['expired'] = true
+  return new TextEncoder().encode(JSON.stringify(record))
+}
+
+/** Decodes and validates; throws ShapeMetaError on anything malformed or of another version. */
+export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
+  let raw: unknown
+  try {
+    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes))
+  } catch (error) {
+    throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`)
+  }
+  if (!isRecord(raw)) throw new ShapeMetaError('shape meta is not a JSON object')
+  if (raw['v'] !== SHAPE_META_VERSION) {
+    throw new ShapeMetaError(`unsupported shape meta version ${JSON.stringify(raw['v'])} (expected ${SHAPE_META_VERSION})`)
+  }
+  const handle = raw['handle']
+  if (typeof handle !== 'string' || !isValidHandle(handle)) throw new ShapeMetaError('shape meta: bad handle')
+  const expired = raw['expired'] ?? false
+  if (typeof expired !== 'boolean') throw new ShapeMetaError('shape meta: bad expired')
+  const schema = stringField(raw, 'schema')
+  const table = stringField(raw, 'table')
+  const where = raw['where']
+  if (where !== null && typeof where !== 'string') throw new ShapeMetaError('shape meta: bad where')
+  const params = raw['params']
+  if (!isRecord(params) || !Object.entries(params).every(([k, v]) => /^[1-9][0-9]*$/.test(k) && typeof v === 'string')) {
+    throw new ShapeMetaError('shape meta: bad params')
+  }
+  const columns = raw['columns']
+  if (columns !== null && !(Array.isArray(columns) && columns.every((c) => typeof c === 'string'))) {
+    throw new ShapeMetaError('shape meta: bad columns')
+  }
+  const replica = raw['replica']
+  if (!(REPLICA_MODES as readonly unknown[]).includes(replica)) throw new ShapeMetaError('shape meta: bad replica')
+  const log = raw['log']
+  if (!(LOG_MODES as readonly unknown[]).includes(log)) throw new ShapeMetaError('shape meta: bad log')
+  return {
+    handle,
+    expired,
+    definition: freezeDefinition({
+      schema,
+      table,
+      where: where ?? undefined,
+      params: params as Record<string, string>,
+      columns: columns === null ? undefined : (columns as string[]),
+      replica: replica as ReplicaMode,
+      log: log as LogMode,
+    }),
+  }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function stringField(raw: Record<string, unknown>, name: string): string {
+  const value = raw[name]
+  if (typeof value !== 'string') throw new ShapeMetaError(`shape meta: bad ${name}`)
+  return value
+}

@@ -1,0 +1,155 @@
+import { HandleIssuer, parseHandle } from './handle.js'
+import type { MicrosClock } from './handle.js'
+import type { ShapeDefinition } from './shape-definition.js'
+import { definitionHash, definitionKey, freezeDefinition } from './shape-definition.js'
+import type { ShapeMeta } from './shape-meta.js'
+
+export { decodeShapeMeta, encodeShapeMeta, SHAPE_META_VERSION, ShapeMetaError, type ShapeMeta } from './shape-meta.js'
+
+export type HandleStatus = 'active' | 'expired' | 'unknown'
+
+export interface ShapeEntry {
+  readonly handle: string
+  readonly definition: ShapeDefinition
+  readonly expired: boolean
+}
+
+export interface ShapeRegistryOptions {
+  readonly clock?: MicrosClock
+  /**
+   * The highest handle microsecond ever issued, if persisted apart from the
+   * shapes. Restoring already raises the floor to the newest restored handle;
+   * this covers handles whose shapes were since deleted from storage.
+   */
+  readonly floor?: number
+}
+
+/**
+ * Which handle serves which definition, in memory. Pure bookkeeping: the
+ * caller persists each shape's meta ({@link encodeShapeMeta}) when it is
+ * registered or invalidated and rebuilds with {@link ShapeRegistry.restore}.
+ *
+ * A definition has at most one active handle. Invalidating it retires the
+ * handle for good: it stays known as expired (so a request for it can be
+ * answered with 409 rather than 400), and the next register of the same
+ * definition issues a new one.
+ */
+export class ShapeRegistry {
+  readonly #issuer: HandleIssuer
+  /** definitionKey → active handle. */
+  readonly #active = new Map<string, string>()
+  /** Every known handle, active or expired. */
+  readonly #byHandle = new Map<string, { definition: ShapeDefinition; key: string; expired: boolean }>()
+  /** Handles restore found superseded; see restore. */
+  readonly #expiredDuringRestore: string[] = []
+
+  constructor(options: ShapeRegistryOptions = {}) {
+    this.#issuer = new HandleIssuer({
+      ...(options.clock === undefined ? {} : { clock: options.clock }),
+      ...(options.floor === undefined ? {} : { floor: options.floor }),
+    })
+  }
+
+  /**
+   * Rebuilds a registry from stored metas. If two active entries share a
+   * definition (a crash between writing a new shape and marking the old one
+   * expired), the newer handle stays active and the other becomes expired;
+   * {@link ShapeRegistry.expiredDuringRestore} lists those so the caller can
+   * persist the change.
+   */
+  static restore(entries: Iterable<ShapeMeta | ShapeEntry>, options: ShapeRegistryOptions = {}): ShapeRegistry {
+    const registry = new ShapeRegistry(options)
+    const sorted = [...entries].sort((a, b) => micros(a.handle) - micros(b.handle))
+    for (const entry of sorted) {
+      if (registry.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
+      const definition = freezeDefinition(entry.definition)
+      const key = definitionKey(definition)
+      registry.#issuer.observe(micros(entry.handle))
+      registry.#byHandle.set(entry.handle, { definition, key, expired: entry.expired })
+      if (entry.expired) continue
+      const previous = registry.#active.get(key)
+      if (previous !== undefined) {
+        const old = registry.#byHandle.get(previous)
+        if (old !== undefined) old.expired = true
+        registry.#expiredDuringRestore.push(previous)
+      }
+      registry.#active.set(key, entry.handle)
+    }
+    return registry
+  }
+
+  get expiredDuringRestore(): readonly string[] {
+    return this.#expiredDuringRestore
+  }
+
+  /** The highest handle microsecond issued or restored; persist it if expired shapes get deleted. */
+  get handleFloor(): number {
+    return this.#issuer.floor
+  }
+
+  get size(): number {
+    return this.#active.size
+  }
+
+  /** The active handle for a definition, if any. */
+  lookup(def: ShapeDefinition): string | undefined {
+    return this.#active.get(definitionKey(def))
+  }
+
+  /** The active handle for a definition, issuing a new one if there is none. */
+  register(def: ShapeDefinition): string {
+    return this.registerEntry(def).handle
+  }
+
+  /** As {@link register}, also saying whether the handle is new (and so its meta must be stored). */
+  registerEntry(def: ShapeDefinition): { readonly handle: string; readonly created: boolean } {
+    const key = definitionKey(def)
+    const existing = this.#active.get(key)
+    if (existing !== undefined) return { handle: existing, created: false }
+    const definition = freezeDefinition(def)
+    const handle = this.#issuer.issue(definitionHash(definition))
+    this.#active.set(key, handle)
+    this.#byHandle.set(handle, { definition, key, expired: false })
+    return { handle, created: true }
+  }
+
+  /** The definition behind an active handle; undefined for expired or unknown handles. */
+  get(handle: string): ShapeDefinition | undefined {
+    const entry = this.#byHandle.get(handle)
+    return entry === undefined || entry.expired ? undefined : entry.definition
+  }
+
+  status(handle: string): HandleStatus {
+    const entry = this.#byHandle.get(handle)
+    return entry === undefined ? 'unknown' : entry.expired ? 'expired' : 'active'
+  }
+
+  /** Retires an active handle; returns its definition, or undefined if it was not active. */
+  invalidate(handle: string): ShapeDefinition | undefined {
+    const entry = this.#byHandle.get(handle)
+    if (entry === undefined || entry.expired) return undefined
+    entry.expired = true
+    this.#active.delete(entry.key)
+    return entry.definition
+  }
+
+  /** Drops an expired handle from memory (its shape was deleted); the floor keeps it from being reissued. */
+  forget(handle: string): boolean {
+    const entry = this.#byHandle.get(handle)
+    if (entry === undefined || !entry.expired) return false
+    return this.#byHandle.delete(handle)
+  }
+
+  /** Every known shape, active and expired, oldest handle first. */
+  entries(): ShapeEntry[] {
+    return [...this.#byHandle]
+      .map(([handle, e]) => ({ handle, definition: e.definition, expired: e.expired }))
+      .sort((a, b) => micros(a.handle) - micros(b.handle))
+  }
+}
+
+function micros(handle: string): number {
+  const parsed = parseHandle(handle)
+  if (parsed === undefined) throw new Error(`not a valid handle: ${handle}`)
+  return parsed.micros
+}

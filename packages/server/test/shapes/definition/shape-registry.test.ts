@@ -1,0 +1,175 @@
+import { describe, expect, it } from 'vitest'
+import type { ShapeDefinition } from '../../../src/shapes/definition/index.js'
+import {
+  SHAPE_META_VERSION,
+  ShapeMetaError,
+  ShapeRegistry,
+  decodeShapeMeta,
+  definitionHash,
+  encodeShapeMeta,
+  parseHandle,
+} from '../../../src/shapes/definition/index.js'
+
+const ITEMS: ShapeDefinition = {
+  schema: 'public',
+  table: 'items',
+  where: '("id" = $1)',
+  params: { '1': '7' },
+  columns: ['id', 'title'],
+  replica: 'default',
+  log: 'full',
+}
+const AWKWARD: ShapeDefinition = {
+  schema: 'Some "Schema"',
+  table: 'issues for x_0 ☃ 𝄞',
+  where: undefined,
+  params: {},
+  columns: undefined,
+  replica: 'full',
+  log: 'changes_only',
+}
+
+function frozenRegistry(now = 1_000_000, floor?: number): ShapeRegistry {
+  return new ShapeRegistry({ clock: () => now, ...(floor === undefined ? {} : { floor }) })
+}
+
+describe('ShapeRegistry', () => {
+  it('register issues one handle per definition; lookup and get find it', () => {
+    const registry = frozenRegistry()
+    expect(registry.lookup(ITEMS)).toBeUndefined()
+    const handle = registry.register(ITEMS)
+    expect(parseHandle(handle)?.hash).toBe(definitionHash(ITEMS))
+    expect(registry.register({ ...ITEMS, columns: ['id', 'title'] })).toBe(handle)
+    expect(registry.registerEntry(ITEMS)).toEqual({ handle, created: false })
+    expect(registry.lookup(ITEMS)).toBe(handle)
+    expect(registry.get(handle)).toEqual(ITEMS)
+    expect(registry.status(handle)).toBe('active')
+
+    const other = registry.register(AWKWARD)
+    expect(other).not.toBe(handle)
+    expect(registry.size).toBe(2)
+    expect(registry.get('1-1')).toBeUndefined()
+    expect(registry.status('1-1')).toBe('unknown')
+  })
+
+  it('keeps its own frozen copy', () => {
+    const registry = frozenRegistry()
+    const columns = ['id', 'title']
+    const handle = registry.register({ ...ITEMS, columns })
+    columns.push('oops')
+    expect(registry.get(handle)?.columns).toEqual(['id', 'title'])
+  })
+
+  it('invalidate expires the handle for good; the definition gets a new one', () => {
+    const registry = frozenRegistry()
+    const first = registry.register(ITEMS)
+    expect(registry.invalidate(first)).toEqual(ITEMS)
+    expect(registry.invalidate(first)).toBeUndefined()
+    expect(registry.status(first)).toBe('expired')
+    expect(registry.get(first)).toBeUndefined()
+    expect(registry.lookup(ITEMS)).toBeUndefined()
+
+    const second = registry.register(ITEMS)
+    expect(second).not.toBe(first)
+    expect(registry.lookup(ITEMS)).toBe(second)
+    expect(registry.status(first)).toBe('expired')
+    expect(registry.entries().map((e) => [e.handle, e.expired])).toEqual([
+      [first, true],
+      [second, false],
+    ])
+  })
+
+  it('restores from stored metas, and a restart never reissues a handle', () => {
+    const before = frozenRegistry(5_000_000)
+    const expired = before.register(ITEMS)
+    before.invalidate(expired)
+    const items = before.register(ITEMS)
+    const awkward = before.register(AWKWARD)
+    const stored = before.entries().map((e) => encodeShapeMeta(e.definition, e.handle, { expired: e.expired }))
+
+    // The restarted machine's clock is behind and frozen.
+    const after = ShapeRegistry.restore(stored.map(decodeShapeMeta), { clock: () => 1 })
+    expect(after.lookup(ITEMS)).toBe(items)
+    expect(after.lookup(AWKWARD)).toBe(awkward)
+    expect(after.get(awkward)).toEqual(AWKWARD)
+    expect(after.status(expired)).toBe('expired')
+    expect(after.handleFloor).toBe(before.handleFloor)
+
+    after.invalidate(items)
+    const fresh = after.register(ITEMS)
+    expect([expired, items, awkward]).not.toContain(fresh)
+    expect(parseHandle(fresh)?.micros).toBe(before.handleFloor + 1)
+  })
+
+  it('a persisted floor covers handles whose shapes were deleted', () => {
+    const before = frozenRegistry(5_000_000)
+    const gone = before.register(AWKWARD)
+    before.invalidate(gone)
+    before.forget(gone)
+    const kept = before.register(ITEMS)
+    // Only the older shape survived in storage, but the floor was kept apart.
+    const stored = before.entries().filter((e) => e.handle === kept)
+    const after = ShapeRegistry.restore(stored, { clock: () => 0, floor: before.handleFloor })
+    expect(after.register(AWKWARD)).not.toBe(gone)
+    expect(parseHandle(after.register(AWKWARD))?.micros).toBeGreaterThan(before.handleFloor)
+  })
+
+  it('restore resolves two active handles for one definition to the newest', () => {
+    const registry = ShapeRegistry.restore([
+      { handle: '9-300', definition: ITEMS, expired: false },
+      { handle: '9-100', definition: ITEMS, expired: false },
+    ])
+    expect(registry.lookup(ITEMS)).toBe('9-300')
+    expect(registry.status('9-100')).toBe('expired')
+    expect(registry.expiredDuringRestore).toEqual(['9-100'])
+  })
+
+  it('restore rejects duplicate handles', () => {
+    expect(() =>
+      ShapeRegistry.restore([
+        { handle: '9-1', definition: ITEMS, expired: false },
+        { handle: '9-1', definition: AWKWARD, expired: false },
+      ]),
+    ).toThrow(/duplicate/)
+  })
+})
+
+describe('shape meta', () => {
+  it.each([ITEMS, AWKWARD])('round-trips %#', (def) => {
+    const bytes = encodeShapeMeta(def, '12-34')
+    expect(decodeShapeMeta(bytes)).toEqual({ handle: '12-34', definition: def, expired: false })
+    expect(decodeShapeMeta(encodeShapeMeta(def, '12-34', { expired: true })).expired).toBe(true)
+  })
+
+  it('carries a version field', () => {
+    const record = JSON.parse(new TextDecoder().decode(encodeShapeMeta(ITEMS, '1-2'))) as Record<string, unknown>
+    expect(record['v']).toBe(SHAPE_META_VERSION)
+  })
+
+  const encode = (patch: Record<string, unknown>): Uint8Array => {
+    const record = JSON.parse(new TextDecoder().decode(encodeShapeMeta(ITEMS, '1-2'))) as Record<string, unknown>
+    return new TextEncoder().encode(JSON.stringify({ ...record, ...patch }))
+  }
+
+  it.each([
+    ['another version', encode({ v: 2 })],
+    ['no version', encode({ v: undefined })],
+    ['version as text', encode({ v: '1' })],
+    ['a bad handle', encode({ handle: 'a/b' })],
+    ['a bad replica', encode({ replica: 'partial' })],
+    ['a bad log', encode({ log: 'none' })],
+    ['bad params', encode({ params: { x: '1' } })],
+    ['non-string params', encode({ params: { '1': 1 } })],
+    ['bad columns', encode({ columns: [1] })],
+    ['a missing table', encode({ table: undefined })],
+    ['not JSON', new TextEncoder().encode('{')],
+    ['not UTF-8', new Uint8Array([0xff, 0xfe])],
+    ['an array', new TextEncoder().encode('[]')],
+  ])('rejects %s', (_, bytes) => {
+    expect(() => decodeShapeMeta(bytes)).toThrow(ShapeMetaError)
+  })
+
+  it('refuses to encode an invalid handle', () => {
+    expect(() => encodeShapeMeta(ITEMS, 'no')).toThrow(ShapeMetaError)
+  })
+})
