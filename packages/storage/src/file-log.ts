@@ -47,6 +47,8 @@ export interface LogHost {
   /** A number that increases with every append across the store. */
   nextSeq(): number
   markDirty(log: FileShapeLog, bytes: number): void
+  /** The log has a transaction boundary waiting to be published. */
+  markUnpublished(log: FileShapeLog): void
   /** An append of transaction `tx` failed: the watermark must stay below it. */
   noteFault(log: FileShapeLog, tx: bigint): void
   /** An append at or above the faulted transaction succeeded. */
@@ -202,6 +204,7 @@ export class FileShapeLog implements ShapeLog {
    * below 2^53, which no transaction comes near.
    */
   appendTransaction(input: readonly LogEntryInput[], options?: { more?: boolean }): number {
+    if (this.deleted) throw new StorageError('shape_deleted', `shape ${this.id} was deleted`)
     const n = input.length
     if (n === 0) return 0
     const tx = input[0]!.offset.tx
@@ -242,7 +245,10 @@ export class FileShapeLog implements ShapeLog {
     }
     this.host.clearFault(this, tx)
     // The appended head object is the boundary too (one allocation per append).
-    if (!more) this.boundaries.push(this.appended as Boundary)
+    if (!more) {
+      this.boundaries.push(this.appended as Boundary)
+      this.host.markUnpublished(this)
+    }
     return count
   }
 

@@ -379,6 +379,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       try {
         await this.syncLog(log)
       } catch (err) {
+        // A log deleted while this flush ran has nothing left to make durable.
+        if (log.deleted) return
         failed.push(log)
         firstError ??= fromSystemError(err, `sync shape ${log.id}`)
       }
@@ -525,11 +527,16 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       if (this.logs.get(log.id) !== log) return
       log.dirtyMark = true
       this.dirty.add(log)
-      this.unpublished.add(log)
     }
     this.dirtyBytes += bytes
     if (this.dirtyBytes >= this.flushBytes) this.schedule(true)
     else if (!this.timer) this.schedule(false)
+  }
+
+  markUnpublished(log: FileShapeLog): void {
+    // Membership follows boundaries, not dirtiness: a `more` append dirties a log
+    // without giving it anything to publish, and the publish pass drops such logs.
+    this.unpublished.add(log)
   }
 
   noteFault(log: FileShapeLog, tx: bigint): void {

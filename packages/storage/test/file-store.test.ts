@@ -10,8 +10,8 @@ import { useTempDir } from '@sluice/test-utils'
 import { BEFORE_ALL, formatOffset, parseOffset } from '@sluice/protocol'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ENTRY_RECORD_BYTES, HEADER_BYTES } from '../src/format.js'
-import { openFileLogStore, openReadOnlyLogStore, readSpans } from '../src/index.js'
-import type { FileLogStore, LogRead, StorageError } from '../src/index.js'
+import { nodeFs, openFileLogStore, openReadOnlyLogStore, readSpans } from '../src/index.js'
+import type { FileLogStore, FsPort, LogRead, StorageError } from '../src/index.js'
 import type { LogOffset } from '@sluice/protocol'
 import { body, change, makeShape, row } from './contract-suite.js'
 
@@ -171,6 +171,39 @@ describe('file engine', () => {
     expect(readdirSync(`${dir}/tmp`)).toEqual([])
     expect(readdirSync(`${dir}/trash`)).toEqual([])
     expect(readdirSync(`${dir}/shapes`)).toEqual([])
+  })
+
+  it('publishes a transaction whose first part was appended while a flush was running', async () => {
+    // Regression: a `more` append during a flush left the log dirty with nothing
+    // to publish; that flush dropped it from the publish set, and the final part
+    // (appended while the log was still marked dirty) was never published.
+    const dir = await tempDirs.make('more-during-flush')
+    let release: () => void = () => {}
+    let gate: Promise<void> | undefined
+    const fs: FsPort = {
+      ...nodeFs,
+      async fdatasync(fd) {
+        if (gate) await gate
+        await nodeFs.fdatasync(fd)
+      },
+    }
+    const s = await openFileLogStore({ dir, chunkBytes: 4096, flushIntervalMs: 60_000, fs })
+    open.push(s)
+    await makeShape(s, 'm', [])
+    await makeShape(s, 'l', [])
+    s.get('m')!.appendTransaction([change(5n, 0, 1)])
+    s.advance(5n)
+    gate = new Promise((r) => (release = r))
+    const first = s.flush()
+    await new Promise((r) => setTimeout(r, 10)) // the flush is now waiting in fdatasync
+    s.get('l')!.appendTransaction([change(10n, 0, 1)], { more: true })
+    gate = undefined
+    release()
+    await first
+    s.get('l')!.appendTransaction([change(10n, 2, 2)])
+    s.advance(10n)
+    await s.flush()
+    expect(formatOffset(s.get('l')!.head().lastOffset)).toBe('10_2')
   })
 
   it('finishes a snapshot in a process that has nothing else to do', async () => {
