@@ -57,6 +57,9 @@ export const DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
 export const DEFAULT_MAX_OPEN_FILES = 512
 
 
+// Longest wait between retries of a failing timed flush.
+const MAX_RETRY_MS = 250
+
 // Enough to keep every thread-pool worker and the device queue busy.
 const MAX_CONCURRENT_SYNCS = 64
 
@@ -100,6 +103,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private readonly errorListeners = new Set<(err: StorageError) => void>()
   private closed = false
   private tmpCounter = 0
+  /** Timed flushes failed in a row; spaces out the retries. */
+  private failedFlushes = 0
   /** The last flush error, cleared by the next successful flush. */
   lastError: StorageError | undefined
   /** Ids of logs that failed to open and were moved to quarantine/. */
@@ -573,12 +578,22 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.timer = undefined
     if (this.closed) return
     this.flushInternal()
-      .catch((err: unknown) => this.emitError(err instanceof StorageError ? err : fromSystemError(err, 'flush')))
+      .then(() => {
+        this.failedFlushes = 0
+      })
+      .catch((err: unknown) => {
+        this.failedFlushes++
+        this.emitError(err instanceof StorageError ? err : fromSystemError(err, 'flush'))
+      })
       .finally(() => {
         // Keep retrying while there is work; a cleared fault then resumes by itself.
-        if (!this.closed && (this.dirty.size > 0 || this.finishing.length > 0 || this.cappedTarget() > this.durable)) {
-          this.schedule(false)
-        }
+        // Failures back off, so a full disk reports an error a few times a second, not a hundred.
+        if (this.closed || this.timer) return
+        if (!(this.dirty.size > 0 || this.finishing.length > 0 || this.cappedTarget() > this.durable)) return
+        if (this.failedFlushes === 0) return this.schedule(false)
+        const delay = Math.min(MAX_RETRY_MS, this.flushIntervalMs * 2 ** Math.min(this.failedFlushes, 16))
+        this.timer = setTimeout(() => this.timedFlush(), delay)
+        this.timer.unref()
       })
   }
 

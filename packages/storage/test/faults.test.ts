@@ -230,8 +230,10 @@ describe('fault injection', () => {
     const rule = faulty.rules.failAlways('fdatasync', { code: 'EIO' })
     log.appendTransaction([change(3n, 0, 1)])
     s.advance(3n)
-    await new Promise((r) => setTimeout(r, 60))
+    await new Promise((r) => setTimeout(r, 300))
     expect(errors.length).toBeGreaterThan(0)
+    // Retries back off: a 5 ms interval without backoff would have failed about 60 times by now.
+    expect(errors.length).toBeLessThan(20)
     expect(errors[0]).toBeInstanceOf(StorageError)
     expect(s.durableLsn).toBe(0n)
     rule.remove()
