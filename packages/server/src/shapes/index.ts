@@ -9,3 +9,4 @@ export type {
   TableDescription,
 } from './change-encoder.js'
 export * from './definition/index.js'
+export { ShapeIndex, chooseConjunct } from './shape-index.js'

@@ -1,0 +1,208 @@
+import type { RowValues } from '@sluice/protocol'
+import type { IndexableConjunct, WhereClause } from '../where/index.js'
+
+/**
+ * Finds the shapes of ONE table that a row belongs to, without evaluating
+ * every shape's where clause (DESIGN.md §4, issue 3 item 6).
+ *
+ * Keep one `ShapeIndex` per table: conjunct domains name a key function of
+ * columns, not of a relation, so shapes of two tables must not share one.
+ *
+ * A shape lives in exactly one place:
+ * - no where clause: `everything`, returned for every row;
+ * - a clause with an indexable conjunct: one hash index per conjunct domain,
+ *   key → shapes, under the one conjunct chosen by {@link chooseConjunct};
+ * - anything else (OR, ranges, LIKE...): `scan`, evaluated per row.
+ *
+ * `affected(row)` computes each domain's row keys once (not once per shape) and
+ * visits only the shapes filed under those keys, so its cost is
+ * O(domains + candidates + scan shapes), independent of how many indexed
+ * shapes exist.
+ */
+export class ShapeIndex<S> {
+  private readonly everything = new Set<S>()
+  private readonly scan = new Map<S, WhereClause>()
+  private readonly domains = new Map<string, DomainIndex<S>>()
+  private readonly placements = new Map<S, Placement>()
+
+  /** Number of registered shapes. */
+  get size(): number {
+    return this.placements.size
+  }
+
+  has(shape: S): boolean {
+    return this.placements.has(shape)
+  }
+
+  /**
+   * Registers `shape`; `where` undefined means the shape takes every row.
+   * Adding a shape that is already registered replaces its clause, so a caller
+   * never leaves a stale entry behind.
+   */
+  add(shape: S, where: WhereClause | undefined): void {
+    if (this.placements.has(shape)) this.remove(shape)
+    if (where === undefined) {
+      this.everything.add(shape)
+      this.placements.set(shape, { kind: 'everything' })
+      return
+    }
+    const conjunct = chooseConjunct(where)
+    if (conjunct === undefined) {
+      this.scan.set(shape, where)
+      this.placements.set(shape, { kind: 'scan' })
+      return
+    }
+    let domain = this.domains.get(conjunct.domain)
+    if (domain === undefined) {
+      // Any conjunct of the domain computes the same row keys, so the first one stands for all.
+      domain = { rowKeys: conjunct.rowKeys, byKey: new Map(), shapes: 0 }
+      this.domains.set(conjunct.domain, domain)
+    }
+    const entry: Entry = {
+      where,
+      kind: conjunct.kind,
+      keys: conjunct.keys,
+      // `exact`: the chosen conjunct is the whole clause, so a key hit is the verdict.
+      exact: where.exact === conjunct,
+    }
+    const filedUnder = fileKeys(conjunct, domain)
+    for (const key of filedUnder) {
+      let bucket = domain.byKey.get(key)
+      if (bucket === undefined) {
+        bucket = new Map()
+        domain.byKey.set(key, bucket)
+      }
+      bucket.set(shape, entry)
+    }
+    domain.shapes++
+    this.placements.set(shape, { kind: 'indexed', domain: conjunct.domain, keys: filedUnder })
+  }
+
+  /** Unregisters `shape`; unknown shapes are ignored. Empty buckets and domains are dropped so they cost nothing per row. */
+  remove(shape: S): void {
+    const placement = this.placements.get(shape)
+    if (placement === undefined) return
+    this.placements.delete(shape)
+    if (placement.kind === 'everything') {
+      this.everything.delete(shape)
+      return
+    }
+    if (placement.kind === 'scan') {
+      this.scan.delete(shape)
+      return
+    }
+    const domain = this.domains.get(placement.domain)
+    if (domain === undefined) return
+    for (const key of placement.keys) {
+      const bucket = domain.byKey.get(key)
+      if (bucket === undefined) continue
+      bucket.delete(shape)
+      if (bucket.size === 0) domain.byKey.delete(key)
+    }
+    domain.shapes--
+    if (domain.shapes === 0) this.domains.delete(placement.domain)
+  }
+
+  /** The shapes `row` belongs to, each once. */
+  affected(row: RowValues): Set<S> {
+    const out = new Set<S>(this.everything)
+    for (const domain of this.domains.values()) {
+      const rowKeys = domain.rowKeys(row)
+      if (rowKeys.length === 0) continue // NULL (or an error computing it): no conjunct of the domain holds
+      // A set, because an array row ({a,a}) may repeat keys and `contains` needs membership tests.
+      const keySet = rowKeys.length === 1 ? undefined : new Set(rowKeys)
+      for (const key of keySet ?? rowKeys) {
+        const bucket = domain.byKey.get(key)
+        if (bucket === undefined) continue
+        for (const [shape, entry] of bucket) {
+          if (accepts(entry, key, keySet, row)) out.add(shape)
+        }
+      }
+    }
+    for (const [shape, where] of this.scan) if (where.matches(row)) out.add(shape)
+    return out
+  }
+
+  /**
+   * For an update: the shapes holding the row before (`inOld`) and after
+   * (`inNew`). In both → update for that shape; only old → delete; only new →
+   * insert (PROTOCOL.md §3.2). `oldRow` must carry every column the clauses
+   * read (replica identity full, or the new row overlaid with the old key),
+   * or old-side membership is unknown.
+   */
+  affectedByUpdate(oldRow: RowValues, newRow: RowValues): { readonly inOld: Set<S>; readonly inNew: Set<S> } {
+    return { inOld: this.affected(oldRow), inNew: this.affected(newRow) }
+  }
+}
+
+/**
+ * The conjunct to file a clause under: an `equals` with the fewest keys (each
+ * key is a bucket the shape sits in, and a single value is the most selective
+ * lookup), else an `any` (one key), else a `contains` (confirmed after lookup).
+ */
+export function chooseConjunct(where: WhereClause): IndexableConjunct | undefined {
+  let best: IndexableConjunct | undefined
+  for (const conjunct of where.conjuncts) {
+    if (conjunct.keys.length === 0) continue // `x IN ()` cannot be looked up; leave such clauses to evaluation
+    if (best === undefined || rank(conjunct) < rank(best)) best = conjunct
+  }
+  return best
+}
+
+function rank(conjunct: IndexableConjunct): number {
+  // Kinds first, then key count within equals; keys.length stays below 2^20 in practice (WhereLimits).
+  const kind = conjunct.kind === 'equals' ? 0 : conjunct.kind === 'any' ? 1 : 2
+  return kind * 2 ** 20 + (conjunct.kind === 'equals' ? conjunct.keys.length : 0)
+}
+
+interface DomainIndex<S> {
+  readonly rowKeys: (row: RowValues) => readonly string[]
+  readonly byKey: Map<string, Map<S, Entry>>
+  shapes: number
+}
+
+interface Entry {
+  readonly where: WhereClause
+  readonly kind: IndexableConjunct['kind']
+  readonly keys: readonly string[]
+  readonly exact: boolean
+}
+
+type Placement =
+  | { readonly kind: 'everything' }
+  | { readonly kind: 'scan' }
+  | { readonly kind: 'indexed'; readonly domain: string; readonly keys: readonly string[] }
+
+/**
+ * Keys a shape is filed under. `equals` under every key (a row has one value,
+ * so it meets the shape in at most one bucket); `any` under its one key;
+ * `contains` under a single key, since a row must hold all of them: filing
+ * under each would visit the shape once per key the row holds. The key with
+ * the smallest bucket now is taken, spreading shapes like `tags @> '{common,
+ * rare}'` onto their rarer key.
+ */
+function fileKeys(conjunct: IndexableConjunct, domain: DomainIndex<unknown>): readonly string[] {
+  const unique = [...new Set(conjunct.keys)]
+  if (conjunct.kind === 'equals') return unique
+  let best = unique[0]
+  let bestSize = Infinity
+  for (const key of unique) {
+    const size = domain.byKey.get(key)?.size ?? 0
+    if (size < bestSize) {
+      best = key
+      bestSize = size
+    }
+  }
+  return best === undefined ? [] : [best]
+}
+
+/** Whether a candidate found under `key` takes the row. */
+function accepts(entry: Entry, key: string, keySet: ReadonlySet<string> | undefined, row: RowValues): boolean {
+  if (entry.kind === 'contains') {
+    // Every contained key must be among the row's elements: a cheap rejection before any evaluation.
+    for (const wanted of entry.keys) {
+      if (wanted !== key && (keySet === undefined || !keySet.has(wanted))) return false
+    }
+  }
+  return entry.exact || entry.where.matches(row)
+}

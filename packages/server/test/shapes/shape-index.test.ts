@@ -1,0 +1,168 @@
+import type { RowValues } from '@sluice/protocol'
+import { beforeAll, describe, expect, it } from 'vitest'
+import { ShapeIndex, chooseConjunct } from '../../src/shapes/shape-index.js'
+import type { WhereClause, WhereColumn } from '../../src/where/index.js'
+import { compileWhereSync, loadWhereParser } from '../../src/where/index.js'
+
+const COLUMNS: readonly WhereColumn[] = [
+  { name: 'id', type: 'int4', notNull: true },
+  { name: 'name', type: 'text' },
+  { name: 'tags', type: 'text', dims: 1 },
+  { name: 'status', type: 'status', enumValues: ['draft', 'live', 'gone'] },
+  { name: 'score', type: 'numeric' },
+]
+
+function where(source: string, params: readonly string[] = []): WhereClause {
+  return compileWhereSync(source, { columns: COLUMNS, params })
+}
+
+/** A clause whose `matches` calls are counted: the cost the index is meant to avoid. */
+function counted(clause: WhereClause, counter: { calls: number }): WhereClause {
+  return {
+    ...clause,
+    matches: (row: RowValues) => {
+      counter.calls++
+      return clause.matches(row)
+    },
+  }
+}
+
+function row(values: Partial<Record<'id' | 'name' | 'tags' | 'status' | 'score', string | null>>): RowValues {
+  return { id: '1', name: null, tags: null, status: null, score: null, ...values }
+}
+
+function sorted(shapes: Iterable<string>): string[] {
+  return [...shapes].sort()
+}
+
+beforeAll(async () => {
+  await loadWhereParser()
+})
+
+describe('ShapeIndex', () => {
+  it('indexes equality, IN, = ANY and @>', () => {
+    const index = new ShapeIndex<string>()
+    index.add('eq', where('id = 7'))
+    index.add('in', where("name IN ('a', 'b')"))
+    index.add('any', where("'red' = ANY(tags)"))
+    index.add('contains', where("tags @> '{red,big}'"))
+    index.add('enum', where("status = 'live'"))
+    expect(sorted(index.affected(row({ id: '7' })))).toEqual(['eq'])
+    expect(sorted(index.affected(row({ name: 'b' })))).toEqual(['in'])
+    expect(sorted(index.affected(row({ name: 'c' })))).toEqual([])
+    expect(sorted(index.affected(row({ tags: '{red}' })))).toEqual(['any'])
+    expect(sorted(index.affected(row({ tags: '{big,red,red}' })))).toEqual(['any', 'contains'])
+    expect(sorted(index.affected(row({ tags: '{big}' })))).toEqual([])
+    expect(sorted(index.affected(row({ status: 'live' })))).toEqual(['enum'])
+  })
+
+  it('confirms AND candidates by evaluation and files them under the equality with fewest keys', () => {
+    const clause = where("name IN ('a','b','c') AND id = 3 AND score > 1.5")
+    expect(chooseConjunct(clause)?.column).toBe('id')
+    const index = new ShapeIndex<string>()
+    index.add('and', clause)
+    index.add('and-contains', where("tags @> '{x}' AND name LIKE 'a%'"))
+    expect(sorted(index.affected(row({ id: '3', name: 'b', score: '2' })))).toEqual(['and'])
+    expect(sorted(index.affected(row({ id: '3', name: 'b', score: '1.5' })))).toEqual([])
+    expect(sorted(index.affected(row({ id: '3', name: 'z', score: '2' })))).toEqual([])
+    expect(sorted(index.affected(row({ tags: '{x,y}', name: 'ab' })))).toEqual(['and-contains'])
+    expect(sorted(index.affected(row({ tags: '{x,y}', name: 'b' })))).toEqual([])
+  })
+
+  it('evaluates OR and other unindexable clauses per row, and gives no-where shapes every row', () => {
+    const index = new ShapeIndex<string>()
+    index.add('or', where('id = 1 OR score > 10'))
+    index.add('range', where('id > 5'))
+    index.add('all', undefined)
+    expect(chooseConjunct(where('id = 1 OR score > 10'))).toBeUndefined()
+    expect(sorted(index.affected(row({ id: '1' })))).toEqual(['all', 'or'])
+    expect(sorted(index.affected(row({ id: '6', score: '11' })))).toEqual(['all', 'or', 'range'])
+    expect(sorted(index.affected(row({ id: '2' })))).toEqual(['all'])
+  })
+
+  it('removes shapes from every kind of placement', () => {
+    const index = new ShapeIndex<string>()
+    index.add('a', where('id = 1'))
+    index.add('b', where('id = 1 AND score > 0'))
+    index.add('c', where('id = 1 OR id = 2'))
+    index.add('d', undefined)
+    index.remove('a')
+    index.remove('c')
+    index.remove('nope')
+    expect(sorted(index.affected(row({ id: '1', score: '1' })))).toEqual(['b', 'd'])
+    index.remove('b')
+    index.remove('d')
+    expect(index.size).toBe(0)
+    expect(sorted(index.affected(row({ id: '1', score: '1' })))).toEqual([])
+    // Re-adding replaces the earlier clause instead of leaving it filed.
+    index.add('a', where('id = 1'))
+    index.add('a', where('id = 2'))
+    expect(sorted(index.affected(row({ id: '1' })))).toEqual([])
+    expect(sorted(index.affected(row({ id: '2' })))).toEqual(['a'])
+  })
+
+  it('never matches NULLs', () => {
+    const index = new ShapeIndex<string>()
+    index.add('eq', where("name = 'a'"))
+    index.add('any', where("'a' = ANY(tags)"))
+    index.add('contains', where("tags @> '{a}'"))
+    expect(sorted(index.affected(row({})))).toEqual([])
+    expect(sorted(index.affected(row({ tags: '{NULL}' })))).toEqual([])
+    expect(sorted(index.affected(row({ tags: '{NULL,a}' })))).toEqual(['any', 'contains'])
+  })
+
+  it('normalises keys as Postgres equality does', () => {
+    const index = new ShapeIndex<string>()
+    index.add('text-literal', where("id = '007'"))
+    index.add('param', where('id = $1', ['0007']))
+    index.add('numeric', where('score = 1.50'))
+    expect(sorted(index.affected(row({ id: '7' })))).toEqual(['param', 'text-literal'])
+    expect(sorted(index.affected(row({ score: '1.5' })))).toEqual(['numeric'])
+  })
+
+  it('reports old and new membership for updates', () => {
+    const index = new ShapeIndex<string>()
+    index.add('live', where("status = 'live'"))
+    index.add('draft', where("status = 'draft'"))
+    index.add('big', where('score > 10'))
+    const { inOld, inNew } = index.affectedByUpdate(
+      row({ status: 'draft', score: '11' }),
+      row({ status: 'live', score: '12' }),
+    )
+    expect(sorted(inOld)).toEqual(['big', 'draft'])
+    expect(sorted(inNew)).toEqual(['big', 'live'])
+    // moved out of 'draft' (delete), into 'live' (insert), within 'big' (update)
+  })
+
+  it('looks at a handful of candidates among 100k indexed shapes', () => {
+    const index = new ShapeIndex<number>()
+    const counter = { calls: 0 }
+    // Compiling 100k clauses through the WASM parser takes ~20 s, so most shapes are copies of one
+    // compiled `id = $1` with the key `compileWhere` gives for another value (checked below);
+    // 2k shapes are real compiled ANDs, whose candidates must be confirmed by evaluation.
+    const template = where('id = $1', ['0'])
+    const conjunct = template.exact
+    if (conjunct === undefined) throw new Error('id = $1 should be exact')
+    const copy = (n: number): WhereClause => {
+      const keyed = { ...conjunct, keys: [String(n)] }
+      return { ...template, conjuncts: [keyed], exact: keyed }
+    }
+    expect(copy(4321).conjuncts[0]?.keys).toEqual(where('id = $1', ['04321']).conjuncts[0]?.keys)
+    for (let n = 0; n < 98_000; n++) index.add(n, counted(copy(n), counter))
+    for (let n = 0; n < 2_000; n++) {
+      index.add(100_000 + n, counted(where('id = $1 AND score > 0', [String(n)]), counter))
+    }
+    expect(index.size).toBe(100_000)
+
+    counter.calls = 0
+    expect(sorted([...index.affected(row({ id: '1234', score: '1' }))].map(String))).toEqual(['101234', '1234'])
+    expect(counter.calls).toBe(1) // only the AND candidate is evaluated; the exact one matches by key
+    counter.calls = 0
+    expect([...index.affected(row({ id: '1234', score: '0' }))]).toEqual([1234])
+    expect(counter.calls).toBe(1)
+    counter.calls = 0
+    expect([...index.affected(row({ id: '50000', score: '1' }))]).toEqual([50000])
+    expect([...index.affected(row({ id: '200000', score: '1' }))]).toEqual([])
+    expect(counter.calls).toBe(0)
+  })
+})
