@@ -47,8 +47,14 @@ function corrupt(id: string, what: string): StorageError {
   return new StorageError('corrupt_log', `shape ${id}: ${what}`)
 }
 
-function checkFileHeader(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kind: FileKind): number {
+/**
+ * The file's size, after checking its header the first time the log is scanned.
+ * Headers never change once written, so a follower catching up (every
+ * watermark move) skips the read.
+ */
+function fileSize(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kind: FileKind, checked: boolean): number {
   return fds.use(ref, (fd) => {
+    if (checked) return fs.fstatSync(fd).size
     const buf = Buffer.alloc(HEADER_BYTES)
     const n = readFully(fs, fd, buf, 0, HEADER_BYTES, 0)
     const problem = checkHeader(kind, buf.subarray(0, n))
@@ -67,12 +73,13 @@ const durable = (r: EntryRecord | undefined, lsn: bigint): r is EntryRecord => r
 
 /**
  * Finds the durable head of a log for watermark `lsn`. Read-only: the caller
- * decides whether to cut. `knownEntries` skips a prefix already known durable.
+ * decides whether to cut. `known` skips a prefix already known durable (and the header checks already done).
  */
 export function scanLog(fs: FsPort, fds: FdCache, id: string, files: Files, lsn: bigint, known?: { head: HeadState; chunks: ChunkInfo[] }): RecoveredLog {
-  const dataSize = checkFileHeader(fs, fds, id, files.data, 'log')
-  const entriesSize = checkFileHeader(fs, fds, id, files.entries, 'entries')
-  const chunksSize = checkFileHeader(fs, fds, id, files.chunks, 'chunks')
+  const checked = known !== undefined
+  const dataSize = fileSize(fs, fds, id, files.data, 'log', checked)
+  const entriesSize = fileSize(fs, fds, id, files.entries, 'entries', checked)
+  const chunksSize = fileSize(fs, fds, id, files.chunks, 'chunks', checked)
 
   const total = Math.floor((entriesSize - HEADER_BYTES) / ENTRY_RECORD_BYTES)
   const from = known?.head.entries ?? 0
