@@ -37,7 +37,6 @@ import type { LogOffset } from '@sluice/protocol'
 import { DEFAULT_CHUNK_BYTES } from '@sluice/storage'
 import type {
   AppendOptions,
-  FlushResult,
   LogEntryInput,
   LogHead,
   LogRead,
@@ -48,6 +47,7 @@ import type {
 } from '@sluice/storage'
 import type { Key, PlannedEntry } from './log-book.js'
 import { LogBook, NO_KEY, PeerError, emptyRead } from './log-book.js'
+import { PeerLogStore } from './peer-store.js'
 
 export interface LmdbStoreOptions {
   readonly dir: string
@@ -158,38 +158,24 @@ class LmdbShapeLog implements ShapeLog {
   }
 }
 
-export class LmdbLogStore implements ShapeLogStore {
-  readonly readOnly = false
+export class LmdbLogStore extends PeerLogStore<LmdbShapeLog> implements ShapeLogStore {
   readonly entries: Database<Buffer, Buffer>
   /** `entries` without key decoding, for reads. */
   readonly values: Database<Buffer, Buffer>
   private readonly chunks: Database<Buffer, Buffer>
-  private readonly logs = new Map<string, LmdbShapeLog>()
-  private readonly creating = new Set<string>()
-  private readonly listeners = new Set<(r: FlushResult) => void>()
   private nextNum = 1
-  private advanced = 0n
-  private durable = 0n
-  private closed = false
 
   constructor(
     private readonly root: RootDatabase,
     private readonly chunkBytes: number,
     private readonly syncEveryCommit: boolean,
   ) {
+    super('LMDB')
     this.entries = root.openDB<Buffer, Buffer>({ name: 'entries', keyEncoding: 'binary', encoding: 'binary' })
     // `keyEncoder` is honoured by openDB but typed only on the root options; pass it through a variable.
     const valuesOnly = { name: 'entries', encoding: 'binary' as const, keyEncoder: VALUES_ONLY_KEYS }
     this.values = root.openDB<Buffer, Buffer>(valuesOnly)
     this.chunks = root.openDB<Buffer, Buffer>({ name: 'chunks', keyEncoding: 'binary', encoding: 'binary' })
-  }
-
-  get durableLsn(): bigint {
-    return this.durable
-  }
-
-  ensureOpen(): void {
-    if (this.closed) throw new PeerError('store_closed', 'the LMDB store is closed')
   }
 
   /** Writes a plan in one synchronous LMDB transaction. */
@@ -259,24 +245,7 @@ export class LmdbLogStore implements ShapeLogStore {
     }
   }
 
-  get(id: string): ShapeLog | undefined {
-    return this.logs.get(id)
-  }
-
-  ids(): string[] {
-    return [...this.logs.keys()]
-  }
-
-  async deleteShape(id: string): Promise<boolean> {
-    this.ensureOpen()
-    const log = this.logs.get(id)
-    if (!log) return false
-    this.logs.delete(id)
-    this.dropRows(log.num)
-    return true
-  }
-
-  private dropRows(num: number): void {
+  protected dropRows(num: number): void {
     const next = Buffer.allocUnsafe(4)
     next.writeUInt32BE(num + 1, 0)
     const prefix = keyAfter(num, NO_KEY)
@@ -287,25 +256,8 @@ export class LmdbLogStore implements ShapeLogStore {
     })
   }
 
-  advance(lsn: bigint): void {
-    if (lsn > this.advanced) this.advanced = lsn
-  }
-
-  async flush(): Promise<FlushResult> {
-    this.ensureOpen()
-    const target = this.advanced
-    if (!this.syncEveryCommit && target > this.durable) await this.durably(() => this.root.putSync('watermark', String(target)))
-    if (target > this.durable) this.durable = target
-    const advanced: string[] = []
-    for (const log of this.logs.values()) if (log.book.publish(this.durable)) advanced.push(log.id)
-    const result = { durableLsn: this.durable, advanced }
-    if (advanced.length > 0) for (const l of this.listeners) l(result)
-    return result
-  }
-
-  onFlush(listener: (result: FlushResult) => void): () => void {
-    this.listeners.add(listener)
-    return () => this.listeners.delete(listener)
+  protected async persistWatermark(lsn: bigint): Promise<void> {
+    if (!this.syncEveryCommit) await this.durably(() => this.root.putSync('watermark', String(lsn)))
   }
 
   async close(): Promise<void> {

@@ -42,7 +42,6 @@ import type { LogOffset } from '@sluice/protocol'
 import { DEFAULT_CHUNK_BYTES } from '@sluice/storage'
 import type {
   AppendOptions,
-  FlushResult,
   LogEntryInput,
   LogHead,
   LogRead,
@@ -53,6 +52,7 @@ import type {
 } from '@sluice/storage'
 import type { Key, PlannedEntry } from './log-book.js'
 import { LogBook, PeerError, emptyRead } from './log-book.js'
+import { PeerLogStore } from './peer-store.js'
 
 export interface SqliteStoreOptions {
   readonly dir: string
@@ -162,22 +162,16 @@ class SqliteShapeLog implements ShapeLog {
   }
 }
 
-export class SqliteLogStore implements ShapeLogStore {
-  readonly readOnly = false
+export class SqliteLogStore extends PeerLogStore<SqliteShapeLog> implements ShapeLogStore {
   readonly statements: Statements
-  private readonly logs = new Map<string, SqliteShapeLog>()
-  private readonly creating = new Set<string>()
-  private readonly listeners = new Set<(r: FlushResult) => void>()
   private readonly writeTx: (num: number, plan: readonly PlannedEntry[]) => void
-  private advanced = 0n
-  private durable = 0n
-  private closed = false
 
   constructor(
     private readonly db: Database.Database,
     private readonly chunkBytes: number,
     private readonly syncEveryCommit: boolean,
   ) {
+    super('SQLite')
     this.statements = new Statements(db)
     const { insertEntry, insertChunk } = this.statements
     this.writeTx = db.transaction((num: number, plan: readonly PlannedEntry[]) => {
@@ -187,14 +181,6 @@ export class SqliteLogStore implements ShapeLogStore {
         if (e.closes) insertChunk.run(num, e.chunk, e.key.tx, e.key.op, e.ordinal)
       }
     })
-  }
-
-  get durableLsn(): bigint {
-    return this.durable
-  }
-
-  ensureOpen(): void {
-    if (this.closed) throw new PeerError('store_closed', 'the SQLite store is closed')
   }
 
   /** Writes a plan in one SQLite transaction. */
@@ -241,33 +227,12 @@ export class SqliteLogStore implements ShapeLogStore {
     }
   }
 
-  get(id: string): ShapeLog | undefined {
-    return this.logs.get(id)
-  }
-
-  ids(): string[] {
-    return [...this.logs.keys()]
-  }
-
-  async deleteShape(id: string): Promise<boolean> {
-    this.ensureOpen()
-    const log = this.logs.get(id)
-    if (!log) return false
-    this.logs.delete(id)
-    this.dropRows(log.num)
-    return true
-  }
-
-  private dropRows(num: number): void {
+  protected dropRows(num: number): void {
     this.db.transaction(() => {
       this.statements.deleteEntries.run(num)
       this.statements.deleteChunks.run(num)
       this.statements.deleteShape.run(num)
     })()
-  }
-
-  advance(lsn: bigint): void {
-    if (lsn > this.advanced) this.advanced = lsn
   }
 
   /** Runs one write transaction whose commit is durable on return. */
@@ -285,21 +250,8 @@ export class SqliteLogStore implements ShapeLogStore {
     }
   }
 
-  async flush(): Promise<FlushResult> {
-    this.ensureOpen()
-    const target = this.advanced
-    if (!this.syncEveryCommit && target > this.durable) this.durably(() => this.statements.setWatermark.run(target))
-    if (target > this.durable) this.durable = target
-    const advanced: string[] = []
-    for (const log of this.logs.values()) if (log.book.publish(this.durable)) advanced.push(log.id)
-    const result = { durableLsn: this.durable, advanced }
-    if (advanced.length > 0) for (const l of this.listeners) l(result)
-    return result
-  }
-
-  onFlush(listener: (result: FlushResult) => void): () => void {
-    this.listeners.add(listener)
-    return () => this.listeners.delete(listener)
+  protected persistWatermark(lsn: bigint): void {
+    if (!this.syncEveryCommit) this.durably(() => this.statements.setWatermark.run(lsn))
   }
 
   async close(): Promise<void> {
