@@ -170,6 +170,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   private stream: Stream | undefined
   private loop: Promise<void> | undefined
   private stopping = false
+  private replayRequested = false
   private lastConfirmed = 0n
   private gate: Gate | undefined
   private wake: (() => void) | undefined
@@ -255,6 +256,19 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     return true
   }
 
+  /**
+   * Ends the current connection and, on the next one, delivers again every
+   * transaction above the durable watermark, including those the sink already
+   * accepted: for a sink whose storage rolled back accepted but unsynced data
+   * (a failed flush). Idempotent until the reconnect.
+   */
+  replayFromDurable(reason: Error): void {
+    // Forgotten only once this connection has ended: a transaction still in the sink could otherwise be marked delivered again.
+    this.replayRequested = true
+    const stream = this.stream
+    if (stream !== undefined && stream.failure === undefined) stream.fail(reason)
+  }
+
   /** Stops taking messages (backpressure for a global memory budget); Postgres is held back through TCP. */
   pause(): void {
     if (this.gate !== undefined) return
@@ -317,6 +331,10 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       let resetFailure: Error | undefined
       try {
         await this.assembler.reset()
+        if (this.replayRequested) {
+          this.replayRequested = false
+          this.assembler.forgetDelivered()
+        }
       } catch (error) {
         // A sink that cannot drop a partial transaction would see it twice after reconnecting: stop instead.
         resetFailure = toError(error)

@@ -168,6 +168,16 @@ export class TransactionAssembler {
    * sink holds partially is aborted with reason 'disconnected'; Postgres sends
    * those again from the slot's position after a reconnect.
    */
+  /**
+   * Forgets which transactions the sink accepted, so that after the next
+   * reconnect everything above the durable watermark is delivered again. For a
+   * sink that lost accepted data it had not yet made durable (a failed flush
+   * rolled it back).
+   */
+  forgetDelivered(): void {
+    this.lastDelivered = 0n
+  }
+
   async reset(): Promise<void> {
     const voided = new Set(this.openStreams)
     if (this.current?.spilled === true) voided.add(this.current.xid)

@@ -21,6 +21,10 @@ import { freezeDefinition } from './shape-definition.js'
  *   columns     string[] | null           sorted selected columns, null for all
  *   replica     "default" | "full"
  *   log         "full" | "changes_only"
+ *   table_oid   number, optional          the table's oid when the shape was created
+ *   table_columns [name, typeOid, typeMod][], optional
+ *                                         its published columns then, in order: a table
+ *                                         that differs on restart invalidates the shape
  *
  * JSON rather than a binary layout: it is written once per shape, and the
  * definition is a handful of strings.
@@ -31,6 +35,14 @@ export interface ShapeMeta {
   readonly handle: string
   readonly definition: ShapeDefinition
   readonly expired: boolean
+  /** The table as the shape's snapshot saw it (absent in metas written before it was recorded). */
+  readonly table?: TableSignature
+}
+
+/** What must stay the same for a shape to keep following its table: the oid and the published columns. */
+export interface TableSignature {
+  readonly oid: number
+  readonly columns: ReadonlyArray<readonly [name: string, typeOid: number, typeMod: number]>
 }
 
 export class ShapeMetaError extends Error {
@@ -41,7 +53,11 @@ export class ShapeMetaError extends Error {
   }
 }
 
-export function encodeShapeMeta(def: ShapeDefinition, handle: string, options: { expired?: boolean } = {}): Uint8Array {
+export function encodeShapeMeta(
+  def: ShapeDefinition,
+  handle: string,
+  options: { expired?: boolean; table?: TableSignature } = {},
+): Uint8Array {
   if (!isValidHandle(handle)) throw new ShapeMetaError(`not a valid handle: ${handle}`)
   const record: Record<string, unknown> = {
     v: SHAPE_META_VERSION,
@@ -55,6 +71,10 @@ export function encodeShapeMeta(def: ShapeDefinition, handle: string, options: {
     log: def.log,
   }
   if (options.expired === true) record['expired'] = true
+  if (options.table !== undefined) {
+    record['table_oid'] = options.table.oid
+    record['table_columns'] = options.table.columns
+  }
   return new TextEncoder().encode(JSON.stringify(record))
 }
 
@@ -90,9 +110,11 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   if (!(REPLICA_MODES as readonly unknown[]).includes(replica)) throw new ShapeMetaError('shape meta: bad replica')
   const log = raw['log']
   if (!(LOG_MODES as readonly unknown[]).includes(log)) throw new ShapeMetaError('shape meta: bad log')
+  const signature = tableSignature(raw)
   return {
     handle,
     expired,
+    ...(signature === undefined ? {} : { table: signature }),
     definition: freezeDefinition({
       schema,
       table,
@@ -103,6 +125,20 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
       log: log as LogMode,
     }),
   }
+}
+
+function tableSignature(raw: Record<string, unknown>): TableSignature | undefined {
+  const oid = raw['table_oid']
+  const columns = raw['table_columns']
+  if (oid === undefined && columns === undefined) return undefined
+  if (typeof oid !== 'number' || !Number.isInteger(oid) || oid <= 0) throw new ShapeMetaError('shape meta: bad table_oid')
+  const valid =
+    Array.isArray(columns) &&
+    columns.every(
+      (c) => Array.isArray(c) && c.length === 3 && typeof c[0] === 'string' && Number.isInteger(c[1]) && Number.isInteger(c[2]),
+    )
+  if (!valid) throw new ShapeMetaError('shape meta: bad table_columns')
+  return { oid, columns: columns as Array<[string, number, number]> }
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -141,6 +141,13 @@ describe('shape meta', () => {
     expect(decodeShapeMeta(encodeShapeMeta(def, '12-34', { expired: true })).expired).toBe(true)
   })
 
+  it('round-trips the table signature the shape was built against', () => {
+    const table = { oid: 16384, columns: [['id', 23, -1], ['name "x"', 1043, 24]] as const }
+    const decoded = decodeShapeMeta(encodeShapeMeta(ITEMS, '12-34', { table }))
+    expect(decoded.table).toEqual(table)
+    expect(decodeShapeMeta(encodeShapeMeta(ITEMS, '12-34')).table).toBeUndefined()
+  })
+
   it('carries a version field', () => {
     const record = JSON.parse(new TextDecoder().decode(encodeShapeMeta(ITEMS, '1-2'))) as Record<string, unknown>
     expect(record['v']).toBe(SHAPE_META_VERSION)
@@ -162,6 +169,9 @@ describe('shape meta', () => {
     ['non-string params', encode({ params: { '1': 1 } })],
     ['bad columns', encode({ columns: [1] })],
     ['a missing table', encode({ table: undefined })],
+    ['a bad table oid', encode({ table_oid: -1, table_columns: [] })],
+    ['table columns without an oid', encode({ table_columns: [] })],
+    ['malformed table columns', encode({ table_oid: 5, table_columns: [['a', 'b', 1]] })],
     ['not JSON', new TextEncoder().encode('{')],
     ['not UTF-8', new Uint8Array([0xff, 0xfe])],
     ['an array', new TextEncoder().encode('[]')],
