@@ -10,3 +10,6 @@ export type {
 } from './change-encoder.js'
 export * from './definition/index.js'
 export { ShapeIndex, chooseConjunct } from './shape-index.js'
+export { TableCatalogError, TableNotSupportedError, loadTable, loadTableByOid, matchesRelation, tableDescription, whereColumns } from './table-catalog.js'
+export type { ReplicaIdentitySetting, TableCatalogErrorCode, TableColumn, TableInfo, TableKind } from './table-catalog.js'
+export * from './snapshot/index.js'

@@ -1,0 +1,386 @@
+import { connect as netConnect } from 'node:net'
+import { parseLsn } from '@sluice/protocol'
+import type pg from 'pg'
+import Cursor from 'pg-cursor'
+import { DISPLAY_SETTINGS } from '../../replication/display-settings.js'
+import { loadTableByOid } from '../table-catalog.js'
+import type { TableInfo } from '../table-catalog.js'
+import { parsePgSnapshot } from './pg-snapshot.js'
+import type { PgSnapshot } from './pg-snapshot.js'
+import { SnapshotError, snapshotErrorFrom } from './snapshot-error.js'
+import { buildSnapshotQuery } from './snapshot-query.js'
+
+/**
+ * What to snapshot: a table with an optional where clause and column
+ * selection (the query is built by `buildSnapshotQuery`), or a query built
+ * already (`text`, from `buildSnapshotQuery`, with `values` for its `$n`) and
+ * the table it reads.
+ */
+export type SnapshotRequest = SnapshotTableRequest | SnapshotTextRequest
+
+export interface SnapshotTableRequest extends SnapshotOptions {
+  readonly table: TableInfo
+  /** The where clause's canonical text (see buildSnapshotQuery). */
+  readonly where?: string | undefined
+  /** Values of `$1..$n` in `where`, as text (sent untyped, like quoted literals). */
+  readonly params?: readonly string[] | undefined
+  /** Selected columns; undefined means all. */
+  readonly columns?: readonly string[] | undefined
+  readonly text?: undefined
+}
+
+export interface SnapshotTextRequest extends SnapshotOptions {
+  /** The table the query reads: it is locked and checked against the catalog before the rows are read. */
+  readonly table: TableInfo
+  /** A query from `buildSnapshotQuery`. */
+  readonly text: string
+  /** Values of its `$1..$n`, as text. */
+  readonly values?: readonly string[] | undefined
+}
+
+export interface SnapshotOptions {
+  /** Aborting cancels the running query, rolls back, and closes the connection. */
+  readonly signal?: AbortSignal | undefined
+  /** Most rows per batch handed to the sink (default 1000). */
+  readonly batchRows?: number | undefined
+  /** Batches are sized to stay near this many bytes when rows are large (default 4 MiB). */
+  readonly batchBytes?: number | undefined
+  /**
+   * `SET LOCAL statement_timeout` in milliseconds; 0 or undefined leaves the
+   * server's setting. With a cursor the timer runs from the first fetch to the
+   * last (Postgres only resets it at Sync), so this bounds the whole row
+   * stream, time spent waiting on the sink included.
+   */
+  readonly statementTimeoutMs?: number | undefined
+}
+
+export interface SnapshotStart {
+  readonly snapshot: PgSnapshot
+  /** `pg_current_wal_insert_lsn()` just after the snapshot was taken: above every visible transaction's commit LSN. */
+  readonly insertLsn: bigint
+}
+
+export interface SnapshotSink {
+  /** Called once, when the snapshot is fixed and before any rows. */
+  start?(info: SnapshotStart): void | Promise<void>
+  /** One batch of row lines (JSON, no newline). Awaited: a slow sink slows the query down, nothing piles up. */
+  rows(lines: Uint8Array[]): void | Promise<void>
+}
+
+export interface SnapshotResult {
+  readonly snapshot: PgSnapshot
+  readonly insertLsn: bigint
+  readonly rows: number
+}
+
+export const DEFAULT_SNAPSHOT_BATCH_ROWS = 1000
+export const DEFAULT_SNAPSHOT_BATCH_BYTES = 4 * 1024 * 1024
+/** How long a rollback after a failure may take before the connection is closed instead. */
+const ROLLBACK_TIMEOUT_MS = 5_000
+
+const utf8 = new TextEncoder()
+
+/**
+ * Runs the initial snapshot of a shape (PROTOCOL.md §9, DESIGN.md §2) on a
+ * connection from `pool` (the caller sizes it: a bounded pool shared by all
+ * the snapshots that start at once) and streams its rows to `sink`.
+ *
+ *   BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL <display settings>;
+ *     LOCK TABLE … IN ACCESS SHARE MODE                 -- none of these takes the snapshot
+ *   SELECT pg_current_snapshot(), pg_current_wal_insert_lsn()   -- first snapshot: fixes it
+ *   <catalog check: the table is still the one in `request.table`>
+ *   <row query through a cursor, batch by batch, each batch awaited in the sink>
+ *   COMMIT
+ *
+ * The lock comes before the snapshot so that the table cannot change between
+ * the catalog check and the end of the stream, and a DROP or ALTER committed
+ * before it is seen by both. The insert LSN (not pg_current_wal_lsn, which
+ * lags behind commits under synchronous_commit=off) is read after the
+ * snapshot: every transaction visible in the snapshot wrote its commit record
+ * before that point.
+ *
+ * Every failure is a SnapshotError; the connection goes back to the pool after
+ * a clean ROLLBACK, or is closed (abort, a broken connection, a rollback that
+ * fails) — never left checked out.
+ */
+export async function runSnapshot(pool: pg.Pool, request: SnapshotRequest, sink: SnapshotSink): Promise<SnapshotResult> {
+  const { signal } = request
+  if (signal?.aborted === true) throw abortedError(signal)
+  const batchRows = positiveInteger(request.batchRows, DEFAULT_SNAPSHOT_BATCH_ROWS, 'batchRows')
+  const batchBytes = positiveInteger(request.batchBytes, DEFAULT_SNAPSHOT_BATCH_BYTES, 'batchBytes')
+  const timeout = request.statementTimeoutMs ?? 0
+  if (!Number.isSafeInteger(timeout) || timeout < 0) throw new SnapshotError('invalid_request', `statementTimeoutMs must be a non-negative integer, not ${timeout}`)
+  const query = request.text ?? buildSnapshotQuery(request.table, { where: request.where, columns: request.columns })
+  const params = request.text === undefined ? request.params : request.values
+
+  const client = await connect(pool, signal)
+  const run = new SnapshotRun(client, request, query, [...(params ?? [])], sink, batchRows, batchBytes, timeout)
+  let onAbort: (() => void) | undefined
+  const aborted =
+    signal === undefined
+      ? undefined
+      : new Promise<never>((_, reject) => {
+          onAbort = () => reject(abortedError(signal))
+          signal.addEventListener('abort', onAbort, { once: true })
+        })
+  const work = run.execute()
+  try {
+    const result = await (aborted === undefined ? work : Promise.race([work, aborted]))
+    run.release()
+    return result
+  } catch (error) {
+    // The loser of the race settles later; nobody else waits for it.
+    work.catch(() => {})
+    if (signal !== undefined && isAborted(signal)) {
+      // A statement may be running: cancel it, and close the connection (a
+      // late cancel must never hit the connection's next user).
+      run.cancelAndClose()
+      throw abortedError(signal)
+    }
+    await run.rollbackAndRelease()
+    throw error instanceof SnapshotError ? error : snapshotErrorFrom(error, 'snapshot')
+  } finally {
+    if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort)
+    aborted?.catch(() => {})
+  }
+}
+
+class SnapshotRun {
+  #released = false
+  #connectionError: unknown
+  readonly #onError = (error: unknown): void => {
+    // While we hold the client the pool listens for nothing; a lost connection also fails the pending query.
+    this.#connectionError = error
+  }
+
+  constructor(
+    readonly client: pg.PoolClient,
+    readonly request: SnapshotRequest,
+    readonly query: string,
+    readonly params: readonly string[],
+    readonly sink: SnapshotSink,
+    readonly batchRows: number,
+    readonly batchBytes: number,
+    readonly statementTimeoutMs: number,
+  ) {
+    client.on('error', this.#onError)
+  }
+
+  async execute(): Promise<SnapshotResult> {
+    const { client, request } = this
+    const info = request.table
+    const setup = [
+      'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+      ...Object.entries({ ...DISPLAY_SETTINGS, standard_conforming_strings: 'on' }).map(([name, value]) => `SET LOCAL ${settingName(name)} = ${literal(value)}`),
+      ...(this.statementTimeoutMs > 0 ? [`SET LOCAL statement_timeout = ${this.statementTimeoutMs}`] : []),
+      `LOCK TABLE ONLY ${quoteIdent(info.schema)}.${quoteIdent(info.name)} IN ACCESS SHARE MODE`,
+    ]
+    await this.#step('begin', () => client.query(setup.join('; ')))
+
+    const first = await this.#step('snapshot', () =>
+      client.query<{ snapshot: string; lsn: string }>(
+        'SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text AS snapshot, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn',
+      ),
+    )
+    const row = first.rows[0]
+    if (row === undefined) throw new SnapshotError('protocol_error', 'pg_current_snapshot() returned no row')
+    const snapshot = parsePgSnapshot(row.snapshot)
+    const insertLsn = parseLsn(row.lsn)
+
+    const current = await this.#step('catalog check', () => loadTableByOid(client, info.oid))
+    const change = describeChange(info, current)
+    if (change !== undefined) {
+      throw new SnapshotError('table_changed', `${JSON.stringify(info.schema)}.${JSON.stringify(info.name)} changed since it was loaded: ${change}`)
+    }
+
+    await this.#sink('start', () => this.sink.start?.({ snapshot, insertLsn }))
+    const rows = await this.#stream()
+    await this.#step('commit', () => client.query('COMMIT'))
+    return { snapshot, insertLsn, rows }
+  }
+
+  /** Reads the cursor, one batch ahead of the sink: a fetch runs while the sink takes the previous batch. */
+  async #stream(): Promise<number> {
+    const cursor = this.client.query(new Cursor<[string]>(this.query, [...this.params], { rowMode: 'array' }))
+    let count = 0
+    let bytes = 0
+    let asked = 0
+    let pending: Promise<[string][]> | undefined
+    const read = (): Promise<[string][]> => {
+      // Rows are sized from what came so far, so a table of large rows fetches fewer at a time.
+      const average = count === 0 ? 0 : bytes / count
+      asked = average === 0 ? this.batchRows : Math.max(1, Math.min(this.batchRows, Math.floor(this.batchBytes / average)))
+      const next = cursor.read(asked)
+      next.catch(() => {})
+      return next
+    }
+    try {
+      pending = read()
+      for (;;) {
+        const fetching = pending as Promise<[string][]>
+        const batch = await this.#step('rows', () => fetching)
+        pending = undefined
+        if (batch.length === 0) break
+        const lines = batch.map(([line]) => {
+          if (typeof line !== 'string') throw new SnapshotError('protocol_error', 'the snapshot query returned a NULL line')
+          return utf8.encode(line)
+        })
+        count += lines.length
+        for (const line of lines) bytes += line.length
+        // Fewer rows than asked for means the query completed: no empty fetch needed.
+        const done = batch.length < asked
+        if (!done) pending = read()
+        await this.#sink('rows', () => this.sink.rows(lines))
+        if (done) break
+      }
+    } catch (error) {
+      // Leave the connection ready for ROLLBACK: wait out a fetch in flight, then close an open portal.
+      // (A cursor that failed has already sent Sync; closing it again would put a stray Close on the wire.)
+      if (pending !== undefined) await pending.catch(() => {})
+      const state = (cursor as unknown as { state?: string }).state
+      if (!this.#released && (state === 'idle' || state === 'submitted')) await cursor.close().catch(() => {})
+      throw error
+    }
+    await this.#step('rows', () => cursor.close())
+    return count
+  }
+
+  async #step<T>(what: string, action: () => Promise<T>): Promise<T> {
+    if (this.#released) throw new SnapshotError('aborted', 'snapshot aborted')
+    try {
+      return await action()
+    } catch (error) {
+      throw snapshotErrorFrom(this.#connectionError ?? error, `snapshot of ${JSON.stringify(this.request.table.schema)}.${JSON.stringify(this.request.table.name)} (${what})`)
+    }
+  }
+
+  async #sink(what: string, action: () => void | Promise<void>): Promise<void> {
+    if (this.#released) throw new SnapshotError('aborted', 'snapshot aborted')
+    try {
+      await action()
+    } catch (error) {
+      throw new SnapshotError('sink_failed', `snapshot sink failed (${what}): ${error instanceof Error ? error.message : String(error)}`, { cause: error })
+    }
+  }
+
+  release(destroy?: Error): void {
+    if (this.#released) return
+    this.#released = true
+    this.client.removeListener('error', this.#onError)
+    // Errors from a client being destroyed must not go unheard.
+    if (destroy !== undefined) this.client.on('error', () => {})
+    this.client.release(destroy)
+  }
+
+  async rollbackAndRelease(): Promise<void> {
+    if (this.#connectionError !== undefined) {
+      this.release(asError(this.#connectionError))
+      return
+    }
+    let timer: NodeJS.Timeout | undefined
+    try {
+      await Promise.race([
+        this.client.query('ROLLBACK'),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new Error('ROLLBACK timed out')), ROLLBACK_TIMEOUT_MS)
+        }),
+      ])
+      this.release()
+    } catch (error) {
+      this.release(asError(error))
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  cancelAndClose(): void {
+    if (this.#released) return
+    sendCancelRequest(this.client)
+    this.release(new Error('snapshot aborted'))
+  }
+}
+
+/** A connection from the pool, or the abort: a connection that arrives after the abort goes straight back. */
+async function connect(pool: pg.Pool, signal: AbortSignal | undefined): Promise<pg.PoolClient> {
+  const connecting = pool.connect()
+  if (signal === undefined) return connecting.catch((error: unknown) => Promise.reject(snapshotErrorFrom(error, 'snapshot connection')))
+  let onAbort: (() => void) | undefined
+  try {
+    return await Promise.race([
+      connecting.catch((error: unknown) => Promise.reject(snapshotErrorFrom(error, 'snapshot connection'))),
+      new Promise<never>((_, reject) => {
+        onAbort = () => reject(abortedError(signal))
+        signal.addEventListener('abort', onAbort, { once: true })
+      }),
+    ])
+  } catch (error) {
+    if (signal.aborted) connecting.then((client) => client.release(), () => {})
+    throw error
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort)
+  }
+}
+
+/**
+ * Postgres's CancelRequest, on a connection of its own to the same server
+ * (what libpq's PQcancel sends). Fire and forget: the caller closes the
+ * connection anyway; the cancel just stops the server's work sooner than the
+ * closed socket would (a backend scanning without output notices late).
+ */
+function sendCancelRequest(client: pg.PoolClient): void {
+  const c = client as unknown as { processID?: number | null; secretKey?: number | null; host?: string; port?: number }
+  if (typeof c.processID !== 'number' || typeof c.secretKey !== 'number' || typeof c.port !== 'number' || c.host === undefined) return
+  const packet = Buffer.alloc(16)
+  packet.writeInt32BE(16, 0)
+  packet.writeInt32BE(80877102, 4)
+  packet.writeInt32BE(c.processID, 8)
+  packet.writeInt32BE(c.secretKey, 12)
+  const socket = c.host.startsWith('/') ? netConnect(`${c.host}/.s.PGSQL.${c.port}`) : netConnect(c.port, c.host)
+  socket.setTimeout(5_000, () => socket.destroy())
+  socket.on('error', () => {})
+  socket.on('connect', () => socket.end(packet))
+}
+
+/** What differs between the table as loaded and as the snapshot sees it, or undefined when nothing that matters does. */
+function describeChange(loaded: TableInfo, current: TableInfo | undefined): string | undefined {
+  if (current === undefined) return 'it was dropped'
+  if (current.schema !== loaded.schema || current.name !== loaded.name) return `it is now ${JSON.stringify(current.schema)}.${JSON.stringify(current.name)}`
+  if (current.kind !== loaded.kind) return `it is now a ${current.kind} table`
+  const columns = (info: TableInfo): string => JSON.stringify(info.columns.map((c) => [c.name, c.attnum, c.typeOid, c.typeMod, c.castToTextIsOutput]))
+  if (columns(current) !== columns(loaded)) return 'its columns changed'
+  if (JSON.stringify(current.primaryKey) !== JSON.stringify(loaded.primaryKey)) return 'its primary key changed'
+  return undefined
+}
+
+function abortedError(signal: AbortSignal): SnapshotError {
+  const reason: unknown = signal.reason
+  return new SnapshotError('aborted', `snapshot aborted${reason instanceof Error ? `: ${reason.message}` : ''}`, { cause: reason })
+}
+
+/** Read through a function: TypeScript narrows `signal.aborted` to false after the first check and would not look again. */
+function isAborted(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true
+}
+
+function positiveInteger(value: number | undefined, fallback: number, name: string): number {
+  if (value === undefined) return fallback
+  if (!Number.isSafeInteger(value) || value < 1) throw new SnapshotError('invalid_request', `${name} must be a positive integer, not ${value}`)
+  return value
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error))
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`
+}
+
+function literal(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`
+}
+
+function settingName(name: string): string {
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw new SnapshotError('invalid_request', `invalid setting name ${JSON.stringify(name)}`)
+  return name
+}

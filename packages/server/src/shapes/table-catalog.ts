@@ -1,0 +1,327 @@
+import type { Queryable } from '../replication/queryable.js'
+import type { Relation } from '../replication/pgoutput-messages.js'
+import type { WhereColumn } from '../where/index.js'
+import type { TableDescription } from './change-encoder.js'
+
+/**
+ * What the pipeline needs to know about one table, read from the Postgres
+ * catalog in one query: columns (as pgoutput publishes them: attnum order, no
+ * dropped or generated columns), their types with domains, enums and arrays
+ * resolved, the primary key and the replica identity.
+ */
+
+export interface TableColumn {
+  readonly name: string
+  readonly attnum: number
+  /** atttypid: for a domain column the domain's OID, as pgoutput sends it. */
+  readonly typeOid: number
+  /** atttypmod (-1 when none). */
+  readonly typeMod: number
+  /** pg_type.typname of the column type: `_int4` for an int4[] column, an enum's or domain's own name. */
+  readonly typeName: string
+  /** Arrays (including domains over arrays): the element typname (`int4`); for arrays of domains or enums the element's own name. */
+  readonly elementTypeName?: string
+  /** When the array element is a domain: the element's base typname, recursively resolved. */
+  readonly elementBaseTypeName?: string
+  /** 0 for non-arrays; for arrays max(attndims, 1) (attndims is 0 for a domain over an array, PROTOCOL.md §7's caveat). */
+  readonly dims: number
+  readonly notNull: boolean
+  /** 0-based position in the primary key. */
+  readonly pkIndex?: number
+  /** For an enum column, an array of an enum, or a domain over either: the labels in enumsortorder. */
+  readonly enumValues?: readonly string[]
+  /**
+   * For a domain: the base type's typname, recursively resolved (`_int4` for a
+   * domain over int4[]); for an array of a domain: the element's base typname.
+   */
+  readonly baseTypeName?: string
+  /** pg_type.typcategory of the column type (a domain has its base type's category). */
+  readonly typeCategory: string
+  /**
+   * Whether `col::text` prints what the type's output function prints (what
+   * pgoutput sends). False where a cast function to text differs: boolean
+   * (`true` vs `t`), bpchar (trailing blanks trimmed), inet/cidr (`/32` added),
+   * domains over these, and any user-defined function cast to text.
+   */
+  readonly castToTextIsOutput: boolean
+}
+
+export type TableKind = 'table' | 'partitioned'
+export type ReplicaIdentitySetting = 'default' | 'nothing' | 'full' | 'index'
+
+export interface TableInfo {
+  readonly oid: number
+  readonly schema: string
+  readonly name: string
+  /** relkind r or p; anything else is not loadable. */
+  readonly kind: TableKind
+  readonly replicaIdentity: ReplicaIdentitySetting
+  /** attnum order, no dropped columns, no generated columns (pgoutput does not publish them). */
+  readonly columns: readonly TableColumn[]
+  /** Primary-key column names in key order; [] when none. */
+  readonly primaryKey: readonly string[]
+}
+
+export type TableCatalogErrorCode = 'unsupported_relation' | 'catalog_inconsistent'
+
+export class TableCatalogError extends Error {
+  override readonly name: string = 'TableCatalogError'
+  constructor(
+    readonly code: TableCatalogErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options)
+  }
+}
+
+/** The relation exists but is not a table or partitioned table (a view, a sequence, a foreign table…). */
+export class TableNotSupportedError extends TableCatalogError {
+  override readonly name = 'TableNotSupportedError'
+  constructor(
+    readonly schema: string,
+    readonly table: string,
+    /** pg_class.relkind */
+    readonly relkind: string,
+  ) {
+    super(
+      'unsupported_relation',
+      `${JSON.stringify(schema)}.${JSON.stringify(table)} is a ${RELKIND_NAMES[relkind] ?? `relation of kind '${relkind}'`}, not a table; only tables and partitioned tables can be synced`,
+    )
+  }
+}
+
+const RELKIND_NAMES: Readonly<Record<string, string>> = {
+  v: 'view',
+  m: 'materialized view',
+  f: 'foreign table',
+  S: 'sequence',
+  c: 'composite type',
+  i: 'index',
+  I: 'partitioned index',
+  t: 'TOAST table',
+}
+
+const REPLICA_IDENTITIES: Readonly<Record<string, ReplicaIdentitySetting>> = { d: 'default', n: 'nothing', f: 'full', i: 'index' }
+
+/**
+ * One query: the relation, its columns, the closure of the types they use
+ * (domains down to their base types, true arrays down to their elements; a
+ * true array is the `typarray` of its element, which leaves out int2vector and
+ * friends whose text is not an array literal) and the primary key. Everything
+ * is schema-qualified so a hostile search_path changes nothing, and returned
+ * as one JSON text so the driver's type parsers play no part.
+ */
+function catalogQuery(condition: string): string {
+  return `WITH RECURSIVE rel AS (
+  SELECT c.oid, n.nspname, c.relname, c.relkind, c.relreplident
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  WHERE ${condition}
+), cols AS (
+  SELECT a.attnum, a.attname, a.atttypid, a.atttypmod, a.attndims, a.attnotnull
+  FROM pg_catalog.pg_attribute a JOIN rel ON a.attrelid = rel.oid
+  WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+), types AS (
+  SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typbasetype, t.typelem,
+    (t.typelem <> 0 AND t.typlen = -1 AND EXISTS (SELECT FROM pg_catalog.pg_type e WHERE e.oid = t.typelem AND e.typarray = t.oid)) AS is_array
+  FROM pg_catalog.pg_type t WHERE t.oid IN (SELECT atttypid FROM cols)
+  UNION
+  SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typbasetype, t.typelem,
+    (t.typelem <> 0 AND t.typlen = -1 AND EXISTS (SELECT FROM pg_catalog.pg_type e WHERE e.oid = t.typelem AND e.typarray = t.oid))
+  FROM types p JOIN pg_catalog.pg_type t
+    ON (p.typtype = 'd' AND t.oid = p.typbasetype) OR (p.typtype <> 'd' AND p.is_array AND t.oid = p.typelem)
+)
+SELECT pg_catalog.json_build_object(
+  'oid', rel.oid::pg_catalog.int8,
+  'schema', rel.nspname,
+  'name', rel.relname,
+  'relkind', rel.relkind::pg_catalog.text,
+  'replident', rel.relreplident::pg_catalog.text,
+  'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attnum, attname, atttypid::pg_catalog.int8, atttypmod, attndims, attnotnull) ORDER BY attnum) FROM cols),
+  'types', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
+      t.oid::pg_catalog.int8, t.typname, t.typtype::pg_catalog.text, t.typcategory::pg_catalog.text, t.typbasetype::pg_catalog.int8,
+      CASE WHEN t.is_array THEN t.typelem::pg_catalog.int8 END,
+      CASE WHEN t.typtype = 'e' THEN (SELECT pg_catalog.json_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid) END,
+      EXISTS (SELECT FROM pg_catalog.pg_cast k WHERE k.castsource = t.oid AND k.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND k.castmethod = 'f')
+    )) FROM types t),
+  'primary_key', (SELECT pg_catalog.json_agg(a.attname ORDER BY k.ord)
+      FROM pg_catalog.pg_index i
+      CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+      WHERE i.indrelid = rel.oid AND i.indisprimary)
+)::pg_catalog.text AS info
+FROM rel`
+}
+
+const BY_NAME = catalogQuery('n.nspname = $1 AND c.relname = $2')
+const BY_OID = catalogQuery('c.oid = $1::pg_catalog.int8::pg_catalog.oid')
+
+/** The table `schema`.`name` (matched exactly, case-sensitive); undefined when there is no such relation. */
+export async function loadTable(db: Queryable, table: { readonly schema: string; readonly name: string }): Promise<TableInfo | undefined> {
+  const { rows } = await db.query(BY_NAME, [table.schema, table.name])
+  return fromRows(rows)
+}
+
+/** The table with this OID; undefined when there is none. */
+export async function loadTableByOid(db: Queryable, oid: number): Promise<TableInfo | undefined> {
+  if (!Number.isInteger(oid) || oid <= 0 || oid > 0xffff_ffff) return undefined
+  const { rows } = await db.query(BY_OID, [String(oid)])
+  return fromRows(rows)
+}
+
+type ColumnRow = [attnum: number, name: string, typeOid: number, typeMod: number, attndims: number, notNull: boolean]
+type TypeRow = [
+  oid: number,
+  name: string,
+  typtype: string,
+  category: string,
+  baseOid: number,
+  elementOid: number | null,
+  labels: string[] | null,
+  functionCastToText: boolean,
+]
+interface RawInfo {
+  oid: number
+  schema: string
+  name: string
+  relkind: string
+  replident: string
+  columns: ColumnRow[] | null
+  types: TypeRow[] | null
+  primary_key: string[] | null
+}
+
+function fromRows(rows: ReadonlyArray<Record<string, unknown>>): TableInfo | undefined {
+  const text = rows[0]?.['info']
+  if (text === undefined) return undefined
+  if (typeof text !== 'string') throw new TableCatalogError('catalog_inconsistent', 'the catalog query returned no JSON text')
+  return buildInfo(JSON.parse(text) as RawInfo)
+}
+
+function buildInfo(raw: RawInfo): TableInfo {
+  const kind = raw.relkind === 'r' ? 'table' : raw.relkind === 'p' ? 'partitioned' : undefined
+  if (kind === undefined) throw new TableNotSupportedError(raw.schema, raw.name, raw.relkind)
+  const types = new Map<number, TypeRow>()
+  for (const row of raw.types ?? []) types.set(row[0], row)
+  const typeOf = (oid: number): TypeRow => {
+    const row = types.get(oid)
+    if (row === undefined) throw new TableCatalogError('catalog_inconsistent', `type ${oid} of ${JSON.stringify(raw.name)} is missing from the catalog`)
+    return row
+  }
+  /** Follows a domain down to its (non-domain) base type. */
+  const baseOf = (row: TypeRow): TypeRow => {
+    let current = row
+    for (let depth = 0; current[2] === 'd'; depth++) {
+      if (depth > 100) throw new TableCatalogError('catalog_inconsistent', `domain ${JSON.stringify(row[1])} does not resolve to a base type`)
+      current = typeOf(current[4])
+    }
+    return current
+  }
+
+  const primaryKey = raw.primary_key ?? []
+  const columns = (raw.columns ?? []).map(([attnum, name, typeOid, typeMod, attndims, notNull]): TableColumn => {
+    const type = typeOf(typeOid)
+    const isDomain = type[2] === 'd'
+    const base = baseOf(type)
+    const pk = primaryKey.indexOf(name)
+    const common = {
+      name,
+      attnum,
+      typeOid,
+      typeMod,
+      typeName: type[1],
+      notNull,
+      typeCategory: type[3],
+      ...(pk >= 0 ? { pkIndex: pk } : {}),
+    }
+    const elementOid = base[5]
+    if (elementOid !== null) {
+      const element = typeOf(elementOid)
+      const elementBase = baseOf(element)
+      const elementIsDomain = element[2] === 'd'
+      const labels = elementBase[6]
+      const baseTypeName = isDomain ? base[1] : elementIsDomain ? elementBase[1] : undefined
+      return {
+        ...common,
+        elementTypeName: element[1],
+        ...(elementIsDomain ? { elementBaseTypeName: elementBase[1] } : {}),
+        dims: Math.max(attndims, 1),
+        ...(labels !== null ? { enumValues: labels } : {}),
+        ...(baseTypeName !== undefined ? { baseTypeName } : {}),
+        // array_out prints each element with its output function.
+        castToTextIsOutput: true,
+      }
+    }
+    const labels = base[6]
+    return {
+      ...common,
+      dims: 0,
+      ...(labels !== null ? { enumValues: labels } : {}),
+      ...(isDomain ? { baseTypeName: base[1] } : {}),
+      // A cast to text from a domain is looked up on its base type; composites and enums go through I/O.
+      castToTextIsOutput: !base[7],
+    }
+  })
+  const names = new Set(columns.map((c) => c.name))
+  for (const column of primaryKey) {
+    if (!names.has(column)) throw new TableCatalogError('catalog_inconsistent', `primary-key column ${JSON.stringify(column)} is not a published column`)
+  }
+  return {
+    oid: raw.oid,
+    schema: raw.schema,
+    name: raw.name,
+    kind,
+    replicaIdentity: REPLICA_IDENTITIES[raw.replident] ?? 'default',
+    columns,
+    primaryKey,
+  }
+}
+
+/**
+ * Columns for `compileWhere`: a domain evaluates as its base type, an enum
+ * carries its labels, an array is its element type (the element's base for an
+ * array of a domain) with `dims`.
+ */
+export function whereColumns(info: TableInfo): WhereColumn[] {
+  return info.columns.map((column): WhereColumn => {
+    const isArray = column.dims > 0
+    const type = isArray
+      ? (column.elementBaseTypeName ?? column.elementTypeName ?? column.typeName)
+      : (column.baseTypeName ?? column.typeName)
+    const plain = type === column.typeName
+    return {
+      name: column.name,
+      type,
+      ...(isArray ? { dims: column.dims } : {}),
+      ...(plain ? { typeOid: column.typeOid } : {}),
+      ...(column.enumValues !== undefined ? { enumValues: column.enumValues } : {}),
+      notNull: column.notNull,
+    }
+  })
+}
+
+/** What `ChangeEncoder` needs of the table. */
+export function tableDescription(info: TableInfo): TableDescription {
+  return {
+    schema: info.schema,
+    name: info.name,
+    columns: info.columns.map((column) => column.name),
+    primaryKey: info.primaryKey,
+  }
+}
+
+/**
+ * Whether a pgoutput Relation describes the same table shape as the catalog:
+ * same OID, schema and name, and the same columns in order with equal name,
+ * type OID and type modifier. When it does not, the table changed since it was
+ * loaded (a column added, dropped, retyped, or the table renamed) and anything
+ * built from the catalog must be rebuilt.
+ */
+export function matchesRelation(info: TableInfo, relation: Relation): boolean {
+  if (relation.id !== info.oid || relation.schema !== info.schema || relation.table !== info.name) return false
+  if (relation.columns.length !== info.columns.length) return false
+  return relation.columns.every((column, i) => {
+    const ours = info.columns[i]
+    return ours !== undefined && column.name === ours.name && column.typeOid === ours.typeOid && column.typeMod === ours.typeMod
+  })
+}
