@@ -280,21 +280,31 @@ function buildInfo(raw: RawInfo): TableInfo {
 /**
  * Columns for `compileWhere`: a domain evaluates as its base type, an enum
  * carries its labels, an array is its element type (the element's base for an
- * array of a domain) with `dims`.
+ * array of a domain) with `dims`. The exception is a domain over an enum (or
+ * an array of one), which Postgres cannot compare at all: it is left opaque.
  */
 export function whereColumns(info: TableInfo): WhereColumn[] {
   return info.columns.map((column): WhereColumn => {
     const isArray = column.dims > 0
-    const type = isArray
-      ? (column.elementBaseTypeName ?? column.elementTypeName ?? column.typeName)
-      : (column.baseTypeName ?? column.typeName)
+    // Postgres cannot compare a domain over an enum with anything (`d = 'x'`,
+    // `d = 'x'::enum` and `'x' = ANY(array_of_d)` all fail: "operator does not
+    // exist"), so such a column stays opaque (IS NULL and ::text only), as
+    // Postgres would reject the rest. A domain over an enum *array* is fine.
+    const domainOverEnum = column.enumValues !== undefined && (isArray ? column.elementBaseTypeName !== undefined : column.baseTypeName !== undefined)
+    const type = domainOverEnum
+      ? isArray
+        ? (column.elementTypeName ?? column.typeName)
+        : column.typeName
+      : isArray
+        ? (column.elementBaseTypeName ?? column.elementTypeName ?? column.typeName)
+        : (column.baseTypeName ?? column.typeName)
     const plain = type === column.typeName
     return {
       name: column.name,
       type,
       ...(isArray ? { dims: column.dims } : {}),
       ...(plain ? { typeOid: column.typeOid } : {}),
-      ...(column.enumValues !== undefined ? { enumValues: column.enumValues } : {}),
+      ...(column.enumValues !== undefined && !domainOverEnum ? { enumValues: column.enumValues } : {}),
       notNull: column.notNull,
     }
   })
