@@ -90,23 +90,70 @@ export interface ShapeLog {
    * `more: true` says further entries of the same transaction follow in another
    * call (a transaction too large to hold in memory); it is published only after
    * the call without `more`.
+   *
+   * A log made by `createShape` refuses (`invalid_append`) new entries at or
+   * below the watermark its directory was published with: they could not have
+   * been synced before that watermark, which recovery relies on. (`advance`
+   * already rules them out for a caller that keeps its promise.)
    */
   appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number
   /** Entries strictly after `after`, to the end of their chunk. See `LogRead`. */
   read(after: LogOffset): LogRead
 }
 
-/** Builds the snapshot region of a new log; the log exists only once `finish` resolves. */
+/**
+ * Builds a new log: the snapshot region, then (once `finish` is called) the
+ * transactions the caller queued while the snapshot ran. The log exists only
+ * once `finish` resolves.
+ *
+ * Why live entries go through the writer: the queued transactions can have
+ * commit LSNs at or below the store's durable watermark (other logs kept
+ * advancing it during the snapshot). A finished log can never take those, since
+ * recovery treats every record at or below the watermark as synced; so they
+ * must be in the new log before its directory becomes durable.
+ */
 export interface SnapshotWriter {
   /** Appends snapshot rows (JSON lines without separator). */
   append(rows: readonly Uint8Array[]): void
   /**
-   * Appends the `snapshot-end` line, closes the last snapshot chunk, makes the
-   * whole region durable and publishes the log. Until then nothing of the shape
-   * exists on disk under its id (a crash leaves no half snapshot behind).
+   * Appends the `snapshot-end` line and closes the last snapshot chunk. The store
+   * then makes the log durable and publishes it in a group commit: the snapshot
+   * region, every transaction appended through `appendTransaction` before that
+   * commit synced the log, and of those the complete ones at or below the
+   * watermark it publishes become visible together. Until then nothing of the
+   * shape exists on disk under its id (a crash leaves no half-built log).
+   *
+   * The commit waits (one more flush each time) while a transaction at or below
+   * its watermark is still open (`more`) or was appended after the log was
+   * synced, so every such transaction is durable with the directory.
    */
   finish(snapshotEnd: Uint8Array): Promise<ShapeLog>
-  /** Drops everything written so far. */
+  /**
+   * Appends one transaction after the snapshot: same rules as
+   * `ShapeLog.appendTransaction` (one transaction per call, offsets increasing,
+   * replays skipped, `more` for a transaction in parts), except that any commit
+   * LSN above 0 is accepted, also at or below the store's `durableLsn`, until
+   * the store publishes the log's directory.
+   *
+   * Legal from the call to `finish` on (before: `invalid_append`), before and
+   * after its promise resolves. Once the directory is published the writer is
+   * the log: it behaves exactly like the returned `ShapeLog.appendTransaction`,
+   * which refuses (`invalid_append`) a new transaction at or below the watermark
+   * the log was published with. So append the queued transactions right after
+   * calling `finish`, without waiting in between on anything but the parts of
+   * a transaction appended with `more`.
+   *
+   * A failed write before the directory is published fails the whole snapshot,
+   * as a failed `append` does: the error is thrown here, `finish` rejects with
+   * it and nothing is left.
+   */
+  appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number
+  /**
+   * Drops everything written so far, also after `finish` was called: `finish`
+   * then rejects with `shape_deleted`, or, when the store had already published
+   * the log, the log is deleted before `abort` resolves. A no-op once `finish`
+   * has resolved (use `deleteShape`) or failed.
+   */
   abort(): Promise<void>
 }
 

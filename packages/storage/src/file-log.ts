@@ -96,6 +96,23 @@ export class FileShapeLog implements ShapeLog {
   chunksDirty = false
   /** Set by the store while this log is in its dirty set, to skip the set on hot appends. */
   dirtyMark = false
+  /**
+   * The store serves this log (it is in `shapes/`, opened or finished). A log
+   * still being built is synced and published by the flush that finishes it,
+   * not by the store's dirty and unpublished sets.
+   */
+  registered = false
+  /**
+   * New transactions at or below this are refused: set to the watermark the
+   * finishing flush publishes when it renames a new log into place, since a
+   * transaction appended after that could not be synced before the watermark
+   * covering it was published (recovery's premise).
+   */
+  floor = 0n
+  /** The last append said `more`: its transaction is open. */
+  private open = false
+  /** The appended head right after the snapshot-end line. */
+  private snapshotHead: HeadState | undefined
   // The last transaction LSN split into 32-bit halves (a continued transaction reuses it).
   private splitTx = -1n
   private txLo = 0
@@ -130,6 +147,7 @@ export class FileShapeLog implements ShapeLog {
     this.recordsOnDisk = head.entries
     this.chunksOnDisk = head.closedChunks
     this.staged.truncate(0)
+    this.open = false
   }
 
   /**
@@ -222,6 +240,7 @@ export class FileShapeLog implements ShapeLog {
       return 0
     }
     if (tx <= 0n) throw this.invalid('live entries need a commit LSN above 0')
+    if (tx <= this.floor) throw this.invalid(`transaction ${tx} is at or below ${this.floor}, the watermark the log was published with`)
     const count = n - skip
     const jsons = new Array<Uint8Array>(count)
     const ops = new Array<number>(count)
@@ -244,6 +263,7 @@ export class FileShapeLog implements ShapeLog {
       throw err
     }
     this.host.clearFault(this, tx)
+    this.open = more
     // The appended head object is the boundary too (one allocation per append).
     if (!more) {
       this.boundaries.push(this.appended as Boundary)
@@ -268,12 +288,29 @@ export class FileShapeLog implements ShapeLog {
   appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array): void {
     const jsons = end ? [...rows, end] : rows
     this.write(0n, jsons, undefined, undefined, end ? ENTRY_TXN_END : 0, end !== undefined)
+    if (end) this.snapshotHead = this.appended
   }
 
-  /** Publishes the whole appended head (a finished snapshot). */
-  publishAll(): void {
-    this.published = this.appended
-    this.boundaries = []
+  /** Publishes the snapshot region (its directory became durable); transactions after it stay for `publish`. */
+  publishSnapshot(): void {
+    if (this.snapshotHead) this.published = this.snapshotHead
+  }
+
+  /** Sequence number of the last append (0 for none since the log was opened). */
+  lastSeq(): number {
+    return (this.appended as Partial<Boundary>).seq ?? 0
+  }
+
+  /**
+   * Whether the files may hold a transaction at or below `lsn` that is not yet
+   * both complete and synced, given that the last sync covered appends up to
+   * `seq`: one still open, or one whose last part came after that sync. While
+   * this holds the log must not become durable under its id.
+   */
+  unsettledAtOrBelow(lsn: bigint, seq: number): boolean {
+    if (this.open && this.appended.last.tx <= lsn) return true
+    for (const b of this.boundaries) if (b.seq > seq) return b.tx <= lsn
+    return false
   }
 
   /**
@@ -307,6 +344,7 @@ export class FileShapeLog implements ShapeLog {
    */
   rollbackToPublished(): void {
     this.boundaries = []
+    this.open = false
     this.cutTo(this.published)
   }
 

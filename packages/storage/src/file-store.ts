@@ -14,6 +14,16 @@
  *   4. move each log's published head to its last transaction covered by the
  *      watermark and appended before step 1, and tell listeners.
  *
+ * New logs. A log being built lives in tmp/ and is not in the dirty or
+ * unpublished sets: the flush that finishes it syncs it (everything appended
+ * so far, live transactions included), renames it into shapes/ and registers
+ * it, publishing the snapshot and the complete transactions that the sync
+ * covered and the watermark covers. Its transactions may lie at or below the
+ * watermark, so the rename waits for a later flush while one of those is open
+ * or arrived after the sync, and from the rename on the log refuses new ones
+ * (`floor`): no record at or below a published watermark is ever unsynced in
+ * shapes/, which recovery and read-only followers rely on.
+ *
  * A failed sync loses nothing acknowledged: the watermark stays, the failed
  * logs drop their unpublished entries (the kernel may have dropped those pages,
  * so their bytes can no longer be trusted), `advance` falls back to the
@@ -75,8 +85,19 @@ interface FinishingSnapshot {
   readonly log: FileShapeLog
   readonly meta: FileRef
   readonly tmpDir: string
+  /** meta.bin and the tmp directory are synced (a snapshot carried to a later flush needs only its log synced again). */
+  prepared: boolean
+  /** `abort()` was called after `finish()`. */
+  aborted: boolean
+  /** Appends up to this sequence number were covered by the last sync of the log. */
+  syncSeq: number
+  /** Renamed into shapes/; from here on the log refuses transactions at or below `log.floor`. */
+  renamed(): void
   resolve(log: FileShapeLog): void
+  /** Drops the snapshot (its files, its place in the store) and rejects `finish`. */
   reject(err: unknown): void
+  /** Rejects `finish` for a log already registered (an abort came too late; `abort()` deletes it). */
+  abandon(err: unknown): void
 }
 
 export class FileLogStore implements ShapeLogStore, LogHost {
@@ -193,6 +214,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         chunks: log.chunkFile,
       })
       log.restore(found.head, found.chunks)
+      log.registered = true
       return log
     } catch (err) {
       log.retire()
@@ -245,10 +267,16 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
     this.creating.add(id)
     const log = new FileShapeLog(id, tmpDir, Buffer.from(meta), this, [], EMPTY_HEAD)
-    let state: 'open' | 'finishing' | 'done' = 'open'
+    // open: rows; finishing: finish() called, live appends allowed; published:
+    // renamed into shapes/ (the log's floor is set); resolved or dropped: settled.
+    let state: 'open' | 'finishing' | 'published' | 'resolved' | 'dropped' = 'open'
+    let finishing: FinishingSnapshot | undefined
+    let settled: Promise<unknown> = Promise.resolve()
     const drop = async (): Promise<void> => {
+      state = 'dropped'
+      log.deleted = true
       this.creating.delete(id)
-      this.dirty.delete(log)
+      this.forget(log)
       log.retire()
       await this.fs.rm(tmpDir, { recursive: true, force: true })
     }
@@ -258,7 +286,6 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         try {
           log.appendSnapshot(rows)
         } catch (err) {
-          state = 'done'
           void drop()
           throw err
         }
@@ -269,32 +296,77 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         try {
           log.appendSnapshot([], snapshotEnd)
         } catch (err) {
-          state = 'done'
           return drop().then(() => Promise.reject(err))
         }
-        return new Promise<FileShapeLog>((resolve, reject) => {
-          this.finishing.push({
+        const done = new Promise<FileShapeLog>((resolve, reject) => {
+          finishing = {
             log,
             meta: new FileRef(`${tmpDir}/${LOG_FILES.meta}`, 'r'),
             tmpDir,
+            prepared: false,
+            aborted: false,
+            syncSeq: 0,
+            renamed: () => {
+              state = 'published'
+            },
             resolve: (l) => {
-              state = 'done'
+              state = 'resolved'
               resolve(l)
             },
             reject: (err) => {
-              state = 'done'
+              if (state === 'resolved' || state === 'dropped') return
               void drop().finally(() => reject(err))
             },
-          })
+            abandon: (err) => {
+              state = 'dropped'
+              reject(err)
+            },
+          }
+          this.finishing.push(finishing)
           this.schedule(true)
         })
+        settled = done.catch(() => undefined)
+        return done
+      },
+      appendTransaction: (entries, options) => {
+        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call finish() first`)
+        if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+        if (state !== 'finishing') return log.appendTransaction(entries, options)
+        try {
+          return log.appendTransaction(entries, options)
+        } catch (err) {
+          // A failed write here cannot hold the watermark back (the transaction
+          // may lie below it already), so it fails the snapshot, as a failed
+          // row append does. Invalid input leaves the log as it was.
+          if (err instanceof StorageError && err.code !== 'invalid_append') finishing!.reject(err)
+          throw err
+        }
       },
       abort: async () => {
-        if (state !== 'open') return
-        state = 'done'
-        await drop()
+        if (state === 'open') return drop()
+        if (state !== 'finishing' && state !== 'published') return
+        const f = finishing!
+        f.aborted = true
+        const queued = this.finishing.indexOf(f)
+        if (queued >= 0) {
+          // No flush has it yet.
+          this.finishing.splice(queued, 1)
+          f.reject(new StorageError('shape_deleted', `snapshot of shape ${id} was aborted`))
+        }
+        await settled
+        // A flush registered the log before it saw the abort: remove it like any other.
+        if (this.logs.get(id) === log) await this.deleteShape(id)
       },
     }
+  }
+
+  /** Takes a log out of the store's flush bookkeeping. */
+  private forget(log: FileShapeLog): void {
+    log.registered = false
+    log.dirtyMark = false
+    this.dirty.delete(log)
+    this.unpublished.delete(log)
+    this.faults.delete(log)
   }
 
   get(id: string): FileShapeLog | undefined {
@@ -311,10 +383,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     if (!log) return false
     this.logs.delete(id)
     log.deleted = true
-    log.dirtyMark = false
-    this.dirty.delete(log)
-    this.unpublished.delete(log)
-    this.faults.delete(log)
+    this.forget(log)
     log.retire()
     const trashed = `${this.root}/trash/${id}.${Date.now()}.${randomBytes(3).toString('hex')}`
     try {
@@ -390,13 +459,22 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         firstError ??= fromSystemError(err, `sync shape ${log.id}`)
       }
     })
-    const created = await this.finishSnapshots(snapshots)
+    const { created, waiting } = await this.finishSnapshots(snapshots, target)
+    if (waiting.length > 0) {
+      // Kept ahead of snapshots finished meanwhile; the timer keeps a process
+      // whose only work is awaiting `finish` alive.
+      this.finishing = [...waiting, ...this.finishing]
+      this.schedule(false, true)
+    }
     try {
-      return await this.publish(target, seq, failed, firstError, created.map((c) => c.log.id))
+      return await this.publish(target, seq, failed, firstError, created)
     } finally {
       // Resolved last, so whoever awaited a snapshot also sees everything this
       // flush published (the snapshot itself is durable whatever happened since).
-      for (const c of created) c.resolve(c.log)
+      for (const c of created) {
+        if (c.aborted) c.abandon(new StorageError('shape_deleted', `snapshot of shape ${c.log.id} was aborted`))
+        else c.resolve(c.log)
+      }
     }
   }
 
@@ -405,7 +483,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     seq: number,
     failed: FileShapeLog[],
     firstError: StorageError | undefined,
-    created: string[],
+    created: FinishingSnapshot[],
   ): Promise<FlushResult> {
     if (failed.length > 0) {
       for (const log of failed) {
@@ -431,9 +509,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.durable = target
     }
 
-    const advanced = [...created]
+    const advanced: string[] = []
+    for (const c of created) {
+      // Their later appends count from their own sync, which came after `seq`.
+      if (!c.log.deleted) c.log.publish(this.durable, c.syncSeq)
+      advanced.push(c.log.id)
+    }
     for (const log of this.unpublished) {
-      if (log.publish(this.durable, seq)) advanced.push(log.id)
+      if (log.publish(this.durable, seq) && !created.some((c) => c.log === log)) advanced.push(log.id)
       if (!log.hasUnpublished()) this.unpublished.delete(log)
     }
     this.lastError = undefined
@@ -468,16 +551,30 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
   }
 
-  /** Syncs and renames finished snapshots into place and registers them; returns those that became logs. */
-  private async finishSnapshots(snapshots: FinishingSnapshot[]): Promise<FinishingSnapshot[]> {
-    if (snapshots.length === 0) return []
+  /**
+   * Syncs finished snapshots, renames into place those whose every transaction
+   * at or below `target` is complete and covered by the sync, and registers
+   * them. Returns the snapshots that became logs and those left for a later
+   * flush.
+   */
+  private async finishSnapshots(
+    snapshots: FinishingSnapshot[],
+    target: bigint,
+  ): Promise<{ created: FinishingSnapshot[]; waiting: FinishingSnapshot[] }> {
+    if (snapshots.length === 0) return { created: [], waiting: [] }
     const ready: FinishingSnapshot[] = []
     await forEachConcurrently(snapshots, this.syncConcurrency(), async (s) => {
       try {
+        // syncLog writes the staged index before its first await, so every
+        // append up to here is in what the sync covers.
+        s.syncSeq = this.seq
         await this.syncLog(s.log)
-        await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
-        this.fds.retire(s.meta)
-        await syncDirectory(this.fs, s.tmpDir)
+        if (!s.prepared) {
+          await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
+          this.fds.retire(s.meta)
+          await syncDirectory(this.fs, s.tmpDir)
+          s.prepared = true
+        }
         ready.push(s)
       } catch (err) {
         this.fds.retire(s.meta)
@@ -485,17 +582,31 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       }
     })
     const moved: FinishingSnapshot[] = []
+    const waiting: FinishingSnapshot[] = []
+    // No await from each check to its rename: nothing can be appended in between.
     for (const s of ready) {
+      if (s.log.deleted) continue // dropped by a failed append during the sync
+      if (s.aborted) {
+        s.reject(new StorageError('shape_deleted', `snapshot of shape ${s.log.id} was aborted`))
+        continue
+      }
+      if (s.log.unsettledAtOrBelow(target, s.syncSeq) || this.faults.has(s.log)) {
+        waiting.push(s)
+        continue
+      }
       const dir = `${this.root}/shapes/${s.log.id}`
       try {
         this.fs.renameSync(s.tmpDir, dir)
-        s.log.moveTo(dir)
-        moved.push(s)
       } catch (err) {
         s.reject(fromSystemError(err, `publish snapshot of shape ${s.log.id}`))
+        continue
       }
+      s.log.moveTo(dir)
+      s.log.floor = target
+      s.renamed()
+      moved.push(s)
     }
-    if (moved.length === 0) return []
+    if (moved.length === 0) return { created: [], waiting }
     try {
       await syncDirectory(this.fs, `${this.root}/shapes`)
     } catch (err) {
@@ -510,14 +621,26 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         s.log.moveTo(back)
         s.reject(fromSystemError(err, `publish snapshot of shape ${s.log.id}`))
       }
-      return []
+      return { created: [], waiting }
     }
     for (const s of moved) {
-      this.creating.delete(s.log.id)
-      s.log.publishAll()
-      this.logs.set(s.log.id, s.log)
+      const log = s.log
+      this.creating.delete(log.id)
+      this.logs.set(log.id, log)
+      log.registered = true
+      log.publishSnapshot()
+      // Already durable: synced in the directory, covered by a published watermark.
+      log.publish(this.durable, s.syncSeq)
+      if (log.hasUnpublished()) this.unpublished.add(log)
+      if (log.lastSeq() > s.syncSeq) {
+        // Appended after the sync (above the target, or it would have waited):
+        // synced and published by later flushes like any dirty log's.
+        log.dirtyMark = true
+        this.dirty.add(log)
+        this.schedule(false)
+      }
     }
-    return moved
+    return { created: moved, waiting }
   }
 
   // ---- LogHost -------------------------------------------------------------
@@ -528,8 +651,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
   markDirty(log: FileShapeLog, bytes: number): void {
     if (!log.dirtyMark) {
-      // A snapshot in progress is synced when it finishes, not by a flush before.
-      if (this.logs.get(log.id) !== log) return
+      // A log being built is synced by the flush that finishes it, not by one before.
+      if (!log.registered) return
       log.dirtyMark = true
       this.dirty.add(log)
     }
@@ -541,7 +664,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   markUnpublished(log: FileShapeLog): void {
     // Membership follows boundaries, not dirtiness: a `more` append dirties a log
     // without giving it anything to publish, and the publish pass drops such logs.
-    this.unpublished.add(log)
+    // A log being built is published when it is registered.
+    if (log.registered) this.unpublished.add(log)
   }
 
   noteFault(log: FileShapeLog, tx: bigint): void {
@@ -560,7 +684,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     return target < this.durable ? this.durable : target
   }
 
-  private schedule(now: boolean): void {
+  /** `keepAlive`: someone awaits this flush (a snapshot carried over), though it need not run at once. */
+  private schedule(now: boolean, keepAlive = false): void {
     if (this.closed) return
     if (now) {
       // Someone waits on this flush (a snapshot) or the threshold was hit: keep
@@ -570,7 +695,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     } else if (!this.timer) {
       // The interval alone must not keep a process alive; close() flushes.
       this.timer = setTimeout(() => this.timedFlush(), this.flushIntervalMs)
-      this.timer.unref()
+      if (!keepAlive) this.timer.unref()
+    } else if (keepAlive) {
+      this.timer.ref()
     }
   }
 

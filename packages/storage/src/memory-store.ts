@@ -5,6 +5,13 @@
  *
  * `restart()` models a process restart: everything not yet published is lost,
  * as the file engine's recovery cuts it.
+ *
+ * A new log is finished by a flush, as in the file engine: `finish` schedules
+ * one (or an explicit `flush()` does it first). That flush registers the log
+ * and publishes its snapshot and the complete transactions appended so far
+ * that the watermark covers; it leaves the log for a later flush while a
+ * transaction at or below the watermark is open. Flushes here are atomic, so
+ * nothing is ever appended "after the sync" of a finishing log.
  */
 import type { LogOffset } from '@sluice/protocol'
 import { BEFORE_ALL, compareOffsets } from '@sluice/protocol'
@@ -43,6 +50,10 @@ class MemoryShapeLog implements ShapeLog {
   snapshotChunks = 0
   published: Cut = { entries: 0, chunks: 0, tx: 0n }
   pending: Cut[] = []
+  /** The last append said `more`. */
+  open = false
+  /** New transactions at or below this are refused (the watermark the log was published with). */
+  floor = 0n
 
   constructor(
     readonly id: string,
@@ -86,6 +97,9 @@ class MemoryShapeLog implements ShapeLog {
     if (fresh.length === 0) return 0
     const tx = fresh[0]!.offset.tx
     if (tx <= 0n) throw new StorageError('invalid_append', `shape ${this.id}: live entries need a commit LSN above 0`)
+    if (tx <= this.floor) {
+      throw new StorageError('invalid_append', `shape ${this.id}: transaction ${tx} is at or below ${this.floor}, the watermark the log was published with`)
+    }
     let prev = this.last
     for (const e of fresh) {
       if (e.offset.tx !== tx) throw new StorageError('invalid_append', `shape ${this.id}: one append holds one transaction`)
@@ -93,8 +107,14 @@ class MemoryShapeLog implements ShapeLog {
       prev = e.offset
     }
     for (const e of fresh) this.push(e.offset, e.json, false)
-    if (!options?.more) this.pending.push({ entries: this.entries.length, chunks: this.chunks.length, tx })
+    this.open = options?.more === true
+    if (!this.open) this.pending.push({ entries: this.entries.length, chunks: this.chunks.length, tx })
     return fresh.length
+  }
+
+  /** A transaction at or below `lsn` is still open. */
+  openAtOrBelow(lsn: bigint): boolean {
+    return this.open && this.last.tx <= lsn
   }
 
   publish(lsn: bigint): boolean {
@@ -109,6 +129,7 @@ class MemoryShapeLog implements ShapeLog {
   /** Drops everything unpublished. */
   cutToPublished(): void {
     this.pending = []
+    this.open = false
     this.entries.length = this.published.entries
     this.chunks.length = this.published.chunks
     const start = this.chunks.at(-1)?.endEntry ?? 0
@@ -143,20 +164,34 @@ class MemoryShapeLog implements ShapeLog {
 
 export interface MemoryStoreOptions {
   readonly chunkBytes?: number
+  /** Wait before retrying a finish that had to wait for an open transaction. */
+  readonly flushIntervalMs?: number
+}
+
+interface Finishing {
+  readonly log: MemoryShapeLog
+  /** The log's cut right after the snapshot-end line. */
+  readonly snapshot: Cut
+  resolve(log: MemoryShapeLog): void
+  reject(err: unknown): void
 }
 
 export class MemoryLogStore implements ShapeLogStore {
   readonly readOnly = false
   private readonly logs = new Map<string, MemoryShapeLog>()
   private readonly creating = new Set<string>()
+  private finishing: Finishing[] = []
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private readonly chunkBytes: number
+  private readonly flushIntervalMs: number
+  private timer: NodeJS.Timeout | undefined
   private advanced = 0n
   private durable = 0n
   private closed = false
 
   constructor(options: MemoryStoreOptions = {}) {
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
+    this.flushIntervalMs = options.flushIntervalMs ?? 10
   }
 
   get durableLsn(): bigint {
@@ -169,27 +204,48 @@ export class MemoryLogStore implements ShapeLogStore {
     if (this.logs.has(id) || this.creating.has(id)) throw new StorageError('shape_exists', `shape ${id} already exists`)
     this.creating.add(id)
     const log = new MemoryShapeLog(id, options?.meta ?? new Uint8Array(), this.chunkBytes)
-    let open = true
+    let state: 'open' | 'finishing' | 'resolved' | 'dropped' = 'open'
+    let finishing: Finishing | undefined
     return {
       append: (rows) => {
-        if (!open) throw new StorageError('invalid_append', `snapshot of shape ${id} is closed`)
+        if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
         for (const row of rows) log.pushSnapshotRow(row, false)
       },
-      finish: async (snapshotEnd) => {
-        if (!open) throw new StorageError('invalid_append', `snapshot of shape ${id} is closed`)
-        open = false
+      finish: (snapshotEnd) => {
+        if (state !== 'open') return Promise.reject(new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`))
+        state = 'finishing'
         log.pushSnapshotRow(snapshotEnd, true)
-        log.published = { entries: log.entries.length, chunks: log.chunks.length, tx: 0n }
-        this.creating.delete(id)
-        this.logs.set(id, log)
-        // As in the file engine, a snapshot becomes durable through a flush, which
-        // publishes whatever else was waiting.
-        await this.flushWith([id])
-        return log
+        return new Promise<MemoryShapeLog>((resolve, reject) => {
+          finishing = {
+            log,
+            snapshot: { entries: log.entries.length, chunks: log.chunks.length, tx: 0n },
+            resolve: (l) => {
+              state = 'resolved'
+              resolve(l)
+            },
+            reject: (err) => {
+              state = 'dropped'
+              this.creating.delete(id)
+              reject(err)
+            },
+          }
+          this.finishing.push(finishing)
+          this.schedule(0)
+        })
+      },
+      appendTransaction: (entries, options) => {
+        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call finish() first`)
+        if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+        return log.appendTransaction(entries, options)
       },
       abort: async () => {
-        open = false
-        this.creating.delete(id)
+        if (state === 'open') {
+          state = 'dropped'
+          this.creating.delete(id)
+        } else if (state === 'finishing') {
+          this.finishing = this.finishing.filter((f) => f !== finishing)
+          finishing!.reject(new StorageError('shape_deleted', `snapshot of shape ${id} was aborted`))
+        }
       },
     }
   }
@@ -212,16 +268,46 @@ export class MemoryLogStore implements ShapeLogStore {
 
   async flush(): Promise<FlushResult> {
     this.ensureOpen()
-    return this.flushWith([])
+    return this.flushNow()
   }
 
-  private async flushWith(created: string[]): Promise<FlushResult> {
+  private flushNow(): FlushResult {
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = undefined
     this.durable = this.advanced > this.durable ? this.advanced : this.durable
-    const advanced: string[] = [...created]
-    for (const log of this.logs.values()) if (log.publish(this.durable)) advanced.push(log.id)
+    const created: Finishing[] = []
+    const waiting: Finishing[] = []
+    for (const f of this.finishing) {
+      if (f.log.openAtOrBelow(this.durable)) {
+        waiting.push(f)
+        continue
+      }
+      this.creating.delete(f.log.id)
+      this.logs.set(f.log.id, f.log)
+      f.log.published = f.snapshot
+      f.log.floor = this.durable
+      f.log.publish(this.durable)
+      created.push(f)
+    }
+    this.finishing = waiting
+    if (waiting.length > 0) this.schedule(this.flushIntervalMs)
+    const advanced = created.map((f) => f.log.id)
+    for (const log of this.logs.values()) {
+      if (log.publish(this.durable) && !created.some((f) => f.log === log)) advanced.push(log.id)
+    }
     const result = { durableLsn: this.durable, advanced }
     for (const l of this.listeners) l(result)
+    for (const f of created) f.resolve(f.log)
     return result
+  }
+
+  /** A flush for the snapshots waiting to finish (the file engine's group commit does this). */
+  private schedule(ms: number): void {
+    if (this.timer || this.closed) return
+    this.timer = setTimeout(() => {
+      this.timer = undefined
+      if (!this.closed) this.flushNow()
+    }, ms)
   }
 
   onFlush(listener: (result: FlushResult) => void): () => void {
@@ -229,10 +315,19 @@ export class MemoryLogStore implements ShapeLogStore {
     return () => this.listeners.delete(listener)
   }
 
-  /** Models a crash and restart: unpublished entries are gone. */
+  /** Models a crash and restart: unpublished entries and unfinished logs are gone. */
   restart(): void {
     for (const log of this.logs.values()) log.cutToPublished()
     this.advanced = this.durable
+    this.dropFinishing(new StorageError('store_closed', 'the store restarted before the snapshot was finished'))
+  }
+
+  private dropFinishing(err: StorageError): void {
+    const dropped = this.finishing
+    this.finishing = []
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = undefined
+    for (const f of dropped) f.reject(err)
   }
 
   private ensureOpen(): void {
@@ -240,6 +335,10 @@ export class MemoryLogStore implements ShapeLogStore {
   }
 
   async close(): Promise<void> {
+    if (this.closed) return
+    // As the file engine does: what can be finished and published is.
+    this.flushNow()
     this.closed = true
+    this.dropFinishing(new StorageError('store_closed'))
   }
 }

@@ -287,6 +287,144 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       expect(last.advanced).toEqual(['la'])
     })
 
+    describe('live transactions appended while a new log finishes', () => {
+      const codeOf = (fn: () => unknown): string => {
+        try {
+          fn()
+        } catch (err) {
+          return (err as StorageError).code
+        }
+        return 'no error'
+      }
+      const lsnsOf = (entries: unknown[]): string[] =>
+        entries.flatMap((m) => {
+          const h = (m as { headers: { lsn?: string; op_position?: number } }).headers
+          return h.lsn === undefined ? [] : [`${h.lsn}_${h.op_position}`]
+        })
+      /** Another log moves the watermark to 50 while the new shape's snapshot "runs". */
+      const advanceOthersTo50 = async () => {
+        const other = await makeShape(store, 'other', [])
+        for (const tx of [10n, 30n, 50n]) other.appendTransaction([change(tx, 0, Number(tx))])
+        store.advance(50n)
+        await store.flush()
+        expect(store.durableLsn).toBe(50n)
+      }
+      const readAll = (log: ShapeLog): unknown[] => {
+        const out: unknown[] = []
+        let at: LogOffset = BEFORE_ALL
+        for (;;) {
+          const r = log.read(at)
+          if (r.entryCount === 0) {
+            r.release()
+            return out
+          }
+          at = r.nextOffset
+          out.push(...body(r))
+        }
+      }
+
+      it('refuses live entries before finish', async () => {
+        const w = store.createShape('early')
+        w.append([row(1)])
+        expect(codeOf(() => w.appendTransaction([change(5n, 0, 1)]))).toBe('invalid_append')
+        // The refusal left the writer usable.
+        const log = await w.finish(SNAPSHOT_END)
+        expect(body(log.read(BEFORE_ALL))).toHaveLength(2)
+      })
+
+      it('publishes queued transactions below the durable watermark with the snapshot, in order, exactly once', async () => {
+        await advanceOthersTo50()
+        const w = store.createShape('queued')
+        w.append([row(1), row(2)])
+        const finishing = w.finish(SNAPSHOT_END)
+        expect(w.appendTransaction([change(20n, 0, 1), change(20n, 2, 2)])).toBe(2)
+        expect(w.appendTransaction([change(20n, 0, 1), change(20n, 2, 2)])).toBe(0) // a replay
+        expect(w.appendTransaction([change(30n, 1, 3)])).toBe(1)
+        expect(w.appendTransaction([change(50n, 0, 4)])).toBe(1)
+        // Not a log until finish resolves.
+        expect(store.get('queued')).toBeUndefined()
+        expect(store.ids()).not.toContain('queued')
+        const seen: FlushResult[] = []
+        const off = store.onFlush((r) => seen.push(r))
+        const log = await finishing
+        off()
+        expect(store.get('queued')).toBe(log)
+        expect(store.ids()).toContain('queued')
+        expect(seen.flatMap((r) => r.advanced).filter((id) => id === 'queued')).toEqual(['queued'])
+        const all = readAll(log)
+        expect(all).toHaveLength(3 + 4)
+        expect(lsnsOf(all)).toEqual(['20_0', '20_2', '30_1', '50_0'])
+        expect(formatOffset(log.head().lastOffset)).toBe('50_0')
+        expect(store.durableLsn).toBe(50n)
+        // Replays through the writer or the log stay no-ops once it is published.
+        expect(w.appendTransaction([change(30n, 1, 3)])).toBe(0)
+        expect(log.appendTransaction([change(50n, 0, 4)])).toBe(0)
+        expect(lsnsOf(readAll(log))).toEqual(['20_0', '20_2', '30_1', '50_0'])
+      })
+
+      it('waits for a queued transaction below the watermark that is still open, and takes live ones with more', async () => {
+        await advanceOthersTo50()
+        const w = store.createShape('parts')
+        w.append([row(1)])
+        const finishing = w.finish(SNAPSHOT_END)
+        let resolved = false
+        void finishing.then(() => (resolved = true))
+        w.appendTransaction([change(40n, 0, 1), change(40n, 2, 2)], { more: true })
+        // One flush cannot publish the log: transaction 40 is below the watermark and not complete.
+        await store.flush()
+        expect(store.get('parts')).toBeUndefined()
+        expect(resolved).toBe(false)
+        w.appendTransaction([change(40n, 4, 3)])
+        // A live transaction above the watermark, open across the finish.
+        w.appendTransaction([change(60n, 0, 4)], { more: true })
+        await store.flush()
+        const log = await finishing
+        expect(lsnsOf(readAll(log))).toEqual(['40_0', '40_2', '40_4'])
+        // The writer now behaves as the log: the rest of 60 goes in, and is published once advanced.
+        expect(w.appendTransaction([change(60n, 2, 5)])).toBe(1)
+        store.advance(60n)
+        await store.flush()
+        expect(lsnsOf(readAll(log))).toEqual(['40_0', '40_2', '40_4', '60_0', '60_2'])
+        expect(log.head().entryCount).toBe(2 + 5)
+      })
+
+      it('refuses, once published, new transactions at or below the watermark it was published with', async () => {
+        await advanceOthersTo50()
+        const w = store.createShape('floor')
+        const finishing = w.finish(SNAPSHOT_END)
+        w.appendTransaction([change(40n, 0, 1)])
+        const log = await finishing
+        expect(codeOf(() => w.appendTransaction([change(45n, 0, 2)]))).toBe('invalid_append')
+        expect(codeOf(() => log.appendTransaction([change(50n, 0, 2)]))).toBe('invalid_append')
+        expect(codeOf(() => log.appendTransaction([change(40n, 0, 1), change(40n, 2, 2)]))).toBe('invalid_append')
+        expect(log.appendTransaction([change(51n, 0, 3)])).toBe(1)
+        store.advance(51n)
+        await store.flush()
+        expect(lsnsOf(readAll(log))).toEqual(['40_0', '51_0'])
+      })
+
+      it('leaves nothing after an abort that follows live appends', async () => {
+        await advanceOthersTo50()
+        const w = store.createShape('dropped')
+        w.append([row(1)])
+        const finishing = w.finish(SNAPSHOT_END)
+        w.appendTransaction([change(20n, 0, 1)])
+        w.appendTransaction([change(55n, 0, 2)], { more: true })
+        await w.abort()
+        await expect(finishing).rejects.toMatchObject({ code: 'shape_deleted' })
+        expect(codeOf(() => w.appendTransaction([change(60n, 0, 3)]))).toBe('invalid_append')
+        store.advance(60n)
+        await store.flush()
+        expect(store.get('dropped')).toBeUndefined()
+        expect(store.ids()).not.toContain('dropped')
+        // The id is free again, and the new log holds none of the old one's entries.
+        const again = store.createShape('dropped')
+        const done = again.finish(SNAPSHOT_END)
+        again.appendTransaction([change(30n, 0, 9)])
+        expect(lsnsOf(readAll(await done))).toEqual(['30_0'])
+      })
+    })
+
     it('returns body bytes that are exactly the JSON lines joined by commas', async () => {
       const rows = [row(1), enc.encode('{"value":{"s":"comma, \\"quote\\" ] [ \\u2028 ünï"}}'), row(3)]
       const log = await makeShape(store, 'bytes', rows)
