@@ -1,0 +1,21 @@
+// Spilling to disk: the router's bounded-memory buffers (DESIGN.md §7).
+export { SPILL_ERROR_CODES, SpillError } from './errors.js'
+export type { SpillErrorCode } from './errors.js'
+export { SPILL_FORMAT_VERSION, SPILL_HEADER_BYTES, SPILL_MAGIC } from './format.js'
+export type { SpillFileKind } from './format.js'
+export { SPILL_FILE_SUFFIX, SpillDir } from './spill-dir.js'
+export type { SpillDirOptions, SpillFile } from './spill-dir.js'
+export { nodeSpillFs } from './spill-fs.js'
+export type { SpillFs } from './spill-fs.js'
+export { DEFAULT_QUEUE_FLUSH_BYTES, DEFAULT_QUEUE_READ_BYTES, SpillQueue } from './spill-queue.js'
+export type { QueueCodec, SpillQueueOptions } from './spill-queue.js'
+export {
+  DEFAULT_SPILL_BATCH_BYTES,
+  DEFAULT_SPILL_BATCH_CHANGES,
+  DEFAULT_SPILL_MEMORY_BYTES,
+  DEFAULT_SPILL_READ_BYTES,
+  SpillStreamBuffer,
+} from './spill-stream-buffer.js'
+export type { SpillStreamBufferOptions } from './spill-stream-buffer.js'
+export { TRANSACTION_PART_VERSION, transactionPartCodec } from './transaction-part-codec.js'
+export type { TransactionPart } from './transaction-part-codec.js'
