@@ -1,0 +1,149 @@
+import { join } from 'node:path'
+import { FileLogStore, FlushError, type StorageError, openFileLogStore } from '@sluice/storage'
+import pg from 'pg'
+import {
+  DEFAULT_PUBLICATION_NAME,
+  DEFAULT_SLOT_NAME,
+  PublicationManager,
+  ReplicationClient,
+  type ReplicationClientOptions,
+  SlotManager,
+} from './replication/index.js'
+import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
+import { ShapeRouter } from './shapes/router.js'
+import { SpillStreamBuffer } from './shapes/spill/index.js'
+
+/**
+ * The sync pipeline, wired (DESIGN.md §2): the replication client feeds the
+ * router, the router appends to the storage engine, each flush of the engine
+ * acknowledges its durable watermark to Postgres, and the shape manager brings
+ * shapes in and out. The HTTP layer reads through `shapes` and `store`.
+ */
+export interface PipelineOptions {
+  /** Postgres connection string; the role needs REPLICATION (and to own the published tables). */
+  readonly connectionString: string
+  /** Shape logs live under `<storageDir>/logs`, scratch files under `<storageDir>/spill`. */
+  readonly storageDir: string
+  readonly slotName?: string
+  readonly publicationName?: string
+  readonly chunkBytes?: number
+  readonly flushIntervalMs?: number
+  readonly memoryBudgetBytes?: number
+  readonly snapshotConnections?: number
+  readonly maxShapes?: number
+  /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
+  readonly maxTransactionBytes?: number
+  readonly protoVersion?: ReplicationClientOptions['protoVersion']
+  /** Extra walsender settings (e.g. a small logical_decoding_work_mem in tests). */
+  readonly replicationSettings?: Readonly<Record<string, string>>
+  readonly logger?: ShapeLogger
+}
+
+export class Pipeline {
+  private stopping: Promise<void> | undefined
+
+  private constructor(
+    readonly store: FileLogStore,
+    readonly shapes: ShapeManager,
+    readonly router: ShapeRouter,
+    readonly replication: ReplicationClient,
+    private readonly pools: readonly pg.Pool[],
+    private readonly streams: SpillStreamBuffer,
+    private readonly unsubscribe: Array<() => void>,
+  ) {}
+
+  /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
+  static async start(options: PipelineOptions): Promise<Pipeline> {
+    const memoryBudgetBytes = options.memoryBudgetBytes ?? 256 * 1024 * 1024
+    const store = await openFileLogStore({
+      dir: join(options.storageDir, 'logs'),
+      ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
+      ...(options.flushIntervalMs === undefined ? {} : { flushIntervalMs: options.flushIntervalMs }),
+    })
+    const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
+    const snapshotConnections = options.snapshotConnections ?? 4
+    const snapshotPool = new pg.Pool({
+      connectionString: options.connectionString,
+      max: snapshotConnections,
+      application_name: 'sluice_snapshot',
+    })
+    const pools = [db, snapshotPool]
+    // Idle pooled connections can die with Postgres; the pool replaces them, this keeps the process alive.
+    for (const pool of pools) pool.on('error', (err) => options.logger?.warn({ err }, 'idle Postgres connection failed'))
+    let streams: SpillStreamBuffer | undefined
+    try {
+      const publication = new PublicationManager(db, { name: options.publicationName ?? DEFAULT_PUBLICATION_NAME })
+      await publication.ensure()
+      const slot = new SlotManager(db, { name: options.slotName ?? DEFAULT_SLOT_NAME })
+      await slot.ensure()
+      streams = await SpillStreamBuffer.open(join(options.storageDir, 'spill', 'streams'))
+
+      let replication: ReplicationClient | undefined
+      let shapes: ShapeManager | undefined
+      const router = new ShapeRouter({
+        advance: (lsn) => store.advance(lsn),
+        streams,
+        invalidate: async (handles, reason) => {
+          await shapes?.invalidateHandles(handles, reason)
+        },
+      })
+      shapes = await ShapeManager.open({
+        store,
+        router,
+        db,
+        snapshotPool,
+        snapshotConnections,
+        publication,
+        spillDir: join(options.storageDir, 'spill', 'queues'),
+        memoryBudgetBytes,
+        ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
+        ...(options.logger === undefined ? {} : { logger: options.logger }),
+        onPressure: (paused) => (paused ? replication?.pause() : replication?.resume()),
+      })
+      replication = new ReplicationClient({
+        connection: options.connectionString,
+        sink: router,
+        durableLsn: () => store.durableLsn,
+        slotName: slot.name,
+        publicationNames: [publication.name],
+        maxTransactionBytes: options.maxTransactionBytes ?? Math.max(1024 * 1024, Math.floor(memoryBudgetBytes / 8)),
+        ...(options.protoVersion === undefined ? {} : { protoVersion: options.protoVersion }),
+        ...(options.replicationSettings === undefined ? {} : { settings: options.replicationSettings }),
+      })
+      const client = replication
+      const unsubscribe = [
+        store.onFlush((result) => void client.acknowledge(result.durableLsn)),
+        store.onError((error: StorageError) => {
+          options.logger?.error({ err: error }, 'storage error')
+          // Accepted but unsynced entries were rolled back: have Postgres send them again.
+          if (error instanceof FlushError) client.replayFromDurable(error)
+        }),
+      ]
+      client.on('disconnected', (info) => options.logger?.warn({ err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected'))
+      await client.start()
+      return new Pipeline(store, shapes, router, client, pools, streams, unsubscribe)
+    } catch (error) {
+      await streams?.close().catch(() => {})
+      await Promise.allSettled(pools.map((p) => p.end()))
+      await store.close().catch(() => {})
+      throw error
+    }
+  }
+
+  /** Stops streaming, makes everything routed durable, acknowledges it, and closes. Idempotent. */
+  stop(): Promise<void> {
+    this.stopping ??= this.shutdown()
+    return this.stopping
+  }
+
+  private async shutdown(): Promise<void> {
+    await this.shapes.close()
+    const flushed = await this.store.flush().catch(() => undefined)
+    if (flushed !== undefined) this.replication.acknowledge(flushed.durableLsn)
+    await this.replication.stop()
+    for (const off of this.unsubscribe) off()
+    await this.streams.close().catch(() => {})
+    await Promise.allSettled(this.pools.map((p) => p.end()))
+    await this.store.close()
+  }
+}

@@ -1,0 +1,615 @@
+import type { ReplicaMode, RowValues } from '@sluice/protocol'
+import type { LogEntryInput } from '@sluice/storage'
+import type {
+  Awaitable,
+  Change,
+  ChangeSink,
+  DeleteChange,
+  InsertChange,
+  Relation,
+  StreamAbort,
+  StreamCommit,
+  StreamedChange,
+  Transaction,
+  TupleValue,
+  UpdateChange,
+} from '../replication/index.js'
+import type { WhereClause } from '../where/index.js'
+import { ChangeEncoder, type EncodedLine } from './change-encoder.js'
+import { ShapeIndex } from './shape-index.js'
+import { type TableInfo, matchesRelation, tableDescription } from './table-catalog.js'
+
+/**
+ * The shape router (DESIGN.md §2, issue 3 items 6–8): the ChangeSink that
+ * turns committed transactions into shape-log appends.
+ *
+ * For each change it finds the affected shapes through one `ShapeIndex` per
+ * table, decides per shape whether an update is an update, an insert (the row
+ * moved in) or a delete (it moved out), encodes each distinct (change, variant,
+ * projection, last) line once and hands the same bytes to every shape that
+ * takes it, then gives each shape its part of the transaction in one append.
+ *
+ * Where the parts go is the shape's `ShapeTarget`: its log (appends are
+ * positional writes into the page cache, never a wait on disk), the snapshot
+ * writer while its snapshot is finishing, or a queue while the snapshot runs.
+ * So a shape that is slow to become ready never stalls routing for the others.
+ *
+ * Ordering: shapes join and leave only between transactions. A shape registered
+ * while a transaction is being routed (a streamed one reads its changes back
+ * from disk between awaits) starts with the next one, so no shape ever sees
+ * part of a transaction.
+ *
+ * Large transactions never sit in memory: streamed changes go to a
+ * `StreamStore` (the spill buffer) and are routed batch by batch at commit.
+ * The `last: true` header is per shape, so each shape's latest line is held
+ * back until the next batch shows whether it was the last.
+ */
+
+/** One transaction's entries for one shape, or a piece of them (`more`). */
+export interface TransactionPart {
+  readonly lsn: bigint
+  /** 32-bit xid from Begin: the snapshot stitching decides by it. */
+  readonly xid: number
+  readonly entries: readonly LogEntryInput[]
+  /** Further parts of the same transaction follow. */
+  readonly more: boolean
+}
+
+/** Where a shape's routed transactions go. `append` is synchronous: it never makes routing wait. */
+export interface ShapeTarget {
+  append(part: TransactionPart): void
+}
+
+export interface RouteSpec {
+  /** The shape's handle: its identity here. */
+  readonly handle: string
+  readonly table: TableInfo
+  readonly where: WhereClause | undefined
+  /** Selected columns; undefined for all. */
+  readonly columns: readonly string[] | undefined
+  readonly replica: ReplicaMode
+}
+
+export type InvalidationKind = 'truncate' | 'schema_change' | 'table_replaced' | 'unroutable_change'
+
+export interface Invalidation {
+  readonly kind: InvalidationKind
+  readonly schema: string
+  readonly table: string
+  /** Why, for logs and for the client-facing error. */
+  readonly detail: string
+  /** Commit LSN of the transaction that caused it, when one did. */
+  readonly lsn?: bigint
+}
+
+/** The disk-backed buffer streamed transactions wait in until they commit (see the spill module). */
+export interface StreamStore {
+  append(xid: number, changes: readonly StreamedChange[]): Promise<void>
+  abort(abort: StreamAbort): Promise<void>
+  commit(xid: number): AsyncIterable<readonly Change[]>
+}
+
+export interface ShapeRouterOptions {
+  /** The storage engine's `advance`: every transaction routed is promised to the store, kept or not. */
+  readonly advance: (lsn: bigint) => void
+  readonly streams: StreamStore
+  /**
+   * Shapes that can no longer follow their table (TRUNCATE, DDL, a table
+   * replaced, a change that cannot be encoded). The router has already stopped
+   * routing to them; the transaction is not promised to the store until this
+   * resolves, so a crash before their removal is durable replays it.
+   */
+  readonly invalidate: (handles: readonly string[], reason: Invalidation) => Promise<void>
+  /** How many recently routed xids to remember for the snapshot race check (see `RegistrationTicket`). */
+  readonly recentXids?: number
+}
+
+/**
+ * Given when a registration takes effect. `recentXids` are the last
+ * transactions routed before it: a snapshot taken afterwards must see every
+ * one of them, or a commit slipped between the walsender sending it and its
+ * backend publishing it (Postgres flushes the commit record before it clears
+ * the transaction from the proc array), and the snapshot must be retaken.
+ */
+export interface RegistrationTicket {
+  readonly recentXids: readonly number[]
+  /** Commit LSN of the last transaction routed before the shape joined. */
+  readonly lastRoutedLsn: bigint
+}
+
+interface RoutedShape {
+  readonly spec: RouteSpec
+  readonly route: TableRoute
+  readonly encoder: ChangeEncoder
+  target: ShapeTarget
+  /** Set while a transaction is being routed when the shape is being invalidated: take nothing more. */
+  doomed: boolean
+}
+
+interface TableRoute {
+  readonly info: TableInfo
+  readonly index: ShapeIndex<RoutedShape>
+  readonly encoders: Map<string, { encoder: ChangeEncoder; users: number }>
+  readonly shapes: Set<RoutedShape>
+  /** Column names of the relation the cached `names` were taken from. */
+  relation: Relation | undefined
+  names: readonly string[]
+}
+
+type Variant = 'insert' | 'update' | 'delete'
+
+/** Encoded lines of one change in one variant, per encoder: [not last, last]. */
+type LineCache = Map<ChangeEncoder, [EncodedLine[] | undefined, EncodedLine[] | undefined]>
+
+interface Item {
+  readonly change: InsertChange | UpdateChange | DeleteChange
+  readonly variant: Variant
+  readonly op: number
+  readonly cache: LineCache
+}
+
+/** Routing state of one transaction. */
+class TxnRouting {
+  nextIndex = 0
+  /** Each shape's newest item, not yet emitted: whether it is the shape's last is not known yet. */
+  readonly held = new Map<RoutedShape, Item>()
+  /** Items known not to be their shape's last, waiting to go out with the next part. */
+  readonly pending = new Map<RoutedShape, Item[]>()
+  /** Tables truncated or otherwise invalidated by this transaction. */
+  readonly invalidations: Array<{ route: TableRoute; reason: Invalidation }> = []
+  constructor(
+    readonly lsn: bigint,
+    readonly xid: number,
+  ) {}
+}
+
+export class ShapeRouter implements ChangeSink {
+  private readonly tables = new Map<number, TableRoute>()
+  /** `schema\0name` → table oid, to notice a dropped and recreated table. */
+  private readonly byName = new Map<string, number>()
+  private readonly shapes = new Map<string, RoutedShape>()
+  private readonly recent: number[] = []
+  private readonly recentLimit: number
+  private busy = 0
+  private boundaryWaiters: Array<() => void> = []
+  private lastLsn = 0n
+  private routedTransactions = 0
+
+  constructor(private readonly options: ShapeRouterOptions) {
+    this.recentLimit = options.recentXids ?? 256
+  }
+
+  /** Number of shapes routed to. */
+  get size(): number {
+    return this.shapes.size
+  }
+
+  /** Commit LSN of the last transaction routed. */
+  get lastRoutedLsn(): bigint {
+    return this.lastLsn
+  }
+
+  get transactionsRouted(): number {
+    return this.routedTransactions
+  }
+
+  has(handle: string): boolean {
+    return this.shapes.has(handle)
+  }
+
+  /**
+   * Adds a shape. It takes effect between transactions: the promise resolves
+   * once it has, and from then on every routed transaction reaches `target`.
+   */
+  async register(spec: RouteSpec, target: ShapeTarget): Promise<RegistrationTicket> {
+    if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
+    await this.boundary()
+    if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
+    this.add(spec, target)
+    return { recentXids: [...this.recent], lastRoutedLsn: this.lastLsn }
+  }
+
+  /** Adds a shape at once (restoring at startup, before replication runs). */
+  add(spec: RouteSpec, target: ShapeTarget): void {
+    const route = this.routeFor(spec.table)
+    const encoderKey = `${spec.replica}\u0000${spec.columns === undefined ? '*' : spec.columns.join('\u0000')}`
+    let shared = route.encoders.get(encoderKey)
+    if (shared === undefined) {
+      const encoder = new ChangeEncoder({ table: tableDescription(spec.table), columns: spec.columns, replica: spec.replica })
+      shared = { encoder, users: 0 }
+      route.encoders.set(encoderKey, shared)
+    }
+    shared.users++
+    const shape: RoutedShape = { spec, route, encoder: shared.encoder, target, doomed: false }
+    this.shapes.set(spec.handle, shape)
+    route.shapes.add(shape)
+    route.index.add(shape, spec.where)
+  }
+
+  /** Sends the shape's next parts elsewhere (queue → snapshot writer → log). Synchronous, so no part falls between. */
+  retarget(handle: string, target: ShapeTarget): void {
+    const shape = this.shapes.get(handle)
+    if (shape === undefined) throw new Error(`shape ${handle} is not routed`)
+    shape.target = target
+  }
+
+  /** Stops routing to a shape at once. */
+  remove(handle: string): boolean {
+    const shape = this.shapes.get(handle)
+    if (shape === undefined) return false
+    shape.doomed = true
+    this.shapes.delete(handle)
+    const route = shape.route
+    route.shapes.delete(shape)
+    route.index.remove(shape)
+    for (const [key, shared] of route.encoders) {
+      if (shared.encoder === shape.encoder && --shared.users === 0) route.encoders.delete(key)
+    }
+    if (route.shapes.size === 0) {
+      this.tables.delete(route.info.oid)
+      const name = nameKey(route.info.schema, route.info.name)
+      if (this.byName.get(name) === route.info.oid) this.byName.delete(name)
+    }
+    return true
+  }
+
+  /** Handles of the shapes on a table (by oid). */
+  handlesOf(oid: number): string[] {
+    const route = this.tables.get(oid)
+    return route === undefined ? [] : [...route.shapes].map((s) => s.spec.handle)
+  }
+
+  // ---- ChangeSink ----
+
+  onRelation(relation: Relation): Awaitable {
+    const invalidations: Array<{ route: TableRoute; reason: Invalidation }> = []
+    const route = this.tables.get(relation.id)
+    if (route !== undefined && !matchesRelation(route.info, relation)) {
+      invalidations.push({
+        route,
+        reason: {
+          kind: 'schema_change',
+          schema: route.info.schema,
+          table: route.info.name,
+          detail: `the schema of ${qualified(route.info.schema, route.info.name)} changed`,
+        },
+      })
+    }
+    // Same name, another oid: the table the shapes follow was dropped and this one created in its place.
+    const oid = this.byName.get(nameKey(relation.schema, relation.table))
+    const replaced = oid === undefined || oid === relation.id ? undefined : this.tables.get(oid)
+    if (replaced !== undefined) {
+      invalidations.push({
+        route: replaced,
+        reason: {
+          kind: 'table_replaced',
+          schema: relation.schema,
+          table: relation.table,
+          detail: `${qualified(relation.schema, relation.table)} was dropped and created again`,
+        },
+      })
+    }
+    if (invalidations.length === 0) return undefined
+    return this.exclusive(async () => {
+      for (const { route: r, reason } of invalidations) await this.invalidateRoute(r, reason)
+    })
+  }
+
+  onTransaction(transaction: Transaction): Awaitable {
+    this.busy++
+    let sync = true
+    try {
+      const txn = new TxnRouting(transaction.lsn, transaction.xid)
+      this.routeBatch(txn, transaction.changes)
+      this.emitLast(txn)
+      if (txn.invalidations.length > 0) {
+        sync = false
+        return this.finishAsync(txn)
+      }
+      this.finish(txn)
+      return undefined
+    } finally {
+      if (sync) this.release()
+    }
+  }
+
+  onStreamedChanges(xid: number, changes: readonly StreamedChange[]): Awaitable {
+    return this.options.streams.append(xid, changes)
+  }
+
+  onStreamAbort(abort: StreamAbort): Awaitable {
+    return this.options.streams.abort(abort)
+  }
+
+  async onStreamCommit(commit: StreamCommit): Promise<void> {
+    this.busy++
+    try {
+      const txn = new TxnRouting(commit.lsn, commit.xid)
+      for await (const batch of this.options.streams.commit(commit.xid)) {
+        this.routeBatch(txn, batch)
+        this.emitAllButLast(txn)
+      }
+      this.emitLast(txn)
+      await this.settle(txn)
+      this.finish(txn)
+    } finally {
+      this.release()
+    }
+  }
+
+  // ---- routing ----
+
+  private routeBatch(txn: TxnRouting, changes: readonly Change[]): void {
+    for (const change of changes) {
+      const index = txn.nextIndex++
+      if (change.kind === 'truncate') {
+        this.noteTruncate(txn, change.relations)
+        continue
+      }
+      const route = this.tables.get(change.relation.id)
+      if (route === undefined || route.shapes.size === 0) continue
+      // Electric's op positions count by 2 per change of the transaction, leaving op+1 for a key change's insert half.
+      const op = index * 2
+      this.routeChange(txn, route, change, op)
+    }
+  }
+
+  private routeChange(txn: TxnRouting, route: TableRoute, change: InsertChange | UpdateChange | DeleteChange, op: number): void {
+    const names = this.namesFor(route, change.relation)
+    if (change.kind === 'insert') {
+      const shapes = route.index.affected(toRow(names, change.newTuple))
+      if (shapes.size === 0) return
+      const item: Item = { change, variant: 'insert', op, cache: new Map() }
+      for (const shape of shapes) this.take(txn, shape, item)
+      return
+    }
+    if (change.kind === 'delete') {
+      const shapes = route.index.affected(toRow(names, change.oldTuple))
+      if (shapes.size === 0) return
+      const item: Item = { change, variant: 'delete', op, cache: new Map() }
+      for (const shape of shapes) this.take(txn, shape, item)
+      return
+    }
+    const newRow = toRow(names, change.newTuple)
+    const oldRow = oldRowOf(names, change, newRow)
+    const inNew = route.index.affected(newRow)
+    const inOld = oldRow === newRow ? inNew : route.index.affected(oldRow)
+    if (inNew.size === 0 && inOld.size === 0) return
+    let update: Item | undefined
+    let moveIn: Item | undefined
+    let moveOut: Item | undefined
+    for (const shape of inNew) {
+      if (inOld.has(shape)) {
+        update ??= { change, variant: 'update', op, cache: new Map() }
+        this.take(txn, shape, update)
+      } else {
+        moveIn ??= { change: { kind: 'insert', relation: change.relation, newTuple: change.newTuple }, variant: 'insert', op, cache: new Map() }
+        this.take(txn, shape, moveIn)
+      }
+    }
+    for (const shape of inOld) {
+      if (inNew.has(shape)) continue
+      moveOut ??= { change: movedOut(change), variant: 'delete', op, cache: new Map() }
+      this.take(txn, shape, moveOut)
+    }
+  }
+
+  /** Gives `item` to `shape`, emitting the shape's previously held item (which is now known not to be its last). */
+  private take(txn: TxnRouting, shape: RoutedShape, item: Item): void {
+    if (shape.doomed) return
+    const previous = txn.held.get(shape)
+    txn.held.set(shape, item)
+    if (previous === undefined) return
+    const list = txn.pending.get(shape)
+    if (list === undefined) txn.pending.set(shape, [previous])
+    else list.push(previous)
+  }
+
+  /** After a batch of a streamed transaction: everything but each shape's held item goes out as a `more` part. */
+  private emitAllButLast(txn: TxnRouting): void {
+    for (const [shape, items] of txn.pending) {
+      if (!shape.doomed) this.deliver(txn, shape, items, undefined, true)
+    }
+    txn.pending.clear()
+  }
+
+  /** End of the transaction: each shape's held item is its last line. */
+  private emitLast(txn: TxnRouting): void {
+    for (const [shape, last] of txn.held) {
+      if (shape.doomed) continue
+      this.deliver(txn, shape, txn.pending.get(shape) ?? [], last, false)
+    }
+    txn.pending.clear()
+    txn.held.clear()
+  }
+
+  private deliver(txn: TxnRouting, shape: RoutedShape, items: readonly Item[], last: Item | undefined, more: boolean): void {
+    const entries: LogEntryInput[] = []
+    try {
+      for (const item of items) this.encodeInto(entries, txn, shape, item, false)
+      if (last !== undefined) this.encodeInto(entries, txn, shape, last, true)
+    } catch (error) {
+      // A change this shape cannot encode (an unchanged-TOAST value without REPLICA IDENTITY FULL, a malformed
+      // tuple): the shape can no longer be kept exact, so it is invalidated rather than stalling replication.
+      const info = shape.spec.table
+      txn.invalidations.push({
+        route: shape.route,
+        reason: {
+          kind: 'unroutable_change',
+          schema: info.schema,
+          table: info.name,
+          detail: error instanceof Error ? error.message : String(error),
+          lsn: txn.lsn,
+        },
+      })
+      this.doom(txn, shape.route)
+      return
+    }
+    if (entries.length > 0) shape.target.append({ lsn: txn.lsn, xid: txn.xid, entries, more })
+  }
+
+  private encodeInto(out: LogEntryInput[], txn: TxnRouting, shape: RoutedShape, item: Item, last: boolean): void {
+    let slot = item.cache.get(shape.encoder)
+    if (slot === undefined) {
+      slot = [undefined, undefined]
+      item.cache.set(shape.encoder, slot)
+    }
+    const at = last ? 1 : 0
+    let lines = slot[at]
+    if (lines === undefined) {
+      lines = shape.encoder.encode(item.change, { lsn: txn.lsn, op: item.op, txid: txn.xid, last })
+      slot[at] = lines
+    }
+    for (const line of lines) out.push({ offset: { tx: txn.lsn, op: BigInt(line.op) }, json: line.bytes })
+  }
+
+  private noteTruncate(txn: TxnRouting, relations: readonly Relation[]): void {
+    for (const relation of relations) {
+      const route = this.tables.get(relation.id)
+      if (route === undefined) continue
+      txn.invalidations.push({
+        route,
+        reason: {
+          kind: 'truncate',
+          schema: route.info.schema,
+          table: route.info.name,
+          detail: `${qualified(route.info.schema, route.info.name)} was truncated`,
+          lsn: txn.lsn,
+        },
+      })
+      this.doom(txn, route)
+    }
+  }
+
+  /** Stops every shape of a table from taking more of the current transaction. */
+  private doom(txn: TxnRouting, route: TableRoute): void {
+    for (const shape of route.shapes) {
+      shape.doomed = true
+      txn.pending.delete(shape)
+      txn.held.delete(shape)
+    }
+  }
+
+  private async finishAsync(txn: TxnRouting): Promise<void> {
+    try {
+      await this.settle(txn)
+      this.finish(txn)
+    } finally {
+      this.release()
+    }
+  }
+
+  private async settle(txn: TxnRouting): Promise<void> {
+    for (const { route, reason } of txn.invalidations) await this.invalidateRoute(route, reason)
+  }
+
+  private finish(txn: TxnRouting): void {
+    this.recent.push(txn.xid)
+    if (this.recent.length > this.recentLimit) this.recent.shift()
+    if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
+    this.routedTransactions++
+    this.options.advance(txn.lsn)
+  }
+
+  private async invalidateRoute(route: TableRoute, reason: Invalidation): Promise<void> {
+    const handles = [...route.shapes].map((s) => s.spec.handle)
+    if (handles.length === 0) return
+    for (const handle of handles) this.remove(handle)
+    await this.options.invalidate(handles, reason)
+  }
+
+  // ---- bookkeeping ----
+
+  private routeFor(info: TableInfo): TableRoute {
+    const existing = this.tables.get(info.oid)
+    if (existing !== undefined) return existing
+    const route: TableRoute = {
+      info,
+      index: new ShapeIndex(),
+      encoders: new Map(),
+      shapes: new Set(),
+      relation: undefined,
+      names: info.columns.map((c) => c.name),
+    }
+    this.tables.set(info.oid, route)
+    this.byName.set(nameKey(info.schema, info.name), info.oid)
+    return route
+  }
+
+  private namesFor(route: TableRoute, relation: Relation): readonly string[] {
+    if (route.relation !== relation) {
+      route.relation = relation
+      route.names = relation.columns.map((c) => c.name)
+    }
+    return route.names
+  }
+
+  /** Runs `work` as if it were a transaction: registrations wait for it. */
+  private async exclusive(work: () => Promise<void>): Promise<void> {
+    this.busy++
+    try {
+      await work()
+    } finally {
+      this.release()
+    }
+  }
+
+  private release(): void {
+    this.busy--
+    if (this.busy === 0 && this.boundaryWaiters.length > 0) {
+      const waiters = this.boundaryWaiters
+      this.boundaryWaiters = []
+      for (const wake of waiters) wake()
+    }
+  }
+
+  private boundary(): Promise<void> {
+    if (this.busy === 0) return Promise.resolve()
+    return new Promise((resolve) => this.boundaryWaiters.push(resolve))
+  }
+}
+
+function nameKey(schema: string, name: string): string {
+  return `${schema}\u0000${name}`
+}
+
+function qualified(schema: string, name: string): string {
+  return `${JSON.stringify(schema)}.${JSON.stringify(name)}`
+}
+
+/** Column name → text for the where clauses. An unchanged-TOAST marker reads as NULL here; the encoder refuses it. */
+function toRow(names: readonly string[], tuple: readonly TupleValue[]): RowValues {
+  const row: Record<string, string | null> = {}
+  for (let i = 0; i < names.length; i++) {
+    const value = tuple[i]
+    row[names[i] as string] = typeof value === 'string' ? value : null
+  }
+  return row
+}
+
+/**
+ * The row before an update, for deciding which shapes held it. With a full old
+ * row (REPLICA IDENTITY FULL, which Sluice sets) that is it; with only the key
+ * logged, the new row with the old key; with nothing logged (the key did not
+ * change), the new row.
+ */
+function oldRowOf(names: readonly string[], change: UpdateChange, newRow: RowValues): RowValues {
+  const old = change.oldTuple
+  if (old === undefined) return newRow
+  if (change.oldTupleKind === 'full') return toRow(names, old)
+  const row: Record<string, string | null> = { ...newRow }
+  change.relation.keyColumns.forEach((i) => {
+    const value = old[i]
+    row[names[i] as string] = typeof value === 'string' ? value : null
+  })
+  return row
+}
+
+/** The delete a shape gets when an update moves the row out of it. */
+function movedOut(change: UpdateChange): DeleteChange {
+  if (change.oldTuple !== undefined && change.oldTupleKind !== undefined) {
+    return { kind: 'delete', relation: change.relation, oldTuple: change.oldTuple, oldTupleKind: change.oldTupleKind }
+  }
+  // Nothing logged: the key did not change, so the new row names the same row.
+  return { kind: 'delete', relation: change.relation, oldTuple: change.newTuple, oldTupleKind: 'key' }
+}

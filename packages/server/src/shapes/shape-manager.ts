@@ -1,0 +1,640 @@
+import { EventEmitter } from 'node:events'
+import type { ShapeDefinitionParams } from '@sluice/protocol'
+import type { LogEntryInput, ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
+import type pg from 'pg'
+import type { PublicationManager, Queryable } from '../replication/index.js'
+import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/index.js'
+import {
+  type ShapeDefinition,
+  ShapeRegistry,
+  type TableSignature,
+  compileDefinition,
+  decodeShapeMeta,
+  encodeShapeMeta,
+  paramList,
+} from './definition/index.js'
+import type { Invalidation, ShapeRouter, ShapeTarget, TransactionPart } from './router.js'
+import { ShapeError } from './shape-error.js'
+import { SnapshotSemaphore } from './snapshot-semaphore.js'
+import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
+import { SpillQueue, transactionPartCodec } from './spill/index.js'
+import { type TableInfo, loadTable, loadTableByOid, whereColumns } from './table-catalog.js'
+
+/**
+ * Shapes from request to live log (DESIGN.md §2, issue 3 items 5, 8, 9, 10).
+ *
+ * Creating a shape:
+ *   1. the table is loaded from the catalog, the definition compiled and
+ *      normalised; an equal definition already registered answers at once;
+ *   2. the table joins the publication (REPLICA IDENTITY FULL);
+ *   3. the shape joins the router with a queue as its target: from here on it
+ *      misses no transaction;
+ *   4. the snapshot runs (REPEATABLE READ, rows' JSON built in SQL) into a new
+ *      log, bounded by a semaphore of snapshot connections;
+ *   5. `finish(snapshot-end)` is called and the queue drained into the
+ *      finishing log, then the router appends to it directly; transactions the
+ *      snapshot already saw are dropped (stitching, see `StitchingTarget`);
+ *   6. the log is durable and published once `finish` resolves.
+ * A crash at any point before 6 leaves no shape: nothing was acknowledged for
+ * it, and a later request simply creates it again.
+ *
+ * Invalidation (TRUNCATE, DDL, a replaced table, DELETE) retires the handle for
+ * good and deletes the log; clients holding the handle get 409 from the HTTP
+ * layer and start over with a new one.
+ *
+ * Memory: queues of shapes waiting for their snapshot are the only routed data
+ * kept in memory. Past `memoryBudgetBytes` in total the largest spill to disk;
+ * while spilling cannot keep up, the replication stream is paused
+ * (`onPressure`) and resumed below half the budget.
+ */
+
+export interface ShapeManagerOptions {
+  readonly store: ShapeLogStore
+  readonly router: ShapeRouter
+  /** Catalog and publication queries. */
+  readonly db: Queryable
+  /** Connections for snapshots; `snapshotConnections` of them are used at once. */
+  readonly snapshotPool: pg.Pool
+  readonly snapshotConnections?: number
+  readonly publication: PublicationManager
+  /** Scratch space for queues that spill; wiped on open. */
+  readonly spillDir: string
+  readonly memoryBudgetBytes?: number
+  /** Called with true when replication must pause for memory, false when it may resume. */
+  readonly onPressure?: (paused: boolean) => void
+  readonly maxShapes?: number
+  readonly logger?: ShapeLogger
+}
+
+export interface ShapeLogger {
+  info(data: object, message: string): void
+  warn(data: object, message: string): void
+  error(data: object, message: string): void
+}
+
+export interface ResolvedShape {
+  readonly handle: string
+  readonly definition: ShapeDefinition
+  readonly where: WhereClause | undefined
+  readonly table: TableInfo
+  /** This call created it. */
+  readonly created: boolean
+}
+
+export interface ShapeInvalidated {
+  readonly handle: string
+  readonly definition: ShapeDefinition
+  readonly reason: Invalidation | { readonly kind: 'deleted'; readonly detail: string }
+}
+
+export interface ShapeManagerEvents {
+  /** A shape's log exists and is live. */
+  ready: [handle: string]
+  invalidated: [ShapeInvalidated]
+}
+
+export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024
+export const DEFAULT_SNAPSHOT_CONNECTIONS = 4
+export const DEFAULT_MAX_SHAPES = 1_000_000
+
+/** Attempts at a snapshot that raced a commit (see RegistrationTicket) before giving up. */
+const MAX_SNAPSHOT_ATTEMPTS = 5
+const DRAIN_BATCH = 512
+
+interface LiveShape {
+  readonly handle: string
+  readonly definition: ShapeDefinition
+  readonly where: WhereClause | undefined
+  readonly table: TableInfo
+  /** Resolves with the log once the snapshot is finished and published. */
+  readonly ready: Promise<ShapeLog>
+  log: ShapeLog | undefined
+  /** Set when invalidated while the snapshot runs: the creation stops and cleans up. */
+  cancelled: Invalidation | { readonly kind: 'deleted'; readonly detail: string } | undefined
+  abort: AbortController
+  queue: SpillQueue<TransactionPart> | undefined
+}
+
+export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
+  private readonly registry: ShapeRegistry
+  private readonly shapes = new Map<string, LiveShape>()
+  private readonly semaphore: SnapshotSemaphore
+  private readonly budget: number
+  private readonly maxShapes: number
+  private readonly tableAdds = new Map<string, Promise<unknown>>()
+  private readonly queues = new Set<SpillQueue<TransactionPart>>()
+  private paused = false
+  private closed = false
+
+  private constructor(
+    private readonly options: ShapeManagerOptions,
+    registry: ShapeRegistry,
+  ) {
+    super()
+    this.registry = registry
+    this.semaphore = new SnapshotSemaphore(options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS)
+    this.budget = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
+    this.maxShapes = options.maxShapes ?? DEFAULT_MAX_SHAPES
+  }
+
+  /**
+   * Rebuilds the registry from the store's logs and routes every shape that
+   * still matches its table. Call before replication starts, so no transaction
+   * passes a restored shape by.
+   */
+  static async open(options: ShapeManagerOptions): Promise<ShapeManager> {
+    await loadWhereParser()
+    const metas = []
+    const broken: string[] = []
+    for (const id of options.store.ids()) {
+      const log = options.store.get(id)
+      if (log === undefined) continue
+      try {
+        metas.push({ meta: decodeShapeMeta(log.meta), log })
+      } catch (error) {
+        options.logger?.error({ handle: id, err: error }, 'shape meta unreadable; deleting the shape')
+        broken.push(id)
+      }
+    }
+    const registry = ShapeRegistry.restore(metas.map((m) => m.meta))
+    const manager = new ShapeManager(options, registry)
+    for (const id of [...broken, ...registry.expiredDuringRestore]) await options.store.deleteShape(id)
+
+    const tables = new Map<string, Promise<TableInfo | undefined>>()
+    for (const { meta, log } of metas) {
+      if (registry.status(meta.handle) !== 'active') continue
+      const def = meta.definition
+      const key = `${def.schema}\u0000${def.table}`
+      let table = tables.get(key)
+      if (table === undefined) {
+        table = loadTable(options.db, { schema: def.schema, name: def.table }).catch(() => undefined)
+        tables.set(key, table)
+      }
+      const info = await table
+      const problem = restoreProblem(info, meta.table)
+      let where: WhereClause | undefined
+      if (problem === undefined && info !== undefined) {
+        try {
+          where = def.where === undefined ? undefined : compileWhereSync(def.where, { columns: whereColumns(info), params: paramList(def) })
+        } catch (error) {
+          await manager.dropRestored(meta.handle, def, `its where clause no longer compiles: ${String(error)}`)
+          continue
+        }
+        const shape: LiveShape = {
+          handle: meta.handle,
+          definition: def,
+          where,
+          table: info,
+          ready: Promise.resolve(log),
+          log,
+          cancelled: undefined,
+          abort: new AbortController(),
+          queue: undefined,
+        }
+        manager.shapes.set(meta.handle, shape)
+        options.router.add(routeSpec(shape), logTarget(log))
+      } else {
+        await manager.dropRestored(meta.handle, def, problem ?? 'its table is gone')
+      }
+    }
+    options.logger?.info({ shapes: manager.shapes.size }, 'shapes restored')
+    return manager
+  }
+
+  get size(): number {
+    return this.shapes.size
+  }
+
+  /** Handles of every shape, ready or not. */
+  handles(): string[] {
+    return [...this.shapes.keys()]
+  }
+
+  /**
+   * The shape for a request's definition: the existing one, or a new one whose
+   * snapshot starts in the background (await `ready(handle)` for it). Throws
+   * `ShapeError` or `WhereClauseError` for a request that cannot be a shape.
+   */
+  async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
+    if (this.closed) throw new ShapeError('shutting_down')
+    const info = await this.loadTable(params.table.schema, params.table.name)
+    const { definition, where } = await compileDefinition(params, whereColumns(info))
+    checkColumns(info, definition.columns)
+    const existing = this.registry.lookup(definition)
+    if (existing !== undefined) {
+      const shape = this.shapes.get(existing)
+      if (shape !== undefined && shape.table.oid === info.oid) {
+        return { handle: existing, definition, where: shape.where, table: shape.table, created: false }
+      }
+      // Registered for a table of the same name that is gone: that shape is stale.
+      if (shape !== undefined) {
+        await this.invalidateHandles([existing], {
+          kind: 'table_replaced',
+          schema: info.schema,
+          table: info.name,
+          detail: `${info.schema}.${info.name} was dropped and created again`,
+        })
+      }
+    }
+    if (this.shapes.size >= this.maxShapes) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
+    await this.addToPublication(info)
+    const { handle, created } = this.registry.registerEntry(definition)
+    if (!created) {
+      // Another request created it while this one awaited.
+      const shape = this.shapes.get(handle)
+      if (shape !== undefined) return { handle, definition, where: shape.where, table: shape.table, created: false }
+    }
+    this.create(handle, definition, where, info)
+    return { handle, definition, where, table: info, created: true }
+  }
+
+  /** Resolves with the shape's log once its snapshot is published; rejects with `ShapeError` if it never will be. */
+  ready(handle: string): Promise<ShapeLog> {
+    const shape = this.shapes.get(handle)
+    if (shape === undefined) return Promise.reject(new ShapeError('shape_invalidated', `shape ${handle} does not exist`))
+    return shape.ready
+  }
+
+  /** The shape's published log, if it is ready. */
+  log(handle: string): ShapeLog | undefined {
+    return this.shapes.get(handle)?.log
+  }
+
+  definition(handle: string): ShapeDefinition | undefined {
+    return this.shapes.get(handle)?.definition
+  }
+
+  table(handle: string): TableInfo | undefined {
+    return this.shapes.get(handle)?.table
+  }
+
+  /** 'active' (ready or creating), 'expired' (invalidated) or 'unknown'. */
+  status(handle: string): 'active' | 'expired' | 'unknown' {
+    return this.registry.status(handle)
+  }
+
+  /** The active handle for a definition, if any (without creating one). */
+  lookup(definition: ShapeDefinition): string | undefined {
+    return this.registry.lookup(definition)
+  }
+
+  /** Deletes a shape on request (the HTTP DELETE). */
+  async delete(handle: string): Promise<boolean> {
+    if (!this.shapes.has(handle)) return false
+    this.options.router.remove(handle)
+    await this.invalidateHandles([handle], { kind: 'deleted', detail: 'deleted on request' })
+    return true
+  }
+
+  /** The router's invalidation callback: those shapes no longer follow their table. */
+  async invalidateHandles(
+    handles: readonly string[],
+    reason: Invalidation | { readonly kind: 'deleted'; readonly detail: string },
+  ): Promise<void> {
+    for (const handle of handles) {
+      const shape = this.shapes.get(handle)
+      this.options.router.remove(handle)
+      const definition = this.registry.invalidate(handle)
+      if (shape === undefined || definition === undefined) continue
+      this.shapes.delete(handle)
+      shape.cancelled = reason
+      shape.abort.abort(new ShapeError('shape_invalidated', reason.detail))
+      if (shape.log !== undefined) {
+        // Durable before the transaction that caused it is promised to the store: a crash replays it instead.
+        await this.options.store.deleteShape(handle)
+      }
+      this.options.logger?.info({ handle, reason: reason.kind, detail: reason.detail }, 'shape invalidated')
+      this.emit('invalidated', { handle, definition, reason })
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true
+    for (const shape of this.shapes.values()) {
+      if (shape.log === undefined) shape.abort.abort(new ShapeError('shutting_down'))
+    }
+    await Promise.allSettled([...this.shapes.values()].map((s) => s.ready))
+    for (const queue of this.queues) await queue.dispose().catch(() => {})
+  }
+
+  // ---- creation ----
+
+  private create(handle: string, definition: ShapeDefinition, where: WhereClause | undefined, table: TableInfo): void {
+    let resolveReady!: (log: ShapeLog) => void
+    let rejectReady!: (error: Error) => void
+    const ready = new Promise<ShapeLog>((resolve, reject) => {
+      resolveReady = resolve
+      rejectReady = reject
+    })
+    // A creation nobody awaits must not become an unhandled rejection.
+    ready.catch(() => {})
+    const shape: LiveShape = {
+      handle,
+      definition,
+      where,
+      table,
+      ready,
+      log: undefined,
+      cancelled: undefined,
+      abort: new AbortController(),
+      queue: undefined,
+    }
+    this.shapes.set(handle, shape)
+    this.build(shape).then(
+      (log) => {
+        shape.log = log
+        resolveReady(log)
+        this.options.logger?.info({ handle, table: `${table.schema}.${table.name}` }, 'shape ready')
+        this.emit('ready', handle)
+      },
+      async (error: unknown) => {
+        const failure = creationError(shape, error)
+        this.options.router.remove(handle)
+        if (this.shapes.get(handle) === shape) {
+          this.shapes.delete(handle)
+          this.registry.invalidate(handle)
+        }
+        this.registry.forget(handle)
+        this.options.logger?.warn({ handle, err: failure }, 'shape creation failed')
+        rejectReady(failure)
+      },
+    )
+  }
+
+  private async build(shape: LiveShape): Promise<ShapeLog> {
+    const release = await this.semaphore.acquire(shape.abort.signal)
+    let writer: SnapshotWriter | undefined
+    let finishing: Promise<ShapeLog> | undefined
+    const queue = new SpillQueue<TransactionPart>(this.options.spillDir, shape.handle, transactionPartCodec)
+    shape.queue = queue
+    this.queues.add(queue)
+    try {
+      const stitch = new StitchingTarget(new QueueTarget(queue, () => this.checkMemory()))
+      const ticket = await this.options.router.register(routeSpec(shape), stitch)
+      let taken: Awaited<ReturnType<typeof runSnapshot>> | undefined
+      for (let attempt = 1; taken === undefined; attempt++) {
+        this.throwIfCancelled(shape)
+        const meta = encodeShapeMeta(shape.definition, shape.handle, { table: signatureOf(shape.table) })
+        const w = this.options.store.createShape(shape.handle, { meta })
+        writer = w
+        const result = await runSnapshot(
+          this.options.snapshotPool,
+          {
+            table: shape.table,
+            where: shape.definition.where,
+            params: paramList(shape.definition),
+            columns: shape.definition.columns,
+            signal: shape.abort.signal,
+          },
+          { rows: (lines: readonly Uint8Array[]) => w.append(lines) },
+        )
+        const raced = ticket.recentXids.find((xid) => !isVisibleInSnapshot(result.snapshot, xid))
+        if (raced === undefined) {
+          taken = result
+          break
+        }
+        await w.abort()
+        writer = undefined
+        if (attempt >= MAX_SNAPSHOT_ATTEMPTS) {
+          throw new ShapeError('snapshot_failed', `the snapshot kept missing transaction ${raced}, which had already been replicated`)
+        }
+      }
+      this.throwIfCancelled(shape)
+      const w = writer!
+      finishing = w.finish(encodeSnapshotEnd(taken.snapshot))
+      stitch.setSnapshot(taken.snapshot, taken.insertLsn)
+      const writerTarget = writerAppendTarget(w)
+      // Drain what queued while the snapshot ran, in order; the last check and the switch happen in one tick, so nothing slips between.
+      for (;;) {
+        const parts = await queue.shift(DRAIN_BATCH)
+        for (const part of parts) stitch.deliver(writerTarget, part)
+        if (queue.length === 0) {
+          stitch.goLive(writerTarget)
+          break
+        }
+      }
+      this.dropQueue(shape, queue)
+      const log = await finishing
+      finishing = undefined
+      stitch.goLive(logTarget(log))
+      if (shape.cancelled !== undefined || this.closed) {
+        // Invalidated while finishing: the log came into being after invalidateHandles looked for it.
+        await this.options.store.deleteShape(shape.handle).catch(() => {})
+        this.throwIfCancelled(shape)
+      }
+      return log
+    } catch (error) {
+      if (finishing !== undefined) {
+        // Too late to abort: let the log appear, then remove it.
+        await finishing.then(
+          () => this.options.store.deleteShape(shape.handle),
+          () => undefined,
+        ).catch(() => {})
+      } else if (writer !== undefined) {
+        await writer.abort().catch(() => {})
+      }
+      this.dropQueue(shape, queue)
+      throw error
+    } finally {
+      release()
+      this.checkMemory()
+    }
+  }
+
+  private dropQueue(shape: LiveShape, queue: SpillQueue<TransactionPart>): void {
+    if (!this.queues.delete(queue)) return
+    shape.queue = undefined
+    void queue.dispose().catch(() => {})
+  }
+
+  private throwIfCancelled(shape: LiveShape): void {
+    if (shape.cancelled !== undefined) throw new ShapeError('shape_invalidated', shape.cancelled.detail)
+    if (this.closed) throw new ShapeError('shutting_down')
+  }
+
+  // ---- tables ----
+
+  private async loadTable(schema: string, name: string): Promise<TableInfo> {
+    const info = await loadTable(this.options.db, { schema, name })
+    if (info === undefined) {
+      // A table that is gone takes its shapes with it.
+      const stale = [...this.shapes.values()].filter((s) => s.table.schema === schema && s.table.name === name)
+      if (stale.length > 0) {
+        await this.invalidateHandles(
+          stale.map((s) => s.handle),
+          { kind: 'table_replaced', schema, table: name, detail: `${schema}.${name} was dropped` },
+        )
+      }
+      throw new ShapeError('table_not_found', `table ${JSON.stringify(schema)}.${JSON.stringify(name)} does not exist`)
+    }
+    return info
+  }
+
+  /** Adds the table to the publication once per table at a time (concurrent creations share the call). */
+  private async addToPublication(info: TableInfo): Promise<void> {
+    const key = String(info.oid)
+    const pending = this.tableAdds.get(key) ?? this.options.publication.addTable(info.schema, info.name).finally(() => this.tableAdds.delete(key))
+    this.tableAdds.set(key, pending)
+    await pending
+  }
+
+  private async dropRestored(handle: string, definition: ShapeDefinition, why: string): Promise<void> {
+    this.options.logger?.warn({ handle, why }, 'restored shape no longer matches its table; deleting it')
+    this.registry.invalidate(handle)
+    await this.options.store.deleteShape(handle)
+    this.registry.forget(handle)
+    this.emit('invalidated', { handle, definition, reason: { kind: 'deleted', detail: why } })
+  }
+
+  // ---- memory ----
+
+  /** Spills the largest queues while over budget; pauses replication while spilling lags. */
+  private checkMemory(): void {
+    let total = 0
+    for (const queue of this.queues) total += queue.memoryBytes
+    if (total > this.budget) {
+      const largest = [...this.queues].filter((q) => !q.spilled).sort((a, b) => b.memoryBytes - a.memoryBytes)
+      let freed = 0
+      for (const queue of largest) {
+        if (total - freed <= this.budget / 2) break
+        freed += queue.memoryBytes
+        queue.spill().then(
+          () => this.checkMemory(),
+          (error: unknown) => this.options.logger?.error({ err: error }, 'spilling a snapshot queue failed'),
+        )
+      }
+    }
+    if (!this.paused && total > this.budget) {
+      this.paused = true
+      this.options.onPressure?.(true)
+    } else if (this.paused && total <= this.budget / 2) {
+      this.paused = false
+      this.options.onPressure?.(false)
+    }
+  }
+}
+
+function routeSpec(shape: LiveShape) {
+  return {
+    handle: shape.handle,
+    table: shape.table,
+    where: shape.where,
+    columns: shape.definition.columns,
+    replica: shape.definition.replica,
+  }
+}
+
+function signatureOf(info: TableInfo): TableSignature {
+  return { oid: info.oid, columns: info.columns.map((c) => [c.name, c.typeOid, c.typeMod] as const) }
+}
+
+function restoreProblem(info: TableInfo | undefined, stored: TableSignature | undefined): string | undefined {
+  if (info === undefined) return 'its table is gone'
+  if (stored === undefined) return undefined
+  if (stored.oid !== info.oid) return 'its table was dropped and created again'
+  const now = signatureOf(info).columns
+  const same = now.length === stored.columns.length && now.every((c, i) => {
+    const s = stored.columns[i]
+    return s !== undefined && s[0] === c[0] && s[1] === c[1] && s[2] === c[2]
+  })
+  return same ? undefined : "its table's columns changed"
+}
+
+function checkColumns(info: TableInfo, columns: readonly string[] | undefined): void {
+  if (columns === undefined) return
+  const known = new Set(info.columns.map((c) => c.name))
+  const unknown = columns.filter((c) => !known.has(c))
+  if (unknown.length > 0) {
+    throw new ShapeError('invalid_columns', `unknown column${unknown.length > 1 ? 's' : ''}: ${unknown.map((c) => JSON.stringify(c)).join(', ')}`)
+  }
+  const missing = info.primaryKey.filter((c) => !columns.includes(c))
+  if (missing.length > 0) {
+    throw new ShapeError('invalid_columns', `the selected columns must include the primary key; missing: ${missing.map((c) => JSON.stringify(c)).join(', ')}`)
+  }
+}
+
+function creationError(shape: LiveShape, error: unknown): Error {
+  if (shape.cancelled !== undefined) return new ShapeError('shape_invalidated', shape.cancelled.detail, { cause: error })
+  if (error instanceof ShapeError) return error
+  const message = error instanceof Error ? error.message : String(error)
+  return new ShapeError('snapshot_failed', `the initial snapshot failed: ${message}`, { cause: error })
+}
+
+/** Appends to a published log. */
+function logTarget(log: ShapeLog): ShapeTarget {
+  return { append: (part) => void log.appendTransaction(part.entries, part.more ? { more: true } : undefined) }
+}
+
+/** Appends to a log whose snapshot is finishing (the storage engine makes them durable with it). */
+function writerAppendTarget(writer: SnapshotWriter): ShapeTarget {
+  return { append: (part) => void writer.appendTransaction(part.entries, part.more ? { more: true } : undefined) }
+}
+
+/**
+ * A queue target that, like the storage engine, skips entries at or below the
+ * last one it took: after a failed flush the replication stream replays from
+ * the durable watermark and the same parts arrive again.
+ */
+class QueueTarget implements ShapeTarget {
+  private last: LogEntryInput['offset'] | undefined
+  constructor(
+    private readonly queue: SpillQueue<TransactionPart>,
+    private readonly onPush: () => void,
+  ) {}
+
+  append(part: TransactionPart): void {
+    let entries = part.entries
+    const last = this.last
+    if (last !== undefined) {
+      entries = entries.filter((e) => e.offset.tx > last.tx || (e.offset.tx === last.tx && e.offset.op > last.op))
+      if (entries.length === 0 && part.entries.length > 0) return
+    }
+    const tail = entries[entries.length - 1]
+    if (tail !== undefined) this.last = tail.offset
+    this.queue.push(entries === part.entries ? part : { ...part, entries })
+    this.onPush()
+  }
+}
+
+/**
+ * Drops the transactions a snapshot already contains (PROTOCOL.md §9
+ * stitching). Until the snapshot is known everything passes to the inner
+ * target (the queue). Afterwards a part is dropped when its transaction is
+ * visible in the snapshot; a commit at or above the snapshot's WAL insert
+ * position cannot be, and since the router delivers in commit order the check
+ * is off from the first such part on.
+ */
+class StitchingTarget implements ShapeTarget {
+  private snapshot: PgSnapshot | undefined
+  private insertLsn = 0n
+  private passed = false
+  /** Parts go through the filter only once the queue is drained; before that they queue unfiltered, in order. */
+  private live = false
+
+  constructor(private inner: ShapeTarget) {}
+
+  setSnapshot(snapshot: PgSnapshot, insertLsn: bigint): void {
+    this.snapshot = snapshot
+    this.insertLsn = insertLsn
+  }
+
+  /** From now on parts go, filtered, straight to `target`. */
+  goLive(target: ShapeTarget): void {
+    this.inner = target
+    this.live = true
+  }
+
+  append(part: TransactionPart): void {
+    if (this.live) this.deliver(this.inner, part)
+    else this.inner.append(part)
+  }
+
+  /** Sends `part` to `target` unless the snapshot holds its transaction. */
+  deliver(target: ShapeTarget, part: TransactionPart): void {
+    if (!this.passed && this.snapshot !== undefined) {
+      if (part.lsn >= this.insertLsn) this.passed = true
+      else if (isVisibleInSnapshot(this.snapshot, part.xid)) return
+    }
+    target.append(part)
+  }
+}

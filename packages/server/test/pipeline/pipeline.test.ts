@@ -1,0 +1,286 @@
+import { useTempDir, usePostgres } from '@sluice/test-utils'
+import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import type { Pipeline } from '../../src/pipeline.js'
+import { ShapeError } from '../../src/shapes/shape-error.js'
+import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
+import { WhereClauseError } from '../../src/where/index.js'
+import { caughtUp, compareShape, shapeParams, sorted, startPipeline } from './harness.js'
+import type { LogLine } from './log-replay.js'
+
+const cluster = usePostgres()
+const dirs = useTempDir('pipeline')
+let running: Pipeline[] = []
+
+async function start(options: Parameters<typeof startPipeline>[2] = {}, dir?: string): Promise<{ pipeline: Pipeline; dir: string }> {
+  const storageDir = dir ?? (await dirs.make('store'))
+  const pipeline = await startPipeline(cluster, storageDir, options)
+  running.push(pipeline)
+  return { pipeline, dir: storageDir }
+}
+
+afterEach(async () => {
+  for (const p of running) await p.stop()
+  running = []
+})
+
+beforeAll(async () => {
+  await cluster.query(`
+    CREATE TABLE items (id int8 PRIMARY KEY, owner text, status text NOT NULL DEFAULT 'open', n int4, body text, flag bool);
+    CREATE TABLE pairs (b text, a int4, v text, PRIMARY KEY (b, a));
+    CREATE TABLE loose (x int4, y text);
+    CREATE TABLE other (id int4 PRIMARY KEY, v text);
+    INSERT INTO items SELECT i, (ARRAY['ann','bob','cid'])[1 + i % 3], 'open', i, 'body ' || i, i % 2 = 0 FROM generate_series(1, 90) i;
+    INSERT INTO pairs SELECT 'k' || (i % 4), i, 'v' || i FROM generate_series(1, 20) i;
+    INSERT INTO loose SELECT i % 5, 'y' || (i % 3) FROM generate_series(1, 30) i;
+    INSERT INTO other SELECT i, 'o' || i FROM generate_series(1, 10) i;
+  `)
+})
+
+/** Every transaction in a shape log ends with exactly one `last: true`, offsets strictly increase, no change twice. */
+function checkLogStructure(lines: readonly LogLine[]): void {
+  let snapshotEnded = false
+  const seen = new Set<string>()
+  let previous: [bigint, number] | undefined
+  let open: bigint | undefined
+  for (const { message } of lines) {
+    const h = message.headers
+    if (h['control'] === 'snapshot-end') {
+      snapshotEnded = true
+      continue
+    }
+    if (h['lsn'] === undefined) {
+      expect(snapshotEnded).toBe(false)
+      expect(h['operation']).toBe('insert')
+      continue
+    }
+    const lsn = BigInt(h['lsn'] as string)
+    const op = h['op_position'] as number
+    const id = `${lsn}_${op}_${String(h['key_change_to'] ?? '')}`
+    expect(seen.has(id), `duplicate change ${id}`).toBe(false)
+    seen.add(id)
+    if (previous !== undefined) expect(lsn > previous[0] || (lsn === previous[0] && op >= previous[1])).toBe(true)
+    if (open !== undefined && lsn !== open) throw new Error(`transaction ${open} has no last:true line`)
+    open = h['last'] === true ? undefined : lsn
+    expect(Array.isArray(h['txids'])).toBe(true)
+    previous = [lsn, op]
+  }
+  expect(snapshotEnded).toBe(true)
+  expect(open).toBeUndefined()
+}
+
+describe('the sync pipeline on real Postgres', () => {
+  it('snapshots shapes, then keeps them equal to Postgres through inserts, updates across boundaries, key changes and deletes', async () => {
+    const { pipeline } = await start()
+    const specs = [
+      { where: undefined },
+      { where: "owner = 'ann'" },
+      { where: "owner IN ('ann', 'bob')" },
+      { where: 'n > $1 AND status = $2', params: ['40', 'open'] },
+      { where: "owner = 'bob' OR n < 10" },
+      { where: undefined, columns: ['id', 'owner'] },
+      { where: "owner = 'cid'", replica: 'full' as const },
+    ]
+    const handles: string[] = []
+    for (const spec of specs) {
+      const resolved = await pipeline.shapes.resolve(
+        shapeParams('public', 'items', {
+          ...(spec.where === undefined ? {} : { where: spec.where }),
+          ...(spec.params === undefined ? {} : { params: spec.params }),
+          ...(spec.columns === undefined ? {} : { columns: spec.columns }),
+          ...(spec.replica === undefined ? {} : { replica: spec.replica }),
+        }),
+      )
+      expect(resolved.created).toBe(true)
+      handles.push(resolved.handle)
+    }
+    // The same definition spelled differently is the same shape.
+    const again = await pipeline.shapes.resolve(shapeParams('public', 'items', { where: "OWNER   =  'ann'" }))
+    expect(again).toMatchObject({ handle: handles[1], created: false })
+    await Promise.all(handles.map((h) => pipeline.shapes.ready(h)))
+
+    await cluster.query(`
+      UPDATE items SET owner = 'bob' WHERE id BETWEEN 1 AND 6;              -- moves rows between shapes
+      UPDATE items SET n = n + 100 WHERE id % 7 = 0;                       -- in and out of n > 40
+      UPDATE items SET id = id + 1000 WHERE id IN (10, 11, 12);            -- key changes
+      DELETE FROM items WHERE id IN (20, 21, 22);
+      INSERT INTO items VALUES (500, 'ann', 'open', 3, 'new', true), (501, NULL, 'closed', NULL, NULL, NULL);
+      UPDATE items SET status = 'closed' WHERE owner = 'cid' AND id < 40;
+    `)
+    await cluster.query(`BEGIN; UPDATE items SET owner = 'cid' WHERE id = 500; UPDATE items SET owner = 'ann' WHERE id = 500; UPDATE items SET id = 600 WHERE id = 500; COMMIT`)
+    await caughtUp(pipeline, cluster)
+
+    for (const [i, spec] of specs.entries()) {
+      const { actual, expected, lines } = await compareShape(pipeline, cluster, handles[i]!, {
+        ...(spec.where === undefined ? {} : { where: spec.where }),
+        ...(spec.params === undefined ? {} : { params: spec.params }),
+        ...(spec.columns === undefined ? {} : { columns: spec.columns }),
+        bools: ['flag'],
+      })
+      expect(sorted(actual), `shape ${spec.where ?? '(all)'}`).toEqual(sorted(expected))
+      checkLogStructure(lines)
+    }
+    // replica=full updates carry old values of the changed columns.
+    const full = await compareShape(pipeline, cluster, handles[6]!, { where: "owner = 'cid'" })
+    const updates = full.lines.filter((l) => l.message.headers['operation'] === 'update')
+    expect(updates.length).toBeGreaterThan(0)
+    for (const u of updates) {
+      const old = u.message.old_value ?? {}
+      expect(Object.keys(old).length).toBeGreaterThan(0)
+      for (const [column, value] of Object.entries(old)) expect(u.message.value?.[column]).not.toBe(value)
+    }
+  })
+
+  it('gives composite and missing primary keys the protocol key format', async () => {
+    const { pipeline } = await start()
+    const pairs = await pipeline.shapes.resolve(shapeParams('public', 'pairs', { where: "b = 'k1'" }))
+    const loose = await pipeline.shapes.resolve(shapeParams('public', 'loose', { where: 'x = 2' }))
+    await pipeline.shapes.ready(pairs.handle)
+    await pipeline.shapes.ready(loose.handle)
+    await cluster.query(`
+      INSERT INTO pairs VALUES ('k1', 100, 'new/slash'), ('k2', 101, 'x');
+      UPDATE pairs SET b = 'k1' WHERE a = 2;
+      UPDATE pairs SET a = a + 1000 WHERE b = 'k1' AND a = 5;
+      DELETE FROM pairs WHERE a = 9;
+      INSERT INTO loose VALUES (2, 'dup'), (2, 'dup'), (2, NULL);
+      DELETE FROM loose WHERE x = 2 AND y = 'y0';
+    `)
+    await caughtUp(pipeline, cluster)
+    const p = await compareShape(pipeline, cluster, pairs.handle, { where: "b = 'k1'" })
+    expect(sorted(p.actual)).toEqual(sorted(p.expected))
+    expect([...p.actual.keys()]).toContain('"public"."pairs"/"k1"/"100"')
+    const l = await compareShape(pipeline, cluster, loose.handle, { where: 'x = 2', strict: false })
+    // Without a key, identical rows share one key: the shape holds one of them, as Electric's does.
+    expect(sorted(l.actual)).toEqual(sorted(l.expected))
+    expect([...l.actual.keys()]).toContain('"public"."loose"/"2"/_')
+  })
+
+  it('invalidates exactly the shapes of a truncated table', async () => {
+    const { pipeline } = await start()
+    const events: ShapeInvalidated[] = []
+    pipeline.shapes.on('invalidated', (e) => events.push(e))
+    const a = await pipeline.shapes.resolve(shapeParams('public', 'other'))
+    const b = await pipeline.shapes.resolve(shapeParams('public', 'other', { where: 'id < 5' }))
+    const keep = await pipeline.shapes.resolve(shapeParams('public', 'pairs'))
+    await Promise.all([a, b, keep].map((s) => pipeline.shapes.ready(s.handle)))
+    await cluster.query(`BEGIN; INSERT INTO pairs VALUES ('t', 1, 'before'); TRUNCATE other; INSERT INTO other VALUES (1, 'after'); COMMIT`)
+    await caughtUp(pipeline, cluster)
+    expect(events.map((e) => e.handle).sort()).toEqual([a.handle, b.handle].sort())
+    expect(events.every((e) => e.reason.kind === 'truncate')).toBe(true)
+    expect(pipeline.shapes.status(a.handle)).toBe('expired')
+    expect(pipeline.store.get(a.handle)).toBeUndefined()
+    const kept = await compareShape(pipeline, cluster, keep.handle)
+    expect(sorted(kept.actual)).toEqual(sorted(kept.expected))
+    // A new request for the same definition gets a new handle and the table as it is now.
+    const renewed = await pipeline.shapes.resolve(shapeParams('public', 'other'))
+    expect(renewed.handle).not.toBe(a.handle)
+    await pipeline.shapes.ready(renewed.handle)
+    const now = await compareShape(pipeline, cluster, renewed.handle)
+    expect(sorted(now.actual)).toEqual(sorted(now.expected))
+    await cluster.query(`INSERT INTO other SELECT i, 'o' || i FROM generate_series(2, 10) i`)
+  })
+
+  it('invalidates shapes when their table changes shape or is dropped and created again', async () => {
+    await cluster.query(`CREATE TABLE ddl_t (id int4 PRIMARY KEY, v text); INSERT INTO ddl_t VALUES (1, 'a');
+                         CREATE TABLE ddl_r (id int4 PRIMARY KEY, v text); INSERT INTO ddl_r VALUES (1, 'a')`)
+    const { pipeline } = await start()
+    const events: ShapeInvalidated[] = []
+    pipeline.shapes.on('invalidated', (e) => events.push(e))
+    const t = await pipeline.shapes.resolve(shapeParams('public', 'ddl_t'))
+    const r = await pipeline.shapes.resolve(shapeParams('public', 'ddl_r'))
+    const keep = await pipeline.shapes.resolve(shapeParams('public', 'other'))
+    await Promise.all([t, r, keep].map((s) => pipeline.shapes.ready(s.handle)))
+    await cluster.query(`ALTER TABLE ddl_t ADD COLUMN extra int4; INSERT INTO ddl_t VALUES (2, 'b', 7)`)
+    await caughtUp(pipeline, cluster)
+    expect(events.map((e) => [e.handle, e.reason.kind])).toEqual([[t.handle, 'schema_change']])
+    // Dropped and recreated: noticed on the next request for it (or its next change).
+    await cluster.query(`DROP TABLE ddl_r; CREATE TABLE ddl_r (id int4 PRIMARY KEY, v text); INSERT INTO ddl_r VALUES (5, 'new')`)
+    const again = await pipeline.shapes.resolve(shapeParams('public', 'ddl_r'))
+    expect(again.handle).not.toBe(r.handle)
+    expect(events.map((e) => e.handle)).toContain(r.handle)
+    await pipeline.shapes.ready(again.handle)
+    await caughtUp(pipeline, cluster)
+    const fresh = await compareShape(pipeline, cluster, again.handle)
+    expect(sorted(fresh.actual)).toEqual(sorted(fresh.expected))
+    expect(pipeline.shapes.status(keep.handle)).toBe('active')
+  })
+
+  it('restores shapes after a restart and continues their logs without loss or duplicates', async () => {
+    const { pipeline, dir } = await start()
+    const s1 = await pipeline.shapes.resolve(shapeParams('public', 'items', { where: "owner = 'ann'" }))
+    const s2 = await pipeline.shapes.resolve(shapeParams('public', 'pairs'))
+    await Promise.all([s1, s2].map((s) => pipeline.shapes.ready(s.handle)))
+    await cluster.query(`UPDATE items SET n = n + 1 WHERE owner = 'ann'`)
+    await caughtUp(pipeline, cluster)
+    await pipeline.stop()
+    running = running.filter((p) => p !== pipeline)
+    // Changes while Sluice is down arrive from the slot on restart.
+    await cluster.query(`UPDATE items SET owner = 'ann' WHERE id IN (31, 32); INSERT INTO pairs VALUES ('down', 1, 'x')`)
+    const { pipeline: second } = await start({}, dir)
+    expect(second.shapes.status(s1.handle)).toBe('active')
+    const same = await second.shapes.resolve(shapeParams('public', 'items', { where: "owner = 'ann'" }))
+    expect(same).toMatchObject({ handle: s1.handle, created: false })
+    await cluster.query(`DELETE FROM items WHERE id = 31`)
+    await caughtUp(second, cluster)
+    for (const [h, where] of [[s1.handle, "owner = 'ann'"], [s2.handle, undefined]] as const) {
+      const c = await compareShape(second, cluster, h, where === undefined ? {} : { where })
+      expect(sorted(c.actual)).toEqual(sorted(c.expected))
+      checkLogStructure(c.lines)
+    }
+  })
+
+  it('fills unchanged TOAST values from the old row', async () => {
+    await cluster.query(`CREATE TABLE toasty (id int4 PRIMARY KEY, big text, n int4)`)
+    const { pipeline } = await start()
+    const full = await pipeline.shapes.resolve(shapeParams('public', 'toasty', { replica: 'full' }))
+    const dflt = await pipeline.shapes.resolve(shapeParams('public', 'toasty', { where: 'n > 0' }))
+    await pipeline.shapes.ready(full.handle)
+    await pipeline.shapes.ready(dflt.handle)
+    // Random text does not compress, so it is stored out of line.
+    await cluster.query(`INSERT INTO toasty SELECT 1, string_agg(md5(random()::text), '') FROM generate_series(1, 4000)`)
+    await cluster.query(`UPDATE toasty SET n = 1 WHERE id = 1`)
+    await caughtUp(pipeline, cluster)
+    for (const [h, where] of [[full.handle, undefined], [dflt.handle, 'n > 0']] as const) {
+      const c = await compareShape(pipeline, cluster, h, where === undefined ? {} : { where })
+      expect(sorted(c.actual)).toEqual(sorted(c.expected))
+      expect(c.actual.get('"public"."toasty"/"1"')?.['big']?.length).toBe(128_000)
+    }
+  })
+
+  it('creates many shapes at once under a write load, each equal to Postgres', async () => {
+    await cluster.query(`CREATE TABLE busy (id int4 PRIMARY KEY, grp int4, v int4); INSERT INTO busy SELECT i, i % 25, 0 FROM generate_series(1, 500) i`)
+    const { pipeline } = await start({ snapshotConnections: 3 })
+    let writing = true
+    const writer = (async () => {
+      let i = 0
+      while (writing) {
+        i++
+        await cluster.query(`UPDATE busy SET v = v + 1, grp = (grp + $1) % 25 WHERE id % 50 = $2`, [i % 3, i % 50])
+      }
+    })()
+    const resolved = await Promise.all(Array.from({ length: 25 }, (_, g) => pipeline.shapes.resolve(shapeParams('public', 'busy', { where: `grp = ${g}` }))))
+    await Promise.all(resolved.map((r) => pipeline.shapes.ready(r.handle)))
+    writing = false
+    await writer
+    await caughtUp(pipeline, cluster)
+    let total = 0
+    for (const [g, r] of resolved.entries()) {
+      const c = await compareShape(pipeline, cluster, r.handle, { where: `grp = ${g}` })
+      expect(sorted(c.actual), `grp = ${g}`).toEqual(sorted(c.expected))
+      checkLogStructure(c.lines)
+      total += c.actual.size
+    }
+    expect(total).toBe(500)
+  })
+
+  it('refuses definitions that cannot be shapes with typed errors', async () => {
+    const { pipeline } = await start()
+    await expect(pipeline.shapes.resolve(shapeParams('public', 'nope'))).rejects.toMatchObject({ code: 'table_not_found' })
+    await expect(pipeline.shapes.resolve(shapeParams('public', 'items', { where: 'nope = 1' }))).rejects.toBeInstanceOf(WhereClauseError)
+    await expect(pipeline.shapes.resolve(shapeParams('public', 'items', { where: "id = 1; DROP TABLE items" }))).rejects.toBeInstanceOf(WhereClauseError)
+    await expect(pipeline.shapes.resolve(shapeParams('public', 'items', { columns: ['owner'] }))).rejects.toMatchObject({ code: 'invalid_columns' })
+    await expect(pipeline.shapes.resolve(shapeParams('public', 'items', { columns: ['id', 'ghost'] }))).rejects.toBeInstanceOf(ShapeError)
+    expect(pipeline.shapes.size).toBe(0)
+    const { rows } = await cluster.query<{ n: string }>('SELECT count(*)::text AS n FROM items')
+    expect(Number(rows[0]!.n)).toBeGreaterThan(0)
+  })
+})
