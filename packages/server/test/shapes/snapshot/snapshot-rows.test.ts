@@ -388,7 +388,7 @@ describe('snapshot rows and replicated rows', () => {
       }
     } finally {
       await client.stop()
-      await names.slot.drop?.()
+      await cluster.dropReplicationSlots()
     }
   })
 })
