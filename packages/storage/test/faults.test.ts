@@ -200,6 +200,37 @@ describe('fault injection', () => {
     expect(body(log.read(parseOffset('-1')))).toHaveLength(2)
   })
 
+  it('a full disk during a live append to a finishing log fails that snapshot only, without holding the watermark', async () => {
+    const { dir, rules, store: s } = await setup()
+    const other = await makeShape(s, 'other', [])
+    other.appendTransaction([change(50n, 0, 1)])
+    s.advance(50n)
+    await s.flush()
+    const w = s.createShape('fin')
+    w.append([row(1)])
+    const finishing = w.finish(SNAPSHOT_END)
+    expect(w.appendTransaction([change(20n, 0, 1)])).toBe(1)
+    rules.failNext('writeSync', { code: 'ENOSPC', match: onFile('log.dat') })
+    // The transaction lies below the watermark, so the watermark cannot wait for
+    // a replay of it: the snapshot fails instead.
+    expect(await codeOf(() => w.appendTransaction([change(30n, 0, 2)]))).toBe('disk_full')
+    expect(await codeOf(() => finishing)).toBe('disk_full')
+    expect(await codeOf(() => w.appendTransaction([change(40n, 0, 3)]))).toBe('invalid_append')
+    expect(s.get('fin')).toBeUndefined()
+    other.appendTransaction([change(60n, 0, 2)])
+    s.advance(60n)
+    expect((await s.flush()).durableLsn).toBe(60n)
+    await new Promise((r) => setTimeout(r, 20))
+    expect(nodeFs.readdirSync(`${dir}/tmp`)).toEqual([])
+    expect(nodeFs.readdirSync(`${dir}/shapes`)).toEqual(['other'])
+    // Invalid input is not a fault: it leaves a finishing snapshot intact.
+    const again = s.createShape('fin')
+    const done = again.finish(SNAPSHOT_END)
+    expect(again.appendTransaction([change(20n, 0, 1)])).toBe(1)
+    expect(await codeOf(() => again.appendTransaction([change(25n, 2, 1), change(25n, 1, 2)]))).toBe('invalid_append')
+    expect(body((await done).read(parseOffset('0_0')))).toHaveLength(1)
+  })
+
   it('keeps working when cutting back a failed append fails too', async () => {
     const { dir, rules, store: s } = await setup()
     await makeShape(s, 'cut', [])

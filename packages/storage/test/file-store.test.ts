@@ -3,7 +3,7 @@
  * the watermark, damaged tails, bounded descriptors, the store lock, quarantine
  * of damaged logs, and a read-only store following a writer.
  */
-import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
+import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { useTempDir } from '@sluice/test-utils'
@@ -11,9 +11,9 @@ import { BEFORE_ALL, formatOffset, parseOffset } from '@sluice/protocol'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ENTRY_RECORD_BYTES, HEADER_BYTES } from '../src/format.js'
 import { nodeFs, openFileLogStore, openReadOnlyLogStore, readSpans } from '../src/index.js'
-import type { FileLogStore, FsPort, LogRead, StorageError } from '../src/index.js'
+import type { FileLogStore, FsPort, LogRead, ShapeLog, StorageError } from '../src/index.js'
 import type { LogOffset } from '@sluice/protocol'
-import { body, change, makeShape, row } from './contract-suite.js'
+import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
 
 const tempDirs = useTempDir()
 
@@ -247,6 +247,209 @@ describe('file engine', () => {
     await w.deleteShape('a')
     expect(reader.get('a')).toBeUndefined()
     await reader.close()
+  })
+})
+
+/**
+ * A filesystem port that records, per inode, the file size each successful
+ * fdatasync/fsync covered, and can hold syncs of chosen paths until released.
+ */
+function syncTracker() {
+  const synced = new Map<number, number>()
+  const holds: Array<{ match: (path: string) => boolean; reached: () => void; gate: Promise<void> }> = []
+  const pathOf = (fd: number) => readlinkSync(`/proc/self/fd/${fd}`)
+  const track = (sync: (fd: number) => Promise<void>) => async (fd: number) => {
+    const path = pathOf(fd)
+    const hold = holds.find((h) => h.match(path))
+    if (hold) {
+      holds.splice(holds.indexOf(hold), 1)
+      hold.reached()
+      await hold.gate
+    }
+    const { size, ino } = nodeFs.fstatSync(fd)
+    await sync(fd)
+    synced.set(ino, Math.max(synced.get(ino) ?? 0, size))
+  }
+  const fs: FsPort = { ...nodeFs, fdatasync: track(nodeFs.fdatasync), fsync: track(nodeFs.fsync) }
+  return {
+    fs,
+    /** Bytes of the file at `path` known to be on disk. */
+    syncedBytes: (path: string) => synced.get(statSync(path).ino) ?? 0,
+    /** Holds the next sync of a path that `match` accepts; `reached` resolves once it waits. */
+    hold(match: (path: string) => boolean) {
+      let release!: () => void
+      let reached!: () => void
+      const gate = new Promise<void>((r) => (release = r))
+      const isReached = new Promise<void>((r) => (reached = r))
+      holds.push({ match, reached, gate })
+      return { reached: isReached, release }
+    },
+  }
+}
+
+describe('a new log finishing with live transactions (file engine)', () => {
+  const open: FileLogStore[] = []
+  afterEach(async () => {
+    for (const s of open.splice(0)) await s.close().catch(() => undefined)
+  })
+  const lsns = (log: { read(after: LogOffset): LogRead }): string[] =>
+    (JSON.parse(`[${readAll(log).toString('utf8').replace(/,$/, '')}]`) as Array<{ headers: { lsn?: string; op_position?: number } }>).flatMap((m) =>
+      m.headers.lsn === undefined ? [] : [`${m.headers.lsn}_${m.headers.op_position}`],
+    )
+  const codeOf = (fn: () => unknown): string => {
+    try {
+      fn()
+    } catch (err) {
+      return (err as StorageError).code
+    }
+    return 'no error'
+  }
+  async function setup(name: string) {
+    const dir = await tempDirs.make(name)
+    const tracker = syncTracker()
+    const s = await openFileLogStore({ dir, chunkBytes: 1024, flushIntervalMs: 60_000, fs: tracker.fs })
+    open.push(s)
+    // Another log takes the watermark to 50 while the new shape's snapshot "runs".
+    const other = await makeShape(s, 'other', [])
+    for (const tx of [10n, 30n, 50n]) other.appendTransaction([change(tx, 0, Number(tx))])
+    s.advance(50n)
+    await s.flush()
+    return { dir, tracker, s }
+  }
+
+  it('never shows a read-only follower entries that are not synced, however appends and syncs interleave', async () => {
+    const { dir, tracker, s } = await setup('ro-finishing')
+    const reader = openReadOnlyLogStore({ dir })
+    const shapeDir = `${dir}/shapes/n`
+    /** What the follower shows of `n` is synced, byte for byte, and is exactly the expected transactions. */
+    const checkFollower = (want: string[] | undefined) => {
+      const ro = reader.get('n')
+      if (want === undefined) {
+        expect(ro).toBeUndefined()
+        return
+      }
+      expect(ro).toBeDefined()
+      expect(lsns(ro!)).toEqual(want)
+      const { entryCount } = ro!.head()
+      expect(HEADER_BYTES + entryCount * ENTRY_RECORD_BYTES).toBeLessThanOrEqual(tracker.syncedBytes(`${shapeDir}/entries.idx`))
+      expect(HEADER_BYTES + readAll(ro!).length).toBeLessThanOrEqual(tracker.syncedBytes(`${shapeDir}/log.dat`))
+    }
+
+    const w = s.createShape('n')
+    w.append([row(1), row(2)])
+    const finishing = w.finish(SNAPSHOT_END)
+    w.appendTransaction([change(20n, 0, 1)])
+    w.appendTransaction([change(30n, 0, 2), change(30n, 2, 3)])
+
+    // The finishing flush syncs the log in tmp/; hold that sync and append more meanwhile.
+    const inTmp = tracker.hold((p) => p.includes('/tmp/') && p.endsWith('/log.dat'))
+    const first = s.flush()
+    await inTmp.reached
+    w.appendTransaction([change(40n, 0, 4)]) // below the watermark, after the sync: the rename must wait
+    inTmp.release()
+    const r1 = await first
+    expect(r1.advanced).not.toContain('n')
+    expect(s.get('n')).toBeUndefined()
+    checkFollower(undefined)
+
+    // The next flush syncs 40 too and renames; hold the sync of shapes/ that makes the rename durable.
+    const shapesSync = tracker.hold((p) => p === `${dir}/shapes`)
+    const second = s.flush()
+    await shapesSync.reached
+    // Renamed: the follower may find it now, with everything synced and nothing else.
+    checkFollower(['20_0', '30_0', '30_2', '40_0'])
+    // A crash here (a copy of the directory as it is) recovers the shape whole.
+    const copy = await tempDirs.make('ro-finishing-copy')
+    cpSync(dir, copy, { recursive: true })
+    // From the rename on, nothing at or below the watermark can join it durably any more.
+    expect(codeOf(() => w.appendTransaction([change(45n, 0, 6)]))).toBe('invalid_append')
+    // Live ones can, also in parts.
+    expect(w.appendTransaction([change(60n, 0, 5)], { more: true })).toBe(1)
+    expect(w.appendTransaction([change(60n, 2, 7)])).toBe(1)
+    shapesSync.release()
+    const r2 = await second
+    expect(r2.advanced).toEqual(['n'])
+    const log = await finishing
+    expect(lsns(log)).toEqual(['20_0', '30_0', '30_2', '40_0'])
+    checkFollower(['20_0', '30_0', '30_2', '40_0'])
+
+    // The next flush writes 60's index records before syncing them: hold that sync.
+    s.advance(60n)
+    const live = tracker.hold((p) => p === `${shapeDir}/entries.idx`)
+    const third = s.flush()
+    await live.reached
+    checkFollower(['20_0', '30_0', '30_2', '40_0'])
+    live.release()
+    await third
+    checkFollower(['20_0', '30_0', '30_2', '40_0', '60_0', '60_2'])
+    expect(lsns(log)).toEqual(['20_0', '30_0', '30_2', '40_0', '60_0', '60_2'])
+    await reader.close()
+
+    writeFileSync(`${copy}/LOCK`, '999999999')
+    const recovered = await openFileLogStore({ dir: copy, chunkBytes: 1024, flushIntervalMs: 60_000 })
+    open.push(recovered)
+    expect(recovered.quarantined).toEqual([])
+    expect(recovered.ids().sort()).toEqual(['n', 'other'])
+    expect(lsns(recovered.get('n')!)).toEqual(['20_0', '30_0', '30_2', '40_0'])
+  })
+
+  it('leaves no shape when copied while the finishing sync runs, and keeps every queued transaction across a reopen', async () => {
+    const { dir, tracker, s } = await setup('finishing-copy')
+    const w = s.createShape('n')
+    w.append([row(1)])
+    const finishing = w.finish(SNAPSHOT_END)
+    for (const tx of [15n, 25n, 35n, 45n]) w.appendTransaction([change(tx, 0, Number(tx)), change(tx, 1, Number(tx) + 1)])
+    const held = tracker.hold((p) => p.includes('/tmp/') && p.endsWith('/entries.idx'))
+    const flushing = s.flush()
+    await held.reached
+    const copy = await tempDirs.make('finishing-copy-mid')
+    cpSync(dir, copy, { recursive: true })
+    held.release()
+    await flushing
+    await finishing
+    await s.close()
+    open.length = 0
+
+    writeFileSync(`${copy}/LOCK`, '999999999')
+    const mid = await openFileLogStore({ dir: copy, flushIntervalMs: 60_000 })
+    open.push(mid)
+    expect(mid.ids()).toEqual(['other'])
+    expect(readdirSync(`${copy}/tmp`)).toEqual([])
+
+    const again = await openFileLogStore({ dir, chunkBytes: 1024, flushIntervalMs: 60_000 })
+    open.push(again)
+    expect(again.quarantined).toEqual([])
+    expect(again.durableLsn).toBe(50n)
+    expect(lsns(again.get('n')!)).toEqual(['15_0', '15_1', '25_0', '25_1', '35_0', '35_1', '45_0', '45_1'])
+  })
+
+  it('aborts while a flush holds the snapshot, before or after its rename, leaving nothing', async () => {
+    const { dir, tracker, s } = await setup('abort-held')
+    for (const [i, where] of [
+      [1, (p: string) => p.includes('/tmp/') && p.endsWith('/log.dat')],
+      [2, (p: string) => p === `${dir}/shapes`],
+    ] as const) {
+      const id = `n${i}`
+      const w = s.createShape(id)
+      w.append([row(1)])
+      const finishing = w.finish(SNAPSHOT_END)
+      w.appendTransaction([change(20n, 0, 1)])
+      const held = tracker.hold(where)
+      const flushing = s.flush()
+      await held.reached
+      const aborting = w.abort()
+      held.release()
+      await aborting
+      await expect(finishing).rejects.toMatchObject({ code: 'shape_deleted' })
+      await flushing
+      expect(s.get(id)).toBeUndefined()
+      expect(readdirSync(`${dir}/shapes`).sort()).toEqual(['other'])
+      expect(codeOf(() => w.appendTransaction([change(70n, 0, 1)]))).toBe('invalid_append')
+    }
+    // Nothing of theirs holds the watermark back or lingers in the flush sets.
+    s.get('other')!.appendTransaction([change(70n, 0, 1)])
+    s.advance(70n)
+    expect((await s.flush()).advanced).toEqual(['other'])
   })
 })
 
