@@ -2,6 +2,7 @@ import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { PostgresCluster } from '@sluice/test-utils'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Pipeline, type PipelineOptions } from '../../src/pipeline.js'
+import { DISPLAY_SETTINGS } from '../../src/replication/index.js'
 import { type LogLine, expectedRows, materialize, normaliseBooleans, readLog } from './log-replay.js'
 
 export function shapeParams(
@@ -70,7 +71,15 @@ export async function compareShape(
   const def = pipeline.shapes.definition(handle)!
   const lines = readLog(log)
   const actual = materialize(lines, { strict: options.strict ?? true })
-  const expected = await expectedRows((t, v) => cluster.query(t, v), { schema: def.schema, name: def.table }, options)
+  // Values print as the pipeline's sessions print them (PROTOCOL.md §3.5).
+  const client = await cluster.connect()
+  let expected: Map<string, Record<string, string | null>>
+  try {
+    for (const [name, value] of Object.entries(DISPLAY_SETTINGS)) await client.query(`SELECT set_config($1, $2, false)`, [name, value])
+    expected = await expectedRows((t, v) => client.query(t, v), { schema: def.schema, name: def.table }, options)
+  } finally {
+    await client.end()
+  }
   normaliseBooleans(actual, options.bools ?? [])
   return { actual, expected, lines }
 }

@@ -62,7 +62,7 @@ export function materialize(lines: readonly LogLine[], options: { strict?: boole
 /**
  * The rows Postgres says a shape holds: `SELECT` with the shape's where, each
  * value as text, keyed with the protocol's key builder (not the snapshot SQL,
- * which is under test). Booleans are spelled as pgoutput spells them.
+ * which is under test), each value as its type's output function prints it.
  */
 export async function expectedRows(
   query: (text: string, values?: unknown[]) => Promise<{ rows: Array<Record<string, unknown>> }>,
@@ -82,16 +82,18 @@ export async function expectedRows(
   const selected = options.columns === undefined ? columns : columns.filter((c) => options.columns?.includes(c.name))
   const pk = columns.filter((c) => c.pk >= 0).sort((a, b) => a.pk - b.pk).map((c) => c.name)
   const ident = (s: string): string => `"${s.replaceAll('"', '""')}"`
-  const list = columns.map((c) => `${ident(c.name)}::text AS ${ident(c.name)}`).join(', ')
+  // format('%s') prints with the type's output function, which is what pgoutput sends (`::text` differs for
+  // bool, bpchar and inet).
+  const list = columns
+    .map((c) => `CASE WHEN ${ident(c.name)} IS NULL THEN NULL ELSE format('%s', ${ident(c.name)}) END AS ${ident(c.name)}`)
+    .join(', ')
   const sql = `SELECT ${list} FROM ${ident(table.schema)}.${ident(table.name)}${options.where === undefined ? '' : ` WHERE ${options.where}`}`
   const result = await query(sql, options.params === undefined ? [] : [...options.params])
   const rows = new Map<string, Record<string, string | null>>()
   for (const raw of result.rows) {
     const record: Record<string, string | null> = {}
     for (const c of columns) {
-      let value = raw[c.name] as string | null
-      if (value !== null && c.type === 'bool') value = value === 'true' ? 't' : 'f'
-      record[c.name] = value
+      record[c.name] = raw[c.name] as string | null
     }
     const key = buildRowKey({ schema: table.schema, name: table.name }, record, pk)
     const value: Record<string, string | null> = {}

@@ -284,3 +284,52 @@ describe('the sync pipeline on real Postgres', () => {
     expect(Number(rows[0]!.n)).toBeGreaterThan(0)
   })
 })
+
+describe('every column type end to end', () => {
+  it('snapshots and replicates every common type with the text Postgres prints, keyed by any of them', async () => {
+    await cluster.query(`
+      CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy 😀');
+      CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
+      CREATE TYPE complex AS (r float8, i float8);
+      CREATE TABLE "Types ""All"" Ü" (
+        id int8 PRIMARY KEY, i2 int2, i4 int4, num numeric, num_typed numeric(40, 20), f4 float4, f8 float8,
+        txt text, vc varchar(20), bp char(5), flag bool, u uuid, d date, t time, ttz timetz, ts timestamp,
+        tstz timestamptz, iv interval, j json, jb jsonb, arr_i int4[], arr_t text[], arr_2d int4[][], m mood,
+        m_arr mood[], dom posint, cx complex, by bytea, addr inet, "weird ""col"" /x" text)`)
+    const row = (id: number) => `(${id}, 32767, -2147483648, 12345.678901234567890123, 3.14159265358979323846, 1.1, 'NaN',
+        'héllo "wörld" \\ ✓ 🚀 / slash', 'varchar', 'ab', true, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2024-01-31',
+        '23:59:59.999999', '12:34:56.123456+05:30', '2024-01-31 12:34:56.123456', '2024-01-31 12:34:56.654321+02',
+        '1 year 2 months 3 days 04:05:06.789', '{"b": 1,   "a": [1, 2]}', '{"b": 1,   "a": [1, 2]}', '{1,2,3}',
+        '{"a b","c,d","e\\"f",NULL,""}', '{{1,2},{3,4}}', 'happy 😀', '{sad,ok}', 7, '(1.5,-2)', '\\x0001fffe',
+        '10.0.0.1', 'w/${id}')`
+    await cluster.query(`INSERT INTO "Types ""All"" Ü" VALUES ${row(1)}, (2, ${Array(29).fill('NULL').join(', ')})`)
+    const { pipeline } = await start()
+    const table = 'Types "All" Ü'
+    const all = await pipeline.shapes.resolve(shapeParams('public', table, { replica: 'full' }))
+    const byType = [
+      ['tstz = $1', ['2024-01-31 10:34:56.654321+00']],
+      ["m = 'happy 😀' AND flag", []],
+      ['3 = ANY(arr_i) AND num > 12345.6789', []],
+      ['u = $1', ['A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11']],
+      ['"weird ""col"" /x" LIKE $1', ['w/%']],
+    ] as const
+    const shapes = [all]
+    for (const [where, params] of byType) {
+      shapes.push(await pipeline.shapes.resolve(shapeParams('public', table, { where, params: [...params] })))
+    }
+    await Promise.all(shapes.map((s) => pipeline.shapes.ready(s.handle)))
+    await cluster.query(`INSERT INTO "Types ""All"" Ü" VALUES ${row(3)}`)
+    await cluster.query(`UPDATE "Types ""All"" Ü" SET txt = 'changed', f8 = '-Infinity', bp = 'x' WHERE id = 1`)
+    await cluster.query(`UPDATE "Types ""All"" Ü" SET m = 'ok' WHERE id = 3`)
+    await caughtUp(pipeline, cluster)
+    for (const [i, s] of shapes.entries()) {
+      const options = i === 0 ? {} : { where: byType[i - 1]![0], params: [...byType[i - 1]![1]] }
+      const c = await compareShape(pipeline, cluster, s.handle, options)
+      expect(sorted(c.actual), options.where ?? 'all').toEqual(sorted(c.expected))
+      checkLogStructure(c.lines)
+    }
+    const c = await compareShape(pipeline, cluster, all.handle)
+    expect(c.actual.get(`"public"."Types "All" Ü"/"1"`)?.['bp']).toBe('x    ')
+    expect(c.actual.get(`"public"."Types "All" Ü"/"3"`)?.['flag']).toBe('t')
+  })
+})
