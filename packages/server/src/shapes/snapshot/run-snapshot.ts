@@ -60,6 +60,12 @@ export interface SnapshotStart {
   readonly insertLsn: bigint
 }
 
+/**
+ * Where the rows go. On abort `runSnapshot` does not wait for
+ * a sink call in progress: it ends the transaction at once (an open snapshot
+ * holds back Postgres's xmin horizon) and settles; a sink that can block for
+ * long should watch the same signal.
+ */
 export interface SnapshotSink {
   /** Called once, when the snapshot is fixed and before any rows. */
   start?(info: SnapshotStart): void | Promise<void>
@@ -122,6 +128,8 @@ export async function runSnapshot(pool: pg.Pool, request: SnapshotRequest, sink:
       : new Promise<never>((_, reject) => {
           onAbort = () => reject(abortedError(signal))
           signal.addEventListener('abort', onAbort, { once: true })
+          // Aborted while the connection was being handed over: the event has fired already.
+          if (isAborted(signal)) onAbort()
         })
   const work = run.execute()
   try {

@@ -392,3 +392,58 @@ describe('snapshot rows and replicated rows', () => {
     }
   })
 })
+
+describe('buildSnapshotQuery', () => {
+  const column = (name: string, attnum: number, extra: Partial<TableInfo['columns'][number]> = {}): TableInfo['columns'][number] => ({
+    name,
+    attnum,
+    typeOid: 25,
+    typeMod: -1,
+    typeName: 'text',
+    dims: 0,
+    notNull: false,
+    typeCategory: 'S',
+    castToTextIsOutput: true,
+    ...extra,
+  })
+  const table: TableInfo = {
+    oid: 1,
+    schema: 'my "s"',
+    name: "it's",
+    kind: 'table',
+    replicaIdentity: 'full',
+    columns: [column('id', 1, { notNull: true, pkIndex: 0 }), column('flag', 2, { typeName: 'bool', castToTextIsOutput: false })],
+    primaryKey: ['id'],
+  }
+
+  it('reads a regular table with ONLY and a partitioned one without', () => {
+    expect(buildSnapshotQuery(table)).toMatch(/ FROM ONLY "my ""s"""\."it's"$/)
+    expect(buildSnapshotQuery({ ...table, kind: 'partitioned' })).toMatch(/ FROM "my ""s"""\."it's"$/)
+  })
+
+  it('appends the where clause in parentheses, and nothing for an empty one', () => {
+    expect(buildSnapshotQuery(table, { where: '"id" = $1 OR TRUE' })).toMatch(/ WHERE \("id" = \$1 OR TRUE\)$/)
+    expect(buildSnapshotQuery(table, { where: '  ' })).not.toMatch(/WHERE/)
+  })
+
+  it('doubles quotes in the SQL literals it embeds and calls the output function where ::text differs', () => {
+    const sql = buildSnapshotQuery(table)
+    expect(sql).toContain(`'{"key":'::pg_catalog.text`)
+    expect(sql).toContain(`"relation":["my \\"s\\"","it''s"]`)
+    expect(sql).toContain(`'"my "s""."it''s"/'::pg_catalog.text`)
+    expect(sql).toContain('CASE WHEN pg_catalog.num_nulls("flag") = 0 THEN pg_catalog.concat("flag") END')
+    expect(sql).toContain('"id"::pg_catalog.text')
+  })
+
+  it('nests the concatenation as a balanced tree', () => {
+    const wide: TableInfo = { ...table, columns: Array.from({ length: 1024 }, (_, i) => column(`c${i}`, i + 1)), primaryKey: [] }
+    const sql = buildSnapshotQuery(wide)
+    let depth = 0
+    let max = 0
+    for (const ch of sql) {
+      if (ch === '(') max = Math.max(max, ++depth)
+      else if (ch === ')') depth--
+    }
+    expect(max).toBeLessThan(40)
+  })
+})
