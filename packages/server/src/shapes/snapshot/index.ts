@@ -14,4 +14,12 @@ export type { SnapshotErrorCode } from './snapshot-error.js'
 export { buildSnapshotQuery, columnText } from './snapshot-query.js'
 export type { SnapshotQueryOptions } from './snapshot-query.js'
 export { DEFAULT_SNAPSHOT_BATCH_BYTES, DEFAULT_SNAPSHOT_BATCH_ROWS, runSnapshot } from './run-snapshot.js'
-export type { SnapshotRequest, SnapshotResult, SnapshotSink, SnapshotStart } from './run-snapshot.js'
+export type {
+  SnapshotOptions,
+  SnapshotRequest,
+  SnapshotResult,
+  SnapshotSink,
+  SnapshotStart,
+  SnapshotTableRequest,
+  SnapshotTextRequest,
+} from './run-snapshot.js'
