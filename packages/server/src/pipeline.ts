@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import { FileLogStore, FlushError, type StorageError, openFileLogStore } from '@sluice/storage'
+import { type FileLogStore, FlushError, type FsPort, type StorageError, openFileLogStore } from '@sluice/storage'
 import pg from 'pg'
 import {
   DEFAULT_PUBLICATION_NAME,
@@ -37,6 +37,8 @@ export interface PipelineOptions {
   /** Extra walsender settings (e.g. a small logical_decoding_work_mem in tests). */
   readonly replicationSettings?: Readonly<Record<string, string>>
   readonly logger?: ShapeLogger
+  /** The storage engine's filesystem (a port for fault-injection tests). */
+  readonly storageFs?: FsPort
 }
 
 export class Pipeline {
@@ -59,6 +61,7 @@ export class Pipeline {
       dir: join(options.storageDir, 'logs'),
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
       ...(options.flushIntervalMs === undefined ? {} : { flushIntervalMs: options.flushIntervalMs }),
+      ...(options.storageFs === undefined ? {} : { fs: options.storageFs }),
     })
     const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
     const snapshotConnections = options.snapshotConnections ?? 4

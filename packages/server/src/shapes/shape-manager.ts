@@ -93,6 +93,20 @@ export interface ShapeManagerEvents {
   invalidated: [ShapeInvalidated]
 }
 
+/** Point-in-time figures for logs, metrics and tests. */
+export interface ShapeManagerStats {
+  readonly shapes: number
+  /** Shapes whose initial snapshot has not finished. */
+  readonly creating: number
+  /** Bytes of routed transactions held in memory for shapes still creating. */
+  readonly queuedBytes: number
+  /** Queues of creating shapes that moved to disk. */
+  readonly spilledQueues: number
+  /** Times the replication stream was paused for memory, and whether it is now. */
+  readonly pauses: number
+  readonly paused: boolean
+}
+
 export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024
 export const DEFAULT_SNAPSHOT_CONNECTIONS = 4
 export const DEFAULT_MAX_SHAPES = 1_000_000
@@ -124,6 +138,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly tableAdds = new Map<string, Promise<unknown>>()
   private readonly queues = new Set<SpillQueue<TransactionPart>>()
   private paused = false
+  private pauses = 0
+  private spilledQueues = 0
   private closed = false
 
   private constructor(
@@ -203,6 +219,14 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   get size(): number {
     return this.shapes.size
+  }
+
+  stats(): ShapeManagerStats {
+    let queuedBytes = 0
+    for (const queue of this.queues) queuedBytes += queue.memoryBytes
+    let creating = 0
+    for (const shape of this.shapes.values()) if (shape.log === undefined) creating++
+    return { shapes: this.shapes.size, creating, queuedBytes, spilledQueues: this.spilledQueues, pauses: this.pauses, paused: this.paused }
   }
 
   /** Handles of every shape, ready or not. */
@@ -498,6 +522,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       for (const queue of largest) {
         if (total - freed <= this.budget / 2) break
         freed += queue.memoryBytes
+        this.spilledQueues++
         queue.spill().then(
           () => this.checkMemory(),
           (error: unknown) => this.options.logger?.error({ err: error }, 'spilling a snapshot queue failed'),
@@ -506,6 +531,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     }
     if (!this.paused && total > this.budget) {
       this.paused = true
+      this.pauses++
       this.options.onPressure?.(true)
     } else if (this.paused && total <= this.budget / 2) {
       this.paused = false
