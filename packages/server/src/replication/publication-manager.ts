@@ -43,11 +43,21 @@ export class PublicationManager {
     this.name = validatePublicationName(options.name ?? DEFAULT_PUBLICATION_NAME)
   }
 
-  /** Creates the (empty) publication unless it exists. */
+  /**
+   * Creates the (empty) publication unless it exists. It publishes changes of
+   * partitions under their partitioned table (`publish_via_partition_root`), the
+   * relation a shape names; an existing publication without it gets it set.
+   */
   async ensure(): Promise<{ created: boolean }> {
-    if (await this.exists()) return { created: false }
+    if (await this.exists()) {
+      const { rows } = await this.db.query('SELECT pubviaroot AS root FROM pg_publication WHERE pubname = $1', [this.name])
+      if (rows[0]?.['root'] === false) {
+        await this.db.query(`ALTER PUBLICATION ${quoteIdentifier(this.name)} SET (publish_via_partition_root = true)`)
+      }
+      return { created: false }
+    }
     try {
-      await this.db.query(`CREATE PUBLICATION ${quoteIdentifier(this.name)}`)
+      await this.db.query(`CREATE PUBLICATION ${quoteIdentifier(this.name)} WITH (publish_via_partition_root = true)`)
       return { created: true }
     } catch (error) {
       if (sqlState(error) === SqlState.duplicateObject) return { created: false }

@@ -272,6 +272,25 @@ describe('the sync pipeline on real Postgres', () => {
     expect(total).toBe(500)
   })
 
+  it('follows a partitioned table through changes to its partitions', async () => {
+    await cluster.query(`
+      CREATE TABLE parted (id int4, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+      CREATE TABLE parted_eu PARTITION OF parted FOR VALUES IN ('eu');
+      CREATE TABLE parted_us PARTITION OF parted FOR VALUES IN ('us');
+      INSERT INTO parted VALUES (1, 'eu', 'a'), (2, 'us', 'b')`)
+    const { pipeline } = await start()
+    const all = await pipeline.shapes.resolve(shapeParams('public', 'parted'))
+    const eu = await pipeline.shapes.resolve(shapeParams('public', 'parted', { where: "region = 'eu'" }))
+    await Promise.all([all, eu].map((s) => pipeline.shapes.ready(s.handle)))
+    await cluster.query(`INSERT INTO parted VALUES (3, 'eu', 'c'); UPDATE parted SET region = 'eu' WHERE id = 2; UPDATE parted SET v = 'z' WHERE id = 1; DELETE FROM parted_eu WHERE id = 3`)
+    await caughtUp(pipeline, cluster)
+    for (const [h, where] of [[all.handle, undefined], [eu.handle, "region = 'eu'"]] as const) {
+      const c = await compareShape(pipeline, cluster, h, where === undefined ? {} : { where })
+      expect(sorted(c.actual), where ?? 'all').toEqual(sorted(c.expected))
+      checkLogStructure(c.lines)
+    }
+  })
+
   it('refuses definitions that cannot be shapes with typed errors', async () => {
     const { pipeline } = await start()
     await expect(pipeline.shapes.resolve(shapeParams('public', 'nope'))).rejects.toMatchObject({ code: 'table_not_found' })
