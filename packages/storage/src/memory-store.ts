@@ -303,7 +303,12 @@ export class MemoryLogStore implements ShapeLogStore {
 
   /** A flush for the snapshots waiting to finish (the file engine's group commit does this). */
   private schedule(ms: number): void {
-    if (this.timer || this.closed) return
+    if (this.closed) return
+    if (this.timer) {
+      // A new finish does not wait for the retry of one that had to wait.
+      if (ms > 0) return
+      clearTimeout(this.timer)
+    }
     this.timer = setTimeout(() => {
       this.timer = undefined
       if (!this.closed) this.flushNow()
