@@ -63,6 +63,8 @@ export interface ShapeManagerOptions {
   /** Called with true when replication must pause for memory, false when it may resume. */
   readonly onPressure?: (paused: boolean) => void
   readonly maxShapes?: number
+  /** How long a finished catalog lookup is reused (default 0: only lookups in flight are shared). */
+  readonly tableCacheMs?: number
   readonly logger?: ShapeLogger
 }
 
@@ -136,6 +138,17 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly budget: number
   private readonly maxShapes: number
   private readonly tableAdds = new Map<string, Promise<unknown>>()
+  /**
+   * Catalog lookups in flight, shared by the requests that arrive meanwhile, so
+   * a burst of requests for one table costs one catalog query. With
+   * `tableCacheMs` answers are also reused for that long after they arrive;
+   * off by default, because a table dropped and created again within that
+   * window would still be answered with its old shapes.
+   */
+  private readonly tableCache = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
+  private readonly tableCacheMs: number
+  /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
+  private readonly published = new Set<number>()
   private readonly queues = new Set<SpillQueue<TransactionPart>>()
   private paused = false
   private pauses = 0
@@ -151,6 +164,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     this.semaphore = new SnapshotSemaphore(options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS)
     this.budget = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
     this.maxShapes = options.maxShapes ?? DEFAULT_MAX_SHAPES
+    this.tableCacheMs = options.tableCacheMs ?? 0
   }
 
   /**
@@ -318,6 +332,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     for (const handle of handles) {
       const shape = this.shapes.get(handle)
       this.options.router.remove(handle)
+      if (shape !== undefined) this.forgetTable(shape.table)
       const definition = this.registry.invalidate(handle)
       if (shape === undefined || definition === undefined) continue
       this.shapes.delete(handle)
@@ -479,8 +494,25 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   // ---- tables ----
 
   private async loadTable(schema: string, name: string): Promise<TableInfo> {
-    const info = await loadTable(this.options.db, { schema, name })
+    const key = tableKey(schema, name)
+    const now = Date.now()
+    let cached = this.tableCache.get(key)
+    if (cached === undefined || (cached.done && now - cached.at >= this.tableCacheMs)) {
+      const entry = { at: now, done: false, info: loadTable(this.options.db, { schema, name }) }
+      cached = entry
+      this.tableCache.set(key, entry)
+      entry.info.then(
+        () => {
+          entry.done = true
+          if (this.tableCacheMs <= 0 && this.tableCache.get(key) === entry) this.tableCache.delete(key)
+        },
+        // A failed load is not worth remembering.
+        () => this.tableCache.get(key) === entry && this.tableCache.delete(key),
+      )
+    }
+    const info = await cached.info
     if (info === undefined) {
+      this.tableCache.delete(key)
       // A table that is gone takes its shapes with it.
       const stale = [...this.shapes.values()].filter((s) => s.table.schema === schema && s.table.name === name)
       if (stale.length > 0) {
@@ -496,10 +528,18 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   /** Adds the table to the publication once per table at a time (concurrent creations share the call). */
   private async addToPublication(info: TableInfo): Promise<void> {
+    if (this.published.has(info.oid)) return
     const key = String(info.oid)
     const pending = this.tableAdds.get(key) ?? this.options.publication.addTable(info.schema, info.name).finally(() => this.tableAdds.delete(key))
     this.tableAdds.set(key, pending)
     await pending
+    this.published.add(info.oid)
+  }
+
+  /** After a table's shapes were invalidated (DDL, TRUNCATE, a replaced table): ask the catalog again next time. */
+  private forgetTable(info: TableInfo): void {
+    this.tableCache.delete(tableKey(info.schema, info.name))
+    this.published.delete(info.oid)
   }
 
   private async dropRestored(handle: string, definition: ShapeDefinition, why: string): Promise<void> {
@@ -538,6 +578,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       this.options.onPressure?.(false)
     }
   }
+}
+
+function tableKey(schema: string, name: string): string {
+  return `${schema}\u0000${name}`
 }
 
 function routeSpec(shape: LiveShape) {
