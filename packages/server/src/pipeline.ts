@@ -11,7 +11,7 @@ import {
 } from './replication/index.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
-import { SpillStreamBuffer } from './shapes/spill/index.js'
+import { SpillDir, SpillStreamBuffer } from './shapes/spill/index.js'
 
 /**
  * The sync pipeline, wired (DESIGN.md §2): the replication client feeds the
@@ -79,7 +79,9 @@ export class Pipeline {
       await publication.ensure()
       const slot = new SlotManager(db, { name: options.slotName ?? DEFAULT_SLOT_NAME })
       await slot.ensure()
-      streams = await SpillStreamBuffer.open(join(options.storageDir, 'spill', 'streams'))
+      // Opened once each: opening wipes what a previous process left, which the slot will resend.
+      streams = await SpillStreamBuffer.open(await SpillDir.open(join(options.storageDir, 'spill', 'streams')))
+      const queues = await SpillDir.open(join(options.storageDir, 'spill', 'queues'))
 
       let replication: ReplicationClient | undefined
       let shapes: ShapeManager | undefined
@@ -97,7 +99,7 @@ export class Pipeline {
         snapshotPool,
         snapshotConnections,
         publication,
-        spillDir: join(options.storageDir, 'spill', 'queues'),
+        spillDir: queues,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),

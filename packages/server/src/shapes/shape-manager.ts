@@ -17,7 +17,7 @@ import type { Invalidation, ShapeRouter, ShapeTarget, TransactionPart } from './
 import { ShapeError } from './shape-error.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
-import { SpillQueue, transactionPartCodec } from './spill/index.js'
+import { type SpillDir, SpillQueue, transactionPartCodec } from './spill/index.js'
 import { type TableInfo, loadTable, loadTableByOid, whereColumns } from './table-catalog.js'
 
 /**
@@ -57,8 +57,8 @@ export interface ShapeManagerOptions {
   readonly snapshotPool: pg.Pool
   readonly snapshotConnections?: number
   readonly publication: PublicationManager
-  /** Scratch space for queues that spill; wiped on open. */
-  readonly spillDir: string
+  /** Scratch space for queues that spill, opened (and so wiped) once by the caller. */
+  readonly spillDir: SpillDir
   readonly memoryBudgetBytes?: number
   /** Called with true when replication must pause for memory, false when it may resume. */
   readonly onPressure?: (paused: boolean) => void
