@@ -420,8 +420,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
           this.options.snapshotPool,
           {
             table: shape.table,
-            where: shape.definition.where,
-            params: paramList(shape.definition),
+            // log=changes_only: no rows, but the same snapshot, so snapshot-end and the stitching still hold.
+            ...(shape.definition.log === 'changes_only'
+              ? { where: 'false', params: [] }
+              : { where: shape.definition.where, params: paramList(shape.definition) }),
             columns: shape.definition.columns,
             signal: shape.abort.signal,
           },

@@ -5,7 +5,7 @@ import { ShapeError } from '../../src/shapes/shape-error.js'
 import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
 import { WhereClauseError } from '../../src/where/index.js'
 import { caughtUp, compareShape, shapeParams, sorted, startPipeline } from './harness.js'
-import type { LogLine } from './log-replay.js'
+import { type LogLine, readLog } from './log-replay.js'
 
 const cluster = usePostgres()
 const dirs = useTempDir('pipeline')
@@ -289,6 +289,17 @@ describe('the sync pipeline on real Postgres', () => {
       expect(sorted(c.actual), where ?? 'all').toEqual(sorted(c.expected))
       checkLogStructure(c.lines)
     }
+  })
+
+  it('takes no rows into a changes_only shape, only what changes after it', async () => {
+    const { pipeline } = await start()
+    const shape = await pipeline.shapes.resolve(shapeParams('public', 'other', { where: 'id > $1', params: ['5'], log: 'changes_only' }))
+    await pipeline.shapes.ready(shape.handle)
+    await cluster.query(`UPDATE other SET v = v || '!' WHERE id IN (2, 8)`)
+    await caughtUp(pipeline, cluster)
+    const lines = readLog(pipeline.shapes.log(shape.handle)!)
+    expect(lines[0]!.message.headers['control']).toBe('snapshot-end')
+    expect(lines.slice(1).map((l) => [l.message.headers['operation'], l.message.key])).toEqual([['update', '"public"."other"/"8"']])
   })
 
   it('refuses definitions that cannot be shapes with typed errors', async () => {
