@@ -23,9 +23,19 @@
  *   - a shape exists once a transaction after its creation is durable, and is
  *     gone once a transaction after its deletion is; one caught mid-snapshot is
  *     either absent or complete;
+ *   - queued shapes (fixtures/workload.ts), built as the server builds shapes,
+ *     with the queued transactions (by then below the watermark the other logs
+ *     advanced) drained into the writer after `finish`, some in parts with
+ *     pauses, and live ones appended during the finishing window: after any
+ *     kill such a shape is absent or holds its snapshot and every transaction
+ *     up to the watermark since it registered, and nothing is quarantined;
  *   - the next child resumes exactly at that watermark, with the same heads,
  *     replays without duplicating, and appends on; a final clean run per
  *     directory appends a fixed number of transactions and closes.
+ *
+ * Odd lanes run their children on fixtures/volatile-fs.ts, where writes reach
+ * the files only when synced, so a kill there also loses every unsynced page
+ * (a power cut) rather than none; every check above must hold under both.
  *
  * While the children run, a read-only store in this process follows the same
  * directory across kills and recoveries (`verifyRange` with the watermark
@@ -59,7 +69,7 @@ const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31
 const CHUNK_BYTES = 20 * FIXED_ENTRY_BYTES // 2560: s0 and s2 fill chunks to exactly the threshold
 const FLUSH_INTERVAL_MS = 3
 const FINAL_TXS = 30
-const SCHEDULE: Schedule = { statics: 3, dynEvery: 25, dynLife: 70, touchPct: 45 }
+const SCHEDULE: Schedule = { statics: 3, dynEvery: 25, dynLife: 70, touchPct: 45, queuedEvery: 30, queuedLag: 5, queuedLife: 40 }
 
 interface Stats {
   kills: number
@@ -71,6 +81,8 @@ interface Stats {
   bytesChecked: number
   verifications: { readonly: number; writer: number }
   snapshotKills: { absent: number; complete: number }
+  /** Kills between a queued shape's finish() and its resolution. */
+  finishingKills: { absent: number; complete: number }
   liveReads: number
   childRuns: number
 }
@@ -83,6 +95,7 @@ const stats: Stats = {
   bytesChecked: 0,
   verifications: { readonly: 0, writer: 0 },
   snapshotKills: { absent: 0, complete: 0 },
+  finishingKills: { absent: 0, complete: 0 },
   liveReads: 0,
   childRuns: 0,
 }
@@ -102,7 +115,11 @@ class Lane {
   /** What is happening to the directory right now (for diagnostics). */
   activity = 'idle'
 
-  constructor(readonly name: string) {
+  constructor(
+    readonly name: string,
+    /** Children lose unsynced writes when killed. */
+    readonly volatile: boolean,
+  ) {
     this.dir = mkdtempSync(join(tmpdir(), `sluice-crash-${name}-`))
     dirs.push(this.dir)
   }
@@ -120,7 +137,15 @@ class Lane {
 
   /** Starts a pre-started child on this lane's directory. */
   go(child: Child, seed: number, stopAfter?: number): void {
-    const config: CrashChildConfig = { dir: this.dir, chunkBytes: CHUNK_BYTES, flushIntervalMs: FLUSH_INTERVAL_MS, schedule: SCHEDULE, seed, ...(stopAfter === undefined ? {} : { stopAfter }) }
+    const config: CrashChildConfig = {
+      dir: this.dir,
+      chunkBytes: CHUNK_BYTES,
+      flushIntervalMs: FLUSH_INTERVAL_MS,
+      schedule: SCHEDULE,
+      seed,
+      volatile: this.volatile,
+      ...(stopAfter === undefined ? {} : { stopAfter }),
+    }
     child.send(`go ${JSON.stringify(config)}`)
   }
 
@@ -207,22 +232,27 @@ class Lane {
   }
 
   /** What the child printed: its resume point and heads, its last durable watermark, and where it died. */
-  analyse(child: Child, expectResume: number): { printedW: bigint; phase: string; snapshot: string | undefined } {
+  analyse(child: Child, expectResume: number): { printedW: bigint; phase: string; snapshots: string[]; finishing: string[] } {
     const lines = child.lines
     const error = lines.find((l) => l.startsWith('error'))
     expect(error, `${this.name}: child reported ${error}\n${child.stderr()}`).toBeUndefined()
     let printedW = 0n
     let phase = 'startup'
-    let snapshot: string | undefined
+    // Queued shapes are built while the loop goes on, so several can be in flight.
+    const snapshots = new Set<string>()
+    const finishing = new Set<string>()
     let deleting: string | undefined
     let ready = false
     for (const line of lines) {
       const [word, a, b, c] = line.split(' ')
       if (word === 'durable') printedW = BigInt(a!)
       else if (word === 'phase') phase = a!
-      else if (word === 'snap') snapshot = a
-      else if (word === 'snapped') snapshot = undefined
-      else if (word === 'deleting') {
+      else if (word === 'snap') snapshots.add(a!)
+      else if (word === 'finish') finishing.add(a!)
+      else if (word === 'snapped') {
+        snapshots.delete(a!)
+        finishing.delete(a!)
+      } else if (word === 'deleting') {
         deleting = a
         this.deletions.add(a!)
       } else if (word === 'deleted') deleting = undefined
@@ -236,10 +266,11 @@ class Lane {
     }
     let where = phase
     if (!ready) where = phase === 'open' ? 'recovery' : 'startup'
-    else if (snapshot) where = 'snapshot'
+    else if (finishing.size > 0) where = 'finish-queued'
+    else if (snapshots.size > 0) where = 'snapshot'
     else if (deleting) where = 'delete'
     else if (phase === 'published') where = 'publish'
-    return { printedW, phase: where, snapshot }
+    return { printedW, phase: where, snapshots: [...snapshots], finishing: [...finishing] }
   }
 }
 
@@ -341,9 +372,9 @@ class Pool {
   }
 }
 
-async function runLane(name: string, kills: number, seed: number, pool: Pool): Promise<void> {
+async function runLane(name: string, kills: number, seed: number, pool: Pool, volatile: boolean): Promise<void> {
   const rand = rng(seed)
-  let lane = new Lane(`${name}.0`)
+  let lane = new Lane(`${name}.0`, volatile)
   let epoch = 0
   let follower = followReadOnly(lane, rng(seed ^ 0x5555))
   try {
@@ -351,7 +382,7 @@ async function runLane(name: string, kills: number, seed: number, pool: Pool): P
       if (n > 0 && n % EPOCH === 0) {
         await finalRun(lane, pool, rand)
         await follower.stop()
-        lane = new Lane(`${name}.${++epoch}`)
+        lane = new Lane(`${name}.${++epoch}`, volatile)
         follower = followReadOnly(lane, rng(seed ^ epoch))
       }
       const t0 = Date.now()
@@ -360,9 +391,18 @@ async function runLane(name: string, kills: number, seed: number, pool: Pool): P
       const resumeAt = kOf(lane.lastW)
       lane.go(child, Math.floor(rand() * 2 ** 31))
       lane.activity = `child ${child.pid} running`
-      if (rand() < 0.1) {
+      const aim = rand()
+      if (aim < 0.1) {
         await child.waitFor((l) => l === 'phase open')
         await sleep(Math.floor(rand() * 4))
+      } else if (aim < 0.3) {
+        // Into a queued shape's finishing window: the drain, the finishing flush, the first live appends.
+        const ready = await child.waitFor((l) => l === 'ready')
+        const found = await child.waitFor((l) => l.startsWith('finish '), { from: ready, timeoutMs: 3000 }).then(
+          () => true,
+          () => false,
+        )
+        if (found) await sleep(Math.floor(rand() * 12))
       } else {
         await child.waitFor((l) => l === 'ready')
         await sleep(20 + Math.floor(rand() * 280))
@@ -374,14 +414,15 @@ async function runLane(name: string, kills: number, seed: number, pool: Pool): P
       }
       stats.kills++
       lane.activity = `child ${child.pid} killed`
-      const { printedW, phase, snapshot } = lane.analyse(child, resumeAt)
+      const { printedW, phase, snapshots, finishing } = lane.analyse(child, resumeAt)
       stats.byPhase[phase] = (stats.byPhase[phase] ?? 0) + 1
       await lane.verify(n % 2 === 1 ? 'writer' : 'readonly', printedW)
-      if (snapshot) {
+      for (const id of snapshots) {
         // Killed between createShape and finish resolving: absent, or (walked above) complete.
-        const exists = readdirSync(join(lane.dir, 'shapes')).includes(snapshot)
-        if (exists) stats.snapshotKills.complete++
-        else stats.snapshotKills.absent++
+        const exists = readdirSync(join(lane.dir, 'shapes')).includes(id)
+        const counts = finishing.includes(id) ? stats.finishingKills : stats.snapshotKills
+        if (exists) counts.complete++
+        else counts.absent++
       }
       follower.check()
       if (process.env.CRASH_DEBUG) {
@@ -414,7 +455,7 @@ describe('crash recovery under SIGKILL', () => {
     const perLane = Math.ceil(KILLS / LANES)
     const pool = new Pool(PREWARM)
     try {
-      await Promise.all(Array.from({ length: LANES }, (_, i) => runLane(`lane${i}`, perLane, (SEED + i * 7919) >>> 0, pool)))
+      await Promise.all(Array.from({ length: LANES }, (_, i) => runLane(`lane${i}`, perLane, (SEED + i * 7919) >>> 0, pool, i % 2 === 1)))
     } finally {
       await pool.close()
     }
@@ -424,6 +465,7 @@ describe('crash recovery under SIGKILL', () => {
         `(${stats.entriesChecked} entries / ${(stats.bytesChecked / 1e6).toFixed(1)} MB compared over ` +
         `${stats.verifications.readonly} read-only + ${stats.verifications.writer} writer checks), ` +
         `kills by phase ${JSON.stringify(stats.byPhase)}, mid-snapshot kills ${JSON.stringify(stats.snapshotKills)}, ` +
+        `kills while a queued shape finished ${JSON.stringify(stats.finishingKills)}, ` +
         `${stats.liveReads} live read-only reads, ${stats.childRuns} child processes, seed ${SEED}, ${seconds} s`,
     )
     expect(stats.kills).toBeGreaterThanOrEqual(KILLS)
