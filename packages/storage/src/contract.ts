@@ -91,10 +91,10 @@ export interface ShapeLog {
    * call (a transaction too large to hold in memory); it is published only after
    * the call without `more`.
    *
-   * A log made by `createShape` refuses (`invalid_append`) new entries at or
-   * below the watermark its directory was published with: they could not have
-   * been synced before that watermark, which recovery relies on. (`advance`
-   * already rules them out for a caller that keeps its promise.)
+   * The log a `SnapshotWriter` built refuses (`invalid_append`) new entries at
+   * or below the watermark that its finishing flush published: they could not
+   * have been synced before that watermark, which recovery relies on.
+   * (`advance` already rules them out for a caller that keeps its promise.)
    */
   appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number
   /** Entries strictly after `after`, to the end of their chunk. See `LogRead`. */
@@ -133,15 +133,18 @@ export interface SnapshotWriter {
    * `ShapeLog.appendTransaction` (one transaction per call, offsets increasing,
    * replays skipped, `more` for a transaction in parts), except that any commit
    * LSN above 0 is accepted, also at or below the store's `durableLsn`, until
-   * the store publishes the log's directory.
+   * the finishing flush renames the log's directory into place (inside that
+   * flush, so possibly a little before the promise resolves).
    *
    * Legal from the call to `finish` on (before: `invalid_append`), before and
-   * after its promise resolves. Once the directory is published the writer is
-   * the log: it behaves exactly like the returned `ShapeLog.appendTransaction`,
-   * which refuses (`invalid_append`) a new transaction at or below the watermark
-   * the log was published with. So append the queued transactions right after
-   * calling `finish`, without waiting in between on anything but the parts of
-   * a transaction appended with `more`.
+   * after its promise resolves. From the rename on the writer is the log: it
+   * behaves exactly like the returned `ShapeLog.appendTransaction`, which
+   * refuses (`invalid_append`) a new transaction at or below the watermark that
+   * flush published. So append the queued transactions right after calling
+   * `finish`, yielding to the event loop only between the parts of a
+   * transaction appended with `more` (the rename waits for those). A queued
+   * transaction refused this way is missing from the log: delete the shape
+   * and build it again.
    *
    * A failed write before the directory is published fails the whole snapshot,
    * as a failed `append` does: the error is thrown here, `finish` rejects with

@@ -565,10 +565,13 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const ready: FinishingSnapshot[] = []
     await forEachConcurrently(snapshots, this.syncConcurrency(), async (s) => {
       try {
-        // syncLog writes the staged index before its first await, so every
-        // append up to here is in what the sync covers.
-        s.syncSeq = this.seq
-        await this.syncLog(s.log)
+        // Carried over with nothing appended since: already synced.
+        if (!s.prepared || s.log.lastSeq() > s.syncSeq) {
+          // syncLog writes the staged index before its first await, so every
+          // append up to here is in what the sync covers.
+          s.syncSeq = this.seq
+          await this.syncLog(s.log)
+        }
         if (!s.prepared) {
           await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
           this.fds.retire(s.meta)

@@ -7,6 +7,12 @@
  * replaced atomically, so re-reading it when its inode or mtime changes and
  * extending each log's known prefix from where it stood is enough to follow the
  * writer, without locks and without ever seeing a partial transaction.
+ *
+ * This rests on the writer never leaving a record at or below a published
+ * watermark unsynced in shapes/, which holds for new logs too, whose
+ * transactions can lie below the watermark: the writer renames one into
+ * shapes/ only with all of those synced, and refuses more afterwards. So a
+ * follower never sees a finishing log's unsynced tail, even in the page cache.
  */
 import type { LogOffset } from '@sluice/protocol'
 import type { FlushResult, LogHead, LogRead, ShapeLog, ShapeLogStore, SnapshotWriter } from './contract.js'

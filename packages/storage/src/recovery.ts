@@ -4,9 +4,11 @@
  *
  * What a crash can leave: a log directory exists only once its snapshot was
  * synced, and every live record with `tx ≤ watermark` was synced before that
- * watermark was published. So the records form a durable prefix (snapshot rows,
- * then `tx ≤ W`), followed by anything at all: records of later transactions,
- * torn records, holes of zeros. A record is *durable* when its check passes and
+ * watermark was published. (A new log can hold transactions below the
+ * watermark: they were synced in tmp/ before the rename, and from the rename
+ * on the log takes none at or below it; see file-store.ts.) So the records
+ * form a durable prefix (snapshot rows, then `tx ≤ W`), followed by anything
+ * at all: records of later transactions, torn records, holes of zeros. A record is *durable* when its check passes and
  * its tx is 0 or at most W; that holds for a prefix and then never again, which
  * makes the cut point a binary search, not a scan.
  */
