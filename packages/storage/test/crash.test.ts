@@ -402,7 +402,7 @@ async function runLane(name: string, kills: number, seed: number, pool: Pool, vo
           () => true,
           () => false,
         )
-        if (found) await sleep(Math.floor(rand() * 12))
+        if (found) await sleep(Math.floor(rand() * 40))
       } else {
         await child.waitFor((l) => l === 'ready')
         await sleep(20 + Math.floor(rand() * 280))
