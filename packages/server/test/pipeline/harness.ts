@@ -1,9 +1,19 @@
 import type { ShapeDefinitionParams } from '@sluice/protocol'
+import type { ShapeLog } from '@sluice/storage'
 import type { PostgresCluster } from '@sluice/test-utils'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Pipeline, type PipelineOptions } from '../../src/pipeline.js'
 import { DISPLAY_SETTINGS } from '../../src/replication/index.js'
-import { type LogLine, expectedRows, materialize, normaliseBooleans, readLog } from './log-replay.js'
+import {
+  type LogLine,
+  type LogStructure,
+  checkLogStructure,
+  expectedRows,
+  materialize,
+  materializeExact,
+  normaliseBooleans,
+  readLog,
+} from './log-replay.js'
 
 export function shapeParams(
   schema: string,
@@ -86,4 +96,77 @@ export async function compareShape(
 
 export function sorted(rows: Map<string, Record<string, string | null>>): Array<[string, Record<string, string | null>]> {
   return [...rows].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+}
+
+/**
+ * For a pipeline in another process: commits a marker transaction to a
+ * published table and returns an LSN below its commit. Once the pipeline has
+ * routed past it (and flushed), it has seen everything committed before this
+ * call. The publication must exist (a pipeline has started once).
+ */
+export async function commitMarker(cluster: PostgresCluster, publication = 'sluice_publication'): Promise<bigint> {
+  await cluster.query('CREATE TABLE IF NOT EXISTS sluice_test_marker (id serial PRIMARY KEY)')
+  const { rows: published } = await cluster.query(
+    'SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND tablename = $2',
+    [publication, 'sluice_test_marker'],
+  )
+  if (published.length === 0) await cluster.query(`ALTER PUBLICATION "${publication.replaceAll('"', '""')}" ADD TABLE sluice_test_marker`)
+  const { rows } = await cluster.query<{ lsn: string }>('INSERT INTO sluice_test_marker DEFAULT VALUES RETURNING pg_current_wal_insert_lsn()::text AS lsn')
+  return parseLsnText(rows[0]!.lsn)
+}
+
+/** What a shape must hold, as `expectedRows` takes it. */
+export interface ShapeQuery {
+  readonly schema: string
+  readonly table: string
+  readonly where?: string
+  readonly params?: readonly string[]
+  readonly columns?: readonly string[]
+}
+
+/**
+ * Any log (a pipeline's, or one read through a read-only store in another
+ * process), checked for structure, replayed strictly, next to what Postgres
+ * says the shape holds now. Throws on a structural violation.
+ */
+export async function compareLog(
+  log: ShapeLog,
+  cluster: PostgresCluster,
+  shape: ShapeQuery,
+  options: { bools?: readonly string[] } = {},
+): Promise<{ actual: Map<string, Record<string, string | null>>; expected: Map<string, Record<string, string | null>>; lines: LogLine[]; structure: LogStructure }> {
+  const lines = readLog(log)
+  const structure = checkLogStructure(lines)
+  const actual = materializeExact(lines)
+  normaliseBooleans(actual, options.bools ?? [])
+  const expected = await expectedRows((t, v) => cluster.query(t, v), { schema: shape.schema, name: shape.table }, {
+    ...(shape.where === undefined ? {} : { where: shape.where }),
+    ...(shape.params === undefined ? {} : { params: shape.params }),
+    ...(shape.columns === undefined ? {} : { columns: shape.columns }),
+  })
+  return { actual, expected, lines, structure }
+}
+
+/** The first difference between two row maps, for an error message (undefined when equal). */
+export function firstDifference(
+  actual: Map<string, Record<string, string | null>>,
+  expected: Map<string, Record<string, string | null>>,
+): string | undefined {
+  const problems: string[] = []
+  for (const [key, row] of expected) {
+    const got = actual.get(key)
+    if (got === undefined) problems.push(`missing ${key}: ${JSON.stringify(row)}`)
+    else if (JSON.stringify(sortKeys(got)) !== JSON.stringify(sortKeys(row))) problems.push(`differs ${key}: log ${JSON.stringify(sortKeys(got))} vs pg ${JSON.stringify(sortKeys(row))}`)
+    if (problems.length >= 5) break
+  }
+  for (const [key, row] of actual) {
+    if (problems.length >= 8) break
+    if (!expected.has(key)) problems.push(`extra ${key}: ${JSON.stringify(row)}`)
+  }
+  if (problems.length === 0) return undefined
+  return `${problems.length}+ differences (log ${actual.size} rows, pg ${expected.size}):\n  ${problems.join('\n  ')}`
+}
+
+function sortKeys(row: Record<string, string | null>): Record<string, string | null> {
+  return Object.fromEntries(Object.entries(row).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
 }

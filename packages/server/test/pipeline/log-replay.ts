@@ -115,3 +115,124 @@ export function normaliseBooleans(rows: Map<string, Record<string, string | null
 }
 
 export { parseOffset }
+
+/** What `checkLogStructure` counted. */
+export interface LogStructure {
+  readonly snapshotRows: number
+  readonly changes: number
+  readonly transactions: number
+  /** Ranges read (chunks, or the open tail). */
+  readonly ranges: number
+}
+
+/**
+ * Checks the shape of a whole log and throws an Error naming the first
+ * violation: snapshot rows (inserts without lsn), exactly one `snapshot-end`,
+ * then changes at strictly increasing (lsn, op_position) offsets, each
+ * transaction's lines contiguous with one txid and exactly one `last: true`
+ * (on its last line), each key-change delete followed by its insert at op+1,
+ * and every range ending at the offset of its last line (snapshot ranges at a
+ * `0_n` virtual offset, never mixed with live lines).
+ */
+export function checkLogStructure(lines: readonly LogLine[]): LogStructure {
+  const fail = (i: number, why: string): never => {
+    throw new Error(`log structure: line ${i} (range ${lines[i]?.offset}): ${why}: ${JSON.stringify(lines[i]?.message)}`)
+  }
+  let snapshotEnded = false
+  let snapshotRows = 0
+  let changes = 0
+  let transactions = 0
+  let previous: [bigint, number] | undefined
+  let openTx: { lsn: bigint; txid: unknown } | undefined
+  let pendingKeyChange: { lsn: bigint; op: number; to: unknown; from: string | undefined } | undefined
+  for (let i = 0; i < lines.length; i++) {
+    const { message } = lines[i]!
+    const h = message.headers
+    if (h['control'] === 'snapshot-end') {
+      if (snapshotEnded) fail(i, 'a second snapshot-end')
+      snapshotEnded = true
+      continue
+    }
+    if (h['control'] !== undefined) fail(i, 'an unexpected control line')
+    if (!snapshotEnded) {
+      if (h['lsn'] !== undefined || h['operation'] !== 'insert' || message.key === undefined || message.value === undefined) {
+        fail(i, 'a snapshot line must be an insert with a key and value and no lsn')
+      }
+      snapshotRows++
+      continue
+    }
+    if (typeof h['lsn'] !== 'string' || !/^\d+$/.test(h['lsn'])) fail(i, 'a change without a decimal lsn')
+    const op = h['op_position']
+    if (typeof op !== 'number' || !Number.isInteger(op) || op < 0) fail(i, 'a change without an op_position')
+    const txids = h['txids']
+    if (!Array.isArray(txids) || txids.length !== 1 || typeof txids[0] !== 'number') fail(i, 'txids must hold one number')
+    if (!['insert', 'update', 'delete'].includes(h['operation'] as string) || message.key === undefined) fail(i, 'a change needs an operation and a key')
+    const lsn = BigInt(h['lsn'] as string)
+    const position = op as number
+    if (previous !== undefined && !(lsn > previous[0] || (lsn === previous[0] && position > previous[1]))) {
+      fail(i, `offset ${lsn}_${position} does not follow ${previous[0]}_${previous[1]} (out of order or a change twice)`)
+    }
+    if (openTx !== undefined && openTx.lsn !== lsn) fail(i, `transaction ${openTx.lsn} ended without a last:true line`)
+    if (openTx !== undefined && openTx.txid !== (txids as unknown[])[0]) fail(i, 'txids differ inside one transaction')
+    if (openTx === undefined) transactions++
+    if (pendingKeyChange !== undefined) {
+      if (lsn !== pendingKeyChange.lsn || position !== pendingKeyChange.op + 1 || h['operation'] !== 'insert' || h['key_change_from'] !== pendingKeyChange.from || message.key !== pendingKeyChange.to) {
+        fail(i, 'a key-change delete must be followed by its insert at op+1')
+      }
+      pendingKeyChange = undefined
+    }
+    if (h['key_change_to'] !== undefined) {
+      if (h['operation'] !== 'delete' || h['last'] === true) fail(i, 'key_change_to on a line that is not a non-last delete')
+      pendingKeyChange = { lsn, op: position, to: h['key_change_to'], from: message.key }
+    }
+    if (h['last'] !== undefined && h['last'] !== true) fail(i, 'last must be true or absent')
+    openTx = h['last'] === true ? undefined : { lsn, txid: (txids as unknown[])[0] }
+    previous = [lsn, position]
+    changes++
+  }
+  if (!snapshotEnded) throw new Error('log structure: no snapshot-end')
+  if (openTx !== undefined) throw new Error(`log structure: the last transaction (${openTx.lsn}) has no last:true line`)
+  // Ranges: runs of lines that one read returned share the range's end offset.
+  let ranges = 0
+  for (let i = 0; i < lines.length; ) {
+    let j = i
+    while (j + 1 < lines.length && lines[j + 1]!.offset === lines[i]!.offset) j++
+    ranges++
+    const tag = lines[i]!.offset
+    const snapshotLines = lines.slice(i, j + 1).filter((l) => l.message.headers['lsn'] === undefined).length
+    if (snapshotLines > 0 && snapshotLines !== j - i + 1) fail(j, `range ${tag} mixes snapshot and live lines`)
+    if (snapshotLines > 0) {
+      if (!/^0_\d+$/.test(tag)) fail(j, `a snapshot range ends at ${tag}, not a virtual offset`)
+    } else {
+      const last = lines[j]!.message.headers
+      if (tag !== `${last['lsn'] as string}_${last['op_position'] as number}`) fail(j, `range ends at ${tag}, its last line is elsewhere`)
+    }
+    i = j + 1
+  }
+  return { snapshotRows, changes, transactions, ranges }
+}
+
+/**
+ * Like `materialize`, stricter: for a table with a primary key an insert of a
+ * key the shape already holds is an error too (a change delivered twice, or a
+ * move-in of a row that never moved out).
+ */
+export function materializeExact(lines: readonly LogLine[]): Map<string, Record<string, string | null>> {
+  const rows = new Map<string, Record<string, string | null>>()
+  for (const { message, offset } of lines) {
+    const op = message.headers['operation']
+    const key = message.key
+    if (op === undefined || key === undefined) continue
+    if (op === 'insert') {
+      if (rows.has(key)) throw new Error(`insert of a row the shape already holds: ${key} (range ${offset})`)
+      rows.set(key, { ...message.value })
+    } else if (op === 'update') {
+      const current = rows.get(key)
+      if (current === undefined) throw new Error(`update of a row not in the shape: ${key} (range ${offset})`)
+      rows.set(key, { ...current, ...message.value })
+    } else if (op === 'delete') {
+      if (!rows.delete(key)) throw new Error(`delete of a row not in the shape: ${key} (range ${offset})`)
+    }
+  }
+  return rows
+}
