@@ -360,6 +360,12 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
   }
 
+  /** Makes a registered new log visible to `get` and `ids`. */
+  private reveal(log: FileShapeLog): void {
+    if (!this.creating.delete(log.id)) return
+    this.logs.set(log.id, log)
+  }
+
   /** Takes a log out of the store's flush bookkeeping. */
   private forget(log: FileShapeLog): void {
     log.registered = false
@@ -472,6 +478,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       // Resolved last, so whoever awaited a snapshot also sees everything this
       // flush published (the snapshot itself is durable whatever happened since).
       for (const c of created) {
+        this.reveal(c.log)
         if (c.aborted) c.abandon(new StorageError('shape_deleted', `snapshot of shape ${c.log.id} was aborted`))
         else c.resolve(c.log)
       }
@@ -513,6 +520,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     for (const c of created) {
       // Their later appends count from their own sync, which came after `seq`.
       if (!c.log.deleted) c.log.publish(this.durable, c.syncSeq)
+      // Listeners may look the new log up.
+      this.reveal(c.log)
       advanced.push(c.log.id)
     }
     for (const log of this.unpublished) {
@@ -626,10 +635,10 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       }
       return { created: [], waiting }
     }
+    // Registered (flushed and published from now on), but served by `get` only
+    // once this flush is done with it (`reveal`).
     for (const s of moved) {
       const log = s.log
-      this.creating.delete(log.id)
-      this.logs.set(log.id, log)
       log.registered = true
       log.publishSnapshot()
       // Already durable: synced in the directory, covered by a published watermark.

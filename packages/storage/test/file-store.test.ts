@@ -358,6 +358,10 @@ describe('a new log finishing with live transactions (file engine)', () => {
     await shapesSync.reached
     // Renamed: the follower may find it now, with everything synced and nothing else.
     checkFollower(['20_0', '30_0', '30_2', '40_0'])
+    // The writer's store serves it only once finish resolves.
+    expect(s.get('n')).toBeUndefined()
+    expect(s.ids()).not.toContain('n')
+    expect(() => s.createShape('n')).toThrow(/already exists/)
     // A crash here (a copy of the directory as it is) recovers the shape whole.
     const copy = await tempDirs.make('ro-finishing-copy')
     cpSync(dir, copy, { recursive: true })
