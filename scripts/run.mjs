@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm test`, `npm run bench:storage`).
+// The entry point behind the README's commands (`npm start`, `npm test`, `npm run bench:storage`, `npm run bench:pipeline`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -105,7 +105,9 @@ switch (task) {
     process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo', join(root, '.sluice', 'storage-demo')]))
   case 'bench:storage':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
+  case 'bench:pipeline':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:pipeline']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|test|bench:storage>`)
+    console.error(`usage: node scripts/run.mjs <start|test|bench:storage|bench:pipeline>`)
     process.exit(2)
 }

@@ -1,0 +1,430 @@
+/**
+ * The pipeline benchmark's outputs: `results/pipeline.json` (everything
+ * measured) and `results/pipeline.md` (machine, load, method, tables, targets).
+ */
+import { writeFileSync } from 'node:fs'
+import type { Machine } from '../storage/report.js'
+import type { PostgresSettings } from '@sluice/test-utils'
+
+export interface MemorySample {
+  readonly rss: number
+  readonly heapUsed: number
+  readonly heapTotal: number
+  readonly external: number
+  readonly arrayBuffers: number
+}
+
+export interface LoadNote {
+  readonly label: string
+  readonly at: string
+  /** 1, 5 and 15-minute load averages. */
+  readonly loadavg: readonly number[]
+}
+
+export interface RegistrationResult {
+  readonly set: string
+  readonly title: string
+  readonly count: number
+  readonly concurrency: number
+  readonly snapshotConnections: number
+  readonly wallMs: number
+  readonly shapesPerSec: number
+  readonly meanResolveMs: number
+  readonly meanReadyMs: number
+  readonly meanSnapshotMs: number
+  readonly meanFinishMs: number
+  readonly cpuUserMs: number
+  readonly cpuSystemMs: number
+  /** At process start, before `Pipeline.start`. */
+  readonly processStart: MemorySample
+  /** After `Pipeline.start`, before the first shape (full GC). */
+  readonly memoryBefore: MemorySample
+  /** After the last shape is ready (full GC). */
+  readonly memoryAfter: MemorySample
+  /** Disk blocks of the store after registering. */
+  readonly diskBytes: number
+  readonly cpuPressurePercent: number | null
+  readonly load: LoadNote
+}
+
+export interface ConcurrentResult {
+  readonly count: number
+  readonly tableRows: number
+  readonly snapshotConnections: number
+  readonly wallMs: number
+  readonly meanResolveMs: number
+  readonly meanSnapshotMs: number
+  readonly meanFinishMs: number
+  readonly cpuUserMs: number
+  readonly cpuSystemMs: number
+  readonly cpuPressurePercent: number | null
+  readonly load: LoadNote
+}
+
+export interface RunResult {
+  readonly ms: number
+  readonly changesPerSec: number
+  /** CPU of the walsender that decoded for this run (whole life of the process). */
+  readonly walsenderCpuMs: number | null
+  /** CPU of the pipeline process from `start` resolving to the workload durable. */
+  readonly pipelineCpuMs: number | null
+  /** `Pipeline.start` (open the store, restore the shapes, connect), not in `ms`. */
+  readonly startMs: number | null
+  readonly cpuPressurePercent: number | null
+  readonly loadavg1: number
+}
+
+export interface SetResult {
+  readonly set: string
+  readonly title: string
+  readonly count: number
+  readonly indexed: boolean
+  readonly matchesPerChange: number
+  readonly runs: readonly RunResult[]
+  readonly medianChangesPerSec: number
+  readonly ratioToCeiling: number
+}
+
+export interface PhaseResult {
+  readonly id: string
+  readonly label: string
+  readonly table: string
+  readonly perTx: number
+  readonly workload: {
+    readonly changes: number
+    readonly transactions: number
+    readonly walBytes: number
+    readonly generateMs: number
+    readonly endLsn: string
+  }
+  readonly ceiling: { readonly runs: readonly RunResult[]; readonly medianChangesPerSec: number }
+  readonly sets: readonly SetResult[]
+}
+
+export interface KeepUpResult {
+  readonly shapes: number
+  readonly restoreMs: number
+  readonly clients: number
+  readonly seconds: number
+  readonly baselineTps: number
+  readonly tps: number
+  readonly transactions: number
+  readonly walBytesPerSec: number
+  readonly samples: number
+  readonly sampleMs: number
+  readonly lagP50: number
+  readonly lagP99: number
+  readonly lagMax: number
+  readonly firstThirdMedian: number
+  readonly lastThirdMedian: number
+  readonly firstThirdP99: number
+  readonly lastThirdP99: number
+  readonly caughtUpMs: number | null
+  readonly pipelineCpuPercent: number | null
+  readonly walsenderCpuPercent: number | null
+  readonly cpuPressurePercent: number | null
+  readonly memoryRestored: MemorySample
+  readonly memoryAfter: MemorySample
+  readonly load: LoadNote
+  /** [ms since the load started, lag in bytes] every sample. */
+  readonly series: ReadonlyArray<readonly [number, number]>
+}
+
+export interface Report {
+  readonly quick: boolean
+  readonly partial: boolean
+  readonly machine: Machine
+  readonly postgres: { readonly version: string; readonly binDir: string; readonly settings: PostgresSettings }
+  readonly protoVersion: number
+  readonly settings: object
+  readonly runSeconds: number
+  readonly loads: readonly LoadNote[]
+  readonly registrations: readonly RegistrationResult[]
+  readonly concurrent: readonly ConcurrentResult[]
+  readonly throughput: readonly PhaseResult[]
+  readonly keepUp: KeepUpResult | null
+}
+
+export interface TargetCheck {
+  readonly target: string
+  readonly figure: string
+  readonly met: boolean | undefined
+}
+
+const MiB = 2 ** 20
+
+function n(x: number, digits = 0): string {
+  return Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-'
+}
+
+function rate(x: number): string {
+  if (!Number.isFinite(x)) return '-'
+  return x >= 10_000 ? `${(x / 1000).toFixed(1)}k` : x.toFixed(0)
+}
+
+function pct(x: number | null | undefined): string {
+  return x === null || x === undefined || !Number.isFinite(x) ? '-' : `${(x * 100).toFixed(0)}%`
+}
+
+function secs(ms: number | null | undefined): string {
+  return ms === null || ms === undefined || !Number.isFinite(ms) ? '-' : ms < 10_000 ? `${(ms / 1000).toFixed(2)} s` : `${(ms / 1000).toFixed(1)} s`
+}
+
+function bytes(b: number): string {
+  if (!Number.isFinite(b)) return '-'
+  if (b >= MiB) return `${(b / MiB).toFixed(1)} MiB`
+  if (b >= 1024) return `${(b / 1024).toFixed(0)} KiB`
+  return `${b.toFixed(0)} B`
+}
+
+export function targetChecks(report: Report): TargetCheck[] {
+  const checks: TargetCheck[] = []
+  for (const phase of report.throughput) {
+    if (phase.table !== 'bench_items') continue
+    const indexed = phase.sets.filter((s) => s.indexed && s.matchesPerChange === 1)
+    if (indexed.length === 0) continue
+    const worst = indexed.reduce((a, b) => (b.ratioToCeiling < a.ratioToCeiling ? b : a))
+    checks.push({
+      target: `${phase.perTx}-row transactions: at least 50% of the decoding ceiling at every shape count (indexed \`col = const\`)`,
+      figure: indexed.map((s) => `${n(s.count)}: ${pct(s.ratioToCeiling)}`).join(', ') + ` (lowest: ${worst.set})`,
+      met: indexed.every((s) => s.ratioToCeiling >= 0.5),
+    })
+  }
+  for (const phase of report.throughput) {
+    const big = phase.sets.find((s) => s.set === 'eq100k')
+    if (big === undefined) continue
+    checks.push({
+      target: `${phase.perTx}-row transactions: at least 50k changes/s with ${n(big.count)} shapes`,
+      figure: `${rate(big.medianChangesPerSec)} changes/s (ceiling ${rate(phase.ceiling.medianChangesPerSec)})`,
+      met: big.medianChangesPerSec >= 50_000,
+    })
+  }
+  const reg = report.registrations.find((r) => r.set === 'eq100k')
+  if (reg !== undefined) {
+    checks.push({
+      target: `RSS with ${n(reg.count)} idle shapes under 1 GB`,
+      figure: `${bytes(reg.memoryAfter.rss)} (${n((reg.memoryAfter.rss - reg.memoryBefore.rss) / reg.count)} bytes per shape over the empty pipeline)`,
+      met: reg.memoryAfter.rss < 1e9,
+    })
+  }
+  if (report.keepUp !== null) {
+    const k = report.keepUp
+    const grows = k.lastThirdMedian > Math.max(4 * k.firstThirdMedian, 1024 * 1024)
+    checks.push({
+      target: `keeps up with a saturating insert load with ${n(k.shapes)} shapes (lag does not grow)`,
+      figure: `lag median ${bytes(k.firstThirdMedian)} in the first third, ${bytes(k.lastThirdMedian)} in the last; caught up ${k.caughtUpMs === null ? 'never' : secs(k.caughtUpMs)} after the load`,
+      met: !grows && k.caughtUpMs !== null,
+    })
+  }
+  return checks
+}
+
+function verdict(met: boolean | undefined): string {
+  return met === undefined ? 'not measured' : met ? 'met' : 'missed'
+}
+
+export function markdown(report: Report): string {
+  const out: string[] = []
+  const m = report.machine
+  const s = report.settings as Record<string, unknown>
+  out.push('# Pipeline benchmark')
+  out.push('')
+  out.push(
+    `Produced by \`npm run bench:pipeline\` (\`pnpm --filter @sluice/bench run bench:pipeline\`, \`bench/pipeline/run.ts\`)${report.quick ? ' in QUICK mode (a smoke run, not results)' : ''}${report.partial ? ' for a subset (ONLY=…)' : ''} on ${m.date.slice(0, 10)}; the run took ${n(report.runSeconds / 60, 1)} minutes.`,
+  )
+  out.push('')
+  out.push(
+    '**Measures:** row changes per second from a replication slot into durable shape logs (the `Pipeline` of `@sluice/server`: pgoutput decoding, transaction assembly, the shape router, change encoding, the file storage engine with group commit), next to Postgres decoding the same WAL with nothing behind it; replication lag under a saturating insert load; the pipeline process\'s memory with 100k shapes; the time to create shapes.',
+  )
+  out.push(
+    '**Does not measure:** HTTP or clients, reads of the logs, initial snapshots of large tables, a Postgres on another machine (here Postgres, the load and the pipeline share 2 cores), or any other machine: the figures hold for this machine and this run only.',
+  )
+  out.push('')
+  out.push('## Machine and load')
+  out.push('')
+  out.push('| | |')
+  out.push('|---|---|')
+  out.push(`| CPU | ${m.nproc} x ${m.cpu} |`)
+  out.push(`| memory | ${m.memoryGiB} GiB |`)
+  out.push(`| node | ${m.node} |`)
+  out.push(`| OS | ${m.os} |`)
+  out.push(`| shape logs on | ${m.filesystem} |`)
+  out.push(`| Postgres | ${report.postgres.version} (${report.postgres.binDir}) |`)
+  out.push(`| date | ${m.date} |`)
+  out.push('')
+  out.push(
+    'The machine is shared: another agent ran Postgres-heavy test suites on it during the run. Load averages (1, 5, 15 min) as the run went:',
+  )
+  out.push('')
+  out.push('| point | load average |')
+  out.push('|---|---|')
+  for (const l of report.loads) out.push(`| ${l.label} (${l.at.slice(11, 19)} UTC) | ${l.loadavg.map((x) => x.toFixed(2)).join(', ')} |`)
+  out.push('')
+  out.push(
+    `Each timed run waited up to ${QUIET_NOTE} for the machine's CPU pressure to settle, and records the share of its wall time in which some task waited for a CPU (Linux PSI: *CPU pressure* below); on 2 cores the benchmark's own processes (Postgres's walsender and backends, the pipeline, pgbench) raise it too.`,
+  )
+  out.push('')
+  out.push('## Postgres settings')
+  out.push('')
+  const pg = report.postgres.settings
+  out.push(
+    `\`fsync=${fmt(pg.fsync)}\`, \`synchronous_commit=${fmt(pg.synchronous_commit)}\`, \`full_page_writes=${fmt(pg.full_page_writes)}\`: **Postgres's own fsync is off**, so its commit rate is bounded by CPU rather than by this VM's disk (the hardest input for a sync engine on the same machine). Sluice's storage engine syncs as in production (group commit: fdatasync of every dirty log, then the watermark file, every 10 ms). Also: ${Object.entries(
+      pg,
+    )
+      .filter(([k]) => !['fsync', 'synchronous_commit', 'full_page_writes'].includes(k))
+      .map(([k, v]) => `\`${k}=${fmt(v)}\``)
+      .join(', ')}.`,
+  )
+  out.push('')
+  out.push('## Method')
+  out.push('')
+  out.push(...METHOD(report, s))
+  out.push('')
+  out.push('## Throughput (item 14)')
+  out.push('')
+  out.push(
+    'Median of the repetitions; *vs ceiling* is the median rate over pg_recvlogical\'s median rate on the same WAL. *pipeline CPU/change* is the pipeline process\'s CPU time (user + system, all threads) from streaming start to durable, per change. *walsender CPU* is the decoding backend\'s CPU time over the run\'s wall time. *start* is `Pipeline.start` (open the store, restore every shape, connect), not part of the timed run.',
+  )
+  out.push('')
+  for (const phase of report.throughput) {
+    const w = phase.workload
+    out.push(`### ${phase.label}`)
+    out.push('')
+    out.push(
+      `${n(w.changes)} changes in ${n(w.transactions)} transactions (+1 marker), ${bytes(w.walBytes)} of WAL; Postgres wrote them in ${secs(w.generateMs)} (${n((w.transactions / w.generateMs) * 1000)} commits/s, server-side procedure).`,
+    )
+    out.push('')
+    out.push('| shapes | each change hits | changes/s (median) | runs (changes/s) | vs ceiling | shape-log entries/s | pipeline CPU/change | walsender CPU | start | CPU pressure |')
+    out.push('|---|--:|--:|---|--:|--:|--:|--:|--:|--:|')
+    const c = phase.ceiling
+    out.push(
+      `| **ceiling**: pg_recvlogical to /dev/null | - | ${rate(c.medianChangesPerSec)} | ${c.runs.map((r) => rate(r.changesPerSec)).join(', ')} | 100% | - | - | ${c.runs.map((r) => (r.walsenderCpuMs === null ? '-' : pct(r.walsenderCpuMs / r.ms))).join(', ')} | - | ${c.runs.map((r) => pctRaw(r.cpuPressurePercent)).join(', ')} |`,
+    )
+    for (const set of phase.sets) {
+      const cpuPerChange = median(set.runs.map((r) => ((r.pipelineCpuMs ?? Number.NaN) * 1000) / w.changes))
+      out.push(
+        `| ${set.title}${set.indexed ? '' : ' (not indexed)'} | ${n(set.matchesPerChange)} | ${rate(set.medianChangesPerSec)} | ${set.runs.map((r) => rate(r.changesPerSec)).join(', ')} | ${pct(set.ratioToCeiling)} | ${rate(set.medianChangesPerSec * set.matchesPerChange)} | ${n(cpuPerChange, 1)} µs | ${set.runs.map((r) => (r.walsenderCpuMs === null ? '-' : pct(r.walsenderCpuMs / r.ms))).join(', ')} | ${secs(median(set.runs.map((r) => r.startMs ?? Number.NaN)))} | ${set.runs.map((r) => pctRaw(r.cpuPressurePercent)).join(', ')} |`,
+      )
+    }
+    out.push('')
+  }
+  out.push('## Targets')
+  out.push('')
+  out.push('| target | figure | verdict |')
+  out.push('|---|---|---|')
+  for (const t of targetChecks(report)) out.push(`| ${t.target} | ${t.figure} | ${verdict(t.met)} |`)
+  out.push('')
+  if (report.keepUp !== null) {
+    const k = report.keepUp
+    out.push('## Keeping up (item 15)')
+    out.push('')
+    out.push(
+      `pgbench (\`${fmtScript()}\`, \`-M prepared\`, ${k.clients} clients, 2 threads) inserted single rows into \`bench_items\` for ${k.seconds} s while a pipeline with ${n(k.shapes)} shapes \`k100k = const\` (restored from disk in ${secs(k.restoreMs)}) streamed them; every change lands in one shape. The slot's lag, \`pg_current_wal_lsn() - confirmed_flush_lsn\`, was sampled every ${k.sampleMs} ms from the orchestrator (the pipeline confirms its durable watermark after each flush, so this is WAL written but not yet durable in the shape logs, plus at most one status message in flight).`,
+    )
+    out.push('')
+    out.push('| | |')
+    out.push('|---|---|')
+    out.push(`| inserts/s with the pipeline | ${n(k.tps)} (${n(k.transactions)} in ${k.seconds} s) |`)
+    out.push(`| inserts/s, same load, no pipeline (baseline) | ${n(k.baselineTps)} |`)
+    out.push(`| WAL written | ${bytes(k.walBytesPerSec)}/s |`)
+    out.push(`| lag p50 / p99 / max | ${bytes(k.lagP50)} / ${bytes(k.lagP99)} / ${bytes(k.lagMax)} (${n(k.samples)} samples) |`)
+    out.push(`| lag median, first third vs last third | ${bytes(k.firstThirdMedian)} vs ${bytes(k.lastThirdMedian)} |`)
+    out.push(`| lag p99, first third vs last third | ${bytes(k.firstThirdP99)} vs ${bytes(k.lastThirdP99)} |`)
+    out.push(`| lag in time at the median (lag / WAL rate) | ${n((k.lagP50 / k.walBytesPerSec) * 1000)} ms |`)
+    out.push(`| caught up after the load stopped | ${k.caughtUpMs === null ? 'not within 300 s' : secs(k.caughtUpMs)} |`)
+    out.push(`| pipeline process CPU during the load | ${k.pipelineCpuPercent === null ? '-' : `${n(k.pipelineCpuPercent)}% of one core`} |`)
+    out.push(`| its walsender's CPU | ${k.walsenderCpuPercent === null ? '-' : `${n(k.walsenderCpuPercent)}% of one core`} |`)
+    out.push(`| CPU pressure during the load | ${pctRaw(k.cpuPressurePercent)} |`)
+    out.push(`| RSS / heap after restoring ${n(k.shapes)} shapes | ${bytes(k.memoryRestored.rss)} / ${bytes(k.memoryRestored.heapUsed)} |`)
+    out.push(`| RSS / heap after the load | ${bytes(k.memoryAfter.rss)} / ${bytes(k.memoryAfter.heapUsed)} |`)
+    out.push('')
+  }
+  if (report.registrations.length > 0) {
+    out.push('## Memory and shape creation (item 16)')
+    out.push('')
+    const big = report.registrations.find((r) => r.set === 'eq100k')
+    if (big !== undefined) {
+      const perRss = (big.memoryAfter.rss - big.memoryBefore.rss) / big.count
+      const perHeap = (big.memoryAfter.heapUsed - big.memoryBefore.heapUsed) / big.count
+      out.push(
+        `With ${n(big.count)} idle shapes the pipeline process holds **${bytes(big.memoryAfter.rss)} RSS** (${bytes(big.memoryAfter.heapUsed)} of JS heap in use), up from ${bytes(big.memoryBefore.rss)} RSS / ${bytes(big.memoryBefore.heapUsed)} heap with the pipeline started and no shapes: **${n(perRss)} bytes of RSS and ${n(perHeap)} bytes of heap per shape** (after a full GC; Electric users report about 600 KB per shape). On disk each shape takes ${n(big.diskBytes / big.count)} bytes (four small files and a directory).`,
+      )
+      out.push('')
+    }
+    out.push(
+      'Registering each set: a fresh pipeline process, `resolve` then `ready` for every shape with at most `in flight` creations at once, on an empty table (snapshots return no rows). *resolve*, *snapshot* and *finish* are mean times per shape: `resolve()` (catalog lookup, where-clause compile, publication check), `createShape` to `finish` (the snapshot transaction, waiting for one of the snapshot connections included), and `finish` to the log published (the group-commit flush that makes the new log durable).',
+    )
+    out.push('')
+    out.push('| set | shapes | in flight | snapshot connections | wall time | shapes/s | resolve | snapshot | finish | CPU user+sys | RSS before -> after | heap before -> after | disk | CPU pressure |')
+    out.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|')
+    for (const r of report.registrations) {
+      out.push(
+        `| ${r.title} | ${n(r.count)} | ${r.concurrency} | ${r.snapshotConnections} | ${secs(r.wallMs)} | ${n(r.shapesPerSec)} | ${n(r.meanResolveMs, 1)} ms | ${n(r.meanSnapshotMs, 1)} ms | ${n(r.meanFinishMs, 1)} ms | ${secs(r.cpuUserMs + r.cpuSystemMs)} | ${bytes(r.memoryBefore.rss)} -> ${bytes(r.memoryAfter.rss)} | ${bytes(r.memoryBefore.heapUsed)} -> ${bytes(r.memoryAfter.heapUsed)} | ${bytes(r.diskBytes)} | ${pctRaw(r.cpuPressurePercent)} |`,
+      )
+    }
+    out.push('')
+  }
+  if (report.concurrent.length > 0) {
+    out.push('### 1,000 shapes requested at once')
+    out.push('')
+    out.push(
+      'All 1,000 `resolve` calls are made at once (1,000 different `k = const` shapes on a 500-row table, so each snapshot reads 0 or 1 rows), then every `ready` awaited; wall time from the first `resolve` call to the last `ready`.',
+    )
+    out.push('')
+    out.push('| snapshot connections | shapes | wall time | shapes/s | resolve | snapshot (incl. waiting for a connection) | finish | CPU user+sys | CPU pressure |')
+    out.push('|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
+    for (const c of report.concurrent) {
+      out.push(
+        `| ${c.snapshotConnections} | ${n(c.count)} | ${secs(c.wallMs)} | ${n((c.count / c.wallMs) * 1000)} | ${n(c.meanResolveMs, 1)} ms | ${n(c.meanSnapshotMs, 1)} ms | ${n(c.meanFinishMs, 1)} ms | ${secs(c.cpuUserMs + c.cpuSystemMs)} | ${pctRaw(c.cpuPressurePercent)} |`,
+      )
+    }
+    out.push('')
+  }
+  return out.join('\n')
+}
+
+let QUIET_NOTE = '20 s'
+
+function fmt(v: unknown): string {
+  return typeof v === 'boolean' ? (v ? 'on' : 'off') : String(v)
+}
+
+function fmtScript(): string {
+  return "SELECT bench_insert(nextval('bench_load_seq'))"
+}
+
+function pctRaw(x: number | null): string {
+  return x === null || !Number.isFinite(x) ? '-' : `${x.toFixed(0)}%`
+}
+
+function median(values: readonly number[]): number {
+  const v = values.filter(Number.isFinite).sort((a, b) => a - b)
+  if (v.length === 0) return Number.NaN
+  const mid = (v.length - 1) / 2
+  return (v[Math.floor(mid)]! + v[Math.ceil(mid)]!) / 2
+}
+
+function METHOD(report: Report, s: Record<string, unknown>): string[] {
+  const reps = String(s.reps)
+  return [
+    `- **Processes.** The orchestrator (\`run.ts\`) starts a throwaway Postgres ${report.postgres.version} and runs each measurement's pipeline in a process of its own (\`worker.ts\`: one \`Pipeline\` and nothing else, driven over stdin/stdout), pg_recvlogical and pgbench as further processes. Everything runs on the same ${report.machine.nproc} cores.`,
+    '- **Tables and shapes.** `bench_items(id, k1, k1k, k10k, k100k, title, payload, updated_at)` with `k1 = 0`, `k1k = id % 1000`, `k10k = id % 10000`, `k100k = id % 100000` and a title token `TOK0000..TOK0999` (`id % 1000`). The shape sets: 1 shape `k1 = 0`; 1k shapes `k1k = 0..999`; 10k `k10k = …`; 100k `k100k = …` (each change lands in exactly one shape of a set; the router finds it through its hash index); 1k `title ILIKE \'%tok0042%\'`-style shapes (exactly one match per change, but no index: every pattern is evaluated for every change); and, on `bench_overlap(id, owner, title, payload, updated_at)`, 1k overlapping shapes `owner = \'x\' AND id > k` for k = 0..999: all rows have owner x and ids above 999, so **every change lands in all 1,000 shapes** (indexed on `owner = \'x\'`, then `id > k` evaluated per shape). Change lines are ~330 bytes of JSON (full rows, `replica=default`).',
+    `- **Registering.** Each set is registered once, by a fresh pipeline on an empty table (snapshots return no rows), and the store it leaves behind is the starting point of every run of that set (copied with \`cp -a\` before each run, outside the timing).`,
+    `- **Workload.** ${n(Number(s.changes))} row changes on bench_items (${n(Number(s.overlapChanges))} on bench_overlap, where each change makes 1,000 shape-log entries), in groups of ten: 7 inserts, 2 updates (payload and timestamp, so rows stay in their shapes), 1 delete; committed one change per transaction, or 100 per transaction. Written server-side by a procedure (\`CALL bench_workload\`, COMMIT inside the loop), then one marker transaction whose \`pg_current_wal_insert_lsn()\` is the end every replay waits for: every workload commit lies below it and the marker's commit above.`,
+    `- **Same WAL for everyone.** Before the workload is written, the phase creates every slot it will use: ${reps} for pg_recvlogical and ${reps} per shape set for the pipeline, all at the same WAL position. Each run then replays exactly the same WAL from its own slot. Runs rotate their order each repetition (ceiling, then the sets; then shifted by one) so drift in outside load falls on all.`,
+    `- **The pipeline run.** A new process starts \`Pipeline.start\` on the copied store with the run's slot (default options: 10 ms flush interval, protocol ${report.protoVersion} with streaming, 4 snapshot connections). The clock starts when \`Pipeline.start\` resolves (the store is open, the shapes are restored and routed, the walsender streams) and stops at the first flush whose durable watermark reaches the marker: everything is routed, written to the shape logs, fdatasync'ed and the watermark published. Changes/s = workload changes / that time.`,
+    `- **The ceiling.** \`pg_recvlogical --start --endpos=<marker> -o proto_version=${report.protoVersion}${report.protoVersion >= 2 ? ' -o streaming=on' : ''} -o publication_names=sluice_publication -f /dev/null\` on its own slot: the same pgoutput stream with nothing behind it. Timed from spawn to exit (connection setup included, a few ms). It stops on the first message past the marker's position, the marker's commit, so it has decoded as much as the pipeline has.`,
+    `- **Repetitions.** ${reps} per contender and phase; the tables give the median and every run.`,
+    '- **Keeping up.** See its section. **Memory.** `process.memoryUsage()` in the pipeline process after two forced GCs (`--expose-gc`).',
+    '- tinybench is not used here: every measurement is one multi-second run of several processes, timed once from outside the measured work, not a micro-operation to repeat in a loop.',
+  ]
+}
+
+export function setQuietNote(text: string): void {
+  QUIET_NOTE = text
+}
+
+export function writeReport(report: Report, basePath: string): void {
+  writeFileSync(`${basePath}.json`, `${JSON.stringify(report, null, 2)}\n`)
+  writeFileSync(`${basePath}.md`, `${markdown(report)}\n`)
+}

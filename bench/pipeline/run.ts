@@ -1,0 +1,634 @@
+/**
+ * bench:pipeline: the sync pipeline (slot -> router -> durable shape logs) on
+ * a real Postgres, in separate processes: this orchestrator, the pipeline
+ * (`worker.ts`, one process per measurement), Postgres, pg_recvlogical (the
+ * decoding ceiling) and pgbench (the insert load).
+ *
+ * Measures (issue items 14-16):
+ * - throughput: row changes per second from the slot into durable shape logs
+ *   with 1, 1k, 10k and 100k `col = const` shapes, 1k overlapping shapes and
+ *   1k ILIKE shapes, for transactions of 1 and of 100 rows, next to
+ *   pg_recvlogical decoding the same WAL from a slot created at the same point;
+ * - keeping up: replication lag under a saturating pgbench insert load with
+ *   100k shapes;
+ * - memory: RSS and heap of the pipeline process before and after registering
+ *   100k shapes; the time to create 1,000 shapes at once on a 500-row table.
+ * Does not measure: HTTP, clients, reads of the logs, initial snapshots of big
+ * tables, other machines.
+ *
+ * Usage: `pnpm --filter @sluice/bench run bench:pipeline` (from the root:
+ * `npm run bench:pipeline`). QUICK=1: a smoke run with small counts
+ * (results/pipeline.quick.*). BENCH_DIR: where the shape logs go (default: the
+ * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*).
+ */
+import { mkdirSync, mkdtempSync } from 'node:fs'
+import { loadavg, tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { performance } from 'node:perf_hooks'
+import { fileURLToPath } from 'node:url'
+import type { PostgresCluster } from '@sluice/test-utils'
+import { SystemMeter, waitForQuiet } from '../storage/measure.js'
+import { machineInfo } from '../storage/report.js'
+import {
+  BENCH_PG_SETTINGS,
+  createSlot,
+  currentLsn,
+  dropSlot,
+  generateWorkload,
+  pgbench,
+  preparePgbench,
+  processCpuMs,
+  recvlogical,
+  startBenchPostgres,
+  walsenderPid,
+} from './pg.js'
+import type { GeneratedWorkload } from './pg.js'
+import { PipelineWorker, runTimed } from './proc.js'
+import { type Report, setQuietNote, writeReport } from './report.js'
+import type { ConcurrentResult, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult } from './report.js'
+import { CpuWatch, median, quantile } from './stats.js'
+import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
+
+const QUICK = process.env.QUICK === '1'
+const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
+const PARTIAL = process.env.ONLY !== undefined || process.env.SETS !== undefined
+/** Longest wait for outside CPU load to settle before each timed run. */
+const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
+
+interface Settings {
+  readonly reps: number
+  readonly changes: number
+  /** Changes of the ILIKE and overlap phases: each costs the pipeline 1,000 evaluations or 1,000 entries. */
+  readonly ilikeChanges: number
+  readonly overlapChanges: number
+  readonly txSizes: readonly number[]
+  /** Shapes per set (QUICK shrinks the big ones). */
+  readonly counts: Readonly<Record<string, number>>
+  /** Creations in flight while registering a set. */
+  readonly registerConcurrency: number
+  readonly concurrentShapes: number
+  readonly concurrentConnections: readonly number[]
+  readonly keepUpSeconds: number
+  readonly baselineSeconds: number
+  readonly pgbenchClients: number
+  readonly sampleMs: number
+}
+
+const SETTINGS: Settings = QUICK
+  ? {
+      reps: 2,
+      changes: 20_000,
+      ilikeChanges: 2_000,
+      overlapChanges: 200,
+      txSizes: [1, 100],
+      counts: { eq1: 1, eq1k: 1_000, eq10k: 2_000, eq100k: 3_000, ilike1k: 1_000, overlap1k: 1_000 },
+      registerConcurrency: 64,
+      concurrentShapes: 1_000,
+      concurrentConnections: [4],
+      keepUpSeconds: 8,
+      baselineSeconds: 4,
+      pgbenchClients: 8,
+      sampleMs: 100,
+    }
+  : {
+      reps: 3,
+      changes: 200_000,
+      ilikeChanges: 20_000,
+      overlapChanges: 1_000,
+      txSizes: [1, 100],
+      counts: { eq1: 1, eq1k: 1_000, eq10k: 10_000, eq100k: 100_000, ilike1k: 1_000, overlap1k: 1_000 },
+      registerConcurrency: 64,
+      concurrentShapes: 1_000,
+      concurrentConnections: [4, 16],
+      keepUpSeconds: 45,
+      baselineSeconds: 15,
+      pgbenchClients: 8,
+      sampleMs: 100,
+    }
+
+/** Throughput sets per phase group, in the order registered; SETS=eq1,eq100k runs a subset (partial results). */
+const ONLY_SETS = process.env.SETS === undefined ? undefined : new Set(process.env.SETS.split(',').map((s) => s.trim()))
+const pick = (sets: readonly string[]): string[] => sets.filter((s) => ONLY_SETS === undefined || ONLY_SETS.has(s))
+const MAIN_SETS = pick(['eq1', 'eq1k', 'eq10k', 'eq100k'])
+const ILIKE_SETS = pick(['ilike1k'])
+const OVERLAP_SETS = pick(['overlap1k'])
+/** BENCH_CPU_PROF=<dir>: every pipeline process writes a V8 CPU profile there. */
+const CPU_PROF = process.env.BENCH_CPU_PROF
+const PROTO_VERSION = 2
+
+const here = dirname(fileURLToPath(import.meta.url))
+const resultsDir = join(here, '..', 'results')
+
+function log(message: string): void {
+  const t = ((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)
+  console.log(`[${t}s] ${message}`)
+}
+
+const runStarted = performance.now()
+
+function uptime(): string {
+  return loadavg()
+    .map((l) => l.toFixed(2))
+    .join(', ')
+}
+
+function loadNote(label: string): LoadNote {
+  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
+}
+
+async function sh(cmd: string, args: readonly string[]): Promise<number> {
+  const r = await runTimed(cmd, args)
+  if (r.code !== 0) throw new Error(`${cmd} ${args.join(' ')} failed: ${r.stderr}`)
+  return r.ms
+}
+
+async function diskBytes(dir: string): Promise<number> {
+  const r = await runTimed('du', ['-s', '--block-size=1', dir])
+  return Number(r.stdout.split(/\s/)[0])
+}
+
+function setOf(id: string): ShapeSet {
+  return SHAPE_SETS[id]!
+}
+
+function countOf(id: string): number {
+  return SETTINGS.counts[id] ?? setOf(id).count
+}
+
+async function startWorker(label: string): Promise<PipelineWorker> {
+  const nodeArgs = CPU_PROF === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`, `--cpu-prof-name=${label.replace(/\W/g, '_')}.${Date.now()}.cpuprofile`]
+  return PipelineWorker.spawn({ label, nodeArgs }, (event) => {
+    if (event.event === 'progress') log(`  ${String(event.set)}: ${String(event.done)} shapes ready after ${(Number(event.ms) / 1000).toFixed(1)} s`)
+  })
+}
+
+// ---- registration (and memory) ----
+
+async function registerSet(cluster: PostgresCluster, root: string, id: string): Promise<RegistrationResult> {
+  const set = setOf(id)
+  const count = countOf(id)
+  const dir = join(root, 'reg', id)
+  const slot = `reg_${id}`
+  log(`registering ${count} shapes of ${id} (${set.title}), ${SETTINGS.registerConcurrency} creations in flight`)
+  const worker = await startWorker(`pipeline:${id}`)
+  try {
+    const started = await worker.call<{ memory: MemorySample; memoryBefore: MemorySample; startMs: number }>('start', {
+      connectionString: cluster.url,
+      storageDir: dir,
+      slotName: slot,
+    })
+    const meter = new SystemMeter()
+    const load = loadNote(`register ${id}`)
+    const r = await worker.call<Record<string, number> & { memoryBefore: MemorySample; memoryAfter: MemorySample }>('register', {
+      set: id,
+      count,
+      concurrency: SETTINGS.registerConcurrency,
+    })
+    await worker.stop()
+    await dropSlot(cluster, slot)
+    const disk = await diskBytes(join(dir, 'logs'))
+    const result: RegistrationResult = {
+      set: id,
+      title: set.title,
+      count,
+      concurrency: SETTINGS.registerConcurrency,
+      snapshotConnections: 4,
+      wallMs: r.wallMs!,
+      shapesPerSec: (count / r.wallMs!) * 1000,
+      meanResolveMs: r.meanResolveMs!,
+      meanReadyMs: r.meanReadyMs!,
+      meanSnapshotMs: r.meanSnapshotMs!,
+      meanFinishMs: r.meanFinishMs!,
+      cpuUserMs: r.cpuUserMs!,
+      cpuSystemMs: r.cpuSystemMs!,
+      processStart: started.memoryBefore,
+      memoryBefore: r.memoryBefore,
+      memoryAfter: r.memoryAfter,
+      diskBytes: disk,
+      cpuPressurePercent: meter.cpuPressurePercent() ?? null,
+      load,
+    }
+    log(
+      `  ${id}: ${count} shapes in ${(result.wallMs / 1000).toFixed(1)} s (${result.shapesPerSec.toFixed(0)}/s); RSS ${mib(r.memoryBefore.rss)} -> ${mib(r.memoryAfter.rss)} MiB, heap ${mib(r.memoryBefore.heapUsed)} -> ${mib(r.memoryAfter.heapUsed)} MiB`,
+    )
+    return result
+  } finally {
+    await worker.kill()
+  }
+}
+
+function mib(bytes: number): string {
+  return (bytes / 2 ** 20).toFixed(1)
+}
+
+/** 1,000 shapes requested at once on the 500-row table; wall time from the first resolve to the last ready. */
+async function concurrentCreation(cluster: PostgresCluster, root: string, connections: number): Promise<ConcurrentResult> {
+  const id = 'small1k'
+  const dir = join(root, 'concurrent', String(connections))
+  const slot = `conc_${connections}`
+  const worker = await startWorker(`pipeline:conc${connections}`)
+  try {
+    await waitForQuiet(QUIET_WAIT_MS)
+    await worker.call('start', { connectionString: cluster.url, storageDir: dir, slotName: slot, snapshotConnections: connections })
+    const meter = new SystemMeter()
+    const r = await worker.call<Record<string, number>>('register', { set: id, count: SETTINGS.concurrentShapes, concurrency: SETTINGS.concurrentShapes })
+    const result: ConcurrentResult = {
+      count: SETTINGS.concurrentShapes,
+      tableRows: 500,
+      snapshotConnections: connections,
+      wallMs: r.wallMs!,
+      meanResolveMs: r.meanResolveMs!,
+      meanSnapshotMs: r.meanSnapshotMs!,
+      meanFinishMs: r.meanFinishMs!,
+      cpuUserMs: r.cpuUserMs!,
+      cpuSystemMs: r.cpuSystemMs!,
+      cpuPressurePercent: meter.cpuPressurePercent() ?? null,
+      load: loadNote(`concurrent ${connections}`),
+    }
+    log(`  1,000 concurrent creations, ${connections} snapshot connections: ${(result.wallMs / 1000).toFixed(2)} s`)
+    await worker.stop()
+    await dropSlot(cluster, slot)
+    await sh('rm', ['-rf', dir])
+    return result
+  } finally {
+    await worker.kill()
+  }
+}
+
+// ---- throughput ----
+
+interface Phase {
+  readonly id: string
+  readonly table: string
+  readonly perTx: number
+  readonly changes: number
+  readonly startId: number
+  readonly markerId: number
+  readonly sets: readonly string[]
+}
+
+function phases(): Phase[] {
+  const out: Phase[] = []
+  let marker = -1
+  // Fresh ids for every phase (all above 999, so the overlap shapes' \`id > k\` holds).
+  let nextStart = 1_000_000
+  for (const [name, table, sets, changes] of [
+    ['items', ITEMS, MAIN_SETS, SETTINGS.changes],
+    ['ilike', ITEMS, ILIKE_SETS, SETTINGS.ilikeChanges],
+    ['overlap', OVERLAP, OVERLAP_SETS, SETTINGS.overlapChanges],
+  ] as const) {
+    if (sets.length === 0) continue
+    for (const perTx of SETTINGS.txSizes) {
+      out.push({
+        id: `${name}-tx${perTx}`,
+        table,
+        perTx,
+        changes,
+        startId: nextStart,
+        markerId: marker--,
+        sets,
+      })
+      nextStart += 10_000_000
+    }
+  }
+  return out
+}
+
+/** Runs pg_recvlogical to the end of the workload, timing it and its walsender's CPU. */
+async function ceilingRun(cluster: PostgresCluster, slot: string, workload: GeneratedWorkload): Promise<RunResult> {
+  await waitForQuiet(QUIET_WAIT_MS)
+  const meter = new SystemMeter()
+  let pid: number | undefined
+  let looking = true
+  const finder = (async () => {
+    while (looking && pid === undefined) {
+      pid = await walsenderPid(cluster, slot).catch(() => undefined)
+      if (pid === undefined) await new Promise((r) => setTimeout(r, 10))
+    }
+  })()
+  const watch = new CpuWatch(() => (pid === undefined ? undefined : processCpuMs(pid))).start()
+  const r = await recvlogical(cluster, slot, workload.endLsn, PROTO_VERSION)
+  looking = false
+  await finder
+  const walsenderCpuMs = watch.stop(true)
+  return {
+    ms: r.ms,
+    changesPerSec: (workload.changes / r.ms) * 1000,
+    walsenderCpuMs: walsenderCpuMs ?? null,
+    pipelineCpuMs: null,
+    startMs: null,
+    cpuPressurePercent: meter.cpuPressurePercent() ?? null,
+    loadavg1: loadavg()[0]!,
+  }
+}
+
+/** Starts a pipeline on a copy of the set's registered store, on its own slot, and times it to the workload's end. */
+async function pipelineRun(cluster: PostgresCluster, root: string, set: string, slot: string, workload: GeneratedWorkload): Promise<RunResult> {
+  const dir = join(root, 'run', `${set}-${slot}`)
+  await sh('cp', ['-a', join(root, 'reg', set), dir])
+  const worker = await startWorker(`pipeline:${set}`)
+  try {
+    await waitForQuiet(QUIET_WAIT_MS)
+    const meter = new SystemMeter()
+    const started = await worker.call<{ startMs: number; shapes: number; cpu: { user: number; system: number } }>('start', {
+      connectionString: cluster.url,
+      storageDir: dir,
+      slotName: slot,
+      targetLsn: workload.endLsn.toString(),
+    })
+    const pid = await walsenderPid(cluster, slot)
+    const cpu0 = pid === undefined ? undefined : processCpuMs(pid)
+    const done = await worker.call<{ ms: number; cpu: { user: number; system: number } }>('waitDurable')
+    const cpu1 = pid === undefined ? undefined : processCpuMs(pid)
+    const pressure = meter.cpuPressurePercent() ?? null
+    if (started.shapes !== countOf(set)) throw new Error(`${set}: restored ${started.shapes} shapes, expected ${countOf(set)}`)
+    await worker.stop()
+    return {
+      ms: done.ms,
+      changesPerSec: (workload.changes / done.ms) * 1000,
+      walsenderCpuMs: cpu0 === undefined || cpu1 === undefined ? null : cpu1,
+      pipelineCpuMs: (done.cpu.user + done.cpu.system - started.cpu.user - started.cpu.system) / 1000,
+      startMs: started.startMs,
+      cpuPressurePercent: pressure,
+      loadavg1: loadavg()[0]!,
+    }
+  } finally {
+    await worker.kill()
+    await dropSlot(cluster, slot)
+    await sh('rm', ['-rf', dir])
+  }
+}
+
+async function throughputPhase(cluster: PostgresCluster, root: string, phase: Phase): Promise<PhaseResult> {
+  log(`phase ${phase.id}: ${phase.changes} changes into ${phase.table}, ${phase.perTx} per transaction`)
+  // Every slot exists before the workload, so each replays exactly the same WAL.
+  const ceilingSlots = Array.from({ length: SETTINGS.reps }, (_, r) => `c_${phase.id.replace('-', '_')}_${r}`)
+  const pipelineSlots = new Map<string, string[]>()
+  let startLsn: bigint | undefined
+  for (const slot of ceilingSlots) {
+    const lsn = await createSlot(cluster, slot)
+    startLsn ??= lsn
+  }
+  for (const set of phase.sets) {
+    const slots = Array.from({ length: SETTINGS.reps }, (_, r) => `p_${phase.id.replace('-', '_')}_${set}_${r}`)
+    for (const slot of slots) await createSlot(cluster, slot)
+    pipelineSlots.set(set, slots)
+  }
+  const workload = await generateWorkload(cluster, {
+    table: phase.table,
+    startId: phase.startId,
+    changes: phase.changes,
+    perTx: phase.perTx,
+    markerId: phase.markerId,
+    startLsn: startLsn!,
+  })
+  log(
+    `  workload: ${workload.transactions} transactions in ${(workload.ms / 1000).toFixed(1)} s (${((workload.transactions / workload.ms) * 1000).toFixed(0)} commits/s), ${mib(workload.walBytes)} MiB of WAL`,
+  )
+  const ceiling: RunResult[] = []
+  const runs = new Map<string, RunResult[]>(phase.sets.map((s) => [s, []]))
+  const contenders = ['ceiling', ...phase.sets]
+  for (let rep = 0; rep < SETTINGS.reps; rep++) {
+    // The order rotates, so drift in outside load falls on every contender alike.
+    const order = contenders.map((_, i) => contenders[(i + rep) % contenders.length]!)
+    for (const who of order) {
+      if (who === 'ceiling') {
+        const r = await ceilingRun(cluster, ceilingSlots[rep]!, workload)
+        await dropSlot(cluster, ceilingSlots[rep]!)
+        ceiling.push(r)
+        log(`  rep ${rep + 1} pg_recvlogical: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s (load ${r.loadavg1.toFixed(2)})`)
+      } else {
+        const r = await pipelineRun(cluster, root, who, pipelineSlots.get(who)![rep]!, workload)
+        runs.get(who)!.push(r)
+        log(
+          `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
+        )
+      }
+    }
+  }
+  const ceilingMedian = median(ceiling.map((r) => r.changesPerSec))
+  return {
+    id: phase.id,
+    label: `${phase.id.startsWith('ilike') ? 'ILIKE phase: ' : ''}${phase.table}, ${phase.perTx} row${phase.perTx > 1 ? 's' : ''} per transaction`,
+    table: phase.table,
+    perTx: phase.perTx,
+    workload: {
+      changes: workload.changes,
+      transactions: workload.transactions,
+      walBytes: workload.walBytes,
+      generateMs: workload.ms,
+      endLsn: workload.endLsn.toString(),
+    },
+    ceiling: { runs: ceiling, medianChangesPerSec: ceilingMedian },
+    sets: phase.sets.map((id) => {
+      const set = setOf(id)
+      const rs = runs.get(id)!
+      const med = median(rs.map((r) => r.changesPerSec))
+      return {
+        set: id,
+        title: set.title,
+        count: countOf(id),
+        indexed: set.indexed,
+        matchesPerChange: set.id === 'overlap1k' ? countOf(id) : set.matchesPerChange,
+        runs: rs,
+        medianChangesPerSec: med,
+        ratioToCeiling: med / ceilingMedian,
+      }
+    }),
+  }
+}
+
+// ---- keeping up ----
+
+async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpResult> {
+  const script = await preparePgbench(cluster, root)
+  const threads = 2
+  log(`keeping up: baseline pgbench without a pipeline, ${SETTINGS.pgbenchClients} clients, ${SETTINGS.baselineSeconds} s`)
+  await waitForQuiet(QUIET_WAIT_MS)
+  const baseline = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.baselineSeconds })
+  log(`  baseline: ${baseline.tps.toFixed(0)} inserts/s`)
+
+  const set = 'eq100k'
+  const slot = 'keepup'
+  const dir = join(root, 'run', 'keepup')
+  await sh('cp', ['-a', join(root, 'reg', set), dir])
+  await createSlot(cluster, slot)
+  const worker = await startWorker('pipeline:keepup')
+  try {
+    const started = await worker.call<{ startMs: number; shapes: number; memory: MemorySample; memoryBefore: MemorySample }>('start', {
+      connectionString: cluster.url,
+      storageDir: dir,
+      slotName: slot,
+    })
+    log(`  pipeline restored ${started.shapes} shapes in ${(started.startMs / 1000).toFixed(1)} s, RSS ${mib(started.memory.rss)} MiB`)
+    await waitForQuiet(QUIET_WAIT_MS)
+    const wsPid = await walsenderPid(cluster, slot)
+    const ws0 = wsPid === undefined ? undefined : processCpuMs(wsPid)
+    const cpu0 = processCpuMs(worker.pid)
+    const samples: Array<{ t: number; lag: number; wal: string }> = []
+    const t0 = performance.now()
+    let sampling = true
+    const sampler = (async () => {
+      while (sampling) {
+        const next = performance.now() + SETTINGS.sampleMs
+        const { rows } = await cluster.query<{ lag: string; wal: string }>(
+          "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint::text AS lag, pg_current_wal_lsn()::text AS wal FROM pg_replication_slots WHERE slot_name = $1",
+          [slot],
+        )
+        samples.push({ t: performance.now() - t0, lag: Number(rows[0]!.lag), wal: rows[0]!.wal })
+        const wait = next - performance.now()
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait))
+      }
+    })()
+    const meter = new SystemMeter()
+    const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds })
+    const loadEnd = performance.now() - t0
+    const pressure = meter.cpuPressurePercent() ?? null
+    const cpuLoad = processCpuMs(worker.pid)
+    const wsLoad = wsPid === undefined ? undefined : processCpuMs(wsPid)
+    const endWal = await currentLsn(cluster)
+    log(`  under load: ${load.tps.toFixed(0)} inserts/s; waiting for the pipeline to catch up`)
+    // Caught up: the slot confirmed everything written up to the end of the load.
+    let caughtUpMs: number | undefined
+    const deadline = performance.now() + 300_000
+    while (performance.now() < deadline) {
+      const { rows } = await cluster.query<{ behind: boolean }>('SELECT confirmed_flush_lsn < $2::pg_lsn AS behind FROM pg_replication_slots WHERE slot_name = $1', [
+        slot,
+        formatLsn(endWal),
+      ])
+      if (rows[0]?.behind === false) {
+        caughtUpMs = performance.now() - t0 - loadEnd
+        break
+      }
+      await new Promise((r) => setTimeout(r, 20))
+    }
+    sampling = false
+    await sampler
+    const during = samples.filter((s) => s.t <= loadEnd)
+    const lags = during.map((s) => s.lag)
+    const third = Math.floor(during.length / 3)
+    const first = lags.slice(0, third)
+    const last = lags.slice(lags.length - third)
+    const walBytes = Number(parseLsn(during[during.length - 1]!.wal) - parseLsn(during[0]!.wal))
+    const walSeconds = (during[during.length - 1]!.t - during[0]!.t) / 1000
+    const memory = await worker.call<{ memory: MemorySample }>('memory')
+    await worker.stop()
+    const result: KeepUpResult = {
+      shapes: started.shapes,
+      restoreMs: started.startMs,
+      clients: SETTINGS.pgbenchClients,
+      seconds: SETTINGS.keepUpSeconds,
+      baselineTps: baseline.tps,
+      tps: load.tps,
+      transactions: load.transactions,
+      walBytesPerSec: walBytes / walSeconds,
+      samples: lags.length,
+      sampleMs: SETTINGS.sampleMs,
+      lagP50: quantile(lags, 0.5),
+      lagP99: quantile(lags, 0.99),
+      lagMax: Math.max(...lags),
+      firstThirdMedian: median(first),
+      lastThirdMedian: median(last),
+      firstThirdP99: quantile(first, 0.99),
+      lastThirdP99: quantile(last, 0.99),
+      caughtUpMs: caughtUpMs ?? null,
+      pipelineCpuPercent: cpu0 === undefined || cpuLoad === undefined ? null : ((cpuLoad - cpu0) / loadEnd) * 100,
+      walsenderCpuPercent: ws0 === undefined || wsLoad === undefined ? null : ((wsLoad - ws0) / loadEnd) * 100,
+      cpuPressurePercent: pressure,
+      memoryRestored: started.memory,
+      memoryAfter: memory.memory,
+      load: loadNote('keep-up'),
+      series: samples.map((s) => [Math.round(s.t), s.lag] as [number, number]),
+    }
+    log(
+      `  lag p50 ${kib(result.lagP50)} KiB, p99 ${kib(result.lagP99)} KiB, max ${kib(result.lagMax)} KiB; first third median ${kib(result.firstThirdMedian)} KiB, last third ${kib(result.lastThirdMedian)} KiB; caught up ${caughtUpMs === undefined ? 'never' : `${caughtUpMs.toFixed(0)} ms`} after the load`,
+    )
+    return result
+  } finally {
+    await worker.kill()
+    await dropSlot(cluster, slot).catch(() => {})
+    await sh('rm', ['-rf', dir])
+  }
+}
+
+function kib(bytes: number): string {
+  return (bytes / 1024).toFixed(0)
+}
+
+function formatLsn(lsn: bigint): string {
+  return `${(lsn >> 32n).toString(16).toUpperCase()}/${(lsn & 0xffffffffn).toString(16).toUpperCase()}`
+}
+
+function parseLsn(text: string): bigint {
+  const [hi, lo] = text.split('/')
+  return (BigInt(`0x${hi}`) << 32n) | BigInt(`0x${lo}`)
+}
+
+// ---- main ----
+
+async function main(): Promise<void> {
+  const base = process.env.BENCH_DIR ?? tmpdir()
+  mkdirSync(base, { recursive: true })
+  const root = mkdtempSync(join(base, 'sluice-pipeline-bench-'))
+  mkdirSync(join(root, 'run'), { recursive: true })
+  const loadBefore = loadNote('start')
+  log(`pipeline benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; load average ${uptime()}`)
+  const cluster = await startBenchPostgres()
+  log(`Postgres ${cluster.version} (${cluster.binDir}) on port ${cluster.port}`)
+  const registrations: RegistrationResult[] = []
+  const concurrent: ConcurrentResult[] = []
+  const throughput: PhaseResult[] = []
+  let keepUpResult: KeepUpResult | undefined
+  const loads: LoadNote[] = [loadBefore]
+  try {
+    const needed = new Set<string>()
+    if (ONLY.has('throughput')) for (const s of [...MAIN_SETS, ...ILIKE_SETS, ...OVERLAP_SETS]) needed.add(s)
+    if (ONLY.has('keepup')) needed.add('eq100k')
+    // Memory of 100k idle shapes comes from registering them, so eq100k is registered unless SETS leaves it out.
+    if (ONLY_SETS === undefined || ONLY_SETS.has('eq100k')) needed.add('eq100k')
+    for (const id of ['eq1', 'eq1k', 'eq10k', 'eq100k', 'ilike1k', 'overlap1k'].filter((s) => needed.has(s))) {
+      registrations.push(await registerSet(cluster, root, id))
+      loads.push(loadNote(`after registering ${id}`))
+    }
+    if (ONLY.has('concurrent')) {
+      for (const connections of SETTINGS.concurrentConnections) concurrent.push(await concurrentCreation(cluster, root, connections))
+    }
+    if (ONLY.has('throughput')) {
+      for (const phase of phases()) {
+        throughput.push(await throughputPhase(cluster, root, phase))
+        loads.push(loadNote(`after ${phase.id}`))
+      }
+    }
+    if (ONLY.has('keepup')) {
+      keepUpResult = await keepUp(cluster, root)
+      loads.push(loadNote('after keep-up'))
+    }
+  } finally {
+    await cluster.stop()
+  }
+  loads.push(loadNote('end'))
+  const report: Report = {
+    quick: QUICK,
+    partial: PARTIAL,
+    machine: machineInfo(root),
+    postgres: { version: cluster.version, binDir: cluster.binDir, settings: BENCH_PG_SETTINGS },
+    protoVersion: PROTO_VERSION,
+    settings: SETTINGS,
+    runSeconds: (performance.now() - runStarted) / 1000,
+    loads,
+    registrations,
+    concurrent,
+    throughput,
+    keepUp: keepUpResult ?? null,
+  }
+  setQuietNote(`${(QUIET_WAIT_MS / 1000).toFixed(0)} s`)
+  const name = QUICK ? 'pipeline.quick' : PARTIAL ? 'pipeline.partial' : 'pipeline'
+  mkdirSync(resultsDir, { recursive: true })
+  writeReport(report, join(resultsDir, name))
+  log(`wrote results/${name}.md and results/${name}.json (${report.runSeconds.toFixed(0)} s); removing ${root}`)
+  await sh('rm', ['-rf', root]).catch(() => {})
+}
+
+await main()
+// Pools and child pipes must not hold the process open.
+process.exit(0)

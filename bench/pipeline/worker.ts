@@ -1,0 +1,249 @@
+/**
+ * The pipeline process of the benchmark: one `Pipeline` and nothing else, so
+ * its CPU time, RSS and heap are the pipeline's own. The orchestrator
+ * (`run.ts`) drives it with JSON lines on stdin; each command is answered with
+ * one JSON line on stdout (`{"id":…,"ok":true,"result":…}` or `"ok":false`).
+ *
+ * Commands:
+ * - `start {connectionString, storageDir, slotName, snapshotConnections?, targetLsn?}`:
+ *   `Pipeline.start` (opens the store, restores its shapes, starts streaming).
+ *   With `targetLsn`, the first flush whose durable watermark reaches it is
+ *   timed from the moment `start` resolved (see `waitDurable`).
+ * - `register {set, count?, concurrency}`: resolves the set's shapes, at most
+ *   `concurrency` creations in flight, and waits until every one is ready.
+ * - `waitDurable {}`: resolves once the watermark reached `targetLsn`.
+ * - `memory {}`: RSS and heap after a full GC.
+ * - `stop {}`: `pipeline.stop()`; the process exits after answering.
+ */
+import { createInterface } from 'node:readline'
+import { performance } from 'node:perf_hooks'
+import type { Pipeline as PipelineType } from './server.js'
+import { Pipeline } from './server.js'
+import { SHAPE_SETS, shapeParams } from './workload.js'
+
+interface Request {
+  readonly id: number
+  readonly cmd: string
+  readonly args: Record<string, unknown>
+}
+
+let pipeline: PipelineType | undefined
+let startedAt = 0
+let targetLsn: bigint | undefined
+let reachedAt: number | undefined
+let reachedWaiters: Array<() => void> = []
+let flushes = 0
+
+function send(message: object): void {
+  process.stdout.write(`${JSON.stringify(message, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}\n`)
+}
+
+export interface MemorySample {
+  readonly rss: number
+  readonly heapUsed: number
+  readonly heapTotal: number
+  readonly external: number
+  readonly arrayBuffers: number
+}
+
+function memory(): MemorySample {
+  // --expose-gc: two passes, so weak references and finalizers of the first are collected too.
+  const gc = (globalThis as { gc?: () => void }).gc
+  gc?.()
+  gc?.()
+  const m = process.memoryUsage()
+  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers }
+}
+
+async function start(args: Record<string, unknown>): Promise<object> {
+  if (pipeline !== undefined) throw new Error('already started')
+  const before = memory()
+  const t0 = performance.now()
+  targetLsn = typeof args.targetLsn === 'string' ? BigInt(args.targetLsn) : undefined
+  pipeline = await Pipeline.start({
+    connectionString: String(args.connectionString),
+    storageDir: String(args.storageDir),
+    slotName: String(args.slotName),
+    ...(typeof args.snapshotConnections === 'number' ? { snapshotConnections: args.snapshotConnections } : {}),
+    ...(typeof args.flushIntervalMs === 'number' ? { flushIntervalMs: args.flushIntervalMs } : {}),
+    logger: {
+      info: () => {},
+      warn: (data, message) => process.stderr.write(`warn: ${message} ${safeJson(data)}\n`),
+      error: (data, message) => process.stderr.write(`error: ${message} ${safeJson(data)}\n`),
+    },
+  })
+  startedAt = performance.now()
+  const p = pipeline
+  instrumentStore(p)
+  p.store.onFlush((result) => {
+    flushes++
+    if (reachedAt === undefined && targetLsn !== undefined && result.durableLsn >= targetLsn) {
+      reachedAt = performance.now()
+      for (const w of reachedWaiters) w()
+      reachedWaiters = []
+    }
+  })
+  return {
+    startMs: startedAt - t0,
+    shapes: p.shapes.size,
+    memoryBefore: before,
+    memory: memory(),
+    cpu: process.cpuUsage(),
+  }
+}
+
+async function register(args: Record<string, unknown>): Promise<object> {
+  const p = need()
+  const set = SHAPE_SETS[String(args.set)]
+  if (set === undefined) throw new Error(`unknown shape set ${String(args.set)}`)
+  const count = typeof args.count === 'number' ? args.count : set.count
+  const concurrency = typeof args.concurrency === 'number' ? args.concurrency : count
+  const before = memory()
+  creation.count = 0
+  creation.snapshotMs = 0
+  creation.finishMs = 0
+  const cpu0 = process.cpuUsage()
+  const t0 = performance.now()
+  let firstResolved: number | undefined
+  let lastReady = 0
+  let created = 0
+  let next = 0
+  // Summed over creations: time in resolve() (catalog, compile, publication) and from then to ready (snapshot, durable log).
+  let resolveMs = 0
+  let readyMs = 0
+  const progressEvery = Math.max(1, Math.floor(count / 10))
+  const worker = async (): Promise<void> => {
+    while (next < count) {
+      const i = next++
+      const r0 = performance.now()
+      const resolved = await p.shapes.resolve(shapeParams(set, i))
+      const r1 = performance.now()
+      firstResolved ??= r1
+      resolveMs += r1 - r0
+      if (resolved.created) created++
+      await p.shapes.ready(resolved.handle)
+      lastReady = performance.now()
+      readyMs += lastReady - r1
+      if ((i + 1) % progressEvery === 0) send({ event: 'progress', set: set.id, done: i + 1, ms: lastReady - t0 })
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker))
+  const cpu = process.cpuUsage(cpu0)
+  // Everything the snapshots wrote is durable once `ready` resolves; flush once more for the watermark.
+  await p.store.flush()
+  return {
+    set: set.id,
+    count,
+    created,
+    concurrency,
+    wallMs: lastReady - t0,
+    firstResolveMs: (firstResolved ?? t0) - t0,
+    meanResolveMs: resolveMs / count,
+    meanReadyMs: readyMs / count,
+    meanSnapshotMs: creation.snapshotMs / Math.max(1, creation.count),
+    meanFinishMs: creation.finishMs / Math.max(1, creation.count),
+    cpuUserMs: cpu.user / 1000,
+    cpuSystemMs: cpu.system / 1000,
+    memoryBefore: before,
+    memoryAfter: memory(),
+  }
+}
+
+/**
+ * Where a shape's creation spends its time, seen from the store: from
+ * `createShape` (the snapshot's connection is held, its transaction about to
+ * start) to `finish` (the rows are written) is the snapshot; from `finish` to
+ * its resolution, the flush that makes the new log durable and publishes it.
+ * Wraps the store's methods on this instance only; costs two clock reads per shape.
+ */
+const creation = { count: 0, snapshotMs: 0, finishMs: 0 }
+
+function instrumentStore(p: PipelineType): void {
+  const store = p.store as unknown as { createShape: (id: string, options?: object) => { finish: (end: Uint8Array) => Promise<unknown> } }
+  const createShape = store.createShape.bind(store)
+  store.createShape = (id, options) => {
+    const created = performance.now()
+    const writer = createShape(id, options)
+    const finish = writer.finish.bind(writer)
+    writer.finish = (end) => {
+      const finishing = performance.now()
+      creation.snapshotMs += finishing - created
+      return finish(end).then((log) => {
+        creation.count++
+        creation.finishMs += performance.now() - finishing
+        return log
+      })
+    }
+    return writer
+  }
+}
+
+function waitDurable(): Promise<object> {
+  const p = need()
+  const done = (): object => ({
+    ms: reachedAt! - startedAt,
+    durableLsn: p.store.durableLsn,
+    transactionsRouted: p.router.transactionsRouted,
+    flushes,
+    cpu: process.cpuUsage(),
+    memory: memory(),
+  })
+  if (targetLsn === undefined) return Promise.reject(new Error('start had no targetLsn'))
+  if (reachedAt !== undefined) return Promise.resolve(done())
+  return new Promise((resolve) => reachedWaiters.push(() => resolve(done())))
+}
+
+function need(): PipelineType {
+  if (pipeline === undefined) throw new Error('not started')
+  return pipeline
+}
+
+function safeJson(data: unknown): string {
+  try {
+    return JSON.stringify(data, (_k, v: unknown) => (v instanceof Error ? `${v.name}: ${v.message}` : typeof v === 'bigint' ? v.toString() : v))
+  } catch {
+    return String(data)
+  }
+}
+
+async function handle(req: Request): Promise<void> {
+  try {
+    let result: object
+    switch (req.cmd) {
+      case 'start':
+        result = await start(req.args)
+        break
+      case 'register':
+        result = await register(req.args)
+        break
+      case 'waitDurable':
+        result = await waitDurable()
+        break
+      case 'memory':
+        result = { memory: memory(), shapes: pipeline?.shapes.size ?? 0, cpu: process.cpuUsage() }
+        break
+      case 'stop': {
+        const t0 = performance.now()
+        await pipeline?.stop()
+        send({ id: req.id, ok: true, result: { stopMs: performance.now() - t0 } })
+        process.exit(0)
+      }
+      default:
+        throw new Error(`unknown command ${req.cmd}`)
+    }
+    send({ id: req.id, ok: true, result })
+  } catch (error) {
+    send({ id: req.id, ok: false, error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) })
+  }
+}
+
+const lines = createInterface({ input: process.stdin })
+lines.on('line', (line) => {
+  if (line.trim() === '') return
+  void handle(JSON.parse(line) as Request)
+})
+// The orchestrator going away takes this process with it.
+lines.on('close', () => {
+  void (pipeline?.stop() ?? Promise.resolve()).finally(() => process.exit(0))
+})
+send({ event: 'ready', pid: process.pid })
