@@ -7,6 +7,7 @@ import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/in
 import {
   type ShapeDefinition,
   ShapeRegistry,
+  type SnapshotStitch,
   type TableSignature,
   compileDefinition,
   decodeShapeMeta,
@@ -222,7 +223,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
           queue: undefined,
         }
         manager.shapes.set(meta.handle, shape)
-        options.router.add(routeSpec(shape), logTarget(log))
+        options.router.add(routeSpec(shape), restoredTarget(log, meta.stitch, options.store.durableLsn))
       } else {
         await manager.dropRestored(meta.handle, def, problem ?? 'its table is gone')
       }
@@ -413,9 +414,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       let taken: Awaited<ReturnType<typeof runSnapshot>> | undefined
       for (let attempt = 1; taken === undefined; attempt++) {
         this.throwIfCancelled(shape)
-        const meta = encodeShapeMeta(shape.definition, shape.handle, { table: signatureOf(shape.table) })
-        const w = this.options.store.createShape(shape.handle, { meta })
-        writer = w
+        let w: SnapshotWriter | undefined
         const result = await runSnapshot(
           this.options.snapshotPool,
           {
@@ -427,14 +426,23 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
             columns: shape.definition.columns,
             signal: shape.abort.signal,
           },
-          { rows: (lines: readonly Uint8Array[]) => w.append(lines) },
+          {
+            // The log is made once the snapshot is fixed, so its meta records it: a restored shape keeps stitching.
+            start: (info) => {
+              const stitch = { snapshot: info.snapshot, insertLsn: info.insertLsn }
+              const meta = encodeShapeMeta(shape.definition, shape.handle, { table: signatureOf(shape.table), stitch })
+              w = this.options.store.createShape(shape.handle, { meta })
+              writer = w
+            },
+            rows: (lines: readonly Uint8Array[]) => w!.append(lines),
+          },
         )
         const raced = ticket.recentXids.find((xid) => !isVisibleInSnapshot(result.snapshot, xid))
         if (raced === undefined) {
           taken = result
           break
         }
-        await w.abort()
+        await w!.abort()
         writer = undefined
         if (attempt >= MAX_SNAPSHOT_ATTEMPTS) {
           throw new ShapeError('snapshot_failed', `the snapshot kept missing transaction ${raced}, which had already been replicated`)
@@ -632,6 +640,22 @@ function creationError(shape: LiveShape, error: unknown): Error {
   return new ShapeError('snapshot_failed', `the initial snapshot failed: ${message}`, { cause: error })
 }
 
+/**
+ * A restored shape's target. Its snapshot may hold transactions above the
+ * durable watermark: the snapshot saw them committed before the router reached
+ * them, the router dropped them for this shape (stitching), and the process
+ * died before the watermark covered them. Postgres sends them again after the
+ * restart, so until the stream passes the snapshot's insert LSN the shape keeps
+ * dropping the ones its snapshot holds.
+ */
+function restoredTarget(log: ShapeLog, stitch: SnapshotStitch | undefined, durableLsn: bigint): ShapeTarget {
+  if (stitch === undefined || durableLsn >= stitch.insertLsn) return logTarget(log)
+  const target = new StitchingTarget(logTarget(log))
+  target.setSnapshot(stitch.snapshot, stitch.insertLsn)
+  target.goLive(logTarget(log))
+  return target
+}
+
 /** Appends to a published log. */
 function logTarget(log: ShapeLog): ShapeTarget {
   return { append: (part) => void log.appendTransaction(part.entries, part.more ? { more: true } : undefined) }
@@ -673,13 +697,14 @@ class QueueTarget implements ShapeTarget {
  * stitching). Until the snapshot is known everything passes to the inner
  * target (the queue). Afterwards a part is dropped when its transaction is
  * visible in the snapshot; a commit at or above the snapshot's WAL insert
- * position cannot be, and since the router delivers in commit order the check
- * is off from the first such part on.
+ * position cannot be, so only commits below it are looked up. The check is
+ * not switched off once the stream has passed that position: after a failed
+ * flush the stream is replayed from the durable watermark, and a transaction
+ * below it arrives again.
  */
 class StitchingTarget implements ShapeTarget {
   private snapshot: PgSnapshot | undefined
   private insertLsn = 0n
-  private passed = false
   /** Parts go through the filter only once the queue is drained; before that they queue unfiltered, in order. */
   private live = false
 
@@ -703,10 +728,7 @@ class StitchingTarget implements ShapeTarget {
 
   /** Sends `part` to `target` unless the snapshot holds its transaction. */
   deliver(target: ShapeTarget, part: TransactionPart): void {
-    if (!this.passed && this.snapshot !== undefined) {
-      if (part.lsn >= this.insertLsn) this.passed = true
-      else if (isVisibleInSnapshot(this.snapshot, part.xid)) return
-    }
+    if (this.snapshot !== undefined && part.lsn < this.insertLsn && isVisibleInSnapshot(this.snapshot, part.xid)) return
     target.append(part)
   }
 }

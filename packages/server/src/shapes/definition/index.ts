@@ -24,7 +24,15 @@ export {
   parseHandle,
   systemMicrosClock,
 } from './handle.js'
-export { SHAPE_META_VERSION, type ShapeMeta, type TableSignature, ShapeMetaError, decodeShapeMeta, encodeShapeMeta } from './shape-meta.js'
+export {
+  SHAPE_META_VERSION,
+  type ShapeMeta,
+  type SnapshotStitch,
+  type TableSignature,
+  ShapeMetaError,
+  decodeShapeMeta,
+  encodeShapeMeta,
+} from './shape-meta.js'
 export {
   type HandleStatus,
   type ShapeEntry,

@@ -1,5 +1,6 @@
 import { LOG_MODES, REPLICA_MODES } from '@sluice/protocol'
 import type { LogMode, ReplicaMode } from '@sluice/protocol'
+import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/pg-snapshot.js'
 import { isValidHandle } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
 import { freezeDefinition } from './shape-definition.js'
@@ -25,6 +26,10 @@ import { freezeDefinition } from './shape-definition.js'
  *   table_columns [name, typeOid, typeMod][], optional
  *                                         its published columns then, in order: a table
  *                                         that differs on restart invalidates the shape
+ *   snapshot    string, optional          the initial snapshot, as pg_current_snapshot() prints it
+ *   insert_lsn  string, optional          decimal pg_current_wal_insert_lsn() just after it
+ *                                         (with `snapshot`: a restored shape keeps dropping the
+ *                                         transactions its snapshot holds, see ShapeManager.open)
  *
  * JSON rather than a binary layout: it is written once per shape, and the
  * definition is a handful of strings.
@@ -37,6 +42,14 @@ export interface ShapeMeta {
   readonly expired: boolean
   /** The table as the shape's snapshot saw it (absent in metas written before it was recorded). */
   readonly table?: TableSignature
+  /** The initial snapshot and the WAL insert position just after it (absent in metas written before they were recorded). */
+  readonly stitch?: SnapshotStitch
+}
+
+/** What decides which replicated transactions a shape's snapshot already holds. */
+export interface SnapshotStitch {
+  readonly snapshot: PgSnapshot
+  readonly insertLsn: bigint
 }
 
 /** What must stay the same for a shape to keep following its table: the oid and the published columns. */
@@ -56,7 +69,7 @@ export class ShapeMetaError extends Error {
 export function encodeShapeMeta(
   def: ShapeDefinition,
   handle: string,
-  options: { expired?: boolean; table?: TableSignature } = {},
+  options: { expired?: boolean; table?: TableSignature; stitch?: SnapshotStitch } = {},
 ): Uint8Array {
   if (!isValidHandle(handle)) throw new ShapeMetaError(`not a valid handle: ${handle}`)
   const record: Record<string, unknown> = {
@@ -74,6 +87,10 @@ export function encodeShapeMeta(
   if (options.table !== undefined) {
     record['table_oid'] = options.table.oid
     record['table_columns'] = options.table.columns
+  }
+  if (options.stitch !== undefined) {
+    record['snapshot'] = formatPgSnapshot(options.stitch.snapshot)
+    record['insert_lsn'] = options.stitch.insertLsn.toString()
   }
   return new TextEncoder().encode(JSON.stringify(record))
 }
@@ -111,10 +128,12 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   const log = raw['log']
   if (!(LOG_MODES as readonly unknown[]).includes(log)) throw new ShapeMetaError('shape meta: bad log')
   const signature = tableSignature(raw)
+  const stitch = snapshotStitch(raw)
   return {
     handle,
     expired,
     ...(signature === undefined ? {} : { table: signature }),
+    ...(stitch === undefined ? {} : { stitch }),
     definition: freezeDefinition({
       schema,
       table,
@@ -139,6 +158,20 @@ function tableSignature(raw: Record<string, unknown>): TableSignature | undefine
     )
   if (!valid) throw new ShapeMetaError('shape meta: bad table_columns')
   return { oid, columns: columns as Array<[string, number, number]> }
+}
+
+function snapshotStitch(raw: Record<string, unknown>): SnapshotStitch | undefined {
+  const snapshot = raw['snapshot']
+  const insertLsn = raw['insert_lsn']
+  if (snapshot === undefined && insertLsn === undefined) return undefined
+  if (typeof snapshot !== 'string' || typeof insertLsn !== 'string' || !/^[0-9]{1,20}$/.test(insertLsn)) {
+    throw new ShapeMetaError('shape meta: bad snapshot or insert_lsn')
+  }
+  try {
+    return { snapshot: parsePgSnapshot(snapshot), insertLsn: BigInt(insertLsn) }
+  } catch {
+    throw new ShapeMetaError('shape meta: bad snapshot')
+  }
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
