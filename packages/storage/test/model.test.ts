@@ -181,6 +181,8 @@ describe('file engine against the in-memory reference', () => {
                   w.append(rows)
                   await w.finish(enc.encode('{"headers":{"control":"snapshot-end"}}'))
                 }
+                // That flush also finished any pending shape whose open transaction was completed meanwhile.
+                for (const shape of [...pending.keys()]) await settle(shape)
                 live.add(a.shape)
                 offsets.set(a.shape, [])
                 txns.set(a.shape, [])
@@ -281,6 +283,7 @@ describe('file engine against the in-memory reference', () => {
                 break
               }
               case 'delete': {
+                if (pending.has(a.shape)) await settle(a.shape)
                 const p = pending.get(a.shape)
                 if (p) {
                   await writers.get(a.shape)!.memory.abort()
