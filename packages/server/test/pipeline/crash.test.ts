@@ -20,14 +20,20 @@
  * last one, the writers pause, the child catches up and flushes, and a
  * read-only store in this process reads every log: structure (no offset twice,
  * one last:true per transaction, ...), strict replay equal to Postgres row for
- * row, and each log still starting with what it held at the previous check.
+ * row, each log still starting with what it held at the previous check, and
+ * each shape checked at every transaction against its table's history (the
+ * mirror shapes of oracle.test.ts, made before the first kill), so a change
+ * lost or doubled by a restart shows even if a later one hides it.
  * At the end the slot must release WAL: once idle, confirmed_flush_lsn reaches
  * the current WAL position and stays there after more writes.
  *
  * Default: 21 rounds (3 per phase; 'startup' and 'backlog' rounds kill twice,
  * so 27 kill points). SOAK=1: 210 rounds (270 kill points). CRASH_KILLS,
- * CRASH_SEED, CRASH_CHECK_EVERY override.
+ * CRASH_SEED, CRASH_CHECK_EVERY, CRASH_PHASES (a comma list) override;
+ * CRASH_DEBUG=1 prints timings.
  */
+import { cpSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -36,12 +42,16 @@ import { openReadOnlyLogStore } from '@sluice/storage'
 import { type NodeProcess, spawnNode, useTempDir, usePostgres } from '@sluice/test-utils'
 import pg from 'pg'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { type TableInfo, loadTable, whereColumns } from '../../src/shapes/table-catalog.js'
+import { compileWhere } from '../../src/where/index.js'
 import { commitMarker, compareLog, firstDifference, shapeParams } from './harness.js'
+import { type LogLine, MirrorLog, ShapeHistoryCheck, readLog } from './log-replay.js'
 import {
   BOOL_COLUMNS,
   Rng,
   SCHEMA_SQL,
   type ShapeSpec,
+  TABLES,
   Writers,
   describeSpec,
   randomShape,
@@ -61,10 +71,15 @@ const INITIAL_SHAPES = 8
 const SPARES = 2
 const SEED_ROWS = 1200
 const DEBUG = process.env.CRASH_DEBUG === '1'
+/** CRASH_PHASES=snapshot,flush runs only those kinds of rounds. */
+const ONLY_PHASES = process.env.CRASH_PHASES?.split(',')
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const FIXTURE = join(HERE, 'fixtures', 'pipeline-child.ts')
 const SERVER_DIR = join(HERE, '..', '..')
+
+/** Every child line but progress, and every kill, for a post-mortem (see dumpFailure). */
+const transcript: string[] = []
 
 const cluster = usePostgres()
 const dirs = useTempDir('crash')
@@ -95,6 +110,7 @@ class Child {
     children.add(this)
     createInterface({ input: this.proc.child.stdout! }).on('line', (line) => {
       this.lines.push(line)
+      if (!line.startsWith('progress ')) transcript.push(`${Date.now()} ${this.proc.pid} ${line}`)
       this.onLine(line, this)
       for (const wake of [...this.waiters]) wake()
     })
@@ -145,6 +161,7 @@ class Child {
   }
 
   async kill(): Promise<void> {
+    transcript.push(`${Date.now()} ${this.proc.pid} KILL`)
     const status = await this.proc.kill('SIGKILL')
     children.delete(this)
     if (status.signal !== 'SIGKILL') throw new Error(`child ${this.proc.pid} had exited on its own (code ${status.code})\n${this.describe()}`)
@@ -163,6 +180,8 @@ interface ShapeRecord {
   durable: boolean
   /** Lines (as JSON) at the previous check. */
   previous: string[]
+  /** Checks the log at every transaction against its table's mirror (undefined for the mirrors). */
+  history?: ShapeHistoryCheck
 }
 
 describe('crash safety of the pipeline', () => {
@@ -195,9 +214,11 @@ describe('crash safety of the pipeline', () => {
         /** A stream phase's kill came after the marker it waited for. */
         streamMarkers: { data: 0, commit: 0, committedBeforeKill: 0 },
         flushMarkers: 0,
+        finishMarkers: 0,
         checks: 0,
         rowsCompared: 0,
         shapeChecks: 0,
+        historyTransactions: 0,
         restarts: 0,
         restartMs: [] as number[],
         largeTransactions: 0,
@@ -205,6 +226,18 @@ describe('crash safety of the pipeline', () => {
       }
       const problems: string[] = []
       const records = new Map<string, ShapeRecord>()
+      const mirrors = new Map<string, { handle: string; log: MirrorLog }>()
+      const tables = new Map<string, Promise<TableInfo | undefined>>()
+      const matcher = async (spec: ShapeSpec): Promise<(row: Record<string, string | null>) => boolean> => {
+        if (spec.where === undefined) return () => true
+        let info = tables.get(spec.table)
+        if (info === undefined) {
+          info = loadTable(cluster, { schema: 'public', name: spec.table })
+          tables.set(spec.table, info)
+        }
+        const where = await compileWhere(spec.where, { columns: whereColumns((await info)!), params: spec.params ?? [] })
+        return (row) => where.matches(row)
+      }
       let tagCounter = 0
 
       const onLine = (line: string): void => {
@@ -307,6 +340,7 @@ describe('crash safety of the pipeline', () => {
           child.send(`sync ${tag} ${lsn}`)
           await child.waitFor((l) => l.startsWith(`synced ${tag} `), { from, timeoutMs: 120_000 })
           const ro = openReadOnlyLogStore({ dir: join(storageDir, 'logs') })
+          const linesOf = new Map<ShapeRecord, LogLine[]>()
           try {
             expect(ro.durableLsn >= lsn, 'the watermark covers the marker').toBe(true)
             const ids = new Set(ro.ids())
@@ -320,7 +354,7 @@ describe('crash safety of the pipeline', () => {
               try {
                 result = await compareLog(log, cluster, { schema: 'public', ...specQuery(record.spec) }, { bools: BOOL_COLUMNS })
               } catch (error) {
-                throw new Error(`${what}: ${String(error)}`, { cause: error })
+                throw new Error(`${what}: ${String(error)}${dumpFailure(storageDir, record.handle!, readLog(log))}`, { cause: error })
               }
               const difference = firstDifference(result.actual, result.expected)
               if (difference !== undefined) throw new Error(`${what}: the log does not replay to Postgres's rows: ${difference}`)
@@ -328,11 +362,33 @@ describe('crash safety of the pipeline', () => {
               const lost = record.previous.findIndex((l, i) => now[i] !== l)
               if (lost >= 0) throw new Error(`${what}: line ${lost} changed or vanished since the previous check: ${record.previous[lost]} -> ${now[lost]}`)
               record.previous = now
+              linesOf.set(record, result.lines)
               stats.rowsCompared += result.expected.size
               stats.shapeChecks++
             }
           } finally {
             await ro.close()
+          }
+          // Every shape at every transaction since its snapshot, against its table's history (across every kill so far).
+          for (const mirror of mirrors.values()) {
+            const record = [...records.values()].find((r) => r.handle === mirror.handle)!
+            mirror.log.update(linesOf.get(record)!)
+          }
+          for (const record of records.values()) {
+            if ([...mirrors.values()].some((m) => m.handle === record.handle)) continue
+            try {
+            record.history ??= new ShapeHistoryCheck(mirrors.get(record.spec.table)!.log, {
+              matches: await matcher(record.spec),
+              columns: record.spec.columns,
+              bools: BOOL_COLUMNS,
+              label: `seed ${SEED}, ${label}, shape ${record.handle} (${describeSpec(record.spec)}) against the history of ${record.spec.table}`,
+            })
+              const before = record.history.transactionsChecked
+              record.history.advance(linesOf.get(record)!)
+              stats.historyTransactions += record.history.transactionsChecked - before
+            } catch (error) {
+              throw new Error(`${String(error)}${dumpFailure(storageDir, record.handle!, linesOf.get(record)!)}`, { cause: error })
+            }
           }
           stats.checks++
         } finally {
@@ -350,6 +406,11 @@ describe('crash safety of the pipeline', () => {
       const writers = new Writers({ connectionString: cluster.url, writers: 2, rng: rng.fork(), firstItemId: SEED_ROWS + 1, maxItems: SEED_ROWS * 2, thinkMs: 25 })
       let child = await launch()
       await onStarted(child, 0)
+      // One shape per table with every row, column and old value, made before anything is written: the
+      // tables' complete histories, which every other shape is checked against at every transaction.
+      const mirrorRecords = TABLES.map((table) => request(child, { table, replica: 'full' }))
+      for (const r of mirrorRecords) await child.waitFor((l) => l.startsWith(`ready ${r.tag} `))
+      for (const r of mirrorRecords) mirrors.set(r.spec.table, { handle: r.handle!, log: new MirrorLog(BOOL_COLUMNS) })
       const shapeRng = rng.fork()
       for (let i = 0; i < INITIAL_SHAPES; i++) request(child, randomShape(shapeRng))
       await writers.start()
@@ -357,8 +418,9 @@ describe('crash safety of the pipeline', () => {
         await check(child, writers, 'initial check')
 
         const schedule: Phase[] = []
+        const phases = PHASES.filter((p) => ONLY_PHASES === undefined || ONLY_PHASES.includes(p))
         while (schedule.length < KILLS) {
-          const round = [...PHASES]
+          const round = [...phases]
           for (let i = round.length - 1; i > 0; i--) {
             const j = rng.int(0, i)
             ;[round[i], round[j]] = [round[j]!, round[i]!]
@@ -406,7 +468,18 @@ describe('crash safety of the pipeline', () => {
             case 'snapshot': {
               const made = Array.from({ length: rng.int(1, 3) }, () => request(child, randomShape(shapeRng)))
               await Promise.all(made.map((r) => child.waitFor((l) => l.startsWith(`created ${r.tag} `) || l.startsWith(`shape-failed ${r.tag} `), { from })))
-              await sleep(rng.int(0, 400))
+              if (rng.chance(0.5)) {
+                // Aimed at the end of a snapshot: between finish() and the flushes that make the log durable.
+                const handles = new Set(made.map((r) => r.handle))
+                const seen = await child.waitFor((l) => l.startsWith('finishing ') && handles.has(l.slice('finishing '.length)), { from, timeoutMs: 20_000 }).then(
+                  () => true,
+                  () => false,
+                )
+                if (seen) stats.finishMarkers++
+                await sleep(rng.int(0, 25))
+              } else {
+                await sleep(rng.int(0, 400))
+              }
               await kill(phase)
               const caught = made.filter((r) => !r.durable)
               stats.snapshot.readyBeforeKill += made.length - caught.length
@@ -558,22 +631,34 @@ describe('crash safety of the pipeline', () => {
       const restartMs = [...stats.restartMs].sort((a, b) => a - b)
       console.log(
         `crash: done in ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}: ${stats.kills} kill points ${JSON.stringify(stats.byPhase)}; ` +
-          `markers seen before the kill: ${stats.flushMarkers} in-flush, ${stats.streamMarkers.data} stream-data, ${stats.streamMarkers.commit} stream-commit ` +
+          `markers seen before the kill: ${stats.flushMarkers} in-flush, ${stats.finishMarkers} finishing, ${stats.streamMarkers.data} stream-data, ${stats.streamMarkers.commit} stream-commit ` +
           `(${stats.streamMarkers.committedBeforeKill} of those had finished routing); snapshot kills: ${stats.snapshot.absent} shapes absent after restart, ` +
           `${stats.snapshot.complete} complete, ${stats.snapshot.readyBeforeKill} ready before the kill (all kills: ${stats.interrupted.absent} absent, ` +
           `${stats.interrupted.complete} complete); ${stats.restarts} restarts ` +
           `(median ${restartMs[Math.floor(restartMs.length / 2)]} ms, max ${restartMs[restartMs.length - 1]} ms); ` +
           `workload: ${s.committed} committed (${s.large} large + ${stats.largeTransactions} large from the kill phases), ${s.rolledBack} rolled back, ` +
           `${s.conflicts} conflicts, ${s.changes} row changes; ${records.size} shapes, ${stats.checks} checks, ${stats.shapeChecks} shape checks, ` +
-          `${stats.rowsCompared} rows compared; confirmed_flush_lsn at the WAL position ${first.ms} ms and ${second.ms} ms after going idle; ` +
+          `${stats.rowsCompared} rows compared, ${stats.historyTransactions} (shape, transaction) pairs checked against the mirrors; confirmed_flush_lsn at the WAL position ${first.ms} ms and ${second.ms} ms after going idle; ` +
           `restart_lsn ${retained.restart} bytes behind ${restartReleasedMs} ms after a checkpoint; ` +
           `warnings ${JSON.stringify(Object.fromEntries(stats.warnings))}`,
       )
       expect(problems, 'errors reported by the children').toEqual([])
       // 'startup' and 'backlog' rounds first kill a running child (counted under 'routing').
       expect(stats.kills).toBe(KILLS + stats.byPhase.startup + stats.byPhase.backlog)
+      for (const phase of ONLY_PHASES ?? PHASES) expect(stats.byPhase[phase as Phase], `kills in phase ${phase}`).toBeGreaterThan(0)
     },
     SOAK ? 7_200_000 : 300_000,
   )
 })
 
+
+/** With CRASH_DEBUG=1: the failing log's lines and the child processes' outputs, kept for a post-mortem. */
+function dumpFailure(storageDir: string, handle: string, lines: readonly LogLine[]): string {
+  if (!DEBUG) return ''
+  const file = join(tmpdir(), `sluice-crash-failure-${handle}-${Date.now()}.jsonl`)
+  writeFileSync(file, lines.map((l) => JSON.stringify(l)).join('\n'))
+  writeFileSync(`${file}.transcript`, transcript.join('\n'))
+  const copy = join(tmpdir(), `sluice-crash-store-${Date.now()}`)
+  cpSync(storageDir, copy, { recursive: true })
+  return `\n(lines in ${file}; store copied to ${copy})`
+}

@@ -236,3 +236,213 @@ export function materializeExact(lines: readonly LogLine[]): Map<string, Record<
   }
   return rows
 }
+
+type Row = Record<string, string | null>
+
+/** One transaction of a mirror log, as row operations in log order. */
+interface MirrorTransaction {
+  readonly lsn: bigint
+  readonly txid: bigint
+  readonly ops: ReadonlyArray<{ readonly key: string; readonly row: Row | undefined }>
+}
+
+function normaliseRow(row: Row, bools: readonly string[]): Row {
+  const out = { ...row }
+  for (const c of bools) {
+    if (out[c] === 'true') out[c] = 't'
+    else if (out[c] === 'false') out[c] = 'f'
+  }
+  return out
+}
+
+/**
+ * The complete history of one table, from the log of a shape with every row,
+ * every column and `replica=full` (so each line carries whole rows), created
+ * before anything is written to the table: its snapshot rows, then every
+ * transaction as row operations. Fed incrementally (logs only grow).
+ */
+export class MirrorLog {
+  readonly initial = new Map<string, Row>()
+  readonly transactions: MirrorTransaction[] = []
+  private position = 0
+  private snapshotEnded = false
+
+  constructor(private readonly bools: readonly string[] = []) {}
+
+  /** Parses the lines after those of the previous call (`lines` must extend them). */
+  update(lines: readonly LogLine[]): void {
+    let open: { lsn: bigint; txid: bigint; ops: Array<{ key: string; row: Row | undefined }> } | undefined
+    for (; this.position < lines.length; this.position++) {
+      const { message } = lines[this.position]!
+      const h = message.headers
+      if (h['control'] === 'snapshot-end') {
+        this.snapshotEnded = true
+        continue
+      }
+      const key = message.key!
+      if (!this.snapshotEnded) {
+        this.initial.set(key, normaliseRow(message.value!, this.bools))
+        continue
+      }
+      const lsn = BigInt(h['lsn'] as string)
+      open ??= { lsn, txid: BigInt((h['txids'] as number[])[0]!), ops: [] }
+      if (open.lsn !== lsn) throw new Error(`mirror: transaction ${open.lsn} has no last line`)
+      const op = h['operation']
+      // replica=full: inserts and updates carry the whole new row, deletes the whole old one.
+      open.ops.push({ key, row: op === 'delete' ? undefined : normaliseRow(message.value!, this.bools) })
+      if (h['last'] === true) {
+        this.transactions.push(open)
+        open = undefined
+      }
+    }
+    if (open !== undefined) throw new Error(`mirror: the log ends inside transaction ${open.lsn}`)
+  }
+}
+
+/**
+ * Checks one shape against its table's `MirrorLog` at EVERY transaction, not
+ * only where a checkpoint compares it with Postgres:
+ *
+ *   - its snapshot rows equal the mirror's rows as of its snapshot (the mirror's
+ *     initial rows plus every transaction visible in the shape's snapshot-end
+ *     xmin/xmax/xip_list), filtered by the where clause and projected;
+ *   - then, for each later transaction of the mirror not visible in that
+ *     snapshot, in commit order: the shape's log has that transaction exactly
+ *     when it changed the shape (no transaction the snapshot already had, none
+ *     missing, none twice), and after applying it every row the transaction
+ *     touched is in the shape exactly when it matches the where clause, with
+ *     exactly the mirror's values (projected).
+ *
+ * So a change lost and later overwritten, a transaction delivered twice or on
+ * both sides of the snapshot, a row that moved in with stale values: each is
+ * caught at the transaction where it happens. Which rows match is decided by
+ * the where clause's own evaluator (itself checked against Postgres by the
+ * where oracle); the checkpoints compare with Postgres directly.
+ *
+ * Incremental: `advance` takes the whole logs each time and continues where
+ * the previous call stopped.
+ */
+export class ShapeHistoryCheck {
+  private view: Map<string, Row> | undefined
+  private shapeRows = new Map<string, Row>()
+  private visible: ((txid: bigint) => boolean) | undefined
+  private mirrorIndex = 0
+  private shapePosition = 0
+  private shapeTransactions: Array<{ lsn: bigint; lines: LogLine[] }> = []
+  private shapeTxIndex = 0
+  transactionsChecked = 0
+  keysCompared = 0
+
+  constructor(
+    private readonly mirror: MirrorLog,
+    private readonly options: {
+      readonly matches: (row: Row) => boolean
+      readonly columns: readonly string[] | undefined
+      readonly bools: readonly string[]
+      readonly label: string
+    },
+  ) {}
+
+  private project(row: Row | undefined): Row | undefined {
+    if (row === undefined || !this.options.matches(row)) return undefined
+    const columns = this.options.columns
+    if (columns === undefined) return { ...row }
+    const out: Row = {}
+    for (const c of columns) out[c] = row[c] ?? null
+    return out
+  }
+
+  private fail(why: string): never {
+    throw new Error(`${this.options.label}: ${why}`)
+  }
+
+  private compareKey(key: string, where: string): void {
+    this.keysCompared++
+    const expected = this.project(this.view!.get(key))
+    const actual = this.shapeRows.get(key)
+    if (expected === undefined && actual === undefined) return
+    const a = actual === undefined ? undefined : JSON.stringify(sortedRow(actual))
+    const e = expected === undefined ? undefined : JSON.stringify(sortedRow(expected))
+    if (a !== e) this.fail(`${where}: row ${key} is ${a ?? 'absent'} in the shape, the table's history says ${e ?? 'absent'}`)
+  }
+
+  advance(shapeLines: readonly LogLine[]): void {
+    const bools = this.options.bools
+    // Parse the shape's new lines.
+    for (; this.shapePosition < shapeLines.length; this.shapePosition++) {
+      const line = shapeLines[this.shapePosition]!
+      const h = line.message.headers
+      if (this.visible === undefined) {
+        if (h['control'] === 'snapshot-end') {
+          const xmin = BigInt(h['xmin'] as string)
+          const xmax = BigInt(h['xmax'] as string)
+          const xip = new Set(((h['xip_list'] as string[] | undefined) ?? []).map((x) => BigInt(x)))
+          this.visible = (txid) => txid < xmin || (txid < xmax && !xip.has(txid))
+        } else {
+          this.shapeRows.set(line.message.key!, normaliseRow(line.message.value!, bools))
+        }
+        continue
+      }
+      const lsn = BigInt(h['lsn'] as string)
+      const last = this.shapeTransactions[this.shapeTransactions.length - 1]
+      if (last !== undefined && last.lsn === lsn) last.lines.push(line)
+      else this.shapeTransactions.push({ lsn, lines: [line] })
+    }
+    if (this.visible === undefined) this.fail('the shape has no snapshot-end')
+    const visible = this.visible
+
+    if (this.view === undefined) {
+      // The table as the snapshot saw it.
+      this.view = new Map(this.mirror.initial)
+      for (const t of this.mirror.transactions) {
+        if (!visible(t.txid)) continue
+        for (const op of t.ops) {
+          if (op.row === undefined) this.view.delete(op.key)
+          else this.view.set(op.key, op.row)
+        }
+      }
+      const keys = new Set([...this.view.keys(), ...this.shapeRows.keys()])
+      for (const key of keys) this.compareKey(key, 'snapshot')
+    }
+
+    const view = this.view
+    for (; this.mirrorIndex < this.mirror.transactions.length; this.mirrorIndex++) {
+      const t = this.mirror.transactions[this.mirrorIndex]!
+      if (visible(t.txid)) {
+        const next = this.shapeTransactions[this.shapeTxIndex]
+        if (next !== undefined && next.lsn === t.lsn) this.fail(`transaction ${t.lsn} (xid ${t.txid}) is in the snapshot and in the log too`)
+        continue
+      }
+      const touched = new Set<string>()
+      for (const op of t.ops) {
+        touched.add(op.key)
+        if (op.row === undefined) view.delete(op.key)
+        else view.set(op.key, op.row)
+      }
+      const next = this.shapeTransactions[this.shapeTxIndex]
+      if (next !== undefined && next.lsn < t.lsn) this.fail(`the log has transaction ${next.lsn}, which the table's history does not have there`)
+      if (next !== undefined && next.lsn === t.lsn) {
+        this.shapeTxIndex++
+        for (const { message } of next.lines) {
+          const key = message.key!
+          touched.add(key)
+          const op = message.headers['operation']
+          if (op === 'insert') this.shapeRows.set(key, normaliseRow(message.value!, bools))
+          else if (op === 'update') {
+            const current = this.shapeRows.get(key)
+            if (current === undefined) this.fail(`transaction ${t.lsn}: update of ${key}, which the shape does not hold`)
+            this.shapeRows.set(key, { ...current, ...normaliseRow(message.value!, bools) })
+          } else this.shapeRows.delete(key)
+        }
+      }
+      for (const key of touched) this.compareKey(key, `after transaction ${t.lsn} (xid ${t.txid})`)
+      this.transactionsChecked++
+    }
+    const extra = this.shapeTransactions[this.shapeTxIndex]
+    if (extra !== undefined) this.fail(`the log has transaction ${extra.lsn} beyond the table's history`)
+  }
+}
+
+function sortedRow(row: Row): Row {
+  return Object.fromEntries(Object.entries(row).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+}

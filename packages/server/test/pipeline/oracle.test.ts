@@ -17,7 +17,15 @@
  *   - replayed strictly (no update/delete of a row it does not hold, no insert
  *     of one it holds), it equals `SELECT ... WHERE` in Postgres row for row;
  *   - it starts with the lines it had at the previous checkpoint (logs are
- *     append-only).
+ *     append-only);
+ *   - and at EVERY transaction, not only at checkpoints: one shape per table
+ *     with every row, column and old value (a "mirror", made before anything
+ *     is written) holds the table's whole history; each shape's snapshot must
+ *     equal the mirror as of that snapshot (xmin/xmax/xip of its snapshot-end),
+ *     and after each later transaction every row it touched must be in the
+ *     shape exactly when it matches the where clause, with the mirror's values
+ *     (ShapeHistoryCheck in log-replay.ts). A change lost and later
+ *     overwritten, or a transaction on both sides of a snapshot, shows there.
  * Then the writers resume.
  *
  * Default: 30 shapes, 3 checkpoints, ~3000 transactions. SOAK=1: 150 shapes,
@@ -31,11 +39,13 @@ import type { Pipeline } from '../../src/pipeline.js'
 import { loadTable, whereColumns } from '../../src/shapes/table-catalog.js'
 import { compileWhere } from '../../src/where/index.js'
 import { caughtUp, compareLog, firstDifference, shapeParams, startPipeline } from './harness.js'
+import { type LogLine, MirrorLog, ShapeHistoryCheck } from './log-replay.js'
 import {
   BOOL_COLUMNS,
   Rng,
   SCHEMA_SQL,
   type ShapeSpec,
+  TABLES,
   Writers,
   describeSpec,
   randomShape,
@@ -73,6 +83,8 @@ interface Tracked {
   readonly spec: ShapeSpec
   /** Lines (as JSON) at the previous checkpoint. */
   previous: string[]
+  /** Checks the log at every transaction against its table's mirror (undefined for the mirrors). */
+  history: ShapeHistoryCheck | undefined
 }
 
 describe('consistency oracle', () => {
@@ -127,7 +139,7 @@ describe('consistency oracle', () => {
       const writers = new Writers({ connectionString: cluster.url, writers: WRITERS, rng: rng.fork(), firstItemId: SEED_ROWS + 1, maxItems: SEED_ROWS * 2 })
       const shapes = new Map<string, Tracked>()
       const pendingReady: Array<Promise<Error | undefined>> = []
-      const counts = { rowsCompared: 0, shapeChecks: 0, logChanges: 0, snapshotRows: 0, maxShapeRows: 0, duplicatesResolved: 0 }
+      const counts = { historyTransactions: 0, rowsCompared: 0, shapeChecks: 0, logChanges: 0, snapshotRows: 0, maxShapeRows: 0, duplicatesResolved: 0 }
       const shapeRng = rng.fork()
 
       /** Resolves a random definition; true when it made a new shape. */
@@ -146,7 +158,14 @@ describe('consistency oracle', () => {
           expect(shapes.has(resolved.handle), `an existing handle for ${describeSpec(spec)}`).toBe(true)
           return false
         }
-        shapes.set(resolved.handle, { handle: resolved.handle, spec, previous: [] })
+        const where = resolved.where
+        const history = new ShapeHistoryCheck(mirrors.get(spec.table)!.log, {
+          matches: where === undefined ? () => true : (row) => where.matches(row),
+          columns: spec.columns,
+          bools: BOOL_COLUMNS,
+          label: `seed ${SEED}, shape ${resolved.handle} (${describeSpec(spec)}) against the history of ${spec.table}`,
+        })
+        shapes.set(resolved.handle, { handle: resolved.handle, spec, previous: [], history })
         // Settles to an error (never rejects), so a failure before the checkpoint is not an unhandled rejection.
         pendingReady.push(
           p.shapes.ready(resolved.handle).then(
@@ -155,6 +174,17 @@ describe('consistency oracle', () => {
           ),
         )
         return true
+      }
+
+      // One shape per table with every row, column and old value, made before anything is written: the
+      // tables' complete histories, which every other shape is checked against at every transaction.
+      const mirrors = new Map<string, { handle: string; log: MirrorLog }>()
+      for (const table of TABLES) {
+        const spec: ShapeSpec = { table, replica: 'full' }
+        const resolved = await p.shapes.resolve(shapeParams('public', table, specOptions(spec)))
+        await p.shapes.ready(resolved.handle)
+        mirrors.set(table, { handle: resolved.handle, log: new MirrorLog(BOOL_COLUMNS) })
+        shapes.set(resolved.handle, { handle: resolved.handle, spec, previous: [], history: undefined })
       }
 
       await writers.start()
@@ -184,6 +214,7 @@ describe('consistency oracle', () => {
           await writers.pause()
           for (const failure of await Promise.all(pendingReady)) if (failure !== undefined) throw failure
           await caughtUp(p, cluster, 120_000)
+          const linesOf = new Map<string, LogLine[]>()
           for (const shape of shapes.values()) {
             expect(p.shapes.status(shape.handle), describeSpec(shape.spec)).toBe('active')
             const log = p.shapes.log(shape.handle)
@@ -197,6 +228,7 @@ describe('consistency oracle', () => {
             }
             const difference = firstDifference(result.actual, result.expected)
             if (difference !== undefined) throw new Error(`${label}: the log does not replay to Postgres's rows: ${difference}`)
+            linesOf.set(shape.handle, result.lines)
             const now = result.lines.map((l) => JSON.stringify(l.message))
             const prefixOk = shape.previous.every((line, i) => now[i] === line)
             if (!prefixOk) throw new Error(`${label}: the log no longer starts with what it held at the previous checkpoint`)
@@ -208,6 +240,14 @@ describe('consistency oracle', () => {
               counts.logChanges += result.structure.changes
               counts.snapshotRows += result.structure.snapshotRows
             }
+          }
+          // Every shape at every transaction since its snapshot, against its table's history.
+          for (const { handle, log } of mirrors.values()) log.update(linesOf.get(handle)!)
+          for (const shape of shapes.values()) {
+            if (shape.history === undefined) continue
+            const before = shape.history.transactionsChecked
+            shape.history.advance(linesOf.get(shape.handle)!)
+            counts.historyTransactions += shape.history.transactionsChecked - before
           }
           const s = writers.stats
           console.log(
@@ -228,14 +268,15 @@ describe('consistency oracle', () => {
         `oracle: done in ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}: ${s.committed} transactions committed ` +
           `(${s.large} large), ${s.rolledBack} rolled back, ${s.conflicts} conflicts; ${s.changes} row changes committed; ` +
           `${shapes.size} shapes (${counts.duplicatesResolved} repeated requests), ${counts.shapeChecks} shape checks, ` +
-          `${counts.rowsCompared} rows compared (largest shape ${counts.maxShapeRows}); final logs: ${counts.snapshotRows} snapshot rows + ` +
+          `${counts.rowsCompared} rows compared (largest shape ${counts.maxShapeRows}); ${counts.historyTransactions} (shape, transaction) pairs ` +
+          `checked against the mirrors, ${[...shapes.values()].reduce((n, t) => n + (t.history?.keysCompared ?? 0), 0)} rows in them; final logs: ${counts.snapshotRows} snapshot rows + ` +
           `${counts.logChanges} changes; ${streamedCommits} transactions routed through the streaming path, Postgres streamed ` +
           `${slotStats[0]?.stream_txns ?? '?'}; kinds ${JSON.stringify(s.byKind)}`,
       )
       expect(problems, 'warnings or errors logged by the pipeline').toEqual([])
       expect(s.large, 'large transactions ran').toBeGreaterThan(0)
       expect(streamedCommits, 'large transactions went through the streaming path').toBeGreaterThan(0)
-      expect(shapes.size).toBe(SHAPES)
+      expect(shapes.size).toBe(SHAPES + mirrors.size)
     },
     SOAK ? 3_600_000 : 240_000,
   )
