@@ -22,6 +22,7 @@
  * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*).
  */
 import { mkdirSync, mkdtempSync } from 'node:fs'
+if (process.env.BENCH_CPU_PROF !== undefined) mkdirSync(process.env.BENCH_CPU_PROF, { recursive: true })
 import { loadavg, tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { performance } from 'node:perf_hooks'
@@ -44,6 +45,7 @@ import {
 } from './pg.js'
 import type { GeneratedWorkload } from './pg.js'
 import { PipelineWorker, runTimed } from './proc.js'
+import { summariseDir } from './profile-summary.js'
 import { type Report, setQuietNote, writeReport } from './report.js'
 import type { ConcurrentResult, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult } from './report.js'
 import { CpuWatch, median, quantile } from './stats.js'
@@ -112,7 +114,7 @@ const pick = (sets: readonly string[]): string[] => sets.filter((s) => ONLY_SETS
 const MAIN_SETS = pick(['eq1', 'eq1k', 'eq10k', 'eq100k'])
 const ILIKE_SETS = pick(['ilike1k'])
 const OVERLAP_SETS = pick(['overlap1k'])
-/** BENCH_CPU_PROF=<dir>: every pipeline process writes a V8 CPU profile there. */
+/** BENCH_CPU_PROF=<dir>: each timed pipeline run writes a V8 CPU profile of its timed window there. */
 const CPU_PROF = process.env.BENCH_CPU_PROF
 const PROTO_VERSION = 2
 
@@ -156,8 +158,7 @@ function countOf(id: string): number {
 }
 
 async function startWorker(label: string): Promise<PipelineWorker> {
-  const nodeArgs = CPU_PROF === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`, `--cpu-prof-name=${label.replace(/\W/g, '_')}.${Date.now()}.cpuprofile`]
-  return PipelineWorker.spawn({ label, nodeArgs }, (event) => {
+  return PipelineWorker.spawn({ label }, (event) => {
     if (event.event === 'progress') log(`  ${String(event.set)}: ${String(event.done)} shapes ready after ${(Number(event.ms) / 1000).toFixed(1)} s`)
   })
 }
@@ -183,6 +184,7 @@ async function registerSet(cluster: PostgresCluster, root: string, id: string): 
       set: id,
       count,
       concurrency: SETTINGS.registerConcurrency,
+      ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, `register_${id}.cpuprofile`) }),
     })
     await worker.stop()
     await dropSlot(cluster, slot)
@@ -335,6 +337,7 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
       storageDir: dir,
       slotName: slot,
       targetLsn: workload.endLsn.toString(),
+      ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, `${slot}.cpuprofile`) }),
     })
     const pid = await walsenderPid(cluster, slot)
     const cpu0 = pid === undefined ? undefined : processCpuMs(pid)
@@ -626,6 +629,10 @@ async function main(): Promise<void> {
   mkdirSync(resultsDir, { recursive: true })
   writeReport(report, join(resultsDir, name))
   log(`wrote results/${name}.md and results/${name}.json (${report.runSeconds.toFixed(0)} s); removing ${root}`)
+  if (CPU_PROF !== undefined) {
+    summariseDir(CPU_PROF)
+    log(`CPU profiles summarised in ${join(CPU_PROF, 'summary.md')}`)
+  }
   await sh('rm', ['-rf', root]).catch(() => {})
 }
 

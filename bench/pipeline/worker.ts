@@ -15,6 +15,8 @@
  * - `memory {}`: RSS and heap after a full GC.
  * - `stop {}`: `pipeline.stop()`; the process exits after answering.
  */
+import { writeFileSync } from 'node:fs'
+import { Session } from 'node:inspector'
 import { createInterface } from 'node:readline'
 import { performance } from 'node:perf_hooks'
 import type { Pipeline as PipelineType } from './server.js'
@@ -58,6 +60,8 @@ function memory(): MemorySample {
 async function start(args: Record<string, unknown>): Promise<object> {
   if (pipeline !== undefined) throw new Error('already started')
   const before = memory()
+  // Started before Pipeline.start so that starting the profiler costs the timed window nothing; samples outside the window are dropped by the summary.
+  if (typeof args.profilePath === 'string') await startProfile(args.profilePath)
   const t0 = performance.now()
   targetLsn = typeof args.targetLsn === 'string' ? BigInt(args.targetLsn) : undefined
   pipeline = await Pipeline.start({
@@ -73,6 +77,7 @@ async function start(args: Record<string, unknown>): Promise<object> {
     },
   })
   startedAt = performance.now()
+  windowStartUs = monotonicUs()
   const p = pipeline
   instrumentStore(p)
   p.store.onFlush((result) => {
@@ -98,6 +103,8 @@ async function register(args: Record<string, unknown>): Promise<object> {
   if (set === undefined) throw new Error(`unknown shape set ${String(args.set)}`)
   const count = typeof args.count === 'number' ? args.count : set.count
   const concurrency = typeof args.concurrency === 'number' ? args.concurrency : count
+  if (typeof args.profilePath === 'string') await startProfile(args.profilePath)
+  windowStartUs = monotonicUs()
   const before = memory()
   creation.count = 0
   creation.snapshotMs = 0
@@ -129,6 +136,7 @@ async function register(args: Record<string, unknown>): Promise<object> {
   }
   await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker))
   const cpu = process.cpuUsage(cpu0)
+  await stopProfile()
   // Everything the snapshots wrote is durable once `ready` resolves; flush once more for the watermark.
   await p.store.flush()
   return {
@@ -178,8 +186,49 @@ function instrumentStore(p: PipelineType): void {
   }
 }
 
-function waitDurable(): Promise<object> {
+/**
+ * A CPU profile of exactly the timed window (from `start` resolving to the
+ * workload durable), taken in-process through the inspector, 200 µs sampling.
+ */
+let profiler: { session: Session; path: string } | undefined
+let windowStartUs = 0
+
+/** The clock V8 stamps profile samples with (CLOCK_MONOTONIC, µs). */
+function monotonicUs(): number {
+  return Number(process.hrtime.bigint() / 1000n)
+}
+
+function post<T = unknown>(session: Session, method: string, params?: object): Promise<T> {
+  return new Promise((resolve, reject) => session.post(method, params ?? {}, (err, result) => (err ? reject(err) : resolve(result as T))))
+}
+
+async function startProfile(path: string): Promise<void> {
+  const session = new Session()
+  session.connect()
+  await post(session, 'Profiler.enable')
+  await post(session, 'Profiler.setSamplingInterval', { interval: 200 })
+  await post(session, 'Profiler.start')
+  profiler = { session, path }
+}
+
+async function stopProfile(): Promise<void> {
+  if (profiler === undefined) return
+  const { session, path } = profiler
+  profiler = undefined
+  const windowEndUs = monotonicUs()
+  const { profile } = await post<{ profile: object }>(session, 'Profiler.stop')
+  writeFileSync(path, JSON.stringify({ ...profile, sluiceWindow: [windowStartUs, windowEndUs] }))
+  session.disconnect()
+}
+
+async function waitDurable(): Promise<object> {
   const p = need()
+  const result = await reached(p)
+  await stopProfile()
+  return result
+}
+
+function reached(p: PipelineType): Promise<object> {
   const done = (): object => ({
     ms: reachedAt! - startedAt,
     durableLsn: p.store.durableLsn,
