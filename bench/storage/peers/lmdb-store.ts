@@ -214,6 +214,10 @@ export class LmdbLogStore extends PeerLogStore<LmdbShapeLog> implements ShapeLog
     this.creating.add(id)
     const log = new LmdbShapeLog(id, num, meta, this.chunkBytes, this)
     let open = true
+    // endSnapshot() keeps the line for finish(). The peers take no live entries through the writer before the
+    // log exists: the storage benchmark never queues transactions behind a snapshot (that is the server's job).
+    let pendingEnd: Uint8Array | undefined
+    let finished: ShapeLog | undefined
     return {
       append: (rows) => {
         this.ensureOpen()
@@ -222,9 +226,20 @@ export class LmdbLogStore extends PeerLogStore<LmdbShapeLog> implements ShapeLog
         this.write(num, plan)
         log.book.apply(plan, true)
       },
-      finish: async (snapshotEnd) => {
+      endSnapshot: (snapshotEnd) => {
+        if (!open || pendingEnd !== undefined) throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
+        pendingEnd = snapshotEnd
+      },
+      appendTransaction: (entries, options) => {
+        if (finished === undefined) throw new PeerError('invalid_append', `shape ${id}: the benchmark peers take live entries once the log is finished`)
+        return finished.appendTransaction(entries, options)
+      },
+      finish: async (end) => {
         this.ensureOpen()
-        if (!open) throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
+        const snapshotEnd = end ?? pendingEnd
+        if (!open || snapshotEnd === undefined || (end !== undefined && pendingEnd !== undefined)) {
+          throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
+        }
         open = false
         const plan = log.book.planSnapshot([snapshotEnd], true)
         await this.durably(() => {
@@ -235,6 +250,7 @@ export class LmdbLogStore extends PeerLogStore<LmdbShapeLog> implements ShapeLog
         log.book.publishSnapshot()
         this.creating.delete(id)
         this.logs.set(id, log)
+        finished = log
         return log
       },
       abort: async () => {

@@ -197,6 +197,10 @@ export class SqliteLogStore extends PeerLogStore<SqliteShapeLog> implements Shap
     this.creating.add(id)
     const log = new SqliteShapeLog(id, num, meta, this.chunkBytes, this)
     let open = true
+    // endSnapshot() keeps the line for finish(). The peers take no live entries through the writer before the
+    // log exists: the storage benchmark never queues transactions behind a snapshot (that is the server's job).
+    let pendingEnd: Uint8Array | undefined
+    let finished: ShapeLog | undefined
     const writeRows = (rows: readonly Uint8Array[], end: boolean): void => {
       const plan = log.book.planSnapshot(rows, end)
       this.write(num, plan)
@@ -208,15 +212,27 @@ export class SqliteLogStore extends PeerLogStore<SqliteShapeLog> implements Shap
         if (!open) throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
         writeRows(rows, false)
       },
-      finish: async (snapshotEnd) => {
+      endSnapshot: (snapshotEnd) => {
+        if (!open || pendingEnd !== undefined) throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
+        pendingEnd = snapshotEnd
+      },
+      appendTransaction: (entries, options) => {
+        if (finished === undefined) throw new PeerError('invalid_append', `shape ${id}: the benchmark peers take live entries once the log is finished`)
+        return finished.appendTransaction(entries, options)
+      },
+      finish: async (end) => {
         this.ensureOpen()
-        if (!open) throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
+        const snapshotEnd = end ?? pendingEnd
+        if (!open || snapshotEnd === undefined || (end !== undefined && pendingEnd !== undefined)) {
+          throw new PeerError('invalid_append', `snapshot of shape ${id} is closed`)
+        }
         open = false
         writeRows([snapshotEnd], true)
         this.durably(() => this.statements.finishShape.run(num))
         log.book.publishSnapshot()
         this.creating.delete(id)
         this.logs.set(id, log)
+        finished = log
         return log
       },
       abort: async () => {

@@ -127,7 +127,16 @@ export interface SnapshotWriter {
    * its watermark is still open (`more`) or was appended after the log was
    * synced, so every such transaction is durable with the directory.
    */
-  finish(snapshotEnd: Uint8Array): Promise<ShapeLog>
+  finish(snapshotEnd?: Uint8Array): Promise<ShapeLog>
+  /**
+   * Appends the `snapshot-end` line and closes the snapshot region without
+   * asking for the log to be finished yet: from here on `appendTransaction`
+   * takes the queued transactions, at the caller's pace (a queue read back
+   * from disk in batches), and the finishing flush cannot rename the log before
+   * the caller says so by calling `finish()` (with no argument). Optional:
+   * `finish(snapshotEnd)` does both at once.
+   */
+  endSnapshot(snapshotEnd: Uint8Array): void
   /**
    * Appends one transaction after the snapshot: same rules as
    * `ShapeLog.appendTransaction` (one transaction per call, offsets increasing,
@@ -136,7 +145,7 @@ export interface SnapshotWriter {
    * the finishing flush renames the log's directory into place (inside that
    * flush, so possibly a little before the promise resolves).
    *
-   * Legal from the call to `finish` on (before: `invalid_append`), before and
+   * Legal from the call to `endSnapshot` or `finish` on (before: `invalid_append`), before and
    * after its promise resolves. From the rename on the writer is the log: it
    * behaves exactly like the returned `ShapeLog.appendTransaction`, which
    * refuses (`invalid_append`) a new transaction at or below the watermark that

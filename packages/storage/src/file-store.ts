@@ -269,7 +269,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const log = new FileShapeLog(id, tmpDir, Buffer.from(meta), this, [], EMPTY_HEAD)
     // open: rows; finishing: finish() called, live appends allowed; published:
     // renamed into shapes/ (the log's floor is set); resolved or dropped: settled.
-    let state: 'open' | 'finishing' | 'published' | 'resolved' | 'dropped' = 'open'
+    // ended: snapshot-end written, live appends allowed, finish() not called yet.
+    let state: 'open' | 'ended' | 'finishing' | 'published' | 'resolved' | 'dropped' = 'open'
     let finishing: FinishingSnapshot | undefined
     let settled: Promise<unknown> = Promise.resolve()
     const drop = async (): Promise<void> => {
@@ -290,14 +291,28 @@ export class FileLogStore implements ShapeLogStore, LogHost {
           throw err
         }
       },
-      finish: (snapshotEnd) => {
-        if (state !== 'open') return Promise.reject(new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`))
-        state = 'finishing'
+      endSnapshot: (snapshotEnd) => {
+        if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
         try {
           log.appendSnapshot([], snapshotEnd)
         } catch (err) {
-          return drop().then(() => Promise.reject(err))
+          void drop()
+          throw err
         }
+        state = 'ended'
+      },
+      finish: (snapshotEnd) => {
+        if (state === 'open' && snapshotEnd !== undefined) {
+          try {
+            log.appendSnapshot([], snapshotEnd)
+          } catch (err) {
+            return drop().then(() => Promise.reject(err))
+          }
+        } else if (state !== 'ended' || snapshotEnd !== undefined) {
+          const why = state === 'open' ? 'finish() needs the snapshot-end line' : `snapshot of shape ${id} is ${state}`
+          return Promise.reject(new StorageError('invalid_append', why))
+        }
+        state = 'finishing'
         const done = new Promise<FileShapeLog>((resolve, reject) => {
           finishing = {
             log,
@@ -329,8 +344,17 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         return done
       },
       appendTransaction: (entries, options) => {
-        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call finish() first`)
+        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
         if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+        if (state === 'ended') {
+          try {
+            return log.appendTransaction(entries, options)
+          } catch (err) {
+            // As in the finishing window: a failed write fails the snapshot.
+            if (err instanceof StorageError && err.code !== 'invalid_append') void drop()
+            throw err
+          }
+        }
         if (state !== 'finishing') return log.appendTransaction(entries, options)
         try {
           return log.appendTransaction(entries, options)
@@ -343,7 +367,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         }
       },
       abort: async () => {
-        if (state === 'open') return drop()
+        if (state === 'open' || state === 'ended') return drop()
         if (state !== 'finishing' && state !== 'published') return
         const f = finishing!
         f.aborted = true

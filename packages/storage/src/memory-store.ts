@@ -204,21 +204,35 @@ export class MemoryLogStore implements ShapeLogStore {
     if (this.logs.has(id) || this.creating.has(id)) throw new StorageError('shape_exists', `shape ${id} already exists`)
     this.creating.add(id)
     const log = new MemoryShapeLog(id, options?.meta ?? new Uint8Array(), this.chunkBytes)
-    let state: 'open' | 'finishing' | 'resolved' | 'dropped' = 'open'
+    let state: 'open' | 'ended' | 'finishing' | 'resolved' | 'dropped' = 'open'
     let finishing: Finishing | undefined
+    // Where the snapshot region ends: live entries appended after endSnapshot are not part of it.
+    let snapshotMark: Finishing['snapshot'] | undefined
+    const endRegion = (snapshotEnd: Uint8Array): void => {
+      log.pushSnapshotRow(snapshotEnd, true)
+      snapshotMark = { entries: log.entries.length, chunks: log.chunks.length, tx: 0n }
+    }
     return {
       append: (rows) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
         for (const row of rows) log.pushSnapshotRow(row, false)
       },
+      endSnapshot: (snapshotEnd) => {
+        if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
+        endRegion(snapshotEnd)
+        state = 'ended'
+      },
       finish: (snapshotEnd) => {
-        if (state !== 'open') return Promise.reject(new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`))
+        if (state === 'open' && snapshotEnd !== undefined) endRegion(snapshotEnd)
+        else if (state !== 'ended' || snapshotEnd !== undefined) {
+          const why = state === 'open' ? 'finish() needs the snapshot-end line' : `snapshot of shape ${id} is ${state}`
+          return Promise.reject(new StorageError('invalid_append', why))
+        }
         state = 'finishing'
-        log.pushSnapshotRow(snapshotEnd, true)
         return new Promise<MemoryShapeLog>((resolve, reject) => {
           finishing = {
             log,
-            snapshot: { entries: log.entries.length, chunks: log.chunks.length, tx: 0n },
+            snapshot: snapshotMark!,
             resolve: (l) => {
               state = 'resolved'
               resolve(l)
@@ -234,12 +248,12 @@ export class MemoryLogStore implements ShapeLogStore {
         })
       },
       appendTransaction: (entries, options) => {
-        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call finish() first`)
+        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
         if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
         return log.appendTransaction(entries, options)
       },
       abort: async () => {
-        if (state === 'open') {
+        if (state === 'open' || state === 'ended') {
           state = 'dropped'
           this.creating.delete(id)
         } else if (state === 'finishing') {

@@ -362,6 +362,41 @@ export function describeContract(name: string, factory: HarnessFactory): void {
         expect(lsnsOf(readAll(log))).toEqual(['20_0', '20_2', '30_1', '50_0'])
       })
 
+      it('takes queued transactions after endSnapshot across flushes, and renames only once finish() is called', async () => {
+        await advanceOthersTo50()
+        const w = store.createShape('drained')
+        w.append([row(1)])
+        await expect(w.finish()).rejects.toMatchObject({ code: 'invalid_append' })
+        w.endSnapshot(SNAPSHOT_END)
+        expect(codeOf(() => w.endSnapshot(SNAPSHOT_END))).toBe('invalid_append')
+        expect(w.appendTransaction([change(20n, 0, 1)])).toBe(1)
+        // Flushes come and go while the caller drains its queue: the log stays unborn and keeps taking old transactions.
+        await store.flush()
+        await store.flush()
+        expect(store.get('drained')).toBeUndefined()
+        expect(w.appendTransaction([change(30n, 0, 2)])).toBe(1)
+        await expect(w.finish(SNAPSHOT_END)).rejects.toMatchObject({ code: 'invalid_append' })
+        const finishing = w.finish()
+        expect(w.appendTransaction([change(50n, 0, 3)])).toBe(1)
+        const log = await finishing
+        expect(lsnsOf(readAll(log))).toEqual(['20_0', '30_0', '50_0'])
+        expect(readAll(log)).toHaveLength(2 + 3)
+      })
+
+      it('drops an ended snapshot on abort', async () => {
+        const w = store.createShape('ended-abort')
+        w.append([row(1)])
+        w.endSnapshot(SNAPSHOT_END)
+        w.appendTransaction([change(70n, 0, 1)])
+        await w.abort()
+        expect(codeOf(() => w.appendTransaction([change(71n, 0, 1)]))).toBe('invalid_append')
+        await store.flush()
+        expect(store.get('ended-abort')).toBeUndefined()
+        // The id is free again.
+        const again = store.createShape('ended-abort')
+        await again.abort()
+      })
+
       it('waits for a queued transaction below the watermark that is still open, and takes live ones with more', async () => {
         await advanceOthersTo50()
         const w = store.createShape('parts')

@@ -450,15 +450,18 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       }
       this.throwIfCancelled(shape)
       const w = writer!
-      finishing = w.finish(encodeSnapshotEnd(taken.snapshot))
+      w.endSnapshot(encodeSnapshotEnd(taken.snapshot))
       stitch.setSnapshot(taken.snapshot, taken.insertLsn)
       const writerTarget = writerAppendTarget(w)
-      // Drain what queued while the snapshot ran, in order; the last check and the switch happen in one tick, so nothing slips between.
+      // Drain what queued while the snapshot ran, in order (a spilled queue comes back from disk in batches,
+      // across flushes: the store cannot rename the log before finish() below). The last check, the switch
+      // and finish() happen in one tick, so nothing slips between.
       for (;;) {
         const parts = await queue.shift(DRAIN_BATCH)
         for (const part of parts) stitch.deliver(writerTarget, part)
         if (queue.length === 0) {
           stitch.goLive(writerTarget)
+          finishing = w.finish()
           break
         }
       }
