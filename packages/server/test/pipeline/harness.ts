@@ -5,8 +5,11 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Pipeline, type PipelineOptions } from '../../src/pipeline.js'
 import { DISPLAY_SETTINGS } from '../../src/replication/index.js'
 import {
+  ExactReplay,
+  LogFollower,
   type LogLine,
   type LogStructure,
+  LogStructureChecker,
   checkLogStructure,
   expectedRows,
   materialize,
@@ -145,6 +148,41 @@ export async function compareLog(
     ...(shape.columns === undefined ? {} : { columns: shape.columns }),
   })
   return { actual, expected, lines, structure }
+}
+
+/**
+ * One shape's log followed across checkpoints: each `step` reads only what was
+ * published since the previous one, checks its structure, replays it strictly
+ * onto the rows so far, and compares them with what Postgres says the shape
+ * holds now. `verifyPrefix` re-reads the whole log and checks it still starts
+ * with every byte read before (append-only, also across crashes).
+ */
+export class FollowedShape {
+  readonly follower = new LogFollower()
+  readonly structure = new LogStructureChecker()
+  readonly replay = new ExactReplay()
+  counts: LogStructure = { snapshotRows: 0, changes: 0, transactions: 0, ranges: 0 }
+
+  constructor(private readonly shape: ShapeQuery, private readonly bools: readonly string[] = []) {}
+
+  async step(
+    log: ShapeLog,
+    cluster: PostgresCluster,
+  ): Promise<{ fresh: LogLine[]; actual: Map<string, Record<string, string | null>>; expected: Map<string, Record<string, string | null>> }> {
+    const fresh = this.follower.next(log)
+    this.structure.feed(fresh)
+    this.counts = this.structure.end()
+    this.replay.apply(fresh)
+    const actual = new Map(this.replay.rows)
+    normaliseBooleans(actual, this.bools)
+    const shape = this.shape
+    const expected = await expectedRows((t, v) => cluster.query(t, v), { schema: shape.schema, name: shape.table }, {
+      ...(shape.where === undefined ? {} : { where: shape.where }),
+      ...(shape.params === undefined ? {} : { params: shape.params }),
+      ...(shape.columns === undefined ? {} : { columns: shape.columns }),
+    })
+    return { fresh, actual, expected }
+  }
 }
 
 /** The first difference between two row maps, for an error message (undefined when equal). */
