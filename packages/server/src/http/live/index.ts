@@ -1,0 +1,30 @@
+/**
+ * Live mode for `/v1/shape`: long-poll waiting and SSE streaming (PROTOCOL.md
+ * §4.4, §5.5). Independent of fastify; the route wires it in.
+ */
+export {
+  DEFAULT_WAIT_RESOLUTION_MS,
+  type FlushSource,
+  LiveWaiters,
+  type LiveWaitersOptions,
+  type WaitOptions,
+  type WaitResult,
+} from './live-waiters.js'
+export { type LongPollResult, waitForData } from './wait-for-data.js'
+export {
+  DEFAULT_SSE_KEEP_ALIVE_MS,
+  DEFAULT_SSE_TIMEOUT_MS,
+  type ServeSseOptions,
+  type SseBatch,
+  type SseOutcome,
+  readFromStore,
+  serveSse,
+} from './sse.js'
+export {
+  KEEP_ALIVE_COMMENT,
+  MalformedEntriesError,
+  forEachEntry,
+  frameEntries,
+  frameEvent,
+  splitEntries,
+} from './split-entries.js'

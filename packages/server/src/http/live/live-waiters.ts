@@ -1,0 +1,185 @@
+/**
+ * Live waiters: long-polls and SSE streams parked until their shape's durable
+ * data moves (PROTOCOL.md §4.4, issue 4 item 3).
+ *
+ * Waking
+ * ------
+ * One `store.onFlush` listener for the whole process. Each flush names the logs
+ * whose published head moved (`advanced`); the waiters of exactly those shapes
+ * resolve with `'advanced'`. Nothing polls: a waiter costs nothing until its
+ * shape advances or its deadline passes.
+ *
+ * Deadlines: a coarse timer wheel
+ * -------------------------------
+ * Deadlines are rounded *up* to a multiple of `resolutionMs` (default 100 ms)
+ * and kept in one bucket per multiple. A single interval of `resolutionMs`
+ * (unref'd, so it never keeps the process alive on its own) runs only while
+ * at least one waiter exists, and each tick resolves every bucket whose time has
+ * come. 10k waiters therefore cost one timer, and the work per tick is the
+ * number of live buckets (at most `longest timeout / resolutionMs`, e.g. 600 for
+ * 60 s SSE streams at 100 ms) plus the waiters actually resolved. A timeout is
+ * never early and at most about `2 × resolutionMs` late.
+ *
+ * Resolution is exactly once: whichever of advanced / timeout / invalidated /
+ * aborted comes first wins, and the waiter is removed from its shape set, its
+ * bucket, and its signal's listeners at that moment (no leaks for waiters that
+ * never see their signal fire).
+ *
+ * Races: the store calls flush listeners synchronously, so a caller that reads
+ * the head and calls `wait` in the same synchronous step cannot miss a flush
+ * (`waitForData` does exactly that). `invalidate` only wakes current waiters:
+ * a caller must check that its shape still exists before waiting (handles are
+ * unique forever, so remembering invalidated ones would only leak).
+ */
+
+export type WaitResult = 'advanced' | 'timeout' | 'invalidated' | 'aborted'
+
+/** What the waiters need of a `ShapeLogStore`. */
+export interface FlushSource {
+  onFlush(listener: (result: { durableLsn: bigint; advanced: readonly string[] }) => void): () => void
+}
+
+export interface LiveWaitersOptions {
+  readonly store: FlushSource
+  /** Granularity of deadlines and period of the single timer; default 100 ms. */
+  readonly resolutionMs?: number
+  /** Monotonic clock in ms; default `performance.now`. */
+  readonly now?: () => number
+}
+
+export interface WaitOptions {
+  readonly timeoutMs: number
+  readonly signal?: AbortSignal | undefined
+}
+
+export const DEFAULT_WAIT_RESOLUTION_MS = 100
+
+interface Waiter {
+  readonly handle: string
+  readonly bucket: number
+  readonly resolve: (result: WaitResult) => void
+  readonly signal: AbortSignal | undefined
+  onAbort: (() => void) | undefined
+  done: boolean
+}
+
+export class LiveWaiters {
+  private readonly resolutionMs: number
+  private readonly clock: () => number
+  private readonly byHandle = new Map<string, Set<Waiter>>()
+  private readonly buckets = new Map<number, Set<Waiter>>()
+  private readonly unsubscribe: () => void
+  private timer: NodeJS.Timeout | undefined
+  private count = 0
+  private closed = false
+
+  constructor(options: LiveWaitersOptions) {
+    const resolutionMs = options.resolutionMs ?? DEFAULT_WAIT_RESOLUTION_MS
+    if (!(resolutionMs > 0) || !Number.isFinite(resolutionMs)) throw new RangeError(`resolutionMs must be a positive number, got ${resolutionMs}`)
+    this.resolutionMs = resolutionMs
+    this.clock = options.now ?? (() => performance.now())
+    this.unsubscribe = options.store.onFlush((result) => {
+      for (const id of result.advanced) this.wake(id, 'advanced')
+    })
+  }
+
+  /** The clock deadlines are measured on (the `now` option). SSE streams use it too. */
+  now(): number {
+    return this.clock()
+  }
+
+  /**
+   * Resolves when the shape's published head moves ('advanced'), the timeout
+   * passes ('timeout'), the shape is invalidated ('invalidated') or the signal
+   * aborts ('aborted'). Never rejects.
+   */
+  wait(handle: string, options: WaitOptions): Promise<WaitResult> {
+    const { signal } = options
+    if (this.closed || signal?.aborted) return Promise.resolve('aborted')
+    if (!(options.timeoutMs > 0)) return Promise.resolve('timeout')
+    return new Promise<WaitResult>((resolve) => {
+      const deadline = this.clock() + options.timeoutMs
+      const waiter: Waiter = {
+        handle,
+        bucket: Math.ceil(deadline / this.resolutionMs),
+        resolve,
+        signal,
+        onAbort: undefined,
+        done: false,
+      }
+      addTo(this.byHandle, handle, waiter)
+      addTo(this.buckets, waiter.bucket, waiter)
+      if (signal) {
+        waiter.onAbort = () => this.settle(waiter, 'aborted')
+        signal.addEventListener('abort', waiter.onAbort, { once: true })
+      }
+      this.count++
+      if (this.timer === undefined) {
+        this.timer = setInterval(() => this.tick(), this.resolutionMs)
+        this.timer.unref()
+      }
+    })
+  }
+
+  /** Wakes every waiter of the shape with 'invalidated' (rotated, truncated, deleted). */
+  invalidate(handle: string): void {
+    this.wake(handle, 'invalidated')
+  }
+
+  /** Number of pending waiters. */
+  get size(): number {
+    return this.count
+  }
+
+  /** Resolves every waiter with 'aborted', stops the timer and the flush listener; later waits resolve 'aborted' at once. */
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.unsubscribe()
+    for (const set of [...this.byHandle.values()]) for (const w of [...set]) this.settle(w, 'aborted')
+  }
+
+  private wake(handle: string, result: WaitResult): void {
+    const set = this.byHandle.get(handle)
+    if (!set) return
+    for (const w of [...set]) this.settle(w, result)
+  }
+
+  private tick(): void {
+    const due = Math.floor(this.clock() / this.resolutionMs)
+    for (const [bucket, set] of this.buckets) {
+      if (bucket > due) continue
+      for (const w of [...set]) this.settle(w, 'timeout')
+    }
+  }
+
+  private settle(w: Waiter, result: WaitResult): void {
+    if (w.done) return
+    w.done = true
+    removeFrom(this.byHandle, w.handle, w)
+    removeFrom(this.buckets, w.bucket, w)
+    if (w.onAbort) {
+      w.signal!.removeEventListener('abort', w.onAbort)
+      w.onAbort = undefined
+    }
+    this.count--
+    if (this.count === 0 && this.timer !== undefined) {
+      clearInterval(this.timer)
+      this.timer = undefined
+    }
+    w.resolve(result)
+  }
+}
+
+function addTo<K>(map: Map<K, Set<Waiter>>, key: K, w: Waiter): void {
+  let set = map.get(key)
+  if (!set) map.set(key, (set = new Set()))
+  set.add(w)
+}
+
+function removeFrom<K>(map: Map<K, Set<Waiter>>, key: K, w: Waiter): void {
+  const set = map.get(key)
+  if (!set) return
+  set.delete(w)
+  if (set.size === 0) map.delete(key)
+}
