@@ -1,0 +1,128 @@
+import {
+  CacheControl,
+  JSON_CONTENT_TYPE,
+  ROUTE_NOT_FOUND_TEXT,
+  ResponseHeader,
+  type SluiceError,
+} from '@sluice/protocol'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify'
+import type { Pipeline } from '../pipeline.js'
+import { Admission } from './admission.js'
+import { setCors } from './cors.js'
+import { toSluiceError } from './http-errors.js'
+import { LiveWaiters } from './live/index.js'
+import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
+import { type ShapeWaiters, shapeRoutes } from './shape-routes.js'
+
+/**
+ * The HTTP app (DESIGN.md §5), built apart from `listen()`: the caller (or a
+ * test) decides where it listens. Route groups are encapsulated plugins; the
+ * error handler, the 404 handler and `electric-server` are app-wide.
+ */
+
+export interface BuildAppOptions {
+  readonly pipeline: Pipeline
+  readonly http?: Partial<HttpOptions>
+  /** A pino-compatible logger (fastify's `loggerInstance`); none by default. */
+  readonly logger?: FastifyBaseLogger
+  /** Shape waiters to use instead of a `LiveWaiters` on the pipeline's store (the app then does not close them). */
+  readonly waiters?: ShapeWaiters & { invalidate(handle: string): void }
+}
+
+/** Paths the server answers; anything else is a plain 404. */
+const ROUTES = new Set(['/', '/v1/shape', '/v1/health'])
+
+export function buildApp(options: BuildAppOptions): FastifyInstance {
+  const http: HttpOptions = { ...DEFAULT_HTTP_OPTIONS, ...options.http }
+  const app = Fastify({
+    ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger }),
+    // One debug line per request is logged below instead of fastify's two at info.
+    disableRequestLogging: true,
+    rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),
+    // Long-polls are held for longPollTimeoutMs; nothing else is slow. The caller may tune the server further.
+    return503OnClosing: true,
+  })
+
+  const ownWaiters = options.waiters === undefined
+  const waiters = options.waiters ?? new LiveWaiters({ store: options.pipeline.store })
+  const admission = new Admission({ initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting })
+  const onInvalidated = ({ handle }: { handle: string }): void => waiters.invalidate(handle)
+  options.pipeline.shapes.on('invalidated', onInvalidated)
+  app.addHook('onClose', async () => {
+    options.pipeline.shapes.off('invalidated', onInvalidated)
+    if (ownWaiters) (waiters as LiveWaiters).close()
+  })
+
+  app.addHook('onRequest', async (_request, reply) => {
+    reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
+  })
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+  })
+
+  app.setErrorHandler(async (error, request, reply) => {
+    const mapped = toSluiceError(error)
+    if (mapped.status >= 500) request.log.error({ err: error }, 'request failed')
+    return sendError(reply, mapped)
+  })
+  app.setNotFoundHandler(async (_request, reply) =>
+    reply.code(404).header(ResponseHeader.contentType, 'text/plain; charset=utf-8').send(ROUTE_NOT_FOUND_TEXT),
+  )
+
+  app.register(rootRoutes)
+  app.register(shapeRoutes, { pipeline: options.pipeline, http, waiters, admission })
+  return app
+}
+
+async function rootRoutes(app: FastifyInstance): Promise<void> {
+  app.addHook('onRequest', async (request, reply) => setCors(request, reply, false))
+  app.get('/', async (_request, reply) => reply.code(200).send(''))
+  app.get('/v1/health', async (_request, reply) =>
+    reply
+      .code(200)
+      .header(ResponseHeader.cacheControl, CacheControl.health)
+      .header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+      .send('{"status":"active"}'),
+  )
+}
+
+/** Every error body is JSON (§5.4); the cache-control of errors follows §5.2. */
+export function sendError(reply: FastifyReply, error: SluiceError): FastifyReply {
+  if (error.status === 409) {
+    // A must-refetch raised as an error has no new handle to offer.
+    reply.header(ResponseHeader.cacheControl, CacheControl.conflictWithoutHandle)
+  } else if (reply.request.method === 'GET' || reply.request.method === 'HEAD' || reply.request.method === 'OPTIONS') {
+    reply.header(ResponseHeader.cacheControl, CacheControl.noStore)
+    reply.header(ResponseHeader.surrogateControl, CacheControl.noStore)
+  } else {
+    reply.header(ResponseHeader.cacheControl, CacheControl.noCache)
+    reply.header(ResponseHeader.surrogateControl, CacheControl.noStore)
+  }
+  // Headers of a response that was being built (offset, etag, schema...) do not belong on an error.
+  for (const name of [ResponseHeader.offset, ResponseHeader.etag, ResponseHeader.schema, ResponseHeader.cursor, ResponseHeader.upToDate, ResponseHeader.hasData]) {
+    reply.removeHeader(name)
+  }
+  if (error.retryAfter !== undefined) reply.header(ResponseHeader.retryAfter, String(error.retryAfter))
+  if (error.knownError) reply.header(ResponseHeader.knownError, 'true')
+  return reply.code(error.status).header(ResponseHeader.contentType, JSON_CONTENT_TYPE).send(JSON.stringify(error.toBody()))
+}
+
+/**
+ * Electric matches routes after normalising the path: `/v1/shape/`, `/v1//shape`
+ * and `/v1/%73hape` are all `/v1/shape` (PROTOCOL.md §1). The query is kept
+ * byte for byte; unknown paths are left alone for the 404 handler.
+ */
+export function normalizeUrl(url: string): string {
+  const at = url.indexOf('?')
+  const path = at < 0 ? url : url.slice(0, at)
+  let decoded: string
+  try {
+    decoded = decodeURIComponent(path)
+  } catch {
+    return url
+  }
+  let normal = decoded.replace(/\/{2,}/g, '/')
+  if (normal.length > 1 && normal.endsWith('/')) normal = normal.slice(0, -1)
+  if (normal === path || !ROUTES.has(normal)) return url
+  return at < 0 ? normal : normal + url.slice(at)
+}

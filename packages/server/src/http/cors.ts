@@ -1,0 +1,43 @@
+import {
+  DEFAULT_ALLOW_METHODS_VALUE,
+  EXPOSE_HEADERS_VALUE,
+  PREFLIGHT_ALLOWED_REQUEST_HEADERS,
+  PREFLIGHT_MAX_AGE_SECONDS,
+  RequestHeader,
+  ResponseHeader,
+  SHAPE_ALLOW_METHODS_VALUE,
+} from '@sluice/protocol'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+
+/**
+ * CORS (PROTOCOL.md §8): the request's Origin echoed (or `*`), the methods of
+ * the route, and the electric-* headers exposed so a browser client can read
+ * them. An echoed origin adds `vary: origin`, so an HTTP cache never hands one
+ * origin's answer to another.
+ */
+export function setCors(request: FastifyRequest, reply: FastifyReply, shapeRoute: boolean): void {
+  const origin = request.headers[RequestHeader.origin]
+  if (typeof origin === 'string' && origin !== '') {
+    reply.header(ResponseHeader.allowOrigin, origin)
+    reply.header(ResponseHeader.vary, 'origin')
+  } else {
+    reply.header(ResponseHeader.allowOrigin, '*')
+  }
+  reply.header(ResponseHeader.allowMethods, shapeRoute ? SHAPE_ALLOW_METHODS_VALUE : DEFAULT_ALLOW_METHODS_VALUE)
+  reply.header(ResponseHeader.exposeHeaders, EXPOSE_HEADERS_VALUE)
+}
+
+/** The OPTIONS answer: 204, a day of preflight caching, and only the request headers we accept echoed. */
+export function sendPreflight(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const asked = request.headers[RequestHeader.accessControlRequestHeaders]
+  if (typeof asked === 'string') {
+    const allowed = asked
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter((h) => PREFLIGHT_ALLOWED_REQUEST_HEADERS.includes(h))
+    if (allowed.length > 0) reply.header(ResponseHeader.allowHeaders, allowed.join(', '))
+  }
+  reply.header(ResponseHeader.maxAge, String(PREFLIGHT_MAX_AGE_SECONDS))
+  reply.header(ResponseHeader.connection, 'keep-alive')
+  return reply.code(204).send()
+}

@@ -1,0 +1,8 @@
+// The HTTP layer's public API (PROTOCOL.md; issue 4 items 1, 2, 5).
+export { type BuildAppOptions, buildApp, normalizeUrl, sendError } from './app.js'
+export { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
+export { Admission, type RequestKind } from './admission.js'
+export { type LogBody, POOLED_BUFFER_BYTES, logBody } from './log-body.js'
+export { columnSchema, schemaHeader, shapeSchema } from './schema-header.js'
+export { missingTableMessage, toSluiceError } from './http-errors.js'
+export type { ShapeWaiters } from './shape-routes.js'

@@ -1,0 +1,42 @@
+import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AGE_SECONDS } from '@sluice/protocol'
+
+/**
+ * Settings of the HTTP layer. The config schema (`src/config.ts`) maps flags and
+ * env vars onto these; nothing here reads the environment.
+ */
+export interface HttpOptions {
+  /** How long a `live=true` request is held without new data (PROTOCOL.md §4.4). */
+  readonly longPollTimeoutMs: number
+  /** `max-age` of non-live, non-initial responses (§5.2). */
+  readonly maxAge: number
+  /** `stale-while-revalidate` of the same responses (§5.2). */
+  readonly staleAge: number
+  /** When set, every `/v1/shape` request except OPTIONS needs `secret=` (or `api_secret=`) equal to it. */
+  readonly secret?: string | undefined
+  /** Whether `DELETE /v1/shape` works; off by default, as in Electric. */
+  readonly allowDelete: boolean
+  /** Concurrent `offset=-1` requests before 503 (admission control, §5.4). */
+  readonly maxConcurrentInitial: number
+  /** Concurrent other `/v1/shape` requests (long-polls included) before 503. */
+  readonly maxConcurrentExisting: number
+  /** Lifetime of an SSE stream (§5.5); also sets the SSE cache lifetime. */
+  readonly sseTimeoutMs: number
+}
+
+/** Electric's defaults, except where PROTOCOL.md says otherwise. */
+export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
+  longPollTimeoutMs: DEFAULT_LONG_POLL_TIMEOUT_MS,
+  maxAge: DEFAULT_MAX_AGE_SECONDS,
+  staleAge: DEFAULT_STALE_AGE_SECONDS,
+  allowDelete: false,
+  maxConcurrentInitial: 300,
+  maxConcurrentExisting: 10_000,
+  sseTimeoutMs: 60_000,
+})
+
+/**
+ * `electric-server` on every response (PROTOCOL.md §1). The version is the
+ * Electric sync-service release whose behaviour this server reproduces
+ * (PROTOCOL.md's source snapshot), not Sluice's own.
+ */
+export const ELECTRIC_SERVER_VALUE = 'ElectricSQL/1.7.12'

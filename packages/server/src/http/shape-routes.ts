@@ -1,0 +1,326 @@
+import { timingSafeEqual } from 'node:crypto'
+import {
+  CacheControl,
+  JSON_CONTENT_TYPE,
+  LAST_VIRTUAL,
+  type LogOffset,
+  MUST_REFETCH_BODY,
+  RequestHeader,
+  ResponseHeader,
+  type ShapeDefinitionParams,
+  type ShapeRequest,
+  SluiceError,
+  UP_TO_DATE_VALUE,
+  compareOffsets,
+  conflictCacheControl,
+  etagValue,
+  formatOffset,
+  formatRequestOffset,
+  ifNoneMatchIncludes,
+  invalidRequest,
+  isBeforeAll,
+  isVirtual,
+  nextCursor,
+  nonLiveCacheControl,
+  offsetOutOfBounds,
+  parseDeleteRequest,
+  parseShapeRequest,
+  readSecret,
+  upToDateMessage,
+} from '@sluice/protocol'
+import type { LogRead, ShapeLog } from '@sluice/storage'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { Pipeline } from '../pipeline.js'
+import { compileDefinition } from '../shapes/definition/index.js'
+import { ShapeError } from '../shapes/shape-error.js'
+import type { ResolvedShape } from '../shapes/shape-manager.js'
+import { whereColumns } from '../shapes/table-catalog.js'
+import type { Admission } from './admission.js'
+import { sendPreflight, setCors } from './cors.js'
+import { toSluiceError } from './http-errors.js'
+import { logBody } from './log-body.js'
+import type { HttpOptions } from './options.js'
+import { schemaHeader } from './schema-header.js'
+
+/**
+ * `/v1/shape` (PROTOCOL.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS. One
+ * encapsulated plugin; the secret check and CORS headers are its hooks.
+ *
+ * A GET, in order:
+ *   1. validation (`parseShapeRequest`, Electric's stages and texts), then
+ *      admission control by kind (`offset=-1` is initial);
+ *   2. the definition resolved to its current handle (created if new; a
+ *      request naming another handle gets 409 with the current one);
+ *   3. the snapshot awaited (`ready`);
+ *   4. `offset=now` answers the head at once; an offset past the head waits up
+ *      to half the long-poll timeout for the log to reach it, then is a 400;
+ *   5. `log.read(after)` gives the chunk-aligned range; the etag is known
+ *      before any byte is read, so a matching `If-None-Match` costs no I/O;
+ *   6. `live=true` with nothing past the offset parks on the shape's waiter
+ *      until a flush publishes more, the timeout, or an invalidation (409).
+ */
+
+/** What shape waiting needs; `LiveWaiters` (src/http/live) provides it. */
+export interface ShapeWaiters {
+  wait(handle: string, options: { timeoutMs: number; signal?: AbortSignal }): Promise<'advanced' | 'timeout' | 'invalidated' | 'aborted'>
+}
+
+export interface ShapeRoutesOptions {
+  readonly pipeline: Pipeline
+  readonly http: HttpOptions
+  readonly waiters: ShapeWaiters
+  readonly admission: Admission
+}
+
+const SHAPE_PATH = '/v1/shape'
+
+export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOptions): Promise<void> {
+  const { pipeline, http, waiters, admission } = options
+  const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
+
+  app.addHook('onRequest', async (request, reply) => {
+    setCors(request, reply, true)
+    if (secret === undefined || request.method === 'OPTIONS') return
+    const given = readSecret(rawQuery(request.url))
+    if (given === undefined || !sameSecret(Buffer.from(given), secret)) throw new SluiceError('unauthorized')
+  })
+
+  app.options(SHAPE_PATH, async (request, reply) => sendPreflight(request, reply))
+
+  app.get(SHAPE_PATH, async (request, reply) => {
+    const parsed = parseShapeRequest(rawQuery(request.url))
+    if (!parsed.ok) throw invalidRequest(parsed.errors)
+    const req = parsed.value
+    // Subset snapshots (§6) are not served yet: refuse them rather than answer a plain read.
+    if (req.subset !== undefined) throw invalidRequest({ subset: ['subset snapshots are not supported by this server yet'] })
+    const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
+    if (permit instanceof SluiceError) throw permit
+    const gone = new AbortController()
+    const onClose = (): void => gone.abort()
+    reply.raw.once('close', onClose)
+    try {
+      return await new ShapeResponder(pipeline, http, waiters, request, reply, req, gone.signal).serve()
+    } finally {
+      permit()
+      reply.raw.off('close', onClose)
+    }
+  })
+
+  app.delete(SHAPE_PATH, async (request, reply) => {
+    reply.header(ResponseHeader.cacheControl, CacheControl.noCache)
+    if (!http.allowDelete) throw new SluiceError('delete_not_allowed')
+    const parsed = parseDeleteRequest(rawQuery(request.url))
+    if (!parsed.ok) throw invalidRequest(parsed.errors)
+    const { handle, shape } = parsed.value
+    let target = handle
+    if (shape !== undefined) {
+      const found = await lookupDefinition(pipeline, shape)
+      if (handle !== undefined && found !== undefined && found !== handle) throw new SluiceError('shape_definition_mismatch')
+      target = found
+    }
+    if (target === undefined || !(await pipeline.shapes.delete(target))) throw new SluiceError('not_found')
+    return reply.code(202).send()
+  })
+}
+
+/**
+ * The handle registered for a definition, without creating a shape: the
+ * definition is normalised against the table info of a shape already on that
+ * table (no shape on the table means no match, and no catalog query).
+ */
+async function lookupDefinition(pipeline: Pipeline, params: ShapeDefinitionParams): Promise<string | undefined> {
+  for (const handle of pipeline.shapes.handles()) {
+    const def = pipeline.shapes.definition(handle)
+    const table = pipeline.shapes.table(handle)
+    if (def === undefined || table === undefined) continue
+    if (def.schema !== params.table.schema || def.table !== params.table.name) continue
+    const { definition } = await compileDefinition(params, whereColumns(table))
+    return pipeline.shapes.lookup(definition)
+  }
+  return undefined
+}
+
+class ShapeResponder {
+  private readonly requestOffset: string
+
+  constructor(
+    private readonly pipeline: Pipeline,
+    private readonly http: HttpOptions,
+    private readonly waiters: ShapeWaiters,
+    private readonly request: FastifyRequest,
+    private readonly reply: FastifyReply,
+    private readonly req: ShapeRequest,
+    private readonly gone: AbortSignal,
+  ) {
+    this.requestOffset = formatRequestOffset(req.offset)
+  }
+
+  async serve(): Promise<FastifyReply> {
+    const params = this.req.shape
+    if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
+    let shape = await this.resolve(params)
+    if (this.req.handle !== undefined && this.req.handle !== shape.handle) return this.mustRefetch(shape.handle)
+    let log: ShapeLog
+    try {
+      log = await this.pipeline.shapes.ready(shape.handle)
+    } catch (error) {
+      if (!(error instanceof ShapeError && error.code === 'shape_invalidated')) throw toSluiceError(error)
+      // Invalidated while its snapshot ran: a request without a handle simply gets the next one.
+      if (this.req.handle !== undefined) return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      shape = await this.resolve(params)
+      log = await this.pipeline.shapes.ready(shape.handle).catch((e: unknown) => {
+        throw toSluiceError(e)
+      })
+    }
+
+    if (this.req.offset === 'now') return this.sendNoChanges(shape, headOffset(log))
+    const after = this.req.offset
+    if (!isBeforeAll(after) && compareOffsets(after, headOffset(log)) > 0) {
+      const reached = await this.waitFor(shape, log, after)
+      if (reached !== true) return reached
+    }
+    if (!this.req.live) return this.sendRead(shape, log.read(after))
+    return this.longPoll(shape, log, after)
+  }
+
+  private async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
+    try {
+      return await this.pipeline.shapes.resolve(params)
+    } catch (error) {
+      throw toSluiceError(error, { relation: params.table })
+    }
+  }
+
+  /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
+  private async waitFor(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
+    const deadline = performance.now() + this.http.longPollTimeoutMs / 2
+    for (;;) {
+      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (compareOffsets(after, headOffset(log)) <= 0) return true
+      const remaining = deadline - performance.now()
+      if (remaining <= 0) throw offsetOutOfBounds()
+      const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
+      if (result === 'aborted') return this.abandon()
+      if (result === 'invalidated') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (result === 'timeout') throw offsetOutOfBounds()
+    }
+  }
+
+  private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
+    const deadline = performance.now() + this.http.longPollTimeoutMs
+    for (;;) {
+      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      // Read and wait in one synchronous step: a flush in between cannot be missed.
+      const read = log.read(after)
+      if (read.entryCount > 0) return this.sendRead(shape, read)
+      read.release()
+      const remaining = deadline - performance.now()
+      if (remaining <= 0) return this.sendNoChanges(shape, after)
+      const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
+      if (result === 'aborted') return this.abandon()
+      if (result === 'invalidated') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (result === 'timeout') return this.sendNoChanges(shape, after)
+    }
+  }
+
+  /** A range of the log: 304 if the client holds it, else its stored bytes. */
+  private async sendRead(shape: ResolvedShape, read: LogRead): Promise<FastifyReply> {
+    const end = read.nextOffset
+    const responseOffset = formatOffset(end)
+    // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
+    const upToDate = read.reachedHead && !(this.req.offset !== 'now' && isBeforeAll(this.req.offset))
+    const etag = etagValue({ handle: shape.handle, requestOffset: this.requestOffset, responseOffset })
+    this.commonHeaders(shape, responseOffset, etag, true)
+    if (ifNoneMatchIncludes(this.request.headers[RequestHeader.ifNoneMatch], etag)) {
+      read.release()
+      this.reply.removeHeader(ResponseHeader.schema)
+      return this.reply.code(304).send()
+    }
+    if (upToDate) this.reply.header(ResponseHeader.upToDate, UP_TO_DATE_VALUE)
+    const durable = this.pipeline.store.durableLsn
+    // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
+    const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
+    const body = await logBody(read, upToDate ? upToDateMessage(lsn) : undefined)
+    this.reply.raw.once('close', body.done)
+    return this.reply.code(200).send(body.bytes)
+  }
+
+  /** `[up-to-date]` with nothing new: a long-poll timeout or `offset=now`. */
+  private sendNoChanges(shape: ResolvedShape, offset: LogOffset): FastifyReply {
+    const responseOffset = formatOffset(offset)
+    const etag = etagValue({
+      handle: shape.handle,
+      requestOffset: this.requestOffset,
+      responseOffset,
+      noChangesToken: process.hrtime.bigint(),
+    })
+    this.commonHeaders(shape, responseOffset, etag, false)
+    this.reply.header(ResponseHeader.upToDate, UP_TO_DATE_VALUE)
+    return this.reply.code(200).send(`[${upToDateMessage(this.pipeline.store.durableLsn)}]`)
+  }
+
+  private commonHeaders(shape: ResolvedShape, responseOffset: string, etag: string, hasData: boolean): void {
+    const reply = this.reply
+    reply.header(ResponseHeader.handle, shape.handle)
+    reply.header(ResponseHeader.offset, responseOffset)
+    reply.header(ResponseHeader.etag, `"${etag}"`)
+    reply.header(ResponseHeader.hasData, hasData ? 'true' : 'false')
+    reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+    if (this.req.live) {
+      reply.header(ResponseHeader.cursor, this.cursor())
+      // live_sse is not served as a stream yet: its requests get long-poll answers, cached as such.
+      reply.header(ResponseHeader.cacheControl, CacheControl.live)
+    } else {
+      reply.header(ResponseHeader.schema, schemaHeader(shape.table, shape.definition.columns))
+      reply.header(
+        ResponseHeader.cacheControl,
+        this.req.offset !== 'now' && isBeforeAll(this.req.offset) ? CacheControl.initial : nonLiveCacheControl(this.http.maxAge, this.http.staleAge),
+      )
+    }
+  }
+
+  private cursor(): string {
+    return nextCursor({
+      nowMs: Date.now(),
+      longPollTimeoutMs: this.http.longPollTimeoutMs,
+      requestCursor: this.req.cursor,
+      random: Math.random,
+    })
+  }
+
+  /** 409 must-refetch (§5.4), with the definition's current handle when there is one. */
+  private mustRefetch(handle: string | undefined): FastifyReply {
+    const reply = this.reply
+    if (handle !== undefined) reply.header(ResponseHeader.handle, handle)
+    reply.header(ResponseHeader.cacheControl, conflictCacheControl(handle !== undefined))
+    reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+    if (this.req.live) reply.header(ResponseHeader.cursor, this.cursor())
+    return reply.code(409).send(MUST_REFETCH_BODY)
+  }
+
+  /** The client went away while waiting: nothing to answer. */
+  private abandon(): FastifyReply {
+    this.reply.hijack()
+    if (!this.reply.raw.destroyed) this.reply.raw.destroy()
+    return this.reply
+  }
+}
+
+/**
+ * Where a reader stands at the head of a log: its last offset, or `0_inf` while
+ * it holds only the snapshot (every virtual offset is then in bounds, and a
+ * shape with no real entries reports `0_inf` for `offset=now`, §4.1).
+ */
+function headOffset(log: ShapeLog): LogOffset {
+  const last = log.head().lastOffset
+  return isBeforeAll(last) || isVirtual(last) ? LAST_VIRTUAL : last
+}
+
+export function rawQuery(url: string): string {
+  const at = url.indexOf('?')
+  return at < 0 ? '' : url.slice(at + 1)
+}
+
+function sameSecret(given: Buffer, expected: Buffer): boolean {
+  return given.length === expected.length && timingSafeEqual(given, expected)
+}
