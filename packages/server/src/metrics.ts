@@ -1,0 +1,239 @@
+// Prometheus metrics (prom-client, a Registry of our own, never the global one).
+// Most values are read from the pipeline when scraped; Postgres-side figures
+// (WAL position, slot retention, walsender lag) come from one query whose answer
+// is cached briefly, so a scrape storm costs Postgres one query per interval.
+import pg from 'pg'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { Pipeline } from './pipeline.js'
+import { parseLsn } from '@sluice/protocol'
+
+export interface MetricsOptions {
+  readonly pipeline: Pipeline
+  /** For the Postgres-side figures; a pool of one connection is opened on first scrape. */
+  readonly connectionString: string
+  readonly slotName: string
+  /** How long one Postgres sample is reused (default 1000 ms). */
+  readonly sampleMaxAgeMs?: number
+  /** Node process metrics (process_*, nodejs_*); default true. */
+  readonly defaultMetrics?: boolean
+}
+
+interface PostgresSample {
+  readonly at: number
+  readonly currentLsn: bigint
+  readonly retainedBytes: number | undefined
+  /** What Postgres last recorded as acknowledged (the floor when nothing was routed since start). */
+  readonly confirmedLsn: bigint | undefined
+  readonly flushLagSeconds: number | undefined
+}
+
+const FLUSH_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
+
+const SAMPLE_SQL = `
+SELECT pg_current_wal_lsn()::text AS current,
+       (SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::text FROM pg_replication_slots s WHERE s.slot_name = $1) AS retained,
+       (SELECT s.confirmed_flush_lsn::text FROM pg_replication_slots s WHERE s.slot_name = $1) AS confirmed,
+       (SELECT extract(epoch FROM r.flush_lag)::float8
+          FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+         WHERE s.slot_name = $1) AS flush_lag`
+
+/** The metrics of one server; the HTTP layer reaches them through `serverMetrics(pipeline)`. */
+export class ServerMetrics {
+  readonly registry = new Registry()
+  /** Bytes of response bodies sent for shape requests: the HTTP layer increments it. */
+  readonly bytesServed: Counter
+  /** Requests held open waiting for new data (long-polls and SSE streams): the HTTP layer sets it. */
+  readonly liveWaiters: Gauge
+  readonly flushSeconds: Histogram
+  private readonly pool: pg.Pool
+  private sample: PostgresSample | undefined
+  private sampling: Promise<PostgresSample | undefined> | undefined
+  private readonly cleanup: Array<() => void> = []
+  private closed = false
+
+  constructor(private readonly options: MetricsOptions) {
+    const { pipeline } = options
+    const registers = [this.registry]
+    const maxAge = options.sampleMaxAgeMs ?? 1000
+    this.pool = new pg.Pool({ connectionString: options.connectionString, max: 1, idleTimeoutMillis: 30_000, application_name: 'sluice_metrics' })
+    this.pool.on('error', () => {})
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry })
+
+    this.bytesServed = new Counter({ name: 'sluice_http_bytes_served_total', help: 'Bytes of shape response bodies sent.', registers })
+    this.liveWaiters = new Gauge({ name: 'sluice_live_waiters', help: 'Live requests (long-poll and SSE) waiting for new data.', registers })
+    this.flushSeconds = new Histogram({
+      name: 'sluice_storage_flush_duration_seconds',
+      help: 'Duration of storage flushes (group commits: fsync of every dirty log and the watermark).',
+      buckets: FLUSH_BUCKETS,
+      registers,
+    })
+
+    let routedSeen = 0
+    new Counter({
+      name: 'sluice_transactions_routed_total',
+      help: 'Transactions read from the replication stream and routed to shapes (rate() is changes per second).',
+      registers,
+      collect() {
+        const now = pipeline.router.transactionsRouted
+        if (now > routedSeen) this.inc(now - routedSeen)
+        routedSeen = now
+      },
+    })
+    const shapeGauge = (name: string, help: string, read: (s: ReturnType<Pipeline['shapes']['stats']>) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read(pipeline.shapes.stats()))
+        },
+      })
+    shapeGauge('sluice_shapes', 'Shapes kept (ready or being created).', (s) => s.shapes)
+    shapeGauge('sluice_shapes_creating', 'Shapes whose initial snapshot has not finished.', (s) => s.creating)
+    shapeGauge('sluice_shape_queue_bytes', 'Bytes of transactions held in memory for shapes being created.', (s) => s.queuedBytes)
+    shapeGauge('sluice_shape_spilled_queues', 'Queues of shapes being created that moved to disk.', (s) => s.spilledQueues)
+    shapeGauge('sluice_replication_paused', '1 while replication is paused for memory.', (s) => (s.paused ? 1 : 0))
+    shapeGauge('sluice_replication_pauses', 'Times replication was paused for memory since start.', (s) => s.pauses)
+
+    const created = new Counter({ name: 'sluice_shapes_ready_total', help: 'Shapes that became ready (snapshot finished or restored).', registers })
+    const invalidated = new Counter({
+      name: 'sluice_shapes_invalidated_total',
+      help: 'Shapes invalidated (clients get 409), by reason.',
+      labelNames: ['reason'],
+      registers,
+    })
+    const onReady = () => created.inc()
+    const onInvalidated = (event: { reason: { kind: string } }) => invalidated.inc({ reason: event.reason.kind })
+    pipeline.shapes.on('ready', onReady)
+    pipeline.shapes.on('invalidated', onInvalidated)
+    this.cleanup.push(() => pipeline.shapes.off('ready', onReady), () => pipeline.shapes.off('invalidated', onInvalidated))
+
+    const durable = new Gauge({ name: 'sluice_durable_lsn', help: 'The storage engine durable watermark (an LSN as a number).', registers })
+    durable.set(0)
+    const self = this
+    new Gauge({
+      name: 'sluice_replication_lag_bytes',
+      help: "WAL bytes between Postgres's current position and Sluice's durable watermark (or the slot's confirmed_flush_lsn if higher; sampled at most once a second).",
+      registers,
+      async collect() {
+        durable.set(Number(pipeline.store.durableLsn))
+        const sample = await self.postgresSample(maxAge)
+        if (sample === undefined) return
+        // Before anything is routed the store's watermark is 0; Postgres's record of what was acknowledged is the floor.
+        const durableLsn = pipeline.store.durableLsn
+        const floor = sample.confirmedLsn !== undefined && sample.confirmedLsn > durableLsn ? sample.confirmedLsn : durableLsn
+        const lag = sample.currentLsn - floor
+        this.set(lag > 0n ? Number(lag) : 0)
+      },
+    })
+    new Gauge({
+      name: 'sluice_replication_lag_seconds',
+      help: "Postgres's flush_lag for Sluice's walsender (time from WAL write to Sluice acknowledging it durable); 0 when caught up.",
+      registers,
+      async collect() {
+        const sample = await self.postgresSample(maxAge)
+        if (sample !== undefined) this.set(sample.flushLagSeconds ?? 0)
+      },
+    })
+    new Gauge({
+      name: 'sluice_slot_retained_wal_bytes',
+      help: 'WAL Postgres keeps for the replication slot (pg_current_wal_lsn() - restart_lsn).',
+      registers,
+      async collect() {
+        const sample = await self.postgresSample(maxAge)
+        if (sample?.retainedBytes !== undefined) this.set(sample.retainedBytes)
+      },
+    })
+    new Gauge({
+      name: 'sluice_metrics_postgres_up',
+      help: '1 when the last Postgres sample for these metrics succeeded.',
+      registers,
+      async collect() {
+        this.set((await self.postgresSample(maxAge)) === undefined ? 0 : 1)
+      },
+    })
+
+    this.timeFlushes()
+    registry.set(pipeline, this)
+  }
+
+  /** Times every flush the store runs (timed group commits and explicit ones). */
+  private timeFlushes(): void {
+    // The store exposes only the end of a flush (onFlush); its flushes all go
+    // through the private `flushInternal`, wrapped here on this instance only.
+    const store = this.options.pipeline.store as unknown as { flushInternal?: () => Promise<unknown> }
+    const original = store.flushInternal
+    if (typeof original !== 'function') return
+    const histogram = this.flushSeconds
+    const wrapped = function (this: unknown): Promise<unknown> {
+      const stop = histogram.startTimer()
+      const run = original.call(this)
+      run.then(
+        () => stop(),
+        () => stop(),
+      )
+      return run
+    }
+    store.flushInternal = wrapped
+    this.cleanup.push(() => {
+      if (store.flushInternal === wrapped) store.flushInternal = original
+    })
+  }
+
+  private postgresSample(maxAgeMs: number): Promise<PostgresSample | undefined> {
+    if (this.sample !== undefined && Date.now() - this.sample.at < maxAgeMs) return Promise.resolve(this.sample)
+    if (this.closed) return Promise.resolve(undefined)
+    this.sampling ??= this.pool
+      .query<{ current: string; retained: string | null; confirmed: string | null; flush_lag: number | null }>(SAMPLE_SQL, [this.options.slotName])
+      .then(
+        ({ rows: [row] }) => {
+          this.sample = {
+            at: Date.now(),
+            currentLsn: parseLsn(row!.current),
+            retainedBytes: row!.retained === null ? undefined : Number(row!.retained),
+            confirmedLsn: row!.confirmed === null ? undefined : parseLsn(row!.confirmed),
+            flushLagSeconds: row!.flush_lag ?? undefined,
+          }
+          return this.sample
+        },
+        () => undefined,
+      )
+      .finally(() => (this.sampling = undefined))
+    return this.sampling
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  metrics(): Promise<string> {
+    return this.registry.metrics()
+  }
+
+  get contentType(): string {
+    return this.registry.contentType
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    for (const off of this.cleanup) off()
+    registry.delete(this.options.pipeline)
+    await this.sampling
+    await this.pool.end().catch(() => {})
+  }
+}
+
+const registry = new WeakMap<Pipeline, ServerMetrics>()
+
+/** The metrics of the server running this pipeline, if it keeps any. */
+export function serverMetrics(pipeline: Pipeline): ServerMetrics | undefined {
+  return registry.get(pipeline)
+}
+
+/** For the HTTP layer: count bytes of shape response bodies sent. */
+export function addBytesServed(pipeline: Pipeline, bytes: number): void {
+  if (bytes > 0) registry.get(pipeline)?.bytesServed.inc(bytes)
+}
+
+/** For the HTTP layer: the number of live requests currently waiting. */
+export function setLiveWaiters(pipeline: Pipeline, count: number): void {
+  registry.get(pipeline)?.liveWaiters.set(count)
+}

@@ -1,0 +1,144 @@
+// A whole Sluice server from a config: the embedded Postgres when no database URL
+// is given, the pipeline, the HTTP app with /metrics, listening; and its orderly
+// shutdown. Nothing happens on import; `main.ts` is the CLI around it.
+import { mkdir } from 'node:fs/promises'
+import { join } from 'node:path'
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import type { SluiceConfig } from './config.js'
+import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
+import { buildApp } from './http/app.js'
+import { metricsRoute } from './http/metrics-route.js'
+import type { HttpOptions } from './http/options.js'
+import { type SluiceLogger, createLogger } from './logger.js'
+import { ServerMetrics } from './metrics.js'
+import { Pipeline } from './pipeline.js'
+
+export interface SluiceServer {
+  readonly config: SluiceConfig
+  /** http://host:port of the listening socket (the real port when --port 0). */
+  readonly url: string
+  readonly port: number
+  /** The database Sluice replicates from (the embedded one's when it runs one). */
+  readonly databaseUrl: string
+  /** Set when Sluice started its own Postgres. */
+  readonly embedded: EmbeddedPostgres | undefined
+  readonly pipeline: Pipeline
+  readonly app: FastifyInstance
+  readonly metrics: ServerMetrics
+  readonly logger: SluiceLogger
+  /** Milliseconds from createServer() to listening. */
+  readonly startupMs: number
+  /**
+   * Stops accepting, answers waiting requests, stops the pipeline (flush +
+   * acknowledge), stops the embedded Postgres. Idempotent.
+   */
+  close(): Promise<void>
+}
+
+export interface CreateServerOptions {
+  /** Default: a pino logger on stdout at config.logLevel. */
+  readonly logger?: SluiceLogger
+}
+
+export function httpOptions(config: SluiceConfig): HttpOptions {
+  return {
+    longPollTimeoutMs: config.longPollTimeoutMs,
+    maxAge: config.cacheMaxAge,
+    staleAge: config.cacheStaleAge,
+    secret: config.secret,
+    allowDelete: config.allowDelete,
+    maxConcurrentInitial: config.maxConcurrentInitial,
+    maxConcurrentExisting: config.maxConcurrentExisting,
+    sseTimeoutMs: config.sseTimeoutMs,
+  }
+}
+
+function hostForUrl(host: string): string {
+  if (host === '0.0.0.0' || host === '::') return '127.0.0.1'
+  return host.includes(':') ? `[${host}]` : host
+}
+
+export async function createServer(config: SluiceConfig, options: CreateServerOptions = {}): Promise<SluiceServer> {
+  const started = performance.now()
+  const logger = options.logger ?? createLogger({ level: config.logLevel })
+  await mkdir(config.storageDir, { recursive: true })
+
+  let embedded: EmbeddedPostgres | undefined
+  let pipeline: Pipeline | undefined
+  let metrics: ServerMetrics | undefined
+  let app: FastifyInstance | undefined
+  const undo = async (): Promise<void> => {
+    await app?.close().catch(() => {})
+    await metrics?.close().catch(() => {})
+    await pipeline?.stop().catch((err: unknown) => logger.error({ err }, 'pipeline stop failed'))
+    await embedded?.stop().catch((err: unknown) => logger.error({ err }, 'embedded Postgres stop failed'))
+  }
+
+  try {
+    let databaseUrl = config.databaseUrl
+    if (databaseUrl === undefined) {
+      embedded = await startEmbeddedPostgres({ dir: join(config.storageDir, 'postgres'), binDir: config.postgresBin })
+      databaseUrl = embedded.url
+      logger.info(
+        { dataDir: embedded.dataDir, created: embedded.created, port: embedded.port, postgres: embedded.binaries.version, binaries: embedded.binaries.source },
+        embedded.created ? 'embedded Postgres created and started' : 'embedded Postgres started',
+      )
+    }
+
+    pipeline = await Pipeline.start({
+      connectionString: databaseUrl,
+      storageDir: config.storageDir,
+      slotName: config.slot,
+      publicationName: config.publication,
+      chunkBytes: config.chunkBytes,
+      flushIntervalMs: config.flushIntervalMs,
+      memoryBudgetBytes: config.memoryBudgetBytes,
+      snapshotConnections: config.snapshotConnections,
+      maxShapes: config.maxShapes,
+      logger: logger.child({ component: 'pipeline' }),
+    })
+    const shapes = pipeline.shapes
+    const shapeLog = logger.child({ component: 'shapes' })
+    shapes.on('ready', (handle) => {
+      const definition = shapes.definition(handle)
+      shapeLog.info({ handle, table: definition === undefined ? undefined : `${definition.schema}.${definition.table}` }, 'shape ready')
+    })
+    shapes.on('invalidated', ({ handle, definition, reason }) => {
+      shapeLog.info({ handle, table: `${definition.schema}.${definition.table}`, reason: reason.kind }, 'shape invalidated')
+    })
+
+    metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot })
+    app = buildApp({ pipeline, http: httpOptions(config), logger: logger as FastifyBaseLogger })
+    app.register(metricsRoute, { metrics })
+    const address = await app.listen({ port: config.port, host: config.host })
+    const port = Number(new URL(address).port)
+    const url = `http://${hostForUrl(config.host)}:${port}`
+
+    let closing: Promise<void> | undefined
+    const server: SluiceServer = {
+      config,
+      url,
+      port,
+      databaseUrl,
+      embedded,
+      pipeline,
+      app,
+      metrics,
+      logger,
+      startupMs: Math.round(performance.now() - started),
+      close: () => (closing ??= shutdown()),
+    }
+    const shutdown = async (): Promise<void> => {
+      // Stops accepting; waiting long-polls and SSE streams are answered by the app's onClose.
+      await app!.close()
+      await metrics!.close()
+      // Makes everything routed durable and acknowledges it to Postgres.
+      await pipeline!.stop()
+      await embedded?.stop()
+    }
+    return server
+  } catch (error) {
+    await undo()
+    throw error
+  }
+}
