@@ -1,0 +1,517 @@
+import {
+  CacheControl,
+  EXPOSE_HEADERS_VALUE,
+  MUST_REFETCH_BODY,
+  SHAPE_ALLOW_METHODS_VALUE,
+  nonLiveCacheControl,
+} from '@sluice/protocol'
+import { useTempDir, usePostgres } from '@sluice/test-utils'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ELECTRIC_SERVER_VALUE } from '../../src/http/index.js'
+import type { Pipeline } from '../../src/pipeline.js'
+import { caughtUp, startPipeline } from '../pipeline/harness.js'
+import { type Res, type TestServer, call, messages, shapeUrl, startServer } from './http-harness.js'
+
+/**
+ * PROTOCOL.md's tables, row by row, against a real server on a real pipeline
+ * and a real Postgres. One pipeline (small chunks, a 2 s long-poll) serves every
+ * test; tables are per test where a test changes them.
+ */
+
+const cluster = usePostgres()
+const dirs = useTempDir('http')
+let pipeline: Pipeline
+let server: TestServer
+const LONG_POLL_MS = 2000
+const CHUNK_BYTES = 2048
+
+beforeAll(async () => {
+  await cluster.query(`
+    CREATE TABLE items (id int8 PRIMARY KEY, title text NOT NULL, n int4);
+    INSERT INTO items SELECT i, 'item ' || i, i FROM generate_series(1, 5) i;
+    CREATE TABLE big (id int4 PRIMARY KEY, body text);
+    INSERT INTO big SELECT i, repeat('x', 40) || i FROM generate_series(1, 200) i;
+    CREATE TYPE mood AS ENUM ('ok', 'meh');
+    CREATE TABLE typed (
+      a int4, b int8 NOT NULL, v varchar(10), c char(3), ch char, num numeric(10,2), ts timestamptz(3), t time,
+      iv interval day to second(2), ivm interval month, ip interval(4), bits bit(5), arr int4[], arr2 text[][], m mood, "Odd ""Name""" text,
+      PRIMARY KEY (b, a)
+    );
+  `)
+  pipeline = await startPipeline(cluster, await dirs.make('store'), { chunkBytes: CHUNK_BYTES })
+  server = await startServer(pipeline, { longPollTimeoutMs: LONG_POLL_MS, maxAge: 7, staleAge: 11 })
+})
+
+afterAll(async () => {
+  await server?.close()
+  await pipeline?.stop()
+})
+
+const get = (path: string, headers: Record<string, string> = {}): Promise<Res> => call(server.port, path, { headers })
+const invalid = (errors: unknown): unknown => ({ message: 'Invalid request', errors })
+
+/** `-1`, then chunk after chunk until up-to-date; returns every response. */
+async function syncAll(table: string, extra: Record<string, string> = {}): Promise<Res[]> {
+  const out: Res[] = []
+  let res = await get(shapeUrl({ table, offset: '-1', ...extra }))
+  out.push(res)
+  const handle = res.header('electric-handle')!
+  while (res.header('electric-up-to-date') === undefined) {
+    expect(res.status).toBe(200)
+    res = await get(shapeUrl({ table, offset: res.header('electric-offset')!, handle, ...extra }))
+    out.push(res)
+    if (out.length > 100) throw new Error('never up-to-date')
+  }
+  return out
+}
+
+describe('routes (§1)', () => {
+  it('GET / is 200 with an empty body; /v1/health is active and uncached', async () => {
+    const root = await get('/')
+    expect(root.status).toBe(200)
+    expect(root.text).toBe('')
+    expect(root.header('electric-server')).toBe(ELECTRIC_SERVER_VALUE)
+    const health = await get('/v1/health')
+    expect(health.status).toBe(200)
+    expect(health.json()).toEqual({ status: 'active' })
+    expect(health.header('cache-control')).toBe('no-cache, no-store, must-revalidate')
+  })
+
+  it('unknown paths are a plain-text 404 "Not found"', async () => {
+    for (const path of ['/nope', '/v1/shapes', '/v2/shape', '/v1']) {
+      const res = await get(path)
+      expect(res.status, path).toBe(404)
+      expect(res.text).toBe('Not found')
+      expect(res.header('electric-server')).toBe(ELECTRIC_SERVER_VALUE)
+    }
+  })
+
+  it('normalised paths route as /v1/shape', async () => {
+    for (const path of ['/v1/shape/', '/v1//shape', '/v1/%73hape']) {
+      const res = await get(`${path}?table=items&offset=-1`)
+      expect(res.status, path).toBe(200)
+    }
+  })
+})
+
+describe('parameter errors (§2, §5.4)', () => {
+  const cases: Array<[string, Record<string, string>, unknown]> = [
+    ['offset missing', { table: 'items' }, { offset: ["can't be blank"] }],
+    ['offset malformed', { table: 'items', offset: 'abc' }, { offset: ['has invalid format'] }],
+    ['handle missing', { table: 'items', offset: '0_0' }, { handle: ["can't be blank when offset != -1"] }],
+    ['live with -1', { table: 'items', offset: '-1', live: 'true' }, { live: ["can't be true when offset == -1"] }],
+    ['live with now', { table: 'items', offset: 'now', live: '' }, { live: ["can't be true when offset is 'now'"] }],
+    ['live_sse without live', { table: 'items', offset: '0_0', handle: 'h', live_sse: 'true' }, { live_sse: ["can't be true unless live is also true"] }],
+    ['table missing', { offset: '-1' }, { table: ["can't be blank"] }],
+    ['table with too many dots', { table: 'a.b.c', offset: '-1' }, { table: ['Invalid relation identifier, too many delimiters: a.b.c'] }],
+    ['replica unknown', { table: 'items', offset: '-1', replica: 'half' }, { replica: ['is invalid'] }],
+    ['table does not exist', { table: 'nope', offset: '-1' }, { table: ['Table "public"."nope" does not exist. If the table name contains capitals or special characters you must quote it.'] }],
+    ['unknown column', { table: 'items', offset: '-1', columns: 'id,zzz' }, { columns: ['The following columns are not found on the table: zzz'] }],
+    ['primary key not selected', { table: 'items', offset: '-1', columns: 'title' }, { columns: ['The list of columns must include all primary key columns, missing: id'] }],
+    ['where syntax error', { table: 'items', offset: '-1', where: '1 x 1' }, { where: ['At location 17: syntax error at or near "x"'] }],
+    ['params with a gap', { table: 'items', offset: '-1', where: 'id = $1', 'params[2]': '1' }, { params: ['Parameters must be numbered sequentially, starting from 1'] }],
+    ['params not numbered', { table: 'items', offset: '-1', where: 'id = $1', 'params[a]': '1' }, { params: ['Parameters can only use numbers as keys'] }],
+  ]
+  for (const [name, params, errors] of cases) {
+    it(name, async () => {
+      const res = await get(shapeUrl(params))
+      expect(res.status).toBe(400)
+      expect(res.json()).toEqual(invalid(errors))
+      expect(res.header('content-type')).toBe('application/json; charset=utf-8')
+      expect(res.header('cache-control')).toBe('no-store')
+      expect(res.header('surrogate-control')).toBe('no-store')
+      expect(res.header('access-control-expose-headers')).toBe(EXPOSE_HEADERS_VALUE)
+    })
+  }
+
+  it('a where clause that is not boolean', async () => {
+    const res = await get(shapeUrl({ table: 'items', offset: '-1', where: 'n + 1' }))
+    expect(res.status).toBe(400)
+    expect((res.json() as { errors: { where: string[] } }).errors.where[0]).toMatch(/boolean/)
+  })
+
+  it('unknown parameters are ignored', async () => {
+    const res = await get(shapeUrl({ table: 'items', offset: '-1', log: 'full', 'cache-buster': 'x', expired_handle: 'y', custom: 'z' }))
+    expect(res.status).toBe(200)
+  })
+})
+
+describe('initial sync, headers and the up-to-date rule (§4, §5.1, §5.2)', () => {
+  it('offset=-1 is never up-to-date; 0_0 returns the rest with up-to-date', async () => {
+    const first = await get(shapeUrl({ table: 'items', offset: '-1' }))
+    expect(first.status).toBe(200)
+    expect(first.header('electric-up-to-date')).toBeUndefined()
+    expect(first.header('electric-offset')).toBe('0_0')
+    expect(first.header('cache-control')).toBe(CacheControl.initial)
+    expect(first.header('electric-has-data')).toBe('true')
+    expect(first.header('content-type')).toBe('application/json; charset=utf-8')
+    const handle = first.header('electric-handle')!
+    expect(handle).toMatch(/^\d+-\d+$/)
+    expect(first.header('etag')).toBe(`"${handle}:-1:0_0"`)
+    const body = messages(first)
+    expect(body.filter((m) => m.headers['operation'] === 'insert')).toHaveLength(5)
+    expect(body.at(-1)!.headers['control']).toBe('snapshot-end')
+    expect(first.text.startsWith('[{')).toBe(true)
+    expect(first.text.endsWith('}]')).toBe(true)
+
+    const second = await get(shapeUrl({ table: 'items', offset: '0_0', handle }))
+    expect(second.status).toBe(200)
+    expect(second.header('electric-up-to-date')).toBe('')
+    expect(second.header('cache-control')).toBe(nonLiveCacheControl(7, 11))
+    expect(second.header('electric-schema')).toBeDefined()
+    const tail = messages(second)
+    expect(tail).toHaveLength(1)
+    expect(tail[0]!.headers['control']).toBe('up-to-date')
+    expect(tail[0]!.headers['global_last_seen_lsn']).toMatch(/^\d+$/)
+  })
+
+  it('electric-schema over the selected columns with types, dims, pk_index, not_null and modifiers (§7)', async () => {
+    const res = await get(shapeUrl({ table: 'typed', offset: '-1' }))
+    expect(res.status).toBe(200)
+    expect(JSON.parse(res.header('electric-schema')!)).toEqual({
+      a: { type: 'int4', pk_index: 1, not_null: true },
+      b: { type: 'int8', pk_index: 0, not_null: true },
+      v: { type: 'varchar', max_length: 10 },
+      c: { type: 'bpchar', length: 3 },
+      ch: { type: 'bpchar', length: 1 },
+      num: { type: 'numeric', precision: 10, scale: 2 },
+      ts: { type: 'timestamptz', precision: 3 },
+      t: { type: 'time' },
+      iv: { type: 'interval', fields: 'DAY TO SECOND', precision: 2 },
+      ivm: { type: 'interval', fields: 'MONTH' },
+      ip: { type: 'interval', precision: 4 },
+      bits: { type: 'bit', length: 5 },
+      arr: { type: 'int4', dims: 1 },
+      arr2: { type: 'text', dims: 2 },
+      m: { type: 'mood' },
+      'Odd "Name"': { type: 'text' },
+    })
+    const some = await get(shapeUrl({ table: 'typed', offset: '-1', columns: '"b","a","Odd ""Name"""' }))
+    expect(some.status).toBe(200)
+    expect(Object.keys(JSON.parse(some.header('electric-schema')!))).toEqual(['a', 'b', 'Odd "Name"'])
+  })
+
+  it('chunks: small chunkBytes cuts the snapshot; every chunk is byte-identical on a repeat request', async () => {
+    const responses = await syncAll('big')
+    expect(responses.length).toBeGreaterThan(3)
+    const offsets = responses.map((r) => r.header('electric-offset'))
+    expect(offsets[0]).toBe('0_0')
+    expect(offsets[1]).toBe('0_1')
+    const ids = responses.flatMap((r) => messages(r).filter((m) => m.headers['operation'] === 'insert').map((m) => Number(m.value!['id'])))
+    expect(ids.sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1))
+    for (const r of responses.slice(0, -1)) {
+      expect(r.body.length).toBeLessThan(CHUNK_BYTES + 400)
+      expect(r.header('electric-up-to-date')).toBeUndefined()
+    }
+    const again = await syncAll('big')
+    expect(again.map((r) => r.body.toString('hex'))).toEqual(responses.map((r) => r.body.toString('hex')))
+    expect(again.map((r) => r.header('etag'))).toEqual(responses.map((r) => r.header('etag')))
+  })
+
+  it('HEAD returns the same headers and no body', async () => {
+    const g = await get(shapeUrl({ table: 'items', offset: '-1' }))
+    const h = await call(server.port, shapeUrl({ table: 'items', offset: '-1' }), { method: 'HEAD' })
+    expect(h.status).toBe(200)
+    expect(h.body.length).toBe(0)
+    for (const name of ['electric-handle', 'electric-offset', 'electric-schema', 'etag', 'cache-control', 'content-type', 'electric-server']) {
+      expect(h.header(name), name).toBe(g.header(name))
+    }
+  })
+})
+
+describe('ETag and 304 (§5.3)', () => {
+  it('If-None-Match at an aligned offset and at a made-up mid offset', async () => {
+    const first = await get(shapeUrl({ table: 'big', offset: '-1' }))
+    const handle = first.header('electric-handle')!
+    const etag = first.header('etag')!
+    const hit = await get(shapeUrl({ table: 'big', offset: '-1' }), { 'if-none-match': `"other", ${etag}` })
+    expect(hit.status).toBe(304)
+    expect(hit.body.length).toBe(0)
+    expect(hit.header('electric-schema')).toBeUndefined()
+    expect(hit.header('electric-offset')).toBe('0_0')
+    expect(hit.header('electric-handle')).toBe(handle)
+    expect(hit.header('cache-control')).toBe(CacheControl.initial)
+
+    const aligned = await get(shapeUrl({ table: 'big', offset: '0_1', handle }))
+    expect(aligned.status).toBe(200)
+    const again = await get(shapeUrl({ table: 'big', offset: '0_1', handle }), { 'if-none-match': aligned.header('etag')! })
+    expect(again.status).toBe(304)
+
+    // A live-region offset that is not an entry of the log: a normal 200, and its own etag.
+    await cluster.query(`INSERT INTO big VALUES (1001, 'live one'), (1002, 'live two')`)
+    await caughtUp(pipeline, cluster)
+    const all = await syncAll('big')
+    const last = messages(all.at(-1)!).filter((m) => m.headers['lsn'] !== undefined)
+    const lsn = BigInt(last[0]!.headers['lsn'] as string)
+    const made = `${lsn - 1n}_7`
+    const mid = await get(shapeUrl({ table: 'big', offset: made, handle }))
+    expect(mid.status).toBe(200)
+    expect(messages(mid).some((m) => m.value?.['id'] === '1001')).toBe(true)
+    expect(mid.header('etag')).toBe(`"${handle}:${made}:${mid.header('electric-offset')}"`)
+    const midHit = await get(shapeUrl({ table: 'big', offset: made, handle }), { 'if-none-match': mid.header('etag')! })
+    expect(midHit.status).toBe(304)
+  })
+})
+
+describe('live mode, offset=now, out of bounds (§4.1, §4.4)', () => {
+  it('a long-poll times out with [up-to-date], has-data false and a unique etag; the cursor follows §4.4', async () => {
+    const [, up] = await syncAll('items')
+    const handle = up!.header('electric-handle')!
+    const offset = up!.header('electric-offset')!
+    const started = Date.now()
+    const res = await get(shapeUrl({ table: 'items', offset, handle, live: 'true', cursor: '' }))
+    const waited = Date.now() - started
+    expect(waited).toBeGreaterThanOrEqual(LONG_POLL_MS - 50)
+    expect(res.status).toBe(200)
+    expect(res.header('electric-has-data')).toBe('false')
+    expect(res.header('electric-offset')).toBe(offset)
+    expect(res.header('electric-up-to-date')).toBe('')
+    expect(res.header('electric-schema')).toBeUndefined()
+    expect(res.header('cache-control')).toBe(CacheControl.live)
+    expect(res.header('etag')).toMatch(new RegExp(`^"${handle}:${offset}:${offset}:\\d+"$`))
+    const cursor = res.header('electric-cursor')!
+    expect(cursor).toMatch(/^\d+$/)
+    expect(Number(cursor) % (LONG_POLL_MS / 1000)).toBe(0)
+    expect(messages(res)).toHaveLength(1)
+    // The same cursor sent back gets jitter, not the same value.
+    const next = await get(shapeUrl({ table: 'items', offset, handle, live: 'true', cursor: String(Number(cursor) + 10_000) }))
+    expect(BigInt(next.header('electric-cursor')!)).toBeGreaterThan(BigInt(cursor) + 10_000n)
+  })
+
+  it('a long-poll wakes when a change is flushed, and answers data already there at once', async () => {
+    await cluster.query('CREATE TABLE wake (id int4 PRIMARY KEY, v text)')
+    const [, up] = await syncAll('wake')
+    const handle = up!.header('electric-handle')!
+    const offset = up!.header('electric-offset')!
+    const started = Date.now()
+    const pending = get(shapeUrl({ table: 'wake', offset, handle, live: 'true' }))
+    await new Promise((r) => setTimeout(r, 200))
+    await cluster.query(`INSERT INTO wake VALUES (1, 'one')`)
+    const res = await pending
+    expect(Date.now() - started).toBeLessThan(LONG_POLL_MS)
+    expect(res.status).toBe(200)
+    expect(res.header('electric-has-data')).toBe('true')
+    expect(res.header('electric-up-to-date')).toBe('')
+    expect(res.header('electric-cursor')).toMatch(/^\d+$/)
+    const body = messages(res)
+    expect(body[0]!.value).toEqual({ id: '1', v: 'one' })
+    expect(body.at(-1)!.headers['global_last_seen_lsn']).toBe(body[0]!.headers['lsn'])
+    // Data already past the offset: answered at once, and a 304 carries the cursor.
+    const immediate = await get(shapeUrl({ table: 'wake', offset, handle, live: 'true' }))
+    expect(immediate.text).toBe(res.text)
+    const notModified = await get(shapeUrl({ table: 'wake', offset, handle, live: 'true' }), { 'if-none-match': immediate.header('etag')! })
+    expect(notModified.status).toBe(304)
+    expect(notModified.header('electric-cursor')).toMatch(/^\d+$/)
+    expect(notModified.header('cache-control')).toBe(CacheControl.live)
+  })
+
+  it('offset=now: [up-to-date] at the head, 0_inf for a shape with no changes', async () => {
+    await cluster.query('CREATE TABLE nowt (id int4 PRIMARY KEY)')
+    const res = await get(shapeUrl({ table: 'nowt', offset: 'now' }))
+    expect(res.status).toBe(200)
+    expect(res.header('electric-offset')).toBe('0_inf')
+    expect(res.header('electric-has-data')).toBe('false')
+    expect(res.header('electric-up-to-date')).toBe('')
+    expect(res.header('electric-schema')).toBeDefined()
+    expect(res.header('cache-control')).toBe(nonLiveCacheControl(7, 11))
+    expect(messages(res)[0]!.headers['control']).toBe('up-to-date')
+    const handle = res.header('electric-handle')!
+    const pending = get(shapeUrl({ table: 'nowt', offset: '0_inf', handle, live: 'true' }))
+    await new Promise((r) => setTimeout(r, 100))
+    await cluster.query('INSERT INTO nowt VALUES (1)')
+    const live = await pending
+    expect(messages(live)[0]!.value).toEqual({ id: '1' })
+    const after = await get(shapeUrl({ table: 'nowt', offset: 'now', handle: 'ignored' }))
+    expect(after.header('electric-offset')).toBe(live.header('electric-offset'))
+  })
+
+  it('an offset past the head waits half the long-poll timeout, then 400 out of bounds', async () => {
+    const [, up] = await syncAll('items')
+    const handle = up!.header('electric-handle')!
+    const started = Date.now()
+    const res = await get(shapeUrl({ table: 'items', offset: '99999999999999_0', handle }))
+    expect(Date.now() - started).toBeGreaterThanOrEqual(LONG_POLL_MS / 2 - 50)
+    expect(res.status).toBe(400)
+    expect(res.json()).toEqual(invalid({ offset: ['out of bounds for this shape'] }))
+  })
+})
+
+describe('409 must-refetch (§5.4)', () => {
+  async function expectRefetch(res: Res, oldHandle: string): Promise<string> {
+    expect(res.status).toBe(409)
+    expect(res.text).toBe(MUST_REFETCH_BODY)
+    const fresh = res.header('electric-handle')
+    if (fresh !== undefined) {
+      expect(fresh).not.toBe(oldHandle)
+      expect(res.header('cache-control')).toBe(CacheControl.conflict)
+    } else {
+      expect(res.header('cache-control')).toBe(CacheControl.conflictWithoutHandle)
+    }
+    return fresh ?? ''
+  }
+
+  it('a handle that is not the definition’s gets 409 with the current one', async () => {
+    const first = await get(shapeUrl({ table: 'items', offset: '-1' }))
+    const res = await get(shapeUrl({ table: 'items', offset: '0_0', handle: '123-456' }))
+    expect(res.status).toBe(409)
+    expect(res.text).toBe(MUST_REFETCH_BODY)
+    expect(res.header('electric-handle')).toBe(first.header('electric-handle'))
+    expect(res.header('cache-control')).toBe(CacheControl.conflict)
+  })
+
+  it('TRUNCATE: a waiting long-poll and the next request get 409 and a new handle', async () => {
+    await cluster.query(`CREATE TABLE trunc (id int4 PRIMARY KEY); INSERT INTO trunc VALUES (1)`)
+    const [, up] = await syncAll('trunc')
+    const handle = up!.header('electric-handle')!
+    const pending = get(shapeUrl({ table: 'trunc', offset: up!.header('electric-offset')!, handle, live: 'true' }))
+    await new Promise((r) => setTimeout(r, 100))
+    await cluster.query('TRUNCATE trunc')
+    const waiting = await pending
+    expect(waiting.status).toBe(409)
+    expect(waiting.text).toBe(MUST_REFETCH_BODY)
+    const next = await get(shapeUrl({ table: 'trunc', offset: up!.header('electric-offset')!, handle }))
+    const fresh = await expectRefetch(next, handle)
+    const restart = await get(shapeUrl({ table: 'trunc', offset: '-1', handle }))
+    expect(restart.header('electric-handle')).toBe(fresh)
+  })
+
+  it('a schema change and a recreated table invalidate the shape', async () => {
+    await cluster.query(`CREATE TABLE ddl (id int4 PRIMARY KEY, v text); INSERT INTO ddl VALUES (1, 'a')`)
+    let [, up] = await syncAll('ddl')
+    let handle = up!.header('electric-handle')!
+    await cluster.query(`ALTER TABLE ddl ADD COLUMN w text; INSERT INTO ddl VALUES (2, 'b', 'c')`)
+    await caughtUp(pipeline, cluster)
+    await expectRefetch(await get(shapeUrl({ table: 'ddl', offset: up!.header('electric-offset')!, handle })), handle)
+
+    ;[, up] = await syncAll('ddl')
+    handle = up!.header('electric-handle')!
+    expect(JSON.parse(up!.header('electric-schema')!)).toHaveProperty('w')
+    await cluster.query(`DROP TABLE ddl; CREATE TABLE ddl (id int4 PRIMARY KEY, v text); INSERT INTO ddl VALUES (3, 'z')`)
+    await caughtUp(pipeline, cluster)
+    const res = await get(shapeUrl({ table: 'ddl', offset: up!.header('electric-offset')!, handle }))
+    await expectRefetch(res, handle)
+  })
+})
+
+describe('CORS and OPTIONS (§8)', () => {
+  it('echoes the origin and exposes the electric headers', async () => {
+    const res = await get(shapeUrl({ table: 'items', offset: '-1' }), { origin: 'https://app.example' })
+    expect(res.header('access-control-allow-origin')).toBe('https://app.example')
+    expect(res.header('access-control-allow-methods')).toBe(SHAPE_ALLOW_METHODS_VALUE)
+    expect(res.header('access-control-expose-headers')).toBe(EXPOSE_HEADERS_VALUE)
+    const any = await get(shapeUrl({ table: 'items', offset: '-1' }))
+    expect(any.header('access-control-allow-origin')).toBe('*')
+  })
+
+  it('OPTIONS is a 204 preflight echoing only accepted request headers', async () => {
+    const res = await call(server.port, '/v1/shape?table=items', {
+      method: 'OPTIONS',
+      headers: { origin: 'https://x.example', 'access-control-request-method': 'GET', 'access-control-request-headers': 'If-None-Match, X-Other, traceparent' },
+    })
+    expect(res.status).toBe(204)
+    expect(res.header('access-control-max-age')).toBe('86400')
+    expect(res.header('access-control-allow-headers')).toBe('if-none-match, traceparent')
+    expect(res.header('access-control-allow-origin')).toBe('https://x.example')
+    expect(res.header('cache-control')).toBeUndefined()
+  })
+})
+
+describe('DELETE (§8)', () => {
+  it('is 405 when deletion is off', async () => {
+    const res = await call(server.port, shapeUrl({ table: 'items' }), { method: 'DELETE' })
+    expect(res.status).toBe(405)
+    expect(res.json()).toEqual({ message: 'DELETE not allowed' })
+    expect(res.header('cache-control')).toBe('no-cache')
+  })
+
+  it('deletes by handle or definition: 202, then 409 for the old handle; 404 for nothing', async () => {
+    const deleting = await startServer(pipeline, { allowDelete: true })
+    try {
+      await cluster.query(`CREATE TABLE del (id int4 PRIMARY KEY); INSERT INTO del VALUES (1)`)
+      const first = await call(deleting.port, shapeUrl({ table: 'del', offset: '-1' }))
+      const handle = first.header('electric-handle')!
+      const gone = await call(deleting.port, shapeUrl({ handle }), { method: 'DELETE' })
+      expect(gone.status).toBe(202)
+      expect(gone.text).toBe('')
+      expect(gone.header('cache-control')).toBe('no-cache')
+      const after = await call(deleting.port, shapeUrl({ table: 'del', offset: '0_0', handle }))
+      expect(after.status).toBe(409)
+      const fresh = after.header('electric-handle')!
+      expect(fresh).not.toBe(handle)
+      await call(deleting.port, shapeUrl({ table: 'del', offset: '-1' }))
+      const byDef = await call(deleting.port, shapeUrl({ table: 'del' }), { method: 'DELETE' })
+      expect(byDef.status).toBe(202)
+      const none = await call(deleting.port, shapeUrl({ table: 'del' }), { method: 'DELETE' })
+      expect(none.status).toBe(404)
+      expect(none.json()).toEqual({ message: 'No existing shape found' })
+      const unknown = await call(deleting.port, shapeUrl({ handle: '1-2' }), { method: 'DELETE' })
+      expect(unknown.status).toBe(404)
+      const bare = await call(deleting.port, '/v1/shape', { method: 'DELETE' })
+      expect(bare.status).toBe(400)
+      expect(bare.json()).toEqual(invalid({ handle: ["can't be blank when shape definition is missing"] }))
+    } finally {
+      await deleting.close()
+    }
+  })
+})
+
+describe('secret (§1)', () => {
+  it('401 without the secret, 200 with secret= or api_secret=, OPTIONS never checked', async () => {
+    const locked = await startServer(pipeline, { secret: 's3cret' })
+    try {
+      for (const q of ['', '&secret=wrong', '&secret=s3cre']) {
+        const res = await call(locked.port, `/v1/shape?table=items&offset=-1${q}`)
+        expect(res.status).toBe(401)
+        expect(res.text).toBe('{"message":"Unauthorized - Invalid API secret"}')
+        expect(res.header('access-control-allow-origin')).toBe('*')
+      }
+      expect((await call(locked.port, '/v1/shape?table=items&offset=-1&secret=s3cret')).status).toBe(200)
+      expect((await call(locked.port, '/v1/shape?table=items&offset=-1&api_secret=s3cret')).status).toBe(200)
+      expect((await call(locked.port, '/v1/shape?table=items', { method: 'OPTIONS' })).status).toBe(204)
+      expect((await call(locked.port, '/v1/health')).status).toBe(200)
+    } finally {
+      await locked.close()
+    }
+  })
+})
+
+describe('admission control (§5.4)', () => {
+  it('503 with retry-after and Electric’s body past the existing-request limit', async () => {
+    const small = await startServer(pipeline, { maxConcurrentExisting: 1, longPollTimeoutMs: 1500 })
+    try {
+      const [, up] = await syncAll('items')
+      const q = shapeUrl({ table: 'items', offset: up!.header('electric-offset')!, handle: up!.header('electric-handle')!, live: 'true' })
+      const held = call(small.port, q)
+      await new Promise((r) => setTimeout(r, 100))
+      const refused = await call(small.port, q)
+      expect(refused.status).toBe(503)
+      expect(refused.json()).toEqual({ code: 'concurrent_request_limit_exceeded', message: 'Concurrent existing request limit exceeded (limit: 1), please retry' })
+      expect(Number(refused.header('retry-after'))).toBeGreaterThanOrEqual(6)
+      expect(refused.header('electric-internal-known-error')).toBe('true')
+      expect(refused.header('cache-control')).toBe('no-store')
+      expect((await held).status).toBe(200)
+      expect((await call(small.port, q.replace('live=true', 'live=false'))).status).toBe(200)
+    } finally {
+      await small.close()
+    }
+  })
+
+  it('503 past the initial-request limit while a snapshot is held by a lock', async () => {
+    const small = await startServer(pipeline, { maxConcurrentInitial: 1 })
+    await cluster.query('CREATE TABLE locked (id int4 PRIMARY KEY)')
+    const client = await cluster.connect()
+    try {
+      await client.query('BEGIN; LOCK TABLE locked IN ACCESS EXCLUSIVE MODE')
+      const held = call(small.port, shapeUrl({ table: 'locked', offset: '-1' }))
+      await new Promise((r) => setTimeout(r, 300))
+      const refused = await call(small.port, shapeUrl({ table: 'items', offset: '-1' }))
+      expect(refused.status).toBe(503)
+      expect(refused.json()).toEqual({ code: 'concurrent_request_limit_exceeded', message: 'Concurrent initial request limit exceeded (limit: 1), please retry' })
+      await client.query('COMMIT')
+      expect((await held).status).toBe(200)
+    } finally {
+      await client.end()
+      await small.close()
+    }
+  })
+})
