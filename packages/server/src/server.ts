@@ -12,6 +12,7 @@ import type { HttpOptions } from './http/options.js'
 import { type SluiceLogger, createLogger } from './logger.js'
 import { ServerMetrics } from './metrics.js'
 import { Pipeline } from './pipeline.js'
+import type { ShapeLogger } from './shapes/shape-manager.js'
 
 export interface SluiceServer {
   readonly config: SluiceConfig
@@ -58,6 +59,19 @@ function hostForUrl(host: string): string {
   return host.includes(':') ? `[${host}]` : host
 }
 
+/** The pipeline's logger, minus the disconnection warning its own orderly stop causes. */
+function pipelineLogger(log: SluiceLogger): ShapeLogger {
+  return {
+    info: (data, message) => log.info(data, message),
+    warn: (data, message) => {
+      const err = (data as { err?: { code?: unknown } }).err
+      if (err?.code === 'client_stopped') log.debug(data, message)
+      else log.warn(data, message)
+    },
+    error: (data, message) => log.error(data, message),
+  }
+}
+
 export async function createServer(config: SluiceConfig, options: CreateServerOptions = {}): Promise<SluiceServer> {
   const started = performance.now()
   const logger = options.logger ?? createLogger({ level: config.logLevel })
@@ -95,7 +109,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       memoryBudgetBytes: config.memoryBudgetBytes,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
-      logger: logger.child({ component: 'pipeline' }),
+      logger: pipelineLogger(logger.child({ component: 'pipeline' })),
     })
     const shapes = pipeline.shapes
     const shapeLog = logger.child({ component: 'shapes' })
