@@ -5,7 +5,7 @@ import {
   ResponseHeader,
   type SluiceError,
 } from '@sluice/protocol'
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
 import type { Pipeline } from '../pipeline.js'
 import { Admission } from './admission.js'
 import { setCors } from './cors.js'
@@ -26,7 +26,7 @@ export interface BuildAppOptions {
   /** A pino-compatible logger (fastify's `loggerInstance`); none by default. */
   readonly logger?: FastifyBaseLogger
   /** Shape waiters to use instead of a `LiveWaiters` on the pipeline's store (the app then does not close them). */
-  readonly waiters?: ShapeWaiters & { invalidate(handle: string): void }
+  readonly waiters?: ShapeWaiters
 }
 
 /** Paths the server answers; anything else is a plain 404. */
@@ -37,10 +37,9 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   const app = Fastify({
     ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger }),
     // One debug line per request is logged below instead of fastify's two at info.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),
-    // Long-polls are held for longPollTimeoutMs; nothing else is slow. The caller may tune the server further.
-    return503OnClosing: true,
+      return503OnClosing: true,
   })
 
   const ownWaiters = options.waiters === undefined
@@ -48,9 +47,12 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   const admission = new Admission({ initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting })
   const onInvalidated = ({ handle }: { handle: string }): void => waiters.invalidate(handle)
   options.pipeline.shapes.on('invalidated', onInvalidated)
+  // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
+  app.addHook('preClose', async () => {
+    if (ownWaiters) waiters.close()
+  })
   app.addHook('onClose', async () => {
     options.pipeline.shapes.off('invalidated', onInvalidated)
-    if (ownWaiters) (waiters as LiveWaiters).close()
   })
 
   app.addHook('onRequest', async (_request, reply) => {

@@ -38,6 +38,7 @@ import { whereColumns } from '../shapes/table-catalog.js'
 import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import { toSluiceError } from './http-errors.js'
+import { type LiveWaiters, readFromStore, serveSse } from './live/index.js'
 import { logBody } from './log-body.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
@@ -60,10 +61,8 @@ import { schemaHeader } from './schema-header.js'
  *      until a flush publishes more, the timeout, or an invalidation (409).
  */
 
-/** What shape waiting needs; `LiveWaiters` (src/http/live) provides it. */
-export interface ShapeWaiters {
-  wait(handle: string, options: { timeoutMs: number; signal?: AbortSignal }): Promise<'advanced' | 'timeout' | 'invalidated' | 'aborted'>
-}
+/** The waiter registry (src/http/live), shared by long-polls and SSE streams. */
+export type ShapeWaiters = LiveWaiters
 
 export interface ShapeRoutesOptions {
   readonly pipeline: Pipeline
@@ -180,7 +179,46 @@ class ShapeResponder {
       if (reached !== true) return reached
     }
     if (!this.req.live) return this.sendRead(shape, log.read(after))
+    if (this.req.liveSse) return this.streamSse(shape, after)
     return this.longPoll(shape, log, after)
+  }
+
+  /**
+   * `live_sse=true` (§5.5): the live module streams; this supplies the headers
+   * (CORS and electric-server already set by hooks), the reader and the
+   * up-to-date line. Its `global_last_seen_lsn` is the batch's commit LSN, which
+   * the official client turns into its next offset (§5.5 quirk); a batch
+   * ending in the snapshot region reports the watermark instead.
+   */
+  private async streamSse(shape: ResolvedShape, after: LogOffset): Promise<FastifyReply> {
+    const shapes = this.pipeline.shapes
+    if (shapes.status(shape.handle) !== 'active') return this.mustRefetch(shapes.lookup(shape.definition))
+    const headers: Record<string, string | number | string[]> = {}
+    for (const [name, value] of Object.entries(this.reply.getHeaders())) {
+      if (value !== undefined) headers[name] = value
+    }
+    headers[ResponseHeader.handle] = shape.handle
+    headers[ResponseHeader.offset] = this.requestOffset
+    headers[ResponseHeader.cursor] = this.cursor()
+    this.reply.hijack()
+    try {
+      await serveSse({
+        raw: this.reply.raw,
+        headers,
+        handle: shape.handle,
+        after,
+        read: readFromStore(this.pipeline.store, shape.handle),
+        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : this.pipeline.store.durableLsn),
+        waiters: this.waiters,
+        isInvalidated: () => shapes.status(shape.handle) !== 'active',
+        timeoutMs: this.http.sseTimeoutMs,
+        signal: this.gone,
+      })
+    } catch (error) {
+      // The stream was already open: it has been cut, and the client reconnects.
+      this.request.log.error({ err: error }, 'SSE stream failed')
+    }
+    return this.reply
   }
 
   private async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
@@ -200,7 +238,10 @@ class ShapeResponder {
       const remaining = deadline - performance.now()
       if (remaining <= 0) throw offsetOutOfBounds()
       const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
-      if (result === 'aborted') return this.abandon()
+      if (result === 'aborted') {
+        if (this.gone.aborted) return this.abandon()
+        throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
+      }
       if (result === 'invalidated') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
       if (result === 'timeout') throw offsetOutOfBounds()
     }
@@ -217,7 +258,8 @@ class ShapeResponder {
       const remaining = deadline - performance.now()
       if (remaining <= 0) return this.sendNoChanges(shape, after)
       const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
-      if (result === 'aborted') return this.abandon()
+      // Aborted without the client leaving: the server is closing, so answer as a timeout would.
+      if (result === 'aborted') return this.gone.aborted ? this.abandon() : this.sendNoChanges(shape, after)
       if (result === 'invalidated') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
       if (result === 'timeout') return this.sendNoChanges(shape, after)
     }
@@ -268,7 +310,6 @@ class ShapeResponder {
     reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
     if (this.req.live) {
       reply.header(ResponseHeader.cursor, this.cursor())
-      // live_sse is not served as a stream yet: its requests get long-poll answers, cached as such.
       reply.header(ResponseHeader.cacheControl, CacheControl.live)
     } else {
       reply.header(ResponseHeader.schema, schemaHeader(shape.table, shape.definition.columns))

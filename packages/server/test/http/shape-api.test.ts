@@ -515,3 +515,63 @@ describe('admission control (§5.4)', () => {
     }
   })
 })
+
+describe('SSE and shutdown (§5.5, issue 4 item 8)', () => {
+  it('live_sse streams one event per message and an up-to-date event, with the SSE headers', async () => {
+    await cluster.query('CREATE TABLE ssev (id int4 PRIMARY KEY, v text)')
+    const [, up] = await syncAll('ssev')
+    const handle = up!.header('electric-handle')!
+    const offset = up!.header('electric-offset')!
+    const { request } = await import('node:http')
+    const events: string[] = []
+    let headers: Record<string, unknown> = {}
+    const controller = new AbortController()
+    const done = new Promise<void>((resolve, reject) => {
+      const req = request(
+        { host: '127.0.0.1', port: server.port, path: shapeUrl({ table: 'ssev', offset, handle, live: 'true', live_sse: 'true' }), signal: controller.signal },
+        (res) => {
+          headers = res.headers
+          let buffered = ''
+          res.on('data', (c: Buffer) => {
+            buffered += c.toString('utf8')
+            let at: number
+            while ((at = buffered.indexOf('\n\n')) >= 0) {
+              events.push(buffered.slice(0, at))
+              buffered = buffered.slice(at + 2)
+              if (events.at(-1)!.includes('up-to-date')) resolve()
+            }
+          })
+          res.on('error', () => {})
+        },
+      )
+      req.on('error', (e) => (controller.signal.aborted ? undefined : reject(e)))
+      req.end()
+    })
+    await new Promise((r) => setTimeout(r, 200))
+    await cluster.query(`INSERT INTO ssev VALUES (1, 'a'), (2, 'b')`)
+    await done
+    controller.abort()
+    expect(headers['content-type']).toMatch(/^text\/event-stream/)
+    expect(headers['electric-handle']).toBe(handle)
+    expect(headers['electric-cursor']).toMatch(/^\d+$/)
+    expect(headers['cache-control']).toBe('public, max-age=59')
+    expect(headers['access-control-expose-headers']).toBe(EXPOSE_HEADERS_VALUE)
+    const data = events.map((e) => JSON.parse(e.replace(/^data: /, '')) as { value?: unknown; headers: Record<string, unknown> })
+    expect(data.map((d) => d.value).filter(Boolean)).toEqual([{ id: '1', v: 'a' }, { id: '2', v: 'b' }])
+    expect(data.at(-1)!.headers['global_last_seen_lsn']).toBe(data[0]!.headers['lsn'])
+  })
+
+  it('closing the app answers a held long-poll with up-to-date instead of holding the close', async () => {
+    const own = await startServer(pipeline, { longPollTimeoutMs: 20_000 })
+    const [, up] = await syncAll('items')
+    const pending = call(own.port, shapeUrl({ table: 'items', offset: up!.header('electric-offset')!, handle: up!.header('electric-handle')!, live: 'true' }))
+    await new Promise((r) => setTimeout(r, 100))
+    const started = Date.now()
+    await own.close()
+    const res = await pending
+    expect(Date.now() - started).toBeLessThan(5000)
+    expect(res.status).toBe(200)
+    expect(res.header('electric-has-data')).toBe('false')
+    expect(res.header('electric-up-to-date')).toBe('')
+  })
+})
