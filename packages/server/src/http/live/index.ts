@@ -15,6 +15,7 @@ export {
   DEFAULT_SSE_KEEP_ALIVE_MS,
   DEFAULT_SSE_TIMEOUT_MS,
   type ServeSseOptions,
+  type SseRead,
   type SseBatch,
   type SseOutcome,
   readFromStore,

@@ -22,7 +22,7 @@
  */
 import type { ServerResponse } from 'node:http'
 import type { LogOffset } from '@sluice/protocol'
-import { ResponseHeader, SSE_CONTENT_TYPE, liveSseCacheControl } from '@sluice/protocol'
+import { ResponseHeader, SSE_CONTENT_TYPE, compareOffsets, liveSseCacheControl } from '@sluice/protocol'
 import type { ShapeLogStore } from '@sluice/storage'
 import { readSpansAsync } from '@sluice/storage'
 import type { LiveWaiters } from './live-waiters.js'
@@ -54,8 +54,8 @@ export interface ServeSseOptions {
   readonly handle: string
   /** The request offset: entries strictly after it are sent. */
   readonly after: LogOffset
-  /** Entries strictly after `after`, to their chunk end; `undefined` when the shape is gone. See `readFromStore`. */
-  readonly read: (after: LogOffset) => SseBatch | undefined | Promise<SseBatch | undefined>
+  /** Entries strictly after `after`, to their chunk end; `undefined` when the shape is gone. `readFromStore` makes one. */
+  readonly read: SseRead
   /** The up-to-date control line (JSON, no framing) for a batch ending at `nextOffset`. */
   readonly upToDate: (nextOffset: LogOffset) => string | Uint8Array
   readonly waiters: LiveWaiters
@@ -67,6 +67,19 @@ export interface ServeSseOptions {
   readonly keepAliveMs?: number
   /** Ends the stream (server shutdown). */
   readonly signal?: AbortSignal
+}
+
+/**
+ * Reads a range for `serveSse`. `hasDataAfter`, when present, is a synchronous
+ * check of the published head (true also when the shape is gone), run right
+ * before each wait: `read` is asynchronous, so a flush can land between its
+ * look at the head and the wait, and only this check (in the same synchronous
+ * step as the wait) sees it. Without it such a batch goes out at the next
+ * flush or, at the latest, at the next keep-alive tick, where the stream reads
+ * again before sending a comment. `readFromStore` provides it.
+ */
+export type SseRead = ((after: LogOffset) => SseBatch | undefined | Promise<SseBatch | undefined>) & {
+  readonly hasDataAfter?: ((after: LogOffset) => boolean) | undefined
 }
 
 /**
@@ -103,41 +116,50 @@ export async function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
     const deadline = waiters.now() + timeoutMs
     let lastWrite = waiters.now()
     const signal = options.signal ? AbortSignal.any([options.signal, stream.closed]) : stream.closed
+    /** Sends everything past `after` up to the head, chunk by chunk: `'gone'` when the shape is, `'empty'` when there was nothing. */
+    const drain = async (): Promise<'sent' | 'empty' | 'gone'> => {
+      for (let sent = false; ; sent = true) {
+        const batch = await options.read(after)
+        if (batch === undefined) return 'gone'
+        if (batch.entryCount === 0 || stream.gone) return sent ? 'sent' : 'empty'
+        after = batch.nextOffset
+        await stream.write(framed(batch))
+        lastWrite = waiters.now()
+        if (batch.reachedHead) {
+          await stream.write(frameEvent(options.upToDate(batch.nextOffset)))
+          return 'sent'
+        }
+      }
+    }
     for (;;) {
       if (stream.gone) return 'disconnected'
       if (options.signal?.aborted) return 'aborted'
       if (options.isInvalidated?.()) return 'invalidated'
-      const now = waiters.now()
-      if (now >= deadline) return 'timeout'
-      const keepAliveAt = lastWrite + keepAliveMs
-      const result = await waiters.wait(handle, { timeoutMs: Math.min(deadline, keepAliveAt) - now, signal })
-      if (result === 'invalidated') return 'invalidated'
-      if (result === 'aborted') {
-        if (stream.gone) return 'disconnected'
-        return 'aborted' // our signal, or waiters.close()
+      if (waiters.now() >= deadline) return 'timeout'
+      // Checked and registered in one synchronous step (see SseRead).
+      if (options.read.hasDataAfter?.(after)) {
+        const drained = await drain()
+        if (drained === 'gone') return stream.gone ? 'disconnected' : 'invalidated'
+        if (drained === 'sent') continue
+        // 'empty' despite the check (a reader that disagrees with itself): wait rather than spin.
       }
+      const keepAliveAt = lastWrite + keepAliveMs
+      const result = await waiters.wait(handle, { timeoutMs: Math.min(deadline, keepAliveAt) - waiters.now(), signal })
+      if (result === 'invalidated') return 'invalidated'
+      if (result === 'aborted') return stream.gone ? 'disconnected' : 'aborted' // our signal, or waiters.close()
       if (result === 'timeout') {
-        const t = waiters.now()
-        if (t >= deadline) return 'timeout'
-        if (t >= keepAliveAt) {
+        if (waiters.now() >= deadline) return 'timeout'
+        // Read once more before a comment: the safety net for a reader without hasDataAfter.
+        const drained = await drain()
+        if (drained === 'gone') return stream.gone ? 'disconnected' : 'invalidated'
+        if (drained === 'empty' && waiters.now() >= keepAliveAt) {
           await stream.write(KEEP_ALIVE_COMMENT)
           lastWrite = waiters.now()
         }
         continue
       }
-      // 'advanced': send everything up to the head, chunk by chunk.
-      for (;;) {
-        const batch = await options.read(after)
-        if (batch === undefined) return stream.gone ? 'disconnected' : 'invalidated'
-        if (batch.entryCount === 0 || stream.gone) break
-        after = batch.nextOffset
-        await stream.write(framed(batch))
-        if (batch.reachedHead) {
-          await stream.write(frameEvent(options.upToDate(batch.nextOffset)))
-          break
-        }
-      }
-      lastWrite = waiters.now()
+      // 'advanced'
+      if ((await drain()) === 'gone') return stream.gone ? 'disconnected' : 'invalidated'
     }
   } catch (err) {
     stream.destroy()
@@ -151,8 +173,15 @@ export async function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
  * A `read` for `serveSse` straight from the store: `store.get(handle).read(after)`,
  * its spans read (on the thread pool for file spans) and released.
  */
-export function readFromStore(store: Pick<ShapeLogStore, 'get'>, handle: string): (after: LogOffset) => Promise<SseBatch | undefined> {
-  return async (after) => {
+export function readFromStore(
+  store: Pick<ShapeLogStore, 'get'>,
+  handle: string,
+): ((after: LogOffset) => Promise<SseBatch | undefined>) & { hasDataAfter(after: LogOffset): boolean } {
+  const hasDataAfter = (after: LogOffset): boolean => {
+    const log = store.get(handle)
+    return log === undefined || compareOffsets(log.head().lastOffset, after) > 0
+  }
+  const read = async (after: LogOffset): Promise<SseBatch | undefined> => {
     const log = store.get(handle)
     if (!log) return undefined
     const read = log.read(after)
@@ -163,6 +192,7 @@ export function readFromStore(store: Pick<ShapeLogStore, 'get'>, handle: string)
       read.release()
     }
   }
+  return Object.assign(read, { hasDataAfter })
 }
 
 function framed(batch: SseBatch): Buffer {

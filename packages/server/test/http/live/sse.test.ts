@@ -382,6 +382,62 @@ describe('serveSse on a real node:http server', () => {
     expect(await Promise.all(h.outcomes)).toEqual(Array(50).fill('timeout'))
   })
 
+  it('a flush landing while a read is in flight is not missed (hasDataAfter checked right before each wait)', async () => {
+    const store = await memoryStore()
+    const log = await makeShape(store, 'r1', [rowJson(1)])
+    const waiters = liveWaiters(store)
+    const inner = readFromStore(store, 'r1')
+    const tx = [changeJson(30n, 0, 1)]
+    let raced = false
+    // The first read sees an empty range, then a flush lands before serveSse gets to wait.
+    const read = Object.assign(
+      async (after: LogOffset) => {
+        const batch = await inner(after)
+        if (!raced) {
+          raced = true
+          await commit(store, log, 30n, tx)
+        }
+        return batch
+      },
+      { hasDataAfter: inner.hasDataAfter },
+    )
+    const h = await startServer(() => ({
+      headers: {}, handle: 'r1', after: log.head().lastOffset, read, upToDate, waiters, timeoutMs: 5_000, keepAliveMs: 60_000,
+    }))
+    const c = await connect(h.url)
+    const expected = tx.map(ev).join('') + ev(upToDate({ tx: 30n, op: 0n }))
+    await until(() => c.body() === expected, 1000)
+    expect(c.chunks[0]!.at).toBeLessThan(500)
+    c.destroy()
+    expect(await h.outcomes[0]).toBe('disconnected')
+  })
+
+  it('without hasDataAfter, such a batch still goes out by the next keep-alive tick, instead of a comment', async () => {
+    const store = await memoryStore()
+    const log = await makeShape(store, 'r2', [rowJson(1)])
+    const waiters = liveWaiters(store)
+    const inner = readFromStore(store, 'r2')
+    const tx = [changeJson(40n, 0, 1)]
+    let raced = false
+    const read = async (after: LogOffset) => {
+      const batch = await inner(after)
+      if (!raced) {
+        raced = true
+        await commit(store, log, 40n, tx)
+      }
+      return batch
+    }
+    const h = await startServer(() => ({
+      headers: {}, handle: 'r2', after: log.head().lastOffset, read, upToDate, waiters, timeoutMs: 5_000, keepAliveMs: 200,
+    }))
+    const c = await connect(h.url)
+    const expected = tx.map(ev).join('') + ev(upToDate({ tx: 40n, op: 0n }))
+    await until(() => c.body() === expected, 1000)
+    expect(c.chunks[0]!.at).toBeGreaterThanOrEqual(190)
+    c.destroy()
+    expect(await h.outcomes[0]).toBe('disconnected')
+  })
+
   it('a store/scan disagreement destroys the stream and rejects', async () => {
     const store = await memoryStore()
     await makeShape(store, 'h9', [rowJson(1)])
