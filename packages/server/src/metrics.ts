@@ -108,15 +108,20 @@ export class ServerMetrics {
     pipeline.shapes.on('invalidated', onInvalidated)
     this.cleanup.push(() => pipeline.shapes.off('ready', onReady), () => pipeline.shapes.off('invalidated', onInvalidated))
 
-    const durable = new Gauge({ name: 'sluice_durable_lsn', help: 'The storage engine durable watermark (an LSN as a number).', registers })
-    durable.set(0)
+    new Gauge({
+      name: 'sluice_durable_lsn',
+      help: 'The storage engine durable watermark (an LSN as a number).',
+      registers,
+      collect() {
+        this.set(Number(pipeline.store.durableLsn))
+      },
+    })
     const self = this
     new Gauge({
       name: 'sluice_replication_lag_bytes',
       help: "WAL bytes between Postgres's current position and Sluice's durable watermark (or the slot's confirmed_flush_lsn if higher; sampled at most once a second).",
       registers,
       async collect() {
-        durable.set(Number(pipeline.store.durableLsn))
         const sample = await self.postgresSample(maxAge)
         if (sample === undefined) return
         // Before anything is routed the store's watermark is 0; Postgres's record of what was acknowledged is the floor.

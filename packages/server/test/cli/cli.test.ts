@@ -1,0 +1,195 @@
+// The `sluice` command as a user runs it: bin/sluice.js in a child process.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { chmod } from 'node:fs/promises'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { usePostgres, useTempDir } from '@sluice/test-utils'
+import pg from 'pg'
+import { afterEach, describe, expect, it } from 'vitest'
+import { SETTINGS } from '../../src/config.js'
+
+const BIN = fileURLToPath(new URL('../../bin/sluice.js', import.meta.url))
+const dirs = useTempDir('cli')
+const cluster = usePostgres()
+
+interface Run {
+  readonly child: ChildProcess
+  stdout: string
+  stderr: string
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpExecArray>
+}
+
+const children: ChildProcess[] = []
+afterEach(() => {
+  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL')
+})
+
+/** The environment without anything that would configure sluice. */
+function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {}
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('SLUICE_') && k !== 'DATABASE_URL') env[k] = v
+  return { ...env, ...extra }
+}
+
+function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string> } = {}): Run {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: options.cwd ?? process.cwd(), env: cleanEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
+  children.push(child)
+  const run: Run = {
+    child,
+    stdout: '',
+    stderr: '',
+    exited: new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal }))),
+    waitFor: (pattern, timeoutMs = 60_000) =>
+      new Promise((resolve, reject) => {
+        const check = (): boolean => {
+          const m = pattern.exec(run.stdout)
+          if (m === null) return false
+          cleanup()
+          resolve(m)
+          return true
+        }
+        const timer = setTimeout(() => {
+          cleanup()
+          reject(new Error(`timed out waiting for ${pattern}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`))
+        }, timeoutMs)
+        const onExit = (): void => {
+          setImmediate(() => {
+            if (check()) return
+            cleanup()
+            reject(new Error(`exited before ${pattern}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`))
+          })
+        }
+        const cleanup = (): void => {
+          clearTimeout(timer)
+          child.stdout!.off('data', check)
+          child.off('exit', onExit)
+        }
+        child.stdout!.on('data', check)
+        child.on('exit', onExit)
+        check()
+      }),
+  }
+  child.stdout!.on('data', (d: Buffer) => (run.stdout += d.toString()))
+  child.stderr!.on('data', (d: Buffer) => (run.stderr += d.toString()))
+  return run
+}
+
+async function storageDir(): Promise<string> {
+  const dir = await dirs.make('store')
+  await chmod(dir, 0o755)
+  return dir
+}
+
+/** JSON log lines of stdout. */
+function logs(run: Run): Array<Record<string, unknown>> {
+  return run.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+}
+
+describe('sluice CLI', () => {
+  it('--help prints every setting and exits 0', async () => {
+    const run = sluice(['--help'])
+    expect(await run.exited).toEqual({ code: 0, signal: null })
+    expect(run.stdout).toMatch(/^Usage: sluice start \[options\]/)
+    for (const s of SETTINGS) {
+      expect(run.stdout).toContain(`--${s.flag}`)
+      expect(run.stdout).toContain(s.env)
+    }
+  })
+
+  it('bad settings exit 2 with one line per problem and start nothing', async () => {
+    const dir = await storageDir()
+    const run = sluice(['start', '--port', 'http', '--memory-budget', '12 parsecs', '--frobnicate'], {
+      cwd: dir,
+      env: { SLUICE_LONG_POLL_TIMEOUT: '20' },
+    })
+    expect(await run.exited).toEqual({ code: 2, signal: null })
+    expect(run.stdout).toBe('')
+    expect(run.stderr.trimEnd().split('\n')).toEqual([
+      'sluice: unknown option --frobnicate (see sluice --help)',
+      'sluice: --port: expected an integer from 0 to 65535, got "http"',
+      'sluice: SLUICE_LONG_POLL_TIMEOUT (environment): expected a duration from 100ms to 1h, such as 500ms, 20s or 5m, got "20"',
+      'sluice: --memory-budget: expected a size from 16MiB to 1TiB, such as 64MiB, 512KiB or 1048576, got "12 parsecs"',
+    ])
+    expect(existsSync(join(dir, '.sluice'))).toBe(false)
+  })
+
+  it('start without a database URL runs an embedded Postgres, serves HTTP, and drains on SIGTERM; the next start reuses it', async () => {
+    const dir = await storageDir()
+    const t0 = performance.now()
+    const first = sluice(['start', '--port', '0', '--log-level', 'debug', '--long-poll-timeout', '30s'], { cwd: dir })
+    const [, url] = await first.waitFor(/HTTP: +(http:\/\/127\.0\.0\.1:\d+)/)
+    const coldMs = performance.now() - t0
+    const [, dbUrl] = await first.waitFor(/Database: +(postgresql:\/\/postgres@127\.0\.0\.1:\d+\/postgres)/)
+    expect(first.stdout).toMatch(/Postgres: +embedded PostgreSQL \d+\.\d+ .*new data folder .*\.sluice\/postgres\/data/)
+    expect(first.stdout).toContain('no --database-url / DATABASE_URL given')
+
+    expect((await fetch(`${url}/v1/health`)).status).toBe(200)
+    const db = new pg.Client({ connectionString: dbUrl })
+    await db.connect()
+    await db.query('CREATE TABLE todos (id int PRIMARY KEY, title text)')
+    await db.query("INSERT INTO todos VALUES (1, 'one')")
+    const initial = await fetch(`${url}/v1/shape?table=todos&offset=-1`)
+    expect(initial.status).toBe(200)
+    const handle = initial.headers.get('electric-handle')!
+    const offset = initial.headers.get('electric-offset')!
+    await initial.arrayBuffer()
+    await db.end()
+    // The shape's lifecycle is logged at info; requests at debug.
+    await first.waitFor(/"msg":"shape ready"/)
+    expect(logs(first).some((l) => l['msg'] === 'request' && l['level'] === 20 && l['url'] === '/v1/health')).toBe(true)
+
+    // A long-poll waiting when SIGTERM arrives is answered, then the process exits 0.
+    const waiting = fetch(`${url}/v1/shape?table=todos&handle=${handle}&offset=${offset}&live=true`).then(
+      async (r) => ({ status: r.status, body: await r.text() }),
+      (err: Error) => ({ status: 0, body: err.message }),
+    )
+    await new Promise((r) => setTimeout(r, 300))
+    first.child.kill('SIGTERM')
+    expect(await first.exited).toEqual({ code: 0, signal: null })
+    const answer = await waiting
+    expect(answer.status).toBeGreaterThan(0)
+    expect(logs(first).map((l) => l['msg'])).toContain('stopped')
+    // The embedded Postgres was stopped with it.
+    expect(existsSync(join(dir, '.sluice', 'postgres', 'data', 'postmaster.pid'))).toBe(false)
+
+    const t1 = performance.now()
+    const second = sluice(['start', '--port', '0'], { cwd: dir })
+    const [, url2] = await second.waitFor(/HTTP: +(http:\/\/127\.0\.0\.1:\d+)/)
+    const warmMs = performance.now() - t1
+    expect(second.stdout).toMatch(/reusing data folder/)
+    const [, startedIn] = /started in (\d+) ms/.exec(second.stdout)!
+    // The shape survived the restart.
+    const again = await fetch(`${url2}/v1/shape?table=todos&offset=-1`)
+    expect(again.status).toBe(200)
+    expect(again.headers.get('electric-handle')).toBe(handle)
+    await again.arrayBuffer()
+    console.log(`sluice start: cold (initdb) ${Math.round(coldMs)} ms; warm ${Math.round(warmMs)} ms wall, ${startedIn} ms in createServer`)
+    expect(warmMs).toBeLessThan(10_000)
+    second.child.kill('SIGINT')
+    expect(await second.exited).toEqual({ code: 0, signal: null })
+  })
+
+  it('with --database-url it uses that database; a second signal exits at once', async () => {
+    const dir = await storageDir()
+    const url = cluster.url.replace('postgres://postgres@', 'postgres://postgres:hunter2@')
+    const run = sluice(['start', '--port', '0', '--slot', 'cli_test_slot', '--publication', 'cli_test_pub'], { cwd: dir, env: { DATABASE_URL: url } })
+    await run.waitFor(/HTTP: +http:\/\/127\.0\.0\.1:\d+/)
+    expect(run.stdout).toMatch(/Database: +postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:\d+\/postgres/)
+    expect(run.stdout).not.toContain('hunter2')
+    expect(existsSync(join(dir, '.sluice', 'postgres'))).toBe(false)
+    const { rows } = await cluster.query<{ slot_name: string }>("SELECT slot_name FROM pg_replication_slots WHERE slot_name = 'cli_test_slot'")
+    expect(rows).toHaveLength(1)
+    run.child.kill('SIGTERM')
+    // Signals of one kind do not queue: the second is sent once the first has been taken.
+    await run.waitFor(/shutting down/)
+    run.child.kill('SIGTERM')
+    expect(await run.exited).toEqual({ code: 130, signal: null })
+    expect(run.stderr).toContain('SIGTERM again, exiting at once')
+    await cluster.dropReplicationSlots()
+  })
+})
