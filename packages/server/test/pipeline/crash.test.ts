@@ -179,10 +179,15 @@ interface ShapeRecord {
   handle: string | undefined
   /** The child said `ready`, or a restart found the shape: it must exist from now on. */
   durable: boolean
+}
+
+/** A shape as the checks follow it (by handle: two requests for one definition are one shape). */
+interface TrackedShape {
+  readonly spec: ShapeSpec
   /** Its log read so far (from the first check that saw it): structure, strict replay, bytes. */
-  followed?: FollowedShape
+  readonly followed: FollowedShape
   /** Checks the log at every transaction against its table's mirror (undefined for the mirrors). */
-  history?: ShapeHistoryCheck
+  readonly history: ShapeHistoryCheck | undefined
 }
 
 describe('crash safety of the pipeline', () => {
@@ -228,7 +233,7 @@ describe('crash safety of the pipeline', () => {
       const problems: string[] = []
       const records = new Map<string, ShapeRecord>()
       const mirrors = new Map<string, { handle: string; log: MirrorLog }>()
-      const mirrorTags = new Set<string>()
+      const tracked = new Map<string, TrackedShape>()
       const tables = new Map<string, Promise<TableInfo | undefined>>()
       const matcher = async (spec: ShapeSpec): Promise<(row: Record<string, string | null>) => boolean> => {
         if (spec.where === undefined) return () => true
@@ -347,37 +352,45 @@ describe('crash safety of the pipeline', () => {
             const ids = new Set(ro.ids())
             const expectedIds = new Set([...records.values()].map((r) => r.handle!))
             expect([...ids].sort(), `${label}: the store holds exactly the shapes the child made`).toEqual([...expectedIds].sort())
-            // Mirrors first: the other shapes are checked against the histories they hold.
-            const isMirror = (r: ShapeRecord): boolean => mirrorTags.has(r.tag)
-            const ordered = [...records.values()].sort((a, b) => Number(isMirror(b)) - Number(isMirror(a)))
-            for (const record of ordered) {
-              const what = `seed ${SEED}, ${label}, shape ${record.handle} (${describeSpec(record.spec)})`
-              const log = ro.get(record.handle!)
+            // Once per shape (two requests for one definition share it), mirrors first: the other shapes are
+            // checked against the histories they hold.
+            const mirrorHandles = new Set([...mirrors.values()].map((m) => m.handle))
+            for (const record of records.values()) {
+              if (tracked.has(record.handle!)) continue
+              const isMirror = mirrorHandles.has(record.handle!)
+              tracked.set(record.handle!, {
+                spec: record.spec,
+                followed: new FollowedShape({ schema: 'public', ...specQuery(record.spec) }, BOOL_COLUMNS),
+                history: isMirror
+                  ? undefined
+                  : new ShapeHistoryCheck(mirrors.get(record.spec.table)!.log, {
+                      matches: await matcher(record.spec),
+                      columns: record.spec.columns,
+                      bools: BOOL_COLUMNS,
+                      label: `against the history of ${record.spec.table}`,
+                    }),
+              })
+            }
+            const ordered = [...tracked].sort(([a], [b]) => Number(mirrorHandles.has(b)) - Number(mirrorHandles.has(a)))
+            for (const [handle, shape] of ordered) {
+              const what = `seed ${SEED}, ${label}, shape ${handle} (${describeSpec(shape.spec)})`
+              const log = ro.get(handle)
               if (log === undefined) throw new Error(`${what}: no log`)
-              record.followed ??= new FollowedShape({ schema: 'public', ...specQuery(record.spec) }, BOOL_COLUMNS)
-              if (!isMirror(record)) {
-                record.history ??= new ShapeHistoryCheck(mirrors.get(record.spec.table)!.log, {
-                  matches: await matcher(record.spec),
-                  columns: record.spec.columns,
-                  bools: BOOL_COLUMNS,
-                  label: `against the history of ${record.spec.table}`,
-                })
-              }
               try {
-                const { fresh, actual, expected } = await record.followed.step(log, cluster)
+                const { fresh, actual, expected } = await shape.followed.step(log, cluster)
                 const difference = firstDifference(actual, expected)
                 if (difference !== undefined) throw new Error(`the log does not replay to Postgres's rows: ${difference}`)
-                record.followed.follower.verifyPrefix(log)
-                if (isMirror(record)) mirrors.get(record.spec.table)!.log.update(fresh)
+                shape.followed.follower.verifyPrefix(log)
+                if (shape.history === undefined) mirrors.get(shape.spec.table)!.log.update(fresh)
                 else {
-                  const before = record.history!.transactionsChecked
-                  record.history!.advance(fresh)
-                  stats.historyTransactions += record.history!.transactionsChecked - before
+                  const before = shape.history.transactionsChecked
+                  shape.history.advance(fresh)
+                  stats.historyTransactions += shape.history.transactionsChecked - before
                 }
                 stats.rowsCompared += expected.size
                 stats.shapeChecks++
               } catch (error) {
-                throw new Error(`${what}: ${error instanceof Error ? error.message : String(error)}${dumpFailure(storageDir, record.handle!, readLog(log))}`, { cause: error })
+                throw new Error(`${what}: ${error instanceof Error ? error.message : String(error)}${dumpFailure(storageDir, handle, readLog(log))}`, { cause: error })
               }
             }
           } finally {
@@ -405,10 +418,7 @@ describe('crash safety of the pipeline', () => {
       // tables' complete histories, which every other shape is checked against at every transaction.
       const mirrorRecords = TABLES.map((table) => request(child, { table, replica: 'full' }))
       for (const r of mirrorRecords) await child.waitFor((l) => l.startsWith(`ready ${r.tag} `))
-      for (const r of mirrorRecords) {
-        mirrors.set(r.spec.table, { handle: r.handle!, log: new MirrorLog(BOOL_COLUMNS) })
-        mirrorTags.add(r.tag)
-      }
+      for (const r of mirrorRecords) mirrors.set(r.spec.table, { handle: r.handle!, log: new MirrorLog(BOOL_COLUMNS) })
       const shapeRng = rng.fork()
       for (let i = 0; i < INITIAL_SHAPES; i++) request(child, randomShape(shapeRng))
       await writers.start()
