@@ -14,6 +14,9 @@ import { ServerMetrics } from './metrics.js'
 import { Pipeline } from './pipeline.js'
 import type { ShapeLogger } from './shapes/shape-manager.js'
 
+/** How long shutdown waits for in-flight requests before closing their connections. */
+const SHUTDOWN_GRACE_MS = 10_000
+
 export interface SluiceServer {
   readonly config: SluiceConfig
   /** http://host:port of the listening socket (the real port when --port 0). */
@@ -144,7 +147,11 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     }
     const shutdown = async (): Promise<void> => {
       // Stops accepting; waiting long-polls and SSE streams are answered by the app's onClose.
+      // A request that never finishes (a client sending its body forever) is cut after a grace period.
+      const grace = setTimeout(() => app!.server.closeAllConnections(), SHUTDOWN_GRACE_MS)
+      grace.unref()
       await app!.close()
+      clearTimeout(grace)
       await metrics!.close()
       // Makes everything routed durable and acknowledges it to Postgres.
       await pipeline!.stop()

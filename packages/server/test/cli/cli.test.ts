@@ -2,6 +2,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { chmod } from 'node:fs/promises'
+import { connect } from 'node:net'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
@@ -184,12 +185,22 @@ describe('sluice CLI', () => {
     expect(existsSync(join(dir, '.sluice', 'postgres'))).toBe(false)
     const { rows } = await cluster.query<{ slot_name: string }>("SELECT slot_name FROM pg_replication_slots WHERE slot_name = 'cli_test_slot'")
     expect(rows).toHaveLength(1)
+    // A request whose body never finishes keeps the graceful close waiting.
+    const port = Number(/HTTP: +http:\/\/127\.0\.0\.1:(\d+)/.exec(run.stdout)![1])
+    const socket = connect(port, '127.0.0.1')
+    await new Promise((r) => socket.once('connect', r))
+    socket.on('error', () => {})
+    socket.write('POST /v1/shape?table=t&offset=-1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"where":')
+    await new Promise((r) => setTimeout(r, 200))
     run.child.kill('SIGTERM')
     // Signals of one kind do not queue: the second is sent once the first has been taken.
     await run.waitFor(/shutting down/)
+    await new Promise((r) => setTimeout(r, 200))
+    expect(run.child.exitCode).toBeNull()
     run.child.kill('SIGTERM')
     expect(await run.exited).toEqual({ code: 130, signal: null })
     expect(run.stderr).toContain('SIGTERM again, exiting at once')
+    socket.destroy()
     await cluster.dropReplicationSlots()
   })
 })
