@@ -24,6 +24,7 @@ interface Client {
   /** Resolves with the whole body when the server ends the stream. */
   ended: Promise<string>
   destroy(): void
+  resume(): void
   start: number
 }
 
@@ -32,6 +33,7 @@ interface Harness {
   server: Server
   outcomes: Promise<SseOutcome>[]
   lastRaw: ServerResponse | undefined
+  raws: ServerResponse[]
 }
 
 let cleanups: (() => Promise<void> | void)[] = []
@@ -41,9 +43,10 @@ afterEach(async () => {
 })
 
 async function startServer(options: (req: IncomingMessage, res: ServerResponse) => Omit<ServeSseOptions, 'raw'>): Promise<Harness> {
-  const h: Harness = { url: '', server: undefined as unknown as Server, outcomes: [], lastRaw: undefined }
+  const h: Harness = { url: '', server: undefined as unknown as Server, outcomes: [], lastRaw: undefined, raws: [] }
   h.server = createServer((req, res) => {
     h.lastRaw = res
+    h.raws.push(res)
     const outcome = serveSse({ ...options(req, res), raw: res })
     outcome.catch(() => {}) // asserted by the tests that expect a rejection
     h.outcomes.push(outcome)
@@ -54,13 +57,14 @@ async function startServer(options: (req: IncomingMessage, res: ServerResponse) 
   return h
 }
 
-function connect(url: string): Promise<Client> {
+function connect(url: string, options: { paused?: boolean } = {}): Promise<Client> {
   return new Promise((resolve, reject) => {
     const start = performance.now()
     const req = get(url, { headers: { accept: 'text/event-stream' } }, (res) => {
       const chunks: { at: number; text: string }[] = []
       res.setEncoding('utf8')
       res.on('data', (text: string) => chunks.push({ at: performance.now() - start, text }))
+      if (options.paused) res.pause()
       const ended = new Promise<string>((done, fail) => {
         res.on('end', () => done(chunks.map((c) => c.text).join('')))
         res.on('error', fail)
@@ -73,6 +77,7 @@ function connect(url: string): Promise<Client> {
         body: () => chunks.map((c) => c.text).join(''),
         ended,
         destroy: () => req.destroy(),
+        resume: () => res.resume(),
         start,
       })
     })
@@ -436,6 +441,35 @@ describe('serveSse on a real node:http server', () => {
     expect(c.chunks[0]!.at).toBeGreaterThanOrEqual(190)
     c.destroy()
     expect(await h.outcomes[0]).toBe('disconnected')
+  })
+
+  it('backpressure: a paused client gets the whole batch once it reads; a client that leaves mid-drain ends the stream', async () => {
+    const store = await memoryStore(1 << 20)
+    const log = await makeShape(store, 'b1', [rowJson(1)])
+    const waiters = liveWaiters(store)
+    const h = await startServer(() => ({
+      headers: {}, handle: 'b1', after: log.head().lastOffset, read: readFromStore(store, 'b1'), upToDate, waiters, timeoutMs: 1500, keepAliveMs: 60_000,
+    }))
+    const tx = Array.from({ length: 1500 }, (_, k) => changeJson(60n, 2 * k, k, { pad: 'é'.repeat(1500) }))
+    const expected = tx.map(ev).join('') + ev(upToDate({ tx: 60n, op: BigInt(2 * 1499) }))
+
+    const slow = await connect(h.url, { paused: true })
+    const leaving = await connect(h.url, { paused: true })
+    await until(() => waiters.size === 2)
+    await commit(store, log, 60n, tx)
+    // Both responses are now blocked on 'drain'.
+    await until(() => h.raws.every((r) => r.writableNeedDrain))
+    leaving.destroy()
+    await until(() => h.outcomes.length === 2)
+    expect(await h.outcomes[1]).toBe('disconnected')
+    expect(h.raws[1]!.listenerCount('drain')).toBe(0)
+    slow.resume()
+    const slowBody = await slow.ended
+    expect(slowBody.length).toBe(expected.length)
+    expect(slowBody === expected).toBe(true)
+    const outcomes = await Promise.all(h.outcomes)
+    expect(outcomes.sort()).toEqual(['disconnected', 'timeout'])
+    expect(waiters.size).toBe(0)
   })
 
   it('a store/scan disagreement destroys the stream and rejects', async () => {
