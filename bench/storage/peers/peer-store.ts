@@ -55,13 +55,14 @@ export abstract class PeerLogStore<L extends PeerLog> {
   async flush(): Promise<FlushResult> {
     this.ensureOpen()
     const target = this.advanced
+    const started = performance.now()
     if (target > this.durable) {
       await this.persistWatermark(target)
       this.durable = target
     }
     const advanced: string[] = []
     for (const log of this.logs.values()) if (log.book.publish(this.durable)) advanced.push(log.id)
-    const result = { durableLsn: this.durable, advanced }
+    const result = { durableLsn: this.durable, advanced, durationMs: performance.now() - started }
     if (advanced.length > 0) for (const l of this.listeners) l(result)
     return result
   }

@@ -3,3 +3,7 @@
 export * from './replication/index.js'
 export * from './where/index.js'
 export * from './shapes/index.js'
+export * from './pipeline.js'
+export * from './http/index.js'
+export { createServer } from './server.js'
+export * from './config.js'

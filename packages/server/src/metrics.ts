@@ -162,27 +162,11 @@ export class ServerMetrics {
     registry.set(pipeline, this)
   }
 
-  /** Times every flush the store runs (timed group commits and explicit ones). */
+  /** Records every flush that published something, with the duration the store measured. */
   private timeFlushes(): void {
-    // The store exposes only the end of a flush (onFlush); its flushes all go
-    // through the private `flushInternal`, wrapped here on this instance only.
-    const store = this.options.pipeline.store as unknown as { flushInternal?: () => Promise<unknown> }
-    const original = store.flushInternal
-    if (typeof original !== 'function') return
     const histogram = this.flushSeconds
-    const wrapped = function (this: unknown): Promise<unknown> {
-      const stop = histogram.startTimer()
-      const run = original.call(this)
-      run.then(
-        () => stop(),
-        () => stop(),
-      )
-      return run
-    }
-    store.flushInternal = wrapped
-    this.cleanup.push(() => {
-      if (store.flushInternal === wrapped) store.flushInternal = original
-    })
+    const off = this.options.pipeline.store.onFlush((result) => histogram.observe(result.durationMs / 1000))
+    this.cleanup.push(off)
   }
 
   private postgresSample(maxAgeMs: number): Promise<PostgresSample | undefined> {

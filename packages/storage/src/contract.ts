@@ -174,6 +174,8 @@ export interface FlushResult {
   readonly durableLsn: bigint
   /** Ids of logs whose published head moved. */
   readonly advanced: readonly string[]
+  /** How long the flush took, from its start to its publication (for latency metrics). */
+  readonly durationMs: number
 }
 
 export interface ShapeLogStore {

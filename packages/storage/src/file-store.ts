@@ -464,6 +464,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   private async runFlush(): Promise<FlushResult> {
+    const started = performance.now()
     if (this.timer) {
       clearTimeout(this.timer)
       this.timer = undefined
@@ -497,7 +498,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.schedule(false, true)
     }
     try {
-      return await this.publish(target, seq, failed, firstError, created)
+      return await this.publish(target, seq, failed, firstError, created, started)
     } finally {
       // Resolved last, so whoever awaited a snapshot also sees everything this
       // flush published (the snapshot itself is durable whatever happened since).
@@ -515,6 +516,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     failed: FileShapeLog[],
     firstError: StorageError | undefined,
     created: FinishingSnapshot[],
+    started: number,
   ): Promise<FlushResult> {
     if (failed.length > 0) {
       for (const log of failed) {
@@ -553,7 +555,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       if (!log.hasUnpublished()) this.unpublished.delete(log)
     }
     this.lastError = undefined
-    const result: FlushResult = { durableLsn: this.durable, advanced }
+    const result: FlushResult = { durableLsn: this.durable, advanced, durationMs: performance.now() - started }
     for (const listener of this.listeners) listener(result)
     return result
   }

@@ -309,7 +309,8 @@ export class MemoryLogStore implements ShapeLogStore {
     for (const log of this.logs.values()) {
       if (log.publish(this.durable) && !created.some((f) => f.log === log)) advanced.push(log.id)
     }
-    const result = { durableLsn: this.durable, advanced }
+    // Memory flushes are instant; the field is there for the contract's listeners.
+    const result = { durableLsn: this.durable, advanced, durationMs: 0 }
     for (const l of this.listeners) l(result)
     for (const f of created) f.resolve(f.log)
     return result

@@ -239,7 +239,8 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
         // A deleted log: `get` notices and drops it.
       }
     }
-    const result = { durableLsn: this.lsn, advanced }
+    // A follower's "flush" is noticing the writer's; it has no duration of its own.
+    const result = { durableLsn: this.lsn, advanced, durationMs: 0 }
     for (const l of this.listeners) l(result)
   }
 

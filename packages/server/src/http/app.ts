@@ -13,6 +13,7 @@ import { toSluiceError } from './http-errors.js'
 import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 import { type ShapeWaiters, shapeRoutes } from './shape-routes.js'
+import { setLiveWaiters } from '../metrics.js'
 
 /**
  * The HTTP app (DESIGN.md §5), built apart from `listen()`: the caller (or a
@@ -72,6 +73,10 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   )
 
   app.register(rootRoutes)
+  // The metrics gauge follows the waiter count at each request's start and end: no timer of its own.
+  const countWaiters = async (): Promise<void> => setLiveWaiters(options.pipeline, waiters.size)
+  app.addHook('onRequest', countWaiters)
+  app.addHook('onResponse', countWaiters)
   app.register(shapeRoutes, { pipeline: options.pipeline, http, waiters, admission })
   return app
 }

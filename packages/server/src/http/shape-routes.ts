@@ -42,6 +42,7 @@ import { type LiveWaiters, readFromStore, serveSse } from './live/index.js'
 import { logBody } from './log-body.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
+import { addBytesServed } from '../metrics.js'
 
 /**
  * `/v1/shape` (PROTOCOL.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS. One
@@ -284,6 +285,7 @@ class ShapeResponder {
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const body = await logBody(read, upToDate ? upToDateMessage(lsn) : undefined)
     this.reply.raw.once('close', body.done)
+    if (this.request.method !== 'HEAD') addBytesServed(this.pipeline, body.bytes.length)
     return this.reply.code(200).send(body.bytes)
   }
 

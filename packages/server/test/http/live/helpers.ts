@@ -35,7 +35,7 @@ export class FakeFlushes {
     return () => this.listeners.delete(listener)
   }
   emit(advanced: readonly string[], durableLsn = 1n): void {
-    for (const l of this.listeners) l({ durableLsn, advanced })
+    for (const l of this.listeners) l({ durableLsn, advanced, durationMs: 0 })
   }
 }
 
