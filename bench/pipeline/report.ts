@@ -93,9 +93,9 @@ export interface PhaseResult {
   readonly workload: {
     readonly changes: number
     readonly transactions: number
-    readonly walBytes: number
-    readonly generateMs: number
-    readonly endLsn: string
+    /** Per repetition: each writes the workload afresh. */
+    readonly walBytes: readonly number[]
+    readonly generateMs: readonly number[]
   }
   readonly ceiling: { readonly runs: readonly RunResult[]; readonly medianChangesPerSec: number }
   readonly sets: readonly SetResult[]
@@ -291,7 +291,7 @@ export function markdown(report: Report): string {
     out.push(`### ${phase.label}`)
     out.push('')
     out.push(
-      `${n(w.changes)} changes in ${n(w.transactions)} transactions (+1 marker), ${bytes(w.walBytes)} of WAL; Postgres wrote them in ${secs(w.generateMs)} (${n((w.transactions / w.generateMs) * 1000)} commits/s, server-side procedure).`,
+      `${n(w.changes)} changes in ${n(w.transactions)} transactions (+1 marker) per repetition, ${w.walBytes.map(bytes).join(', ')} of WAL; Postgres wrote them in ${w.generateMs.map((ms) => secs(ms)).join(', ')} (median ${n((w.transactions / median(w.generateMs)) * 1000)} commits/s, server-side procedure).`,
     )
     out.push('')
     out.push('| shapes | each change hits | changes/s (median) | runs (changes/s) | vs ceiling | shape-log entries/s | pipeline CPU/change | walsender CPU | start | CPU pressure |')
@@ -409,12 +409,12 @@ function METHOD(report: Report, s: Record<string, unknown>): string[] {
   return [
     `- **Processes.** The orchestrator (\`run.ts\`) starts a throwaway Postgres ${report.postgres.version} and runs each measurement's pipeline in a process of its own (\`worker.ts\`: one \`Pipeline\` and nothing else, driven over stdin/stdout), pg_recvlogical and pgbench as further processes. Everything runs on the same ${report.machine.nproc} cores.`,
     '- **Tables and shapes.** `bench_items(id, k1, k1k, k10k, k100k, title, payload, updated_at)` with `k1 = 0`, `k1k = id % 1000`, `k10k = id % 10000`, `k100k = id % 100000` and a title token `TOK0000..TOK0999` (`id % 1000`). The shape sets: 1 shape `k1 = 0`; 1k shapes `k1k = 0..999`; 10k `k10k = …`; 100k `k100k = …` (each change lands in exactly one shape of a set; the router finds it through its hash index); 1k `title ILIKE \'%tok0042%\'`-style shapes (exactly one match per change, but no index: every pattern is evaluated for every change); and, on `bench_overlap(id, owner, title, payload, updated_at)`, 1k overlapping shapes `owner = \'x\' AND id > k` for k = 0..999: all rows have owner x and ids above 999, so **every change lands in all 1,000 shapes** (indexed on `owner = \'x\'`, then `id > k` evaluated per shape). Change lines are ~330 bytes of JSON (full rows, `replica=default`).',
-    `- **Registering.** Each set is registered once, by a fresh pipeline on an empty table (snapshots return no rows), and the store it leaves behind is the starting point of every run of that set (copied with \`cp -a\` before each run, outside the timing).`,
+    `- **Registering.** Each set is registered once, by a fresh pipeline on an empty table (snapshots return no rows); every later run of that set restarts a pipeline on the store it left behind, which keeps the changes of earlier runs (copying a 100k-shape store before each run took many minutes on this shared disk).`,
     `- **Workload.** ${n(Number(s.changes))} row changes on bench_items (${n(Number(s.overlapChanges))} on bench_overlap, where each change makes 1,000 shape-log entries), in groups of ten: 7 inserts, 2 updates (payload and timestamp, so rows stay in their shapes), 1 delete; committed one change per transaction, or 100 per transaction. Written server-side by a procedure (\`CALL bench_workload\`, COMMIT inside the loop), then one marker transaction whose \`pg_current_wal_insert_lsn()\` is the end every replay waits for: every workload commit lies below it and the marker's commit above.`,
-    `- **Same WAL for everyone.** Before the workload is written, the phase creates every slot it will use: ${reps} for pg_recvlogical and ${reps} per shape set for the pipeline, all at the same WAL position. Each run then replays exactly the same WAL from its own slot. Runs rotate their order each repetition (ceiling, then the sets; then shifted by one) so drift in outside load falls on all.`,
+    `- **Same WAL for everyone.** Each of the ${reps} repetitions creates one slot per contender (pg_recvlogical and every shape set), all at the same WAL position, then writes the workload afresh (same procedure and sizes, new ids); every contender then replays exactly that WAL from its own slot. The contenders' order rotates each repetition (ceiling, then the sets; then shifted by one) so drift in outside load falls on all.`,
     `- **The pipeline run.** A new process starts \`Pipeline.start\` on the copied store with the run's slot (default options: 10 ms flush interval, protocol ${report.protoVersion} with streaming, 4 snapshot connections). The clock starts when \`Pipeline.start\` resolves (the store is open, the shapes are restored and routed, the walsender streams) and stops at the first flush whose durable watermark reaches the marker: everything is routed, written to the shape logs, fdatasync'ed and the watermark published. Changes/s = workload changes / that time.`,
     `- **The ceiling.** \`pg_recvlogical --start --endpos=<marker> -o proto_version=${report.protoVersion}${report.protoVersion >= 2 ? ' -o streaming=on' : ''} -o publication_names=sluice_publication -f /dev/null\` on its own slot: the same pgoutput stream with nothing behind it. Timed from spawn to exit (connection setup included, a few ms). It stops on the first message past the marker's position, the marker's commit, so it has decoded as much as the pipeline has.`,
-    `- **Repetitions.** ${reps} per contender and phase; the tables give the median and every run.`,
+    `- **Repetitions.** ${reps} per contender and phase, each on its own freshly written WAL; the tables give the median and every run.`,
     '- **Keeping up.** See its section. **Memory.** `process.memoryUsage()` in the pipeline process after two forced GCs (`--expose-gc`).',
     '- tinybench is not used here: every measurement is one multi-second run of several processes, timed once from outside the measured work, not a micro-operation to repeat in a loop.',
   ]

@@ -117,6 +117,8 @@ const OVERLAP_SETS = pick(['overlap1k'])
 /** BENCH_CPU_PROF=<dir>: each timed pipeline run writes a V8 CPU profile of its timed window there. */
 const CPU_PROF = process.env.BENCH_CPU_PROF
 const PROTO_VERSION = 2
+/** Ids of one repetition's workload start this far after the previous one's. */
+const REP_ID_STRIDE = 1_000_000
 
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
@@ -287,10 +289,11 @@ function phases(): Phase[] {
         perTx,
         changes,
         startId: nextStart,
-        markerId: marker--,
+        markerId: marker,
         sets,
       })
-      nextStart += 10_000_000
+      nextStart += 10 * REP_ID_STRIDE
+      marker -= 10
     }
   }
   return out
@@ -324,10 +327,13 @@ async function ceilingRun(cluster: PostgresCluster, slot: string, workload: Gene
   }
 }
 
-/** Starts a pipeline on a copy of the set's registered store, on its own slot, and times it to the workload's end. */
+/**
+ * Starts a pipeline on the set's store (kept from run to run: the shapes as
+ * registered plus the changes of earlier runs) with the run's own slot, and
+ * times it to the workload's end.
+ */
 async function pipelineRun(cluster: PostgresCluster, root: string, set: string, slot: string, workload: GeneratedWorkload): Promise<RunResult> {
-  const dir = join(root, 'run', `${set}-${slot}`)
-  await sh('cp', ['-a', join(root, 'reg', set), dir])
+  const dir = join(root, 'reg', set)
   const worker = await startWorker(`pipeline:${set}`)
   try {
     await waitForQuiet(QUIET_WAIT_MS)
@@ -358,50 +364,47 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
   } finally {
     await worker.kill()
     await dropSlot(cluster, slot)
-    await sh('rm', ['-rf', dir])
   }
 }
 
 async function throughputPhase(cluster: PostgresCluster, root: string, phase: Phase): Promise<PhaseResult> {
-  log(`phase ${phase.id}: ${phase.changes} changes into ${phase.table}, ${phase.perTx} per transaction`)
-  // Every slot exists before the workload, so each replays exactly the same WAL.
-  const ceilingSlots = Array.from({ length: SETTINGS.reps }, (_, r) => `c_${phase.id.replace('-', '_')}_${r}`)
-  const pipelineSlots = new Map<string, string[]>()
-  let startLsn: bigint | undefined
-  for (const slot of ceilingSlots) {
-    const lsn = await createSlot(cluster, slot)
-    startLsn ??= lsn
-  }
-  for (const set of phase.sets) {
-    const slots = Array.from({ length: SETTINGS.reps }, (_, r) => `p_${phase.id.replace('-', '_')}_${set}_${r}`)
-    for (const slot of slots) await createSlot(cluster, slot)
-    pipelineSlots.set(set, slots)
-  }
-  const workload = await generateWorkload(cluster, {
-    table: phase.table,
-    startId: phase.startId,
-    changes: phase.changes,
-    perTx: phase.perTx,
-    markerId: phase.markerId,
-    startLsn: startLsn!,
-  })
-  log(
-    `  workload: ${workload.transactions} transactions in ${(workload.ms / 1000).toFixed(1)} s (${((workload.transactions / workload.ms) * 1000).toFixed(0)} commits/s), ${mib(workload.walBytes)} MiB of WAL`,
-  )
+  log(`phase ${phase.id}: ${phase.changes} changes into ${phase.table}, ${phase.perTx} per transaction, ${SETTINGS.reps} repetitions`)
   const ceiling: RunResult[] = []
+  const workloads: GeneratedWorkload[] = []
   const runs = new Map<string, RunResult[]>(phase.sets.map((s) => [s, []]))
   const contenders = ['ceiling', ...phase.sets]
+  const tag = phase.id.replace('-', '_')
   for (let rep = 0; rep < SETTINGS.reps; rep++) {
+    // One slot per contender, all created before this repetition's workload: each replays exactly the same WAL.
+    const ceilingSlot = `c_${tag}_${rep}`
+    const startLsn = await createSlot(cluster, ceilingSlot)
+    const slots = new Map<string, string>()
+    for (const set of phase.sets) {
+      slots.set(set, `p_${tag}_${set}_${rep}`)
+      await createSlot(cluster, slots.get(set)!)
+    }
+    const workload = await generateWorkload(cluster, {
+      table: phase.table,
+      startId: phase.startId + rep * REP_ID_STRIDE,
+      changes: phase.changes,
+      perTx: phase.perTx,
+      markerId: phase.markerId - rep,
+      startLsn,
+    })
+    workloads.push(workload)
+    log(
+      `  rep ${rep + 1} workload: ${workload.transactions} transactions in ${(workload.ms / 1000).toFixed(1)} s (${((workload.transactions / workload.ms) * 1000).toFixed(0)} commits/s), ${mib(workload.walBytes)} MiB of WAL`,
+    )
     // The order rotates, so drift in outside load falls on every contender alike.
     const order = contenders.map((_, i) => contenders[(i + rep) % contenders.length]!)
     for (const who of order) {
       if (who === 'ceiling') {
-        const r = await ceilingRun(cluster, ceilingSlots[rep]!, workload)
-        await dropSlot(cluster, ceilingSlots[rep]!)
+        const r = await ceilingRun(cluster, ceilingSlot, workload)
+        await dropSlot(cluster, ceilingSlot)
         ceiling.push(r)
         log(`  rep ${rep + 1} pg_recvlogical: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s (load ${r.loadavg1.toFixed(2)})`)
       } else {
-        const r = await pipelineRun(cluster, root, who, pipelineSlots.get(who)![rep]!, workload)
+        const r = await pipelineRun(cluster, root, who, slots.get(who)!, workload)
         runs.get(who)!.push(r)
         log(
           `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
@@ -416,11 +419,10 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
     table: phase.table,
     perTx: phase.perTx,
     workload: {
-      changes: workload.changes,
-      transactions: workload.transactions,
-      walBytes: workload.walBytes,
-      generateMs: workload.ms,
-      endLsn: workload.endLsn.toString(),
+      changes: phase.changes,
+      transactions: workloads[0]!.transactions,
+      walBytes: workloads.map((w) => w.walBytes),
+      generateMs: workloads.map((w) => w.ms),
     },
     ceiling: { runs: ceiling, medianChangesPerSec: ceilingMedian },
     sets: phase.sets.map((id) => {
@@ -453,8 +455,7 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
 
   const set = 'eq100k'
   const slot = 'keepup'
-  const dir = join(root, 'run', 'keepup')
-  await sh('cp', ['-a', join(root, 'reg', set), dir])
+  const dir = join(root, 'reg', set)
   await createSlot(cluster, slot)
   const worker = await startWorker('pipeline:keepup')
   try {
@@ -550,7 +551,6 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
   } finally {
     await worker.kill()
     await dropSlot(cluster, slot).catch(() => {})
-    await sh('rm', ['-rf', dir])
   }
 }
 
@@ -573,7 +573,6 @@ async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-pipeline-bench-'))
-  mkdirSync(join(root, 'run'), { recursive: true })
   const loadBefore = loadNote('start')
   log(`pipeline benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; load average ${uptime()}`)
   const cluster = await startBenchPostgres()
