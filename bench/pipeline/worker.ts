@@ -13,11 +13,13 @@
  *   `concurrency` creations in flight, and waits until every one is ready.
  * - `waitDurable {}`: resolves once the watermark reached `targetLsn`.
  * - `memory {}`: RSS and heap after a full GC.
+ * - `heapSnapshot {path}`: writes a V8 heap snapshot (for working out what a shape costs).
  * - `stop {}`: `pipeline.stop()`; the process exits after answering.
  */
 import { writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector'
 import { createInterface } from 'node:readline'
+import { writeHeapSnapshot } from 'node:v8'
 import { performance } from 'node:perf_hooks'
 import type { Pipeline as PipelineType } from './server.js'
 import { Pipeline } from './server.js'
@@ -267,6 +269,9 @@ async function handle(req: Request): Promise<void> {
         break
       case 'waitDurable':
         result = await waitDurable()
+        break
+      case 'heapSnapshot':
+        result = { path: writeHeapSnapshot(String(req.args.path)) }
         break
       case 'memory':
         result = { memory: memory(), shapes: pipeline?.shapes.size ?? 0, cpu: process.cpuUsage() }
