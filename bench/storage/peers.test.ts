@@ -111,7 +111,7 @@ describe.each(PEERS)('$name peer', (peer) => {
     expect(tags(log, LAST_VIRTUAL).tags).toEqual([])
     store.advance(150n)
     const flushed = await store.flush()
-    expect(flushed).toEqual({ durableLsn: 150n, advanced: ['s1'] })
+    expect(flushed).toMatchObject({ durableLsn: 150n, advanced: ['s1'] })
     expect(store.durableLsn).toBe(150n)
     expect(tags(log, LAST_VIRTUAL)).toEqual({ tags: ['a', 'b'], next: '100_1', head: true, count: 2 })
     expect(log.head().lastOffset).toEqual({ tx: 100n, op: 1n })
