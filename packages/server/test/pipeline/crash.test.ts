@@ -33,7 +33,7 @@
  * CRASH_SEED, CRASH_CHECK_EVERY, CRASH_PHASES (a comma list) override;
  * CRASH_DEBUG=1 prints timings.
  */
-import { cpSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -221,6 +221,8 @@ describe('crash safety of the pipeline', () => {
         streamMarkers: { data: 0, commit: 0, committedBeforeKill: 0 },
         flushMarkers: 0,
         finishMarkers: 0,
+        /** Snapshot kills right as a new log's directory appeared. */
+        renameKills: 0,
         checks: 0,
         rowsCompared: 0,
         shapeChecks: 0,
@@ -411,7 +413,7 @@ describe('crash safety of the pipeline', () => {
       const bigRng = rng.fork()
 
       // Paced so a child can keep up on a small machine; backlogs still build up while no child runs.
-      const writers = new Writers({ connectionString: cluster.url, writers: 2, rng: rng.fork(), firstItemId: SEED_ROWS + 1, maxItems: SEED_ROWS * 2, thinkMs: 25 })
+      const writers = new Writers({ connectionString: cluster.url, writers: 2, rng: rng.fork(), firstItemId: SEED_ROWS + 1, maxItems: SEED_ROWS * 2, thinkMs: 35 })
       let child = await launch()
       await onStarted(child, 0)
       // One shape per table with every row, column and old value, made before anything is written: the
@@ -480,11 +482,19 @@ describe('crash safety of the pipeline', () => {
                 // Aimed at the end of a snapshot: between finish() and the flushes that make the log durable.
                 const handles = new Set(made.map((r) => r.handle))
                 const seen = await child.waitFor((l) => l.startsWith('finishing ') && handles.has(l.slice('finishing '.length)), { from, timeoutMs: 20_000 }).then(
-                  () => true,
-                  () => false,
+                  (m) => m.line.slice('finishing '.length),
+                  () => undefined,
                 )
-                if (seen) stats.finishMarkers++
-                await sleep(rng.int(0, 25))
+                if (seen !== undefined) stats.finishMarkers++
+                if (seen !== undefined && rng.chance(0.5)) {
+                  // The moment its directory is renamed into place: complete on disk, but never reported ready.
+                  const dir = join(storageDir, 'logs', 'shapes', seen)
+                  const deadline = Date.now() + 5000
+                  while (!existsSync(dir) && Date.now() < deadline) await sleep(1)
+                  if (existsSync(dir)) stats.renameKills++
+                } else {
+                  await sleep(rng.int(0, 100))
+                }
               } else {
                 await sleep(rng.int(0, 400))
               }
@@ -639,7 +649,7 @@ describe('crash safety of the pipeline', () => {
       const restartMs = [...stats.restartMs].sort((a, b) => a - b)
       console.log(
         `crash: done in ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}: ${stats.kills} kill points ${JSON.stringify(stats.byPhase)}; ` +
-          `markers seen before the kill: ${stats.flushMarkers} in-flush, ${stats.finishMarkers} finishing, ${stats.streamMarkers.data} stream-data, ${stats.streamMarkers.commit} stream-commit ` +
+          `markers seen before the kill: ${stats.flushMarkers} in-flush, ${stats.finishMarkers} finishing (${stats.renameKills} right at the rename), ${stats.streamMarkers.data} stream-data, ${stats.streamMarkers.commit} stream-commit ` +
           `(${stats.streamMarkers.committedBeforeKill} of those had finished routing); snapshot kills: ${stats.snapshot.absent} shapes absent after restart, ` +
           `${stats.snapshot.complete} complete, ${stats.snapshot.readyBeforeKill} ready before the kill (all kills: ${stats.interrupted.absent} absent, ` +
           `${stats.interrupted.complete} complete); ${stats.restarts} restarts ` +
