@@ -2,7 +2,7 @@
  * The pipeline benchmark's outputs: `results/pipeline.json` (everything
  * measured) and `results/pipeline.md` (machine, load, method, tables, targets).
  */
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import type { Machine } from '../storage/report.js'
 import type { PostgresSettings } from '@sluice/test-utils'
 
@@ -68,6 +68,8 @@ export interface RunResult {
   readonly walsenderCpuMs: number | null
   /** CPU of the pipeline process from `start` resolving to the workload durable. */
   readonly pipelineCpuMs: number | null
+  /** The system-time part of it (added after the first full run; absent there). */
+  readonly pipelineSystemCpuMs?: number | null
   /** `Pipeline.start` (open the store, restore the shapes, connect), not in `ms`. */
   readonly startMs: number | null
   readonly cpuPressurePercent: number | null
@@ -335,8 +337,8 @@ export function markdown(report: Report): string {
     out.push(`| pipeline process CPU during the load | ${k.pipelineCpuPercent === null ? '-' : `${n(k.pipelineCpuPercent)}% of one core`} |`)
     out.push(`| its walsender's CPU | ${k.walsenderCpuPercent === null ? '-' : `${n(k.walsenderCpuPercent)}% of one core`} |`)
     out.push(`| CPU pressure during the load | ${pctRaw(k.cpuPressurePercent)} |`)
-    out.push(`| RSS / heap after restoring ${n(k.shapes)} shapes | ${bytes(k.memoryRestored.rss)} / ${bytes(k.memoryRestored.heapUsed)} |`)
-    out.push(`| RSS / heap after the load | ${bytes(k.memoryAfter.rss)} / ${bytes(k.memoryAfter.heapUsed)} |`)
+    out.push(`| RSS / JS heap / ArrayBuffers after restoring ${n(k.shapes)} shapes | ${bytes(k.memoryRestored.rss)} / ${bytes(k.memoryRestored.heapUsed)} / ${bytes(k.memoryRestored.arrayBuffers)} |`)
+    out.push(`| RSS / JS heap / ArrayBuffers after the load (full GC) | ${bytes(k.memoryAfter.rss)} / ${bytes(k.memoryAfter.heapUsed)} / ${bytes(k.memoryAfter.arrayBuffers)} |`)
     out.push('')
   }
   if (report.registrations.length > 0) {
@@ -352,14 +354,14 @@ export function markdown(report: Report): string {
       out.push('')
     }
     out.push(
-      'Registering each set: a fresh pipeline process, `resolve` then `ready` for every shape with at most `in flight` creations at once, on an empty table (snapshots return no rows). *resolve*, *snapshot* and *finish* are mean times per shape: `resolve()` (catalog lookup, where-clause compile, publication check), `createShape` to `finish` (the snapshot transaction, waiting for one of the snapshot connections included), and `finish` to the log published (the group-commit flush that makes the new log durable).',
+      'Registering each set: a fresh pipeline process, `resolve` then `ready` for every shape with at most `in flight` creations at once, on an empty table (snapshots return no rows). *resolve*, *waiting*, *snapshot* and *finish* are mean times per shape: `resolve()` (catalog query, where-clause compile, publication check); from `resolve` returning to the snapshot starting (waiting for one of the snapshot connections, then the router registration); `createShape` to `finish` (the snapshot transaction on its connection); and `finish` to the log published (the group-commit flush that makes the new log durable).',
     )
     out.push('')
-    out.push('| set | shapes | in flight | snapshot connections | wall time | shapes/s | resolve | snapshot | finish | CPU user+sys | RSS before -> after | heap before -> after | disk | CPU pressure |')
-    out.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|')
+    out.push('| set | shapes | in flight | snapshot connections | wall time | shapes/s | resolve | waiting | snapshot | finish | CPU user+sys | RSS before -> after | heap before -> after | disk | CPU pressure |')
+    out.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|')
     for (const r of report.registrations) {
       out.push(
-        `| ${r.title} | ${n(r.count)} | ${r.concurrency} | ${r.snapshotConnections} | ${secs(r.wallMs)} | ${n(r.shapesPerSec)} | ${n(r.meanResolveMs, 1)} ms | ${n(r.meanSnapshotMs, 1)} ms | ${n(r.meanFinishMs, 1)} ms | ${secs(r.cpuUserMs + r.cpuSystemMs)} | ${bytes(r.memoryBefore.rss)} -> ${bytes(r.memoryAfter.rss)} | ${bytes(r.memoryBefore.heapUsed)} -> ${bytes(r.memoryAfter.heapUsed)} | ${bytes(r.diskBytes)} | ${pctRaw(r.cpuPressurePercent)} |`,
+        `| ${r.title} | ${n(r.count)} | ${r.concurrency} | ${r.snapshotConnections} | ${secs(r.wallMs)} | ${n(r.shapesPerSec)} | ${n(r.meanResolveMs, 1)} ms | ${n(r.meanReadyMs - r.meanSnapshotMs - r.meanFinishMs, 1)} ms | ${n(r.meanSnapshotMs, 1)} ms | ${n(r.meanFinishMs, 1)} ms | ${secs(r.cpuUserMs + r.cpuSystemMs)} | ${bytes(r.memoryBefore.rss)} -> ${bytes(r.memoryAfter.rss)} | ${bytes(r.memoryBefore.heapUsed)} -> ${bytes(r.memoryAfter.heapUsed)} | ${bytes(r.diskBytes)} | ${pctRaw(r.cpuPressurePercent)} |`,
       )
     }
     out.push('')
@@ -368,10 +370,10 @@ export function markdown(report: Report): string {
     out.push('### 1,000 shapes requested at once')
     out.push('')
     out.push(
-      'All 1,000 `resolve` calls are made at once (1,000 different `k = const` shapes on a 500-row table, so each snapshot reads 0 or 1 rows), then every `ready` awaited; wall time from the first `resolve` call to the last `ready`.',
+      'All 1,000 `resolve` calls are made at once (1,000 different `k = const` shapes on a 500-row table, so each snapshot reads 0 or 1 rows), then every `ready` awaited; wall time from the first `resolve` call to the last `ready`. Columns as in the table above (mean per shape); *resolve* includes queueing for the pipeline\'s catalog pool (4 connections), which every `resolve` uses for its catalog query.',
     )
     out.push('')
-    out.push('| snapshot connections | shapes | wall time | shapes/s | resolve | snapshot (incl. waiting for a connection) | finish | CPU user+sys | CPU pressure |')
+    out.push('| snapshot connections | shapes | wall time | shapes/s | resolve | snapshot | finish | CPU user+sys | CPU pressure |')
     out.push('|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
     for (const c of report.concurrent) {
       out.push(
@@ -422,6 +424,18 @@ function METHOD(report: Report, s: Record<string, unknown>): string[] {
 
 export function setQuietNote(text: string): void {
   QUIET_NOTE = text
+}
+
+/** `node --import tsx pipeline/report.ts results/pipeline.json`: renders the markdown again from a run's JSON (same data, current wording). */
+if (process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
+  const json = process.argv[2]
+  if (json === undefined || !json.endsWith('.json')) {
+    console.error('usage: report.ts <results/pipeline.json>')
+    process.exit(2)
+  }
+  const report = JSON.parse(readFileSync(json, 'utf8')) as Report
+  writeFileSync(json.replace(/\.json$/, '.md'), `${markdown(report)}\n`)
+  console.log(`wrote ${json.replace(/\.json$/, '.md')}`)
 }
 
 export function writeReport(report: Report, basePath: string): void {

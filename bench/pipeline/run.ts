@@ -53,11 +53,12 @@ import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
-const PARTIAL = process.env.ONLY !== undefined || process.env.SETS !== undefined
+const PARTIAL = process.env.ONLY !== undefined || process.env.SETS !== undefined || process.env.BENCH_REPS !== undefined
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
 
 interface Settings {
+  /** BENCH_REPS overrides (e.g. 1 for a profiling run). */
   readonly reps: number
   readonly changes: number
   /** Changes of the ILIKE and overlap phases: each costs the pipeline 1,000 evaluations or 1,000 entries. */
@@ -76,7 +77,7 @@ interface Settings {
   readonly sampleMs: number
 }
 
-const SETTINGS: Settings = QUICK
+const BASE_SETTINGS: Settings = QUICK
   ? {
       reps: 2,
       changes: 20_000,
@@ -107,6 +108,8 @@ const SETTINGS: Settings = QUICK
       pgbenchClients: 8,
       sampleMs: 100,
     }
+
+const SETTINGS: Settings = process.env.BENCH_REPS === undefined ? BASE_SETTINGS : { ...BASE_SETTINGS, reps: Number(process.env.BENCH_REPS) }
 
 /** Throughput sets per phase group, in the order registered; SETS=eq1,eq100k runs a subset (partial results). */
 const ONLY_SETS = process.env.SETS === undefined ? undefined : new Set(process.env.SETS.split(',').map((s) => s.trim()))
@@ -357,6 +360,7 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
       changesPerSec: (workload.changes / done.ms) * 1000,
       walsenderCpuMs: cpu0 === undefined || cpu1 === undefined ? null : cpu1,
       pipelineCpuMs: (done.cpu.user + done.cpu.system - started.cpu.user - started.cpu.system) / 1000,
+      pipelineSystemCpuMs: (done.cpu.system - started.cpu.system) / 1000,
       startMs: started.startMs,
       cpuPressurePercent: pressure,
       loadavg1: loadavg()[0]!,
@@ -407,7 +411,7 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
         const r = await pipelineRun(cluster, root, who, slots.get(who)!, workload)
         runs.get(who)!.push(r)
         log(
-          `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
+          `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (system ${((r.pipelineSystemCpuMs ?? 0) / 1000).toFixed(1)} s; start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
         )
       }
     }
