@@ -75,7 +75,11 @@ export class TableCatalogError extends Error {
   }
 }
 
-/** The relation exists but is not a table or partitioned table (a view, a sequence, a foreign table…). */
+/**
+ * The relation exists but cannot be replicated: not a table or partitioned table
+ * (a view, a sequence, a foreign table…), or a table Postgres will not publish
+ * (a system catalog, an unlogged or temporary table).
+ */
 export class TableNotSupportedError extends TableCatalogError {
   override readonly name = 'TableNotSupportedError'
   constructor(
@@ -83,12 +87,27 @@ export class TableNotSupportedError extends TableCatalogError {
     readonly table: string,
     /** pg_class.relkind */
     readonly relkind: string,
+    /** Why a table of a supported kind is still refused; the relkind decides otherwise. */
+    reason?: string,
   ) {
     super(
       'unsupported_relation',
-      `${JSON.stringify(schema)}.${JSON.stringify(table)} is a ${RELKIND_NAMES[relkind] ?? `relation of kind '${relkind}'`}, not a table; only tables and partitioned tables can be synced`,
+      `${JSON.stringify(schema)}.${JSON.stringify(table)} is ${reason ?? `a ${RELKIND_NAMES[relkind] ?? `relation of kind '${relkind}'`}, not a table; only tables and partitioned tables can be synced`}`,
     )
   }
+}
+
+/**
+ * Postgres's FirstNormalObjectId: relations below it were created by initdb
+ * (pg_catalog, information_schema). Postgres refuses to publish them, and
+ * Sluice must not even try: adding a table first sets REPLICA IDENTITY FULL on it,
+ * which would alter an information_schema table before the publication refused it.
+ */
+const FIRST_NORMAL_OBJECT_ID = 16384
+
+const PERSISTENCE_REFUSALS: Readonly<Record<string, string>> = {
+  u: 'an unlogged table; Postgres does not replicate unlogged tables',
+  t: 'a temporary table; Postgres does not replicate temporary tables',
 }
 
 const RELKIND_NAMES: Readonly<Record<string, string>> = {
@@ -114,7 +133,7 @@ const REPLICA_IDENTITIES: Readonly<Record<string, ReplicaIdentitySetting>> = { d
  */
 function catalogQuery(condition: string): string {
   return `WITH RECURSIVE rel AS (
-  SELECT c.oid, n.nspname, c.relname, c.relkind, c.relreplident
+  SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, c.relreplident
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
   WHERE ${condition}
 ), cols AS (
@@ -136,6 +155,7 @@ SELECT pg_catalog.json_build_object(
   'schema', rel.nspname,
   'name', rel.relname,
   'relkind', rel.relkind::pg_catalog.text,
+  'relpersistence', rel.relpersistence::pg_catalog.text,
   'replident', rel.relreplident::pg_catalog.text,
   'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attnum, attname, atttypid::pg_catalog.int8, atttypmod, attndims, attnotnull) ORDER BY attnum) FROM cols),
   'types', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
@@ -158,6 +178,8 @@ const BY_OID = catalogQuery('c.oid = $1::pg_catalog.int8::pg_catalog.oid')
 
 /** The table `schema`.`name` (matched exactly, case-sensitive); undefined when there is no such relation. */
 export async function loadTable(db: Queryable, table: { readonly schema: string; readonly name: string }): Promise<TableInfo | undefined> {
+  // Postgres text cannot hold a NUL, so no relation is named with one; asked anyway, it raises an encoding error.
+  if (table.schema.includes('\0') || table.name.includes('\0')) return undefined
   const { rows } = await db.query(BY_NAME, [table.schema, table.name])
   return fromRows(rows)
 }
@@ -185,6 +207,7 @@ interface RawInfo {
   schema: string
   name: string
   relkind: string
+  relpersistence: string
   replident: string
   columns: ColumnRow[] | null
   types: TypeRow[] | null
@@ -201,6 +224,11 @@ function fromRows(rows: ReadonlyArray<Record<string, unknown>>): TableInfo | und
 function buildInfo(raw: RawInfo): TableInfo {
   const kind = raw.relkind === 'r' ? 'table' : raw.relkind === 'p' ? 'partitioned' : undefined
   if (kind === undefined) throw new TableNotSupportedError(raw.schema, raw.name, raw.relkind)
+  if (raw.oid < FIRST_NORMAL_OBJECT_ID) {
+    throw new TableNotSupportedError(raw.schema, raw.name, raw.relkind, 'a system table; Postgres does not replicate system tables')
+  }
+  const persistence = PERSISTENCE_REFUSALS[raw.relpersistence]
+  if (persistence !== undefined) throw new TableNotSupportedError(raw.schema, raw.name, raw.relkind, persistence)
   const types = new Map<number, TypeRow>()
   for (const row of raw.types ?? []) types.set(row[0], row)
   const typeOf = (oid: number): TypeRow => {

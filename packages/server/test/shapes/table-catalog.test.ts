@@ -332,6 +332,27 @@ describe('loadTable: keys and shapes of tables', () => {
     expect(String(await errorOf(loadTable(cluster, { schema: 'public', name: 'a_view' })))).toMatch(/is a view, not a table/)
   })
 
+  // Found by the HTTP fuzz test: each of these reached ALTER TABLE / ALTER PUBLICATION and came back a 500.
+  it('refuses system, unlogged and temporary tables before anything alters them', async () => {
+    await cluster.query('CREATE UNLOGGED TABLE an_unlogged (id int PRIMARY KEY)')
+    const cases: Array<[string, string, RegExp]> = [
+      ['pg_catalog', 'pg_class', /is a system table/],
+      ['information_schema', 'sql_features', /is a system table/],
+      ['public', 'an_unlogged', /is an unlogged table/],
+    ]
+    for (const [schema, name, message] of cases) {
+      const error = await errorOf(loadTable(cluster, { schema, name }))
+      expect(error, name).toBeInstanceOf(TableNotSupportedError)
+      expect(error, name).toMatchObject({ code: 'unsupported_relation', schema, table: name, relkind: 'r' })
+      expect(String(error), name).toMatch(message)
+    }
+  })
+
+  it('a name with a NUL is no table (Postgres text cannot hold one), not an encoding error', async () => {
+    expect(await loadTable(cluster, { schema: 'public', name: 'items\0' })).toBeUndefined()
+    expect(await loadTable(cluster, { schema: 'pub\0lic', name: 'items' })).toBeUndefined()
+  })
+
   it('loads by OID the same as by name', async () => {
     for (const [schema, name] of [
       ['public', 'all_types'],
