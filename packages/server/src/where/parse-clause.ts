@@ -80,6 +80,13 @@ export function parseWhereClause(clause: string, limits: WhereLimits): RawNode {
       `The where clause is too long (${clause.length} characters; the limit is ${limits.maxLength})`,
     )
   }
+  const nul = clause.indexOf('\0')
+  if (nul >= 0) {
+    // libpg_query reads a C string: it would parse the text before the NUL and silently drop the rest.
+    throw new WhereClauseError('syntax_error', `At location ${STATEMENT_PREFIX.length + nul}: the where clause contains a NUL character, which Postgres does not accept`, {
+      position: STATEMENT_PREFIX.length + nul,
+    })
+  }
   const statement = STATEMENT_PREFIX + clause
   let result: { stmts?: readonly { stmt?: RawNode; stmt_len?: number }[] }
   try {

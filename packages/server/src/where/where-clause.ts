@@ -108,6 +108,11 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
       field: 'params',
     })
   }
+  const nul = params.findIndex((value) => value.includes('\0'))
+  if (nul >= 0) {
+    // Postgres's own words for a NUL in any text value; unrefused here, the snapshot query would fail with them.
+    throw new WhereClauseError('invalid_value', `$${nul + 1}: invalid byte sequence for encoding "UTF8": 0x00`, { field: 'params' })
+  }
   const enums = new Map<string, EnumType>()
   const columns = new Map<string, SqlType>()
   for (const column of options.columns) columns.set(column.name, columnType(column, enums))

@@ -87,6 +87,23 @@ describe('hostile clauses', () => {
     expect(refusal(where).split(':')[0]).toBe(reason)
   })
 
+  // Found by the HTTP fuzz test: the WASM parser stopped at the NUL, so `i4 = 1<NUL>; DROP TABLE t` was accepted as `i4 = 1`.
+  it('a NUL character is refused, not a place where parsing silently stops', () => {
+    expect(refusal('i4 = 1\0; DROP TABLE t')).toBe('syntax_error: At location 21: the where clause contains a NUL character, which Postgres does not accept')
+    expect(refusal("t = 'a\0b'")).toMatch(/^syntax_error: At location 21: /)
+  })
+
+  it('a parameter with a NUL is refused with Postgres\'s message, naming params', () => {
+    expect(refusal('t = $1', ['a\0b'])).toBe('invalid_value: $1: invalid byte sequence for encoding "UTF8": 0x00')
+    let error: unknown
+    try {
+      compileWhereSync('t = $1 OR t = $2', { columns: COLUMNS, params: ['ok', '\0'] })
+    } catch (e) {
+      error = e
+    }
+    expect((error as WhereClauseError).toBody()).toEqual({ message: 'Invalid request', errors: { params: ['$2: invalid byte sequence for encoding "UTF8": 0x00'] } })
+  })
+
   it('comments are only whitespace: they cannot hide anything', () => {
     expect(refusal('i4 = 1 -- ; DROP TABLE t')).toBe('accepted')
     expect(refusal('i4 = /* ; DROP TABLE t */ 1')).toBe('accepted')
