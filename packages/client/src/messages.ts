@@ -1,0 +1,73 @@
+import type { ChangeHeaders, ControlMessage, EventMessage } from '@sluice/protocol'
+import { InvalidResponseError } from './errors.js'
+import type { Row, RowParser } from './value-parser.js'
+
+/**
+ * Messages as subscribers receive them: change messages with parsed values,
+ * control and event messages as the server sent them (PROTOCOL.md §3).
+ * The stream also publishes a `must-refetch` control message of its own when
+ * a 409 resets it, so a subscriber knows to drop what it holds.
+ */
+export interface ChangeMessage<T extends Row = Row> {
+  readonly key: string
+  readonly value: T
+  /** `replica=full` updates: the old values of the changed columns. */
+  readonly old_value?: Partial<T>
+  readonly headers: ChangeHeaders
+}
+
+export type Message<T extends Row = Row> = ChangeMessage<T> | ControlMessage | EventMessage
+
+export function isChangeMessage<T extends Row>(message: Message<T>): message is ChangeMessage<T> {
+  return 'key' in message && 'operation' in message.headers
+}
+
+export function isControlMessage<T extends Row>(message: Message<T>): message is ControlMessage {
+  return 'control' in message.headers
+}
+
+export function isUpToDateMessage<T extends Row>(message: Message<T>): message is ControlMessage {
+  return isControlMessage(message) && message.headers.control === 'up-to-date'
+}
+
+export function isMustRefetchMessage<T extends Row>(message: Message<T>): message is ControlMessage {
+  return isControlMessage(message) && message.headers.control === 'must-refetch'
+}
+
+/** A response body: a JSON array of messages; change values parsed with `parseRow`. */
+export function parseBody<T extends Row>(text: string, parseRow: RowParser): Array<Message<T>> {
+  if (text === '') return []
+  let raw: unknown
+  try {
+    raw = JSON.parse(text)
+  } catch (cause) {
+    throw new InvalidResponseError(`response body is not JSON: ${text.slice(0, 200)}`, { cause })
+  }
+  if (!Array.isArray(raw)) throw new InvalidResponseError(`response body is not a JSON array: ${text.slice(0, 200)}`)
+  return raw.map((item) => toMessage<T>(item, parseRow))
+}
+
+/** One message (an SSE event's data). */
+export function parseMessage<T extends Row>(text: string, parseRow: RowParser): Message<T> {
+  let raw: unknown
+  try {
+    raw = JSON.parse(text)
+  } catch (cause) {
+    throw new InvalidResponseError(`SSE event is not JSON: ${text.slice(0, 200)}`, { cause })
+  }
+  return toMessage<T>(raw, parseRow)
+}
+
+function toMessage<T extends Row>(raw: unknown, parseRow: RowParser): Message<T> {
+  if (typeof raw !== 'object' || raw === null || !('headers' in raw) || typeof raw.headers !== 'object' || raw.headers === null) {
+    throw new InvalidResponseError(`not a message: ${JSON.stringify(raw)?.slice(0, 200)}`)
+  }
+  const message = raw as { value?: unknown; old_value?: unknown }
+  if (isValues(message.value)) message.value = parseRow(message.value)
+  if (isValues(message.old_value)) message.old_value = parseRow(message.old_value)
+  return raw as Message<T>
+}
+
+function isValues(value: unknown): value is Record<string, string | null> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}

@@ -1,0 +1,566 @@
+import { type LogMode, QueryParam, type ReplicaMode, ResponseHeader, type ShapeSchema, quoteIdentifier } from '@sluice/protocol'
+import { type BackoffOptions, DEFAULT_BACKOFF, backoffDelay, parseRetryAfter } from './backoff.js'
+import { FetchError, InvalidOptionsError, InvalidResponseError, MissingHeadersError, NetworkError } from './errors.js'
+import { type Message, isChangeMessage, isUpToDateMessage, parseBody, parseMessage } from './messages.js'
+import { readSseEvents } from './sse-reader.js'
+import { type StreamEvent, type StreamState, initialState, transition } from './stream-state.js'
+import { type Parsers, type Row, type RowParser, createRowParser } from './value-parser.js'
+
+/**
+ * A shape's log, followed over HTTP (PROTOCOL.md): `-1`, then chunk after
+ * chunk until up to date, then live requests (long-poll, or SSE with a
+ * fallback to long-poll), through 409 resets, retries and backoff.
+ *
+ * The loop makes one request at a time and publishes each response's messages
+ * to every subscriber, awaiting them all before the next request: a slow
+ * subscriber slows the stream instead of growing a buffer. The protocol state
+ * lives in an immutable value driven by the transition table of
+ * `stream-state.ts` (SPEC.md); this class does the I/O around it.
+ */
+
+/** A value, or a function computing it afresh for each request. */
+export type Dynamic<T> = T | (() => T | Promise<T>)
+
+/** Positional where-clause values (`$1` is the first), or `{1: …, 2: …}`. */
+export type WhereParams = readonly string[] | Readonly<Record<number | string, string>>
+
+export interface ShapeParams {
+  /** `table` or `schema.table`, quoted where case or special characters matter. */
+  readonly table: Dynamic<string>
+  readonly where?: Dynamic<string | undefined>
+  /** Values for `$n` placeholders in `where`. */
+  readonly params?: Dynamic<WhereParams | undefined>
+  /** Column names, exactly as in the table (each is quoted on the wire). */
+  readonly columns?: Dynamic<readonly string[] | undefined>
+  readonly replica?: Dynamic<ReplicaMode | undefined>
+  /** Anything else is sent as a query parameter of its own (e.g. for an auth proxy). */
+  readonly [custom: string]: Dynamic<string | readonly string[] | WhereParams | undefined>
+}
+
+/** What `onError` may return to keep the stream going: options merged over the current ones. */
+export interface RetryOptions {
+  readonly params?: Partial<ShapeParams>
+  readonly headers?: Readonly<Record<string, Dynamic<string>>>
+}
+
+export interface ShapeStreamOptions {
+  /** The shape endpoint, e.g. `http://localhost:3000/v1/shape`. */
+  readonly url: string
+  readonly params: ShapeParams
+  /** `changes_only` skips the initial snapshot (PROTOCOL.md §2). Default `full`. */
+  readonly log?: LogMode
+  readonly headers?: Readonly<Record<string, Dynamic<string>>>
+  /** Where to start: `-1` (default), `now`, or an offset saved earlier (with `handle`). */
+  readonly offset?: string
+  readonly handle?: string
+  /** Use server-sent events for live updates, falling back to long-poll when they fail. */
+  readonly liveSse?: boolean
+  readonly fetch?: typeof fetch
+  readonly signal?: AbortSignal
+  /** Parsers by type name, over the defaults (`value-parser.ts`). */
+  readonly parser?: Parsers
+  /**
+   * Called with an error that stops the stream (a 4xx other than 409/429, an
+   * unusable response, a parse error). Return new params/headers to retry
+   * with them; return nothing to let the stream stop.
+   */
+  readonly onError?: (error: Error) => void | RetryOptions | Promise<void | RetryOptions>
+  readonly backoff?: Partial<BackoffOptions>
+  /** A live long-poll with no answer after this long is abandoned and retried (server holds ~20 s). */
+  readonly liveRequestTimeoutMs?: number
+  /** An SSE connection shorter than this that delivered nothing counts towards the fallback. */
+  readonly minSseConnectionMs?: number
+  /** The clock and the wait between retries; real ones by default (a port for tests). */
+  readonly timers?: Timers
+  /** Randomness for jitter and cache busters; `Math.random` by default. */
+  readonly random?: () => number
+}
+
+export interface Timers {
+  now(): number
+  /** Resolves after `ms`, or rejects when `signal` aborts. */
+  sleep(ms: number, signal: AbortSignal): Promise<void>
+}
+
+export const realTimers: Timers = {
+  now: () => Date.now(),
+  sleep: (ms, signal) =>
+    new Promise<void>((resolve, reject) => {
+      if (signal.aborted) return reject(signal.reason)
+      const timer = setTimeout(() => {
+        signal.removeEventListener('abort', onAbort)
+        resolve()
+      }, ms)
+      const onAbort = (): void => {
+        clearTimeout(timer)
+        reject(signal.reason)
+      }
+      signal.addEventListener('abort', onAbort, { once: true })
+    }),
+}
+
+/** The official client's watchdog: comfortably above the server's 20 s hold (§4.4). */
+export const DEFAULT_LIVE_REQUEST_TIMEOUT_MS = 45_000
+/** §5.5: connections shorter than this are suspicious. */
+export const DEFAULT_MIN_SSE_CONNECTION_MS = 1_000
+
+/** Query parameters the stream owns; a custom param may not use them. */
+const RESERVED_PARAMS: ReadonlySet<string> = new Set([
+  QueryParam.offset,
+  QueryParam.handle,
+  QueryParam.live,
+  QueryParam.liveSse,
+  QueryParam.experimentalLiveSse,
+  QueryParam.cursor,
+  QueryParam.log,
+  QueryParam.cacheBuster,
+  QueryParam.expiredHandle,
+])
+
+export type Subscriber<T extends Row> = (messages: ReadonlyArray<Message<T>>) => void | Promise<void>
+
+interface Subscription<T extends Row> {
+  readonly callback: Subscriber<T>
+  readonly onError: ((error: unknown) => void) | undefined
+}
+
+class LiveTimeout extends Error {
+  override readonly name = 'LiveTimeout'
+}
+
+export class ShapeStream<T extends Row = Row> {
+  readonly options: ShapeStreamOptions
+  #state: StreamState
+  #params: ShapeParams
+  #headers: Readonly<Record<string, Dynamic<string>>>
+  readonly #subscribers = new Set<Subscription<T>>()
+  readonly #controller = new AbortController()
+  readonly #fetch: typeof fetch
+  readonly #timers: Timers
+  readonly #random: () => number
+  readonly #backoff: BackoffOptions
+  readonly #stateListeners = new Set<(state: StreamState) => void>()
+  #parser: { schema: ShapeSchema | undefined; parse: RowParser } | undefined
+  #running: Promise<void> | undefined
+  #lastSyncedAt: number | undefined
+  #requests = 0
+
+  constructor(options: ShapeStreamOptions) {
+    validateParams(options.params)
+    if (options.offset !== undefined && options.offset !== '-1' && options.offset !== 'now' && options.handle === undefined) {
+      throw new InvalidOptionsError(`offset ${options.offset} needs the shape handle it belongs to`)
+    }
+    this.options = options
+    this.#params = options.params
+    this.#headers = options.headers ?? {}
+    this.#fetch = options.fetch ?? ((input, init) => fetch(input, init))
+    this.#timers = options.timers ?? realTimers
+    this.#random = options.random ?? Math.random
+    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff }
+    this.#state = initialState({ offset: options.offset ?? '-1', handle: options.offset === 'now' ? undefined : options.handle })
+    const signal = options.signal
+    if (signal !== undefined) {
+      if (signal.aborted) this.#controller.abort(signal.reason)
+      else signal.addEventListener('abort', () => this.#controller.abort(signal.reason), { once: true })
+    }
+  }
+
+  /** The protocol state (immutable; see SPEC.md). */
+  get state(): StreamState {
+    return this.#state
+  }
+
+  get shapeHandle(): string | undefined {
+    return this.#state.handle
+  }
+
+  /** Offset of the next request: after everything published so far. */
+  get lastOffset(): string {
+    return this.#state.offset
+  }
+
+  get schema(): ShapeSchema | undefined {
+    return this.#state.schema
+  }
+
+  get isUpToDate(): boolean {
+    return this.#state.kind === 'live'
+  }
+
+  /** When the stream last reached the head of the log (ms since the epoch). */
+  get lastSyncedAt(): number | undefined {
+    return this.#lastSyncedAt
+  }
+
+  get isStopped(): boolean {
+    return this.#state.kind === 'stopped'
+  }
+
+  /** The error that stopped the stream, if one did. */
+  get error(): unknown {
+    return this.#state.kind === 'stopped' ? this.#state.error : undefined
+  }
+
+  /** Requests made so far (every attempt counts). */
+  get requestCount(): number {
+    return this.#requests
+  }
+
+  /**
+   * Receives every batch of messages; the stream waits for the returned promise
+   * before its next request. The first subscriber starts the stream.
+   */
+  subscribe(callback: Subscriber<T>, onError?: (error: unknown) => void): () => void {
+    const subscription: Subscription<T> = { callback, onError }
+    this.#subscribers.add(subscription)
+    this.#running ??= this.#run()
+    return () => {
+      this.#subscribers.delete(subscription)
+    }
+  }
+
+  /** Called with each new state; returns an unsubscribe function. */
+  onStateChange(listener: (state: StreamState) => void): () => void {
+    this.#stateListeners.add(listener)
+    return () => {
+      this.#stateListeners.delete(listener)
+    }
+  }
+
+  /** Stops the stream (as the `signal` option would); resolves once the loop has ended. */
+  async stop(): Promise<void> {
+    this.#controller.abort(new DOMException('stream stopped', 'AbortError'))
+    await this.#running
+  }
+
+  /** Resolves when the loop has ended (stopped by an error or an abort). */
+  get done(): Promise<void> {
+    return this.#running ?? Promise.resolve()
+  }
+
+  #dispatch(event: StreamEvent): void {
+    const before = this.#state
+    this.#state = transition(before, event)
+    if (this.#state.kind === 'live' && (event.type === 'response' || event.type === 'sseBatch')) this.#lastSyncedAt = this.#timers.now()
+    if (this.#state !== before) for (const listener of this.#stateListeners) listener(this.#state)
+  }
+
+  async #run(): Promise<void> {
+    while (this.#state.kind !== 'stopped') {
+      if (this.#controller.signal.aborted) {
+        this.#dispatch({ type: 'abort' })
+        break
+      }
+      try {
+        const state = this.#state
+        if (state.kind === 'live' && state.transport === 'sse') await this.#sseRequest()
+        else await this.#request()
+      } catch (error) {
+        await this.#handleError(error)
+      }
+    }
+  }
+
+  async #request(): Promise<void> {
+    const state = this.#state
+    const isLive = state.kind === 'live'
+    const url = await this.#url(state, false)
+    const headers = await this.#requestHeaders(false)
+    const controller = new AbortController()
+    const unlink = link(this.#controller.signal, controller)
+    let timer: ReturnType<typeof setTimeout> | undefined
+    if (isLive) {
+      const timeoutMs = this.options.liveRequestTimeoutMs ?? DEFAULT_LIVE_REQUEST_TIMEOUT_MS
+      timer = setTimeout(() => controller.abort(new LiveTimeout(`no answer to a live request in ${timeoutMs} ms`)), timeoutMs)
+    }
+    try {
+      const response = await this.#send(url, headers, controller.signal)
+      if (await this.#handleStatus(url, response)) return
+      const handle = response.headers.get(ResponseHeader.handle)
+      const offset = response.headers.get(ResponseHeader.offset)
+      const schemaText = response.headers.get(ResponseHeader.schema)
+      const cursor = response.headers.get(ResponseHeader.cursor)
+      const missing: string[] = []
+      if (handle === null) missing.push(ResponseHeader.handle)
+      if (offset === null) missing.push(ResponseHeader.offset)
+      if (!isLive && schemaText === null && response.status === 200) missing.push(ResponseHeader.schema)
+      if (isLive && cursor === null) missing.push(ResponseHeader.cursor)
+      if (missing.length > 0 || handle === null || offset === null) throw new MissingHeadersError(url, missing)
+      const text = await readText(response, url)
+      const schema = state.schema ?? (schemaText === null ? undefined : parseSchema(schemaText))
+      const messages = parseBody<T>(text, this.#rowParser(schema))
+      this.#dispatch({
+        type: 'response',
+        handle,
+        offset,
+        schema,
+        cursor: cursor ?? undefined,
+        upToDate: response.headers.has(ResponseHeader.upToDate),
+      })
+      await this.#publish(messages)
+    } finally {
+      if (timer !== undefined) clearTimeout(timer)
+      unlink()
+    }
+  }
+
+  /**
+   * One SSE connection: events are buffered until an up-to-date closes a batch
+   * (so subscribers never see half a transaction), then published; the stream
+   * resumes after the batch's last change. Connections that end quickly with
+   * nothing delivered, or fail, count towards the fallback to long-poll.
+   */
+  async #sseRequest(): Promise<void> {
+    const state = this.#state
+    const url = await this.#url(state, true)
+    const headers = await this.#requestHeaders(true)
+    const controller = new AbortController()
+    const unlink = link(this.#controller.signal, controller)
+    const started = this.#timers.now()
+    let delivered = 0
+    try {
+      const response = await this.#send(url, headers, controller.signal)
+      if (await this.#handleStatus(url, response)) return
+      const contentType = response.headers.get(ResponseHeader.contentType) ?? ''
+      if (!contentType.startsWith('text/event-stream') || response.body === null) {
+        await response.body?.cancel().catch(() => {})
+        this.#dispatch({ type: 'sseUnsupported' })
+        return
+      }
+      const cursor = response.headers.get(ResponseHeader.cursor) ?? undefined
+      const parse = this.#rowParser(state.schema)
+      let batch: Array<Message<T>> = []
+      for await (const data of sseEvents(response.body, url)) {
+        const message = parseMessage<T>(data, parse)
+        batch.push(message)
+        if (!isUpToDateMessage(message)) continue
+        this.#dispatch({ type: 'sseBatch', lastChangeOffset: lastChangeOffset(batch), cursor })
+        const published = batch
+        batch = []
+        delivered += published.length
+        await this.#publish(published)
+        if (this.#controller.signal.aborted) return
+      }
+      if (this.#state.kind === 'live') {
+        this.#dispatch({ type: 'sseEnded', short: delivered === 0 && this.#timers.now() - started < this.#minSse() })
+      }
+    } catch (error) {
+      if (this.#state.kind === 'live' && !this.#controller.signal.aborted && isRetryable(error)) {
+        this.#dispatch({ type: 'sseEnded', short: delivered === 0 })
+      }
+      throw error
+    } finally {
+      unlink()
+    }
+  }
+
+  #minSse(): number {
+    return this.options.minSseConnectionMs ?? DEFAULT_MIN_SSE_CONNECTION_MS
+  }
+
+  async #send(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<Response> {
+    this.#requests++
+    try {
+      return await this.#fetch(url, { headers, signal })
+    } catch (error) {
+      if (this.#controller.signal.aborted) throw error
+      throw new NetworkError(url, signal.aborted ? signal.reason : error)
+    }
+  }
+
+  /** 409 and error statuses; returns true when the response has been dealt with. */
+  async #handleStatus(url: string, response: Response): Promise<boolean> {
+    if (response.status === 409) {
+      await response.body?.cancel().catch(() => {})
+      const handle = response.headers.get(ResponseHeader.handle) ?? undefined
+      this.#dispatch({ type: 'mustRefetch', handle, cacheBuster: randomToken(this.#random) })
+      await this.#publish([{ headers: { control: 'must-refetch' } }])
+      return true
+    }
+    if (response.status >= 400 || response.status < 200) {
+      const text = await response.text().catch(() => '')
+      throw new FetchError(response.status, url, text, response.headers)
+    }
+    return false
+  }
+
+  async #handleError(error: unknown): Promise<void> {
+    if (this.#controller.signal.aborted) {
+      this.#dispatch({ type: 'abort' })
+      return
+    }
+    if (isRetryable(error)) {
+      this.#dispatch({ type: 'retryableError' })
+      const failures = this.#state.failures
+      if (failures <= this.#backoff.maxRetries) {
+        const retryAfter = error instanceof FetchError ? parseRetryAfter(error.headers[ResponseHeader.retryAfter] ?? null, this.#timers.now()) : undefined
+        const delay = backoffDelay(failures, this.#backoff, retryAfter, this.#random)
+        try {
+          await this.#timers.sleep(delay, this.#controller.signal)
+        } catch {
+          // Aborted while waiting: the loop sees the signal.
+        }
+        return
+      }
+    }
+    const asError = error instanceof Error ? error : new Error(String(error))
+    let retry: void | RetryOptions
+    try {
+      retry = await this.options.onError?.(asError)
+    } catch (thrown) {
+      this.#stopWith(thrown)
+      return
+    }
+    if (retry !== undefined && retry !== null && typeof retry === 'object') {
+      if (retry.params !== undefined) {
+        const params = { ...this.#params, ...retry.params } as ShapeParams
+        validateParams(params)
+        this.#params = params
+      }
+      if (retry.headers !== undefined) this.#headers = { ...this.#headers, ...retry.headers }
+      this.#dispatch({ type: 'recovered' })
+      return
+    }
+    this.#stopWith(asError)
+  }
+
+  #stopWith(error: unknown): void {
+    this.#dispatch({ type: 'fatalError', error })
+    for (const subscription of this.#subscribers) subscription.onError?.(error)
+  }
+
+  async #publish(messages: ReadonlyArray<Message<T>>): Promise<void> {
+    if (messages.length === 0) return
+    await Promise.all(
+      [...this.#subscribers].map(async ({ callback, onError }) => {
+        try {
+          await callback(messages)
+        } catch (error) {
+          // One failing subscriber must not starve the others or stop the stream.
+          onError?.(error)
+        }
+      }),
+    )
+  }
+
+  #rowParser(schema: ShapeSchema | undefined): RowParser {
+    if (this.#parser === undefined || this.#parser.schema !== schema) {
+      this.#parser = { schema, parse: createRowParser(schema ?? {}, this.options.parser) }
+    }
+    return this.#parser.parse
+  }
+
+  async #url(state: StreamState, sse: boolean): Promise<string> {
+    const url = new URL(this.options.url)
+    const query = url.searchParams
+    for (const [name, value] of Object.entries(this.#params)) {
+      const resolved = typeof value === 'function' ? await value() : value
+      if (resolved === undefined) continue
+      appendParam(query, name, resolved)
+    }
+    query.set(QueryParam.log, this.options.log ?? 'full')
+    query.set(QueryParam.offset, state.offset)
+    if (state.handle !== undefined) query.set(QueryParam.handle, state.handle)
+    if (state.kind === 'live') {
+      query.set(QueryParam.live, 'true')
+      query.set(QueryParam.cursor, state.cursor ?? '')
+      if (sse) {
+        query.set(QueryParam.liveSse, 'true')
+        query.set(QueryParam.experimentalLiveSse, 'true')
+      }
+    }
+    if (state.cacheBuster !== undefined) query.set(QueryParam.cacheBuster, state.cacheBuster)
+    // A stable order keeps URLs identical across clients, so HTTP caches can share them.
+    query.sort()
+    return url.toString()
+  }
+
+  async #requestHeaders(sse: boolean): Promise<Record<string, string>> {
+    const out: Record<string, string> = {}
+    for (const [name, value] of Object.entries(this.#headers)) out[name] = typeof value === 'function' ? await value() : value
+    if (sse) out.accept = 'text/event-stream'
+    return out
+  }
+}
+
+function appendParam(query: URLSearchParams, name: string, value: string | readonly string[] | WhereParams): void {
+  if (name === QueryParam.columns && Array.isArray(value)) {
+    query.set(name, (value as readonly string[]).map(quoteIdentifier).join(','))
+  } else if (name === QueryParam.params && typeof value === 'object') {
+    // Plug-style nesting: params[1]=a&params[2]=b (PROTOCOL.md §2).
+    const entries = Array.isArray(value) ? value.map((v, i) => [String(i + 1), v] as const) : Object.entries(value)
+    for (const [key, v] of entries) query.set(`${QueryParam.params}[${key}]`, String(v))
+  } else if (Array.isArray(value)) {
+    query.set(name, value.join(','))
+  } else {
+    query.set(name, String(value))
+  }
+}
+
+function validateParams(params: ShapeParams): void {
+  if (params.table === undefined) throw new InvalidOptionsError('params.table is required')
+  for (const name of Object.keys(params)) {
+    if (RESERVED_PARAMS.has(name)) throw new InvalidOptionsError(`"${name}" is managed by the stream and cannot be set in params`)
+  }
+}
+
+function parseSchema(text: string): ShapeSchema {
+  try {
+    const schema: unknown = JSON.parse(text)
+    if (typeof schema === 'object' && schema !== null && !Array.isArray(schema)) return schema as ShapeSchema
+  } catch {
+    // Reported below.
+  }
+  throw new InvalidResponseError(`electric-schema header is not a JSON object: ${text.slice(0, 200)}`)
+}
+
+/** The SSE reader, with a broken connection reported as the network failure it is. */
+async function* sseEvents(body: ReadableStream<Uint8Array>, url: string): AsyncGenerator<string, void, undefined> {
+  try {
+    yield* readSseEvents(body)
+  } catch (error) {
+    throw new NetworkError(url, error)
+  }
+}
+
+async function readText(response: Response, url: string): Promise<string> {
+  try {
+    return await response.text()
+  } catch (error) {
+    // The connection broke mid-body: a network failure, retried like one.
+    throw new NetworkError(url, error)
+  }
+}
+
+/** `<lsn>_<op_position>` of the last change in a batch (the offset to resume after it). */
+function lastChangeOffset(batch: ReadonlyArray<Message<Row>>): string | undefined {
+  for (let i = batch.length - 1; i >= 0; i--) {
+    const message = batch[i]!
+    if (!isChangeMessage(message)) continue
+    const { lsn, op_position: op } = message.headers
+    if (lsn !== undefined && op !== undefined) return `${lsn}_${op}`
+  }
+  return undefined
+}
+
+/** Network failures, 5xx and 429 are retried; everything else stops the stream. */
+export function isRetryable(error: unknown): boolean {
+  if (error instanceof NetworkError) return true
+  if (error instanceof FetchError) return error.status >= 500 || error.status === 429
+  return false
+}
+
+function randomToken(random: () => number): string {
+  return `${Math.floor(random() * 2 ** 32).toString(36)}${Math.floor(random() * 2 ** 32).toString(36)}`
+}
+
+/** Aborts `child` when `parent` aborts; returns the unlink function. */
+function link(parent: AbortSignal, child: AbortController): () => void {
+  if (parent.aborted) {
+    child.abort(parent.reason)
+    return () => {}
+  }
+  const onAbort = (): void => child.abort(parent.reason)
+  parent.addEventListener('abort', onAbort, { once: true })
+  return () => parent.removeEventListener('abort', onAbort)
+}

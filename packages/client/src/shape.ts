@@ -1,0 +1,308 @@
+import { type ShapeStreamOptions, ShapeStream } from './shape-stream.js'
+import { AbortedError, InvalidOptionsError } from './errors.js'
+import { type Message, isChangeMessage, isControlMessage } from './messages.js'
+import { MemoryShapeStorage, PERSISTED_SHAPE_VERSION, type PersistedShape, type ShapeStorage } from './storage.js'
+import { type SnapshotVisibility, type Txid, lowXid, snapshotVisibility, visibleInSnapshot } from './txid.js'
+import type { Row } from './value-parser.js'
+
+/**
+ * A shape's rows, materialised from a ShapeStream into a Map keyed by row key
+ * and kept current: inserts set, updates merge (a `replica=default` update
+ * carries only the key and the changed columns), deletes remove, and a
+ * `must-refetch` empties the Map before the new snapshot arrives.
+ *
+ * Subscribers are told at up-to-date points only, when the rows are a
+ * consistent picture of the database at one moment (never half a transaction
+ * or half a snapshot). Waiting for a txid resolves at the same points.
+ */
+export interface ShapeData<T extends Row> {
+  readonly rows: readonly T[]
+  readonly value: ReadonlyMap<string, T>
+}
+
+export interface ShapeOptions {
+  /** Persist `(handle, offset, rows)` at each up-to-date; see `storage.ts`. */
+  readonly storage?: ShapeStorage
+  /** Names the shape in `storage`; derived from the stream's URL and static params when omitted. */
+  readonly storageKey?: string
+  /** Rows and position loaded from storage (`Shape.open` passes them). */
+  readonly initial?: PersistedShape
+  /** How many synced txids are remembered for `waitForTxid` (oldest forgotten first). */
+  readonly maxRememberedTxids?: number
+}
+
+export interface OpenShapeOptions extends ShapeStreamOptions {
+  /** Default: one process-wide in-memory store. */
+  readonly storage?: ShapeStorage
+  readonly storageKey?: string
+}
+
+/** Enough for a busy app's recent writes; each is one small number. */
+const DEFAULT_MAX_REMEMBERED_TXIDS = 100_000
+
+const defaultStorage = new MemoryShapeStorage()
+
+interface TxidWaiter {
+  readonly xid: Txid
+  readonly resolve: () => void
+  readonly reject: (error: unknown) => void
+}
+
+export class Shape<T extends Row = Row> {
+  readonly stream: ShapeStream<T>
+  readonly #rows = new Map<string, T>()
+  #rowList: T[] | undefined
+  readonly #subscribers = new Set<(data: ShapeData<T>) => void>()
+  readonly #storage: ShapeStorage | undefined
+  readonly #storageKey: string | undefined
+  #upToDate = false
+  #lastSyncedAt: number | undefined
+  /** 32-bit xids seen in changes, oldest first (a Set keeps insertion order). */
+  readonly #txids = new Set<number>()
+  /** xids seen since the last up-to-date: confirmed once their transactions are complete. */
+  readonly #pendingTxids: number[] = []
+  readonly #maxTxids: number
+  readonly #snapshots: SnapshotVisibility[] = []
+  readonly #waiters = new Set<TxidWaiter>()
+  readonly #readyWaiters = new Set<{ resolve: () => void; reject: (error: unknown) => void }>()
+  #error: unknown
+  readonly #unsubscribe: () => void
+
+  /**
+   * Opens a shape, resuming from `storage` when it holds one for this shape:
+   * the rows are there at once and the stream continues from the saved offset
+   * instead of requesting `-1`.
+   */
+  static async open<T extends Row = Row>(options: OpenShapeOptions): Promise<Shape<T>> {
+    const storage = options.storage ?? defaultStorage
+    const storageKey = options.storageKey ?? defaultStorageKey(options)
+    const initial = options.offset === undefined ? await storage.load(storageKey) : undefined
+    const stream = new ShapeStream<T>({
+      ...options,
+      ...(initial === undefined ? {} : { offset: initial.offset, handle: initial.handle }),
+    })
+    return new Shape<T>(stream, { storage, storageKey, ...(initial === undefined ? {} : { initial }) })
+  }
+
+  constructor(stream: ShapeStream<T>, options: ShapeOptions = {}) {
+    this.stream = stream
+    this.#storage = options.storage
+    this.#storageKey = options.storage === undefined ? undefined : (options.storageKey ?? defaultStorageKey(stream.options))
+    this.#maxTxids = options.maxRememberedTxids ?? DEFAULT_MAX_REMEMBERED_TXIDS
+    if (options.initial !== undefined) {
+      for (const [key, row] of options.initial.rows) this.#rows.set(key, row as T)
+      this.#lastSyncedAt = options.initial.savedAt
+    }
+    this.#unsubscribe = stream.subscribe(
+      (messages) => this.#process(messages),
+      (error) => this.#fail(error),
+    )
+  }
+
+  /** The rows, in the order they were first inserted. */
+  get rows(): readonly T[] {
+    this.#rowList ??= [...this.#rows.values()]
+    return this.#rowList
+  }
+
+  get value(): ReadonlyMap<string, T> {
+    return this.#rows
+  }
+
+  get isUpToDate(): boolean {
+    return this.#upToDate
+  }
+
+  /** When the rows last matched the server's head (or were saved, for rows loaded from storage). */
+  get lastSyncedAt(): number | undefined {
+    return this.#lastSyncedAt
+  }
+
+  get error(): unknown {
+    return this.#error
+  }
+
+  /** Called with the rows at each up-to-date that changed them; returns an unsubscribe function. */
+  subscribe(callback: (data: ShapeData<T>) => void): () => void {
+    this.#subscribers.add(callback)
+    return () => {
+      this.#subscribers.delete(callback)
+    }
+  }
+
+  /** Resolves once the rows are up to date (at once if they are); rejects if the stream stops with an error. */
+  ready(signal?: AbortSignal): Promise<void> {
+    if (this.#upToDate) return Promise.resolve()
+    if (this.#error !== undefined) return Promise.reject(this.#error)
+    return this.#wait(this.#readyWaiters, signal, 'waiting for the shape')
+  }
+
+  /**
+   * Resolves once the changes of transaction `txid` are in the rows and the
+   * rows are up to date: pass `pg_current_xact_id()` of the transaction that
+   * made an optimistic write to know when the synced rows include it.
+   * Resolves at once for a transaction already seen or in the snapshot.
+   */
+  waitForTxid(txid: Txid, options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (this.#hasSynced(txid)) return Promise.resolve()
+    if (this.#error !== undefined) return Promise.reject(this.#error)
+    return new Promise<void>((resolve, reject) => {
+      const signal = options.signal
+      const waiter: TxidWaiter = {
+        xid: txid,
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort)
+          resolve()
+        },
+        reject: (error) => {
+          signal?.removeEventListener('abort', onAbort)
+          reject(error)
+        },
+      }
+      const onAbort = (): void => {
+        this.#waiters.delete(waiter)
+        reject(new AbortedError(`waiting for txid ${String(txid)}`))
+      }
+      if (signal?.aborted) return onAbort()
+      signal?.addEventListener('abort', onAbort, { once: true })
+      this.#waiters.add(waiter)
+    })
+  }
+
+  /** Stops following the stream (and stops the stream itself). */
+  async stop(): Promise<void> {
+    this.#unsubscribe()
+    await this.stream.stop()
+  }
+
+  #hasSynced(txid: Txid): boolean {
+    if (!this.#upToDate) return false
+    if (this.#txids.has(lowXid(txid))) return true
+    return this.#snapshots.some((snapshot) => visibleInSnapshot(txid, snapshot))
+  }
+
+  async #process(messages: ReadonlyArray<Message<T>>): Promise<void> {
+    let reachedHead = false
+    let changed = false
+    for (const message of messages) {
+      if (isChangeMessage(message)) {
+        changed = true
+        this.#apply(message.key, message.headers.operation, message.value)
+        for (const xid of message.headers.txids ?? []) this.#pendingTxids.push(xid)
+      } else if (isControlMessage(message)) {
+        const headers = message.headers
+        if (headers.control === 'up-to-date') reachedHead = true
+        else if (headers.control === 'must-refetch') {
+          this.#rows.clear()
+          this.#upToDate = false
+          this.#snapshots.length = 0
+          changed = true
+        } else if (headers.control === 'snapshot-end') this.#snapshots.push(snapshotVisibility(headers))
+      }
+    }
+    if (changed) this.#rowList = undefined
+    if (!reachedHead) return
+    const first = !this.#upToDate
+    this.#upToDate = true
+    this.#lastSyncedAt = this.stream.lastSyncedAt ?? Date.now()
+    for (const xid of this.#pendingTxids) this.#remember(xid)
+    this.#pendingTxids.length = 0
+    if (this.#storage !== undefined && this.#storageKey !== undefined && (changed || first)) await this.#save()
+    if (changed || first) {
+      const data: ShapeData<T> = { rows: this.rows, value: this.#rows }
+      for (const callback of this.#subscribers) callback(data)
+    }
+    for (const resolve of this.#readyWaiters) resolve.resolve()
+    this.#readyWaiters.clear()
+    for (const waiter of this.#waiters) {
+      if (this.#hasSynced(waiter.xid)) {
+        this.#waiters.delete(waiter)
+        waiter.resolve()
+      }
+    }
+  }
+
+  #apply(key: string, operation: 'insert' | 'update' | 'delete', value: T): void {
+    switch (operation) {
+      case 'insert':
+        this.#rows.set(key, value)
+        return
+      case 'update': {
+        const old = this.#rows.get(key)
+        this.#rows.set(key, old === undefined ? value : { ...old, ...value })
+        return
+      }
+      case 'delete':
+        this.#rows.delete(key)
+        return
+    }
+  }
+
+  #remember(xid: number): void {
+    this.#txids.delete(xid)
+    this.#txids.add(xid)
+    if (this.#txids.size > this.#maxTxids) {
+      const oldest = this.#txids.values().next()
+      if (oldest.done !== true) this.#txids.delete(oldest.value)
+    }
+  }
+
+  async #save(): Promise<void> {
+    const handle = this.stream.shapeHandle
+    if (handle === undefined) return
+    await this.#storage!.save(this.#storageKey!, {
+      version: PERSISTED_SHAPE_VERSION,
+      handle,
+      offset: this.stream.lastOffset,
+      schema: this.stream.schema,
+      rows: [...this.#rows],
+      savedAt: this.#lastSyncedAt ?? Date.now(),
+    })
+  }
+
+  #fail(error: unknown): void {
+    if (!this.stream.isStopped) return // a subscriber's own failure, already reported where it happened
+    this.#error = error
+    for (const waiter of this.#readyWaiters) waiter.reject(error)
+    this.#readyWaiters.clear()
+    for (const waiter of this.#waiters) waiter.reject(error)
+    this.#waiters.clear()
+  }
+
+  #wait(set: Set<{ resolve: () => void; reject: (error: unknown) => void }>, signal: AbortSignal | undefined, what: string): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const entry = {
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort)
+          resolve()
+        },
+        reject: (error: unknown) => {
+          signal?.removeEventListener('abort', onAbort)
+          reject(error)
+        },
+      }
+      const onAbort = (): void => {
+        set.delete(entry)
+        reject(new AbortedError(what))
+      }
+      if (signal?.aborted) return onAbort()
+      signal?.addEventListener('abort', onAbort, { once: true })
+      set.add(entry)
+    })
+  }
+}
+
+/**
+ * A storage key naming the shape: the URL and every static parameter. A
+ * parameter given as a function has no fixed value, so such shapes need an
+ * explicit `storageKey`.
+ */
+export function defaultStorageKey(options: ShapeStreamOptions): string {
+  const params: Record<string, unknown> = {}
+  for (const name of Object.keys(options.params).sort()) {
+    const value = options.params[name]
+    if (typeof value === 'function') throw new InvalidOptionsError(`params.${name} is a function: give the Shape a storageKey`)
+    params[name] = value
+  }
+  return JSON.stringify([options.url, options.log ?? 'full', params])
+}
