@@ -30,6 +30,8 @@ export interface PipelineOptions {
   readonly flushIntervalMs?: number
   readonly memoryBudgetBytes?: number
   readonly snapshotConnections?: number
+  /** Postgres connections for subset snapshots (PROTOCOL.md §6), apart from the snapshot pool so they never delay shape creation. */
+  readonly subsetConnections?: number
   readonly maxShapes?: number
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
@@ -41,6 +43,9 @@ export interface PipelineOptions {
   readonly storageFs?: FsPort
 }
 
+/** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
+export const DEFAULT_SUBSET_CONNECTIONS = 2
+
 export class Pipeline {
   private stopping: Promise<void> | undefined
 
@@ -49,6 +54,8 @@ export class Pipeline {
     readonly shapes: ShapeManager,
     readonly router: ShapeRouter,
     readonly replication: ReplicationClient,
+    /** Runs subset snapshots; its size bounds how many run at once (more wait for a connection). */
+    readonly subsetPool: pg.Pool,
     private readonly pools: readonly pg.Pool[],
     private readonly streams: SpillStreamBuffer,
     private readonly unsubscribe: Array<() => void>,
@@ -70,7 +77,12 @@ export class Pipeline {
       max: snapshotConnections,
       application_name: 'sluice_snapshot',
     })
-    const pools = [db, snapshotPool]
+    const subsetPool = new pg.Pool({
+      connectionString: options.connectionString,
+      max: options.subsetConnections ?? DEFAULT_SUBSET_CONNECTIONS,
+      application_name: 'sluice_subset',
+    })
+    const pools = [db, snapshotPool, subsetPool]
     // Idle pooled connections can die with Postgres; the pool replaces them, this keeps the process alive.
     for (const pool of pools) pool.on('error', (err) => options.logger?.warn({ err }, 'idle Postgres connection failed'))
     let streams: SpillStreamBuffer | undefined
@@ -126,7 +138,7 @@ export class Pipeline {
       ]
       client.on('disconnected', (info) => options.logger?.warn({ err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected'))
       await client.start()
-      return new Pipeline(store, shapes, router, client, pools, streams, unsubscribe)
+      return new Pipeline(store, shapes, router, client, subsetPool, pools, streams, unsubscribe)
     } catch (error) {
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))

@@ -42,10 +42,12 @@ import { type LiveWaiters, readFromStore, serveSse } from './live/index.js'
 import { logBody } from './log-body.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
+import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 import { addBytesServed } from '../metrics.js'
 
 /**
- * `/v1/shape` (PROTOCOL.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS. One
+ * `/v1/shape` (PROTOCOL.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS, and
+ * subset snapshots (§6, GET `subset__*` or POST; `subset-route.ts`). One
  * encapsulated plugin; the secret check and CORS headers are its hooks.
  *
  * A GET, in order:
@@ -77,6 +79,7 @@ const SHAPE_PATH = '/v1/shape'
 export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOptions): Promise<void> {
   const { pipeline, http, waiters, admission } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
+  const subset: SubsetRouteOptions = { pipeline, http, admission, path: SHAPE_PATH, headOffset }
 
   app.addHook('onRequest', async (request, reply) => {
     setCors(request, reply, true)
@@ -91,8 +94,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     const parsed = parseShapeRequest(rawQuery(request.url))
     if (!parsed.ok) throw invalidRequest(parsed.errors)
     const req = parsed.value
-    // Subset snapshots (§6) are not served yet: refuse them rather than answer a plain read.
-    if (req.subset !== undefined) throw invalidRequest({ subset: ['subset snapshots are not supported by this server yet'] })
+    if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
     const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
     if (permit instanceof SluiceError) throw permit
     const gone = new AbortController()
@@ -105,6 +107,9 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
       reply.raw.off('close', onClose)
     }
   })
+
+  // POST: subset snapshots with the subset in a JSON body (§6).
+  subsetRoutes(app, subset)
 
   app.delete(SHAPE_PATH, async (request, reply) => {
     reply.header(ResponseHeader.cacheControl, CacheControl.noCache)
@@ -166,7 +171,7 @@ class ShapeResponder {
     } catch (error) {
       if (!(error instanceof ShapeError && error.code === 'shape_invalidated')) throw toSluiceError(error)
       // Invalidated while its snapshot ran: a request without a handle simply gets the next one.
-      if (this.req.handle !== undefined) return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (this.req.handle !== undefined) return this.rotated(shape)
       shape = await this.resolve(params)
       log = await this.pipeline.shapes.ready(shape.handle).catch((e: unknown) => {
         throw toSluiceError(e)
@@ -193,7 +198,7 @@ class ShapeResponder {
    */
   private async streamSse(shape: ResolvedShape, after: LogOffset): Promise<FastifyReply> {
     const shapes = this.pipeline.shapes
-    if (shapes.status(shape.handle) !== 'active') return this.mustRefetch(shapes.lookup(shape.definition))
+    if (shapes.status(shape.handle) !== 'active') return this.rotated(shape)
     const headers: Record<string, string | number | string[]> = {}
     for (const [name, value] of Object.entries(this.reply.getHeaders())) {
       if (value !== undefined) headers[name] = value
@@ -234,7 +239,7 @@ class ShapeResponder {
   private async waitFor(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
     const deadline = performance.now() + this.http.longPollTimeoutMs / 2
     for (;;) {
-      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
       if (compareOffsets(after, headOffset(log)) <= 0) return true
       const remaining = deadline - performance.now()
       if (remaining <= 0) throw offsetOutOfBounds()
@@ -243,7 +248,7 @@ class ShapeResponder {
         if (this.gone.aborted) return this.abandon()
         throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
       }
-      if (result === 'invalidated') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (result === 'invalidated') return this.rotated(shape)
       if (result === 'timeout') throw offsetOutOfBounds()
     }
   }
@@ -251,7 +256,7 @@ class ShapeResponder {
   private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
     const deadline = performance.now() + this.http.longPollTimeoutMs
     for (;;) {
-      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
       // Read and wait in one synchronous step: a flush in between cannot be missed.
       const read = log.read(after)
       if (read.entryCount > 0) return this.sendRead(shape, read)
@@ -261,7 +266,7 @@ class ShapeResponder {
       const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
       // Aborted without the client leaving: the server is closing, so answer as a timeout would.
       if (result === 'aborted') return this.gone.aborted ? this.abandon() : this.sendNoChanges(shape, after)
-      if (result === 'invalidated') return this.mustRefetch(this.pipeline.shapes.lookup(shape.definition))
+      if (result === 'invalidated') return this.rotated(shape)
       if (result === 'timeout') return this.sendNoChanges(shape, after)
     }
   }
@@ -329,6 +334,25 @@ class ShapeResponder {
       requestCursor: this.req.cursor,
       random: Math.random,
     })
+  }
+
+  /**
+   * 409 for a shape that was invalidated under this request. Usually no shape
+   * has replaced it yet; rather than answer without a handle (the official
+   * client then warns that a proxy must be stripping headers), create the
+   * replacement now, as a request naming an unknown handle does (§5.4 (a)):
+   * the client's very next request is for it anyway. Without one (the table is
+   * gone, say) the 409 carries none.
+   */
+  private async rotated(shape: ResolvedShape): Promise<FastifyReply> {
+    let handle = this.pipeline.shapes.lookup(shape.definition)
+    if (handle === undefined && this.req.shape !== undefined) {
+      handle = await this.pipeline.shapes.resolve(this.req.shape).then(
+        (next) => next.handle,
+        () => undefined,
+      )
+    }
+    return this.mustRefetch(handle)
   }
 
   /** 409 must-refetch (§5.4), with the definition's current handle when there is one. */

@@ -184,6 +184,14 @@ export class ShapeRouter implements ChangeSink {
     return this.shapes.size
   }
 
+  /**
+   * The xids of the last transactions routed (see `RegistrationTicket`): a
+   * snapshot taken after this call must see every one of them.
+   */
+  get recentXids(): readonly number[] {
+    return [...this.recent]
+  }
+
   /** Commit LSN of the last transaction routed. */
   get lastRoutedLsn(): bigint {
     return this.lastLsn

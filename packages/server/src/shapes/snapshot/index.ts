@@ -1,4 +1,4 @@
-// Initial snapshots of shapes (PROTOCOL.md §9, DESIGN.md §2): the row query built in SQL,
+// Initial snapshots of shapes (PROTOCOL.md §9, DESIGN.md §2) and subset snapshots (§6): the row query built in SQL,
 // the REPEATABLE READ run that streams it, and the snapshot's visibility rules for stitching.
 export {
   encodeSnapshotEnd,
@@ -23,3 +23,11 @@ export type {
   SnapshotTableRequest,
   SnapshotTextRequest,
 } from './run-snapshot.js'
+export { SubsetError } from './subset-error.js'
+export type { SubsetErrorField, SubsetErrorReason } from './subset-error.js'
+export { MAX_ORDER_BY_KEYS, MAX_ORDER_BY_LENGTH, orderBySql, parseOrderBy, parseOrderBySync } from './subset-order-by.js'
+export type { OrderByKey } from './subset-order-by.js'
+export { buildSubsetQuery, compileSubset } from './subset-query.js'
+export type { BuildSubsetQueryOptions, CompiledSubset, SubsetQuery } from './subset-query.js'
+export { MAX_SUBSET_ATTEMPTS, runSubsetSnapshot } from './run-subset.js'
+export type { SubsetFix, SubsetRunRequest, SubsetSink, SubsetStart } from './run-subset.js'

@@ -11,6 +11,8 @@ export interface SnapshotQueryOptions {
   readonly where?: string | undefined
   /** Selected columns; undefined means all. Must include every primary-key column. */
   readonly columns?: readonly string[] | undefined
+  /** A subset snapshot's mark (PROTOCOL.md §6): added to every row's headers as `snapshot_mark`. */
+  readonly snapshotMark?: number | undefined
 }
 
 /**
@@ -65,7 +67,10 @@ export function buildSnapshotQuery(info: TableInfo, options: SnapshotQueryOption
     parts.literal(`${i > 0 ? ',' : ''}${JSON.stringify(column.name)}:`)
     parts.expr(`COALESCE(pg_catalog.to_json(${columnText(column)})::pg_catalog.text, 'null')`)
   })
-  parts.literal(`},"headers":{"operation":"insert","relation":${JSON.stringify([info.schema, info.name])}}}`)
+  const mark = options.snapshotMark
+  if (mark !== undefined && !Number.isSafeInteger(mark)) throw new SnapshotError('invalid_request', `snapshotMark must be an integer, not ${mark}`)
+  const markHeader = mark === undefined ? '' : `,"snapshot_mark":${mark}`
+  parts.literal(`},"headers":{"operation":"insert","relation":${JSON.stringify([info.schema, info.name])}${markHeader}}}`)
 
   const from = `${info.kind === 'table' ? 'ONLY ' : ''}${formatRelation({ schema: info.schema, name: info.name })}`
   const where = options.where === undefined || options.where.trim() === '' ? '' : ` WHERE (${options.where})`

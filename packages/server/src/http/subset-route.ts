@@ -1,0 +1,322 @@
+import { randomInt } from 'node:crypto'
+import { once } from 'node:events'
+import { PassThrough } from 'node:stream'
+import {
+  CacheControl,
+  JSON_CONTENT_TYPE,
+  type LogOffset,
+  MUST_REFETCH_BODY,
+  ResponseHeader,
+  type ShapeDefinitionParams,
+  type ShapeRequest,
+  SluiceError,
+  conflictCacheControl,
+  formatOffset,
+  invalidRequest,
+  parseShapeRequest,
+} from '@sluice/protocol'
+import type { ShapeLog } from '@sluice/storage'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { Pipeline } from '../pipeline.js'
+import { ShapeError } from '../shapes/shape-error.js'
+import type { ResolvedShape } from '../shapes/shape-manager.js'
+import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from '../shapes/snapshot/index.js'
+import type { Admission } from './admission.js'
+import { toSluiceError } from './http-errors.js'
+import type { HttpOptions } from './options.js'
+import { schemaHeader } from './schema-header.js'
+
+/**
+ * Subset snapshots (PROTOCOL.md §6): `GET /v1/shape?…&subset__where=…` and
+ * `POST /v1/shape` with the subset in a JSON body. One query in its own
+ * REPEATABLE READ READ ONLY transaction on the pipeline's subset pool, answered
+ * as `{"metadata":{…},"data":[…]}` with `electric-snapshot: true` and
+ * `cache-control: no-cache`, never cached, never 304.
+ *
+ * `electric-offset` is the shape log's head when the snapshot was taken (it
+ * sees everything up to there, see run-subset.ts): the official client moves
+ * its stream there and filters later changes to the snapshot's keys by the
+ * snapshot's visibility (`txids` against xmin/xmax/xip, until a change or
+ * up-to-date reaches `database_lsn`).
+ *
+ * The body is built in memory up to {@link BUFFER_BYTES}, so small subsets get a
+ * content-length and any failure a proper JSON error; past that it streams,
+ * the client's pace throttling the cursor, and a failure after the first bytes
+ * can only cut the connection.
+ */
+
+export interface SubsetRouteOptions {
+  readonly pipeline: Pipeline
+  readonly http: HttpOptions
+  readonly admission: Admission
+  readonly path: string
+  /** The head offset of a log, as the shape routes report it (`0_inf` before any real entry). */
+  readonly headOffset: (log: ShapeLog) => LogOffset
+}
+
+/** Responses up to this size are sent whole; larger ones stream. */
+const BUFFER_BYTES = 1024 * 1024
+/** One subset query, row streaming included, may take this long before Postgres cancels it. */
+export const SUBSET_STATEMENT_TIMEOUT_MS = 60_000
+/** POST bodies above this are refused with 413: a subset is a where clause, a few params and numbers. */
+const BODY_LIMIT_BYTES = 1024 * 1024
+/** `snapshot_mark` is a random non-negative 31-bit integer, as Electric draws it. */
+const MARK_LIMIT = 2 ** 31
+
+/**
+ * Registers `POST /v1/shape` inside the shape routes' plugin (so the secret
+ * check and CORS hooks apply). Bodies are read as text whatever their content
+ * type and parsed here, so a malformed one gets Electric's body, not fastify's.
+ */
+export function subsetRoutes(app: FastifyInstance, options: SubsetRouteOptions): void {
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', { parseAs: 'string', bodyLimit: BODY_LIMIT_BYTES }, (_request, body, done) => done(null, body))
+  app.post(options.path, async (request, reply) => {
+    reply.header(ResponseHeader.cacheControl, CacheControl.noCache)
+    const body = parseBody(request.body)
+    const parsed = parseShapeRequest(rawQuery(request.url), body === undefined ? {} : { body })
+    if (!parsed.ok) throw invalidRequest(parsed.errors)
+    if (parsed.value.subset === undefined) throw invalidRequest({ subset: ["can't be blank"] })
+    return serveSubset(options, request, reply, parsed.value)
+  })
+}
+
+function parseBody(body: unknown): Readonly<Record<string, unknown>> | undefined {
+  if (body === undefined || body === null) return undefined
+  const text = typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString('utf8') : undefined
+  if (text === undefined) throw new SluiceError('body_not_object')
+  if (text.trim() === '') return undefined
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch (error) {
+    throw new SluiceError('invalid_json_body', { details: (error as Error).message })
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new SluiceError('body_not_object')
+  return value as Readonly<Record<string, unknown>>
+}
+
+/** Answers a validated request that carries a subset (GET or POST). */
+export async function serveSubset(options: SubsetRouteOptions, request: FastifyRequest, reply: FastifyReply, req: ShapeRequest): Promise<FastifyReply> {
+  const subset = req.subset
+  if (subset === undefined) throw new Error('serveSubset: the request has no subset')
+  // A subset is one response, not a stream of batches.
+  if (req.liveSse) throw invalidRequest({ live_sse: ["can't be true for a subset snapshot"] })
+  const params = req.shape
+  if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
+  const permit = options.admission.acquire('existing')
+  if (permit instanceof SluiceError) throw permit
+  try {
+    return await new SubsetResponder(options, request, reply, req, params).serve(subset)
+  } finally {
+    permit()
+  }
+}
+
+class SubsetResponder {
+  private readonly shapes: Pipeline['shapes']
+
+  constructor(
+    private readonly options: SubsetRouteOptions,
+    private readonly request: FastifyRequest,
+    private readonly reply: FastifyReply,
+    private readonly req: ShapeRequest,
+    private readonly params: ShapeDefinitionParams,
+  ) {
+    this.shapes = options.pipeline.shapes
+  }
+
+  async serve(subset: NonNullable<ShapeRequest['subset']>): Promise<FastifyReply> {
+    let shape = await this.resolve()
+    if (this.req.handle !== undefined && this.req.handle !== shape.handle) return this.mustRefetch(shape.handle)
+    const compiled = await compileSubset(subset, shape.table)
+    let log: ShapeLog
+    try {
+      log = await this.shapes.ready(shape.handle)
+    } catch (error) {
+      if (!(error instanceof ShapeError && error.code === 'shape_invalidated')) throw toSluiceError(error)
+      if (this.req.handle !== undefined) return this.mustRefetch(this.shapes.lookup(shape.definition))
+      shape = await this.resolve()
+      log = await this.shapes.ready(shape.handle).catch((e: unknown) => {
+        throw toSluiceError(e)
+      })
+    }
+    const mark = randomInt(0, MARK_LIMIT)
+    const query = buildSubsetQuery({ table: shape.table, definition: shape.definition, subset: compiled, snapshotMark: mark })
+    return this.run(shape, log, query, mark)
+  }
+
+  private async run(shape: ResolvedShape, log: ShapeLog, query: ReturnType<typeof buildSubsetQuery>, mark: number): Promise<FastifyReply> {
+    const { pipeline, headOffset } = this.options
+    const gone = new AbortController()
+    const onClose = (): void => {
+      if (!this.reply.raw.writableFinished) gone.abort(new Error('the client went away'))
+    }
+    this.reply.raw.once('close', onClose)
+    const body = new BodyWriter(this.reply, gone.signal)
+    try {
+      await runSubsetSnapshot(
+        pipeline.subsetPool,
+        {
+          table: shape.table,
+          query,
+          fix: () => ({ recentXids: pipeline.router.recentXids, position: headOffset(log) }),
+          signal: gone.signal,
+          statementTimeoutMs: SUBSET_STATEMENT_TIMEOUT_MS,
+        },
+        {
+          start: ({ snapshot, insertLsn, position }) => {
+            this.setHeaders(shape, position)
+            // database_lsn: the insert LSN, not pg_current_wal_lsn(), which can lag behind commits the snapshot
+            // already sees (synchronous_commit=off); the client stops filtering at the first change at or past it.
+            const xip = snapshot.xip.map((xid) => `"${xid}"`).join(',')
+            body.begin(`{"metadata":{"xmin":"${snapshot.xmin}","xmax":"${snapshot.xmax}","xip_list":[${xip}],"snapshot_mark":${mark},"database_lsn":"${insertLsn}"},"data":[`)
+          },
+          rows: (lines) => body.rows(lines),
+        },
+      )
+    } catch (error) {
+      if (gone.signal.aborted) return body.abandon()
+      const mapped = mapRunError(error)
+      if (!body.streaming) {
+        this.reply.removeHeader(ResponseHeader.snapshot)
+        throw mapped
+      }
+      this.request.log.error({ err: error }, 'subset snapshot failed after its response started')
+      return body.cut(mapped)
+    } finally {
+      this.reply.raw.off('close', onClose)
+    }
+    return body.end(']}')
+  }
+
+  private setHeaders(shape: ResolvedShape, position: LogOffset): void {
+    const reply = this.reply
+    reply.header(ResponseHeader.snapshot, 'true')
+    reply.header(ResponseHeader.cacheControl, CacheControl.noCache)
+    reply.header(ResponseHeader.handle, shape.handle)
+    reply.header(ResponseHeader.offset, formatOffset(position))
+    reply.header(ResponseHeader.schema, schemaHeader(shape.table, shape.definition.columns))
+    reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+  }
+
+  private async resolve(): Promise<ResolvedShape> {
+    try {
+      return await this.shapes.resolve(this.params)
+    } catch (error) {
+      throw toSluiceError(error, { relation: this.params.table })
+    }
+  }
+
+  /** 409 must-refetch (§5.4); a POST keeps `no-cache` (§5.2: the method decides first). */
+  private mustRefetch(handle: string | undefined): FastifyReply {
+    const reply = this.reply
+    if (handle !== undefined) reply.header(ResponseHeader.handle, handle)
+    reply.header(ResponseHeader.cacheControl, this.request.method === 'POST' ? CacheControl.noCache : conflictCacheControl(handle !== undefined))
+    reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+    return reply.code(409).send(MUST_REFETCH_BODY)
+  }
+}
+
+/**
+ * Failures of the query as 4xx/5xx: what Postgres refused in the query as built
+ * (an order_by column of a type without ordering, say) is the request's fault;
+ * an error raised on some row likewise, reported by SQLSTATE only, since its
+ * message may quote values of rows outside the shape.
+ */
+function mapRunError(error: unknown): SluiceError {
+  if (error instanceof SnapshotError) {
+    if (error.code === 'invalid_query') return new SubsetError('invalid_query', postgresMessage(error), { cause: error })
+    if (error.code === 'evaluation_error') {
+      return new SubsetError('evaluation_error', `Postgres raised an error evaluating the subset on some row (SQLSTATE ${error.sqlState ?? 'unknown'})`, { cause: error })
+    }
+  }
+  return toSluiceError(error)
+}
+
+function postgresMessage(error: SnapshotError): string {
+  const cause = error.cause
+  return cause instanceof Error ? cause.message : error.message
+}
+
+/**
+ * The response body: buffered up to BUFFER_BYTES, then streamed through a
+ * PassThrough handed to fastify (so its hooks and error handling still apply),
+ * waiting for the socket to drain before taking more rows.
+ */
+class BodyWriter {
+  private chunks: Buffer[] = []
+  private size = 0
+  private rowCount = 0
+  private stream: PassThrough | undefined
+
+  constructor(
+    private readonly reply: FastifyReply,
+    private readonly signal: AbortSignal,
+  ) {}
+
+  get streaming(): boolean {
+    return this.stream !== undefined
+  }
+
+  begin(prefix: string): void {
+    this.push(Buffer.from(prefix))
+  }
+
+  async rows(lines: readonly Uint8Array[]): Promise<void> {
+    for (const line of lines) {
+      if (this.rowCount++ > 0) this.push(COMMA)
+      this.push(line)
+    }
+    if (this.stream === undefined && this.size > BUFFER_BYTES) {
+      this.stream = new PassThrough()
+      this.reply.code(200).send(this.stream)
+    }
+    if (this.stream !== undefined) await this.flush()
+  }
+
+  end(suffix: string): FastifyReply {
+    this.push(Buffer.from(suffix))
+    if (this.stream === undefined) return this.reply.code(200).send(Buffer.concat(this.chunks, this.size))
+    this.stream.end(Buffer.concat(this.chunks, this.size))
+    this.chunks = []
+    return this.reply
+  }
+
+  /** A failure after the headers went out: the client sees a cut response, never a truncated JSON that parses. */
+  cut(error: Error): FastifyReply {
+    this.stream?.destroy(error)
+    return this.reply
+  }
+
+  abandon(): FastifyReply {
+    if (this.stream !== undefined) this.stream.destroy()
+    else {
+      this.reply.hijack()
+      if (!this.reply.raw.destroyed) this.reply.raw.destroy()
+    }
+    return this.reply
+  }
+
+  private push(bytes: Uint8Array): void {
+    const buffer = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+    this.chunks.push(buffer)
+    this.size += buffer.length
+  }
+
+  private async flush(): Promise<void> {
+    const stream = this.stream as PassThrough
+    const data = Buffer.concat(this.chunks, this.size)
+    this.chunks = []
+    this.size = 0
+    if (stream.write(data)) return
+    await once(stream, 'drain', { signal: this.signal })
+  }
+}
+
+const COMMA = Buffer.from(',')
+
+function rawQuery(url: string): string {
+  const at = url.indexOf('?')
+  return at < 0 ? '' : url.slice(at + 1)
+}
