@@ -84,6 +84,20 @@ export async function eventually(predicate: () => boolean | Promise<boolean>, wh
   }
 }
 
+/**
+ * Collects what the client prints with console.warn (it reports protocol
+ * trouble that way: a 409 without a handle, SSE falling back to long-polling)
+ * until `restore()`.
+ */
+export function captureWarnings(): { readonly warnings: string[]; restore(): void } {
+  const warnings: string[] = []
+  const original = console.warn
+  console.warn = (...args: unknown[]) => {
+    warnings.push(args.map(String).join(' '))
+  }
+  return { warnings, restore: () => void (console.warn = original) }
+}
+
 /** A ShapeStream on the given server with an abort controller the test owns. */
 export function openStream(
   url: string,
