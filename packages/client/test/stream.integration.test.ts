@@ -1,0 +1,313 @@
+import { describe, expect, it } from 'vitest'
+import { type ChangeMessage, FetchError, type Message, Shape, ShapeStream, type ShapeStreamOptions, isChangeMessage, isMustRefetchMessage } from '../src/index.js'
+import { FAST_BACKOFF, ITEMS_DDL, RecordingTimers, byKey, selectItems, shapeMatches, until, useSluice, writeTx } from './harness.js'
+
+/**
+ * ShapeStream and Shape against a real Sluice server on real Postgres, through
+ * a real HTTP proxy that records requests and, where a test asks, fails them.
+ */
+const sluice = useSluice()
+let tableNo = 0
+
+async function newTable(rows = 0): Promise<string> {
+  const table = `items_${++tableNo}`
+  await sluice.cluster.query(ITEMS_DDL(table))
+  if (rows > 0) {
+    await sluice.cluster.query(
+      `INSERT INTO ${table} SELECT i, 'item ' || i || repeat('x', 30), i, i / 4.0, i % 2 = 0, ARRAY['a' || i, 'b,"q"'], jsonb_build_object('i', i) FROM generate_series(1, $1) i`,
+      [rows],
+    )
+  }
+  return table
+}
+
+function options(table: string, extra: Partial<ShapeStreamOptions> = {}): ShapeStreamOptions {
+  return { url: sluice.shapeUrl, params: { table }, backoff: FAST_BACKOFF, ...extra }
+}
+
+/** Collects every batch a stream publishes. */
+function record(stream: ShapeStream): Array<readonly Message[]> {
+  const batches: Array<readonly Message[]> = []
+  stream.subscribe((messages) => {
+    batches.push(messages)
+  })
+  return batches
+}
+
+const changes = (batches: Array<readonly Message[]>): Message[] => batches.flat().filter(isChangeMessage)
+
+describe('initial sync and live updates', () => {
+  it('follows -1 and every chunk to up-to-date, then takes live changes', async () => {
+    const table = await newTable(300)
+    const shape = new Shape(new ShapeStream(options(table)))
+    try {
+      await shape.ready()
+      await shapeMatches(shape, sluice.cluster, table)
+      const urls = sluice.proxy.requestsFor(table).map((r) => r.url)
+      expect(urls[0]!.searchParams.get('offset')).toBe('-1')
+      expect(urls[0]!.searchParams.has('live')).toBe(false)
+      expect(urls[1]!.searchParams.get('offset')).toBe('0_0')
+      // Small chunks: the snapshot took several non-live requests.
+      expect(urls.filter((u) => !u.searchParams.has('live')).length).toBeGreaterThan(5)
+      expect(shape.rows.length).toBe(300)
+
+      const txid = await writeTx(
+        sluice.cluster,
+        `INSERT INTO ${table} VALUES (1001, 'new', 7, 'NaN', true, '{x,NULL}', '{"k": [1]}');
+         UPDATE ${table} SET title = 'changed', f = '-Infinity' WHERE id = 5;
+         DELETE FROM ${table} WHERE id = 6`,
+      )
+      await shape.waitForTxid(txid)
+      await shapeMatches(shape, sluice.cluster, table)
+      expect(shape.value.get(`"public"."${table}"/"1001"`)).toEqual({ id: 1001n, title: 'new', n: 7, f: Number.NaN, done: true, tags: ['x', null], doc: { k: [1] } })
+      const live = sluice.proxy.requestsFor(table).filter((r) => r.url.searchParams.get('live') === 'true')
+      expect(live.length).toBeGreaterThan(0)
+      expect(live.every((r) => r.url.searchParams.has('cursor'))).toBe(true)
+      expect(shape.isUpToDate).toBe(true)
+      expect(shape.lastSyncedAt).toBeTypeOf('number')
+    } finally {
+      await shape.stop()
+    }
+  })
+
+  it('resumes from an offset and handle without the snapshot again', async () => {
+    const table = await newTable(20)
+    const first = new ShapeStream(options(table))
+    const firstBatches = record(first)
+    await until('first stream up to date', () => first.isUpToDate)
+    await first.stop()
+    expect(changes(firstBatches).length).toBe(20)
+    const { lastOffset, shapeHandle } = first
+
+    await sluice.cluster.query(`INSERT INTO ${table} (id, title) VALUES (100, 'after')`)
+    const before = sluice.proxy.requests.length
+    const second = new ShapeStream(options(table, { offset: lastOffset, handle: shapeHandle! }))
+    const batches = record(second)
+    await until('the new row', () => changes(batches).length > 0)
+    await second.stop()
+    const seen = changes(batches)
+    expect(seen.map((m) => (m as ChangeMessage).key)).toEqual([`"public"."${table}"/"100"`])
+    const urls = sluice.proxy.requests.slice(before).map((r) => r.url)
+    expect(urls[0]!.searchParams.get('offset')).toBe(lastOffset)
+    expect(urls.some((u) => u.searchParams.get('offset') === '-1')).toBe(false)
+  })
+
+  it("offset 'now' skips everything before and follows what comes after", async () => {
+    const table = await newTable(10)
+    const stream = new ShapeStream(options(table, { offset: 'now' }))
+    const batches = record(stream)
+    await until('up to date', () => stream.isUpToDate)
+    expect(changes(batches)).toEqual([])
+    await sluice.cluster.query(`INSERT INTO ${table} (id, title) VALUES (50, 'later')`)
+    await until('the new row', () => changes(batches).length > 0)
+    await stream.stop()
+    expect(changes(batches).map((m) => (m as ChangeMessage).value.id as bigint)).toEqual([50n])
+    expect(sluice.proxy.requestsFor(table)[0]!.url.searchParams.get('offset')).toBe('now')
+  })
+
+  it('changes_only: no snapshot rows, live changes still arrive', async () => {
+    const table = await newTable(10)
+    const stream = new ShapeStream(options(table, { log: 'changes_only' }))
+    const batches = record(stream)
+    await until('up to date', () => stream.isUpToDate)
+    expect(changes(batches)).toEqual([])
+    await sluice.cluster.query(`UPDATE ${table} SET title = 'touched' WHERE id = 3`)
+    await until('the update', () => changes(batches).length > 0)
+    await stream.stop()
+    expect(changes(batches)).toMatchObject([{ headers: { operation: 'update' }, value: { id: 3n, title: 'touched' } }])
+    expect(sluice.proxy.requestsFor(table).every((r) => r.url.searchParams.get('log') === 'changes_only')).toBe(true)
+  })
+
+  it('where with params, and a column list', async () => {
+    const table = await newTable(40)
+    const shape = new Shape(new ShapeStream(options(table, { params: { table, where: 'n > $1 AND title LIKE $2', params: ['30', 'item%'], columns: ['id', 'title', 'n'] } })))
+    try {
+      await shape.ready()
+      const expected = [...(await selectItems(sluice.cluster, table, "n > 30 AND title LIKE 'item%'"))].map(([key, r]) => [key, { id: r.id, title: r.title, n: r.n }])
+      expect(byKey(shape.value)).toEqual(Object.fromEntries(expected))
+      expect(shape.rows.length).toBe(10)
+      const url = sluice.proxy.requestsFor(table)[0]!.url
+      expect(url.searchParams.get('params[1]')).toBe('30')
+      expect(url.searchParams.get('params[2]')).toBe('item%')
+      expect(url.searchParams.get('columns')).toBe('"id","title","n"')
+    } finally {
+      await shape.stop()
+    }
+  })
+})
+
+describe('409 must-refetch', () => {
+  for (const how of ['TRUNCATE', 'DELETE /v1/shape'] as const) {
+    it(`${how} while live: a must-refetch, a new handle, the right rows, no duplicates`, async () => {
+      const table = await newTable(30)
+      const stream = new ShapeStream(options(table))
+      const batches = record(stream)
+      const shape = new Shape(stream)
+      await shape.ready()
+      const oldHandle = stream.shapeHandle!
+      if (how === 'TRUNCATE') {
+        await sluice.cluster.query(`TRUNCATE ${table}`)
+      } else {
+        const res = await fetch(`${sluice.serverUrl}/v1/shape?table=${table}&handle=${oldHandle}`, { method: 'DELETE' })
+        expect(res.status).toBe(202)
+      }
+      await until('a must-refetch', () => batches.flat().some(isMustRefetchMessage))
+      await sluice.cluster.query(`INSERT INTO ${table} (id, title) SELECT i, 'again ' || i FROM generate_series(25, 40) i ON CONFLICT (id) DO UPDATE SET title = EXCLUDED.title`)
+      await until('new rows', async () => shape.isUpToDate && shape.value.has(`"public"."${table}"/"40"`))
+      const txid = await writeTx(sluice.cluster, `UPDATE ${table} SET n = 1 WHERE id = 40`)
+      await shape.waitForTxid(txid)
+      await shapeMatches(shape, sluice.cluster, table)
+      expect(stream.shapeHandle).not.toBe(oldHandle)
+      // After the reset, each key arrives once in the new snapshot.
+      const afterReset = batches.flat()
+      const resetAt = afterReset.findIndex(isMustRefetchMessage)
+      const snapshotKeys = afterReset.slice(resetAt + 1).filter((m) => isChangeMessage(m) && m.headers.lsn === undefined).map((m) => (m as ChangeMessage).key)
+      expect(new Set(snapshotKeys).size).toBe(snapshotKeys.length)
+      const refetch = sluice.proxy.requestsFor(table).find((r) => r.url.searchParams.has('cache-buster'))
+      expect(refetch?.url.searchParams.get('offset')).toBe('-1')
+      await shape.stop()
+    })
+  }
+})
+
+describe('errors and retries', () => {
+  it('a 4xx stops the stream and reaches onError', async () => {
+    const errors: Error[] = []
+    const stream = new ShapeStream(options('no_such_table', { onError: (e) => void errors.push(e) }))
+    let subscriberError: unknown
+    stream.subscribe(
+      () => {},
+      (e) => (subscriberError = e),
+    )
+    await stream.done
+    expect(stream.state.kind).toBe('stopped')
+    expect(errors).toHaveLength(1)
+    expect(errors[0]).toBeInstanceOf(FetchError)
+    expect((errors[0] as FetchError).status).toBe(400)
+    expect((errors[0] as FetchError).json).toMatchObject({ message: 'Invalid request', errors: { table: [expect.stringContaining('does not exist')] } })
+    expect(subscriberError).toBe(errors[0])
+    expect(sluice.proxy.requestsFor('no_such_table')).toHaveLength(1)
+  })
+
+  it('onError may return new params and the stream carries on with them', async () => {
+    const table = await newTable(5)
+    const stream = new ShapeStream(
+      options(table, {
+        params: { table, where: 'nope = 1' },
+        onError: (error) => (error instanceof FetchError && error.status === 400 ? { params: { where: 'id <= 2' } } : undefined),
+      }),
+    )
+    const batches = record(stream)
+    await until('up to date', () => stream.isUpToDate)
+    await stream.stop()
+    expect(changes(batches).map((m) => (m as ChangeMessage).value.id as bigint).sort()).toEqual([1n, 2n])
+    const wheres = sluice.proxy.requestsFor(table).map((r) => r.url.searchParams.get('where'))
+    expect(wheres[0]).toBe('nope = 1')
+    expect(wheres.at(-1)).toBe('id <= 2')
+  })
+
+  it('5xx, 429 and network errors are retried; retry-after sets the least delay', async () => {
+    const table = await newTable(5)
+    const timers = new RecordingTimers()
+    let n = 0
+    sluice.proxy.interceptor = ({ url }) => {
+      if (url.searchParams.get('table') !== table) return undefined
+      n++
+      if (n === 1) return { kind: 'respond', status: 503, headers: { 'retry-after': '1' }, body: '{"message":"Stack not ready"}' }
+      if (n === 2) return { kind: 'respond', status: 429, body: '{"message":"slow down"}' }
+      if (n === 3) return { kind: 'destroy' }
+      if (n === 4) return { kind: 'respond', status: 500, body: '{"error":"Internal server error"}' }
+      return undefined
+    }
+    const errors: Error[] = []
+    const stream = new ShapeStream(options(table, { timers, onError: (e) => void errors.push(e) }))
+    const batches = record(stream)
+    try {
+      await until('up to date', () => stream.isUpToDate)
+    } finally {
+      sluice.proxy.interceptor = undefined
+      await stream.stop()
+    }
+    expect(changes(batches)).toHaveLength(5)
+    expect(errors).toEqual([])
+    expect(timers.sleeps).toHaveLength(4)
+    expect(timers.sleeps[0]).toBeGreaterThanOrEqual(1000)
+    // The others follow the (fast) exponential backoff, under its cap.
+    for (const delay of timers.sleeps.slice(1)) expect(delay).toBeLessThanOrEqual(80)
+    expect(sluice.proxy.requestsFor(table).slice(0, 5).map((r) => r.url.searchParams.get('offset'))).toEqual(['-1', '-1', '-1', '-1', '-1'])
+  })
+
+  it('maxRetries bounds the retries; the last error reaches onError', async () => {
+    const table = await newTable(1)
+    sluice.proxy.interceptor = ({ url }) => (url.searchParams.get('table') === table ? { kind: 'respond', status: 502, body: '{"error":"bad gateway"}' } : undefined)
+    const errors: Error[] = []
+    const stream = new ShapeStream(options(table, { backoff: { ...FAST_BACKOFF, maxRetries: 2 }, onError: (e) => void errors.push(e) }))
+    record(stream)
+    try {
+      await stream.done
+    } finally {
+      sluice.proxy.interceptor = undefined
+    }
+    expect(sluice.proxy.requestsFor(table)).toHaveLength(3)
+    expect((errors[0] as FetchError).status).toBe(502)
+  })
+
+  it('abort during a held long-poll stops the stream with no further request', async () => {
+    const table = await newTable(2)
+    const controller = new AbortController()
+    const stream = new ShapeStream(options(table, { signal: controller.signal }))
+    record(stream)
+    await until('live', () => stream.isUpToDate)
+    await until('a held live request', () => sluice.proxy.requestsFor(table).some((r) => r.url.searchParams.get('live') === 'true'))
+    controller.abort()
+    await stream.done
+    expect(stream.state).toMatchObject({ kind: 'stopped', reason: 'aborted' })
+    const count = sluice.proxy.requestsFor(table).length
+    await sluice.cluster.query(`INSERT INTO ${table} (id, title) VALUES (9, 'x')`)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(sluice.proxy.requestsFor(table).length).toBe(count)
+  })
+})
+
+describe('options evaluated per request', () => {
+  it('headers and params given as functions are called for every request', async () => {
+    const table = await newTable(300)
+    let tokenCalls = 0
+    let paramCalls = 0
+    const stream = new ShapeStream(
+      options(table, {
+        params: { table, tenant: () => `t${++paramCalls}` },
+        headers: { authorization: async () => `Bearer ${++tokenCalls}` },
+      }),
+    )
+    record(stream)
+    await until('up to date', () => stream.isUpToDate)
+    await stream.stop()
+    const seen = sluice.proxy.requestsFor(table)
+    expect(seen.length).toBeGreaterThan(3)
+    expect(seen.map((r) => r.headers.authorization)).toEqual(seen.map((_, i) => `Bearer ${i + 1}`))
+    expect(seen.map((r) => r.url.searchParams.get('tenant'))).toEqual(seen.map((_, i) => `t${i + 1}`))
+  })
+})
+
+describe('back-pressure', () => {
+  it('a slow subscriber holds the next request until it is done', async () => {
+    const table = await newTable(300)
+    const stream = new ShapeStream(options(table))
+    let release!: () => void
+    let batches = 0
+    stream.subscribe(async () => {
+      batches++
+      if (batches === 2) await new Promise<void>((resolve) => (release = resolve))
+    })
+    await until('the second batch', () => batches === 2)
+    const held = sluice.proxy.requestsFor(table).length
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(sluice.proxy.requestsFor(table).length).toBe(held)
+    expect(batches).toBe(2)
+    release()
+    await until('more requests', () => sluice.proxy.requestsFor(table).length > held)
+    await until('up to date', () => stream.isUpToDate)
+    await stream.stop()
+  })
+})
