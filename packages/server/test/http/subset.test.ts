@@ -1,3 +1,4 @@
+import { get as httpGet } from 'node:http'
 import { ShapeStream } from '@electric-sql/client'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -278,6 +279,51 @@ describe('hostile input', () => {
     expect(res.status).toBe(400)
     const errors = (res.json() as { errors: { subset: string[] } }).errors
     expect(errors.subset[0]).toBe('Postgres raised an error evaluating the subset on some row (SQLSTATE 22012)')
+  })
+})
+
+describe('large subsets stream', () => {
+  it('a subset over 1 MiB streams whole and parses; clients leaving mid-stream free their connections', async () => {
+    await cluster.query(`CREATE TABLE wide (id int4 PRIMARY KEY, body text NOT NULL)`)
+    await cluster.query(`INSERT INTO wide SELECT i, repeat(md5(i::text), 16) FROM generate_series(1, 6000) i`)
+    const url = shapeUrl({ table: 'wide', offset: '-1', subset__where: 'id > $1', subset__params: '{"1":"10"}', subset__order_by: 'id DESC' })
+    const res = await get(url)
+    expect(res.status).toBe(200)
+    expect(res.body.length).toBeGreaterThan(3 * 1024 * 1024)
+    expect(res.header('content-length')).toBeUndefined()
+    expect(res.header('electric-snapshot')).toBe('true')
+    const body = res.json() as Subset
+    expect(body.data).toHaveLength(5990)
+    expect(body.data[0]!.value['id']).toBe('6000')
+    expect(body.data.at(-1)!.value['id']).toBe('11')
+    expect(body.data.every((row) => row.headers['snapshot_mark'] === body.metadata.snapshot_mark)).toBe(true)
+
+    // More clients than the subset pool has connections leave after the first bytes.
+    for (let i = 0; i < 4; i++) {
+      const controller = new AbortController()
+      await new Promise<void>((resolve) => {
+        const req = httpGet({ host: '127.0.0.1', port: server.port, path: url, signal: controller.signal }, (stream) => {
+          stream.once('data', () => {
+            controller.abort()
+            resolve()
+          })
+        })
+        req.on('error', () => resolve())
+      })
+    }
+    const after = await get(shapeUrl({ table: 'wide', offset: '-1', subset__where: 'id <= 3', subset__order_by: 'id' }))
+    expect(after.status).toBe(200)
+    expect(ids(after)).toEqual([1, 2, 3])
+    // Their transactions ended: no subset connection is left inside one.
+    const deadline = Date.now() + 10_000
+    for (;;) {
+      const { rows } = await cluster.query<{ n: string }>(
+        `SELECT count(*)::text AS n FROM pg_stat_activity WHERE application_name = 'sluice_subset' AND state <> 'idle'`,
+      )
+      if (rows[0]!.n === '0') break
+      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} subset connections still busy`)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
   })
 })
 
