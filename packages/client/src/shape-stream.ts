@@ -157,7 +157,11 @@ export class ShapeStream<T extends Row = Row> {
     this.#timers = options.timers ?? realTimers
     this.#random = options.random ?? Math.random
     this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff }
-    this.#state = initialState({ offset: options.offset ?? '-1', handle: options.offset === 'now' ? undefined : options.handle })
+    this.#state = initialState({
+      offset: options.offset ?? '-1',
+      handle: options.offset === 'now' ? undefined : options.handle,
+      transport: options.liveSse === true ? 'sse' : 'long-poll',
+    })
     const signal = options.signal
     if (signal !== undefined) {
       if (signal.aborted) this.#controller.abort(signal.reason)

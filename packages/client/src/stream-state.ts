@@ -29,6 +29,11 @@ interface Position {
   readonly cacheBuster: string | undefined
   /** Consecutive failed requests (network, 5xx, 429); zero after any success. */
   readonly failures: number
+  /**
+   * How live requests are made: chosen by the caller, and down to `long-poll`
+   * for good once SSE has failed (it stays so across a 409 reset).
+   */
+  readonly transport: 'long-poll' | 'sse'
 }
 
 /** Catching up: non-live requests, chunk after chunk, until a response is up to date. */
@@ -40,7 +45,6 @@ export interface SyncingState extends Position {
 export interface LiveState extends Position {
   readonly kind: 'live'
   readonly handle: string
-  readonly transport: 'long-poll' | 'sse'
   /** SSE connections in a row that ended quickly having delivered nothing (§5.5 fallback rule). */
   readonly shortSseConnections: number
 }
@@ -142,6 +146,8 @@ export const MAX_SHORT_SSE_CONNECTIONS = 3
 export interface InitialPosition {
   readonly offset: string
   readonly handle?: string | undefined
+  /** Default `long-poll`. */
+  readonly transport?: 'long-poll' | 'sse'
 }
 
 export function initialState(start: InitialPosition): SyncingState {
@@ -153,6 +159,7 @@ export function initialState(start: InitialPosition): SyncingState {
     cursor: undefined,
     cacheBuster: undefined,
     failures: 0,
+    transport: start.transport ?? 'long-poll',
   })
 }
 
@@ -164,7 +171,7 @@ function syncing(from: Position, change: Partial<Omit<SyncingState, 'kind'>>): S
   return freeze({ ...position(from), ...change, kind: 'syncing' })
 }
 
-function live(from: Position, handle: string, transport: LiveState['transport'], change: Partial<Omit<LiveState, 'kind' | 'handle' | 'transport'>>): LiveState {
+function live(from: Position, handle: string, transport: Position['transport'], change: Partial<Omit<LiveState, 'kind' | 'handle' | 'transport'>>): LiveState {
   return freeze({ shortSseConnections: 0, ...position(from), ...change, handle, transport, kind: 'live' })
 }
 
@@ -181,6 +188,7 @@ function position(s: Position): Position {
     cursor: s.cursor,
     cacheBuster: s.cacheBuster,
     failures: s.failures,
+    transport: s.transport,
   }
 }
 
@@ -213,7 +221,7 @@ export const TRANSITIONS: TransitionTable = {
   syncing: {
     response: (s, e) => {
       const next = afterResponse(s, e)
-      return e.upToDate ? live(next, next.handle, 'long-poll', {}) : syncing(next, {})
+      return e.upToDate ? live(next, next.handle, s.transport, {}) : syncing(next, {})
     },
     sseBatch: invalid,
     sseEnded: invalid,

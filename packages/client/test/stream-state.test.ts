@@ -51,7 +51,7 @@ describe('the transition table', () => {
 
 describe('syncing', () => {
   it('starts at -1 with no handle, schema or cursor', () => {
-    expect(start).toEqual({ kind: 'syncing', handle: undefined, offset: '-1', schema: undefined, cursor: undefined, cacheBuster: undefined, failures: 0 })
+    expect(start).toEqual({ kind: 'syncing', handle: undefined, offset: '-1', schema: undefined, cursor: undefined, cacheBuster: undefined, failures: 0, transport: 'long-poll' })
   })
 
   it('follows chunks, keeps the first schema, becomes live (long-poll) at up-to-date', () => {
@@ -71,7 +71,7 @@ describe('syncing', () => {
 
   it('a 409 resets to -1 with the new handle, no schema, and a cache buster until the next response', () => {
     const s = run(start, response({ offset: '0_3' }), { type: 'mustRefetch', handle: 'h2', cacheBuster: 'cb' })
-    expect(s).toEqual({ kind: 'syncing', handle: 'h2', offset: '-1', schema: undefined, cursor: undefined, cacheBuster: 'cb', failures: 0 })
+    expect(s).toEqual({ kind: 'syncing', handle: 'h2', offset: '-1', schema: undefined, cursor: undefined, cacheBuster: 'cb', failures: 0, transport: 'long-poll' })
     expect(transition(s, response({ handle: 'h2' })).cacheBuster).toBeUndefined()
   })
 
@@ -128,6 +128,14 @@ describe('live', () => {
 
   it('an answer that is not an event stream falls back at once', () => {
     expect(transition({ ...live, transport: 'sse' as const }, { type: 'sseUnsupported' })).toMatchObject({ kind: 'live', transport: 'long-poll' })
+  })
+
+  it('SSE chosen at the start is used once live, and a fallback outlasts a 409', () => {
+    const sseStart = initialState({ offset: '-1', transport: 'sse' })
+    const sseLive = run(sseStart, response({ upToDate: true }))
+    expect(sseLive).toMatchObject({ kind: 'live', transport: 'sse' })
+    const fellBack = run(sseLive, { type: 'sseUnsupported' }, { type: 'mustRefetch', handle: 'h3', cacheBuster: 'c' }, response({ handle: 'h3', upToDate: true }))
+    expect(fellBack).toMatchObject({ kind: 'live', transport: 'long-poll' })
   })
 
   it('a 409 while live resets to syncing at -1', () => {
