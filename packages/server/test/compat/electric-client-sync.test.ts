@@ -311,38 +311,41 @@ describe('the official client syncing from Sluice', () => {
     }
   })
 
-  it("log: 'changes_only' with requestSnapshot: the subset joins the stream, later changes apply once", async () => {
-    await createTable('subset_items', 30)
-    const exchanges: RecordedExchange[] = []
-    const { stream, abort } = open({ params: { table: 'subset_items' }, log: 'changes_only' }, exchanges)
-    const shape = shapeOf(stream)
-    const log = new StreamLog(stream)
-    try {
-      await shape.value
-      expect(shape.currentValue.size).toBe(0)
-      await shape.requestSnapshot({ where: 'n > $1', params: { 1: '100' }, orderBy: 'id DESC', limit: 5 })
-      const snapshotIds = [30, 29, 28, 27, 26]
-      expect([...shape.currentValue.values()].map((r) => r.id).sort()).toEqual([...snapshotIds].sort())
-      const subset = exchanges.find((e) => [...e.url.searchParams.keys()].some((k) => k.startsWith('subset__')))!
-      expect(subset.status).toBe(200)
-      expect(subset.headers.get('electric-snapshot')).toBe('true')
+  for (const method of ['GET', 'POST'] as const) {
+    it(`log: 'changes_only' with requestSnapshot over ${method}: the subset joins the stream, later changes apply once`, async () => {
+      const table = `subset_items_${method.toLowerCase()}`
+      await createTable(table, 30)
+      const exchanges: RecordedExchange[] = []
+      const { stream, abort } = open({ params: { table }, log: 'changes_only', subsetMethod: method }, exchanges)
+      const shape = shapeOf(stream)
+      const log = new StreamLog(stream)
+      try {
+        await shape.value
+        expect(shape.currentValue.size).toBe(0)
+        await shape.requestSnapshot({ where: 'n > $1', params: { 1: '100' }, orderBy: 'id DESC', limit: 5 })
+        const snapshotIds = [30, 29, 28, 27, 26]
+        expect([...shape.currentValue.values()].map((r) => r.id).sort()).toEqual([...snapshotIds].sort())
+        const subset = exchanges.find((e) => (method === 'POST' ? e.method === 'POST' : [...e.url.searchParams.keys()].some((k) => k.startsWith('subset__'))))!
+        expect(subset.status).toBe(200)
+        expect(subset.headers.get('electric-snapshot')).toBe('true')
 
-      // Changes to rows in the snapshot apply; changes to rows the client never saw inserted are dropped by Shape.
-      await cluster.query("UPDATE subset_items SET cat = 'seen' WHERE id = 30")
-      await cluster.query("UPDATE subset_items SET cat = 'unseen' WHERE id = 1")
-      await cluster.query('DELETE FROM subset_items WHERE id = 29')
-      await cluster.query("INSERT INTO subset_items VALUES (31, 'new', 310, NULL, NULL)")
-      await caughtUp(pipeline, cluster)
-      await eventually(() => shape.currentValue.has(rowKey('public', 'subset_items', '31')) && !shape.currentValue.has(rowKey('public', 'subset_items', '29')), 'the later changes')
-      await eventually(() => shape.currentValue.get(rowKey('public', 'subset_items', '30'))?.cat === 'seen', 'the update')
-      const all = await expected('subset_items')
-      const want = new Map([...all].filter(([, r]) => [30, 28, 27, 26, 31].includes(r.id as number)))
-      expect(new Map(shape.currentValue)).toEqual(want)
-      const inserted = log.changes().filter((m) => m.headers.operation === 'insert').map((m) => m.key)
-      expect(new Set(inserted).size).toBe(inserted.length)
-      expect(log.errors).toEqual([])
-    } finally {
-      abort.abort()
-    }
-  })
+        // Changes to rows in the snapshot apply; changes to rows the client never saw inserted are dropped by Shape.
+        await cluster.query(`UPDATE ${table} SET cat = 'seen' WHERE id = 30`)
+        await cluster.query(`UPDATE ${table} SET cat = 'unseen' WHERE id = 1`)
+        await cluster.query(`DELETE FROM ${table} WHERE id = 29`)
+        await cluster.query(`INSERT INTO ${table} VALUES (31, 'new', 310, NULL, NULL)`)
+        await caughtUp(pipeline, cluster)
+        await eventually(() => shape.currentValue.has(rowKey('public', table, '31')) && !shape.currentValue.has(rowKey('public', table, '29')), 'the later changes')
+        await eventually(() => shape.currentValue.get(rowKey('public', table, '30'))?.cat === 'seen', 'the update')
+        const all = await expected(table)
+        const want = new Map([...all].filter(([, r]) => [30, 28, 27, 26, 31].includes(r.id as number)))
+        expect(new Map(shape.currentValue)).toEqual(want)
+        const inserted = log.changes().filter((m) => m.headers.operation === 'insert').map((m) => m.key)
+        expect(new Set(inserted).size).toBe(inserted.length)
+        expect(log.errors).toEqual([])
+      } finally {
+        abort.abort()
+      }
+    })
+  }
 })
