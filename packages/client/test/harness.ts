@@ -59,6 +59,10 @@ export type Fault =
   | { readonly kind: 'destroy' }
   /** Forward, but send only the response headers and then end (an SSE stream cut at once). */
   | { readonly kind: 'headers-only' }
+  /** Forward, but drop the named response headers (a proxy or CORS setup hiding them). */
+  | { readonly kind: 'strip-headers'; readonly names: readonly string[] }
+  /** Never answer; the request stays open until the client gives up. */
+  | { readonly kind: 'hang' }
 
 export interface SeenRequest {
   readonly url: URL
@@ -106,6 +110,7 @@ export class FaultProxy {
       req.socket.destroy()
       return
     }
+    if (fault?.kind === 'hang') return
     if (fault?.kind === 'respond') {
       res.writeHead(fault.status, { 'content-type': 'application/json', ...fault.headers })
       res.end(fault.body ?? '')
@@ -114,7 +119,9 @@ export class FaultProxy {
     const upstream = httpRequest(
       { host: '127.0.0.1', port: this.targetPort, path: req.url, method: req.method, headers: req.headers },
       (up) => {
-        res.writeHead(up.statusCode ?? 502, up.headers)
+        const headers = { ...up.headers }
+        if (fault?.kind === 'strip-headers') for (const name of fault.names) delete headers[name]
+        res.writeHead(up.statusCode ?? 502, headers)
         if (fault?.kind === 'headers-only') {
           up.destroy()
           res.end()

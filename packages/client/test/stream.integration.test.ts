@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { type ChangeMessage, FetchError, type Message, Shape, ShapeStream, type ShapeStreamOptions, isChangeMessage, isMustRefetchMessage } from '../src/index.js'
+import { type ChangeMessage, FetchError, MissingHeadersError, type Message, Shape, ShapeStream, type ShapeStreamOptions, isChangeMessage, isMustRefetchMessage } from '../src/index.js'
 import { FAST_BACKOFF, ITEMS_DDL, RecordingTimers, byKey, selectItems, shapeMatches, until, useSluice, writeTx } from './harness.js'
 
 /**
@@ -250,6 +250,43 @@ describe('errors and retries', () => {
     }
     expect(sluice.proxy.requestsFor(table)).toHaveLength(3)
     expect((errors[0] as FetchError).status).toBe(502)
+  })
+
+  it('a response without the electric headers stops the stream with MissingHeadersError', async () => {
+    const table = await newTable(1)
+    sluice.proxy.interceptor = ({ url }) => (url.searchParams.get('table') === table ? { kind: 'strip-headers', names: ['electric-handle', 'electric-schema'] } : undefined)
+    const errors: Error[] = []
+    const stream = new ShapeStream(options(table, { onError: (e) => void errors.push(e) }))
+    record(stream)
+    try {
+      await stream.done
+    } finally {
+      sluice.proxy.interceptor = undefined
+    }
+    expect(errors).toHaveLength(1)
+    expect(errors[0]).toBeInstanceOf(MissingHeadersError)
+    expect((errors[0] as MissingHeadersError).missing).toEqual(['electric-handle', 'electric-schema'])
+  })
+
+  it('a live request with no answer past the watchdog is dropped and retried', async () => {
+    const table = await newTable(1)
+    let hung = 0
+    sluice.proxy.interceptor = ({ url }) => {
+      if (url.searchParams.get('table') !== table || url.searchParams.get('live') !== 'true' || hung > 0) return undefined
+      hung++
+      return { kind: 'hang' }
+    }
+    const stream = new ShapeStream(options(table, { liveRequestTimeoutMs: 300 }))
+    const batches = record(stream)
+    try {
+      await until('a second live request', () => sluice.proxy.requestsFor(table).filter((r) => r.url.searchParams.get('live') === 'true').length >= 2)
+      expect(stream.state.failures).toBeLessThanOrEqual(1)
+      await sluice.cluster.query(`INSERT INTO ${table} (id, title) VALUES (2, 'after the hang')`)
+      await until('the change', () => changes(batches).length === 2)
+    } finally {
+      sluice.proxy.interceptor = undefined
+      await stream.stop()
+    }
   })
 
   it('abort during a held long-poll stops the stream with no further request', async () => {
