@@ -37,6 +37,7 @@ import { FileShapeLog, LOG_FILES } from './file-log.js'
 import type { LogHost } from './file-log.js'
 import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
 import { decodeMeta, encodeHeader, encodeMeta } from './format.js'
+import { defaultMaxOpenFiles } from './open-file-limit.js'
 import type { FsPort } from './fs-port.js'
 import { nodeFs, writeFully } from './fs-port.js'
 import { EMPTY_HEAD } from './log-state.js'
@@ -63,8 +64,7 @@ export interface FileStoreOptions {
 // enough that a busy stream shares each sync among many transactions.
 export const DEFAULT_FLUSH_INTERVAL_MS = 10
 export const DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
-// Leaves most of a typical 1024-4096 soft limit to sockets.
-export const DEFAULT_MAX_OPEN_FILES = 512
+export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
 
 
 // Longest wait between retries of a failing timed flush.
@@ -266,7 +266,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       throw fromSystemError(err, `create shape ${id}`)
     }
     this.creating.add(id)
-    const log = new FileShapeLog(id, tmpDir, Buffer.from(meta), this, [], EMPTY_HEAD)
+    // A copy of its own exact size: a pooled Buffer would keep a whole 8 KiB slab alive per log.
+    const log = new FileShapeLog(id, tmpDir, Uint8Array.prototype.slice.call(meta), this, [], EMPTY_HEAD)
     // open: rows; finishing: finish() called, live appends allowed; published:
     // renamed into shapes/ (the log's floor is set); resolved or dropped: settled.
     // ended: snapshot-end written, live appends allowed, finish() not called yet.

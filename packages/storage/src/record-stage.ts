@@ -33,6 +33,16 @@ export class RecordBlockPool {
   }
 }
 
+// A log's first block starts this small and doubles up to a full block: with
+// 100k logs each staging one record between flushes, full blocks would hold
+// 64 KiB per dirty log (gigabytes) and zero-fill each one.
+const FIRST_BLOCK_RECORDS = 8
+
+function smallBlock(records: number): RecordBlock {
+  const buf = Buffer.allocUnsafe(records * ENTRY_RECORD_BYTES)
+  return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length) }
+}
+
 export class RecordStage {
   readonly blocks: RecordBlock[] = []
   /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * 32. */
@@ -42,7 +52,25 @@ export class RecordStage {
 
   /** Makes room for `n` more records. */
   reserve(n: number): void {
-    const need = (this.count + n + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
+    const total = this.count + n
+    const first = this.blocks[0]
+    if (first === undefined || first.buf.length < BLOCK_BYTES) {
+      const have = first === undefined ? 0 : first.buf.length / ENTRY_RECORD_BYTES
+      if (total <= have) return
+      if (total < RECORDS_PER_BLOCK) {
+        // Grow the small first block; record indexing stays the same because every index is below one block.
+        let records = Math.max(have * 2, FIRST_BLOCK_RECORDS)
+        while (records < total) records *= 2
+        const grown = smallBlock(records)
+        if (first !== undefined) first.buf.copy(grown.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
+        this.blocks[0] = grown
+        return
+      }
+      const full = this.pool.take()
+      if (first !== undefined) first.buf.copy(full.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
+      this.blocks[0] = full
+    }
+    const need = (total + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
     while (this.blocks.length < need) this.blocks.push(this.pool.take())
   }
 
@@ -50,7 +78,10 @@ export class RecordStage {
   truncate(count: number): void {
     this.count = Math.min(this.count, count)
     const need = (this.count + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
-    while (this.blocks.length > need) this.pool.give(this.blocks.pop()!)
+    while (this.blocks.length > need) {
+      const block = this.blocks.pop()!
+      if (block.buf.length === BLOCK_BYTES) this.pool.give(block)
+    }
   }
 
   /** Calls `write(bytes, length)` for each block in order, then empties the stage. */
