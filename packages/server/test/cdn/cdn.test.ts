@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Pipeline } from '../../src/pipeline.js'
 import { caughtUp, startPipeline } from '../pipeline/harness.js'
 import { type CountingOrigin, DEPLOY_CONFIG_PATH, deployConfig, startCountingOrigin } from './cdn-harness.js'
+import { eventually, openStream, shapeOf } from '../compat/compat-harness.js'
 import { ShapeFollower } from './shape-follower.js'
 
 /**
@@ -189,7 +190,7 @@ describe(`${CLIENTS} clients following one shape through nginx`, () => {
       nginxCacheStatus: cacheStatuses,
     }
     console.log(`CDN report: ${JSON.stringify(report)}`)
-  })
+  }, SOAK ? 900_000 : 120_000)
 })
 
 function sum(values: Iterable<number>): number {
@@ -203,6 +204,54 @@ function histogramOf(values: readonly string[]): Record<string, number> {
   for (const v of values) out[v] = (out[v] ?? 0) + 1
   return out
 }
+
+describe('the official @electric-sql/client through nginx', () => {
+  it('20 Shapes sync and follow live writes; the origin sees each chunk once and each live window at most twice', async () => {
+    await cluster.query(`
+      CREATE TABLE official (id int8 PRIMARY KEY, title text NOT NULL, n int4);
+      INSERT INTO official SELECT i, 'official ' || i || ' ' || repeat('o', 30), i FROM generate_series(1, 120) i;
+    `)
+    const clients = 20
+    const opened = Array.from({ length: clients }, () => openStream(`${nginx.url}/v1/shape`, { params: { table: 'official' } }))
+    const shapes = opened.map(({ stream }) => shapeOf(stream))
+    try {
+      await Promise.all(shapes.map((shape) => shape.rows))
+      for (let t = 0; t < 8; t++) {
+        await cluster.query('INSERT INTO official VALUES ($1, $2, $3)', [1000 + t, `live ${t}`, t])
+        await cluster.query('UPDATE official SET n = n + 100 WHERE id = $1', [t + 1])
+        if (t % 3 === 0) await cluster.query('DELETE FROM official WHERE id = $1', [50 + t])
+        await sleep(200)
+      }
+      const expected = await postgresRows('official')
+      const asText = (rows: ReadonlyArray<Record<string, unknown>>): Array<Record<string, string | null>> =>
+        rows
+          .map((r) => ({ id: String(r['id']), title: r['title'] as string, n: r['n'] === null ? null : String(r['n']) }))
+          .sort((a, b) => Number(a.id) - Number(b.id))
+      await eventually(
+        () => shapes.every((shape) => JSON.stringify(asText(shape.currentRows)) === JSON.stringify(expected)),
+        'every official client to hold what Postgres holds',
+      )
+    } finally {
+      for (const { abort } of opened) abort.abort()
+    }
+    const mine = (url: string): boolean => url.includes('table=official')
+    const chunks = originCounts((url) => mine(url) && !isLive(url))
+    const live = originCounts((url) => mine(url) && isLive(url))
+    expect(chunks.size).toBeGreaterThan(3)
+    expect([...chunks.values()].every((n) => n === 1), JSON.stringify([...chunks])).toBe(true)
+    expect(Math.max(...live.values())).toBeLessThanOrEqual(2)
+    const served = (await nginx.accessLog()).filter((e) => mine(e.uri))
+    console.log(
+      `CDN report (official client): ${JSON.stringify({
+        clients,
+        clientRequests: served.length,
+        chunks: { distinctUrls: chunks.size, originRequests: sum(chunks.values()) },
+        live: { distinctUrls: live.size, originRequests: sum(live.values()), originRequestsPerUrl: histogram(live.values()) },
+        nginxCacheStatus: histogramOf(served.map((e) => e.cacheStatus || '-')),
+      })}`,
+    )
+  })
+})
 
 describe('what the cache must not keep, or keep wrongly', () => {
   it('a rotated shape: one 409 per live window reaches the origin, every client refetches once and converges, and a late client recovers from the cached old handle', async () => {
