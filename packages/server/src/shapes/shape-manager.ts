@@ -128,7 +128,8 @@ interface LiveShape {
   log: ShapeLog | undefined
   /** Set when invalidated while the snapshot runs: the creation stops and cleans up. */
   cancelled: Invalidation | { readonly kind: 'deleted'; readonly detail: string } | undefined
-  abort: AbortController
+  /** Only while the shape is being created (an idle controller costs ~300 bytes per shape). */
+  abort: AbortController | undefined
   queue: SpillQueue<TransactionPart> | undefined
 }
 
@@ -148,6 +149,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    */
   private readonly tableCache = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
   private readonly tableCacheMs: number
+  private readonly tableVersions = new Map<number, { readonly text: string; readonly info: TableInfo }>()
   /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
   private readonly published = new Set<number>()
   private readonly queues = new Set<SpillQueue<TransactionPart>>()
@@ -219,7 +221,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
           ready: Promise.resolve(log),
           log,
           cancelled: undefined,
-          abort: new AbortController(),
+          abort: undefined,
           queue: undefined,
         }
         manager.shapes.set(meta.handle, shape)
@@ -338,7 +340,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       if (shape === undefined || definition === undefined) continue
       this.shapes.delete(handle)
       shape.cancelled = reason
-      shape.abort.abort(new ShapeError('shape_invalidated', reason.detail))
+      shape.abort?.abort(new ShapeError('shape_invalidated', reason.detail))
       if (shape.log !== undefined) {
         // Durable before the transaction that caused it is promised to the store: a crash replays it instead.
         await this.options.store.deleteShape(handle)
@@ -351,7 +353,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   async close(): Promise<void> {
     this.closed = true
     for (const shape of this.shapes.values()) {
-      if (shape.log === undefined) shape.abort.abort(new ShapeError('shutting_down'))
+      if (shape.log === undefined) shape.abort?.abort(new ShapeError('shutting_down'))
     }
     await Promise.allSettled([...this.shapes.values()].map((s) => s.ready))
     for (const queue of this.queues) await queue.dispose().catch(() => {})
@@ -383,6 +385,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     this.build(shape).then(
       (log) => {
         shape.log = log
+        shape.abort = undefined
         resolveReady(log)
         this.options.logger?.info({ handle, table: `${table.schema}.${table.name}` }, 'shape ready')
         this.emit('ready', handle)
@@ -402,7 +405,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   }
 
   private async build(shape: LiveShape): Promise<ShapeLog> {
-    const release = await this.semaphore.acquire(shape.abort.signal)
+    const signal = shape.abort!.signal
+    const release = await this.semaphore.acquire(signal)
     let writer: SnapshotWriter | undefined
     let finishing: Promise<ShapeLog> | undefined
     const queue = new SpillQueue<TransactionPart>(this.options.spillDir, shape.handle, transactionPartCodec)
@@ -424,7 +428,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
               ? { where: 'false', params: [] }
               : { where: shape.definition.where, params: paramList(shape.definition) }),
             columns: shape.definition.columns,
-            signal: shape.abort.signal,
+            signal,
           },
           {
             // The log is made once the snapshot is fixed, so its meta records it: a restored shape keeps stitching.
@@ -523,7 +527,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         () => this.tableCache.get(key) === entry && this.tableCache.delete(key),
       )
     }
-    const info = await cached.info
+    const loaded = await cached.info
+    const info = loaded === undefined ? undefined : this.internTable(loaded)
     if (info === undefined) {
       this.tableCache.delete(key)
       // A table that is gone takes its shapes with it.
@@ -536,6 +541,20 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       }
       throw new ShapeError('table_not_found', `table ${JSON.stringify(schema)}.${JSON.stringify(name)} does not exist`)
     }
+    return info
+  }
+
+  /**
+   * One TableInfo object per table version, shared by all its shapes: each
+   * catalog answer is a fresh object graph (and pg's row objects give each
+   * answer hidden classes of its own), which would cost every shape about a
+   * kilobyte. Any difference in what was loaded makes a new version.
+   */
+  private internTable(info: TableInfo): TableInfo {
+    const text = JSON.stringify(info)
+    const known = this.tableVersions.get(info.oid)
+    if (known !== undefined && known.text === text) return known.info
+    this.tableVersions.set(info.oid, { text, info })
     return info
   }
 
@@ -552,6 +571,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   /** After a table's shapes were invalidated (DDL, TRUNCATE, a replaced table): ask the catalog again next time. */
   private forgetTable(info: TableInfo): void {
     this.tableCache.delete(tableKey(info.schema, info.name))
+    this.tableVersions.delete(info.oid)
     this.published.delete(info.oid)
   }
 
