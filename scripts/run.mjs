@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`).
+// The entry point behind the README's commands (`npm start`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -123,7 +123,9 @@ switch (task) {
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
   case 'bench:pipeline':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:pipeline']))
+  case 'bench:http':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:http']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|test|demo|bench:storage|bench:pipeline>`)
+    console.error(`usage: node scripts/run.mjs <start|test|demo|bench:storage|bench:pipeline|bench:http>`)
     process.exit(2)
 }
