@@ -18,7 +18,9 @@ function alive(pid: number): boolean {
  * Runs `fn` while holding an exclusive lock file (created with O_EXCL, holding
  * our pid), so several processes (vitest workers, parallel test files) never
  * run the same one-time set-up at once. A lock whose pid is dead was left by a
- * killed process and is taken over.
+ * killed process and is taken over. (Two waiters taking over the same dead
+ * lock at once can both get in; that needs a holder killed mid-set-up and two
+ * waiters, and the set-ups it guards are themselves safe to repeat.)
  */
 export async function withFileLock<T>(path: string, fn: () => Promise<T>, options: { timeoutMs?: number } = {}): Promise<T> {
   const deadline = Date.now() + (options.timeoutMs ?? 10 * 60_000)
