@@ -186,9 +186,28 @@ export async function loadTable(db: Queryable, table: { readonly schema: string;
 
 /** The table with this OID; undefined when there is none. */
 export async function loadTableByOid(db: Queryable, oid: number): Promise<TableInfo | undefined> {
-  if (!Number.isInteger(oid) || oid <= 0 || oid > 0xffff_ffff) return undefined
+  if (!validOid(oid)) return undefined
   const { rows } = await db.query(BY_OID, [String(oid)])
   return fromRows(rows)
+}
+
+/**
+ * The by-OID catalog query as plain SQL (the OID, an integer checked here, in
+ * place of the parameter), for callers that send it in one round trip with other
+ * statements; read its result with `tableFromCatalogRows`.
+ */
+export function tableByOidSql(oid: number): string {
+  if (!validOid(oid)) throw new TableCatalogError('catalog_inconsistent', `${oid} is not a table OID`)
+  return catalogQuery(`c.oid = ${oid}::pg_catalog.int8::pg_catalog.oid`)
+}
+
+/** The table in the rows of `tableByOidSql`; undefined when there is none. */
+export function tableFromCatalogRows(rows: ReadonlyArray<Record<string, unknown>>): TableInfo | undefined {
+  return fromRows(rows)
+}
+
+function validOid(oid: number): boolean {
+  return Number.isInteger(oid) && oid > 0 && oid <= 0xffff_ffff
 }
 
 type ColumnRow = [attnum: number, name: string, typeOid: number, typeMod: number, attndims: number, notNull: boolean]

@@ -3,7 +3,7 @@ import { parseLsn } from '@sluice/protocol'
 import type pg from 'pg'
 import Cursor from 'pg-cursor'
 import { DISPLAY_SETTINGS } from '../../replication/display-settings.js'
-import { loadTableByOid } from '../table-catalog.js'
+import { tableByOidSql, tableFromCatalogRows } from '../table-catalog.js'
 import type { TableInfo } from '../table-catalog.js'
 import { parsePgSnapshot } from './pg-snapshot.js'
 import type { PgSnapshot } from './pg-snapshot.js'
@@ -183,19 +183,33 @@ class SnapshotRun {
       ...(this.statementTimeoutMs > 0 ? [`SET LOCAL statement_timeout = ${this.statementTimeoutMs}`] : []),
       `LOCK TABLE ONLY ${quoteIdent(info.schema)}.${quoteIdent(info.name)} IN ACCESS SHARE MODE`,
     ]
-    await this.#step('begin', () => client.query(setup.join('; ')))
-
-    const first = await this.#step('snapshot', () =>
-      client.query<{ snapshot: string; lsn: string }>(
-        'SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text AS snapshot, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn',
-      ),
-    )
-    const row = first.rows[0]
-    if (row === undefined) throw new SnapshotError('protocol_error', 'pg_current_snapshot() returned no row')
+    // One round trip for the set-up, the snapshot and the catalog check: on a
+    // busy machine each round trip costs a context switch to the backend and
+    // back, and shapes are created by the thousand. The statements run in
+    // order, so the snapshot is still taken after the lock.
+    const results = await this.#step('begin', async () => {
+      const answer: unknown = await client.query(
+        [
+          ...setup,
+          'SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text AS snapshot, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn',
+          tableByOidSql(info.oid),
+        ].join('; '),
+      )
+      return answer as pg.QueryResult[]
+    })
+    const snapshotResult = results[results.length - 2]
+    const catalogResult = results[results.length - 1]
+    if (!Array.isArray(results) || snapshotResult === undefined || catalogResult === undefined) {
+      throw new SnapshotError('protocol_error', 'the snapshot set-up returned fewer results than statements')
+    }
+    const row = snapshotResult.rows[0] as { snapshot?: unknown; lsn?: unknown } | undefined
+    if (row === undefined || typeof row.snapshot !== 'string' || typeof row.lsn !== 'string') {
+      throw new SnapshotError('protocol_error', 'pg_current_snapshot() returned no row')
+    }
     const snapshot = parsePgSnapshot(row.snapshot)
     const insertLsn = parseLsn(row.lsn)
 
-    const current = await this.#step('catalog check', () => loadTableByOid(client, info.oid))
+    const current = tableFromCatalogRows(catalogResult.rows)
     const change = describeChange(info, current)
     if (change !== undefined) {
       throw new SnapshotError('table_changed', `${JSON.stringify(info.schema)}.${JSON.stringify(info.name)} changed since it was loaded: ${change}`)
