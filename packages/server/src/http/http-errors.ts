@@ -52,7 +52,7 @@ function fromShapeError(error: ShapeError, context: ErrorContext): SluiceError {
     case 'invalid_columns':
       return invalidRequest(columnErrors(error.message))
     case 'snapshot_failed':
-      return new SluiceError('snapshot_failed', { cause: error })
+      return fromSnapshotFailure(error)
     case 'shape_invalidated':
       return new SluiceError('must_refetch', { cause: error })
     case 'too_many_shapes':
@@ -60,6 +60,21 @@ function fromShapeError(error: ShapeError, context: ErrorContext): SluiceError {
     case 'shutting_down':
       return new SluiceError('stack_not_ready', { message: 'Server is shutting down', cause: error })
   }
+}
+
+/**
+ * Postgres refusing the snapshot query for the clause itself (a data exception
+ * on some row, `n + 2147483647 > 0` or `title::int4 > 0`, or a clause it would
+ * not plan) fails every retry the same way: a 400 naming `where`, not the 503
+ * that tells clients to retry forever. The shape was already dropped.
+ */
+function fromSnapshotFailure(error: ShapeError): SluiceError {
+  const cause = error.cause
+  if (cause instanceof SnapshotError && (cause.code === 'evaluation_error' || cause.code === 'invalid_query')) {
+    const postgres = cause.cause instanceof Error ? cause.cause.message : cause.message
+    return invalidRequest({ where: [`The where clause failed on the table's rows: ${postgres}`] })
+  }
+  return new SluiceError('snapshot_failed', { cause: error })
 }
 
 /**
