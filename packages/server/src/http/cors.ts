@@ -38,6 +38,7 @@ export function sendPreflight(request: FastifyRequest, reply: FastifyReply): Fas
     if (allowed.length > 0) reply.header(ResponseHeader.allowHeaders, allowed.join(', '))
   }
   reply.header(ResponseHeader.maxAge, String(PREFLIGHT_MAX_AGE_SECONDS))
-  reply.header(ResponseHeader.connection, 'keep-alive')
+  // Electric's keep-alive, unless the client asked to close: an explicit header would make Node hold the socket open.
+  if (!/(^|,)\s*close\s*(,|$)/i.test(String(request.headers.connection ?? ''))) reply.header(ResponseHeader.connection, 'keep-alive')
   return reply.code(204).send()
 }
