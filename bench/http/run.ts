@@ -13,7 +13,9 @@
  * Usage: `pnpm --filter @sluice/bench run bench:http` (from the root:
  * `npm run bench:http`). QUICK=1: a smoke run (results/http.quick.*).
  * ONLY=initial or ONLY=live: one half (results/http.partial.*). BENCH_REPS,
- * BENCH_DIR, BENCH_QUIET_WAIT_MS as in the other benchmarks.
+ * BENCH_DIR, BENCH_QUIET_WAIT_MS as in the other benchmarks; BENCH_HTTP_CLIENTS and
+ * BENCH_HTTP_SHAPES (comma-separated counts) and BENCH_RESULTS_DIR (where the
+ * report goes) for smaller runs.
  */
 import { spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
@@ -45,18 +47,21 @@ import { ensureWrk, runWrk } from './wrk.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'initial,live').split(',').map((s) => s.trim()))
-const PARTIAL = process.env.ONLY !== undefined || process.env.BENCH_REPS !== undefined
+/** BENCH_HTTP_CLIENTS=1,20 and BENCH_HTTP_SHAPES=1,20 replace the client and shape counts (partial results; the peer test uses them). */
+const CLIENTS = process.env.BENCH_HTTP_CLIENTS?.split(',').map(Number)
+const SHAPES = process.env.BENCH_HTTP_SHAPES?.split(',').map(Number)
+const PARTIAL = process.env.ONLY !== undefined || process.env.BENCH_REPS !== undefined || CLIENTS !== undefined || SHAPES !== undefined
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 10_000))
 
 const SETTINGS = {
   reps: Number(process.env.BENCH_REPS ?? (QUICK ? 1 : 3)),
-  initialClients: [1, 100, 2_000],
+  initialClients: CLIENTS ?? [1, 100, 2_000],
   initialSeconds: QUICK ? 2 : 10,
   initialWarmupSeconds: QUICK ? 1 : 3,
   /** One wrk thread: the server under test is one Node process; the other core is left to it and to Postgres. */
   wrkThreads: 1,
   wrkTimeoutSeconds: 30,
-  liveShapes: QUICK ? [1, 100, 1_000] : [1, 1_000, 10_000],
+  liveShapes: SHAPES ?? (QUICK ? [1, 100, 1_000] : [1, 1_000, 10_000]),
   /** Commits per second: far below what Postgres (~4.7k/s here) or Sluice take, so nothing queues. */
   writeRate: 40,
   liveSeconds: QUICK ? 4 : 30,
@@ -346,8 +351,9 @@ async function main(): Promise<void> {
     live,
   }
   const name = QUICK ? 'http.quick' : PARTIAL ? 'http.partial' : 'http'
-  mkdirSync(resultsDir, { recursive: true })
-  writeReport(report, join(process.env.BENCH_RESULTS_DIR ?? resultsDir, name))
+  const outDir = process.env.BENCH_RESULTS_DIR ?? resultsDir
+  mkdirSync(outDir, { recursive: true })
+  writeReport(report, join(outDir, name))
   for (const line of closingNote(report)) log(line)
   log(`wrote results/${name}.md and .json (${report.runSeconds.toFixed(0)} s)`)
   rmSync(root, { recursive: true, force: true })
