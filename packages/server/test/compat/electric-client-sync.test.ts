@@ -51,7 +51,8 @@ const expected = (table: string, where?: string, params?: readonly unknown[]): P
   expectedClientRows(cluster, table, SCHEMA, (r) => rowKey('public', table, r.id!), where, params)
 
 beforeAll(async () => {
-  pipeline = await startPipeline(cluster, await dirs.make('store'))
+  // Small chunks, so the initial sync of a few hundred rows spans several cacheable responses.
+  pipeline = await startPipeline(cluster, await dirs.make('store'), { chunkBytes: 4096 })
   server = await startServer(pipeline, { longPollTimeoutMs: LONG_POLL_MS, sseTimeoutMs: SSE_TIMEOUT_MS, allowDelete: true })
   url = `http://127.0.0.1:${server.port}/v1/shape`
 })
@@ -73,6 +74,14 @@ describe('the official client syncing from Sluice', () => {
       // offset=-1 never carries up-to-date (PROTOCOL.md §12.1): the client needed a second request.
       expect(exchanges[0]!.url.searchParams.get('offset')).toBe('-1')
       expect(exchanges[0]!.headers.has('electric-up-to-date')).toBe(false)
+      // The client walked the snapshot chunk by chunk (each a non-live 200 with its schema) before up-to-date.
+      const initial = exchanges.slice(0, exchanges.findIndex((e) => e.headers.has('electric-up-to-date')) + 1)
+      expect(initial.length).toBeGreaterThan(3)
+      for (const e of initial) {
+        expect(e.status).toBe(200)
+        expect(e.url.searchParams.has('live')).toBe(false)
+        expect(e.headers.get('electric-schema')).not.toBeNull()
+      }
       const last = exchanges.at(-1)!
       expect(stream.shapeHandle).toBe(last.headers.get('electric-handle'))
       expect(stream.lastOffset).toBe(last.headers.get('electric-offset'))

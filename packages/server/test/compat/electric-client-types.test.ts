@@ -66,6 +66,10 @@ const COLUMNS: ReadonlyArray<[string, string, SchemaEntry]> = [
   ['a_ch', 'char(2)[]', { type: 'bpchar', dims: 1, length: 2 }],
   ['a_tstz', 'timestamptz[]', { type: 'timestamptz', dims: 1 }],
   ['a_d', 'date[]', { type: 'date', dims: 1 }],
+  // A domain over an array has attndims 0: Electric then sends the domain's name and no dims, so its
+  // client keeps the raw literal. Sluice knowingly sends the element type with dims 1 (PROTOCOL.md §7's
+  // caveat), so the client parses the array.
+  ['dom_arr', 'int_list', { type: 'int4', dims: 1 }],
 ]
 const SCHEMA: Record<string, SchemaEntry> = Object.fromEntries(COLUMNS.map(([n, , s]) => [n, s]))
 
@@ -112,6 +116,7 @@ const FULL_ROW: Record<string, string> = {
   a_ch: "'{a,bc,NULL}'",
   a_tstz: "'{\"2024-01-01 00:00:00+00\",\"1970-01-01 00:00:00.5+02\"}'",
   a_d: "'{2024-01-01,infinity}'",
+  dom_arr: "'{7,NULL,-8}'",
 }
 
 const EDGE_ROW: Record<string, string> = {
@@ -156,6 +161,7 @@ const EDGE_ROW: Record<string, string> = {
   a_ch: "'{}'",
   a_tstz: "'{}'",
   a_d: "'{}'",
+  dom_arr: "'{{1,2},{3,4}}'",
 }
 
 function insertSql(id: number, values: Record<string, string>): string {
@@ -170,6 +176,7 @@ beforeAll(async () => {
     CREATE TYPE mood AS ENUM ('happy', 'sad', 'it''s complicated');
     CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
     CREATE DOMAIN short_text AS varchar(10);
+    CREATE DOMAIN int_list AS int4[];
     CREATE TYPE complex AS (r float8, i float8);
     CREATE TABLE every_type (${COLUMNS.map(([n, t]) => `${quoteIdent(n)} ${t}`).join(', ')});
   `)
@@ -217,6 +224,7 @@ describe('every common type through the official client', () => {
       expect(full.a_p).toEqual(['5', '9', '2'])
       expect(full.a_c).toEqual(['(1.1,2.2)', '(3.3,)'])
       expect(full.a_ch).toEqual(['a ', 'bc', null])
+      expect(full.dom_arr).toEqual([7, null, -8])
       const edge = rows.get(keyOf({ id: '2' }))!
       expect(edge.f8).toBeNaN()
       expect(edge.f4).toBe(-Infinity)
