@@ -19,6 +19,7 @@ import { ShapeError } from './shape-error.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
 import { type SpillDir, SpillQueue, transactionPartCodec } from './spill/index.js'
+import { renumberParams } from './snapshot/renumber-params.js'
 import { type TableInfo, loadTable, loadTableByOid, whereColumns } from './table-catalog.js'
 
 /**
@@ -426,7 +427,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
             // log=changes_only: no rows, but the same snapshot, so snapshot-end and the stitching still hold.
             ...(shape.definition.log === 'changes_only'
               ? { where: 'false', params: [] }
-              : { where: shape.definition.where, params: paramList(shape.definition) }),
+              : denseWhere(shape.definition)),
             columns: shape.definition.columns,
             signal,
           },
@@ -754,4 +755,11 @@ class StitchingTarget implements ShapeTarget {
     if (this.snapshot !== undefined && part.lsn < this.insertLsn && isVisibleInSnapshot(this.snapshot, part.xid)) return
     target.append(part)
   }
+}
+
+/** The shape's where clause with only the parameters it uses, numbered densely (see renumberParams). */
+function denseWhere(def: ShapeDefinition): { where: string | undefined; params: string[] } {
+  const params: string[] = []
+  if (def.where === undefined) return { where: undefined, params }
+  return { where: renumberParams(def.where, (n) => def.params[String(n)], params), params }
 }

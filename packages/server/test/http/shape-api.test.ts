@@ -136,6 +136,18 @@ describe('parameter errors (§2, §5.4)', () => {
   })
 })
 
+describe('where params', () => {
+  it('a clause may use some of its params only: unused ones are not sent to Postgres (it cannot type them)', async () => {
+    const [res] = await syncAll('items', { where: 'id = $2', 'params[1]': 'zzz', 'params[2]': '3' })
+    expect(res!.status).toBe(200)
+    const ids = (r: Res): unknown[] => messages(r).flatMap((m) => (m.value === undefined ? [] : [m.value['id']]))
+    expect(ids(res!)).toEqual(['3'])
+    const both = await syncAll('items', { where: "id >= $2 AND title <> $1 AND '$1' <> $1", 'params[1]': 'item 4', 'params[2]': '3' })
+    expect(both[0]!.status).toBe(200)
+    expect(ids(both[0]!).sort()).toEqual(['3', '5'])
+  })
+})
+
 describe('initial sync, headers and the up-to-date rule (§4, §5.1, §5.2)', () => {
   it('offset=-1 is never up-to-date; 0_0 returns the rest with up-to-date', async () => {
     const first = await get(shapeUrl({ table: 'items', offset: '-1' }))

@@ -1,8 +1,8 @@
 import { ParamMessage, type SubsetRequest } from '@sluice/protocol'
-import { scanSync } from 'libpg-query'
 import { type WhereClause, WhereClauseError, compileWhere } from '../../where/index.js'
 import type { ShapeDefinition } from '../definition/index.js'
 import { type TableInfo, whereColumns } from '../table-catalog.js'
+import { renumberParams } from './renumber-params.js'
 import { buildSnapshotQuery } from './snapshot-query.js'
 import { SubsetError } from './subset-error.js'
 import { type OrderByKey, orderBySql, parseOrderBy } from './subset-order-by.js'
@@ -102,31 +102,6 @@ export function buildSubsetQuery(options: BuildSubsetQueryOptions): SubsetQuery 
   if (subset.limit !== undefined) text += ` LIMIT ${nonNegative(subset.limit, 'limit')}`
   if (subset.offset !== undefined) text += ` OFFSET ${nonNegative(subset.offset, 'offset')}`
   return { text, values }
-}
-
-/** Rewrites each `$n` of `sql` to its position in `values` (appending the value on first use). */
-function renumberParams(sql: string, valueOf: (n: number) => string | undefined, values: string[]): string {
-  const renumbered = new Map<number, number>()
-  // Token positions are byte offsets into the UTF-8 text.
-  const bytes = Buffer.from(sql, 'utf8')
-  let out = ''
-  let at = 0
-  for (const token of scanSync(sql).tokens) {
-    if (token.tokenName !== 'PARAM') continue
-    const n = Number(token.text.slice(1))
-    let index = renumbered.get(n)
-    if (index === undefined) {
-      const value = valueOf(n)
-      // The compiler refuses a clause naming a param it was not given, so this is a bug of ours.
-      if (value === undefined) throw new Error(`no value for parameter $${n} of ${JSON.stringify(sql)}`)
-      values.push(value)
-      index = values.length
-      renumbered.set(n, index)
-    }
-    out += `${bytes.toString('utf8', at, token.start)}$${index}`
-    at = token.end
-  }
-  return out + bytes.toString('utf8', at)
 }
 
 /** The request parser checked these already; printing anything else into SQL would be a bug of ours. */
