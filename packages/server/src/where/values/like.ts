@@ -147,9 +147,26 @@ function codePoints(s: string): number[] {
   return out
 }
 
+/**
+ * The last text ILIKE folded, and its fold. The router evaluates every ILIKE
+ * shape of a table against the same row value one after another (1,000 shapes
+ * `title ILIKE '%…%'` fold one title 1,000 times), so one entry catches nearly
+ * every repeat; strings are immutable, so a hit is always right.
+ */
+let foldedInput = ''
+let foldedOutput = ''
+
+function foldOnce(text: string): string {
+  if (text === foldedInput) return foldedOutput
+  const out = lowerAscii(text)
+  foldedInput = text
+  foldedOutput = out
+  return out
+}
+
 export function compileLike(pattern: string, caseInsensitive: boolean): LikeMatcher {
   const tokens = tokenize(caseInsensitive ? lowerAscii(pattern) : pattern)
-  const fold = caseInsensitive ? lowerAscii : (text: string) => text
+  const fold = caseInsensitive ? foldOnce : (text: string) => text
   if (tokens.includes(DANGLING_ESCAPE)) return (text) => tokenMatch(tokens, codePoints(fold(text)))
   const segments = segmentsOf(tokens)
   if (segments.every((segment) => segment.length === 1)) {
