@@ -6,6 +6,8 @@ import {
   type SluiceError,
 } from '@sluice/protocol'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
 import type { Pipeline } from '../pipeline.js'
 import { Admission } from './admission.js'
 import { setCors } from './cors.js'
@@ -42,6 +44,10 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),
       return503OnClosing: true,
   })
+
+  // Node answers these two before any route runs, one by destroying the socket, the other with an empty 417.
+  app.server.on('connect', refuseConnect)
+  app.server.on('checkExpectation', refuseExpectation)
 
   const ownWaiters = options.waiters === undefined
   const waiters = options.waiters ?? new LiveWaiters({ store: options.pipeline.store })
@@ -112,6 +118,33 @@ export function sendError(reply: FastifyReply, error: SluiceError): FastifyReply
   if (error.retryAfter !== undefined) reply.header(ResponseHeader.retryAfter, String(error.retryAfter))
   if (error.knownError) reply.header(ResponseHeader.knownError, 'true')
   return reply.code(error.status).header(ResponseHeader.contentType, JSON_CONTENT_TYPE).send(JSON.stringify(error.toBody()))
+}
+
+const CONNECT_REFUSAL = JSON.stringify({ message: 'CONNECT is not supported' })
+
+/** CONNECT reaches only a 'connect' listener, as a raw socket: without one Node drops the connection unanswered. */
+function refuseConnect(_request: IncomingMessage, socket: Duplex): void {
+  socket.end(
+    'HTTP/1.1 405 Method Not Allowed\r\n' +
+      `${ResponseHeader.server}: ${ELECTRIC_SERVER_VALUE}\r\n` +
+      'allow: GET, HEAD, POST, DELETE, OPTIONS\r\n' +
+      `content-type: ${JSON_CONTENT_TYPE}\r\n` +
+      `content-length: ${Buffer.byteLength(CONNECT_REFUSAL)}\r\n` +
+      'connection: close\r\n\r\n' +
+      CONNECT_REFUSAL,
+  )
+}
+
+/** An `Expect` other than 100-continue: Node's own answer would be a 417 with no body. */
+function refuseExpectation(request: IncomingMessage, response: ServerResponse): void {
+  const body = JSON.stringify({ message: `Unsupported expectation: ${String(request.headers.expect).slice(0, 100)}` })
+  response.writeHead(417, {
+    [ResponseHeader.server]: ELECTRIC_SERVER_VALUE,
+    [ResponseHeader.contentType]: JSON_CONTENT_TYPE,
+    [ResponseHeader.cacheControl]: CacheControl.noStore,
+    'content-length': Buffer.byteLength(body),
+  })
+  response.end(body)
 }
 
 /**
