@@ -252,7 +252,11 @@ async function runCase(c: FuzzCase): Promise<void> {
     }
     fail(`no response: the connection was ${ex.timedOut ? 'held open' : ex.reset ? 'reset' : 'closed'}`)
   }
-  for (const res of ex.responses) {
+  // An interim 100 Continue answers Expect: 100-continue; a final response must follow it.
+  const expects = c.headers.some(([name]) => name.toLowerCase() === 'expect')
+  const final = ex.responses.filter((r) => !(expects && r.status === 100))
+  if (final.length === 0) fail('only an interim 100 Continue, no final response')
+  for (const res of final) {
     seen.statuses.set(res.status, (seen.statuses.get(res.status) ?? 0) + 1)
     // Any answer naming a handle (200, 304, 409, SSE) may have created that shape.
     const handle = res.headers['electric-handle']
@@ -261,11 +265,11 @@ async function runCase(c: FuzzCase): Promise<void> {
     if (problem !== undefined) fail(problem)
   }
   // (Node's parser answers garbage without the header, then closes.)
-  if (!c.parserMayReject && ex.responses.some((r) => r.complete && !/\bclose\b/i.test(r.headers['connection'] ?? ''))) {
-    fail(`the server keeps the connection alive after Connection: close (connection: ${ex.responses[0]?.headers['connection']})`)
+  if (!c.parserMayReject && final.some((r) => r.complete && !/\bclose\b/i.test(r.headers['connection'] ?? ''))) {
+    fail(`the server keeps the connection alive after Connection: close (connection: ${final[0]?.headers['connection']})`)
   }
   if (ex.timedOut && !c.bodyMayNotArrive) fail('the server held the connection without completing a response')
-  const first = ex.responses[0]!
+  const first = final[0]!
   if (c.oracle !== undefined) {
     if (first.status === 200) {
       const items = json(first) as Item[]
@@ -356,6 +360,23 @@ describe('inputs the fuzz test found', () => {
     expect(ex.closed).toBe(true)
     const kept = await send({ method: 'OPTIONS', target: Buffer.from('/v1/shape?table=fuzz_items'), headers: [header('Host', 'fuzz')] })
     expect(kept.responses.map((r) => [r.status, r.headers['connection']])).toEqual([[204, 'keep-alive']])
+  })
+
+  it('CONNECT is a JSON 405 (was a dropped connection: Node destroys the socket when nobody listens for it)', async () => {
+    for (const target of ['127.0.0.1:1', `127.0.0.1:${server.port}`]) {
+      const ex = await send({ method: 'CONNECT', target: Buffer.from(target), headers: [header('Host', target)] })
+      expect(ex.responses.map((r) => r.status)).toEqual([405])
+      expect(ex.responses[0]!.headers['content-type']).toBe('application/json; charset=utf-8')
+      expect(json(ex.responses[0]!)).toEqual({ message: 'CONNECT is not supported' })
+    }
+  })
+
+  it('an Expect other than 100-continue is a JSON 417 (was an empty 417 from Node); 100-continue still works', async () => {
+    const ex = await send({ method: 'GET', target: Buffer.from(`/v1/shape?table=${FUZZ_TABLE}&offset=-1`), headers: [header('Host', 'fuzz'), header('Connection', 'close'), header('Expect', 'garbage')] })
+    expect(ex.responses.map((r) => r.status)).toEqual([417])
+    expect(json(ex.responses[0]!)).toEqual({ message: 'Unsupported expectation: garbage' })
+    const ok = await send({ method: 'GET', target: Buffer.from(`/v1/shape?table=${FUZZ_TABLE}&offset=-1`), headers: [header('Host', 'fuzz'), header('Connection', 'close'), header('Expect', '100-continue')] })
+    expect(ok.responses.map((r) => r.status)).toEqual([100, 200])
   })
 
   it('a clause Postgres fails on some row: 400 naming where (was 503 "Snapshot creation failed", which clients retry forever)', async () => {

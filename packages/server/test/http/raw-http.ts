@@ -76,7 +76,7 @@ export function exchange(port: number, bytes: Buffer, options: { timeoutMs: numb
       chunks.push(chunk)
       // A complete response that keeps the connection alive: the server will not close it, so stop here.
       const { responses } = parseResponses(Buffer.concat(chunks), options.headMethods ?? [], false)
-      if (responses.some((r) => r.complete && !/\bclose\b/i.test(r.headers['connection'] ?? ''))) finish(false)
+      if (responses.some((r) => r.status >= 200 && r.complete && !/\bclose\b/i.test(r.headers['connection'] ?? ''))) finish(false)
     })
     socket.on('error', (error: NodeJS.ErrnoException) => {
       if (error.code === 'ECONNRESET' || error.code === 'EPIPE') reset = true
