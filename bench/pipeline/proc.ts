@@ -11,6 +11,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 
 const workerPath = fileURLToPath(new URL('./worker.ts', import.meta.url))
 
+/** Run the pipeline from the TypeScript sources rather than the built packages. */
+export const BENCH_SOURCE = process.env.BENCH_SOURCE === '1'
+
 export interface WorkerOptions {
   /** Extra node flags (e.g. --cpu-prof). */
   readonly nodeArgs?: readonly string[]
@@ -69,7 +72,10 @@ export class PipelineWorker {
     const tsx = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href
     const child = spawn(
       process.execPath,
-      ['--expose-gc', '--conditions=sluice-source', '--import', tsx, ...(options.nodeArgs ?? []), workerPath],
+      // The compiled packages (dist/), as users run them: tsx's transform of the sources renames every
+      // closure it creates (esbuild keepNames), which costs the hot path several per cent and each shape
+      // a few hundred bytes. BENCH_SOURCE=1 runs the TypeScript sources instead.
+      ['--expose-gc', ...(BENCH_SOURCE ? ['--conditions=sluice-source'] : []), '--import', tsx, ...(options.nodeArgs ?? []), workerPath],
       { stdio: ['pipe', 'pipe', 'pipe'], env: process.env },
     )
     const worker = new PipelineWorker(child, options.label, onEvent)

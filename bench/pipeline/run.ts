@@ -21,6 +21,7 @@
  * (results/pipeline.quick.*). BENCH_DIR: where the shape logs go (default: the
  * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*).
  */
+import { spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync } from 'node:fs'
 if (process.env.BENCH_CPU_PROF !== undefined) mkdirSync(process.env.BENCH_CPU_PROF, { recursive: true })
 import { loadavg, tmpdir } from 'node:os'
@@ -44,7 +45,7 @@ import {
   walsenderPid,
 } from './pg.js'
 import type { GeneratedWorkload } from './pg.js'
-import { PipelineWorker, runTimed } from './proc.js'
+import { BENCH_SOURCE, PipelineWorker, runTimed } from './proc.js'
 import { summariseDir } from './profile-summary.js'
 import { type Report, setQuietNote, writeReport } from './report.js'
 import type { ConcurrentResult, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult } from './report.js'
@@ -573,10 +574,21 @@ function parseLsn(text: string): bigint {
 
 // ---- main ----
 
+/** Builds @sluice/server and what it depends on, so the workers run the compiled code users run. */
+function buildPackages(): void {
+  const root = fileURLToPath(new URL('../..', import.meta.url))
+  log('building @sluice/server and its dependencies (dist/)')
+  for (const pkg of ['protocol', 'storage', 'server']) {
+    const r = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'packages', pkg, 'tsconfig.build.json')], { stdio: 'inherit' })
+    if (r.status !== 0) throw new Error(`building packages/${pkg} failed (exit ${r.status})`)
+  }
+}
+
 async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-pipeline-bench-'))
+  if (!BENCH_SOURCE) buildPackages()
   const loadBefore = loadNote('start')
   log(`pipeline benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; load average ${uptime()}`)
   const cluster = await startBenchPostgres()
