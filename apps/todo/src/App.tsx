@@ -5,7 +5,7 @@ import { api } from './api'
 import { ConnectionBadge } from './components/ConnectionBadge'
 import { Sidebar } from './components/Sidebar'
 import { TodoPanel } from './components/TodoPanel'
-import { useConnectionState } from './connection'
+import { type RequestMonitor, useConnectionState } from './connection'
 import { type List, type Todo, byCreation } from './model'
 import { patch, upsert, useOptimisticWrites, without } from './optimistic'
 
@@ -15,11 +15,11 @@ function selectedFromHash(): string | undefined {
   return match?.[1]
 }
 
-export function App({ shapeUrl }: { readonly shapeUrl: string }) {
+export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly monitor: RequestMonitor }) {
   const listsShape = useShape<List & Record<string, unknown>>({ url: shapeUrl, params: { table: 'lists' } })
   const todosShape = useShape<Todo & Record<string, unknown>>({ url: shapeUrl, params: { table: 'todos' } })
   const writes = useOptimisticWrites()
-  const connection = useConnectionState([listsShape.stream as ShapeStream | undefined, todosShape.stream as ShapeStream | undefined])
+  const connection = useConnectionState([listsShape.stream as ShapeStream | undefined, todosShape.stream as ShapeStream | undefined], monitor)
 
   const { lists, todos } = useMemo(() => {
     const shown = writes.apply(listsShape.data, todosShape.data)

@@ -4,6 +4,7 @@ import { StrictMode } from 'react'
 import { createRoot } from 'react-dom/client'
 import { loadConfig } from './api'
 import { App } from './App'
+import { RequestMonitor } from './connection'
 import './styles.css'
 
 const root = createRoot(document.getElementById('root')!)
@@ -13,11 +14,12 @@ try {
   const { shapeUrl } = await loadConfig()
   // Shapes are saved in localStorage at every sync point, so a reload shows the rows at once and
   // resumes from the saved offset instead of downloading everything again.
-  const cache = new ShapeCache({ storage: new LocalStorageShapeStorage({ prefix: 'sluice-todo:' }) })
+  const monitor = new RequestMonitor()
+  const cache = new ShapeCache({ storage: new LocalStorageShapeStorage({ prefix: 'sluice-todo:' }), defaults: { fetch: monitor.fetch } })
   root.render(
     <StrictMode>
       <ShapeCacheProvider cache={cache}>
-        <App shapeUrl={shapeUrl} />
+        <App shapeUrl={shapeUrl} monitor={monitor} />
       </ShapeCacheProvider>
     </StrictMode>,
   )
