@@ -1,7 +1,8 @@
-import { FetchError } from '@sluice/client'
+import { FetchError, MemoryShapeStorage } from '@sluice/client'
 import { act, cleanup, render, screen, waitFor } from '@testing-library/react'
-import { StrictMode, useOptimistic, useTransition } from 'react'
-import { afterEach, describe, expect, it } from 'vitest'
+import { StrictMode, useOptimistic, useState, useTransition } from 'react'
+import { renderToString } from 'react-dom/server'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { ShapeCache, ShapeCacheProvider, type UseShapeOptions, preloadShape, useShape } from '../src/index.js'
 import { LONG_POLL_MS, type Todo, TODOS_DDL, sleep, useSluice, writeTx } from './harness.js'
 
@@ -111,7 +112,18 @@ describe('useShape against a real server', () => {
 
   it('makes one stream under StrictMode (double render, mount-unmount-mount)', async () => {
     const table = await newTable([[1, 'strict']])
-    const cache = newCache(0)
+    // Counted at fetch too: a stream stopped before its first request reaches the server still calls fetch.
+    const fetched: URL[] = []
+    const cache = new ShapeCache({
+      gcTimeMs: 0,
+      defaults: {
+        fetch: (input, init) => {
+          fetched.push(new URL(String(input)))
+          return fetch(input, init)
+        },
+      },
+    })
+    caches.push(cache)
     render(
       <StrictMode>
         <ShapeCacheProvider cache={cache}>
@@ -123,6 +135,7 @@ describe('useShape against a real server', () => {
     await sluice.cluster.query(`INSERT INTO ${table} VALUES (2, 'mode', false)`)
     await waitFor(() => expect(screen.getByTestId('list').textContent).toBe('1:strict,2:mode'))
     expect(cache.size).toBe(1)
+    expect(fetched.filter((url) => url.searchParams.get('offset') === '-1')).toHaveLength(1)
     expect(sluice.requestsFor(table).filter((r) => r.url.searchParams.get('offset') === '-1')).toHaveLength(1)
     expect(sluice.maxInFlight(table)).toBe(1)
   })
@@ -229,5 +242,70 @@ describe('useShape against a real server', () => {
     act(() => add!(2, 'fresh'))
     expect(screen.getByTestId('opt').textContent).toBe('synced,fresh?')
     await waitFor(() => expect(screen.getByTestId('opt').textContent).toBe('synced,fresh'))
+  })
+
+  it('hydrates server markup without a mismatch, then syncs', async () => {
+    const table = await newTable([[1, 'hydrated']])
+    const cache = newCache()
+    const tree = (
+      <ShapeCacheProvider cache={cache}>
+        <TodoList table={table} />
+      </ShapeCacheProvider>
+    )
+    const container = document.createElement('div')
+    container.innerHTML = renderToString(tree)
+    expect(container.textContent).toBe('loading')
+    document.body.append(container)
+    const consoleError = vi.spyOn(console, 'error')
+    try {
+      render(tree, { container, hydrate: true })
+      await waitFor(() => expect(screen.getByTestId('list').textContent).toBe('1:hydrated'))
+      expect(consoleError).not.toHaveBeenCalled()
+    } finally {
+      consoleError.mockRestore()
+    }
+  })
+
+  it('switches shapes when the options change, and closes the one left behind after its grace period', async () => {
+    const a = await newTable([[1, 'in a']])
+    const b = await newTable([[1, 'in b']])
+    const cache = newCache(100)
+    let show: ((table: string) => void) | undefined
+    function Switcher() {
+      const [table, setTable] = useState(a)
+      show = setTable
+      return <TodoList table={table} />
+    }
+    render(
+      <ShapeCacheProvider cache={cache}>
+        <Switcher />
+      </ShapeCacheProvider>,
+    )
+    await waitFor(() => expect(screen.getByTestId('list').textContent).toBe('1:in a'))
+    const shapeA = cache.get(todos(a))!
+    act(() => show!(b))
+    await waitFor(() => expect(screen.getByTestId('list').textContent).toBe('1:in b'))
+    await waitFor(() => expect(shapeA.stream.isStopped).toBe(true))
+    expect(cache.get(todos(a))).toBeUndefined()
+    expect(cache.size).toBe(1)
+  })
+
+  it('resumes from the cache storage: a fresh cache renders the saved rows and does not re-sync from -1', async () => {
+    const table = await newTable([[1, 'kept']])
+    const storage = new MemoryShapeStorage()
+    const first = new ShapeCache({ storage })
+    caches.push(first)
+    await preloadShape(first, todos(table))
+    await first.close()
+    await sluice.cluster.query(`INSERT INTO ${table} VALUES (2, 'new', false)`)
+    const second = new ShapeCache({ storage })
+    caches.push(second)
+    render(
+      <ShapeCacheProvider cache={second}>
+        <TodoList table={table} />
+      </ShapeCacheProvider>,
+    )
+    await waitFor(() => expect(screen.getByTestId('list').textContent).toBe('1:kept,2:new'))
+    expect(sluice.requestsFor(table).filter((r) => r.url.searchParams.get('offset') === '-1')).toHaveLength(1)
   })
 })
