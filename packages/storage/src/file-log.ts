@@ -32,11 +32,13 @@ import {
   writeEntryRecordFast,
 } from './format.js'
 import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
+import { readFully, writeFully } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
 import type { RecordBlockPool } from './record-stage.js'
+import type { Journal } from './journal.js'
+import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
 
 /** What a log needs from its store. */
 export interface LogHost {
@@ -53,6 +55,8 @@ export interface LogHost {
   noteFault(log: FileShapeLog, tx: bigint): void
   /** An append at or above the faulted transaction succeeded. */
   clearFault(log: FileShapeLog, tx: bigint): void
+  /** Records a write to a registered log's file in the journal; undefined when the store keeps none. */
+  readonly journal: Journal<FileShapeLog> | undefined
 }
 
 interface Boundary extends HeadState {
@@ -118,6 +122,8 @@ export class FileShapeLog implements ShapeLog {
   private txLo = 0
   private txHi = 0
   deleted = false
+  /** The id as journal records carry it. */
+  readonly idBytes: Buffer
 
   constructor(
     readonly id: string,
@@ -135,6 +141,49 @@ export class FileShapeLog implements ShapeLog {
     this.recordsOnDisk = head.entries
     this.chunksOnDisk = head.closedChunks
     this.staged = new RecordStage(host.recordPool)
+    // Unpooled: a pooled Buffer would keep a whole 8 KiB slab alive per log.
+    this.idBytes = Buffer.allocUnsafeSlow(id.length)
+    this.idBytes.write(id, 'latin1')
+  }
+
+  /** The journal, while this log's writes must be recorded in it (registered logs only). */
+  private get journal(): Journal<FileShapeLog> | undefined {
+    return this.registered ? this.host.journal : undefined
+  }
+
+  /** Sizes of the three files as this process wrote them. */
+  fileEnds(): { data: number; entries: number; chunks: number } {
+    return {
+      data: this.appended.dataEnd,
+      entries: HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES,
+      chunks: HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES,
+    }
+  }
+
+  /**
+   * Records in the journal what this process wrote to the files past `from`
+   * (read back from the page cache). A new log registers after the sync that
+   * finished it; what it took after that sync was written unjournaled.
+   */
+  journalSince(from: { data: number; entries: number; chunks: number }): void {
+    const journal = this.journal
+    if (!journal) return
+    const now = this.fileEnds()
+    const fs = this.host.fs
+    const parts: Array<[FileRef, 0 | 1 | 2, number, number]> = [
+      [this.data, FILE_DATA, from.data, now.data],
+      [this.entries, FILE_ENTRIES, from.entries, now.entries],
+      [this.chunkFile, FILE_CHUNKS, from.chunks, now.chunks],
+    ]
+    for (const [ref, file, start, end] of parts) {
+      if (end <= start) continue
+      const buf = Buffer.allocUnsafe(end - start)
+      this.host.fds.use(ref, (fd) => {
+        const n = readFully(fs, fd, buf, 0, buf.length, start)
+        if (n !== buf.length) throw new StorageError('io_error', `shape ${this.id}: read back ${n} of ${buf.length} bytes`)
+      })
+      journal.write(this, this.idBytes, file, start, buf, 0, buf.length)
+    }
   }
 
   /** Sets the state found by recovery. */
@@ -159,9 +208,11 @@ export class FileShapeLog implements ShapeLog {
     if (this.staged.count > 0) {
       const count = this.staged.count
       let at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
+      const journal = this.journal
       this.host.fds.use(this.entries, (fd) =>
         this.staged.drain((buf, length) => {
           writeFully(fs, fd, buf, length, at)
+          journal?.write(this, this.idBytes, FILE_ENTRIES, at, buf, 0, length)
           at += length
         }),
       )
@@ -184,6 +235,7 @@ export class FileShapeLog implements ShapeLog {
       }
       const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
       this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
+      this.journal?.write(this, this.idBytes, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
       this.chunksOnDisk = closed
       this.chunksDirty = true
     }
@@ -395,6 +447,11 @@ export class FileShapeLog implements ShapeLog {
     try {
       // Pass 2: entry bytes, staged into pieces of at most STAGE_BYTES.
       const fd = fds.acquire(this.data)
+      const journal = this.journal
+      const put = (buf: Uint8Array, length: number, position: number): void => {
+        writeFully(fs, fd, buf, length, position)
+        journal?.write(this, this.idBytes, FILE_DATA, position, buf, 0, length)
+      }
       try {
         let at = before.dataEnd
         let fill = 0
@@ -402,16 +459,16 @@ export class FileShapeLog implements ShapeLog {
           const json = jsons[i]!
           const size = json.length + 1
           if (size > STAGE_BYTES) {
-            if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
+            if (fill > 0) put(dataStage, fill, at - fill)
             fill = 0
-            writeFully(fs, fd, json, json.length, at)
-            writeFully(fs, fd, COMMA, 1, at + json.length)
+            put(json, json.length, at)
+            put(COMMA, 1, at + json.length)
             at += size
             continue
           }
           if (fill + size > dataStage.length) {
             if (fill > 0 && fill + size > STAGE_BYTES) {
-              writeFully(fs, fd, dataStage, fill, at - fill)
+              put(dataStage, fill, at - fill)
               fill = 0
             }
             dataStage = growKeeping(dataStage, fill, fill + size)
@@ -421,7 +478,7 @@ export class FileShapeLog implements ShapeLog {
           fill += size
           at += size
         }
-        if (fill > 0) writeFully(fs, fd, dataStage, fill, at - fill)
+        if (fill > 0) put(dataStage, fill, at - fill)
       } finally {
         fds.release(this.data)
       }
@@ -472,10 +529,14 @@ export class FileShapeLog implements ShapeLog {
     this.chunksOnDisk = Math.min(this.chunksOnDisk, head.closedChunks)
     const fs = this.host.fs
     const fds = this.host.fds
+    const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
+    // Recorded whether or not the truncates succeed: replay must never bring back bytes past the head.
+    const journal = this.journal
+    if (journal) for (let f = 0; f < 3; f++) journal.truncate(this, this.idBytes, f as 0 | 1 | 2, sizes[f]!)
     try {
-      fds.use(this.data, (fd) => fs.ftruncateSync(fd, head.dataEnd))
-      fds.use(this.entries, (fd) => fs.ftruncateSync(fd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES))
-      fds.use(this.chunkFile, (fd) => fs.ftruncateSync(fd, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES))
+      fds.use(this.data, (fd) => fs.ftruncateSync(fd, sizes[0]))
+      fds.use(this.entries, (fd) => fs.ftruncateSync(fd, sizes[1]))
+      fds.use(this.chunkFile, (fd) => fs.ftruncateSync(fd, sizes[2]))
       this.pendingCut = undefined
     } catch {
       // Retried before the next append; until then the garbage lies past every

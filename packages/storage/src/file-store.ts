@@ -44,6 +44,8 @@ import { EMPTY_HEAD } from './log-state.js'
 import { RecordBlockPool } from './record-stage.js'
 import { recoverLog } from './recovery.js'
 import { acquireStoreLock } from './store-lock.js'
+import { Journal, JournalCommitError } from './journal.js'
+import { replayJournal } from './journal-replay.js'
 import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
 
 /** Tuning knobs of the file engine. Every one has a production default. */
@@ -57,6 +59,15 @@ export interface FileStoreOptions {
   readonly flushBytes?: number
   /** Bound of the file-descriptor LRU (three files per log in use). */
   readonly maxOpenFiles?: number
+  /**
+   * Group commit through the store-wide journal (one fdatasync per flush);
+   * false syncs every dirty log's files on every flush instead.
+   */
+  readonly journal?: boolean
+  /** A journal segment is checkpointed (its logs synced, then it is deleted) past this size... */
+  readonly journalSegmentBytes?: number
+  /** ... or this age. */
+  readonly journalSegmentAgeMs?: number
   readonly fs?: FsPort
 }
 
@@ -65,6 +76,11 @@ export interface FileStoreOptions {
 export const DEFAULT_FLUSH_INTERVAL_MS = 10
 export const DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
 export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
+// Replay after a crash reads at most about this much; a checkpoint syncs the
+// logs of a segment once, so bigger segments mean fewer, larger checkpoints.
+export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
+// Bounds how long a quiet store keeps a journal to replay.
+export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
 
 
 // Longest wait between retries of a failing timed flush.
@@ -91,6 +107,8 @@ interface FinishingSnapshot {
   aborted: boolean
   /** Appends up to this sequence number were covered by the last sync of the log. */
   syncSeq: number
+  /** File sizes that sync covered: what the log took after it must go into the journal once registered. */
+  syncedEnds: { data: number; entries: number; chunks: number } | undefined
   /** Renamed into shapes/; from here on the log refuses transactions at or below `log.floor`. */
   renamed(): void
   resolve(log: FileShapeLog): void
@@ -130,6 +148,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   lastError: StorageError | undefined
   /** Ids of logs that failed to open and were moved to quarantine/. */
   readonly quarantined: string[] = []
+  readonly journal: Journal<FileShapeLog> | undefined
+  /** Logs whose files the journal does not fully cover: the next flush syncs them as a whole. */
+  private readonly syncNext = new Set<FileShapeLog>()
 
   private constructor(
     readonly fs: FsPort,
@@ -137,7 +158,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     options: FileStoreOptions,
     watermark: { lsn: bigint; sequence: bigint },
     private readonly unlock: () => void,
+    nextGeneration: number,
   ) {
+    this.journal =
+      options.journal === false
+        ? undefined
+        : new Journal(fs, root, nextGeneration, {
+            segmentBytes: options.journalSegmentBytes ?? DEFAULT_JOURNAL_SEGMENT_BYTES,
+            segmentAgeMs: options.journalSegmentAgeMs ?? DEFAULT_JOURNAL_SEGMENT_AGE_MS,
+          })
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
@@ -152,7 +181,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const root = options.dir
     if (options.chunkBytes !== undefined && !(options.chunkBytes >= 1)) throw new RangeError('chunkBytes must be at least 1')
     try {
-      for (const sub of ['', '/shapes', '/tmp', '/trash', '/quarantine']) fs.mkdirSync(`${root}${sub}`, { recursive: true })
+      for (const sub of ['', '/shapes', '/tmp', '/trash', '/quarantine', '/journal']) fs.mkdirSync(`${root}${sub}`, { recursive: true })
     } catch (err) {
       throw fromSystemError(err, `create store directory ${root}`)
     }
@@ -163,7 +192,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         watermark = { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
-      const store = new FileLogStore(fs, root, options, watermark, unlock)
+      // Before any log is opened: recovery's cut relies on the files holding
+      // everything the watermark covers. Replayed whatever `journal` says now,
+      // since the last run may have journaled.
+      const replay = await replayJournal(fs, root)
+      const store = new FileLogStore(fs, root, options, watermark, unlock, replay.nextGeneration)
       await store.load()
       return store
     } catch (err) {
@@ -322,6 +355,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
             prepared: false,
             aborted: false,
             syncSeq: 0,
+            syncedEnds: undefined,
             renamed: () => {
               state = 'published'
             },
@@ -413,6 +447,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const log = this.logs.get(id)
     if (!log) return false
     this.logs.delete(id)
+    if (log.registered) this.journal?.tombstone(log.idBytes)
     log.deleted = true
     this.forget(log)
     log.retire()
@@ -481,17 +516,44 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
     const failed: FileShapeLog[] = []
     let firstError: StorageError | undefined
-    await forEachConcurrently(logs, this.syncConcurrency(), async (log) => {
-      try {
-        await this.syncLog(log)
-      } catch (err) {
-        // A log deleted while this flush ran has nothing left to make durable.
-        if (log.deleted) return
-        failed.push(log)
-        firstError ??= fromSystemError(err, `sync shape ${log.id}`)
+    let journalFailed = false
+    if (this.journal) {
+      const whole = [...this.syncNext]
+      this.syncNext.clear()
+      for (const log of logs) {
+        if (log.deleted) continue
+        try {
+          log.writeIndex()
+        } catch (err) {
+          failed.push(log)
+          firstError ??= fromSystemError(err, `write the index of shape ${log.id}`)
+        }
       }
-    })
-    const { created, waiting } = await this.finishSnapshots(snapshots, target)
+      try {
+        await Promise.all([this.journal.commit(), forEachConcurrently(whole, this.syncConcurrency(), (log) => this.syncFiles(log))])
+      } catch (err) {
+        journalFailed = true
+        const owners = err instanceof JournalCommitError ? (err.owners as ReadonlySet<FileShapeLog>) : new Set(whole)
+        for (const log of owners) if (!log.deleted && !failed.includes(log)) failed.push(log)
+        for (const log of whole) if (!log.deleted && !failed.includes(log)) failed.push(log)
+        firstError ??= fromSystemError(err instanceof JournalCommitError ? err.cause : err, 'commit the journal')
+      }
+      if (!journalFailed && this.journal.closedSegments > 0 && !this.journal.running) this.startCheckpoint()
+    } else {
+      await forEachConcurrently(logs, this.syncConcurrency(), async (log) => {
+        try {
+          await this.syncLog(log)
+        } catch (err) {
+          // A log deleted while this flush ran has nothing left to make durable.
+          if (log.deleted) return
+          failed.push(log)
+          firstError ??= fromSystemError(err, `sync shape ${log.id}`)
+        }
+      })
+    }
+    // After a failed journal commit a tombstone may not be durable: a log
+    // re-created under its id must not go live yet.
+    const { created, waiting } = journalFailed ? { created: [], waiting: snapshots } : await this.finishSnapshots(snapshots, target)
     if (waiting.length > 0) {
       // Kept ahead of snapshots finished meanwhile; the timer keeps a process
       // whose only work is awaiting `finish` alive.
@@ -570,6 +632,28 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     return Math.max(1, Math.min(MAX_CONCURRENT_SYNCS, Math.floor(this.fds.maxOpen / 3)))
   }
 
+  /** Syncs a log's files as they are, for a checkpoint; nothing to do for a deleted log. */
+  private async syncFiles(log: FileShapeLog): Promise<void> {
+    if (log.deleted) return
+    try {
+      await Promise.all([
+        this.fds.useAsync(log.data, (fd) => this.fs.fdatasync(fd)),
+        this.fds.useAsync(log.entries, (fd) => this.fs.fdatasync(fd)),
+        this.fds.useAsync(log.chunkFile, (fd) => this.fs.fdatasync(fd)),
+      ])
+    } catch (err) {
+      if (log.deleted) return
+      throw fromSystemError(err, `sync shape ${log.id}`)
+    }
+  }
+
+  /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
+  private startCheckpoint(): void {
+    this.journal!.checkpoint(false, (log) => this.syncFiles(log), this.syncConcurrency()).catch((err: unknown) => {
+      this.emitError(fromSystemError(err, 'checkpoint the journal'))
+    })
+  }
+
   private async syncLog(log: FileShapeLog): Promise<void> {
     if (log.deleted) return
     log.writeIndex()
@@ -606,7 +690,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
           // syncLog writes the staged index before its first await, so every
           // append up to here is in what the sync covers.
           s.syncSeq = this.seq
-          await this.syncLog(s.log)
+          const synced = this.syncLog(s.log)
+          s.syncedEnds = s.log.fileEnds()
+          await synced
         }
         if (!s.prepared) {
           await this.fds.useAsync(s.meta, (fd) => this.fs.fdatasync(fd))
@@ -667,6 +753,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     for (const s of moved) {
       const log = s.log
       log.registered = true
+      if (this.journal && s.syncedEnds) {
+        try {
+          log.journalSince(s.syncedEnds)
+        } catch {
+          // Then the next flush syncs its files as a whole.
+          this.syncNext.add(log)
+        }
+      }
       log.publishSnapshot()
       // Already durable: synced in the directory, covered by a published watermark.
       log.publish(this.durable, s.syncSeq)
@@ -779,6 +873,19 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       await this.flushInternal()
     } catch (err) {
       error = err
+    }
+    // No timed flush may write the journal while the checkpoint below deletes it.
+    this.closed = true
+    if (this.timer) clearTimeout(this.timer)
+    if (this.journal) {
+      // A clean shutdown leaves nothing to replay.
+      try {
+        await this.journal.running?.catch(() => undefined)
+        await this.journal.checkpoint(true, (log) => this.syncFiles(log), this.syncConcurrency())
+      } catch (err) {
+        error ??= err
+      }
+      this.journal.close()
     }
     this.closed = true
     if (this.timer) clearTimeout(this.timer)

@@ -5,6 +5,7 @@
  * ---------------
  *   <root>/LOCK                 pid of the writer holding the store (O_EXCL)
  *   <root>/watermark            the durable watermark (below), replaced atomically
+ *   <root>/journal/NNNNNNNN.jnl  redo log of every registered log's file writes since the last checkpoint
  *   <root>/shapes/<id>/         one directory per finished shape log
  *       log.dat                 entry bytes
  *       entries.idx             one fixed-width record per entry
@@ -57,6 +58,8 @@
  *   32  12   reserved     zero
  *   44  4    check        crc32(bytes 0..43) XOR CHECK_SALT
  *
+ * journal/NNNNNNNN.jnl (magic "SLJN"): header, then groups; see journal-format.ts.
+ *
  * meta.bin (magic "SLGM"):
  *   0   16   header
  *   16  4    length n
@@ -87,6 +90,7 @@ export const MAGIC = {
   chunks: 'SLGC',
   watermark: 'SLWM',
   meta: 'SLGM',
+  journal: 'SLJN',
 } as const
 export type FileKind = keyof typeof MAGIC
 
@@ -117,7 +121,7 @@ export function crc32(bytes: Uint8Array, start = 0, end = bytes.length): number 
   return (c ^ -1) >>> 0
 }
 
-function checkRange(bytes: Uint8Array, start: number, end: number): number {
+export function checkRange(bytes: Uint8Array, start: number, end: number): number {
   return (crc32(bytes, start, end) ^ CHECK_SALT) >>> 0
 }
 

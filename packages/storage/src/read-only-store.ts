@@ -23,7 +23,9 @@ import { checkShapeId } from './defaults.js'
 import { DEFAULT_MAX_OPEN_FILES } from './file-store.js'
 import { decodeMeta } from './format.js'
 import type { FsPort } from './fs-port.js'
-import { nodeFs } from './fs-port.js'
+import { nodeFs, readFully } from './fs-port.js'
+import { FILE_DATA } from './journal-format.js'
+import { JournalOverlay, overlayFs } from './journal-overlay.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import { scanLog } from './recovery.js'
@@ -85,7 +87,30 @@ class ReadOnlyShapeLog implements ShapeLog {
   read(after: LogOffset): LogRead {
     const head = this.catchUp()
     const { fs, fds } = this.store
-    return readRange({ id: this.id, fs, fds, data: this.data, entries: this.entries, chunks: this.chunks, head }, after)
+    const read = readRange({ id: this.id, fs, fds, data: this.data, entries: this.entries, chunks: this.chunks, head }, after)
+    const view = this.store.journal.view(this.id, FILE_DATA)
+    const span = read.spans[0]
+    if (!view || span?.kind !== 'file') return read
+    // Bytes the journal holds and the file may not: served from memory.
+    const end = span.position + span.length
+    let touched: boolean
+    try {
+      touched = view.touches(span.position, end, this.store.baseFs.fstatSync(span.fd).size)
+    } catch (err) {
+      read.release()
+      throw fromSystemError(err, `read shape ${this.id}`)
+    }
+    if (!touched) return read
+    try {
+      const bytes = Buffer.allocUnsafe(span.length)
+      const n = readFully(fs, span.fd, bytes, 0, span.length, span.position)
+      if (n !== span.length) throw new StorageError('corrupt_log', `shape ${this.id}: ${n} of ${span.length} bytes at ${span.position}`)
+      return { ...read, spans: [{ kind: 'bytes', bytes }], release() {} }
+    } catch (err) {
+      throw fromSystemError(err, `read shape ${this.id}`)
+    } finally {
+      read.release()
+    }
   }
 
   retire(): void {
@@ -107,13 +132,20 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private closed = false
 
+  /** The writer's journal, laid over the log files (see journal-overlay.ts). */
+  readonly journal: JournalOverlay
+  /** Reads through the journal. */
+  readonly fs: FsPort
+
   private constructor(
-    readonly fs: FsPort,
+    readonly baseFs: FsPort,
     readonly root: string,
     maxOpenFiles: number,
     private readonly pollIntervalMs: number,
   ) {
-    this.fds = new FdCache(fs, maxOpenFiles)
+    this.journal = new JournalOverlay(baseFs, root)
+    this.fs = overlayFs(baseFs, root, this.journal)
+    this.fds = new FdCache(this.fs, maxOpenFiles)
   }
 
   static open(options: ReadOnlyStoreOptions): ReadOnlyFileLogStore {
@@ -137,6 +169,8 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     const stamp = `${stat.ino}:${stat.mtimeMs}:${stat.size}`
     if (stamp === this.stamp) return
     const w = readWatermark(this.fs, this.root)
+    // After the watermark: the journal then holds at least what it covers.
+    this.journal.update()
     if (w) this.lsn = w.lsn
     this.stamp = stamp
   }
@@ -253,6 +287,7 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     if (this.poller) clearInterval(this.poller)
     for (const log of this.logs.values()) log.retire()
     this.logs.clear()
+    this.journal.close()
   }
 }
 

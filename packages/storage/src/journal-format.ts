@@ -1,0 +1,217 @@
+/**
+ * The journal's byte format. Pure codecs: bytes in, values out, no I/O.
+ *
+ * The journal is a redo log of the file writes of every registered shape log:
+ * each flush appends one group holding every write and truncation made to
+ * those files since the previous flush, in the order they were made, and syncs
+ * the journal once instead of every dirty log. Replaying all groups in order
+ * over the log files reproduces what the writer's files held at its last
+ * completed flush, whatever part of that had reached the disk.
+ *
+ * Segment file journal/NNNNNNNN.jnl (NNNNNNNN: the generation, decimal,
+ * zero-padded, increasing), little-endian. NEVER CHANGE a version's layout.
+ *
+ *   off size field
+ *   0   16   header       magic "SLJN", version FORMAT_VERSION (format.ts)
+ *   16  ...  groups, back to back
+ *
+ * Group:
+ *   0   4    length n     bytes of the records
+ *   4   4    reserved     zero
+ *   8   8    generation   the segment's generation (a group copied into another segment fails)
+ *   16  8    sequence     store-wide group number, increasing
+ *   24  n    records
+ *   24+n 4   check        crc32(bytes 0 .. 24+n) XOR CHECK_SALT
+ *
+ * Record:
+ *   0   1    type         1 write, 2 truncate, 3 tombstone
+ *   1   1    file         0 log.dat, 1 entries.idx, 2 chunks.idx (0 for a tombstone)
+ *   2   1    id length L  1..128
+ *   3   L    shape id     ASCII
+ *   write:     3+L 8 position, 11+L 4 length m, 15+L m bytes
+ *   truncate:  3+L 8 size
+ *   tombstone: nothing more; records of this id before it belong to a deleted log
+ *
+ * A group is valid only whole: a torn one (a crash during its write) fails its
+ * check, and everything from it on in that segment is ignored. A later segment
+ * after an invalid group exists only when the writer gave up on the failed
+ * group deliberately and started a new segment, so reading goes on there.
+ */
+import { crc32 } from 'node:zlib'
+import { HEADER_BYTES } from './format.js'
+
+export const GROUP_HEADER_BYTES = 24
+export const GROUP_CHECK_BYTES = 4
+export const RECORD_WRITE = 1
+export const RECORD_TRUNCATE = 2
+export const RECORD_TOMBSTONE = 3
+
+export const JOURNAL_FILES = ['log.dat', 'entries.idx', 'chunks.idx'] as const
+export const FILE_DATA = 0
+export const FILE_ENTRIES = 1
+export const FILE_CHUNKS = 2
+export type JournalFile = 0 | 1 | 2
+
+// Same salt as the other files' checks (format.ts): an all-zero group fails.
+const CHECK_SALT = 0x5a17ce01
+// A length past this is garbage, not a group (flushes cap theirs far below).
+const MAX_GROUP_BYTES = 1 << 30
+
+export function segmentName(generation: number): string {
+  return `${String(generation).padStart(8, '0')}.jnl`
+}
+
+/** The generation of a segment file name, or undefined for any other name. */
+export function segmentGeneration(name: string): number | undefined {
+  const m = /^(\d{8,})\.jnl$/.exec(name)
+  return m ? Number(m[1]) : undefined
+}
+
+export function groupCheck(buf: Uint8Array, start: number, end: number): number {
+  return (crc32(buf.subarray(start, end)) ^ CHECK_SALT) >>> 0
+}
+
+/**
+ * Builds the records of one group in a growing buffer, with room for the
+ * header in front, so sealing writes the header and check in place.
+ */
+export class GroupBuilder {
+  buf: Buffer
+  length = GROUP_HEADER_BYTES
+  records = 0
+
+  constructor(initial = 64 * 1024) {
+    this.buf = Buffer.allocUnsafe(initial)
+  }
+
+  private room(n: number): void {
+    const need = this.length + n + GROUP_CHECK_BYTES
+    if (need <= this.buf.length) return
+    const next = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2))
+    this.buf.copy(next, 0, 0, this.length)
+    this.buf = next
+  }
+
+  private head(type: number, file: number, id: Uint8Array, extra: number): number {
+    this.room(3 + id.length + extra)
+    const b = this.buf
+    let at = this.length
+    b[at] = type
+    b[at + 1] = file
+    b[at + 2] = id.length
+    b.set(id, at + 3)
+    at += 3 + id.length
+    this.records++
+    return at
+  }
+
+  write(id: Uint8Array, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
+    const at = this.head(RECORD_WRITE, file, id, 12 + length)
+    this.buf.writeUIntLE(position, at, 6)
+    this.buf.writeUInt16LE(Math.floor(position / 2 ** 48), at + 6)
+    this.buf.writeUInt32LE(length, at + 8)
+    this.buf.set(bytes.subarray(offset, offset + length), at + 12)
+    this.length = at + 12 + length
+  }
+
+  truncate(id: Uint8Array, file: JournalFile, size: number): void {
+    const at = this.head(RECORD_TRUNCATE, file, id, 8)
+    this.buf.writeUIntLE(size, at, 6)
+    this.buf.writeUInt16LE(Math.floor(size / 2 ** 48), at + 6)
+    this.length = at + 8
+  }
+
+  tombstone(id: Uint8Array): void {
+    this.length = this.head(RECORD_TOMBSTONE, 0, id, 0)
+  }
+
+  get empty(): boolean {
+    return this.records === 0
+  }
+
+  /** Writes header and check; returns the group's bytes (valid until the next reset). */
+  seal(generation: number, sequence: number): Buffer {
+    const b = this.buf
+    const n = this.length - GROUP_HEADER_BYTES
+    b.writeUInt32LE(n, 0)
+    b.writeUInt32LE(0, 4)
+    b.writeBigUInt64LE(BigInt(generation), 8)
+    b.writeBigUInt64LE(BigInt(sequence), 16)
+    b.writeUInt32LE(groupCheck(b, 0, this.length), this.length)
+    return b.subarray(0, this.length + GROUP_CHECK_BYTES)
+  }
+
+  /** Starts a new group; a buffer grown by one huge flush is not kept. */
+  reset(): void {
+    this.length = GROUP_HEADER_BYTES
+    this.records = 0
+    if (this.buf.length > 16 * 1024 * 1024) this.buf = Buffer.allocUnsafe(64 * 1024)
+  }
+}
+
+export type JournalRecord =
+  | { readonly type: 1; readonly id: string; readonly file: JournalFile; readonly position: number; readonly bytes: Buffer }
+  | { readonly type: 2; readonly id: string; readonly file: JournalFile; readonly size: number }
+  | { readonly type: 3; readonly id: string }
+
+export interface ParsedGroup {
+  readonly sequence: number
+  readonly records: JournalRecord[]
+  /** Position just past the group in its segment. */
+  readonly end: number
+}
+
+/**
+ * Parses the group at `at` of a segment's bytes `buf`; undefined when none
+ * starts there (end of the bytes, a torn or damaged group). Record bytes are
+ * views into `buf`.
+ */
+export function parseGroup(buf: Buffer, at: number, generation: number): ParsedGroup | undefined {
+  if (at + GROUP_HEADER_BYTES + GROUP_CHECK_BYTES > buf.length) return undefined
+  const n = buf.readUInt32LE(at)
+  if (n > MAX_GROUP_BYTES || buf.readUInt32LE(at + 4) !== 0) return undefined
+  const end = at + GROUP_HEADER_BYTES + n
+  if (end + GROUP_CHECK_BYTES > buf.length) return undefined
+  if (buf.readUInt32LE(end) !== groupCheck(buf, at, end)) return undefined
+  if (buf.readBigUInt64LE(at + 8) !== BigInt(generation)) return undefined
+  const sequence = Number(buf.readBigUInt64LE(at + 16))
+  const records: JournalRecord[] = []
+  let p = at + GROUP_HEADER_BYTES
+  while (p < end) {
+    if (p + 3 > end) return undefined
+    const type = buf[p]!
+    const file = buf[p + 1]! as JournalFile
+    const idLength = buf[p + 2]!
+    const id = buf.toString('latin1', p + 3, p + 3 + idLength)
+    p += 3 + idLength
+    if (type === RECORD_WRITE) {
+      if (p + 12 > end || file > 2) return undefined
+      const position = buf.readUIntLE(p, 6) + buf.readUInt16LE(p + 6) * 2 ** 48
+      const length = buf.readUInt32LE(p + 8)
+      if (p + 12 + length > end) return undefined
+      records.push({ type, id, file, position, bytes: buf.subarray(p + 12, p + 12 + length) })
+      p += 12 + length
+    } else if (type === RECORD_TRUNCATE) {
+      if (p + 8 > end || file > 2) return undefined
+      records.push({ type, id, file, size: buf.readUIntLE(p, 6) + buf.readUInt16LE(p + 6) * 2 ** 48 })
+      p += 8
+    } else if (type === RECORD_TOMBSTONE) {
+      records.push({ type, id })
+    } else {
+      return undefined
+    }
+  }
+  return { sequence, records, end: end + GROUP_CHECK_BYTES }
+}
+
+/** Every valid group of a segment from `from` on, stopping at the first invalid one. */
+export function parseSegment(buf: Buffer, generation: number, from = HEADER_BYTES): { groups: ParsedGroup[]; end: number } {
+  const groups: ParsedGroup[] = []
+  let at = from
+  for (;;) {
+    const g = parseGroup(buf, at, generation)
+    if (!g) return { groups, end: at }
+    groups.push(g)
+    at = g.end
+  }
+}

@@ -1,0 +1,212 @@
+/**
+ * The writer's journal: group commit with one fdatasync per flush, however many
+ * logs the flush touched. Format: `journal-format.ts`; replay at open:
+ * `journal-replay.ts`.
+ *
+ * Between flushes, every write and truncation of a registered log's files is
+ * also recorded here (the log's own write goes to the page cache as before).
+ * `commit()` seals what was recorded into one group, appends it to the current
+ * segment with one write and syncs the segment once. The logs' own files are
+ * synced only by a checkpoint:
+ *
+ *   segments   [ 00000007 closed ] [ 00000008 closed ] [ 00000009 current ]
+ *   checkpoint  sync every log recorded in 7 and 8, then delete 7 and 8
+ *
+ * A closed segment is deleted only after every log it names was synced, so
+ * whatever a published watermark covers is always in a log file on disk or in
+ * a segment still present. The journal owns its segment descriptor (log
+ * descriptors belong to the FdCache).
+ */
+import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES, GroupBuilder, segmentName } from './journal-format.js'
+import type { JournalFile } from './journal-format.js'
+import { encodeHeader } from './format.js'
+import type { FsPort } from './fs-port.js'
+import { writeFully } from './fs-port.js'
+import { syncDirectory } from './watermark.js'
+
+export { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES }
+
+export interface JournalOptions {
+  /** A segment is closed (and checkpointed) once it holds this many bytes. */
+  readonly segmentBytes: number
+  /** ... or once it is this old. */
+  readonly segmentAgeMs: number
+}
+
+interface Segment<T> {
+  readonly generation: number
+  fd: number
+  size: number
+  readonly openedAt: number
+  /** Owners (logs) with records in this segment: what a checkpoint must sync. */
+  readonly owners: Set<T>
+}
+
+/** A commit failed: nothing of its group may be trusted, for any of these owners. */
+export class JournalCommitError<T> extends Error {
+  override readonly name = 'JournalCommitError'
+  constructor(
+    override readonly cause: unknown,
+    readonly owners: ReadonlySet<T>,
+  ) {
+    super('journal commit failed', { cause })
+  }
+}
+
+export class Journal<T> {
+  private readonly builder = new GroupBuilder()
+  /** Owners with records in the group being built. */
+  private owners = new Set<T>()
+  /** Tombstones not yet in a committed group (kept across failed commits). */
+  private tombstones: Uint8Array[] = []
+  private readonly segments: Segment<T>[] = []
+  private sequence = 0
+  /** The last write to the current segment failed: start a new one. */
+  private broken = false
+  private checkpointing: Promise<void> | undefined
+  readonly dir: string
+
+  constructor(
+    private readonly fs: FsPort,
+    root: string,
+    private nextGeneration: number,
+    private readonly options: JournalOptions,
+  ) {
+    this.dir = `${root}/journal`
+  }
+
+  write(owner: T, id: Uint8Array, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
+    this.owners.add(owner)
+    this.builder.write(id, file, position, bytes, offset, length)
+  }
+
+  truncate(owner: T, id: Uint8Array, file: JournalFile, size: number): void {
+    this.owners.add(owner)
+    this.builder.truncate(id, file, size)
+  }
+
+  /** The log under `id` was deleted: on replay, its earlier records are skipped. */
+  tombstone(id: Uint8Array): void {
+    this.tombstones.push(id)
+  }
+
+  /** Tombstones wait for a commit (a re-created log must not go live before its id's tombstone is durable). */
+  get tombstonesPending(): boolean {
+    return this.tombstones.length > 0
+  }
+
+  /**
+   * Makes everything recorded so far durable: one write, one fdatasync (and a
+   * directory sync when a new segment starts). Returns the owners it covered.
+   * On failure the group is dropped and the error names its owners.
+   */
+  async commit(): Promise<ReadonlySet<T>> {
+    const owners = this.owners
+    this.owners = new Set()
+    const tombstones = this.tombstones
+    for (const id of tombstones) this.builder.tombstone(id)
+    if (this.builder.empty) return owners
+    let dirSync = false
+    try {
+      let seg = this.segments.at(-1)
+      if (!seg || this.broken || seg.size >= this.options.segmentBytes || performance.now() - seg.openedAt >= this.options.segmentAgeMs) {
+        seg = this.startSegment()
+        dirSync = true
+      }
+      const bytes = this.builder.seal(seg.generation, ++this.sequence)
+      for (const o of owners) seg.owners.add(o)
+      this.broken = true // until the write is whole
+      writeFully(this.fs, seg.fd, bytes, bytes.length, seg.size)
+      seg.size += bytes.length
+      this.builder.reset()
+      const fd = seg.fd
+      await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])
+      this.broken = false
+      this.tombstones = this.tombstones.slice(tombstones.length)
+      return owners
+    } catch (err) {
+      this.builder.reset()
+      throw new JournalCommitError(err, owners)
+    }
+  }
+
+  private startSegment(): Segment<T> {
+    const generation = this.nextGeneration++
+    const fd = this.fs.openSync(`${this.dir}/${segmentName(generation)}`, 'wx', 0o644)
+    const seg: Segment<T> = { generation, fd, size: 0, openedAt: performance.now(), owners: new Set() }
+    this.segments.push(seg)
+    const header = encodeHeader('journal')
+    writeFully(this.fs, fd, header, header.length, 0)
+    seg.size = header.length
+    return seg
+  }
+
+  /** Closed segments wait for a checkpoint. */
+  get closedSegments(): number {
+    return Math.max(0, this.segments.length - 1)
+  }
+
+  get segmentCount(): number {
+    return this.segments.length
+  }
+
+  /**
+   * Syncs every owner named in the closed segments (all segments with `all`,
+   * when nothing else writes: on close), then deletes those segments. `sync`
+   * must resolve for owners that no longer exist. One checkpoint runs at a time.
+   */
+  checkpoint(all: boolean, sync: (owner: T) => Promise<void>, concurrency: number): Promise<void> {
+    const run = async (): Promise<void> => {
+      const upto = all ? this.segments.length : this.segments.length - 1
+      if (upto <= 0) return
+      const done = this.segments.slice(0, upto)
+      const owners = new Set<T>()
+      for (const seg of done) for (const o of seg.owners) owners.add(o)
+      const list = [...owners]
+      let next = 0
+      const worker = async (): Promise<void> => {
+        while (next < list.length) await sync(list[next++]!)
+      }
+      await Promise.all(Array.from({ length: Math.min(concurrency, list.length) }, worker))
+      // Oldest first: a crash part-way leaves a suffix, and replaying a suffix over synced files is correct.
+      for (const seg of done) {
+        this.closeSegment(seg)
+        this.fs.unlinkSync(`${this.dir}/${segmentName(seg.generation)}`)
+        this.segments.splice(this.segments.indexOf(seg), 1)
+      }
+      await syncDirectory(this.fs, this.dir)
+    }
+    const previous = this.checkpointing ?? Promise.resolve()
+    const mine = previous.then(run)
+    // Settles, never rejects: the caller of `checkpoint` gets the error.
+    const tracked: Promise<void> = mine.then(
+      () => undefined,
+      () => undefined,
+    )
+    this.checkpointing = tracked
+    void tracked.then(() => {
+      if (this.checkpointing === tracked) this.checkpointing = undefined
+    })
+    return mine
+  }
+
+  /** A checkpoint in progress, if any. */
+  get running(): Promise<void> | undefined {
+    return this.checkpointing
+  }
+
+  private closeSegment(seg: Segment<T>): void {
+    if (seg.fd < 0) return
+    try {
+      this.fs.closeSync(seg.fd)
+    } catch {
+      // Its groups were synced when written; a close error loses nothing.
+    }
+    seg.fd = -1
+  }
+
+  /** Closes segment descriptors (the store is closing; what is left is replayed at the next open). */
+  close(): void {
+    for (const seg of this.segments) this.closeSegment(seg)
+  }
+}
