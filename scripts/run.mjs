@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -59,7 +59,7 @@ function summariseTests() {
   let passed = 0
   let failed = 0
   let reports = 0
-  for (const group of ['packages', 'bench']) {
+  for (const group of ['packages', 'apps', 'bench']) {
     const base = join(root, group)
     if (!existsSync(base)) continue
     const dirs = group === 'bench' ? [base] : readdirSync(base).map((d) => join(base, d))
@@ -80,12 +80,22 @@ function summariseTests() {
 }
 
 function clearReports() {
-  for (const group of ['packages', 'bench']) {
+  for (const group of ['packages', 'apps', 'bench']) {
     const base = join(root, group)
     if (!existsSync(base)) continue
     const dirs = group === 'bench' ? [base] : readdirSync(base).map((d) => join(base, d))
     for (const dir of dirs) rmSync(join(dir, 'test-results'), { recursive: true, force: true })
   }
+}
+
+/**
+ * Ctrl-C reaches the child directly (same process group); a second SIGINT from us
+ * would make it exit at once, so only SIGTERM (e.g. from npm) is passed on.
+ */
+function forward(child) {
+  process.on('SIGINT', () => {})
+  process.on('SIGTERM', () => child.kill('SIGTERM'))
+  child.on('exit', (code, signal) => process.exit(code ?? (signal === null ? 1 : 128)))
 }
 
 const task = process.argv[2]
@@ -102,19 +112,26 @@ switch (task) {
     process.exit(status === 0 && failures === 0 ? 0 : 1)
   }
   case 'start': {
-    // The server, from source (bin/sluice.js runs src/ through tsx in a checkout), with
-    // its data in ./.sluice and an embedded Postgres unless DATABASE_URL is set.
-    // Extra arguments go to `sluice start` (npm start -- --port 4000).
-    const child = spawn(process.execPath, [join(root, 'packages', 'server', 'bin', 'sluice.js'), 'start', ...process.argv.slice(3)], {
+    // The whole demo: the todo app built once, then one process with Sluice (and its embedded
+    // Postgres unless DATABASE_URL is set, data in ./.sluice), the todo API and the built app,
+    // printing the one URL to open. Extra arguments are Sluice settings (npm start -- --port 4001).
+    must(pnpmBin, ['--silent', '--filter', '@sluice/todo-app', 'exec', 'vite', 'build', '--logLevel', 'warn'], 'building the todo app')
+    forward(spawn(process.execPath, ['--import', 'tsx', '--conditions=sluice-source', join(root, 'apps', 'todo', 'server', 'demo.ts'), ...process.argv.slice(3)], {
       cwd: root,
       env,
       stdio: 'inherit',
-    })
-    // Ctrl-C reaches the server directly (same process group); a second SIGINT from us
-    // would make it exit at once, so only SIGTERM (e.g. from npm) is passed on.
-    process.on('SIGINT', () => {})
-    process.on('SIGTERM', () => child.kill('SIGTERM'))
-    child.on('exit', (code, signal) => process.exit(code ?? (signal === null ? 1 : 128)))
+    }))
+    break
+  }
+  case 'server': {
+    // Only the server, from source (bin/sluice.js runs src/ through tsx in a checkout), with
+    // its data in ./.sluice and an embedded Postgres unless DATABASE_URL is set.
+    // Extra arguments go to `sluice start` (npm run start:server -- --port 4000).
+    forward(spawn(process.execPath, [join(root, 'packages', 'server', 'bin', 'sluice.js'), 'start', ...process.argv.slice(3)], {
+      cwd: root,
+      env,
+      stdio: 'inherit',
+    }))
     break
   }
   case 'demo':
@@ -126,6 +143,6 @@ switch (task) {
   case 'bench:http':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:http']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|test|demo|bench:storage|bench:pipeline|bench:http>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|demo|bench:storage|bench:pipeline|bench:http>`)
     process.exit(2)
 }
