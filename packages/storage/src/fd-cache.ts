@@ -24,6 +24,9 @@ export class FileRef {
    * id) must fail rather than mix the old index with the new bytes.
    */
   ino = -1
+  /** Neighbours in the cache's LRU list while open (older, newer). */
+  older: FileRef | undefined = undefined
+  newer: FileRef | undefined = undefined
   constructor(
     public path: string,
     readonly flags: 'r' | 'r+',
@@ -31,8 +34,15 @@ export class FileRef {
 }
 
 export class FdCache {
-  // Map iteration order is insertion order: the first key is least recently used.
-  private readonly open = new Map<FileRef, true>()
+  /*
+   * Open refs in an intrusive doubly-linked list, least recently used first.
+   * (A Map in insertion order was used before; evicting from its front left
+   * deleted slots that every later eviction walked over again until the next
+   * rehash, which made each open cost O(open files) under thrashing.)
+   */
+  private lru: FileRef | undefined
+  private mruEnd: FileRef | undefined
+  private count = 0
   // Appends hit the same file over and over; skip the LRU reshuffle then.
   private mru: FileRef | undefined
 
@@ -42,7 +52,26 @@ export class FdCache {
   ) {}
 
   get size(): number {
-    return this.open.size
+    return this.count
+  }
+
+  private link(ref: FileRef): void {
+    ref.older = this.mruEnd
+    ref.newer = undefined
+    if (this.mruEnd !== undefined) this.mruEnd.newer = ref
+    else this.lru = ref
+    this.mruEnd = ref
+    this.count++
+  }
+
+  private unlink(ref: FileRef): void {
+    if (ref.older !== undefined) ref.older.newer = ref.newer
+    else this.lru = ref.newer
+    if (ref.newer !== undefined) ref.newer.older = ref.older
+    else this.mruEnd = ref.older
+    ref.older = undefined
+    ref.newer = undefined
+    this.count--
   }
 
   /** The descriptor of `ref`, opened if needed, pinned until `release(ref)`. */
@@ -53,8 +82,10 @@ export class FdCache {
     }
     if (ref.retired) throw new Error(`file retired: ${ref.path}`)
     if (ref.fd >= 0) {
-      this.open.delete(ref)
-      this.open.set(ref, true)
+      if (ref !== this.mruEnd) {
+        this.unlink(ref)
+        this.link(ref)
+      }
     } else {
       this.evict(1)
       let fd: number
@@ -79,7 +110,7 @@ export class FdCache {
       }
       ref.ino = ino
       ref.fd = fd
-      this.open.set(ref, true)
+      this.link(ref)
     }
     this.mru = ref
     ref.pins++
@@ -90,7 +121,7 @@ export class FdCache {
     ref.pins--
     if (ref.pins > 0) return
     if (ref.retired) this.closeNow(ref)
-    else if (this.open.size > this.maxOpen) this.evict(0)
+    else if (this.count > this.maxOpen) this.evict(0)
   }
 
   /** Runs `fn` with the descriptor pinned for its duration. */
@@ -126,7 +157,7 @@ export class FdCache {
   private closeNow(ref: FileRef): void {
     if (ref === this.mru) this.mru = undefined
     if (ref.fd < 0) return
-    this.open.delete(ref)
+    this.unlink(ref)
     const fd = ref.fd
     ref.fd = -1
     try {
@@ -137,10 +168,11 @@ export class FdCache {
   }
 
   private evict(room: number): void {
-    if (this.open.size + room <= this.maxOpen) return
-    for (const ref of this.open.keys()) {
-      if (this.open.size + room <= this.maxOpen) return
+    let ref = this.lru
+    while (ref !== undefined && this.count + room > this.maxOpen) {
+      const next = ref.newer
       if (ref.pins === 0) this.closeNow(ref)
+      ref = next
     }
   }
 }
