@@ -11,6 +11,11 @@ import { TodoPage, timeUntil } from './todo-page.js'
 const RESULTS_DIR = fileURLToPath(new URL('../test-results/', import.meta.url))
 /** The issue's bound for a change in one browser to show in another. */
 const PROPAGATION_BOUND_MS = 1_000
+/**
+ * Each change is timed this many times and the median must be within the bound: one sample can be
+ * delayed by a scheduling hiccup on a shared two-core machine, a slow path shows in every round.
+ */
+const PROPAGATION_ROUNDS = 3
 /** How long the offline page is watched for changes it must not get: several times the propagation bound. */
 const OFFLINE_QUIET_MS = 3_000
 
@@ -24,6 +29,11 @@ let unique = 0
 /** Names no other test uses, so tests sharing one database never see each other's rows. */
 const named = (base: string): string => `${base} ${++unique}`
 
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((x, y) => x - y)
+  return sorted[Math.floor(sorted.length / 2)]!
+}
+
 function offsetOf(url: string): string | null {
   return new URL(url).searchParams.get('offset')
 }
@@ -32,7 +42,10 @@ export function defineFlows(label: string, options: FlowOptions): void {
   describe(label, () => {
     let stack: Stack
     const contexts: BrowserContext[] = []
+    /** Medians, reported and asserted. */
     const figures: Record<string, number> = {}
+    /** Every sample, reported. */
+    const propagation: Record<string, number[]> = {}
     /** Reported, not asserted: they depend on the client's retry backoff. */
     const recovery: Record<string, number> = {}
 
@@ -50,10 +63,13 @@ export function defineFlows(label: string, options: FlowOptions): void {
           Object.entries(record)
             .map(([what, ms]) => `${what} ${ms}`)
             .join(', ')
-        console.log(`propagation between browsers (${label}), ms: ${line(figures)}; recovery, ms: ${line(recovery)}`)
+        const all = Object.entries(propagation)
+          .map(([what, values]) => `${what} ${values.join('/')}`)
+          .join(', ')
+        console.log(`propagation between browsers (${label}), ms: ${all} (medians ${line(figures)}); recovery, ms: ${line(recovery)}`)
         mkdirSync(RESULTS_DIR, { recursive: true })
         const file = `${RESULTS_DIR}figures-${options.viaNginx ? 'nginx' : 'direct'}.json`
-        writeFileSync(file, `${JSON.stringify({ propagation: figures, recovery }, null, 2)}\n`)
+        writeFileSync(file, `${JSON.stringify({ medians: figures, samples: propagation, recovery }, null, 2)}\n`)
       }
       await stack?.close()
     })
@@ -90,42 +106,60 @@ export function defineFlows(label: string, options: FlowOptions): void {
 
     it('an add, toggle, rename and delete in one browser appear in the other within one second', async () => {
       const [a, b] = await Promise.all([open(), open()])
-      const list = named('Groceries')
+      const samples: Record<string, number[]> = {}
+      let start = 0
+      const mark = () => (start = performance.now())
+      const took = async (what: string, seen: Promise<number>) => (samples[what] ??= []).push(await seen)
 
-      let start = performance.now()
-      await a.createList(list)
-      figures['new list'] = await timeUntil(start, b.list(list))
-      await b.selectList(list)
+      let list = ''
+      for (let round = 0; round < PROPAGATION_ROUNDS; round++) {
+        list = named('Groceries')
+        await a.createList(list, mark)
+        await took('new list', timeUntil(start, b.list(list)))
+        await b.selectList(list)
 
-      start = performance.now()
-      await a.addTodo('Milk')
-      // Optimistic: the writer shows it before any round trip has finished.
-      expect(await a.todo('Milk').count()).toBe(1)
-      figures['add'] = await timeUntil(start, b.todo('Milk'))
+        await a.addTodo('Milk', mark)
+        // Optimistic: the writer shows it before any round trip has finished.
+        expect(await a.todo('Milk').count()).toBe(1)
+        await took('add', timeUntil(start, b.todo('Milk')))
 
-      await a.syncedTodo('Milk', false).waitFor()
-      start = performance.now()
-      await a.toggle('Milk')
-      figures['toggle'] = await timeUntil(start, b.syncedTodo('Milk', true))
+        await a.syncedTodo('Milk', false).waitFor()
+        await a.toggle('Milk', mark)
+        await took('toggle', timeUntil(start, b.syncedTodo('Milk', true)))
 
-      await a.syncedTodo('Milk', true).waitFor()
-      start = performance.now()
-      await a.renameTodo('Milk', 'Oat milk')
-      figures['rename'] = await timeUntil(start, b.todo('Oat milk'))
+        await a.syncedTodo('Milk', true).waitFor()
+        await a.renameTodo('Milk', 'Oat milk', mark)
+        await took('rename', timeUntil(start, b.todo('Oat milk')))
 
-      await a.syncedTodo('Oat milk', true).waitFor()
-      start = performance.now()
-      await a.deleteTodo('Oat milk')
-      figures['delete'] = await timeUntil(start, b.todo('Oat milk'), 'detached')
+        await a.syncedTodo('Oat milk', true).waitFor()
+        await a.deleteTodo('Oat milk', mark)
+        await took('delete', timeUntil(start, b.todo('Oat milk'), 'detached'))
+        expect(await dbTitles(await listId(list))).toEqual([])
+        await a.waitForTitles([])
+      }
 
-      for (const [what, ms] of Object.entries(figures)) expect(ms, `${what} took ${ms} ms to reach the other browser`).toBeLessThan(PROPAGATION_BOUND_MS)
-      expect(await dbTitles(await listId(list))).toEqual([])
-      await a.waitForTitles([])
+      for (const [what, values] of Object.entries(samples)) {
+        figures[what] = median(values)
+        propagation[what] = values
+      }
+      for (const [what, values] of Object.entries(samples)) {
+        expect(median(values), `${what}: ${values.join(', ')} ms to reach the other browser (median of ${values.length})`).toBeLessThan(PROPAGATION_BOUND_MS)
+      }
       if (options.viaNginx) {
-        // The browsers really read through the CDN: every shape request went to nginx, and nginx saw them.
+        // The browsers really read through the CDN: every shape request went to nginx.
         for (const url of [...a.shapeRequests, ...b.shapeRequests]) expect(url.startsWith(stack.shapeUrl)).toBe(true)
+        // And it caches: a third browser's initial requests are the URLs the first two asked for, answered
+        // by nginx without reaching Sluice (the client then catches up from there).
+        const c = await open()
+        await c.list(list).waitFor()
+        const initial = c.shapeRequests.filter((url) => offsetOf(url) === '-1').map((url) => new URL(url))
+        expect(initial.length).toBeGreaterThanOrEqual(2)
         const log = await stack.nginx!.accessLog()
-        expect(log.filter((entry) => entry.uri.startsWith('/v1/shape')).length).toBeGreaterThan(0)
+        for (const url of initial) {
+          const served = log.filter((entry) => entry.uri === `${url.pathname}${url.search}`)
+          expect(served.length, `${url.search} in nginx's log`).toBeGreaterThanOrEqual(2)
+          expect(served.at(-1)?.cacheStatus, `${url.search} for the third browser`).toBe('HIT')
+        }
       }
     })
 

@@ -49,9 +49,11 @@ export class TodoPage {
       .filter({ has: this.page.locator('.editable-text', { hasText: exact(title) }) })
   }
 
-  async createList(name: string): Promise<void> {
+  /** `mark` is called just before the key press or click that makes the write (to time it from there). */
+  async createList(name: string, mark: () => void = () => {}): Promise<void> {
     const input = this.page.getByLabel('New list', { exact: true })
     await input.fill(name)
+    mark()
     await input.press('Enter')
   }
 
@@ -60,27 +62,33 @@ export class TodoPage {
     await this.page.locator('.panel-title .editable-text', { hasText: exact(name) }).waitFor()
   }
 
-  async addTodo(title: string): Promise<void> {
+  async addTodo(title: string, mark: () => void = () => {}): Promise<void> {
     const input = this.page.getByLabel('New todo', { exact: true })
     await input.fill(title)
+    mark()
     await input.press('Enter')
   }
 
-  async toggle(title: string): Promise<void> {
-    await this.todo(title).locator('input[type="checkbox"]').click()
+  async toggle(title: string, mark: () => void = () => {}): Promise<void> {
+    const box = this.todo(title).locator('input[type="checkbox"]')
+    await box.waitFor()
+    mark()
+    await box.click()
   }
 
   /** Double-click the title, type, Enter: the rename a person does. */
-  async renameTodo(title: string, next: string): Promise<void> {
+  async renameTodo(title: string, next: string, mark: () => void = () => {}): Promise<void> {
     await this.todo(title).locator('.editable-text').dblclick()
     const input = this.page.getByLabel(`New name for todo "${title}"`, { exact: true })
     await input.fill(next)
+    mark()
     await input.press('Enter')
   }
 
-  async deleteTodo(title: string): Promise<void> {
+  async deleteTodo(title: string, mark: () => void = () => {}): Promise<void> {
     const row = this.todo(title)
     await row.hover()
+    mark()
     await row.getByRole('button', { name: `Delete todo "${title}"` }).click()
   }
 
