@@ -122,8 +122,18 @@ export function sendError(reply: FastifyReply, error: SluiceError): FastifyReply
 
 const CONNECT_REFUSAL = JSON.stringify({ message: 'CONNECT is not supported' })
 
+/** How long a refused CONNECT's client may take to close its side before the socket is cut. */
+const CONNECT_LINGER_MS = 5_000
+
 /** CONNECT reaches only a 'connect' listener, as a raw socket: without one Node drops the connection unanswered. */
 function refuseConnect(_request: IncomingMessage, socket: Duplex): void {
+  // The socket is ours now and paused: unread, a client that keeps sending (a CONNECT with a body) never
+  // has its close noticed and the socket outlives server.close(). So drain it, and cut it if it lingers.
+  socket.on('error', () => {})
+  socket.resume()
+  const linger = setTimeout(() => socket.destroy(), CONNECT_LINGER_MS)
+  linger.unref()
+  socket.once('close', () => clearTimeout(linger))
   socket.end(
     'HTTP/1.1 405 Method Not Allowed\r\n' +
       `${ResponseHeader.server}: ${ELECTRIC_SERVER_VALUE}\r\n` +
