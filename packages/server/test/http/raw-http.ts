@@ -105,7 +105,8 @@ export function parseResponses(data: Buffer, headMethods: readonly boolean[], cl
       headers[name] = headers[name] === undefined ? value : `${headers[name]}, ${value}`
     }
     let cursor = headEnd + 4
-    const isHead = headMethods[responses.length] === true
+    // Interim 1xx responses precede the final one of the same request.
+    const isHead = headMethods[responses.filter((r) => r.status >= 200).length] === true
     let body: Buffer = Buffer.alloc(0)
     let complete = true
     if (isHead || status === 204 || status === 304 || (status >= 100 && status < 200)) {
