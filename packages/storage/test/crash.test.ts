@@ -33,6 +33,11 @@
  *     replays without duplicating, and appends on; a final clean run per
  *     directory appends a fixed number of transactions and closes.
  *
+ * Children journal into 16 KiB segments, so checkpoints (sync the logs of
+ * closed segments, delete them) run every few flushes and kills land in them
+ * (counted); every kill leaves a journal that the next open replays, so kills
+ * during `open` land in replay.
+ *
  * Odd lanes run their children on fixtures/volatile-fs.ts, where writes reach
  * the files only when synced, so a kill there also loses every unsynced page
  * (a power cut) rather than none; every check above must hold under both.
@@ -69,6 +74,8 @@ const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31
 const CHUNK_BYTES = 20 * FIXED_ENTRY_BYTES // 2560: s0 and s2 fill chunks to exactly the threshold
 const FLUSH_INTERVAL_MS = 3
 const FINAL_TXS = 30
+// A few flushes per segment, so children checkpoint (and get killed checkpointing) often.
+const JOURNAL_SEGMENT_BYTES = 16 * 1024
 const SCHEDULE: Schedule = { statics: 3, dynEvery: 25, dynLife: 70, touchPct: 45, queuedEvery: 30, queuedLag: 5, queuedLife: 40 }
 
 interface Stats {
@@ -85,6 +92,8 @@ interface Stats {
   finishingKills: { absent: number; complete: number }
   liveReads: number
   childRuns: number
+  /** Kills while a journal checkpoint was due or running (segment closed, not yet deleted). */
+  checkpointKills: number
 }
 
 const stats: Stats = {
@@ -98,6 +107,7 @@ const stats: Stats = {
   finishingKills: { absent: 0, complete: 0 },
   liveReads: 0,
   childRuns: 0,
+  checkpointKills: 0,
 }
 
 const dirs: string[] = []
@@ -144,6 +154,7 @@ class Lane {
       schedule: SCHEDULE,
       seed,
       volatile: this.volatile,
+      journalSegmentBytes: JOURNAL_SEGMENT_BYTES,
       ...(stopAfter === undefined ? {} : { stopAfter }),
     }
     child.send(`go ${JSON.stringify(config)}`)
@@ -243,9 +254,12 @@ class Lane {
     const finishing = new Set<string>()
     let deleting: string | undefined
     let ready = false
+    let checkpointing = false
     for (const line of lines) {
       const [word, a, b, c] = line.split(' ')
-      if (word === 'durable') printedW = BigInt(a!)
+      if (word === 'checkpoint-start') checkpointing = true
+      else if (word === 'checkpoint-end') checkpointing = false
+      else if (word === 'durable') printedW = BigInt(a!)
       else if (word === 'phase') phase = a!
       else if (word === 'snap') snapshots.add(a!)
       else if (word === 'finish') finishing.add(a!)
@@ -270,6 +284,7 @@ class Lane {
     else if (snapshots.size > 0) where = 'snapshot'
     else if (deleting) where = 'delete'
     else if (phase === 'published') where = 'publish'
+    if (checkpointing) stats.checkpointKills++
     return { printedW, phase: where, snapshots: [...snapshots], finishing: [...finishing] }
   }
 }
@@ -466,6 +481,7 @@ describe('crash recovery under SIGKILL', () => {
         `${stats.verifications.readonly} read-only + ${stats.verifications.writer} writer checks), ` +
         `kills by phase ${JSON.stringify(stats.byPhase)}, mid-snapshot kills ${JSON.stringify(stats.snapshotKills)}, ` +
         `kills while a queued shape finished ${JSON.stringify(stats.finishingKills)}, ` +
+        `${stats.checkpointKills} kills during a journal checkpoint, ` +
         `${stats.liveReads} live read-only reads, ${stats.childRuns} child processes, seed ${SEED}, ${seconds} s`,
     )
     expect(stats.kills).toBeGreaterThanOrEqual(KILLS)

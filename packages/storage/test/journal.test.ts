@@ -1,0 +1,243 @@
+/**
+ * The journal: replay after a power cut (fixtures/volatile-fs.ts drops every
+ * write that was not synced), torn and damaged groups, tombstones, checkpoints,
+ * a crash during replay, and a full disk under the journal. A "power cut" here
+ * abandons the writer without closing it and opens the directory again with
+ * plain node:fs, which sees only what was synced.
+ */
+import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
+import { parseOffset } from '@sluice/protocol'
+import { createFaultyFs, useTempDir } from '@sluice/test-utils'
+import { describe, expect, it } from 'vitest'
+import { FlushError, nodeFs, openFileLogStore, openReadOnlyLogStore } from '../src/index.js'
+import type { FileLogStore, FsPort, ShapeLog } from '../src/index.js'
+import { GROUP_HEADER_BYTES } from '../src/journal-format.js'
+import { body, change, makeShape, row } from './contract-suite.js'
+import { volatileFs } from './fixtures/volatile-fs.js'
+
+const tempDirs = useTempDir()
+
+/** Leaves the writer as a crash would (no close, no checkpoint) and frees its lock for the next open. */
+function powerCut(dir: string): void {
+  writeFileSync(`${dir}/LOCK`, '999999999')
+}
+
+/** The lsn of every live entry, reading chunk by chunk as a client does. */
+function lsnsOf(log: ShapeLog): string[] {
+  const out: string[] = []
+  let after = parseOffset('-1')
+  for (;;) {
+    const read = log.read(after)
+    if (read.entryCount === 0) {
+      read.release()
+      return out
+    }
+    after = read.nextOffset
+    for (const m of body(read) as Array<{ headers?: { lsn?: string } }>) if (m.headers?.lsn !== undefined) out.push(m.headers.lsn)
+  }
+}
+
+function segments(dir: string): string[] {
+  return readdirSync(`${dir}/journal`).filter((n) => n.endsWith('.jnl'))
+}
+
+/** Appends `rounds` flushed transactions to every log (tx = 10 * round + 1), one log per id. */
+async function rounds(s: FileLogStore, ids: string[], from: number, count: number): Promise<void> {
+  for (let r = from; r < from + count; r++) {
+    const tx = BigInt(10 * r + 1)
+    ids.forEach((id, i) => s.get(id)!.appendTransaction([change(tx, 0, i), change(tx, 1, i + 1)]))
+    s.advance(tx)
+    await s.flush()
+  }
+}
+
+const expectedLsns = (count: number): string[] => Array.from({ length: count }, (_, r) => String(10 * r + 1)).flatMap((l) => [l, l])
+
+describe('journal', () => {
+  it('replays every flush since the last checkpoint after a power cut, for many logs', async () => {
+    const dir = await tempDirs.make('journal-power')
+    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, chunkBytes: 512 })
+    const ids = Array.from({ length: 40 }, (_, i) => `l${i}`)
+    for (const id of ids) await makeShape(s, id, [row(1)])
+    await rounds(s, ids, 0, 6)
+    const w = s.durableLsn
+    powerCut(dir)
+    // The logs' own files were never synced after their creation: only the journal has the rest.
+    expect(segments(dir).length).toBeGreaterThan(0)
+
+    // A follower that starts before the writer recovers sees everything the watermark covers.
+    const ro = openReadOnlyLogStore({ dir })
+    expect(ro.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(ro.get(id)!)).toEqual(expectedLsns(6))
+    await ro.close()
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 512 })
+    expect(segments(dir)).toEqual([])
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(6))
+    await rounds(again, ids, 6, 1)
+    await again.close()
+    // A clean close checkpoints: nothing left to replay.
+    expect(segments(dir)).toEqual([])
+  })
+
+  it('ignores a torn group at the tail: its flush failed and never published its watermark', async () => {
+    const dir = await tempDirs.make('journal-torn')
+    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const ids = ['a', 'b', 'c']
+    for (const id of ids) await makeShape(s, id, [])
+    await rounds(s, ids, 0, 3)
+    const w = s.durableLsn
+    faulty.rules.tornWrite({ bytes: 'half', code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('.jnl') })
+    ids.forEach((id, i) => s.get(id)!.appendTransaction([change(31n, 0, i)]))
+    s.advance(31n)
+    const err = await s.flush().catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(FlushError)
+    expect([...(err as FlushError).rolledBack].sort()).toEqual(ids)
+    expect(s.durableLsn).toBe(w)
+    powerCut(dir)
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(3))
+    await again.close()
+  })
+
+  it('stops replay at a damaged group and leaves every log an untorn prefix', async () => {
+    const dir = await tempDirs.make('journal-damaged')
+    // Plain fs (a process crash, not a power cut): the page cache already holds every log's bytes.
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const ids = ['a', 'b']
+    for (const id of ids) await makeShape(s, id, [])
+    await rounds(s, ids, 0, 4)
+    const w = s.durableLsn
+    powerCut(dir)
+    const [seg] = segments(dir)
+    const path = `${dir}/journal/${seg}`
+    const bytes = readFileSync(path)
+    // Flip a byte inside the second group's records.
+    const first = bytes.readUInt32LE(16) + GROUP_HEADER_BYTES + 4
+    bytes[16 + first + GROUP_HEADER_BYTES + 5]! ^= 0xff
+    writeFileSync(path, bytes)
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.quarantined).toEqual([])
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
+    await again.close()
+  })
+
+  it('skips the records of a deleted log when the same id is created again', async () => {
+    const dir = await tempDirs.make('journal-tombstone')
+    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000 })
+    await makeShape(s, 'x', [row(1), row(2), row(3)])
+    s.get('x')!.appendTransaction([change(5n, 0, 1), change(5n, 1, 2), change(5n, 2, 3)])
+    s.advance(5n)
+    await s.flush()
+    await s.deleteShape('x')
+    const x = await makeShape(s, 'x', [row(9)])
+    x.appendTransaction([change(7n, 0, 7)])
+    s.advance(7n)
+    await s.flush()
+    powerCut(dir)
+
+    const ro = openReadOnlyLogStore({ dir })
+    expect(lsnsOf(ro.get('x')!)).toEqual(['7'])
+    await ro.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.quarantined).toEqual([])
+    expect(body(again.get('x')!.read(parseOffset('-1')))).toHaveLength(2) // row 9, snapshot-end
+    expect(lsnsOf(again.get('x')!)).toEqual(['7'])
+    await again.close()
+  })
+
+  it('checkpoints closed segments in the background and survives a checkpoint that fails', async () => {
+    const dir = await tempDirs.make('journal-checkpoint')
+    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+    const errors: unknown[] = []
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+    s.onError((e) => errors.push(e))
+    const ids = ['a', 'b', 'c', 'd']
+    for (const id of ids) await makeShape(s, id, [])
+    await rounds(s, ids, 0, 3)
+    await s.journal!.running
+    expect(segments(dir).length).toBeLessThanOrEqual(2)
+
+    // Checkpoint syncs of the logs fail: the segments stay, and nothing is lost.
+    const rule = faulty.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') })
+    await rounds(s, ids, 3, 3)
+    await s.journal!.running
+    expect(errors.length).toBeGreaterThan(0)
+    expect(segments(dir).length).toBeGreaterThan(1)
+    const w = s.durableLsn
+    rule.remove()
+    powerCut(dir)
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(6))
+    await again.close()
+  })
+
+  it('replays again after a crash during replay', async () => {
+    const dir = await tempDirs.make('journal-replay-crash')
+    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000 })
+    const ids = ['a', 'b', 'c']
+    for (const id of ids) await makeShape(s, id, [])
+    await rounds(s, ids, 0, 4)
+    const w = s.durableLsn
+    powerCut(dir)
+
+    // The replay dies after a few of its writes (nothing it wrote was synced).
+    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+    faulty.rules.failNext('writeSync', { code: 'EIO', match: (args) => readdirLink(args[0]).includes('/shapes/'), times: 1 })
+    await expect(openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })).rejects.toMatchObject({ code: 'io_error' })
+    powerCut(dir)
+    expect(segments(dir).length).toBeGreaterThan(0)
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
+    await again.close()
+  })
+
+  it('a full disk under the journal fails the flush for every log in it, holds the watermark, and clears', async () => {
+    const dir = await tempDirs.make('journal-enospc')
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const ids = ['a', 'b']
+    for (const id of ids) await makeShape(s, id, [])
+    await rounds(s, ids, 0, 2)
+    const w = s.durableLsn
+    faulty.rules.failNext('writeSync', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('.jnl') })
+    ids.forEach((id, i) => s.get(id)!.appendTransaction([change(21n, 0, i), change(21n, 1, i + 1)]))
+    s.advance(21n)
+    const err = (await s.flush().catch((e: unknown) => e)) as FlushError
+    expect(err).toBeInstanceOf(FlushError)
+    expect(err.code).toBe('disk_full')
+    expect(err.durableLsn).toBe(w)
+    expect([...err.rolledBack].sort()).toEqual(ids)
+    for (const id of ids) expect(s.get(id)!.appendedHead().last).toEqual(parseOffset('11_1'))
+
+    // The caller replays from the watermark; the next group goes into a fresh segment.
+    ids.forEach((id, i) => s.get(id)!.appendTransaction([change(21n, 0, i), change(21n, 1, i + 1)]))
+    s.advance(21n)
+    expect((await s.flush()).durableLsn).toBe(21n)
+    // The failed segment was closed; its checkpoint runs in this process (a real crash would stop it).
+    await s.journal!.running
+    powerCut(dir)
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(3))
+    await again.close()
+  })
+})
+
+/** The path behind a descriptor argument ('' for anything else). */
+function readdirLink(fd: unknown): string {
+  try {
+    return readlinkSync(`/proc/self/fd/${String(fd)}`)
+  } catch {
+    return ''
+  }
+}
