@@ -90,6 +90,8 @@ export interface Report {
   readonly loads: readonly LoadNote[]
   readonly initial: readonly InitialRow[]
   readonly live: readonly LiveRow[]
+  /** Observations written after a run, by whoever read it (`http/render.ts` re-renders the markdown). */
+  readonly notes?: readonly string[]
 }
 
 export function initialMedian(runs: readonly InitialRun[]): Median {
@@ -186,7 +188,7 @@ export function renderMarkdown(report: Report): string {
   )
   const ir = report.initialResponse
   out.push(
-    `- **Initial sync.** \`GET /v1/shape?table=http_rows&offset=-1\`: a 500-row table, one shape, one chunk; the body is ${n(ir.bodyBytes)} bytes (${ir.rows} rows and \`snapshot-end\`). wrk ${s.wrkThreads} thread(s), N keep-alive connections, each a closed loop (request, whole response, next request), ${s.initialSeconds} s per run after one warm-up run per server; latency from wrk's histogram. **Ceiling:** a bare fastify route in its own process answering the same URL with the bytes and headers Sluice answered (captured once at start), from a Buffer in memory. Sluice per request parses and validates the query, looks the shape up, reads the chunk's byte range from its log (pread into a pooled buffer) and frames it.`,
+    `- **Initial sync.** \`GET /v1/shape?table=http_rows&offset=-1\`: a 500-row table, one shape, one chunk; the body is ${n(ir.bodyBytes)} bytes (${ir.rows} rows and \`snapshot-end\`). wrk ${s.wrkThreads} thread(s), N keep-alive connections, each a closed loop (request, whole response, next request), ${s.initialSeconds} s per run after one warm-up run per server; latency from wrk's histogram. **Ceiling:** a bare fastify route in its own process answering the same URL with the bytes and headers Sluice answered (captured once at start), from a Buffer in memory. Sluice per request parses and validates the query, looks the shape up, reads the chunk's byte range from its log (pread into a buffer: pooled up to 64 KiB, a fresh one for this 143 KB body) and frames it.`,
   )
   out.push(
     `- **Write-to-client latency.** K shapes \`k = i\` on \`http_live\` (one row each), each with one client (K sockets in the client process) that shakes hands (\`offset=-1\`, then until up-to-date) and then long-polls (\`live=true\`, handle, offset, cursor), re-polling as soon as a response is complete. A writer process commits one-row updates at ${s.writeRate} per second into uniformly random shapes, each stamped with the writer's CLOCK_MONOTONIC (one clock for every process on Linux) just before it sends the update; the client records receipt of the whole body minus the stamp. So the figure includes the update's round trip and commit. ${s.liveSeconds} s of writes per run after ${s.liveWarmupSeconds} s of warm-up writes; the run ends when every write was received (or after ${s.drainSeconds} s: the remainder counts as lost). The long-poll timeout is 20 s for both servers. **Sluice's path:** WAL, walsender, pgoutput decoding, routing, encoding, the append, the group commit (fdatasync, flush interval 10 ms by default), the waiter woken, the range read and sent. **Ceiling:** a trigger on the same table calls \`pg_notify\` with the row (it fires in Sluice's runs too, so the writer's cost is the same); the ceiling process \`LISTEN\`s and wakes the shape's held long-poll in-process with the same change line Sluice sends. It includes Postgres's commit and notification, the HTTP layer and the client's JSON parsing; it has no logical decoding, no where-clause evaluation, no storage and no durability.`,
@@ -229,6 +231,12 @@ export function renderMarkdown(report: Report): string {
   out.push('')
   out.push('*handshake*: all K clients from `offset=-1` to up-to-date, 64 at a time; on Sluice\'s first run for a shape count it includes creating the new shapes (a snapshot each). *server CPU*: the server process\'s CPU time over the run, in percent of one core.')
   out.push('')
+  if (report.notes !== undefined && report.notes.length > 0) {
+    out.push('## Notes on this run')
+    out.push('')
+    out.push(...report.notes.map((l) => `- ${l}`))
+    out.push('')
+  }
   out.push(`Reproduce: \`${report.quick ? 'QUICK=1 ' : ''}pnpm --filter @sluice/bench run bench:http\` (from the root: \`npm run bench:http\`); every run's figures are in \`results/${report.quick ? 'http.quick' : 'http'}.json\`.`)
   out.push('')
   return out.join('\n')
