@@ -8,8 +8,11 @@
  *
  *   1. note the target watermark (the caller's `advance`, capped below any
  *      transaction whose append failed) and the append sequence number;
- *   2. fdatasync every dirty log's files, all in one concurrent pass, and finish
- *      pending snapshots (sync, rename into shapes/, sync the directory);
+ *   2. write every dirty log's staged index records and commit the journal
+ *      (`journal.ts`: one write and one fdatasync for all of them; with
+ *      `journal: false`, fdatasync every dirty log's files in one concurrent
+ *      pass instead), and finish pending snapshots (sync, rename into shapes/,
+ *      sync the directory);
  *   3. publish the watermark file atomically;
  *   4. move each log's published head to its last transaction covered by the
  *      watermark and appended before step 1, and tell listeners.
