@@ -262,6 +262,11 @@ const subsetPairs: fc.Arbitrary<Pair[]> = fc
   )
   .map((entries) => entries.map(([k, v]) => [k, v] as const))
 
+/** Bracketed keys nested hundreds deep (`params[1][1][1]…`): the query decoder nests them, nothing may recurse on them. */
+const deepKeyPairs: fc.Arbitrary<Pair[]> = fc
+  .tuple(fc.constantFrom('params', 'subset', 'table', 'where', 'columns', 'x', 'subset__params'), fc.constantFrom('[1]', '[]', '[where]', '[a]', '[__proto__]'), fc.integer({ min: 2, max: 800 }), randomText)
+  .map(([base, level, depth, value]) => [[`${base}${level.repeat(depth)}`, value] as const])
+
 /** Every §2 parameter, each present or not, plus repeats and strangers. */
 const queryPairs: fc.Arbitrary<Pair[]> = fc
   .record(
@@ -288,10 +293,13 @@ const queryPairs: fc.Arbitrary<Pair[]> = fc
       fc.constant(Object.entries(record) as Pair[]),
       fc.option(paramsPairs, { freq: 3 }),
       fc.option(subsetPairs, { freq: 6 }),
+      fc.option(deepKeyPairs, { freq: 12 }),
       fc.array(fc.tuple(fc.oneof(fc.constantFrom('table', 'offset', 'where', 'handle', 'live', 'columns', 'table[]', 'offset[a]', '__proto__', 'constructor', 'hasOwnProperty', '[x]', '=', '&', ''), randomText), randomText), { maxLength: 3 }),
     ),
   )
-  .chain(([base, params, subset, extra]) => fc.shuffledSubarray([...base, ...(params ?? []), ...(subset ?? []), ...extra].map((p) => p as Pair), { minLength: 0 }).map((s) => s))
+  .chain(([base, params, subset, deep, extra]) =>
+    fc.shuffledSubarray([...base, ...(params ?? []), ...(subset ?? []), ...(deep ?? []), ...extra].map((p) => p as Pair), { minLength: 0 }),
+  )
 
 /** A fixed-table query: the defining parameters present, the rest random. */
 const plausiblePairs: fc.Arbitrary<Pair[]> = fc

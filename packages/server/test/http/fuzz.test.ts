@@ -20,12 +20,15 @@ import { type RawExchange, type RawRequest, type RawResponse, encodeRequest, exc
  * end the data must be untouched and the shapes, slots and connections sane.
  *
  *   FUZZ_SEED=<n>   replay a run (the seed is printed)
- *   FUZZ_RUNS=<n>   number of cases (default 600; SOAK=1 makes it 6000)
+ *   FUZZ_RUNS=<n>   number of cases (default 1000; SOAK=1 makes it 10 000)
  */
 
 const SOAK = process.env['SOAK'] === '1'
-const RUNS = Number(process.env['FUZZ_RUNS'] ?? (SOAK ? 6000 : 600))
+const RUNS = Number(process.env['FUZZ_RUNS'] ?? (SOAK ? 10_000 : 1000))
 const SEED = process.env['FUZZ_SEED'] === undefined ? (Date.now() ^ Math.floor(Math.random() * 0x7fffffff)) | 0 : Number(process.env['FUZZ_SEED'])
+/** Cases sent to the secret-protected server. */
+const LOCKED_RUNS = Math.ceil(RUNS / 5)
+const LOCKED_SECRET = 'fuzz-secret-never-generated'
 /** Cases between two health checks. */
 const HEALTH_EVERY = 50
 /** Held requests answer within these (the server below uses short long-poll and SSE timeouts). */
@@ -122,8 +125,8 @@ async function get(target: string, headers: ReadonlyArray<readonly [string, Buff
   return res
 }
 
-function send(request: RawRequest, timeoutMs = ANSWER_TIMEOUT_MS): Promise<RawExchange> {
-  return exchange(server.port, encodeRequest(request), { timeoutMs, headMethods: [request.method === 'HEAD'] })
+function send(request: RawRequest, timeoutMs = ANSWER_TIMEOUT_MS, port = server.port): Promise<RawExchange> {
+  return exchange(port, encodeRequest(request), { timeoutMs, headMethods: [request.method === 'HEAD'] })
 }
 
 function json(res: RawResponse): unknown {
@@ -256,7 +259,13 @@ function problemWith(c: FuzzCase, res: RawResponse, ex: RawExchange): string | u
   return undefined
 }
 
-async function runCase(c: FuzzCase): Promise<void> {
+/** Where a case is sent: the open server, or one that requires a secret the fuzz never guesses. */
+interface Target {
+  readonly port: number
+  readonly locked: boolean
+}
+
+async function runCase(c: FuzzCase, target: Target): Promise<void> {
   const fill = (bytes: Buffer): Buffer => {
     const text = bytes.toString('latin1')
     return text.includes(KNOWN_HANDLE) ? Buffer.from(text.replaceAll(KNOWN_HANDLE, knownHandle), 'latin1') : bytes
@@ -267,7 +276,7 @@ async function runCase(c: FuzzCase): Promise<void> {
     headers: c.headers.map(([name, value]) => [name, fill(value)] as const),
     ...(c.body === undefined ? {} : { body: c.body }),
   }
-  const ex = await send(request, c.bodyMayNotArrive ? MISSING_BODY_WAIT_MS : ANSWER_TIMEOUT_MS)
+  const ex = await send(request, c.bodyMayNotArrive ? MISSING_BODY_WAIT_MS : ANSWER_TIMEOUT_MS, target.port)
   const fail = (why: string): never => {
     throw new Error(`${why}\n  case: ${c.label}`)
   }
@@ -290,7 +299,10 @@ async function runCase(c: FuzzCase): Promise<void> {
     seen.statuses.set(res.status, (seen.statuses.get(res.status) ?? 0) + 1)
     // Any answer naming a handle (200, 304, 409, SSE) may have created that shape.
     const handle = res.headers['electric-handle']
-    if (handle !== undefined) seen.handles.add(handle)
+    if (handle !== undefined) {
+      if (target.locked) fail(`a ${res.status} naming a shape without the secret`)
+      seen.handles.add(handle)
+    }
     const problem = problemWith(c, res, ex)
     if (problem !== undefined) fail(problem)
   }
@@ -321,7 +333,7 @@ describe('hostile input: every answer is a JSON 4xx or a correct 2xx/3xx, never 
     await checkHealthy()
     await fc.assert(
       fc.asyncProperty(fc.oneof({ arbitrary: fuzzCase, weight: 5 }, { arbitrary: oracleCase, weight: 1 }), async (c) => {
-        await runCase(c)
+        await runCase(c, { port: server.port, locked: false })
         if (++seen.cases % HEALTH_EVERY === 0) await checkHealthy()
       }),
       { seed: SEED, numRuns: RUNS },
@@ -335,6 +347,21 @@ describe('hostile input: every answer is a JSON 4xx or a correct 2xx/3xx, never 
     for (const [message, count] of seen.oracleRefused) console.log(`fuzz: a valid clause refused ${count}x: ${message}`)
     // Not vacuous: a fair share of the clean reads was compared row by row.
     expect(seen.oracleChecked).toBeGreaterThan(RUNS / 20)
+  })
+
+  it(`${LOCKED_RUNS} of them to a server with a secret: none gets near a shape`, { timeout: SOAK ? 3_600_000 : 600_000 }, async () => {
+    const locked = await startServer(pipeline, { secret: LOCKED_SECRET, longPollTimeoutMs: LONG_POLL_MS, sseTimeoutMs: LONG_POLL_MS, allowDelete: true })
+    try {
+      await fc.assert(
+        fc.asyncProperty(fuzzCase, async (c) => runCase(c, { port: locked.port, locked: true })),
+        { seed: SEED, numRuns: LOCKED_RUNS },
+      )
+      const res = await send({ method: 'GET', target: Buffer.from(`/v1/shape?table=${FUZZ_TABLE}&offset=-1&secret=${LOCKED_SECRET}`), headers: [header('Host', 'fuzz'), header('Connection', 'close')] }, ANSWER_TIMEOUT_MS, locked.port)
+      expect(res.responses[0]?.status).toBe(200)
+    } finally {
+      await locked.close()
+    }
+    await checkHealthy()
   })
 
   it('leaves the data, the schema and the server resources as they were', async () => {
