@@ -30,6 +30,7 @@ export interface SluiceConfig {
   readonly memoryBudgetBytes: number
   readonly snapshotConnections: number
   readonly maxShapes: number
+  readonly tableCacheMs: number
   readonly publication: string
   readonly slot: string
   readonly allowDelete: boolean
@@ -89,6 +90,17 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'flushIntervalMs', flag: 'flush-interval', env: 'SLUICE_FLUSH_INTERVAL', type: 'duration', default: '10ms', min: 1, max: 60_000, description: 'Group commit: longest wait before appended changes are made durable.' },
   { key: 'memoryBudgetBytes', flag: 'memory-budget', env: 'SLUICE_MEMORY_BUDGET', type: 'bytes', default: '256MiB', min: 16 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for transactions in flight and queues of shapes being created; above it they spill to disk and replication pauses.' },
   { key: 'snapshotConnections', flag: 'snapshot-connections', env: 'SLUICE_SNAPSHOT_CONNECTIONS', type: 'integer', default: '4', min: 1, max: 1000, description: 'Postgres connections for initial shape snapshots (snapshots running at once).' },
+  {
+    key: 'tableCacheMs',
+    flag: 'table-cache',
+    env: 'SLUICE_TABLE_CACHE',
+    type: 'duration',
+    default: '1s',
+    min: 0,
+    max: 3_600_000,
+    description:
+      "How long a table's catalog answer serves shape requests before Postgres is asked again (0: every request asks). A table dropped, recreated or altered is noticed by requests within this time.",
+  },
   { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: '1000000', min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },

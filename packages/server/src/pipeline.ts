@@ -33,6 +33,11 @@ export interface PipelineOptions {
   /** Postgres connections for subset snapshots (PROTOCOL.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
+  /**
+   * How long a table's catalog answer is reused by `resolve` (default 0: every
+   * request reads the catalog). See ShapeManagerOptions.tableCacheMs.
+   */
+  readonly tableCacheMs?: number
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
   readonly protoVersion?: ReplicationClientOptions['protoVersion']
@@ -114,6 +119,7 @@ export class Pipeline {
         spillDir: queues,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
+        ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
         onPressure: (paused) => (paused ? replication?.pause() : replication?.resume()),
       })

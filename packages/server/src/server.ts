@@ -112,6 +112,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       memoryBudgetBytes: config.memoryBudgetBytes,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
+      tableCacheMs: config.tableCacheMs,
       logger: pipelineLogger(logger.child({ component: 'pipeline' })),
     })
     const shapes = pipeline.shapes

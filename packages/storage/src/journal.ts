@@ -171,7 +171,12 @@ export class Journal<T> {
       // Oldest first: a crash part-way leaves a suffix, and replaying a suffix over synced files is correct.
       for (const seg of done) {
         this.closeSegment(seg)
-        this.fs.unlinkSync(`${this.dir}/${segmentName(seg.generation)}`)
+        try {
+          this.fs.unlinkSync(`${this.dir}/${segmentName(seg.generation)}`)
+        } catch (err) {
+          // Gone already is the state this wants (the directory itself may have been removed).
+          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        }
         this.segments.splice(this.segments.indexOf(seg), 1)
       }
       await syncDirectory(this.fs, this.dir)

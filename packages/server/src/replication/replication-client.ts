@@ -106,6 +106,10 @@ class Stream {
   lastStatusAt = 0
   statusTimer: NodeJS.Timeout | undefined
   replyTimer: NodeJS.Timeout | undefined
+  /** A message's handling is pending; later messages wait in `backlog`, in order. */
+  busy = false
+  readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
+  backlogAt = 0
 
   constructor(
     readonly service: LogicalReplicationService,
@@ -144,9 +148,10 @@ interface Gate {
  * on `acknowledge()`, never more, never less than already confirmed; the only
  * exception is the idle case of `advanceWhenIdle`.
  *
- * Flow: the service's flowControl queues messages and awaits our handler, which
- * awaits the sink; while a handler is pending the socket is paused, so a slow
- * sink (or `pause()`) holds Postgres back through TCP instead of filling memory.
+ * Flow: messages are handled as they arrive; while the handling of one is
+ * pending (the sink awaits, or `pause()`) the socket is paused and later
+ * messages wait in order (see `receive`), so a slow sink holds Postgres back
+ * through TCP instead of filling memory.
  *
  * Reconnects: any error that a retry can fix (connection lost, Postgres
  * restarting, the slot busy, the sink failing) ends the connection, voids the
@@ -314,7 +319,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     let fatal: Error | undefined
     while (!this.stopping) {
       const stream = new Stream(
-        new LogicalReplicationService(this.clientConfig, { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: true } }),
+        new LogicalReplicationService(this.clientConfig, { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } }),
         {
           publicationNames: this.publicationNames,
           ...(this.options.protoVersion === undefined ? {} : { protoVersion: this.options.protoVersion }),
@@ -366,7 +371,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     service.on('error', (error: Error) => stream.fail(error))
     service.on('start', () => this.onStart(stream))
     service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => this.onKeepalive(stream, lsn, shouldRespond))
-    service.on('data', (_lsn: string, message: PgoutputMessage | DecodeFailure) => this.onData(stream, message))
+    service.on('data', (_lsn: string, message: PgoutputMessage | DecodeFailure) => this.receive(stream, message))
     try {
       await service.subscribe(stream.plugin as unknown as AbstractPlugin, this.slotName)
     } catch (error) {
@@ -391,6 +396,53 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     if (this.info !== undefined) this.emit('connected', this.info)
     this.firstConnect?.resolve()
     this.firstConnect = undefined
+  }
+
+  /**
+   * Our own flow control. Most messages are handled synchronously; when one is
+   * not (the sink awaits storage or memory, or `pause()` holds the gate), the
+   * socket is paused and the messages its last chunk still yields wait in the
+   * backlog, handled in order once the pending one settles. (The service's
+   * flowControl option does the same, but awaits a promise chain per message:
+   * a third of the pipeline's allocations.)
+   */
+  private receive(stream: Stream, message: PgoutputMessage | DecodeFailure): void {
+    if (stream.busy) {
+      stream.backlog.push(message)
+      return
+    }
+    const pending = this.onData(stream, message)
+    if (pending === undefined) return
+    stream.busy = true
+    socketOf(stream.service)?.pause?.()
+    this.drainAfter(stream, pending)
+  }
+
+  private drainAfter(stream: Stream, pending: Promise<void>): void {
+    pending.then(
+      () => this.drainBacklog(stream),
+      (error: unknown) => {
+        stream.fail(error)
+        this.drainBacklog(stream)
+      },
+    )
+  }
+
+  private drainBacklog(stream: Stream): void {
+    const { backlog } = stream
+    while (stream.backlogAt < backlog.length) {
+      const message = backlog[stream.backlogAt]!
+      stream.backlogAt++
+      const pending = this.onData(stream, message)
+      if (pending !== undefined) {
+        this.drainAfter(stream, pending)
+        return
+      }
+    }
+    backlog.length = 0
+    stream.backlogAt = 0
+    stream.busy = false
+    if (stream.failure === undefined) socketOf(stream.service)?.resume?.()
   }
 
   private onData(stream: Stream, message: PgoutputMessage | DecodeFailure): void | Promise<void> {
@@ -559,4 +611,12 @@ function roleOf(config: pg.ClientConfig): string {
     }
   }
   return 'the replication role'
+}
+
+/**
+ * The replication connection's socket. The service keeps it internal; its own
+ * flow control pauses it the same way (pinned version, see package.json).
+ */
+function socketOf(service: LogicalReplicationService): { pause?: () => void; resume?: () => void } | undefined {
+  return (service as unknown as { _connection?: { stream?: { pause?: () => void; resume?: () => void } } })._connection?.stream
 }

@@ -134,6 +134,9 @@ interface LiveShape {
   queue: SpillQueue<TransactionPart> | undefined
 }
 
+/** Compiled request definitions remembered per table version. */
+const MAX_COMPILED_PER_TABLE = 10_000
+
 export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly registry: ShapeRegistry
   private readonly shapes = new Map<string, LiveShape>()
@@ -151,6 +154,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly tableCache = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
   private readonly tableCacheMs: number
   private readonly tableVersions = new Map<number, { readonly text: string; readonly info: TableInfo }>()
+  private readonly compiledDefinitions = new WeakMap<TableInfo, Map<string, Awaited<ReturnType<typeof compileDefinition>>>>()
   /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
   private readonly published = new Set<number>()
   private readonly queues = new Set<SpillQueue<TransactionPart>>()
@@ -260,8 +264,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
     if (this.closed) throw new ShapeError('shutting_down')
     const info = await this.loadTable(params.table.schema, params.table.name)
-    const { definition, where } = await compileDefinition(params, whereColumns(info))
-    checkColumns(info, definition.columns)
+    const { definition, where } = await this.compiled(info, params)
     const existing = this.registry.lookup(definition)
     if (existing !== undefined) {
       const shape = this.shapes.get(existing)
@@ -288,6 +291,30 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     }
     this.create(handle, definition, where, info)
     return { handle, definition, where, table: info, created: true }
+  }
+
+  /**
+   * The request's definition and where clause compiled against this version of
+   * the table, remembered per version (TableInfo objects are interned, see
+   * internTable): a client following a shape sends the same parameters on
+   * every request, and parsing its where clause each time cost more than
+   * serving the response.
+   */
+  private async compiled(info: TableInfo, params: ShapeDefinitionParams): Promise<Awaited<ReturnType<typeof compileDefinition>>> {
+    const key = JSON.stringify([params.where ?? null, params.params, params.columns ?? null, params.queryableColumns ?? null, params.replica, params.log])
+    let known = this.compiledDefinitions.get(info)
+    const hit = known?.get(key)
+    if (hit !== undefined) return hit
+    const result = await compileDefinition(params, whereColumns(info))
+    checkColumns(info, result.definition.columns)
+    if (known === undefined) {
+      known = new Map()
+      this.compiledDefinitions.set(info, known)
+    }
+    // Bounded: hostile clients can send endless distinct clauses.
+    if (known.size >= MAX_COMPILED_PER_TABLE) known.clear()
+    known.set(key, result)
+    return result
   }
 
   /** Resolves with the shape's log once its snapshot is published; rejects with `ShapeError` if it never will be. */

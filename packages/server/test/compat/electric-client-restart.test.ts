@@ -82,6 +82,8 @@ describe('the official client across a server restart', () => {
     } finally {
       captured.restore()
       abort.abort()
+      // Before the per-test temp dir is removed (useTempDir's afterEach): a store must not lose its directory while open.
+      for (const server of [...running]) await stop(server)
     }
   })
 })
