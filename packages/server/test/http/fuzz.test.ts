@@ -29,6 +29,12 @@ const SEED = process.env['FUZZ_SEED'] === undefined ? (Date.now() ^ Math.floor(M
 /** Cases sent to the secret-protected server. */
 const LOCKED_RUNS = Math.ceil(RUNS / 5)
 const LOCKED_SECRET = 'fuzz-secret-never-generated'
+/** Batches of cases sent at the same time: a few cases, each repeated, so one definition races itself. */
+const BATCH_RUNS = Math.ceil(RUNS / 20)
+const MAX_BATCH = 12
+const batch = fc
+  .array(fc.tuple(fc.oneof({ arbitrary: fuzzCase, weight: 3 }, { arbitrary: oracleCase, weight: 1 }), fc.integer({ min: 1, max: 4 })), { minLength: 1, maxLength: 3 })
+  .map((picks) => picks.flatMap(([c, times]) => Array.from({ length: times }, () => c)))
 /** Cases between two health checks. */
 const HEALTH_EVERY = 50
 /** Held requests answer within these (the server below uses short long-poll and SSE timeouts). */
@@ -347,6 +353,16 @@ describe('hostile input: every answer is a JSON 4xx or a correct 2xx/3xx, never 
     for (const [message, count] of seen.oracleRefused) console.log(`fuzz: a valid clause refused ${count}x: ${message}`)
     // Not vacuous: a fair share of the clean reads was compared row by row.
     expect(seen.oracleChecked).toBeGreaterThan(RUNS / 20)
+  })
+
+  it(`${BATCH_RUNS} batches of up to ${MAX_BATCH} at once (same definitions created, failed and deleted concurrently)`, { timeout: SOAK ? 3_600_000 : 600_000 }, async () => {
+    await fc.assert(
+      fc.asyncProperty(batch, async (cases) => {
+        await Promise.all(cases.map((c) => runCase(c, { port: server.port, locked: false })))
+      }),
+      { seed: SEED, numRuns: BATCH_RUNS },
+    )
+    await checkHealthy()
   })
 
   it(`${LOCKED_RUNS} of them to a server with a secret: none gets near a shape`, { timeout: SOAK ? 3_600_000 : 600_000 }, async () => {
