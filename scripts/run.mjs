@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -142,7 +142,9 @@ switch (task) {
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:pipeline']))
   case 'bench:http':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:http']))
+  case 'bench:client':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|demo|bench:storage|bench:pipeline|bench:http>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|demo|bench:storage|bench:pipeline|bench:http|bench:client>`)
     process.exit(2)
 }
