@@ -106,6 +106,9 @@ class Stream {
   lastStatusAt = 0
   statusTimer: NodeJS.Timeout | undefined
   replyTimer: NodeJS.Timeout | undefined
+  /** Stopping: the final status is sent; incoming messages are dropped. */
+  closing = false
+  onNextKeepalive: (() => void) | undefined
   /** A message's handling is pending; later messages wait in `backlog`, in order. */
   busy = false
   readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
@@ -161,6 +164,9 @@ interface Gate {
  * each committed transaction once. Fatal errors (privileges, a missing slot or
  * publication, undecodable data) stop the client.
  */
+/** Longest wait for Postgres to answer the status sent on stop. */
+const FINAL_STATUS_WAIT_MS = 1000
+
 export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   readonly slotName: string
   readonly publicationNames: readonly string[]
@@ -304,9 +310,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     if (!this.stopping) {
       this.stopping = true
       const stream = this.stream
-      if (stream !== undefined && stream.started && stream.failure === undefined) {
-        this.sendStatus(stream, this.ackPosition(stream), false)
-      }
+      if (stream !== undefined && stream.started && stream.failure === undefined) await this.finalStatus(stream)
       stream?.fail(new ReplicationError('client_stopped'))
       this.resume()
       this.wake?.()
@@ -407,6 +411,8 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    * a third of the pipeline's allocations.)
    */
   private receive(stream: Stream, message: PgoutputMessage | DecodeFailure): void {
+    // Stopping: what still arrives is read (see finalStatus) and dropped; replay after a restart delivers it.
+    if (stream.closing) return
     if (stream.busy) {
       stream.backlog.push(message)
       return
@@ -430,7 +436,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
 
   private drainBacklog(stream: Stream): void {
     const { backlog } = stream
-    while (stream.backlogAt < backlog.length) {
+    while (stream.backlogAt < backlog.length && !stream.closing) {
       const message = backlog[stream.backlogAt]!
       stream.backlogAt++
       const pending = this.onData(stream, message)
@@ -442,7 +448,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     backlog.length = 0
     stream.backlogAt = 0
     stream.busy = false
-    if (stream.failure === undefined) socketOf(stream.service)?.resume?.()
+    if (stream.failure === undefined && !stream.closing) socketOf(stream.service)?.resume?.()
   }
 
   private onData(stream: Stream, message: PgoutputMessage | DecodeFailure): void | Promise<void> {
@@ -477,8 +483,32 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     }
   }
 
+  /**
+   * The last status before closing, and Postgres's word that it read it. Closing
+   * a socket with unread data in it sends a reset, and a reset makes the other
+   * side drop what it had not read yet, our status included: so incoming data
+   * is drained and dropped from here on, the status asks for a reply, and the
+   * connection closes once a keepalive arrives (or after a second).
+   */
+  private async finalStatus(stream: Stream): Promise<void> {
+    stream.closing = true
+    socketOf(stream.service)?.resume?.()
+    const answered = new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, FINAL_STATUS_WAIT_MS)
+      stream.onNextKeepalive = () => {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    this.sendStatus(stream, this.ackPosition(stream), true)
+    await answered
+  }
+
   private onKeepalive(stream: Stream, walEnd: string, shouldRespond: boolean): void {
-    if (stream.failure !== undefined || !stream.started) return
+    const waiting = stream.onNextKeepalive
+    stream.onNextKeepalive = undefined
+    waiting?.()
+    if (stream.failure !== undefined || !stream.started || stream.closing) return
     stream.lastHeardAt = this.now()
     const end = parseLsn(walEnd)
     if (end > stream.walEnd) stream.walEnd = end
