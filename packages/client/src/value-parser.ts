@@ -67,11 +67,15 @@ export function createRowParser(schema: ShapeSchema, custom: Parsers = {}): RowP
   const columns = new Map<string, (text: string | null) => unknown>()
   for (const [name, column] of Object.entries(schema)) columns.set(name, columnParser(name, column, parsers))
   return (values) => {
-    const row: Row = {}
+    // A copy of the message's own object keeps its compact layout (every column an
+    // in-object field, as JSON.parse laid it out). A row grown from `{}` one column at
+    // a time keeps only 4 fields in the object and the rest in a separate backing
+    // array: 32 bytes more per row with 11 columns (a 1M-row Shape retained 36 MiB
+    // more than the official client's in bench/client).
+    const row: Row = { ...values }
     for (const name of Object.keys(values)) {
-      const text = values[name] as string | null
       const parse = columns.get(name)
-      row[name] = parse === undefined ? text : parse(text)
+      if (parse !== undefined) row[name] = parse(values[name] as string | null)
     }
     return row
   }
