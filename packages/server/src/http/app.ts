@@ -42,7 +42,8 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     // One debug line per request is logged below instead of fastify's two at info.
     logController: new LogController({ disableRequestLogging: true }),
     rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),
-      return503OnClosing: true,
+    return503OnClosing: true,
+    clientErrorHandler: refuseMalformed,
   })
 
   // Node answers these two before any route runs, one by destroying the socket, the other with an empty 417.
@@ -120,29 +121,54 @@ export function sendError(reply: FastifyReply, error: SluiceError): FastifyReply
   return reply.code(error.status).header(ResponseHeader.contentType, JSON_CONTENT_TYPE).send(JSON.stringify(error.toBody()))
 }
 
-const CONNECT_REFUSAL = JSON.stringify({ message: 'CONNECT is not supported' })
+/** How long a client whose request was refused at the socket may take to close its side before it is cut. */
+const RAW_LINGER_MS = 5_000
 
-/** How long a refused CONNECT's client may take to close its side before the socket is cut. */
-const CONNECT_LINGER_MS = 5_000
+/**
+ * Answers on a socket Node has given up on (CONNECT, a request its parser
+ * refused) and closes our side. Nothing else reads such a socket: unread, a
+ * client that keeps sending never has its close noticed and the socket outlives
+ * server.close(). So it is drained, and cut if the client lingers.
+ */
+function answerRaw(socket: Duplex, status: number, reason: string, message: string, extraHeaders = ''): void {
+  socket.on('error', () => {})
+  socket.resume()
+  const linger = setTimeout(() => socket.destroy(), RAW_LINGER_MS)
+  linger.unref()
+  socket.once('close', () => clearTimeout(linger))
+  if (!socket.writable) return void socket.destroy()
+  const body = JSON.stringify({ message })
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\n` +
+      `${ResponseHeader.server}: ${ELECTRIC_SERVER_VALUE}\r\n` +
+      extraHeaders +
+      `content-type: ${JSON_CONTENT_TYPE}\r\n` +
+      `${ResponseHeader.cacheControl}: ${CacheControl.noStore}\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n` +
+      'connection: close\r\n\r\n' +
+      body,
+  )
+}
 
 /** CONNECT reaches only a 'connect' listener, as a raw socket: without one Node drops the connection unanswered. */
 function refuseConnect(_request: IncomingMessage, socket: Duplex): void {
-  // The socket is ours now and paused: unread, a client that keeps sending (a CONNECT with a body) never
-  // has its close noticed and the socket outlives server.close(). So drain it, and cut it if it lingers.
-  socket.on('error', () => {})
-  socket.resume()
-  const linger = setTimeout(() => socket.destroy(), CONNECT_LINGER_MS)
-  linger.unref()
-  socket.once('close', () => clearTimeout(linger))
-  socket.end(
-    'HTTP/1.1 405 Method Not Allowed\r\n' +
-      `${ResponseHeader.server}: ${ELECTRIC_SERVER_VALUE}\r\n` +
-      'allow: GET, HEAD, POST, DELETE, OPTIONS\r\n' +
-      `content-type: ${JSON_CONTENT_TYPE}\r\n` +
-      `content-length: ${Buffer.byteLength(CONNECT_REFUSAL)}\r\n` +
-      'connection: close\r\n\r\n' +
-      CONNECT_REFUSAL,
-  )
+  answerRaw(socket, 405, 'Method Not Allowed', 'CONNECT is not supported', 'allow: GET, HEAD, POST, DELETE, OPTIONS\r\n')
+}
+
+/**
+ * Bytes Node's HTTP parser refuses (fastify's `clientErrorHandler`): a JSON body
+ * naming what the parser found, where fastify's own says only "Client Error".
+ */
+function refuseMalformed(error: Error & { code?: string; reason?: string }, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const reason = typeof error.reason === 'string' && error.reason !== '' ? error.reason : error.message
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    answerRaw(socket, 431, 'Request Header Fields Too Large', 'The request line and headers are too large (the limit is 16 KiB)')
+  } else if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    answerRaw(socket, 408, 'Request Timeout', 'The request did not arrive in time')
+  } else {
+    answerRaw(socket, 400, 'Bad Request', `Malformed HTTP request: ${reason}${error.code === undefined ? '' : ` (${error.code})`}`)
+  }
 }
 
 /** An `Expect` other than 100-continue: Node's own answer would be a 417 with no body. */
