@@ -41,7 +41,7 @@ type Opener = (url: string, table: string, where: string | undefined) => OpenSha
 
 /** How often heapUsed and RSS are sampled (the RSS peak itself comes from the kernel). */
 const SAMPLE_EVERY_MS = 20
-/** Transactions ahead of the oldest unseen one that each notification checks (commits of the writer's connections may land out of order). */
+/** Transactions past the newest one found that each notification still checks (commits of the writer's connections may land out of order). */
 const LOOKAHEAD = 256
 
 let open: Opener | undefined
@@ -249,7 +249,10 @@ function probe(state: LiveState): void {
   if (!state.measuring) return
   const now = process.hrtime.bigint()
   const value = state.shape.value()
-  for (let s = state.next; s < state.next + LOOKAHEAD && s < state.endSeq; s++) {
+  // The window reaches LOOKAHEAD past the newest transaction found, so a notification that
+  // brings many transactions at once (a lagging server) is read to its end.
+  let limit = state.next + LOOKAHEAD
+  for (let s = state.next; s < limit && s < state.endSeq; s++) {
     if (state.seen.has(s)) continue
     const row = value.get(state.keyById[blockOf(s, state.blocks, state.rowsPerTx).first]!)
     if (row === undefined) continue
@@ -257,9 +260,11 @@ function probe(state: LiveState): void {
     if (seq === s) {
       state.lagsMs.push(Number(now - BigInt(row.stamp_ns as bigint | string)) / 1e6)
       state.seen.add(s)
+      limit = s + LOOKAHEAD
     } else if (seq > s) {
       state.overtaken++
       state.seen.add(s)
+      limit = s + LOOKAHEAD
     }
   }
   while (state.seen.delete(state.next)) state.next++

@@ -82,6 +82,10 @@ export interface LiveRun {
   readonly where: string
   readonly syncMs: number
   readonly writer: WriterResult
+  /** WAL bytes Sluice had not yet confirmed when the writer stopped (its backlog; the same for both clients only if the server kept up). */
+  readonly serverBacklogBytes: number
+  /** Time waited before the run for Sluice to work off the previous run's backlog. */
+  readonly catchUpWaitMs: number
   readonly transactions: number
   /** Transactions whose lag was measured. */
   readonly seen: number
@@ -276,7 +280,8 @@ export function markdown(report: Report): string {
         `(${n(Number(s.writerConnections))} connections) for ${n(Number(s.liveSeconds))} s. Each transaction stamps its rows with CLOCK_MONOTONIC ns taken just before it is sent; ` +
         'at each Shape notification the client process checks which transactions its rows now show and records now minus stamp (so lag includes the commit, replication, the server, HTTP long-poll and the Shape). ' +
         'CPU is the client process\'s user+system time over the window divided by its wall time; peak RSS is VmHWM reset at the start of the window. ' +
-        'After the run, the Shape\'s id:seq:stamp_ns of every row is compared with Postgres.',
+        'After the run, the Shape\'s id:seq:stamp_ns of every row is compared with Postgres. Before each run the orchestrator waits for Sluice\'s replication slot to be caught up, ' +
+        'and records its backlog when the writer stops: lag the server causes falls on whichever client runs then.',
     )
     out.push('')
     out.push('| rows | client | achieved updates/s | lag p50 ms | lag p99 ms | lag max ms | client CPU % of a core | peak RSS MiB | peak heap MiB | lag ours/official | CPU ours/official | RSS ours/official |')
@@ -295,13 +300,13 @@ export function markdown(report: Report): string {
     out.push('')
     out.push('Every run:')
     out.push('')
-    out.push('| client | rep | pos | writer rows/s | tx max ms | tx seen / written | overtaken | missing | lag p50 | p95 | p99 | max | CPU ms | wall s | peak RSS MiB | equals Postgres | CPU pressure % | load 1m |')
-    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|')
+    out.push('| client | rep | pos | writer rows/s | tx max ms | server backlog MB at writer end | tx seen / written | overtaken | missing | lag p50 | p95 | p99 | max | CPU ms | wall s | peak RSS MiB | equals Postgres | CPU pressure % | load 1m |')
+    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|')
     for (const row of report.live) {
       for (const c of CLIENTS) {
         for (const r of row.runs[c]) {
           out.push(
-            `| ${c} | ${r.rep + 1} | ${r.position + 1} | ${n(r.writer.achievedRowsPerSec)} | ${n(r.writer.maxTxMs)} | ${n(r.seen)} / ${n(r.transactions)} | ${r.overtaken} | ${r.missing} | ${n(r.lagP50Ms, 1)} | ${n(r.lagP95Ms, 1)} | ${n(r.lagP99Ms, 1)} | ${n(r.lagMaxMs, 1)} | ` +
+            `| ${c} | ${r.rep + 1} | ${r.position + 1} | ${n(r.writer.achievedRowsPerSec)} | ${n(r.writer.maxTxMs)} | ${n(r.serverBacklogBytes / 1e6, 1)} | ${n(r.seen)} / ${n(r.transactions)} | ${r.overtaken} | ${r.missing} | ${n(r.lagP50Ms, 1)} | ${n(r.lagP95Ms, 1)} | ${n(r.lagP99Ms, 1)} | ${n(r.lagMaxMs, 1)} | ` +
               `${n(r.userMs + r.systemMs)} | ${n(r.wallMs / 1000, 1)} | ${mib(r.peakRss ?? r.peakRssSampled)} | ${r.equalsPostgres ? 'yes' : 'NO'} | ${n(r.cpuPressurePercent ?? Number.NaN)} | ${n(r.loadavg1, 2)} |`,
           )
         }

@@ -77,6 +77,9 @@ const SETTINGS = {
 /** Admission limits raised so no request is refused; chunk size and long-poll as the CLI defaults. */
 const SLUICE_FLAGS = ['--log-level', 'warn', '--max-concurrent-initial', '100000', '--max-concurrent-existing', '100000']
 
+/** Longest wait before a live run for Sluice to work off the previous run's backlog. */
+const CATCH_UP_MAX_MS = 180_000
+
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
 const workerScript = fileURLToPath(new URL('./client-worker.ts', import.meta.url))
@@ -187,6 +190,30 @@ async function postgresSeqDigest(cluster: PostgresCluster): Promise<string> {
 let nextSeq = 1
 let liveRunNo = 0
 
+/** Sluice's replication slot (the CLI default). */
+const SLOT = 'sluice_slot'
+/** WAL not yet confirmed by Sluice below which it counts as caught up (keepalives and catalog reads leave a little). */
+const CAUGHT_UP_BYTES = 1 << 20
+
+/** Bytes of WAL Sluice has not yet made durable and confirmed: its backlog. */
+async function slotLagBytes(cluster: PostgresCluster): Promise<number> {
+  const { rows } = await cluster.query<{ lag: string | null }>(
+    'SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::text AS lag FROM pg_replication_slots WHERE slot_name = $1',
+    [SLOT],
+  )
+  return Number(rows[0]?.lag ?? Number.NaN)
+}
+
+/** Waits (at most `maxMs`) for Sluice to work off its backlog, so a run does not inherit the previous run's. */
+async function waitForCatchUp(cluster: PostgresCluster, maxMs: number): Promise<{ waitedMs: number; lagBytes: number }> {
+  const t0 = performance.now()
+  for (;;) {
+    const lag = await slotLagBytes(cluster)
+    if (!(lag > CAUGHT_UP_BYTES) || performance.now() - t0 > maxMs) return { waitedMs: performance.now() - t0, lagBytes: lag }
+    await new Promise((r) => setTimeout(r, 200))
+  }
+}
+
 async function liveRun(
   shapeUrl: string,
   writer: CommandChild,
@@ -200,6 +227,7 @@ async function liveRun(
   const worker = await spawnWorker(client)
   try {
     const opened = await worker.call<{ syncMs: number }>('liveOpen', { url: shapeUrl, table: LIVE_TABLE, where, rows: SETTINGS.liveRows, blocks, rowsPerTx: SETTINGS.liveRowsPerTx })
+    const caughtUp = await waitForCatchUp(cluster, CATCH_UP_MAX_MS)
     await waitForQuiet(QUIET_WAIT_MS)
     const fromSeq = nextSeq
     const measured = await worker.call<{ before: LiveRun['before'] }>('liveMeasure', { fromSeq })
@@ -212,7 +240,9 @@ async function liveRun(
       blocks,
     })
     nextSeq = w.endSeq
-    const r = await worker.call<Omit<LiveRun, 'rep' | 'position' | 'where' | 'syncMs' | 'writer' | 'before' | 'equalsPostgres' | 'rowsSha256' | 'cpuPressurePercent' | 'loadavg1'>>(
+    // Sluice's backlog when the writer stops: lag the server, not the client, is responsible for.
+    const serverBacklogBytes = await slotLagBytes(cluster)
+    const r = await worker.call<Omit<LiveRun, 'rep' | 'position' | 'where' | 'syncMs' | 'writer' | 'serverBacklogBytes' | 'catchUpWaitMs' | 'before' | 'equalsPostgres' | 'rowsSha256' | 'cpuPressurePercent' | 'loadavg1'>>(
       'liveFinish',
       { endSeq: w.endSeq, timeoutMs: SETTINGS.drainSeconds * 1000 },
     )
@@ -228,6 +258,8 @@ async function liveRun(
       where,
       syncMs: opened.syncMs,
       writer: w,
+      serverBacklogBytes,
+      catchUpWaitMs: caughtUp.waitedMs,
       before: measured.before,
       equalsPostgres: d.seqSha256 === pgDigest && d.rows === SETTINGS.liveRows,
       rowsSha256: d.rowsSha256,
@@ -251,7 +283,7 @@ async function livePart(base: string, cluster: PostgresCluster): Promise<LiveRow
         runs[client].push(r)
         log(
           `  live, rep ${rep + 1}, ${client}: writer ${r.writer.achievedRowsPerSec.toFixed(0)} rows/s (tx max ${r.writer.maxTxMs.toFixed(0)} ms, late max ${r.writer.maxLateMs.toFixed(0)} ms); ` +
-            `lag p50 ${r.lagP50Ms.toFixed(1)} ms, p99 ${r.lagP99Ms.toFixed(1)} ms, max ${r.lagMaxMs.toFixed(1)} ms; ${r.seen}/${r.transactions} tx seen, ${r.missing} missing; ` +
+            `server backlog at the writer's end ${(r.serverBacklogBytes / 1e6).toFixed(1)} MB; lag p50 ${r.lagP50Ms.toFixed(1)} ms, p99 ${r.lagP99Ms.toFixed(1)} ms, max ${r.lagMaxMs.toFixed(1)} ms; ${r.seen}/${r.transactions} tx seen, ${r.missing} missing; ` +
             `CPU ${(((r.userMs + r.systemMs) / r.wallMs) * 100).toFixed(0)}%, peak RSS ${mib(r.peakRss)} MiB; equals Postgres: ${r.equalsPostgres} (PSI ${r.cpuPressurePercent?.toFixed(0) ?? '-'}%, load ${r.loadavg1.toFixed(1)})`,
         )
       }

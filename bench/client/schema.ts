@@ -40,7 +40,7 @@ export function tableSql(name: string, rows: number): string[] {
               'Item ' || i,
               'user' || (i % 997),
               i % 5,
-              (i * 7919) % 100000,
+              ((i::int8 * 7919) % 100000)::int4,
               i % 3 = 0,
               '2025-01-01T00:00:00Z'::timestamptz + i * interval '1 second',
               '2025-01-01T00:00:00Z'::timestamptz + i * interval '1 second' + interval '123456 microseconds',
