@@ -161,6 +161,17 @@ function refuseConnect(_request: IncomingMessage, socket: Duplex): void {
  */
 function refuseMalformed(error: Error & { code?: string; reason?: string }, socket: Duplex): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return
+  // Garbage pipelined behind a valid request: that request's answer may be on the wire already (Node keeps it
+  // as the socket's `_httpMessage`), and nothing may be written into it. It finishes, then the socket closes.
+  const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage
+  if (inFlight != null && !inFlight.writableFinished) {
+    socket.on('error', () => {})
+    const linger = setTimeout(() => socket.destroy(), RAW_LINGER_MS)
+    linger.unref()
+    socket.once('close', () => clearTimeout(linger))
+    inFlight.once('finish', () => socket.end())
+    return
+  }
   const reason = typeof error.reason === 'string' && error.reason !== '' ? error.reason : error.message
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     answerRaw(socket, 431, 'Request Header Fields Too Large', 'The request line and headers are too large (the limit is 16 KiB)')
