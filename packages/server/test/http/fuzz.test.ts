@@ -195,7 +195,9 @@ async function connectionsDropTo(count: number): Promise<void> {
 }
 
 /** Why a response to this case is wrong, or undefined. */
-function problemWith(c: FuzzCase, res: RawResponse, ex: RawExchange): string | undefined {
+function problemWith(c: FuzzCase, res: RawResponse, ex: RawExchange, first: boolean): string | undefined {
+  // Bytes after a request's end are another request to the parser: only the first answer is to our method.
+  if (!first && c.method === 'HEAD') c = { ...c, method: 'GET' }
   const type = res.headers['content-type'] ?? ''
   const text = res.body.toString('utf8')
   if (res.status >= 500) return `status ${res.status}: ${text.slice(0, 500)}`
@@ -311,7 +313,7 @@ async function runCase(c: FuzzCase, target: Target): Promise<void> {
     if (ex.timedOut && c.bodyMayNotArrive) return
     fail('only an interim 100 Continue, no final response')
   }
-  for (const res of final) {
+  for (const [index, res] of final.entries()) {
     seen.statuses.set(res.status, (seen.statuses.get(res.status) ?? 0) + 1)
     // Any answer naming a handle (200, 304, 409, SSE) may have created that shape.
     const handle = res.headers['electric-handle']
@@ -319,7 +321,7 @@ async function runCase(c: FuzzCase, target: Target): Promise<void> {
       if (target.locked) fail(`a ${res.status} naming a shape without the secret`)
       seen.handles.add(handle)
     }
-    const problem = problemWith(c, res, ex)
+    const problem = problemWith(c, res, ex, index === 0)
     if (problem !== undefined) fail(problem)
   }
   // (Node's parser answers garbage without the header, then closes.)
@@ -477,6 +479,16 @@ describe('inputs the fuzz test found', () => {
       expect((json(ex.responses[0]!) as { message: string }).message).toMatch(message)
       expect(ex.closed).toBe(true)
     }
+    await connectionsDropTo(0)
+  })
+
+  it('garbage pipelined behind a HEAD: the HEAD is answered without a body, then the garbage gets its own JSON 400', async () => {
+    // `If-None-Match: <CRLF>` ends the headers early; the next line is a second, malformed request.
+    const bytes = Buffer.from('HEAD /v1/shape/ HTTP/1.1\r\nHost: fuzz\r\nExpect: \r\nIf-None-Match: \r\n\r\nIf-None-Match: \r\n\r\n', 'latin1')
+    const ex = await exchange(server.port, bytes, { timeoutMs: ANSWER_TIMEOUT_MS, headMethods: [true] })
+    expect(ex.responses.map((r) => r.status)).toEqual([417, 400])
+    expect(ex.responses[0]!.body.length).toBe(0)
+    expect((json(ex.responses[1]!) as { message: string }).message).toMatch(/^Malformed HTTP request/)
     await connectionsDropTo(0)
   })
 
