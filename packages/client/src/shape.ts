@@ -15,6 +15,11 @@ import type { Row } from './value-parser.js'
  * consistent picture of the database at one moment (never half a transaction
  * or half a snapshot). Waiting for a txid resolves at the same points.
  */
+/**
+ * What subscribers get. Both fields show the shape as it is when read, like
+ * `Shape.rows`/`Shape.value`: `value` is the live Map, and `rows` is built on
+ * first read after a change (read it in the callback to see that update's rows).
+ */
 export interface ShapeData<T extends Row> {
   readonly rows: readonly T[]
   readonly value: ReadonlyMap<string, T>
@@ -209,7 +214,14 @@ export class Shape<T extends Row = Row> {
     this.#pendingTxids.length = 0
     if (this.#storage !== undefined && this.#storageKey !== undefined && (changed || first)) await this.#save()
     if (changed || first) {
-      const data: ShapeData<T> = { rows: this.rows, value: this.#rows }
+      // `rows` on demand: a subscriber that reads the Map should not pay for a fresh array of every row each time.
+      const shape = this
+      const data: ShapeData<T> = {
+        get rows(): readonly T[] {
+          return shape.rows
+        },
+        value: this.#rows,
+      }
       for (const callback of this.#subscribers) callback(data)
     }
     for (const resolve of this.#readyWaiters) resolve.resolve()
