@@ -890,8 +890,6 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       }
       this.journal.close()
     }
-    this.closed = true
-    if (this.timer) clearTimeout(this.timer)
     for (const s of this.finishing) s.reject(new StorageError('store_closed'))
     for (const log of this.logs.values()) log.retire()
     this.logs.clear()

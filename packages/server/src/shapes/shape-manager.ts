@@ -5,6 +5,7 @@ import type pg from 'pg'
 import type { PublicationManager, Queryable } from '../replication/index.js'
 import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/index.js'
 import {
+  type CompiledDefinition,
   type ShapeDefinition,
   ShapeRegistry,
   type SnapshotStitch,
@@ -154,7 +155,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly tableCache = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
   private readonly tableCacheMs: number
   private readonly tableVersions = new Map<number, { readonly text: string; readonly info: TableInfo }>()
-  private readonly compiledDefinitions = new WeakMap<TableInfo, Map<string, Awaited<ReturnType<typeof compileDefinition>>>>()
+  private readonly compiledDefinitions = new WeakMap<TableInfo, Map<string, CompiledDefinition>>()
   /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
   private readonly published = new Set<number>()
   private readonly queues = new Set<SpillQueue<TransactionPart>>()
@@ -300,7 +301,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * every request, and parsing its where clause each time cost more than
    * serving the response.
    */
-  private async compiled(info: TableInfo, params: ShapeDefinitionParams): Promise<Awaited<ReturnType<typeof compileDefinition>>> {
+  private async compiled(info: TableInfo, params: ShapeDefinitionParams): Promise<CompiledDefinition> {
     const key = JSON.stringify([params.where ?? null, params.params, params.columns ?? null, params.queryableColumns ?? null, params.replica, params.log])
     let known = this.compiledDefinitions.get(info)
     const hit = known?.get(key)
