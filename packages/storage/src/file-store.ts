@@ -9,11 +9,14 @@
  *   1. note the target watermark (the caller's `advance`, capped below any
  *      transaction whose append failed) and the append sequence number;
  *   2. write every dirty log's staged index records and commit the journal
- *      (`journal.ts`: one write and one fdatasync for all of them; with
- *      `journal: false`, fdatasync every dirty log's files in one concurrent
- *      pass instead), and finish pending snapshots (sync, rename into shapes/,
+ *      with the target watermark in the same group (`journal.ts`: one write
+ *      and one fdatasync for all of them and the watermark; with `journal:
+ *      false`, fdatasync every dirty log's files in one concurrent pass
+ *      instead), and finish pending snapshots (sync, rename into shapes/,
  *      sync the directory);
- *   3. publish the watermark file atomically;
+ *   3. with the journal, overwrite `watermark.live` for followers (the
+ *      watermark file itself moves at checkpoints); without it, publish the
+ *      watermark file atomically;
  *   4. move each log's published head to its last transaction covered by the
  *      watermark and appended before step 1, and tell listeners.
  *
@@ -49,7 +52,7 @@ import { recoverLog } from './recovery.js'
 import { acquireStoreLock } from './store-lock.js'
 import { Journal, JournalCommitError } from './journal.js'
 import { replayJournal } from './journal-replay.js'
-import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
+import { LiveWatermark, publishWatermark, readWatermark, syncDirectory } from './watermark.js'
 
 /** Tuning knobs of the file engine. Every one has a production default. */
 export interface FileStoreOptions {
@@ -154,6 +157,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   readonly journal: Journal<FileShapeLog> | undefined
   /** Logs whose files the journal does not fully cover: the next flush syncs them as a whole. */
   private readonly syncNext = new Set<FileShapeLog>()
+  /** Followers' notice of the watermark (journal mode only). */
+  private readonly live: LiveWatermark | undefined
+  /**
+   * A journal group may hold a watermark this store did not keep (its commit
+   * or a sync beside it failed): the next group must publish the real one,
+   * since replay takes the last (journal-format.ts).
+   */
+  private republish = false
 
   private constructor(
     readonly fs: FsPort,
@@ -170,6 +181,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
             segmentBytes: options.journalSegmentBytes ?? DEFAULT_JOURNAL_SEGMENT_BYTES,
             segmentAgeMs: options.journalSegmentAgeMs ?? DEFAULT_JOURNAL_SEGMENT_AGE_MS,
           })
+    this.live = this.journal ? new LiveWatermark(fs, root, (err) => this.emitError(err)) : undefined
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
@@ -198,9 +210,10 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       // Before any log is opened: recovery's cut relies on the files holding
       // everything the watermark covers. Replayed whatever `journal` says now,
       // since the last run may have journaled.
-      const replay = await replayJournal(fs, root)
-      const store = new FileLogStore(fs, root, options, watermark, unlock, replay.nextGeneration)
+      const replay = await replayJournal(fs, root, watermark)
+      const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
       await store.load()
+      store.live?.write(replay.watermark)
       return store
     } catch (err) {
       unlock()
@@ -533,9 +546,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         }
       }
       try {
-        await Promise.all([this.journal.commit(), forEachConcurrently(whole, this.syncConcurrency(), (log) => this.syncFiles(log))])
+        // Logs the journal does not cover are synced first: the group below
+        // publishes a watermark that covers them too.
+        if (whole.length > 0) await forEachConcurrently(whole, this.syncConcurrency(), (log) => this.syncFiles(log))
+        const publishes = failed.length === 0 && (target > this.durable || this.republish)
+        await this.journal.commit(publishes ? { lsn: target > this.durable ? target : this.durable, sequence: this.sequence + 1n } : undefined)
+        if (publishes) this.republish = false
       } catch (err) {
         journalFailed = true
+        this.republish = true
         const owners = err instanceof JournalCommitError ? (err.owners as ReadonlySet<FileShapeLog>) : new Set(whole)
         for (const log of owners) if (!log.deleted && !failed.includes(log)) failed.push(log)
         for (const log of whole) if (!log.deleted && !failed.includes(log)) failed.push(log)
@@ -564,7 +583,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.schedule(false, true)
     }
     try {
-      return await this.publish(target, seq, failed, firstError, created, started)
+      return await this.publish(target, seq, failed, journalFailed, firstError, created, started)
     } finally {
       // Resolved last, so whoever awaited a snapshot also sees everything this
       // flush published (the snapshot itself is durable whatever happened since).
@@ -580,11 +599,13 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     target: bigint,
     seq: number,
     failed: FileShapeLog[],
+    journalFailed: boolean,
     firstError: StorageError | undefined,
     created: FinishingSnapshot[],
     started: number,
   ): Promise<FlushResult> {
-    if (failed.length > 0) {
+    // A failed group with no log in it still failed to publish its watermark.
+    if (failed.length > 0 || journalFailed) {
       for (const log of failed) {
         log.rollbackToPublished()
         this.faults.delete(log)
@@ -597,15 +618,19 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
 
     if (target > this.durable) {
-      try {
-        await publishWatermark(this.fs, this.root, { lsn: target, sequence: this.sequence + 1n })
-      } catch (err) {
-        const e = new FlushError(fromSystemError(err, 'publish the watermark'), this.durable, [])
-        this.lastError = e
-        throw e
+      // With the journal, the group just committed published it.
+      if (!this.journal) {
+        try {
+          await publishWatermark(this.fs, this.root, { lsn: target, sequence: this.sequence + 1n })
+        } catch (err) {
+          const e = new FlushError(fromSystemError(err, 'publish the watermark'), this.durable, [])
+          this.lastError = e
+          throw e
+        }
       }
       this.sequence++
       this.durable = target
+      this.live?.write({ lsn: target, sequence: this.sequence })
     }
 
     const advanced: string[] = []
@@ -650,9 +675,12 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
   }
 
+  /** A checkpoint is about to delete the segments that published `w`. */
+  private readonly keepWatermark = (w: { lsn: bigint; sequence: bigint }): Promise<void> => publishWatermark(this.fs, this.root, w)
+
   /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
   private startCheckpoint(): void {
-    this.journal!.checkpoint(false, (log) => this.syncFiles(log), this.syncConcurrency()).catch((err: unknown) => {
+    this.journal!.checkpoint(false, (log) => this.syncFiles(log), this.syncConcurrency(), this.keepWatermark).catch((err: unknown) => {
       this.emitError(fromSystemError(err, 'checkpoint the journal'))
     })
   }
@@ -884,11 +912,12 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       // A clean shutdown leaves nothing to replay.
       try {
         await this.journal.running?.catch(() => undefined)
-        await this.journal.checkpoint(true, (log) => this.syncFiles(log), this.syncConcurrency())
+        await this.journal.checkpoint(true, (log) => this.syncFiles(log), this.syncConcurrency(), this.keepWatermark)
       } catch (err) {
         error ??= err
       }
       this.journal.close()
+      await this.live?.close()
     }
     for (const s of this.finishing) s.reject(new StorageError('store_closed'))
     for (const log of this.logs.values()) log.retire()

@@ -58,7 +58,12 @@
  *   32  12   reserved     zero
  *   44  4    check        crc32(bytes 0..43) XOR CHECK_SALT
  *
- * journal/NNNNNNNN.jnl (magic "SLJN"): header, then groups; see journal-format.ts.
+ * watermark.live (magic "SLWM"), same 48 bytes as `watermark`, overwritten in place
+ *   after every flush and never synced: read-only followers poll it. The writer
+ *   itself never trusts it (see journal-format.ts for where the watermark lives).
+ *
+ * journal/NNNNNNNN.jnl (magic "SLJN", version 2; version 1 is still read): header,
+ *   then groups; see journal-format.ts.
  *
  * meta.bin (magic "SLGM"):
  *   0   16   header
@@ -75,6 +80,12 @@
  */
 
 export const FORMAT_VERSION = 1
+/**
+ * Kinds whose layout moved on keep their own version: the journal is at 2
+ * (groups may carry a watermark record) and still reads 1.
+ */
+const WRITE_VERSION: Partial<Record<FileKind, number>> = { journal: 2 }
+const READ_VERSIONS: Partial<Record<FileKind, readonly number[]>> = { journal: [1, 2] }
 export const HEADER_BYTES = 16
 export const ENTRY_RECORD_BYTES = 32
 export const CHUNK_RECORD_BYTES = 48
@@ -152,7 +163,7 @@ function checkWords(buf: Buffer, at: number, words: number): number {
 export function encodeHeader(kind: FileKind): Buffer {
   const buf = Buffer.alloc(HEADER_BYTES)
   buf.write(MAGIC[kind], 0, 'latin1')
-  buf[4] = FORMAT_VERSION
+  buf[4] = WRITE_VERSION[kind] ?? FORMAT_VERSION
   return buf
 }
 
@@ -162,7 +173,7 @@ export type HeaderProblem = 'short' | 'magic' | 'version'
 export function checkHeader(kind: FileKind, buf: Uint8Array): HeaderProblem | undefined {
   if (buf.length < HEADER_BYTES) return 'short'
   if (Buffer.from(buf.buffer, buf.byteOffset, 4).toString('latin1') !== MAGIC[kind]) return 'magic'
-  if (buf[4] !== FORMAT_VERSION) return 'version'
+  if (!(READ_VERSIONS[kind] ?? [FORMAT_VERSION]).includes(buf[4]!)) return 'version'
   return undefined
 }
 

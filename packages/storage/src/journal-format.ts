@@ -24,13 +24,26 @@
  *   24+n 4   check        crc32(bytes 0 .. 24+n) XOR CHECK_SALT
  *
  * Record:
- *   0   1    type         1 write, 2 truncate, 3 tombstone
- *   1   1    file         0 log.dat, 1 entries.idx, 2 chunks.idx (0 for a tombstone)
- *   2   1    id length L  1..128
+ *   0   1    type         1 write, 2 truncate, 3 tombstone, 4 watermark (version 2)
+ *   1   1    file         0 log.dat, 1 entries.idx, 2 chunks.idx (0 otherwise)
+ *   2   1    id length L  1..128 (0 for a watermark)
  *   3   L    shape id     ASCII
  *   write:     3+L 8 position, 11+L 4 length m, 15+L m bytes
  *   truncate:  3+L 8 size
  *   tombstone: nothing more; records of this id before it belong to a deleted log
+ *   watermark: 3 8 lsn, 11 8 sequence: the durable watermark this group
+ *              publishes (the last record of its group)
+ *
+ * The journal is where the watermark becomes durable: a flush's group carries
+ * it, so one fdatasync makes a flush's writes and its watermark durable
+ * together. The `watermark` file is rewritten (atomically) only when segments
+ * are about to be deleted, at a checkpoint or after replay, with the last
+ * watermark of those segments. The store's watermark is the last watermark
+ * record of the journal's valid groups in order, or the file's when none has
+ * one. The last, not the highest: a group whose sync failed may still be read
+ * back whole, and the writer then starts a new segment whose first group
+ * publishes the watermark it really kept (with the truncations that undo the
+ * failed group's writes).
  *
  * A group is valid only whole: a torn one (a crash during its write) fails its
  * check, and everything from it on in that segment is ignored. A later segment
@@ -45,6 +58,7 @@ export const GROUP_CHECK_BYTES = 4
 export const RECORD_WRITE = 1
 export const RECORD_TRUNCATE = 2
 export const RECORD_TOMBSTONE = 3
+export const RECORD_WATERMARK = 4
 
 export const JOURNAL_FILES = ['log.dat', 'entries.idx', 'chunks.idx'] as const
 export const FILE_DATA = 0
@@ -125,6 +139,13 @@ export class GroupBuilder {
     this.length = this.head(RECORD_TOMBSTONE, 0, id, 0)
   }
 
+  watermark(lsn: bigint, sequence: bigint): void {
+    const at = this.head(RECORD_WATERMARK, 0, NO_ID, 16)
+    this.buf.writeBigUInt64LE(lsn, at)
+    this.buf.writeBigUInt64LE(sequence, at + 8)
+    this.length = at + 16
+  }
+
   get empty(): boolean {
     return this.records === 0
   }
@@ -149,14 +170,23 @@ export class GroupBuilder {
   }
 }
 
+const NO_ID = new Uint8Array(0)
+
 export type JournalRecord =
   | { readonly type: 1; readonly id: string; readonly file: JournalFile; readonly position: number; readonly bytes: Buffer }
   | { readonly type: 2; readonly id: string; readonly file: JournalFile; readonly size: number }
   | { readonly type: 3; readonly id: string }
 
+export interface GroupWatermark {
+  readonly lsn: bigint
+  readonly sequence: bigint
+}
+
 export interface ParsedGroup {
   readonly sequence: number
+  /** Writes, truncations and tombstones (the watermark record is `watermark`). */
   readonly records: JournalRecord[]
+  readonly watermark: GroupWatermark | undefined
   /** Position just past the group in its segment. */
   readonly end: number
 }
@@ -176,6 +206,7 @@ export function parseGroup(buf: Buffer, at: number, generation: number): ParsedG
   if (buf.readBigUInt64LE(at + 8) !== BigInt(generation)) return undefined
   const sequence = Number(buf.readBigUInt64LE(at + 16))
   const records: JournalRecord[] = []
+  let watermark: GroupWatermark | undefined
   let p = at + GROUP_HEADER_BYTES
   while (p < end) {
     if (p + 3 > end) return undefined
@@ -197,11 +228,15 @@ export function parseGroup(buf: Buffer, at: number, generation: number): ParsedG
       p += 8
     } else if (type === RECORD_TOMBSTONE) {
       records.push({ type, id })
+    } else if (type === RECORD_WATERMARK) {
+      if (p + 16 > end || idLength !== 0) return undefined
+      watermark = { lsn: buf.readBigUInt64LE(p), sequence: buf.readBigUInt64LE(p + 8) }
+      p += 16
     } else {
       return undefined
     }
   }
-  return { sequence, records, end: end + GROUP_CHECK_BYTES }
+  return { sequence, records, watermark, end: end + GROUP_CHECK_BYTES }
 }
 
 /** Every valid group of a segment from `from` on, stopping at the first invalid one. */

@@ -14,8 +14,8 @@ import { checkHeader } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
 import { JOURNAL_FILES, RECORD_TOMBSTONE, RECORD_WRITE, parseSegment, segmentGeneration } from './journal-format.js'
-import type { JournalFile, JournalRecord, ParsedGroup } from './journal-format.js'
-import { syncDirectory } from './watermark.js'
+import type { GroupWatermark, JournalFile, JournalRecord, ParsedGroup } from './journal-format.js'
+import { publishWatermark, syncDirectory } from './watermark.js'
 
 export type FileOp = { readonly position: number; readonly bytes: Buffer } | { readonly size: number }
 
@@ -83,12 +83,20 @@ export interface ReplayResult {
   readonly files: number
   /** The next segment generation to use. */
   readonly nextGeneration: number
+  /** The store's watermark: the journal's last, or `fileWatermark` when no group carried one. */
+  readonly watermark: GroupWatermark
 }
 
-export async function replayJournal(fs: FsPort, root: string): Promise<ReplayResult> {
+/**
+ * Applies the journal (see above) and returns the store's watermark. When the
+ * journal published one, it is written to the watermark file before the
+ * segments holding it are deleted.
+ */
+export async function replayJournal(fs: FsPort, root: string, fileWatermark: GroupWatermark): Promise<ReplayResult> {
   const segments = listSegments(fs, root)
   const ops: OpsById = new Map()
   let groups = 0
+  let watermark = fileWatermark
   for (const seg of segments) {
     let bytes: Buffer
     try {
@@ -98,6 +106,7 @@ export async function replayJournal(fs: FsPort, root: string): Promise<ReplayRes
     }
     for (const g of readSegmentGroups(bytes, seg.generation).groups) {
       foldRecords(ops, g.records)
+      if (g.watermark) watermark = g.watermark
       groups++
     }
   }
@@ -135,6 +144,7 @@ export async function replayJournal(fs: FsPort, root: string): Promise<ReplayRes
     }
   }
   await Promise.all(Array.from({ length: Math.min(REPLAY_CONCURRENCY, ids.length) }, worker))
+  if (watermark !== fileWatermark) await publishWatermark(fs, root, watermark)
   try {
     for (const seg of segments) fs.unlinkSync(seg.path)
     if (segments.length > 0) await syncDirectory(fs, `${root}/journal`)
@@ -142,5 +152,5 @@ export async function replayJournal(fs: FsPort, root: string): Promise<ReplayRes
     throw fromSystemError(err, 'remove replayed journal segments')
   }
   const last = segments.at(-1)
-  return { segments: segments.length, groups, files, nextGeneration: last ? last.generation + 1 : 1 }
+  return { segments: segments.length, groups, files, nextGeneration: last ? last.generation + 1 : 1, watermark }
 }

@@ -18,7 +18,7 @@
  * descriptors belong to the FdCache).
  */
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES, GroupBuilder, segmentName } from './journal-format.js'
-import type { JournalFile } from './journal-format.js'
+import type { GroupWatermark, JournalFile } from './journal-format.js'
 import { encodeHeader } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
@@ -40,6 +40,8 @@ interface Segment<T> {
   readonly openedAt: number
   /** Owners (logs) with records in this segment: what a checkpoint must sync. */
   readonly owners: Set<T>
+  /** The watermark of its last group that carried one. */
+  watermark: GroupWatermark | undefined
 }
 
 /** A commit failed: nothing of its group may be trusted, for any of these owners. */
@@ -96,15 +98,17 @@ export class Journal<T> {
   }
 
   /**
-   * Makes everything recorded so far durable: one write, one fdatasync (and a
+   * Makes everything recorded so far durable, with `watermark` when given (the
+   * group is then the watermark's publication): one write, one fdatasync (and a
    * directory sync when a new segment starts). Returns the owners it covered.
    * On failure the group is dropped and the error names its owners.
    */
-  async commit(): Promise<ReadonlySet<T>> {
+  async commit(watermark?: GroupWatermark): Promise<ReadonlySet<T>> {
     const owners = this.owners
     this.owners = new Set()
     const tombstones = this.tombstones
     for (const id of tombstones) this.builder.tombstone(id)
+    if (watermark) this.builder.watermark(watermark.lsn, watermark.sequence)
     if (this.builder.empty) return owners
     let dirSync = false
     try {
@@ -121,6 +125,7 @@ export class Journal<T> {
       this.builder.reset()
       const fd = seg.fd
       await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])
+      if (watermark) seg.watermark = watermark
       this.broken = false
       this.tombstones = this.tombstones.slice(tombstones.length)
       return owners
@@ -133,7 +138,7 @@ export class Journal<T> {
   private startSegment(): Segment<T> {
     const generation = this.nextGeneration++
     const fd = this.fs.openSync(`${this.dir}/${segmentName(generation)}`, 'wx', 0o644)
-    const seg: Segment<T> = { generation, fd, size: 0, openedAt: performance.now(), owners: new Set() }
+    const seg: Segment<T> = { generation, fd, size: 0, openedAt: performance.now(), owners: new Set(), watermark: undefined }
     this.segments.push(seg)
     const header = encodeHeader('journal')
     writeFully(this.fs, fd, header, header.length, 0)
@@ -152,10 +157,17 @@ export class Journal<T> {
 
   /**
    * Syncs every owner named in the closed segments (all segments with `all`,
-   * when nothing else writes: on close), then deletes those segments. `sync`
-   * must resolve for owners that no longer exist. One checkpoint runs at a time.
+   * when nothing else writes: on close), hands the last watermark those
+   * segments published to `keep` (which must make it durable elsewhere, since
+   * it is deleted with them), then deletes the segments. `sync` must resolve
+   * for owners that no longer exist. One checkpoint runs at a time.
    */
-  checkpoint(all: boolean, sync: (owner: T) => Promise<void>, concurrency: number): Promise<void> {
+  checkpoint(
+    all: boolean,
+    sync: (owner: T) => Promise<void>,
+    concurrency: number,
+    keep: (watermark: GroupWatermark) => Promise<void>,
+  ): Promise<void> {
     const run = async (): Promise<void> => {
       const upto = all ? this.segments.length : this.segments.length - 1
       if (upto <= 0) return
@@ -168,6 +180,10 @@ export class Journal<T> {
         while (next < list.length) await sync(list[next++]!)
       }
       await Promise.all(Array.from({ length: Math.min(concurrency, list.length) }, worker))
+      // The last one, as replay would take it (see journal-format.ts).
+      let last: GroupWatermark | undefined
+      for (const seg of done) last = seg.watermark ?? last
+      if (last) await keep(last)
       // Oldest first: a crash part-way leaves a suffix, and replaying a suffix over synced files is correct.
       for (const seg of done) {
         this.closeSegment(seg)

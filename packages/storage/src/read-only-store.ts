@@ -2,9 +2,10 @@
  * A store opened read-only, typically by another process serving the same
  * directory (a read replica behind the same load balancer). It never writes.
  *
- * What the writer has published is exactly what the watermark file covers: a
- * log's durable prefix for that watermark (see `recovery.ts`). The watermark is
- * replaced atomically, so re-reading it when its inode or mtime changes and
+ * What the writer has published is exactly what its watermark covers: a log's
+ * durable prefix for that watermark (see `recovery.ts`). The writer announces
+ * each watermark after making it durable (in `watermark.live`, or by replacing
+ * the watermark file when it keeps no journal), so re-reading those and
  * extending each log's known prefix from where it stood is enough to follow the
  * writer, without locks and without ever seeing a partial transaction.
  *
@@ -21,7 +22,7 @@ import { FdCache, FileRef } from './fd-cache.js'
 import { LOG_FILES } from './file-log.js'
 import { checkShapeId } from './defaults.js'
 import { DEFAULT_MAX_OPEN_FILES } from './file-store.js'
-import { decodeMeta } from './format.js'
+import { WATERMARK_BYTES, decodeMeta, decodeWatermark } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { nodeFs, readFully } from './fs-port.js'
 import { FILE_DATA } from './journal-format.js'
@@ -29,7 +30,7 @@ import { JournalOverlay, overlayFs } from './journal-overlay.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import { scanLog } from './recovery.js'
-import { WATERMARK_FILE, readWatermark } from './watermark.js'
+import { LIVE_WATERMARK_FILE, WATERMARK_FILE, readWatermark } from './watermark.js'
 
 export interface ReadOnlyStoreOptions {
   readonly dir: string
@@ -128,6 +129,8 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   /** The watermark last reported to `onFlush` listeners (reads refresh `lsn` too, so it cannot serve). */
   private reportedLsn = -1n
   private stamp = ''
+  private liveFd: number | undefined
+  private readonly liveBuf = Buffer.alloc(WATERMARK_BYTES)
   private poller: NodeJS.Timeout | undefined
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private closed = false
@@ -158,7 +161,12 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     return store
   }
 
-  /** Re-reads the watermark if the writer replaced it. Cheap: one stat. */
+  /**
+   * Re-reads the watermark: the writer's live notice (`watermark.live`, one
+   * pread of a descriptor kept open) and, when its stat changed, the watermark
+   * file; a writer without a journal moves only the file. Then, if it moved,
+   * the journal, which then holds at least what it covers.
+   */
   refresh(): void {
     let stat: { mtimeMs: number; ino: number; size: number }
     try {
@@ -166,13 +174,29 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     } catch (err) {
       throw fromSystemError(err, `stat ${this.root}/${WATERMARK_FILE}`)
     }
+    let next = this.lsn
     const stamp = `${stat.ino}:${stat.mtimeMs}:${stat.size}`
-    if (stamp === this.stamp) return
-    const w = readWatermark(this.fs, this.root)
-    // After the watermark: the journal then holds at least what it covers.
-    this.journal.update()
-    if (w) this.lsn = w.lsn
+    if (stamp !== this.stamp) {
+      const w = readWatermark(this.fs, this.root)
+      if (w && w.lsn > next) next = w.lsn
+    }
+    const live = this.readLive()
+    if (live !== undefined && live > next) next = live
+    if (next !== this.lsn || stamp !== this.stamp) this.journal.update()
+    this.lsn = next
     this.stamp = stamp
+  }
+
+  private readLive(): bigint | undefined {
+    try {
+      this.liveFd ??= this.baseFs.openSync(`${this.root}/${LIVE_WATERMARK_FILE}`, 'r')
+      const n = readFully(this.baseFs, this.liveFd, this.liveBuf, 0, WATERMARK_BYTES, 0)
+      // Torn (the writer is overwriting it) or short: the next poll reads it again.
+      const w = n === WATERMARK_BYTES ? decodeWatermark(this.liveBuf) : undefined
+      return typeof w === 'object' ? w.lsn : undefined
+    } catch {
+      return undefined // not there (yet, or a writer without a journal)
+    }
   }
 
   get durableLsn(): bigint {
@@ -288,6 +312,8 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     for (const log of this.logs.values()) log.retire()
     this.logs.clear()
     this.journal.close()
+    if (this.liveFd !== undefined) this.baseFs.closeSync(this.liveFd)
+    this.liveFd = undefined
   }
 }
 

@@ -10,6 +10,7 @@ import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
 
 export const WATERMARK_FILE = 'watermark'
+export const LIVE_WATERMARK_FILE = 'watermark.live'
 const TEMP_FILE = 'watermark.tmp'
 
 export async function syncDirectory(fs: FsPort, dir: string): Promise<void> {
@@ -53,4 +54,66 @@ export function readWatermark(fs: FsPort, root: string): Watermark | undefined {
   if (w === 'version') throw new StorageError('unsupported_format', `${path} has format version ${bytes[4]}`)
   if (typeof w === 'string') throw new StorageError('corrupt_log', `${path} is damaged (${w})`)
   return w
+}
+
+/**
+ * The watermark as of the writer's last flush, for read-only followers: with
+ * the journal, a flush makes its watermark durable inside its journal group
+ * (journal-format.ts), and the `watermark` file moves only at checkpoints. So
+ * after each flush the writer overwrites this file in place with one
+ * positional write, then syncs it in the background, off the flush's path: a
+ * follower on another machine sharing the disk sees it only once synced, and
+ * nothing is lost if a crash takes the last one back (the journal holds it; a
+ * follower then waits for the writer's replay). A follower that reads it torn
+ * sees a failed check and keeps its previous value until the next poll.
+ */
+export class LiveWatermark {
+  private fd: number | undefined
+  private syncing: Promise<void> | undefined
+  private again = false
+
+  constructor(
+    private readonly fs: FsPort,
+    private readonly root: string,
+    private readonly onError: (err: StorageError) => void,
+  ) {}
+
+  write(w: Watermark): void {
+    try {
+      this.fd ??= this.fs.openSync(`${this.root}/${LIVE_WATERMARK_FILE}`, 'w', 0o644)
+      const bytes = encodeWatermark(w)
+      writeFully(this.fs, this.fd, bytes, bytes.length, 0)
+    } catch (err) {
+      // Followers lag until a later write succeeds; the writer loses nothing.
+      this.onError(fromSystemError(err, `write ${LIVE_WATERMARK_FILE}`))
+      return
+    }
+    if (this.syncing) {
+      this.again = true
+      return
+    }
+    const run = async (fd: number): Promise<void> => {
+      do {
+        this.again = false
+        try {
+          await this.fs.fdatasync(fd)
+        } catch (err) {
+          this.onError(fromSystemError(err, `sync ${LIVE_WATERMARK_FILE}`))
+        }
+      } while (this.again)
+      this.syncing = undefined
+    }
+    this.syncing = run(this.fd)
+  }
+
+  async close(): Promise<void> {
+    await this.syncing
+    if (this.fd === undefined) return
+    try {
+      this.fs.closeSync(this.fd)
+    } catch {
+      // Synced above, or a notice a later writer rewrites.
+    }
+    this.fd = undefined
+  }
 }

@@ -371,13 +371,21 @@ describe('read-only store onFlush (engine bug)', () => {
   it('tells listeners about every watermark advance, even one a read noticed first', async () => {
     const enc = new TextEncoder()
     const dir = tempDir('conc-poll')
-    // Pass-through port with a hook right after the watermark rename: the moment a concurrent request can see it.
+    // Pass-through port with a hook right after the writer announces a watermark to
+    // followers (watermark.live): the moment a concurrent request can see it.
     let onPublish = (): void => {}
+    let liveFd = -1
     const fs: FsPort = {
       ...nodeFs,
-      renameSync(from, to) {
-        nodeFs.renameSync(from, to)
-        if (to.endsWith('/watermark')) onPublish()
+      openSync(path, flags, mode) {
+        const fd = nodeFs.openSync(path, flags, mode)
+        if (path.endsWith('/watermark.live')) liveFd = fd
+        return fd
+      },
+      writeSync(fd, buffer, offset, length, position) {
+        const n = nodeFs.writeSync(fd, buffer, offset, length, position)
+        if (fd === liveFd) onPublish()
+        return n
       },
     }
     const writer = await openFileLogStore({ dir, chunkBytes: 100_000, flushIntervalMs: 1000, fs })

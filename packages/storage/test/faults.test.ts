@@ -3,7 +3,7 @@
  * into real files. Each fault must surface as a typed error, hold the watermark
  * back, leave nothing corrupt, and stop mattering once it clears.
  */
-import { readlinkSync, statSync } from 'node:fs'
+import { readlinkSync, statSync, writeFileSync } from 'node:fs'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { formatOffset, parseOffset } from '@sluice/protocol'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -158,8 +158,8 @@ describe('fault injection', () => {
     expect(body(b.read(parseOffset('0_0')))).toHaveLength(2)
   })
 
-  it('a failed watermark publish keeps the old watermark until it succeeds', async () => {
-    const { dir, rules, store: s } = await setup()
+  it('without the journal, a failed watermark publish keeps the old watermark until it succeeds', async () => {
+    const { dir, rules, store: s } = await setup(4096, false)
     await makeShape(s, 'w', [])
     const log = s.get('w')!
     log.appendTransaction([change(10n, 0, 1)])
@@ -173,6 +173,30 @@ describe('fault injection', () => {
     await s.close()
     store = await openFileLogStore({ dir })
     expect(store.durableLsn).toBe(10n)
+  })
+
+  it('a journal group that fails to publish a watermark keeps the old one, and the next group publishes it', async () => {
+    const { dir, rules, store: s } = await setup()
+    await makeShape(s, 'w', [])
+    const log = s.get('w')!
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await s.flush()
+    // Nothing appended: the group holds the watermark alone.
+    s.advance(20n)
+    rules.failNext('fdatasync', { code: 'EIO' })
+    expect(await codeOf(() => s.flush())).toBe('io_error')
+    expect(s.durableLsn).toBe(10n)
+    // As after any FlushError, the caller advances again (it replays from durableLsn).
+    s.advance(20n)
+    expect((await s.flush()).durableLsn).toBe(20n)
+    expect(log.read(parseOffset('0_0')).entryCount).toBe(1)
+    // A crash now (once the background checkpoint that the new segment started is
+    // done, so no two processes write at once): the last group's watermark is the store's.
+    await s.journal?.running
+    writeFileSync(`${dir}/LOCK`, '999999999')
+    store = await openFileLogStore({ dir })
+    expect(store.durableLsn).toBe(20n)
   })
 
   it('a full disk while writing a snapshot leaves no shape behind, and creation can be retried', async () => {
