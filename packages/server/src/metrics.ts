@@ -102,6 +102,8 @@ export class ServerMetrics {
       labelNames: ['reason'],
       registers,
     })
+    // Those went inside Pipeline.start, before anyone could listen.
+    if (pipeline.replicationGap !== undefined) invalidated.inc({ reason: 'replication_gap' }, pipeline.replicationGap.invalidated)
     const onReady = () => created.inc()
     const onInvalidated = (event: { reason: { kind: string } }) => invalidated.inc({ reason: event.reason.kind })
     pipeline.shapes.on('ready', onReady)

@@ -1,4 +1,5 @@
 import { join } from 'node:path'
+import { formatLsn } from '@sluice/protocol'
 import { type FileLogStore, FlushError, type FsPort, type StorageError, openFileLogStore } from '@sluice/storage'
 import pg from 'pg'
 import {
@@ -48,6 +49,29 @@ export interface PipelineOptions {
   readonly storageFs?: FsPort
 }
 
+/**
+ * Found at start: the slot had confirmed past the store's durable watermark
+ * while the store held shapes, so Postgres would never send the transactions
+ * in between again and every restored shape was invalidated.
+ */
+export interface ReplicationGap {
+  /** The slot's `confirmed_flush_lsn`: Postgres resends commits from here on. */
+  readonly slotLsn: bigint
+  /** The store's durable watermark: every commit up to here is in the logs. */
+  readonly storeLsn: bigint
+  /** Restored shapes invalidated for it. */
+  readonly invalidated: number
+}
+
+/**
+ * Idle positions (see ReplicationClientOptions.promiseIdle) reach the store at
+ * most this often. Each costs a flush, a journal sync, and under a busy
+ * workload on unpublished tables keepalives come once per flush: 99 flushes a
+ * second were measured at the default 10 ms interval. Releasing that WAL a
+ * quarter of a second later costs nothing.
+ */
+const IDLE_PROMISE_INTERVAL_MS = 250
+
 /** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
 export const DEFAULT_SUBSET_CONNECTIONS = 2
 
@@ -64,6 +88,8 @@ export class Pipeline {
     private readonly pools: readonly pg.Pool[],
     private readonly streams: SpillStreamBuffer,
     private readonly unsubscribe: Array<() => void>,
+    /** Set when the restored shapes had to go because the slot was ahead of the store (see `start`). */
+    readonly replicationGap: ReplicationGap | undefined,
   ) {}
 
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
@@ -95,12 +121,13 @@ export class Pipeline {
       const publication = new PublicationManager(db, { name: options.publicationName ?? DEFAULT_PUBLICATION_NAME })
       await publication.ensure()
       const slot = new SlotManager(db, { name: options.slotName ?? DEFAULT_SLOT_NAME })
-      await slot.ensure()
+      const slotLsn = (await slot.ensure()).slot.confirmedFlushLsn ?? 0n
       // Opened once each: opening wipes what a previous process left, which the slot will resend.
       streams = await SpillStreamBuffer.open(await SpillDir.open(join(options.storageDir, 'spill', 'streams')))
       const queues = await SpillDir.open(join(options.storageDir, 'spill', 'queues'))
 
       let replication: ReplicationClient | undefined
+      const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
       let shapes: ShapeManager | undefined
       const router = new ShapeRouter({
         advance: (lsn) => store.advance(lsn),
@@ -123,10 +150,16 @@ export class Pipeline {
         ...(options.logger === undefined ? {} : { logger: options.logger }),
         onPressure: (paused) => (paused ? replication?.pause() : replication?.resume()),
       })
+      const replicationGap = await discardIfSlotAhead(shapes, slotLsn, store.durableLsn, options.logger)
+      // Now every log holds all commits below the slot's position (or there is no log): say so, so that a
+      // crash before the first transaction is routed does not find a fresh store's shapes behind the slot.
+      if (slotLsn > 0n) store.advance(slotLsn - 1n)
       replication = new ReplicationClient({
         connection: options.connectionString,
         sink: router,
         durableLsn: () => store.durableLsn,
+        // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
+        promiseIdle: idle.advance,
         slotName: slot.name,
         publicationNames: [publication.name],
         maxTransactionBytes: options.maxTransactionBytes ?? Math.max(1024 * 1024, Math.floor(memoryBudgetBytes / 8)),
@@ -135,6 +168,7 @@ export class Pipeline {
       })
       const client = replication
       const unsubscribe = [
+        idle.cancel,
         store.onFlush((result) => void client.acknowledge(result.durableLsn)),
         store.onError((error: StorageError) => {
           options.logger?.error({ err: error }, 'storage error')
@@ -144,7 +178,7 @@ export class Pipeline {
       ]
       client.on('disconnected', (info) => options.logger?.warn({ err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected'))
       await client.start()
-      return new Pipeline(store, shapes, router, client, subsetPool, pools, streams, unsubscribe)
+      return new Pipeline(store, shapes, router, client, subsetPool, pools, streams, unsubscribe, replicationGap)
     } catch (error) {
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))
@@ -169,4 +203,44 @@ export class Pipeline {
     await Promise.allSettled(this.pools.map((p) => p.end()))
     await this.store.close()
   }
+}
+
+/** `store.advance` at most once per `intervalMs`, with the highest LSN given meanwhile. */
+function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn: bigint) => void; cancel: () => void } {
+  let latest = 0n
+  let timer: NodeJS.Timeout | undefined
+  return {
+    advance: (lsn) => {
+      if (lsn > latest) latest = lsn
+      if (timer !== undefined) return
+      timer = setTimeout(() => {
+        timer = undefined
+        store.advance(latest)
+      }, intervalMs)
+      timer.unref()
+    },
+    cancel: () => clearTimeout(timer),
+  }
+}
+
+/**
+ * Postgres is acknowledged only up to the store's durable watermark, so the
+ * slot's `confirmed_flush_lsn` (the first commit LSN it sends again) is at most
+ * one past it. Further ahead, commits between the two will never arrive, and
+ * every restored log would silently miss them: the store directory came from
+ * an older backup or another machine, the store cut its watermark back after a
+ * damaged journal, or another server moved the slot. Those shapes are
+ * invalidated (clients get 409 and resync) before replication starts; shapes
+ * created afterwards take a fresh snapshot.
+ */
+async function discardIfSlotAhead(shapes: ShapeManager, slotLsn: bigint, storeLsn: bigint, logger: ShapeLogger | undefined): Promise<ReplicationGap | undefined> {
+  const handles = shapes.handles()
+  if (slotLsn <= storeLsn + 1n || handles.length === 0) return undefined
+  const detail = `the replication slot had confirmed ${formatLsn(slotLsn)}, past the shape store's durable position ${formatLsn(storeLsn)}: changes in between were lost`
+  await shapes.invalidateHandles(handles, { kind: 'replication_gap', detail })
+  logger?.warn(
+    { slotLsn: formatLsn(slotLsn), storeLsn: formatLsn(storeLsn), invalidated: handles.length },
+    `replication slot is ahead of the shape store (${formatLsn(slotLsn)} > ${formatLsn(storeLsn)}); invalidated ${handles.length} restored shape(s)`,
+  )
+  return { slotLsn, storeLsn, invalidated: handles.length }
 }

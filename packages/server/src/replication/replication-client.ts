@@ -59,6 +59,16 @@ export interface ReplicationClientOptions {
    * does), so an idle database does not accumulate WAL. Default true.
    */
   readonly advanceWhenIdle?: boolean
+  /**
+   * With `advanceWhenIdle`, where the idle position goes before it is
+   * confirmed (a pipeline passes its store's `advance`). The client promises
+   * `walEnd - 1` here (a commit may start exactly at the keepalive's WAL end)
+   * and confirms `walEnd` only once `durableLsn()` has reached that: the slot
+   * then never skips a commit the store's watermark does not cover, so a slot
+   * ahead of the store at start means changes were really missed (see
+   * Pipeline.start). Without it the idle position is confirmed at once.
+   */
+  readonly promiseIdle?: (lsn: bigint) => void
   readonly statusIntervalMs?: number
   /** 0 disables the check. */
   readonly livenessTimeoutMs?: number
@@ -512,6 +522,8 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     stream.lastHeardAt = this.now()
     const end = parseLsn(walEnd)
     if (end > stream.walEnd) stream.walEnd = end
+    const promise = this.options.promiseIdle
+    if (promise !== undefined && this.isIdle(stream) && stream.walEnd - 1n > this.options.durableLsn()) promise(stream.walEnd - 1n)
     const ack = this.ackPosition(stream)
     if (ack > this.lastConfirmed) {
       this.sendStatus(stream, ack, false)
@@ -550,22 +562,32 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    * committed below that WAL end reached us before the keepalive did and is
    * durable, and any later one commits above it. Postgres's own apply worker
    * uses the same rule (with no pending transactions it reports the last
-   * received position as flushed). Never below what was confirmed already.
+   * received position as flushed). With `promiseIdle`, only once the durable
+   * watermark covers every commit below that WAL end. Never below what was
+   * confirmed already.
    */
   private ackPosition(stream: Stream, cap?: bigint): bigint {
     const durable = this.options.durableLsn()
     let target = cap ?? durable
     if (
-      this.advanceWhenIdle &&
       stream.walEnd > target &&
-      stream.drained &&
-      this.gate === undefined &&
-      !this.assembler.busy &&
-      durable >= this.assembler.lastCommitLsn
+      this.isIdle(stream) &&
+      (this.options.promiseIdle === undefined || durable >= stream.walEnd - 1n)
     ) {
       target = stream.walEnd
     }
     return target > this.lastConfirmed ? target : this.lastConfirmed
+  }
+
+  /** Everything received is handled and durable, and no transaction is open (see ackPosition). */
+  private isIdle(stream: Stream): boolean {
+    return (
+      this.advanceWhenIdle &&
+      stream.drained &&
+      this.gate === undefined &&
+      !this.assembler.busy &&
+      this.options.durableLsn() >= this.assembler.lastCommitLsn
+    )
   }
 
   private sendStatus(stream: Stream, lsn: bigint, requestReply: boolean): void {

@@ -41,8 +41,9 @@ import { type TableInfo, loadTable, loadTableByOid, whereColumns } from './table
  * A crash at any point before 6 leaves no shape: nothing was acknowledged for
  * it, and a later request simply creates it again.
  *
- * Invalidation (TRUNCATE, DDL, a replaced table, DELETE) retires the handle for
- * good and deletes the log; clients holding the handle get 409 from the HTTP
+ * Invalidation (TRUNCATE, DDL, a replaced table, DELETE, a replication slot
+ * found ahead of the store at start) retires the handle for good and deletes
+ * the log; clients holding the handle get 409 from the HTTP
  * layer and start over with a new one.
  *
  * Memory: queues of shapes waiting for their snapshot are the only routed data
@@ -86,10 +87,21 @@ export interface ResolvedShape {
   readonly created: boolean
 }
 
+/** A shape retired by something other than a replicated transaction. */
+export interface ShapeRemoval {
+  /**
+   * 'deleted': on request, or restored but no longer matching its table;
+   * 'replication_gap': restored, but the slot had moved past the store's
+   * watermark, so its log misses changes (see Pipeline.start).
+   */
+  readonly kind: 'deleted' | 'replication_gap'
+  readonly detail: string
+}
+
 export interface ShapeInvalidated {
   readonly handle: string
   readonly definition: ShapeDefinition
-  readonly reason: Invalidation | { readonly kind: 'deleted'; readonly detail: string }
+  readonly reason: Invalidation | ShapeRemoval
 }
 
 export interface ShapeManagerEvents {
@@ -129,7 +141,7 @@ interface LiveShape {
   readonly ready: Promise<ShapeLog>
   log: ShapeLog | undefined
   /** Set when invalidated while the snapshot runs: the creation stops and cleans up. */
-  cancelled: Invalidation | { readonly kind: 'deleted'; readonly detail: string } | undefined
+  cancelled: Invalidation | ShapeRemoval | undefined
   /** Only while the shape is being created (an idle controller costs ~300 bytes per shape). */
   abort: AbortController | undefined
   queue: SpillQueue<TransactionPart> | undefined
@@ -359,7 +371,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   /** The router's invalidation callback: those shapes no longer follow their table. */
   async invalidateHandles(
     handles: readonly string[],
-    reason: Invalidation | { readonly kind: 'deleted'; readonly detail: string },
+    reason: Invalidation | ShapeRemoval,
   ): Promise<void> {
     for (const handle of handles) {
       const shape = this.shapes.get(handle)
