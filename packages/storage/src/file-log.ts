@@ -30,11 +30,13 @@ import {
   writeChunkRecord,
   splitU64,
   writeEntryRecordFast,
+  readEntryRecord,
 } from './format.js'
 import type { FsPort } from './fs-port.js'
-import { readFully, writeFully } from './fs-port.js'
+import { readFully, writeFully, writeFullyAsync } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
+import type { MemoryTail } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
 import type { RecordBlockPool } from './record-stage.js'
 import type { Journal } from './journal.js'
@@ -57,6 +59,8 @@ export interface LogHost {
   clearFault(log: FileShapeLog, tx: bigint): void
   /** Records a write to a registered log's file in the journal; undefined when the store keeps none. */
   readonly journal: Journal<FileShapeLog> | undefined
+  /** A background write-back failed; the bytes stay in memory and the journal, and are tried again. */
+  writeBackFailed(log: FileShapeLog, err: StorageError): void
 }
 
 interface Boundary extends HeadState {
@@ -68,6 +72,9 @@ interface Boundary extends HeadState {
 // size, so a transaction of any size needs bounded memory.
 const STAGE_BYTES = 4 * 1024 * 1024
 let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
+// A log holding this much not yet in its files starts writing it back.
+const WRITE_BACK_BYTES = 256 * 1024
+const NO_BYTES = Buffer.alloc(0)
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
 
 function grow(buf: Buffer, need: number): Buffer {
@@ -96,6 +103,27 @@ export class FileShapeLog implements ShapeLog {
   /** Entry records and chunk records already in their files. */
   private recordsOnDisk: number
   private chunksOnDisk: number
+  /**
+   * Write-behind. A registered log of a store with a journal does not write
+   * its appends into its own files: the journal makes them durable (one sync
+   * for every log), and until a checkpoint needs the files synced, the bytes
+   * wait here and readers are served from memory. At 100k logs each append
+   * would otherwise cost a descriptor open and close (the LRU cannot hold
+   * them all) and a write; a write-back writes everything a log gathered
+   * with one write per file, on the thread pool. Other logs write through,
+   * and `pendLen` stays 0.
+   *
+   * `pend[0, pendLen)` is log.dat from `dataOnDisk` to the appended end; the
+   * staged records from `recordsOnDisk` on are the entry records not yet in
+   * entries.idx, of which those below `recordsJournaled` are in the journal.
+   */
+  private dataOnDisk: number
+  private pend: Buffer = NO_BYTES
+  private pendLen = 0
+  private recordsJournaled: number
+  /** Bumped by every cut: a write-back that raced one must not count as done. */
+  private epoch = 0
+  private flight: Promise<void> | undefined
   /** Chunk records were written since the last successful sync. */
   chunksDirty = false
   /** Set by the store while this log is in its dirty set, to skip the set on hot appends. */
@@ -139,6 +167,8 @@ export class FileShapeLog implements ShapeLog {
     this.appended = head
     this.published = head
     this.recordsOnDisk = head.entries
+    this.recordsJournaled = head.entries
+    this.dataOnDisk = head.dataEnd
     this.chunksOnDisk = head.closedChunks
     this.staged = new RecordStage(host.recordPool)
     // Unpooled: a pooled Buffer would keep a whole 8 KiB slab alive per log.
@@ -151,10 +181,10 @@ export class FileShapeLog implements ShapeLog {
     return this.registered ? this.host.journal : undefined
   }
 
-  /** Sizes of the three files as this process wrote them. */
+  /** Sizes of the three files as this process wrote them (only called on a log writing through). */
   fileEnds(): { data: number; entries: number; chunks: number } {
     return {
-      data: this.appended.dataEnd,
+      data: this.dataOnDisk,
       entries: HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES,
       chunks: HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES,
     }
@@ -194,6 +224,10 @@ export class FileShapeLog implements ShapeLog {
     this.published = head
     this.boundaries = []
     this.recordsOnDisk = head.entries
+    this.recordsJournaled = head.entries
+    this.dataOnDisk = head.dataEnd
+    this.pend = NO_BYTES
+    this.pendLen = 0
     this.chunksOnDisk = head.closedChunks
     this.staged.truncate(0)
     this.open = false
@@ -205,18 +239,29 @@ export class FileShapeLog implements ShapeLog {
    */
   writeIndex(): void {
     const fs = this.host.fs
-    if (this.staged.count > 0) {
+    const journal = this.journal
+    if (journal) {
+      // Write-behind: into the journal only; a write-back puts them in the file.
+      const total = this.recordsOnDisk + this.staged.count
+      if (this.recordsJournaled < total) {
+        const from = this.recordsJournaled - this.recordsOnDisk
+        const n = total - this.recordsJournaled
+        const buf = Buffer.allocUnsafe(n * ENTRY_RECORD_BYTES)
+        this.staged.copyOut(from, from + n, buf, 0)
+        journal.write(this, this.idBytes, FILE_ENTRIES, HEADER_BYTES + this.recordsJournaled * ENTRY_RECORD_BYTES, buf, 0, buf.length)
+        this.recordsJournaled = total
+      }
+    } else if (this.staged.count > 0) {
       const count = this.staged.count
       let at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
-      const journal = this.journal
       this.host.fds.use(this.entries, (fd) =>
         this.staged.drain((buf, length) => {
           writeFully(fs, fd, buf, length, at)
-          journal?.write(this, this.idBytes, FILE_ENTRIES, at, buf, 0, length)
           at += length
         }),
       )
       this.recordsOnDisk += count
+      this.recordsJournaled = this.recordsOnDisk
     }
     const closed = this.appended.closedChunks
     if (this.chunksOnDisk < closed) {
@@ -235,7 +280,7 @@ export class FileShapeLog implements ShapeLog {
       }
       const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
       this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
-      this.journal?.write(this, this.idBytes, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
+      journal?.write(this, this.idBytes, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
       this.chunksOnDisk = closed
       this.chunksDirty = true
     }
@@ -262,9 +307,113 @@ export class FileShapeLog implements ShapeLog {
   read(after: LogOffset): LogRead {
     if (this.deleted) throw new StorageError('shape_deleted', `shape ${this.id} was deleted`)
     return readRange(
-      { id: this.id, fs: this.host.fs, fds: this.host.fds, data: this.data, entries: this.entries, chunks: this.chunks, head: this.published },
+      {
+        id: this.id,
+        fs: this.host.fs,
+        fds: this.host.fds,
+        data: this.data,
+        entries: this.entries,
+        chunks: this.chunks,
+        head: this.published,
+        memory: this.published.dataEnd > this.dataOnDisk || this.published.entries > this.recordsOnDisk ? this.memoryTail() : undefined,
+      },
       after,
     )
+  }
+
+  private memoryTail(): MemoryTail {
+    const recordsStart = this.recordsOnDisk
+    const stage = this.staged
+    return {
+      dataStart: this.dataOnDisk,
+      data: this.pend,
+      recordsStart,
+      record: (index) => {
+        const { buf, at } = stage.locate(index - recordsStart)
+        const r = readEntryRecord(buf, at)
+        if (!r) throw new StorageError('corrupt_log', `shape ${this.id}: staged entry record ${index} is damaged`)
+        return r
+      },
+    }
+  }
+
+  /** Bytes and records waiting for a write-back. */
+  get behind(): boolean {
+    return this.pendLen > 0 || this.recordsJournaled > this.recordsOnDisk
+  }
+
+  /**
+   * Writes what this log holds in memory into its files (data, then the
+   * journaled records that describe it), on the thread pool. Called when a log
+   * gathers WRITE_BACK_BYTES, and by a checkpoint before it syncs the files.
+   * One runs at a time per log; meanwhile appends go on into memory. A cut
+   * during the write wins: the write counts for nothing and the files are cut
+   * to what is known good.
+   */
+  async writeBack(): Promise<void> {
+    while (this.flight) await this.flight.catch(() => undefined)
+    if (this.deleted || !this.behind) return
+    if (this.pendingCut) this.cutTo(this.pendingCut)
+    const epoch = this.epoch
+    const fs = this.host.fs
+    const fds = this.host.fds
+    const dataFrom = this.dataOnDisk
+    const data = this.pend.subarray(0, this.pendLen)
+    const recordsFrom = this.recordsOnDisk
+    const recordCount = this.recordsJournaled - this.recordsOnDisk
+    const records = Buffer.allocUnsafe(recordCount * ENTRY_RECORD_BYTES)
+    this.staged.copyOut(0, recordCount, records, 0)
+    const run = async (): Promise<void> => {
+      if (data.length > 0) await fds.useAsync(this.data, (fd) => writeFullyAsync(fs, fd, data, data.length, dataFrom))
+      if (recordCount > 0) {
+        const at = HEADER_BYTES + recordsFrom * ENTRY_RECORD_BYTES
+        await fds.useAsync(this.entries, (fd) => writeFullyAsync(fs, fd, records, records.length, at))
+      }
+    }
+    const flight = run()
+    this.flight = flight
+    try {
+      await flight
+    } catch (err) {
+      if (epoch !== this.epoch) this.cutFiles()
+      throw fromSystemError(err, `write back shape ${this.id}`)
+    } finally {
+      this.flight = undefined
+    }
+    if (this.deleted) return
+    if (epoch !== this.epoch) {
+      this.cutFiles()
+      return
+    }
+    this.dataOnDisk = dataFrom + data.length
+    const rest = this.pendLen - data.length
+    // A new buffer for what came meanwhile: readers may hold views of the old one.
+    this.pend = rest > 0 ? Buffer.from(this.pend.subarray(data.length, this.pendLen)) : NO_BYTES
+    this.pendLen = rest
+    this.recordsOnDisk = recordsFrom + recordCount
+    this.staged.dropFront(recordCount)
+  }
+
+  /** Write-back until what the journal held at the call is in the files (a checkpoint needs that). */
+  async writeBackAll(): Promise<void> {
+    const data = this.dataOnDisk + this.pendLen
+    const records = this.recordsJournaled
+    for (let tries = 0; !this.deleted && (this.dataOnDisk < Math.min(data, this.appended.dataEnd) || this.recordsOnDisk < Math.min(records, this.recordsJournaled)); tries++) {
+      if (tries === 8) throw new StorageError('io_error', `shape ${this.id}: write-back kept racing cuts`)
+      await this.writeBack()
+    }
+  }
+
+  /** Keeps bytes of a write-behind append. */
+  private keep(buf: Uint8Array, length: number): void {
+    const need = this.pendLen + length
+    if (need > this.pend.length) {
+      const grown = Buffer.allocUnsafe(Math.max(need, Math.min(this.pend.length * 2, STAGE_BYTES), 512))
+      this.pend.copy(grown, 0, 0, this.pendLen)
+      this.pend = grown
+    }
+    this.pend.set(length === buf.length ? buf : buf.subarray(0, length), this.pendLen)
+    this.pendLen = need
   }
 
   /*
@@ -445,13 +594,16 @@ export class FileShapeLog implements ShapeLog {
     }
 
     try {
-      // Pass 2: entry bytes, staged into pieces of at most STAGE_BYTES.
-      const fd = fds.acquire(this.data)
+      // Pass 2: entry bytes, staged into pieces of at most STAGE_BYTES:
+      // into memory and the journal (write-behind), or into the file.
       const journal = this.journal
-      const put = (buf: Uint8Array, length: number, position: number): void => {
-        writeFully(fs, fd, buf, length, position)
-        journal?.write(this, this.idBytes, FILE_DATA, position, buf, 0, length)
-      }
+      const fd = journal ? -1 : fds.acquire(this.data)
+      const put = journal
+        ? (buf: Uint8Array, length: number, position: number): void => {
+            this.keep(buf, length)
+            journal.write(this, this.idBytes, FILE_DATA, position, buf, 0, length)
+          }
+        : (buf: Uint8Array, length: number, position: number): void => writeFully(fs, fd, buf, length, position)
       try {
         let at = before.dataEnd
         let fill = 0
@@ -480,8 +632,9 @@ export class FileShapeLog implements ShapeLog {
         }
         if (fill > 0) put(dataStage, fill, at - fill)
       } finally {
-        fds.release(this.data)
+        if (!journal) fds.release(this.data)
       }
+      if (!journal) this.dataOnDisk = pos
 
       // Pass 3: stage the records; a flush writes them after the bytes they describe.
       const stage = this.staged
@@ -510,8 +663,16 @@ export class FileShapeLog implements ShapeLog {
         seq: this.host.nextSeq(),
       }
       this.appended = head
-      // A huge transaction must not hold its whole index in memory.
-      if (this.staged.count * ENTRY_RECORD_BYTES >= STAGE_BYTES) this.writeIndex()
+      if (this.journal) {
+        if (this.pendLen >= WRITE_BACK_BYTES && !this.flight) {
+          // Journaled first: a write-back writes only records the journal holds.
+          this.writeIndex()
+          this.writeBack().catch((err: unknown) => this.host.writeBackFailed(this, fromSystemError(err, `write back shape ${this.id}`)))
+        }
+      } else if (this.staged.count * ENTRY_RECORD_BYTES >= STAGE_BYTES) {
+        // A huge transaction must not hold its whole index in memory.
+        this.writeIndex()
+      }
     } catch (err) {
       this.cutTo(before)
       throw fromSystemError(err, `append to shape ${this.id}`)
@@ -519,28 +680,47 @@ export class FileShapeLog implements ShapeLog {
     this.host.markDirty(this, pos - before.dataEnd)
   }
 
-  /** Truncates all three files to `head` and makes it the appended head. */
+  /** Makes `head` the appended head: drops what lies past it in memory and cuts the files to it. */
   private cutTo(head: HeadState): void {
+    this.epoch++
     this.chunks.length = Math.min(this.chunks.length, head.closedChunks)
     this.appended = head
-    // Staged records start at entry `recordsOnDisk`; keep those below the new head.
+    // Memory holds log.dat from dataOnDisk on and records from recordsOnDisk on; keep what lies below the new head.
+    if (head.dataEnd >= this.dataOnDisk) {
+      this.pendLen = Math.min(this.pendLen, head.dataEnd - this.dataOnDisk)
+    } else {
+      this.dataOnDisk = head.dataEnd
+      this.pend = NO_BYTES
+      this.pendLen = 0
+    }
     this.recordsOnDisk = Math.min(this.recordsOnDisk, head.entries)
     this.staged.truncate(head.entries - this.recordsOnDisk)
+    this.recordsJournaled = Math.min(this.recordsJournaled, head.entries)
     this.chunksOnDisk = Math.min(this.chunksOnDisk, head.closedChunks)
-    const fs = this.host.fs
-    const fds = this.host.fds
-    const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
     // Recorded whether or not the truncates succeed: replay must never bring back bytes past the head.
     const journal = this.journal
-    if (journal) for (let f = 0; f < 3; f++) journal.truncate(this, this.idBytes, f as 0 | 1 | 2, sizes[f]!)
+    if (journal) {
+      const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
+      for (let f = 0; f < 3; f++) journal.truncate(this, this.idBytes, f as 0 | 1 | 2, sizes[f]!)
+    }
+    // A write-back in flight may still land past the cut: it cuts the files when it ends.
+    if (!this.flight) this.cutFiles()
+  }
+
+  /** Truncates the files to what they hold that is known good (the rest is in memory, or gone). */
+  private cutFiles(): void {
+    const fs = this.host.fs
+    const fds = this.host.fds
+    const head = this.appended
     try {
-      fds.use(this.data, (fd) => fs.ftruncateSync(fd, sizes[0]))
-      fds.use(this.entries, (fd) => fs.ftruncateSync(fd, sizes[1]))
-      fds.use(this.chunkFile, (fd) => fs.ftruncateSync(fd, sizes[2]))
+      fds.use(this.data, (fd) => fs.ftruncateSync(fd, this.dataOnDisk))
+      fds.use(this.entries, (fd) => fs.ftruncateSync(fd, HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES))
+      fds.use(this.chunkFile, (fd) => fs.ftruncateSync(fd, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES))
+      this.chunksDirty = true
       this.pendingCut = undefined
     } catch {
-      // Retried before the next append; until then the garbage lies past every
-      // head and no reader or replay can reach it.
+      // Retried before the next append or write-back; until then the garbage
+      // lies past every head and no reader or replay can reach it.
       this.pendingCut = head
     }
   }

@@ -660,15 +660,27 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     return Math.max(1, Math.min(MAX_CONCURRENT_SYNCS, Math.floor(this.fds.maxOpen / 3)))
   }
 
-  /** Syncs a log's files as they are, for a checkpoint; nothing to do for a deleted log. */
+  /**
+   * Writes back what a log keeps in memory (write-behind) and syncs its files,
+   * for a checkpoint; nothing to do for a deleted log. chunks.idx is synced only
+   * when something changed it since its last sync.
+   */
   private async syncFiles(log: FileShapeLog): Promise<void> {
     if (log.deleted) return
     try {
-      await Promise.all([
-        this.fds.useAsync(log.data, (fd) => this.fs.fdatasync(fd)),
-        this.fds.useAsync(log.entries, (fd) => this.fs.fdatasync(fd)),
-        this.fds.useAsync(log.chunkFile, (fd) => this.fs.fdatasync(fd)),
-      ])
+      await log.writeBackAll()
+      const chunks = log.chunksDirty
+      log.chunksDirty = false
+      try {
+        await Promise.all([
+          this.fds.useAsync(log.data, (fd) => this.fs.fdatasync(fd)),
+          this.fds.useAsync(log.entries, (fd) => this.fs.fdatasync(fd)),
+          chunks ? this.fds.useAsync(log.chunkFile, (fd) => this.fs.fdatasync(fd)) : undefined,
+        ])
+      } catch (err) {
+        log.chunksDirty ||= chunks
+        throw err
+      }
     } catch (err) {
       if (log.deleted) return
       throw fromSystemError(err, `sync shape ${log.id}`)
@@ -823,6 +835,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.dirtyBytes += bytes
     if (this.dirtyBytes >= this.flushBytes) this.schedule(true)
     else if (!this.timer) this.schedule(false)
+  }
+
+  writeBackFailed(log: FileShapeLog, err: StorageError): void {
+    // Nothing is lost: the bytes stay in memory and in the journal, and the next write-back or checkpoint tries again.
+    if (!log.deleted) this.emitError(err)
   }
 
   markUnpublished(log: FileShapeLog): void {

@@ -16,6 +16,8 @@ export interface FsPort {
   fstatSync(fd: number): { size: number; ino: number }
   statSync(path: string): { size: number; mtimeMs: number; ino: number }
   read(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
+  /** On the thread pool: write-behind copies many logs' bytes into their files without holding the event loop. */
+  write(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
   fdatasync(fd: number): Promise<void>
   fsync(fd: number): Promise<void>
   mkdirSync(path: string, options: { recursive: true }): void
@@ -43,6 +45,8 @@ export const nodeFs: FsPort = {
     promised<number>((cb) => fs.read(fd, buffer, offset, length, position, (err, n) => cb(err, n))),
   fdatasync: (fd) => promised<void>((cb) => fs.fdatasync(fd, (err) => cb(err, undefined))),
   fsync: (fd) => promised<void>((cb) => fs.fsync(fd, (err) => cb(err, undefined))),
+  write: (fd, buffer, offset, length, position) =>
+    promised<number>((cb) => fs.write(fd, buffer, offset, length, position, (err, n) => cb(err, n))),
   mkdirSync: (path, options) => void fs.mkdirSync(path, options),
   readdirSync: (path) => fs.readdirSync(path),
   renameSync: (from, to) => fs.renameSync(from, to),
@@ -57,6 +61,16 @@ export function writeFully(port: FsPort, fd: number, buf: Uint8Array, length: nu
   let done = 0
   while (done < length) {
     const n = port.writeSync(fd, buf, done, length - done, position + done)
+    if (n <= 0) throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' })
+    done += n
+  }
+}
+
+/** `writeFully` on the thread pool. */
+export async function writeFullyAsync(port: FsPort, fd: number, buf: Uint8Array, length: number, position: number): Promise<void> {
+  let done = 0
+  while (done < length) {
+    const n = await port.write(fd, buf, done, length - done, position + done)
     if (n <= 0) throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' })
     done += n
   }

@@ -1,6 +1,7 @@
 /**
- * Offset resolution for a file log: `read(after)` to one contiguous span of
- * log.dat, touching no JSON.
+ * Offset resolution for a file log: `read(after)` to one contiguous range of
+ * log.dat, touching no JSON: a file span, or (for the writer's write-behind
+ * tail, see file-log.ts) a bytes span, or a file span and then a bytes span.
  *
  *   1. Binary search the in-memory chunk list (the sparse index) for the first
  *      closed chunk whose end offset is above `after`; none means the open chunk.
@@ -23,6 +24,19 @@ import { StorageError, fromSystemError } from './errors.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { openChunkStart } from './log-state.js'
 
+/**
+ * The part of a log not yet in its files (the writer's write-behind, see
+ * file-log.ts): log.dat bytes from `dataStart` on, and entry records from
+ * `recordsStart` on.
+ */
+export interface MemoryTail {
+  readonly dataStart: number
+  /** Valid from 0 to the head's dataEnd - dataStart; never rewritten below the published head. */
+  readonly data: Buffer
+  readonly recordsStart: number
+  record(index: number): EntryRecord
+}
+
 export interface ReadContext {
   readonly id: string
   readonly fs: FsPort
@@ -31,11 +45,13 @@ export interface ReadContext {
   readonly entries: FileRef
   readonly chunks: readonly ChunkInfo[]
   readonly head: HeadState
+  readonly memory?: MemoryTail | undefined
 }
 
 const recordBuf = Buffer.alloc(ENTRY_RECORD_BYTES)
 
 function loadRecord(ctx: ReadContext, index: number): EntryRecord {
+  if (ctx.memory && index >= ctx.memory.recordsStart) return ctx.memory.record(index)
   const record = ctx.fds.use(ctx.entries, (fd) => {
     try {
       const n = readFully(ctx.fs, fd, recordBuf, 0, ENTRY_RECORD_BYTES, HEADER_BYTES + index * ENTRY_RECORD_BYTES)
@@ -91,14 +107,41 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
   }
   if (first >= endEntry) return emptyRead(after, endEntry === head.entries)
 
+  const mem = ctx.memory
+  const entryCount = endEntry - first
+  const reachedHead = endEntry === head.entries
+  if (mem && endPos > mem.dataStart) {
+    // Bytes past the files' end come from memory; a range across it takes both.
+    const tail = mem.data.subarray(Math.max(firstPos, mem.dataStart) - mem.dataStart, endPos - mem.dataStart)
+    if (firstPos >= mem.dataStart) {
+      return { spans: [{ kind: 'bytes', bytes: tail }], byteLength: tail.length, entryCount, nextOffset, reachedHead, release() {} }
+    }
+    const fd = ctx.fds.acquire(ctx.data)
+    let done = false
+    return {
+      spans: [
+        { kind: 'file', fd, position: firstPos, length: mem.dataStart - firstPos },
+        { kind: 'bytes', bytes: tail },
+      ],
+      byteLength: endPos - firstPos,
+      entryCount,
+      nextOffset,
+      reachedHead,
+      release: () => {
+        if (done) return
+        done = true
+        ctx.fds.release(ctx.data)
+      },
+    }
+  }
   const fd = ctx.fds.acquire(ctx.data)
   let released = false
   return {
     spans: [{ kind: 'file', fd, position: firstPos, length: endPos - firstPos }],
     byteLength: endPos - firstPos,
-    entryCount: endEntry - first,
+    entryCount,
     nextOffset,
-    reachedHead: endEntry === head.entries,
+    reachedHead,
     release: () => {
       if (released) return
       released = true

@@ -84,6 +84,44 @@ export class RecordStage {
     }
   }
 
+  /** Copies records [from, to) into `out` at `at`. */
+  copyOut(from: number, to: number, out: Buffer, at: number): void {
+    for (let i = from; i < to; ) {
+      const block = this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!
+      const inBlock = i & (RECORDS_PER_BLOCK - 1)
+      const n = Math.min(to - i, RECORDS_PER_BLOCK - inBlock)
+      block.buf.copy(out, at, inBlock * ENTRY_RECORD_BYTES, (inBlock + n) * ENTRY_RECORD_BYTES)
+      at += n * ENTRY_RECORD_BYTES
+      i += n
+    }
+  }
+
+  /** The block and byte offset of record `i`. */
+  locate(i: number): { buf: Buffer; at: number } {
+    return { buf: this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!.buf, at: (i & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES }
+  }
+
+  /** Drops the first `n` records (they reached their file); the rest move to the front. */
+  dropFront(n: number): void {
+    if (n <= 0) return
+    if (n >= this.count) {
+      this.truncate(0)
+      return
+    }
+    const rest = this.count - n
+    const keep = Buffer.allocUnsafe(rest * ENTRY_RECORD_BYTES)
+    this.copyOut(n, this.count, keep, 0)
+    this.truncate(0)
+    this.reserve(rest)
+    this.count = rest
+    for (let i = 0; i < rest; ) {
+      const { buf, at } = this.locate(i)
+      const m = Math.min(rest - i, RECORDS_PER_BLOCK - (i & (RECORDS_PER_BLOCK - 1)))
+      keep.copy(buf, at, i * ENTRY_RECORD_BYTES, (i + m) * ENTRY_RECORD_BYTES)
+      i += m
+    }
+  }
+
   /** Calls `write(bytes, length)` for each block in order, then empties the stage. */
   drain(write: (buf: Buffer, length: number) => void): void {
     let left = this.count * ENTRY_RECORD_BYTES

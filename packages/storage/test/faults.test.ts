@@ -52,8 +52,8 @@ describe('fault injection', () => {
     return { dir, rules: faulty.rules, store }
   }
 
-  it('a full disk during an append is a typed error that holds the watermark and loses nothing', async () => {
-    const { dir, rules, store: s } = await setup()
+  it('writing through (no journal): a full disk during an append is a typed error that holds the watermark and loses nothing', async () => {
+    const { dir, rules, store: s } = await setup(4096, false)
     await makeShape(s, 'a', [row(1)])
     const log = s.get('a')!
     log.appendTransaction([change(10n, 0, 1)])
@@ -77,8 +77,8 @@ describe('fault injection', () => {
     expect(body(log.read(parseOffset('0_0')))).toHaveLength(3)
   })
 
-  it('a torn write of the entry index during a flush rolls the log back, and the replay lands in its place', async () => {
-    const { dir, rules, store: s } = await setup()
+  it('writing through (no journal): a torn write of the entry index during a flush rolls the log back, and the replay lands in its place', async () => {
+    const { dir, rules, store: s } = await setup(4096, false)
     await makeShape(s, 'torn', [])
     const log = s.get('torn')!
     log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)])
@@ -105,8 +105,8 @@ describe('fault injection', () => {
     expect(body(store.get('torn')!.read(parseOffset('0_0')))).toHaveLength(2)
   })
 
-  it('a torn write of the entry bytes is cut away too', async () => {
-    const { dir, rules, store: s } = await setup()
+  it('writing through (no journal): a torn write of the entry bytes is cut away too', async () => {
+    const { dir, rules, store: s } = await setup(4096, false)
     await makeShape(s, 'tornd', [])
     const log = s.get('tornd')!
     rules.tornWrite({ bytes: 'half', code: 'ENOSPC', match: onFile('log.dat') })
@@ -256,8 +256,8 @@ describe('fault injection', () => {
     expect(body((await done).read(parseOffset('0_0')))).toHaveLength(1)
   })
 
-  it('keeps working when cutting back a failed append fails too', async () => {
-    const { dir, rules, store: s } = await setup()
+  it('writing through (no journal): keeps working when cutting back a failed append fails too', async () => {
+    const { dir, rules, store: s } = await setup(4096, false)
     await makeShape(s, 'cut', [])
     const log = s.get('cut')!
     rules.tornWrite({ bytes: 10, code: 'EIO', match: onFile('log.dat') })

@@ -1,0 +1,193 @@
+/**
+ * Write-behind (file-log.ts): with the journal, a registered log keeps its
+ * appends in memory and the journal, serves them from memory, and writes them
+ * into its files only at 256 KiB or at a checkpoint. These tests check that
+ * readers see the same bytes either way, that a failed write-back loses
+ * nothing, and that a cut racing a write-back in flight wins.
+ */
+import { readlinkSync, statSync, writeFileSync } from 'node:fs'
+import { parseOffset } from '@sluice/protocol'
+import { createFaultyFs, useTempDir } from '@sluice/test-utils'
+import { describe, expect, it } from 'vitest'
+import { FlushError, nodeFs, openFileLogStore, readSpans } from '../src/index.js'
+import type { FsPort, ShapeLog, StorageError } from '../src/index.js'
+import { body, change, makeShape, row } from './contract-suite.js'
+
+const tempDirs = useTempDir()
+const enc = new TextEncoder()
+
+function big(lsn: bigint, op: number, kb: number): { offset: { tx: bigint; op: bigint }; json: Uint8Array } {
+  return { offset: { tx: lsn, op: BigInt(op) }, json: enc.encode(JSON.stringify({ headers: { lsn: String(lsn), op }, value: { pad: 'y'.repeat(kb * 1024) } })) }
+}
+
+/** Every stored byte after the snapshot, read the way clients do (chunk by chunk). */
+function liveBytes(log: ShapeLog): Buffer {
+  const parts: Buffer[] = []
+  let after = parseOffset('0_inf')
+  for (;;) {
+    const r = log.read(after)
+    if (r.entryCount === 0) {
+      r.release()
+      return Buffer.concat(parts)
+    }
+    parts.push(readSpans(r))
+    r.release()
+    after = r.nextOffset
+  }
+}
+
+const onFile =
+  (name: string) =>
+  (args: readonly unknown[]): boolean => {
+    try {
+      return readlinkSync(`/proc/self/fd/${String(args[0])}`).endsWith(`/${name}`)
+    } catch {
+      return false
+    }
+  }
+
+const sizeOf = (dir: string, id: string, file: string): number => statSync(`${dir}/shapes/${id}/${file}`).size
+
+describe('write-behind', () => {
+  it('serves appends from memory until 256 KiB or a checkpoint, then from the files, byte for byte the same', async () => {
+    const dir = await tempDirs.make('wb-serve')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 64 * 1024 })
+    const log = await makeShape(s, 'a', [row(1), row(2)])
+    const dataAfterSnapshot = sizeOf(dir, 'a', 'log.dat')
+    const entriesAfterSnapshot = sizeOf(dir, 'a', 'entries.idx')
+    for (let tx = 1n; tx <= 5n; tx++) log.appendTransaction([change(tx, 0, 1), change(tx, 1, 2)])
+    s.advance(5n)
+    await s.flush()
+    // Durable (journal) and readable, but not in the log's own files yet.
+    expect(body(log.read(parseOffset('0_inf')))).toHaveLength(10)
+    expect(sizeOf(dir, 'a', 'log.dat')).toBe(dataAfterSnapshot)
+    expect(sizeOf(dir, 'a', 'entries.idx')).toBe(entriesAfterSnapshot)
+    // A mid-chunk offset resolves through the staged records.
+    expect(body(log.read({ tx: 3n, op: 0n }))).toHaveLength(5)
+    const inMemory = liveBytes(log)
+
+    // 300 KiB more: past the threshold, a write-back starts on its own.
+    for (let tx = 6n; tx <= 8n; tx++) log.appendTransaction([big(tx, 0, 100)])
+    s.advance(8n)
+    await s.flush()
+    for (let i = 0; i < 200 && sizeOf(dir, 'a', 'log.dat') === dataAfterSnapshot; i++) await new Promise((r) => setTimeout(r, 5))
+    expect(sizeOf(dir, 'a', 'log.dat')).toBeGreaterThan(dataAfterSnapshot + 256 * 1024)
+    const all = liveBytes(log)
+    expect(all.subarray(0, inMemory.length).equals(inMemory)).toBe(true)
+    // A read from a mid-chunk offset runs to the chunk's end (the first 100 KiB entry closes it).
+    expect(body(log.read({ tx: 2n, op: 1n }))).toHaveLength(6 + 1)
+
+    // Close checkpoints: everything reaches the files, and a reopen reads the same.
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 64 * 1024 })
+    expect(liveBytes(again.get('a')!).equals(all)).toBe(true)
+    await again.close()
+  })
+
+  it("stitches a read across the files' end: the written-back part from the file, the rest from memory", async () => {
+    const dir = await tempDirs.make('wb-straddle')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 1024 * 1024 })
+    const log = await makeShape(s, 'd', [])
+    const dataAfterSnapshot = sizeOf(dir, 'd', 'log.dat')
+    for (let tx = 1n; tx <= 3n; tx++) log.appendTransaction([big(tx, 0, 100)])
+    // The write-back is done once its last write (the records) landed and its continuation ran.
+    const entriesAfterSnapshot = sizeOf(dir, 'd', 'entries.idx')
+    for (let i = 0; i < 200 && sizeOf(dir, 'd', 'entries.idx') === entriesAfterSnapshot; i++) await new Promise((r) => setTimeout(r, 5))
+    await new Promise((r) => setTimeout(r, 20))
+    expect(sizeOf(dir, 'd', 'log.dat')).toBeGreaterThan(dataAfterSnapshot)
+    for (let tx = 4n; tx <= 6n; tx++) log.appendTransaction([change(tx, 0, Number(tx))])
+    s.advance(6n)
+    await s.flush()
+    const r = log.read(parseOffset('0_inf'))
+    expect(r.spans.map((x) => x.kind)).toEqual(['file', 'bytes'])
+    expect(r.entryCount).toBe(6)
+    r.release()
+    const before = liveBytes(log)
+    expect(body(log.read(parseOffset('0_inf'))).map((m) => (m as { headers: { lsn: string } }).headers.lsn)).toEqual(['1', '2', '3', '4', '5', '6'])
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 1024 * 1024 })
+    expect(liveBytes(again.get('d')!).equals(before)).toBe(true)
+    await again.close()
+  })
+
+  it('a write-back that fails (full disk) loses nothing: reads go on from memory, the checkpoint is retried, a crash replays', async () => {
+    const dir = await tempDirs.make('wb-full')
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    const errors: StorageError[] = []
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 2048 })
+    s.onError((e) => errors.push(e))
+    const log = await makeShape(s, 'b', [])
+    faulty.rules.failNext('write', { code: 'ENOSPC', match: onFile('log.dat'), times: 2 })
+    let tx = 1n
+    for (; tx <= 40n; tx++) {
+      log.appendTransaction([change(tx, 0, Number(tx))])
+      s.advance(tx)
+      await s.flush()
+    }
+    await s.journal?.running
+    expect(errors.some((e) => e.code === 'disk_full')).toBe(true)
+    expect(body(log.read(parseOffset('0_inf')))).toHaveLength(40)
+    // The disk has room again: later checkpoints write everything back.
+    for (; tx <= 60n; tx++) {
+      log.appendTransaction([change(tx, 0, Number(tx))])
+      s.advance(tx)
+      await s.flush()
+    }
+    await s.journal?.running
+    const expected = liveBytes(log)
+    expect(body(log.read(parseOffset('0_inf')))).toHaveLength(60)
+    // A crash now: replay brings back whatever the files lack.
+    writeFileSync(`${dir}/LOCK`, '999999999')
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(60n)
+    expect(liveBytes(again.get('b')!).equals(expected)).toBe(true)
+    await again.close()
+  })
+
+  it('a cut while a write-back is in flight wins: the rolled-back bytes reach no reader and no reopen', async () => {
+    const dir = await tempDirs.make('wb-race')
+    // Writes on the thread pool wait at a gate, so the race is forced, not hoped for.
+    let gate: Promise<void> | undefined
+    let open = (): void => {}
+    const gated: FsPort = {
+      ...nodeFs,
+      async write(fd, buffer, offset, length, position) {
+        if (gate) await gate
+        return nodeFs.write(fd, buffer, offset, length, position)
+      },
+    }
+    const faulty = createFaultyFs<FsPort>(gated)
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const log = await makeShape(s, 'c', [row(1)])
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await s.flush()
+    const durable = liveBytes(log)
+
+    gate = new Promise((r) => (open = r))
+    // 300 KiB: the write-back starts and waits at the gate.
+    log.appendTransaction([big(20n, 0, 300)])
+    s.advance(20n)
+    faulty.rules.failNext('fdatasync', { code: 'EIO', match: onFile('00000001.jnl') })
+    const err = await s.flush().catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(FlushError)
+    expect((err as FlushError).rolledBack).toContain('c')
+    gate = undefined
+    open()
+    await new Promise((r) => setTimeout(r, 50))
+    // The write landed, then was cut away; memory and files agree on the durable prefix.
+    expect(liveBytes(log).equals(durable)).toBe(true)
+    expect(sizeOf(dir, 'c', 'log.dat')).toBeLessThan(300 * 1024)
+
+    // The replay of transaction 20 lands in its place.
+    log.appendTransaction([big(20n, 0, 300)])
+    s.advance(20n)
+    await s.flush()
+    const after = liveBytes(log)
+    expect(after.length).toBeGreaterThan(300 * 1024)
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
+    await again.close()
+  })
+})
