@@ -336,7 +336,7 @@ async function ceilingRun(cluster: PostgresCluster, slot: string, workload: Gene
  * registered plus the changes of earlier runs) with the run's own slot, and
  * times it to the workload's end.
  */
-async function pipelineRun(cluster: PostgresCluster, root: string, set: string, slot: string, workload: GeneratedWorkload): Promise<RunResult> {
+async function pipelineRun(cluster: PostgresCluster, root: string, set: string, slot: string, slotLsn: bigint, workload: GeneratedWorkload): Promise<RunResult> {
   const dir = join(root, 'reg', set)
   const worker = await startWorker(`pipeline:${set}`)
   try {
@@ -346,6 +346,7 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
       connectionString: cluster.url,
       storageDir: dir,
       slotName: slot,
+      adoptLsn: slotLsn.toString(),
       targetLsn: workload.endLsn.toString(),
       ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, `${slot}.cpuprofile`) }),
     })
@@ -384,9 +385,10 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
     const ceilingSlot = `c_${tag}_${rep}`
     const startLsn = await createSlot(cluster, ceilingSlot)
     const slots = new Map<string, string>()
+    const slotLsns = new Map<string, bigint>()
     for (const set of phase.sets) {
       slots.set(set, `p_${tag}_${set}_${rep}`)
-      await createSlot(cluster, slots.get(set)!)
+      slotLsns.set(set, await createSlot(cluster, slots.get(set)!))
     }
     const workload = await generateWorkload(cluster, {
       table: phase.table,
@@ -409,7 +411,7 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
         ceiling.push(r)
         log(`  rep ${rep + 1} pg_recvlogical: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s (load ${r.loadavg1.toFixed(2)})`)
       } else {
-        const r = await pipelineRun(cluster, root, who, slots.get(who)!, workload)
+        const r = await pipelineRun(cluster, root, who, slots.get(who)!, slotLsns.get(who)!, workload)
         runs.get(who)!.push(r)
         log(
           `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (system ${((r.pipelineSystemCpuMs ?? 0) / 1000).toFixed(1)} s; start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
@@ -461,13 +463,14 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
   const set = 'eq100k'
   const slot = 'keepup'
   const dir = join(root, 'reg', set)
-  await createSlot(cluster, slot)
+  const slotLsn = await createSlot(cluster, slot)
   const worker = await startWorker('pipeline:keepup')
   try {
     const started = await worker.call<{ startMs: number; shapes: number; memory: MemorySample; memoryBefore: MemorySample }>('start', {
       connectionString: cluster.url,
       storageDir: dir,
       slotName: slot,
+      adoptLsn: slotLsn.toString(),
     })
     log(`  pipeline restored ${started.shapes} shapes in ${(started.startMs / 1000).toFixed(1)} s, RSS ${mib(started.memory.rss)} MiB`)
     await waitForQuiet(QUIET_WAIT_MS)
