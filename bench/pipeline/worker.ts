@@ -27,6 +27,7 @@ import type { Pipeline as PipelineType } from './server.js'
 import { Pipeline } from './server.js'
 import { SHAPE_SETS, shapeParams } from './workload.js'
 import { openFileLogStore } from '@sluice/storage'
+import { join } from 'node:path'
 
 interface Request {
   readonly id: number
@@ -74,7 +75,8 @@ async function start(args: Record<string, unknown>): Promise<object> {
     // the store's last run with nothing for its shapes in between. A real restart
     // with a slot ahead of the store means missed changes, and Pipeline.start
     // invalidates every shape; here the store is first declared up to date.
-    const store = await openFileLogStore({ dir: String(args.storageDir) })
+    // Where Pipeline.start keeps its store.
+    const store = await openFileLogStore({ dir: join(String(args.storageDir), 'logs') })
     store.advance(BigInt(args.adoptLsn))
     await store.flush()
     await store.close()
