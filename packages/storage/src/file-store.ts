@@ -669,18 +669,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     if (log.deleted) return
     try {
       await log.writeBackAll()
-      const chunks = log.chunksDirty
-      log.chunksDirty = false
-      try {
-        await Promise.all([
-          this.fds.useAsync(log.data, (fd) => this.fs.fdatasync(fd)),
-          this.fds.useAsync(log.entries, (fd) => this.fs.fdatasync(fd)),
-          chunks ? this.fds.useAsync(log.chunkFile, (fd) => this.fs.fdatasync(fd)) : undefined,
-        ])
-      } catch (err) {
-        log.chunksDirty ||= chunks
-        throw err
-      }
+      await this.syncOwnFiles(log)
     } catch (err) {
       if (log.deleted) return
       throw fromSystemError(err, `sync shape ${log.id}`)
@@ -700,6 +689,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private async syncLog(log: FileShapeLog): Promise<void> {
     if (log.deleted) return
     log.writeIndex()
+    await this.syncOwnFiles(log)
+  }
+
+  /** fdatasync of log.dat and entries.idx, and of chunks.idx when something changed it since its last sync. */
+  private async syncOwnFiles(log: FileShapeLog): Promise<void> {
     const chunks = log.chunksDirty
     log.chunksDirty = false
     try {

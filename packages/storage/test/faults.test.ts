@@ -3,27 +3,18 @@
  * into real files. Each fault must surface as a typed error, hold the watermark
  * back, leave nothing corrupt, and stop mattering once it clears.
  */
-import { readlinkSync, statSync, writeFileSync } from 'node:fs'
+import { statSync, writeFileSync } from 'node:fs'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { formatOffset, parseOffset } from '@sluice/protocol'
 import { afterEach, describe, expect, it } from 'vitest'
 import { FlushError, StorageError, nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort } from '../src/index.js'
 import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
+import { onFile } from './fixtures/fd-match.js'
 
 const tempDirs = useTempDir()
 const tempDir = (prefix: string) => tempDirs.make(prefix)
 
-/** Matches calls whose first argument is a descriptor of a file with this name. */
-const onFile =
-  (name: string) =>
-  (args: readonly unknown[]): boolean => {
-    try {
-      return readlinkSync(`/proc/self/fd/${String(args[0])}`).endsWith(`/${name}`)
-    } catch {
-      return false
-    }
-  }
 const onPath =
   (name: string) =>
   (args: readonly unknown[]): boolean =>

@@ -5,13 +5,14 @@
  * readers see the same bytes either way, that a failed write-back loses
  * nothing, and that a cut racing a write-back in flight wins.
  */
-import { readlinkSync, statSync, writeFileSync } from 'node:fs'
+import { statSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { FlushError, nodeFs, openFileLogStore, readSpans } from '../src/index.js'
 import type { FsPort, ShapeLog, StorageError } from '../src/index.js'
 import { body, change, makeShape, row } from './contract-suite.js'
+import { onFile } from './fixtures/fd-match.js'
 
 const tempDirs = useTempDir()
 const enc = new TextEncoder()
@@ -35,16 +36,6 @@ function liveBytes(log: ShapeLog): Buffer {
     after = r.nextOffset
   }
 }
-
-const onFile =
-  (name: string) =>
-  (args: readonly unknown[]): boolean => {
-    try {
-      return readlinkSync(`/proc/self/fd/${String(args[0])}`).endsWith(`/${name}`)
-    } catch {
-      return false
-    }
-  }
 
 const sizeOf = (dir: string, id: string, file: string): number => statSync(`${dir}/shapes/${id}/${file}`).size
 
