@@ -408,7 +408,9 @@ export class FileShapeLog implements ShapeLog {
   private keep(buf: Uint8Array, length: number): void {
     const need = this.pendLen + length
     if (need > this.pend.length) {
-      const grown = Buffer.allocUnsafe(Math.max(need, Math.min(this.pend.length * 2, STAGE_BYTES), 512))
+      // Doubling, uncapped: a log appending faster than its write-backs land
+      // (one busy shape) would otherwise copy its whole tail on every append.
+      const grown = Buffer.allocUnsafe(Math.max(need, this.pend.length * 2, 512))
       this.pend.copy(grown, 0, 0, this.pendLen)
       this.pend = grown
     }
