@@ -43,6 +43,7 @@ import { FileShapeLog, LOG_FILES } from './file-log.js'
 import type { LogHost } from './file-log.js'
 import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
 import { decodeMeta, encodeHeader, encodeMeta } from './format.js'
+import type { Watermark } from './format.js'
 import { defaultMaxOpenFiles } from './open-file-limit.js'
 import type { FsPort } from './fs-port.js'
 import { nodeFs, writeFully } from './fs-port.js'
@@ -677,7 +678,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   /** A checkpoint is about to delete the segments that published `w`. */
-  private readonly keepWatermark = (w: { lsn: bigint; sequence: bigint }): Promise<void> => publishWatermark(this.fs, this.root, w)
+  private readonly keepWatermark = (w: Watermark): Promise<void> => publishWatermark(this.fs, this.root, w)
 
   /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
   private startCheckpoint(): void {

@@ -59,8 +59,9 @@
  *   44  4    check        crc32(bytes 0..43) XOR CHECK_SALT
  *
  * watermark.live (magic "SLWM"), same 48 bytes as `watermark`, overwritten in place
- *   after every flush and never synced: read-only followers poll it. The writer
- *   itself never trusts it (see journal-format.ts for where the watermark lives).
+ *   after every flush and synced in the background: read-only followers poll it.
+ *   The writer itself never reads it (see journal-format.ts for where the
+ *   watermark lives).
  *
  * journal/NNNNNNNN.jnl (magic "SLJN", version 2; version 1 is still read): header,
  *   then groups; see journal-format.ts.

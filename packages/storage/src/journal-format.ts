@@ -52,6 +52,7 @@
  */
 import { crc32 } from 'node:zlib'
 import { HEADER_BYTES } from './format.js'
+import type { Watermark } from './format.js'
 
 export const GROUP_HEADER_BYTES = 24
 export const GROUP_CHECK_BYTES = 4
@@ -177,16 +178,11 @@ export type JournalRecord =
   | { readonly type: 2; readonly id: string; readonly file: JournalFile; readonly size: number }
   | { readonly type: 3; readonly id: string }
 
-export interface GroupWatermark {
-  readonly lsn: bigint
-  readonly sequence: bigint
-}
-
 export interface ParsedGroup {
   readonly sequence: number
   /** Writes, truncations and tombstones (the watermark record is `watermark`). */
   readonly records: JournalRecord[]
-  readonly watermark: GroupWatermark | undefined
+  readonly watermark: Watermark | undefined
   /** Position just past the group in its segment. */
   readonly end: number
 }
@@ -206,7 +202,7 @@ export function parseGroup(buf: Buffer, at: number, generation: number): ParsedG
   if (buf.readBigUInt64LE(at + 8) !== BigInt(generation)) return undefined
   const sequence = Number(buf.readBigUInt64LE(at + 16))
   const records: JournalRecord[] = []
-  let watermark: GroupWatermark | undefined
+  let watermark: Watermark | undefined
   let p = at + GROUP_HEADER_BYTES
   while (p < end) {
     if (p + 3 > end) return undefined

@@ -11,10 +11,11 @@
  */
 import { StorageError, fromSystemError } from './errors.js'
 import { checkHeader } from './format.js'
+import type { Watermark } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
 import { JOURNAL_FILES, RECORD_TOMBSTONE, RECORD_WRITE, parseSegment, segmentGeneration } from './journal-format.js'
-import type { GroupWatermark, JournalFile, JournalRecord, ParsedGroup } from './journal-format.js'
+import type { JournalFile, JournalRecord, ParsedGroup } from './journal-format.js'
 import { publishWatermark, syncDirectory } from './watermark.js'
 
 export type FileOp = { readonly position: number; readonly bytes: Buffer } | { readonly size: number }
@@ -84,7 +85,7 @@ export interface ReplayResult {
   /** The next segment generation to use. */
   readonly nextGeneration: number
   /** The store's watermark: the journal's last, or `fileWatermark` when no group carried one. */
-  readonly watermark: GroupWatermark
+  readonly watermark: Watermark
 }
 
 /**
@@ -92,7 +93,7 @@ export interface ReplayResult {
  * journal published one, it is written to the watermark file before the
  * segments holding it are deleted.
  */
-export async function replayJournal(fs: FsPort, root: string, fileWatermark: GroupWatermark): Promise<ReplayResult> {
+export async function replayJournal(fs: FsPort, root: string, fileWatermark: Watermark): Promise<ReplayResult> {
   const segments = listSegments(fs, root)
   const ops: OpsById = new Map()
   let groups = 0

@@ -18,8 +18,9 @@
  * descriptors belong to the FdCache).
  */
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES, GroupBuilder, segmentName } from './journal-format.js'
-import type { GroupWatermark, JournalFile } from './journal-format.js'
+import type { JournalFile } from './journal-format.js'
 import { encodeHeader } from './format.js'
+import type { Watermark } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
 import { syncDirectory } from './watermark.js'
@@ -41,7 +42,7 @@ interface Segment<T> {
   /** Owners (logs) with records in this segment: what a checkpoint must sync. */
   readonly owners: Set<T>
   /** The watermark of its last group that carried one. */
-  watermark: GroupWatermark | undefined
+  watermark: Watermark | undefined
 }
 
 /** A commit failed: nothing of its group may be trusted, for any of these owners. */
@@ -103,7 +104,7 @@ export class Journal<T> {
    * directory sync when a new segment starts). Returns the owners it covered.
    * On failure the group is dropped and the error names its owners.
    */
-  async commit(watermark?: GroupWatermark): Promise<ReadonlySet<T>> {
+  async commit(watermark?: Watermark): Promise<ReadonlySet<T>> {
     const owners = this.owners
     this.owners = new Set()
     const tombstones = this.tombstones
@@ -166,7 +167,7 @@ export class Journal<T> {
     all: boolean,
     sync: (owner: T) => Promise<void>,
     concurrency: number,
-    keep: (watermark: GroupWatermark) => Promise<void>,
+    keep: (watermark: Watermark) => Promise<void>,
   ): Promise<void> {
     const run = async (): Promise<void> => {
       const upto = all ? this.segments.length : this.segments.length - 1
@@ -181,7 +182,7 @@ export class Journal<T> {
       }
       await Promise.all(Array.from({ length: Math.min(concurrency, list.length) }, worker))
       // The last one, as replay would take it (see journal-format.ts).
-      let last: GroupWatermark | undefined
+      let last: Watermark | undefined
       for (const seg of done) last = seg.watermark ?? last
       if (last) await keep(last)
       // Oldest first: a crash part-way leaves a suffix, and replaying a suffix over synced files is correct.

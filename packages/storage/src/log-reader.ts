@@ -14,7 +14,7 @@
  */
 import type { LogOffset } from '@sluice/protocol'
 import { compareOffsets } from '@sluice/protocol'
-import type { LogRead } from './contract.js'
+import type { LogRead, Span } from './contract.js'
 import type { FdCache, FileRef } from './fd-cache.js'
 import { ENTRY_RECORD_BYTES, HEADER_BYTES, readEntryRecord } from './format.js'
 import type { EntryRecord } from './format.js'
@@ -107,41 +107,21 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
   }
   if (first >= endEntry) return emptyRead(after, endEntry === head.entries)
 
+  // Bytes past the files' end (the writer's write-behind tail) come from memory;
+  // a range across it takes both.
   const mem = ctx.memory
-  const entryCount = endEntry - first
-  const reachedHead = endEntry === head.entries
-  if (mem && endPos > mem.dataStart) {
-    // Bytes past the files' end come from memory; a range across it takes both.
-    const tail = mem.data.subarray(Math.max(firstPos, mem.dataStart) - mem.dataStart, endPos - mem.dataStart)
-    if (firstPos >= mem.dataStart) {
-      return { spans: [{ kind: 'bytes', bytes: tail }], byteLength: tail.length, entryCount, nextOffset, reachedHead, release() {} }
-    }
-    const fd = ctx.fds.acquire(ctx.data)
-    let done = false
-    return {
-      spans: [
-        { kind: 'file', fd, position: firstPos, length: mem.dataStart - firstPos },
-        { kind: 'bytes', bytes: tail },
-      ],
-      byteLength: endPos - firstPos,
-      entryCount,
-      nextOffset,
-      reachedHead,
-      release: () => {
-        if (done) return
-        done = true
-        ctx.fds.release(ctx.data)
-      },
-    }
-  }
-  const fd = ctx.fds.acquire(ctx.data)
-  let released = false
+  const split = mem && endPos > mem.dataStart ? Math.max(firstPos, mem.dataStart) : endPos
+  const spans: Span[] = []
+  const fd = split > firstPos ? ctx.fds.acquire(ctx.data) : undefined
+  if (fd !== undefined) spans.push({ kind: 'file', fd, position: firstPos, length: split - firstPos })
+  if (mem && split < endPos) spans.push({ kind: 'bytes', bytes: mem.data.subarray(split - mem.dataStart, endPos - mem.dataStart) })
+  let released = fd === undefined
   return {
-    spans: [{ kind: 'file', fd, position: firstPos, length: endPos - firstPos }],
+    spans,
     byteLength: endPos - firstPos,
-    entryCount,
+    entryCount: endEntry - first,
     nextOffset,
-    reachedHead,
+    reachedHead: endEntry === head.entries,
     release: () => {
       if (released) return
       released = true

@@ -84,16 +84,22 @@ export class RecordStage {
     }
   }
 
-  /** Copies records [from, to) into `out` at `at`. */
-  copyOut(from: number, to: number, out: Buffer, at: number): void {
+  /** Calls `fn(buf, start, end)` for the byte range of records [from, to) in each block it spans, in order. */
+  forEachRange(from: number, to: number, fn: (buf: Buffer, start: number, end: number) => void): void {
     for (let i = from; i < to; ) {
-      const block = this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!
       const inBlock = i & (RECORDS_PER_BLOCK - 1)
       const n = Math.min(to - i, RECORDS_PER_BLOCK - inBlock)
-      block.buf.copy(out, at, inBlock * ENTRY_RECORD_BYTES, (inBlock + n) * ENTRY_RECORD_BYTES)
-      at += n * ENTRY_RECORD_BYTES
+      fn(this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!.buf, inBlock * ENTRY_RECORD_BYTES, (inBlock + n) * ENTRY_RECORD_BYTES)
       i += n
     }
+  }
+
+  /** Copies records [from, to) into `out` at `at`. */
+  copyOut(from: number, to: number, out: Buffer, at: number): void {
+    this.forEachRange(from, to, (buf, start, end) => {
+      buf.copy(out, at, start, end)
+      at += end - start
+    })
   }
 
   /** The block and byte offset of record `i`. */
@@ -114,12 +120,11 @@ export class RecordStage {
     this.truncate(0)
     this.reserve(rest)
     this.count = rest
-    for (let i = 0; i < rest; ) {
-      const { buf, at } = this.locate(i)
-      const m = Math.min(rest - i, RECORDS_PER_BLOCK - (i & (RECORDS_PER_BLOCK - 1)))
-      keep.copy(buf, at, i * ENTRY_RECORD_BYTES, (i + m) * ENTRY_RECORD_BYTES)
-      i += m
-    }
+    let at = 0
+    this.forEachRange(0, rest, (buf, start, end) => {
+      keep.copy(buf, start, at, at + (end - start))
+      at += end - start
+    })
   }
 
   /** Calls `write(bytes, length)` for each block in order, then empties the stage. */
