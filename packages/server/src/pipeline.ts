@@ -90,7 +90,21 @@ export class Pipeline {
     private readonly unsubscribe: Array<() => void>,
     /** Set when the restored shapes had to go because the slot was ahead of the store (see `start`). */
     readonly replicationGap: ReplicationGap | undefined,
+    private readonly routed: { lsn: bigint },
   ) {}
+
+  /**
+   * The global last-processed LSN of PROTOCOL.md §3.4: the commit LSN of the
+   * last replicated transaction the store has made durable. Not the store's
+   * watermark itself, which also moves over WAL no shape subscribes to (idle
+   * positions, see ReplicationClientOptions.promiseIdle): up-to-date answers
+   * would then change with unrelated WAL, and repeat requests would stop being
+   * byte-identical.
+   */
+  get lastSeenLsn(): bigint {
+    const durable = this.store.durableLsn
+    return this.routed.lsn < durable ? this.routed.lsn : durable
+  }
 
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
   static async start(options: PipelineOptions): Promise<Pipeline> {
@@ -128,9 +142,13 @@ export class Pipeline {
 
       let replication: ReplicationClient | undefined
       const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
+      const routed = { lsn: store.durableLsn }
       let shapes: ShapeManager | undefined
       const router = new ShapeRouter({
-        advance: (lsn) => store.advance(lsn),
+        advance: (lsn) => {
+          routed.lsn = lsn
+          store.advance(lsn)
+        },
         streams,
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
@@ -153,6 +171,7 @@ export class Pipeline {
       const replicationGap = await discardIfSlotAhead(shapes, slotLsn, store.durableLsn, options.logger)
       // Now every log holds all commits below the slot's position (or there is no log): say so, so that a
       // crash before the first transaction is routed does not find a fresh store's shapes behind the slot.
+      routed.lsn = store.durableLsn
       if (slotLsn > 0n) store.advance(slotLsn - 1n)
       replication = new ReplicationClient({
         connection: options.connectionString,
@@ -178,7 +197,7 @@ export class Pipeline {
       ]
       client.on('disconnected', (info) => options.logger?.warn({ err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected'))
       await client.start()
-      return new Pipeline(store, shapes, router, client, subsetPool, pools, streams, unsubscribe, replicationGap)
+      return new Pipeline(store, shapes, router, client, subsetPool, pools, streams, unsubscribe, replicationGap, routed)
     } catch (error) {
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))

@@ -214,7 +214,7 @@ class ShapeResponder {
         handle: shape.handle,
         after,
         read: readFromStore(this.pipeline.store, shape.handle),
-        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : this.pipeline.store.durableLsn),
+        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : this.pipeline.lastSeenLsn),
         waiters: this.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
         timeoutMs: this.http.sseTimeoutMs,
@@ -285,7 +285,7 @@ class ShapeResponder {
       return this.reply.code(304).send()
     }
     if (upToDate) this.reply.header(ResponseHeader.upToDate, UP_TO_DATE_VALUE)
-    const durable = this.pipeline.store.durableLsn
+    const durable = this.pipeline.lastSeenLsn
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const body = await logBody(read, upToDate ? upToDateMessage(lsn) : undefined)
@@ -305,7 +305,7 @@ class ShapeResponder {
     })
     this.commonHeaders(shape, responseOffset, etag, false)
     this.reply.header(ResponseHeader.upToDate, UP_TO_DATE_VALUE)
-    return this.reply.code(200).send(`[${upToDateMessage(this.pipeline.store.durableLsn)}]`)
+    return this.reply.code(200).send(`[${upToDateMessage(this.pipeline.lastSeenLsn)}]`)
   }
 
   private commonHeaders(shape: ResolvedShape, responseOffset: string, etag: string, hasData: boolean): void {
