@@ -1,5 +1,6 @@
-// `Pipeline` is not (yet) exported from @sluice/server's public entry point
-// (packages/server/src/index.ts re-exports replication/, where/ and shapes/
-// only), so the benchmark reaches it by path, here and nowhere else. Once the
-// package exports it, this becomes `export { Pipeline } from '@sluice/server'`.
-export { Pipeline, type PipelineOptions } from '../../packages/server/src/pipeline.js'
+// The pipeline as users get it: through @sluice/server's entry point, so that
+// a worker runs the compiled package (dist/) unless BENCH_SOURCE=1 adds the
+// `sluice-source` condition. (Importing src/ by path here once made every run
+// load the server's TypeScript through tsx, whose transform names each closure
+// at run time and costs the heap and the hot path.)
+export { Pipeline, type PipelineOptions } from '@sluice/server'
