@@ -38,7 +38,7 @@ import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import type { MemoryTail } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
-import type { RecordBlockPool } from './record-stage.js'
+import type { ArenaBlock, TailArena } from './tail-arena.js'
 import type { Journal } from './journal.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
 
@@ -47,7 +47,8 @@ export interface LogHost {
   readonly fs: FsPort
   readonly fds: FdCache
   readonly chunkBytes: number
-  readonly recordPool: RecordBlockPool
+  /** Memory for write-behind tails and staged records. */
+  readonly arena: TailArena
   /** A number that increases with every append across the store. */
   nextSeq(): number
   markDirty(log: FileShapeLog, bytes: number): void
@@ -113,17 +114,19 @@ export class FileShapeLog implements ShapeLog {
    * with one write per file, on the thread pool. Other logs write through,
    * and `pendLen` stays 0.
    *
-   * `pend[0, pendLen)` is log.dat from `dataOnDisk` to the appended end; the
+   * `pend.buf[0, pendLen)` is log.dat from `dataOnDisk` to the appended end; the
    * staged records from `recordsOnDisk` on are the entry records not yet in
    * entries.idx, of which those below `recordsJournaled` are in the journal.
    */
   private dataOnDisk: number
-  private pend: Buffer = NO_BYTES
+  private pend: ArenaBlock | undefined
   private pendLen = 0
   private recordsJournaled: number
   /** Bumped by every cut: a write-back that raced one must not count as done. */
   private epoch = 0
   private flight: Promise<void> | undefined
+  /** Tail blocks given up while a write-back read them: back to the arena when it ends. */
+  private retired: ArenaBlock[] | undefined
   /** Chunk records were written since the last successful sync. */
   chunksDirty = false
   /** Set by the store while this log is in its dirty set, to skip the set on hot appends. */
@@ -170,7 +173,7 @@ export class FileShapeLog implements ShapeLog {
     this.recordsJournaled = head.entries
     this.dataOnDisk = head.dataEnd
     this.chunksOnDisk = head.closedChunks
-    this.staged = new RecordStage(host.recordPool)
+    this.staged = new RecordStage(host.arena)
     // Unpooled: a pooled Buffer would keep a whole 8 KiB slab alive per log.
     this.idBytes = Buffer.allocUnsafeSlow(id.length)
     this.idBytes.write(id, 'latin1')
@@ -226,7 +229,7 @@ export class FileShapeLog implements ShapeLog {
     this.recordsOnDisk = head.entries
     this.recordsJournaled = head.entries
     this.dataOnDisk = head.dataEnd
-    this.pend = NO_BYTES
+    this.dropPend()
     this.pendLen = 0
     this.chunksOnDisk = head.closedChunks
     this.staged.truncate(0)
@@ -327,7 +330,7 @@ export class FileShapeLog implements ShapeLog {
     const stage = this.staged
     return {
       dataStart: this.dataOnDisk,
-      data: this.pend,
+      data: this.pend === undefined ? NO_BYTES : this.pend.buf,
       recordsStart,
       record: (index) => {
         const { buf, at } = stage.locate(index - recordsStart)
@@ -359,7 +362,7 @@ export class FileShapeLog implements ShapeLog {
     const fs = this.host.fs
     const fds = this.host.fds
     const dataFrom = this.dataOnDisk
-    const data = this.pend.subarray(0, this.pendLen)
+    const data = this.pend === undefined ? NO_BYTES : this.pend.buf.subarray(0, this.pendLen)
     const recordsFrom = this.recordsOnDisk
     const recordCount = this.recordsJournaled - this.recordsOnDisk
     const records = Buffer.allocUnsafe(recordCount * ENTRY_RECORD_BYTES)
@@ -380,6 +383,9 @@ export class FileShapeLog implements ShapeLog {
       throw fromSystemError(err, `write back shape ${this.id}`)
     } finally {
       this.flight = undefined
+      const retired = this.retired
+      this.retired = undefined
+      if (retired) for (const b of retired) this.host.arena.release(b)
     }
     if (this.deleted) return
     if (epoch !== this.epoch) {
@@ -388,8 +394,10 @@ export class FileShapeLog implements ShapeLog {
     }
     this.dataOnDisk = dataFrom + data.length
     const rest = this.pendLen - data.length
-    // A new buffer for what came meanwhile: readers may hold views of the old one.
-    this.pend = rest > 0 ? Buffer.from(this.pend.subarray(data.length, this.pendLen)) : NO_BYTES
+    // What came meanwhile moves to the front (readers copy what they take from
+    // the tail); an idle log gives its block back.
+    if (rest > 0) this.pend!.buf.copyWithin(0, data.length, this.pendLen)
+    else this.dropPend()
     this.pendLen = rest
     this.recordsOnDisk = recordsFrom + recordCount
     this.staged.dropFront(recordCount)
@@ -408,15 +416,26 @@ export class FileShapeLog implements ShapeLog {
   /** Keeps bytes of a write-behind append. */
   private keep(buf: Uint8Array, length: number): void {
     const need = this.pendLen + length
-    if (need > this.pend.length) {
+    let pend = this.pend
+    if (pend === undefined || need > pend.buf.length) {
       // Doubling, uncapped: a log appending faster than its write-backs land
       // (one busy shape) would otherwise copy its whole tail on every append.
-      const grown = Buffer.allocUnsafe(Math.max(need, this.pend.length * 2, 512))
-      this.pend.copy(grown, 0, 0, this.pendLen)
-      this.pend = grown
+      const grown = this.host.arena.alloc(Math.max(need, (pend?.buf.length ?? 0) * 2))
+      if (pend !== undefined) pend.buf.copy(grown.buf, 0, 0, this.pendLen)
+      this.dropPend()
+      this.pend = pend = grown
     }
-    this.pend.set(length === buf.length ? buf : buf.subarray(0, length), this.pendLen)
+    pend.buf.set(length === buf.length ? buf : buf.subarray(0, length), this.pendLen)
     this.pendLen = need
+  }
+
+  /** Gives the tail's block back to the arena, once no write-back reads it. */
+  private dropPend(): void {
+    const pend = this.pend
+    if (pend === undefined) return
+    this.pend = undefined
+    if (this.flight) (this.retired ??= []).push(pend)
+    else this.host.arena.release(pend)
   }
 
   /*
@@ -693,7 +712,7 @@ export class FileShapeLog implements ShapeLog {
       this.pendLen = Math.min(this.pendLen, head.dataEnd - this.dataOnDisk)
     } else {
       this.dataOnDisk = head.dataEnd
-      this.pend = NO_BYTES
+      this.dropPend()
       this.pendLen = 0
     }
     this.recordsOnDisk = Math.min(this.recordsOnDisk, head.entries)
@@ -730,6 +749,9 @@ export class FileShapeLog implements ShapeLog {
 
   /** Closes the files (when the store closes or the log is deleted). */
   retire(): void {
+    this.dropPend()
+    this.pendLen = 0
+    this.staged.truncate(0)
     this.host.fds.retire(this.data)
     this.host.fds.retire(this.entries)
     this.host.fds.retire(this.chunkFile)

@@ -48,7 +48,7 @@ import { defaultMaxOpenFiles } from './open-file-limit.js'
 import type { FsPort } from './fs-port.js'
 import { nodeFs, writeFully } from './fs-port.js'
 import { EMPTY_HEAD } from './log-state.js'
-import { RecordBlockPool } from './record-stage.js'
+import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { recoverLog } from './recovery.js'
 import { acquireStoreLock } from './store-lock.js'
 import { Journal, JournalCommitError } from './journal.js'
@@ -75,6 +75,12 @@ export interface FileStoreOptions {
   readonly journalSegmentBytes?: number
   /** ... or this age. */
   readonly journalSegmentAgeMs?: number
+  /**
+   * Memory reserved at open for write-behind tails and staged index records
+   * (tail-arena.ts): address space, resident only as it is used; more is
+   * added in 4 MiB slabs when it runs out.
+   */
+  readonly tailReserveBytes?: number
   readonly fs?: FsPort
 }
 
@@ -129,7 +135,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   readonly readOnly = false
   readonly fds: FdCache
   readonly chunkBytes: number
-  readonly recordPool = new RecordBlockPool()
+  readonly arena: TailArena
   private readonly flushIntervalMs: number
   private readonly flushBytes: number
   private readonly logs = new Map<string, FileShapeLog>()
@@ -184,6 +190,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
           })
     this.live = this.journal ? new LiveWatermark(fs, root, (err) => this.emitError(err)) : undefined
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
+    // Without the journal nothing waits for a write-back: only staged records use the arena.
+    this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
     this.flushBytes = options.flushBytes ?? DEFAULT_FLUSH_BYTES

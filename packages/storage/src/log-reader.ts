@@ -31,7 +31,7 @@ import { openChunkStart } from './log-state.js'
  */
 export interface MemoryTail {
   readonly dataStart: number
-  /** Valid from 0 to the head's dataEnd - dataStart; never rewritten below the published head. */
+  /** Valid from 0 to the head's dataEnd - dataStart, until the writer's next append or write-back: copy what is kept. */
   readonly data: Buffer
   readonly recordsStart: number
   record(index: number): EntryRecord
@@ -107,14 +107,15 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
   }
   if (first >= endEntry) return emptyRead(after, endEntry === head.entries)
 
-  // Bytes past the files' end (the writer's write-behind tail) come from memory;
-  // a range across it takes both.
+  // Bytes past the files' end (the writer's write-behind tail) come from memory,
+  // copied: the tail's memory is reused once it is written back. A range across
+  // the files' end takes both.
   const mem = ctx.memory
   const split = mem && endPos > mem.dataStart ? Math.max(firstPos, mem.dataStart) : endPos
   const spans: Span[] = []
   const fd = split > firstPos ? ctx.fds.acquire(ctx.data) : undefined
   if (fd !== undefined) spans.push({ kind: 'file', fd, position: firstPos, length: split - firstPos })
-  if (mem && split < endPos) spans.push({ kind: 'bytes', bytes: mem.data.subarray(split - mem.dataStart, endPos - mem.dataStart) })
+  if (mem && split < endPos) spans.push({ kind: 'bytes', bytes: Buffer.from(mem.data.subarray(split - mem.dataStart, endPos - mem.dataStart)) })
   let released = fd === undefined
   return {
     spans,

@@ -1,54 +1,30 @@
 /**
- * Entry records waiting for the next flush. They live in fixed-size blocks
- * borrowed from a pool shared by every log of a store, so a busy log never
- * copies its staged records to grow, an idle one holds no memory, and the total
- * is bounded by what the flush threshold lets pile up.
+ * Entry records waiting for the next flush (for a write-behind log, until its
+ * write-back). They live in blocks of the store's tail arena, so a busy log
+ * never copies its staged records to grow, an idle one holds no memory, and
+ * the blocks are reused rather than left to the garbage collector.
  */
 import { ENTRY_RECORD_BYTES } from './format.js'
+import type { ArenaBlock, TailArena } from './tail-arena.js'
 
 // 2048 records a block: one write per 2048 entries, 64 KiB each.
 export const RECORDS_PER_BLOCK_SHIFT = 11
 export const RECORDS_PER_BLOCK = 1 << RECORDS_PER_BLOCK_SHIFT
 const BLOCK_BYTES = RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES
-// Free blocks kept for reuse (4 MiB); more are left to the garbage collector.
-const MAX_FREE_BLOCKS = 64
 
-export interface RecordBlock {
-  readonly buf: Buffer
-  readonly view: DataView
-}
-
-export class RecordBlockPool {
-  private readonly free: RecordBlock[] = []
-
-  take(): RecordBlock {
-    const block = this.free.pop()
-    if (block) return block
-    const buf = Buffer.from(new ArrayBuffer(BLOCK_BYTES))
-    return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length) }
-  }
-
-  give(block: RecordBlock): void {
-    if (this.free.length < MAX_FREE_BLOCKS) this.free.push(block)
-  }
-}
+export type RecordBlock = ArenaBlock
 
 // A log's first block starts this small and doubles up to a full block: with
 // 100k logs each staging one record between flushes, full blocks would hold
-// 64 KiB per dirty log (gigabytes) and zero-fill each one.
+// 64 KiB per dirty log (gigabytes).
 const FIRST_BLOCK_RECORDS = 8
-
-function smallBlock(records: number): RecordBlock {
-  const buf = Buffer.allocUnsafe(records * ENTRY_RECORD_BYTES)
-  return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length) }
-}
 
 export class RecordStage {
   readonly blocks: RecordBlock[] = []
   /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * 32. */
   count = 0
 
-  constructor(private readonly pool: RecordBlockPool) {}
+  constructor(private readonly arena: TailArena) {}
 
   /** Makes room for `n` more records. */
   reserve(n: number): void {
@@ -61,27 +37,30 @@ export class RecordStage {
         // Grow the small first block; record indexing stays the same because every index is below one block.
         let records = Math.max(have * 2, FIRST_BLOCK_RECORDS)
         while (records < total) records *= 2
-        const grown = smallBlock(records)
-        if (first !== undefined) first.buf.copy(grown.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
+        const grown = this.arena.alloc(records * ENTRY_RECORD_BYTES)
+        if (first !== undefined) {
+          first.buf.copy(grown.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
+          this.arena.release(first)
+        }
         this.blocks[0] = grown
         return
       }
-      const full = this.pool.take()
-      if (first !== undefined) first.buf.copy(full.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
+      const full = this.arena.alloc(BLOCK_BYTES)
+      if (first !== undefined) {
+        first.buf.copy(full.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
+        this.arena.release(first)
+      }
       this.blocks[0] = full
     }
     const need = (total + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
-    while (this.blocks.length < need) this.blocks.push(this.pool.take())
+    while (this.blocks.length < need) this.blocks.push(this.arena.alloc(BLOCK_BYTES))
   }
 
-  /** Keeps the first `count` records and returns unneeded blocks to the pool. */
+  /** Keeps the first `count` records and gives unneeded blocks back to the arena. */
   truncate(count: number): void {
     this.count = Math.min(this.count, count)
     const need = (this.count + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
-    while (this.blocks.length > need) {
-      const block = this.blocks.pop()!
-      if (block.buf.length === BLOCK_BYTES) this.pool.give(block)
-    }
+    while (this.blocks.length > need) this.arena.release(this.blocks.pop()!)
   }
 
   /** Calls `fn(buf, start, end)` for the byte range of records [from, to) in each block it spans, in order. */

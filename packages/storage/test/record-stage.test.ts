@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { ENTRY_RECORD_BYTES } from '../src/format.js'
-import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordBlockPool, RecordStage } from '../src/record-stage.js'
+import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from '../src/record-stage.js'
+import { TailArena } from '../src/tail-arena.js'
 
 /** Writes record i's index into its slot the way file-log does, so the drained bytes can be checked. */
 function stageRecords(stage: RecordStage, n: number): void {
@@ -22,7 +23,7 @@ function drained(stage: RecordStage): number[] {
 
 describe('RecordStage', () => {
   it('stages a few records in a small first block, not a pooled 64 KiB one', () => {
-    const stage = new RecordStage(new RecordBlockPool())
+    const stage = new RecordStage(new TailArena(0))
     stageRecords(stage, 1)
     expect(stage.blocks).toHaveLength(1)
     expect(stage.blocks[0]!.buf.length).toBeLessThan(RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES)
@@ -32,7 +33,7 @@ describe('RecordStage', () => {
   })
 
   it('keeps every record through growth from small blocks into several full blocks', () => {
-    const stage = new RecordStage(new RecordBlockPool())
+    const stage = new RecordStage(new TailArena(0))
     // Uneven steps cross each doubling and the switch to full blocks.
     for (const n of [1, 2, 5, 9, 30, 100, 1000, 3000, 1, RECORDS_PER_BLOCK * 2]) stageRecords(stage, n)
     const total = stage.count
@@ -41,23 +42,24 @@ describe('RecordStage', () => {
   })
 
   it('truncates back into a small block and grows again', () => {
-    const stage = new RecordStage(new RecordBlockPool())
+    const stage = new RecordStage(new TailArena(0))
     stageRecords(stage, 20)
     stage.truncate(5)
     stageRecords(stage, 3)
     expect(drained(stage)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
   })
 
-  it('returns only full blocks to the pool', () => {
-    const pool = new RecordBlockPool()
-    const a = new RecordStage(pool)
+  it('gives its blocks back to the arena, which hands them out again by size', () => {
+    const arena = new TailArena(0)
+    const a = new RecordStage(arena)
     stageRecords(a, RECORDS_PER_BLOCK + 1)
     const full = a.blocks[1]!
     a.truncate(0)
-    const b = new RecordStage(pool)
+    const b = new RecordStage(arena)
     stageRecords(b, 3)
     expect(b.blocks[0]).not.toBe(full)
     stageRecords(b, RECORDS_PER_BLOCK)
     expect(b.blocks).toContain(full)
+    expect(drained(b)).toEqual(Array.from({ length: RECORDS_PER_BLOCK + 3 }, (_, i) => i))
   })
 })
