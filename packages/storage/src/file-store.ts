@@ -81,6 +81,12 @@ export interface FileStoreOptions {
    * added in 4 MiB slabs when it runs out.
    */
   readonly tailReserveBytes?: number
+  /**
+   * Touch the reserve's pages at open (tail-arena.ts `prefault`): the reserve
+   * becomes resident at once, and appends never wait on a page fault. For a
+   * long-running writer; off by default (tests open many small stores).
+   */
+  readonly prefaultTails?: boolean
   readonly fs?: FsPort
 }
 
@@ -192,6 +198,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     // Without the journal nothing waits for a write-back: only staged records use the arena.
     this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
+    if (options.prefaultTails === true) this.arena.prefault()
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
     this.flushBytes = options.flushBytes ?? DEFAULT_FLUSH_BYTES

@@ -55,6 +55,16 @@ export class TailArena {
     this.slabBytes = this.slab.length
   }
 
+  /**
+   * Touches every page of the reserve, so the tails written into it never
+   * take a page fault on the append path (the kernel maps zero pages lazily;
+   * the first write to each costs far more than the copy). Makes the reserve
+   * resident: a store that will use it anyway pays once, at open.
+   */
+  prefault(): void {
+    this.slab.fill(0, this.used)
+  }
+
   /** A block of at least `size` bytes (exactly a power of two up to 1 MiB). */
   alloc(size: number): ArenaBlock {
     const c = classOf(Math.max(size, 1))
