@@ -13,6 +13,8 @@ const workerPath = fileURLToPath(new URL('./worker.ts', import.meta.url))
 
 /** Run the pipeline from the TypeScript sources rather than the built packages. */
 export const BENCH_SOURCE = process.env.BENCH_SOURCE === '1'
+/** BENCH_NODE_ARGS='--trace-gc ...': extra Node flags for every pipeline process (diagnostics; not for reported runs). */
+const EXTRA_NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
 
 export interface WorkerOptions {
   /** Extra node flags (e.g. --cpu-prof). */
@@ -75,7 +77,7 @@ export class PipelineWorker {
       // The compiled packages (dist/), as users run them: tsx's transform of the sources renames every
       // closure it creates (esbuild keepNames), which costs the hot path several per cent and each shape
       // a few hundred bytes. BENCH_SOURCE=1 runs the TypeScript sources instead.
-      ['--expose-gc', ...(BENCH_SOURCE ? ['--conditions=sluice-source'] : []), '--import', tsx, ...(options.nodeArgs ?? []), workerPath],
+      ['--expose-gc', ...(BENCH_SOURCE ? ['--conditions=sluice-source'] : []), '--import', tsx, ...(options.nodeArgs ?? []), ...EXTRA_NODE_ARGS, workerPath],
       { stdio: ['pipe', 'pipe', 'pipe'], env: process.env },
     )
     const worker = new PipelineWorker(child, options.label, onEvent)

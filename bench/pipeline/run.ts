@@ -54,7 +54,7 @@ import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
-const PARTIAL = process.env.ONLY !== undefined || process.env.SETS !== undefined || process.env.BENCH_REPS !== undefined
+const PARTIAL = process.env.ONLY !== undefined || process.env.SETS !== undefined || process.env.BENCH_REPS !== undefined || process.env.BENCH_NODE_ARGS !== undefined
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
 
