@@ -114,6 +114,8 @@ export class Pipeline {
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
       ...(options.flushIntervalMs === undefined ? {} : { flushIntervalMs: options.flushIntervalMs }),
       ...(options.storageFs === undefined ? {} : { fs: options.storageFs }),
+      // A long-running writer will use the tail reserve: map it now, not page by page on the append path.
+      prefaultTails: true,
     })
     const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
     const snapshotConnections = options.snapshotConnections ?? 4

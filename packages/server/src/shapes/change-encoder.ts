@@ -2,6 +2,7 @@ import { U64_MAX, buildRowKey, rowKeyFromValues, rowKeyPrefix } from '@sluice/pr
 import type { Operation, RelationName, ReplicaMode } from '@sluice/protocol'
 import { UnchangedToastError } from '../replication/index.js'
 import type { OldTupleKind, TupleValue } from '../replication/index.js'
+import type { LineScratch } from './line-scratch.js'
 
 /**
  * Encodes one replicated row change into the JSON line(s) of a shape log
@@ -143,23 +144,26 @@ export class ChangeEncoder {
     }
   }
 
-  /** The line(s) for one change: one, or two (delete then insert) for an update that changes the row key. */
-  encode(change: EncodableChange, position: ChangePosition): EncodedLine[] {
+  /**
+   * The line(s) for one change: one, or two (delete then insert) for an update that changes the row key.
+   * With `scratch`, the bytes are views of its memory, valid until it is reset; otherwise each line has its own.
+   */
+  encode(change: EncodableChange, position: ChangePosition, scratch?: LineScratch): EncodedLine[] {
     const tail = this.#positionTail(position)
     switch (change.kind) {
       case 'insert': {
         const row = this.#row(change.newTuple)
         const key = this.#key(row)
-        return [this.#line('insert', key, this.#object(row, this.#projected), '', '', tail, position.op, position.last)]
+        return [this.#line('insert', key, this.#object(row, this.#projected), '', '', tail, position.op, position.last, scratch)]
       }
       case 'delete': {
         const row = this.#row(change.oldTuple)
         const key = this.#key(row)
         const value = this.#deleteValue(row, change.oldTupleKind)
-        return [this.#line('delete', key, value, '', '', tail, position.op, position.last)]
+        return [this.#line('delete', key, value, '', '', tail, position.op, position.last, scratch)]
       }
       case 'update':
-        return this.#update(change.newTuple, change.oldTuple, change.oldTupleKind, position, tail)
+        return this.#update(change.newTuple, change.oldTuple, change.oldTupleKind, position, tail, scratch)
     }
   }
 
@@ -169,6 +173,7 @@ export class ChangeEncoder {
     oldKind: OldTupleKind | undefined,
     position: ChangePosition,
     tail: string,
+    scratch: LineScratch | undefined,
   ): EncodedLine[] {
     const next = this.#row(newTuple)
     const prev = oldTuple === undefined ? undefined : this.#row(oldTuple)
@@ -184,7 +189,7 @@ export class ChangeEncoder {
       const deleteValue = this.#deleteValue(prev, oldKind)
       const insertTail = this.#positionTail({ ...position, op: position.op + 1 })
       return [
-        this.#line('delete', oldKey, deleteValue, '', `,"key_change_to":${JSON.stringify(key)}`, tail, position.op, false),
+        this.#line('delete', oldKey, deleteValue, '', `,"key_change_to":${JSON.stringify(key)}`, tail, position.op, false, scratch),
         this.#line(
           'insert',
           key,
@@ -194,6 +199,7 @@ export class ChangeEncoder {
           insertTail,
           position.op + 1,
           position.last,
+          scratch,
         ),
       ]
     }
@@ -202,11 +208,11 @@ export class ChangeEncoder {
     const changed = this.#projected.filter((i) => !prevIsFull || prev[i] !== next[i])
     if (this.replica === 'default') {
       const columns = this.#projected.filter((i) => this.#isPk[i] === true || changed.includes(i))
-      return [this.#line('update', key, this.#object(next, columns), '', '', tail, position.op, position.last)]
+      return [this.#line('update', key, this.#object(next, columns), '', '', tail, position.op, position.last, scratch)]
     }
     if (!prevIsFull) throw this.#missingOldRow('update')
     const oldValue = `,"old_value":${this.#object(prev, changed)}`
-    return [this.#line('update', key, this.#object(next, this.#projected), oldValue, '', tail, position.op, position.last)]
+    return [this.#line('update', key, this.#object(next, this.#projected), oldValue, '', tail, position.op, position.last, scratch)]
   }
 
   #deleteValue(row: Row, kind: OldTupleKind | undefined): string {
@@ -226,11 +232,12 @@ export class ChangeEncoder {
     tail: string,
     op: number,
     last: boolean,
+    scratch: LineScratch | undefined,
   ): EncodedLine {
     const text =
       `{"key":${JSON.stringify(key)},"value":${value}${oldValue},"headers":{"operation":"${operation}"` +
       `${this.#relationJson}${keyChange}${tail}${last ? ',"last":true' : ''}}}`
-    return { op, operation, key, bytes: utf8.encode(text) }
+    return { op, operation, key, bytes: scratch === undefined ? utf8.encode(text) : scratch.put(text) }
   }
 
   /** `,"lsn":"…","op_position":n,"txids":[x]` */

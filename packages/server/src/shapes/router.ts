@@ -16,6 +16,7 @@ import type {
 } from '../replication/index.js'
 import type { WhereClause } from '../where/index.js'
 import { ChangeEncoder, type EncodedLine } from './change-encoder.js'
+import { LineScratch } from './line-scratch.js'
 import { ShapeIndex } from './shape-index.js'
 import { type TableInfo, matchesRelation, tableDescription } from './table-catalog.js'
 
@@ -55,7 +56,11 @@ export interface TransactionPart {
   readonly more: boolean
 }
 
-/** Where a shape's routed transactions go. `append` is synchronous: it never makes routing wait. */
+/**
+ * Where a shape's routed transactions go. `append` is synchronous: it never makes routing wait.
+ * The entries' bytes are valid only during the call (the router reuses their memory for the
+ * next transaction's lines): a target that keeps them must copy them.
+ */
 export interface ShapeTarget {
   append(part: TransactionPart): void
 }
@@ -160,6 +165,8 @@ class TxnRouting {
   constructor(
     readonly lsn: bigint,
     readonly xid: number,
+    /** Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy). */
+    readonly lines: LineScratch,
   ) {}
 }
 
@@ -174,6 +181,8 @@ export class ShapeRouter implements ChangeSink {
   private boundaryWaiters: Array<() => void> = []
   private lastLsn = 0n
   private routedTransactions = 0
+  /** Line scratches not in use (one per transaction being routed; normally exactly one). */
+  private readonly scratches: LineScratch[] = []
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recentLimit = options.recentXids ?? 256
@@ -306,8 +315,8 @@ export class ShapeRouter implements ChangeSink {
   onTransaction(transaction: Transaction): Awaitable {
     this.busy++
     let sync = true
+    const txn = this.begin(transaction.lsn, transaction.xid)
     try {
-      const txn = new TxnRouting(transaction.lsn, transaction.xid)
       this.routeBatch(txn, transaction.changes)
       this.emitLast(txn)
       if (txn.invalidations.length > 0) {
@@ -317,7 +326,7 @@ export class ShapeRouter implements ChangeSink {
       this.finish(txn)
       return undefined
     } finally {
-      if (sync) this.release()
+      if (sync) this.release(txn)
     }
   }
 
@@ -331,8 +340,8 @@ export class ShapeRouter implements ChangeSink {
 
   async onStreamCommit(commit: StreamCommit): Promise<void> {
     this.busy++
+    const txn = this.begin(commit.lsn, commit.xid)
     try {
-      const txn = new TxnRouting(commit.lsn, commit.xid)
       for await (const batch of this.options.streams.commit(commit.xid)) {
         this.routeBatch(txn, batch)
         this.emitAllButLast(txn)
@@ -341,7 +350,7 @@ export class ShapeRouter implements ChangeSink {
       await this.settle(txn)
       this.finish(txn)
     } finally {
-      this.release()
+      this.release(txn)
     }
   }
 
@@ -465,7 +474,7 @@ export class ShapeRouter implements ChangeSink {
     const at = last ? 1 : 0
     let lines = slot[at]
     if (lines === undefined) {
-      lines = shape.encoder.encode(item.change, { lsn: txn.lsn, op: item.op, txid: txn.xid, last })
+      lines = shape.encoder.encode(item.change, { lsn: txn.lsn, op: item.op, txid: txn.xid, last }, txn.lines)
       slot[at] = lines
     }
     for (const line of lines) out.push({ offset: { tx: txn.lsn, op: BigInt(line.op) }, json: line.bytes })
@@ -503,7 +512,7 @@ export class ShapeRouter implements ChangeSink {
       await this.settle(txn)
       this.finish(txn)
     } finally {
-      this.release()
+      this.release(txn)
     }
   }
 
@@ -562,7 +571,16 @@ export class ShapeRouter implements ChangeSink {
     }
   }
 
-  private release(): void {
+  private begin(lsn: bigint, xid: number): TxnRouting {
+    return new TxnRouting(lsn, xid, this.scratches.pop() ?? new LineScratch())
+  }
+
+  /** Ends routing work; a transaction's lines die with it. */
+  private release(txn?: TxnRouting): void {
+    if (txn !== undefined) {
+      txn.lines.reset()
+      this.scratches.push(txn.lines)
+    }
     this.busy--
     if (this.busy === 0 && this.boundaryWaiters.length > 0) {
       const waiters = this.boundaryWaiters

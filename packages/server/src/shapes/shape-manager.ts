@@ -751,7 +751,9 @@ class QueueTarget implements ShapeTarget {
     }
     const tail = entries[entries.length - 1]
     if (tail !== undefined) this.last = tail.offset
-    this.queue.push(entries === part.entries ? part : { ...part, entries })
+    // The router reuses the lines' memory once the transaction is routed (line-scratch.ts): keep copies.
+    const kept = entries.map((e) => ({ offset: e.offset, json: Buffer.from(e.json) }))
+    this.queue.push({ ...part, entries: kept })
     this.onPush()
   }
 }
