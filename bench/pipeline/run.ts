@@ -470,6 +470,7 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
       connectionString: cluster.url,
       storageDir: dir,
       slotName: slot,
+      sampleMemory: true,
       adoptLsn: slotLsn.toString(),
     })
     log(`  pipeline restored ${started.shapes} shapes in ${(started.startMs / 1000).toFixed(1)} s, RSS ${mib(started.memory.rss)} MiB`)
