@@ -620,12 +620,19 @@ describe('crash safety of the pipeline', () => {
       await sleep(1000)
       await more.stop()
       const second = await idleUntilReleased()
-      let worst = 0
+      // Idle is not silent: Postgres's own housekeeping (autovacuum after the writers, a timed checkpoint)
+      // writes WAL no shape subscribes to, and the pipeline confirms such WAL within its idle promise
+      // interval (250 ms) plus a flush. So the claim is that every lag seen clears again quickly, not that
+      // none is ever seen (129,784 bytes were, once, on a loaded machine).
+      let relagged = 0
+      let slowestRelease = 0
       for (let i = 0; i < 10; i++) {
         await sleep(100)
-        worst = Math.max(worst, (await lag()).confirmed)
+        if ((await lag()).confirmed <= 0) continue
+        relagged++
+        slowestRelease = Math.max(slowestRelease, (await idleUntilReleased()).ms)
       }
-      expect(worst, 'confirmed_flush_lsn stays at the WAL position while idle').toBeLessThanOrEqual(0)
+      expect(slowestRelease, 'WAL written while idle is confirmed within 2 s').toBeLessThan(2000)
 
       // What retains WAL is restart_lsn; it moves at the next running-xacts record, which a checkpoint writes.
       await cluster.query('CHECKPOINT')
@@ -656,7 +663,7 @@ describe('crash safety of the pipeline', () => {
           `(median ${restartMs[Math.floor(restartMs.length / 2)]} ms, max ${restartMs[restartMs.length - 1]} ms); ` +
           `workload: ${s.committed} committed (${s.large} large + ${stats.largeTransactions} large from the kill phases), ${s.rolledBack} rolled back, ` +
           `${s.conflicts} conflicts, ${s.changes} row changes; ${records.size} shapes, ${stats.checks} checks, ${stats.shapeChecks} shape checks, ` +
-          `${stats.rowsCompared} rows compared, ${stats.historyTransactions} (shape, transaction) pairs checked against the mirrors; confirmed_flush_lsn at the WAL position ${first.ms} ms and ${second.ms} ms after going idle; ` +
+          `${stats.rowsCompared} rows compared, ${stats.historyTransactions} (shape, transaction) pairs checked against the mirrors; confirmed_flush_lsn at the WAL position ${first.ms} ms and ${second.ms} ms after going idle (then ${relagged} of 10 samples saw housekeeping WAL, confirmed within ${slowestRelease} ms); ` +
           `restart_lsn ${retained.restart} bytes behind ${restartReleasedMs} ms after a checkpoint; ` +
           `warnings ${JSON.stringify(Object.fromEntries(stats.warnings))}`,
       )
