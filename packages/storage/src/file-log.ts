@@ -434,7 +434,9 @@ export class FileShapeLog implements ShapeLog {
     if (pend === undefined || need > pend.buf.length) {
       // Doubling, uncapped: a log appending faster than its write-backs land
       // (one busy shape) would otherwise copy its whole tail on every append.
-      const grown = this.host.arena.alloc(Math.max(need, (pend?.buf.length ?? 0) * 2))
+      // A first block takes twice the first append: with many logs, most see a
+      // second append before their write-back, which then needs no copy.
+      const grown = this.host.arena.alloc(Math.max(need * (pend === undefined ? 2 : 1), (pend?.buf.length ?? 0) * 2))
       if (pend !== undefined) pend.buf.copy(grown.buf, 0, 0, this.pendLen)
       this.dropPend()
       this.pend = pend = grown
