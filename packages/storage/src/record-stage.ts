@@ -12,7 +12,6 @@ export const RECORDS_PER_BLOCK_SHIFT = 11
 export const RECORDS_PER_BLOCK = 1 << RECORDS_PER_BLOCK_SHIFT
 const BLOCK_BYTES = RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES
 
-export type RecordBlock = ArenaBlock
 
 // A log's first block starts this small and doubles up to a full block: with
 // 100k logs each staging one record between flushes, full blocks would hold
@@ -20,7 +19,7 @@ export type RecordBlock = ArenaBlock
 const FIRST_BLOCK_RECORDS = 8
 
 export class RecordStage {
-  readonly blocks: RecordBlock[] = []
+  readonly blocks: ArenaBlock[] = []
   /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * 32. */
   count = 0
 
