@@ -12,7 +12,6 @@ export const RECORDS_PER_BLOCK_SHIFT = 11
 export const RECORDS_PER_BLOCK = 1 << RECORDS_PER_BLOCK_SHIFT
 const BLOCK_BYTES = RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES
 
-
 // A log's first block starts this small and doubles up to a full block: with
 // 100k logs each staging one record between flushes, full blocks would hold
 // 64 KiB per dirty log (gigabytes).
