@@ -118,7 +118,6 @@ class Stream {
   replyTimer: NodeJS.Timeout | undefined
   /** Stopping: the final status is sent; incoming messages are dropped. */
   closing = false
-  onNextKeepalive: (() => void) | undefined
   /** A message's handling is pending; later messages wait in `backlog`, in order. */
   busy = false
   readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
@@ -174,8 +173,8 @@ interface Gate {
  * each committed transaction once. Fatal errors (privileges, a missing slot or
  * publication, undecodable data) stop the client.
  */
-/** Longest wait for Postgres to answer the status sent on stop. */
-const FINAL_STATUS_WAIT_MS = 1000
+/** Longest wait for Postgres to answer the CopyDone sent on stop (a busy machine can take seconds). */
+const FINAL_STATUS_WAIT_MS = 10_000
 
 export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   readonly slotName: string
@@ -494,30 +493,40 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   }
 
   /**
-   * The last status before closing, and Postgres's word that it read it. Closing
-   * a socket with unread data in it sends a reset, and a reset makes the other
-   * side drop what it had not read yet, our status included: so incoming data
-   * is drained and dropped from here on, the status asks for a reply, and the
-   * connection closes once a keepalive arrives (or after a second).
+   * The last status before closing, and Postgres's word that it read it. The
+   * status is followed by CopyDone; the walsender reads its socket in order, so
+   * by the time it answers with its own CopyDone it has applied our status.
+   * (Waiting for a keepalive instead was racy: one already in flight could
+   * arrive first.) Closing a socket with unread data in it sends a reset, which
+   * makes the other side drop what it had not read, our status included: so
+   * incoming data is drained and dropped from here on. A Postgres that never
+   * answers is given up on after FINAL_STATUS_WAIT_MS.
    */
   private async finalStatus(stream: Stream): Promise<void> {
     stream.closing = true
-    socketOf(stream.service)?.resume?.()
+    const connection = connectionOf(stream.service)
+    connection?.stream?.resume?.()
+    if (connection?.endCopyFrom === undefined) return
+    let timer: NodeJS.Timeout | undefined
+    let onCopyDone: (() => void) | undefined
     const answered = new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, FINAL_STATUS_WAIT_MS)
-      stream.onNextKeepalive = () => {
-        clearTimeout(timer)
-        resolve()
-      }
+      timer = setTimeout(resolve, FINAL_STATUS_WAIT_MS)
+      onCopyDone = resolve
+      connection.once?.('copyDone', resolve)
+      // A connection that fails instead of answering has nothing more to say.
+      connection.once?.('end', resolve)
     })
-    this.sendStatus(stream, this.ackPosition(stream), true)
+    this.sendStatus(stream, this.ackPosition(stream), false)
+    connection.endCopyFrom()
     await answered
+    clearTimeout(timer)
+    if (onCopyDone !== undefined) {
+      connection.removeListener?.('copyDone', onCopyDone)
+      connection.removeListener?.('end', onCopyDone)
+    }
   }
 
   private onKeepalive(stream: Stream, walEnd: string, shouldRespond: boolean): void {
-    const waiting = stream.onNextKeepalive
-    stream.onNextKeepalive = undefined
-    waiting?.()
     if (stream.failure !== undefined || !stream.started || stream.closing) return
     stream.lastHeardAt = this.now()
     const end = parseLsn(walEnd)
@@ -665,10 +674,23 @@ function roleOf(config: pg.ClientConfig): string {
   return 'the replication role'
 }
 
+/** The parts of pg's Connection that stopping uses. */
+interface ServiceConnection {
+  readonly stream?: { pause?: () => void; resume?: () => void }
+  endCopyFrom?: () => void
+  once?: (event: string, listener: () => void) => void
+  removeListener?: (event: string, listener: () => void) => void
+}
+
 /**
- * The replication connection's socket. The service keeps it internal; its own
- * flow control pauses it the same way (pinned version, see package.json).
+ * The replication connection (pg's Connection). The service keeps it internal;
+ * its own flow control pauses the socket the same way (pinned version, see
+ * package.json).
  */
+function connectionOf(service: LogicalReplicationService): ServiceConnection | undefined {
+  return (service as unknown as { _connection?: ServiceConnection })._connection
+}
+
 function socketOf(service: LogicalReplicationService): { pause?: () => void; resume?: () => void } | undefined {
-  return (service as unknown as { _connection?: { stream?: { pause?: () => void; resume?: () => void } } })._connection?.stream
+  return connectionOf(service)?.stream
 }
