@@ -427,8 +427,11 @@ export class FileShapeLog implements ShapeLog {
     }
   }
 
-  /** Keeps bytes of a write-behind append. */
-  private keep(buf: Uint8Array, length: number): void {
+  /**
+   * The tail's block, with room for `length` more bytes after what it holds
+   * (the caller writes them and moves pendLen).
+   */
+  private tailRoom(length: number): Buffer {
     const need = this.pendLen + length
     let pend = this.pend
     if (pend === undefined || need > pend.buf.length) {
@@ -441,8 +444,7 @@ export class FileShapeLog implements ShapeLog {
       this.dropPend()
       this.pend = pend = grown
     }
-    pend.buf.set(length === buf.length ? buf : buf.subarray(0, length), this.pendLen)
-    this.pendLen = need
+    return pend.buf
   }
 
   /** Gives the tail's block back to the arena, once no write-back reads it. */
@@ -629,47 +631,57 @@ export class FileShapeLog implements ShapeLog {
     }
 
     try {
-      // Pass 2: entry bytes, staged into pieces of at most STAGE_BYTES:
-      // into memory and the journal (write-behind), or into the file.
+      // Pass 2: entry bytes. Write-behind: straight into the tail, then the
+      // journal records them from there (one copy fewer than staging them).
+      // Otherwise staged into pieces of at most STAGE_BYTES written to the file.
       const journal = this.journal
-      const fd = journal ? -1 : fds.acquire(this.data)
-      const put = journal
-        ? (buf: Uint8Array, length: number, position: number): void => {
-            this.keep(buf, length)
-            journal.write(this, this.idBytes, FILE_DATA, position, buf, 0, length)
-          }
-        : (buf: Uint8Array, length: number, position: number): void => writeFully(fs, fd, buf, length, position)
-      try {
-        let at = before.dataEnd
-        let fill = 0
+      if (journal) {
+        const from = this.pendLen
+        const tail = this.tailRoom(pos - before.dataEnd)
+        let at = from
         for (let i = 0; i < count; i++) {
           const json = jsons[i]!
-          const size = json.length + 1
-          if (size > STAGE_BYTES) {
-            if (fill > 0) put(dataStage, fill, at - fill)
-            fill = 0
-            put(json, json.length, at)
-            put(COMMA, 1, at + json.length)
-            at += size
-            continue
-          }
-          if (fill + size > dataStage.length) {
-            if (fill > 0 && fill + size > STAGE_BYTES) {
-              put(dataStage, fill, at - fill)
-              fill = 0
-            }
-            dataStage = growKeeping(dataStage, fill, fill + size)
-          }
-          dataStage.set(json, fill)
-          dataStage[fill + json.length] = SEPARATOR
-          fill += size
-          at += size
+          tail.set(json, at)
+          tail[at + json.length] = SEPARATOR
+          at += json.length + 1
         }
-        if (fill > 0) put(dataStage, fill, at - fill)
-      } finally {
-        if (!journal) fds.release(this.data)
+        this.pendLen = at
+        journal.write(this, this.idBytes, FILE_DATA, before.dataEnd, tail, from, at - from)
+      } else {
+        const fd = fds.acquire(this.data)
+        const put = (buf: Uint8Array, length: number, position: number): void => writeFully(fs, fd, buf, length, position)
+        try {
+          let at = before.dataEnd
+          let fill = 0
+          for (let i = 0; i < count; i++) {
+            const json = jsons[i]!
+            const size = json.length + 1
+            if (size > STAGE_BYTES) {
+              if (fill > 0) put(dataStage, fill, at - fill)
+              fill = 0
+              put(json, json.length, at)
+              put(COMMA, 1, at + json.length)
+              at += size
+              continue
+            }
+            if (fill + size > dataStage.length) {
+              if (fill > 0 && fill + size > STAGE_BYTES) {
+                put(dataStage, fill, at - fill)
+                fill = 0
+              }
+              dataStage = growKeeping(dataStage, fill, fill + size)
+            }
+            dataStage.set(json, fill)
+            dataStage[fill + json.length] = SEPARATOR
+            fill += size
+            at += size
+          }
+          if (fill > 0) put(dataStage, fill, at - fill)
+        } finally {
+          fds.release(this.data)
+        }
+        this.dataOnDisk = pos
       }
-      if (!journal) this.dataOnDisk = pos
 
       // Pass 3: stage the records; a flush writes them after the bytes they describe.
       const stage = this.staged

@@ -87,89 +87,135 @@ export function groupCheck(buf: Uint8Array, start: number, end: number): number 
 }
 
 /**
- * Builds the records of one group in a growing buffer, with room for the
- * header in front, so sealing writes the header and check in place.
+ * Builds the records of one group in a list of fixed-size chunks, the first
+ * with room for the header in front, so sealing writes the header in place and
+ * the group goes out as the chunks' filled parts, back to back. Chunks, not one
+ * growing buffer: a flush that fans one transaction out to a thousand logs
+ * records tens of MiB, and doubling a buffer to hold that copied every byte
+ * again per doubling and touched fresh pages each time (the journal's record
+ * copies were most of the overlapping-shapes profile). Chunks are kept across
+ * groups, up to KEEP_CHUNK_BYTES.
  */
 export class GroupBuilder {
-  buf: Buffer
-  length = GROUP_HEADER_BYTES
+  private readonly chunks: Buffer[]
+  /** Filled bytes of each chunk in use (chunks[0..index]). */
+  private readonly filled: number[] = []
+  private index = 0
+  private at = GROUP_HEADER_BYTES
+  /** Bytes of the records so far. */
+  private bytes = 0
   records = 0
+  /** Record heads are built here, then copied in like any other bytes (a head may straddle two chunks). */
+  private readonly headScratch = Buffer.allocUnsafe(3 + 255 + 16)
 
-  constructor(initial = 64 * 1024) {
-    this.buf = Buffer.allocUnsafe(initial)
+  constructor(private readonly chunkBytes = 1024 * 1024) {
+    if (chunkBytes < GROUP_HEADER_BYTES + GROUP_CHECK_BYTES) throw new RangeError(`group chunks need at least ${GROUP_HEADER_BYTES + GROUP_CHECK_BYTES} bytes`)
+    this.chunks = [Buffer.allocUnsafeSlow(chunkBytes)]
   }
 
-  private room(n: number): void {
-    const need = this.length + n + GROUP_CHECK_BYTES
-    if (need <= this.buf.length) return
-    const next = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2))
-    this.buf.copy(next, 0, 0, this.length)
-    this.buf = next
+  private put(bytes: Uint8Array, offset: number, length: number): void {
+    while (length > 0) {
+      let chunk = this.chunks[this.index]!
+      if (this.at === chunk.length) {
+        this.filled[this.index] = this.at
+        this.index++
+        chunk = this.chunks[this.index] ??= Buffer.allocUnsafeSlow(this.chunkBytes)
+        this.at = 0
+      }
+      const n = Math.min(length, chunk.length - this.at)
+      chunk.set(n === bytes.length && offset === 0 ? bytes : bytes.subarray(offset, offset + n), this.at)
+      this.at += n
+      offset += n
+      length -= n
+    }
   }
 
-  private head(type: number, file: number, id: Uint8Array, extra: number): number {
-    this.room(3 + id.length + extra)
-    const b = this.buf
-    let at = this.length
-    b[at] = type
-    b[at + 1] = file
-    b[at + 2] = id.length
-    b.set(id, at + 3)
-    at += 3 + id.length
+  /** Writes a record's head into the scratch; returns where its fields after the id go. */
+  private head(type: number, file: number, id: Uint8Array): number {
+    const h = this.headScratch
+    h[0] = type
+    h[1] = file
+    h[2] = id.length
+    h.set(id, 3)
     this.records++
-    return at
+    return 3 + id.length
+  }
+
+  private putHead(length: number): void {
+    this.put(this.headScratch, 0, length)
+    this.bytes += length
   }
 
   write(id: Uint8Array, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
-    const at = this.head(RECORD_WRITE, file, id, 12 + length)
-    this.buf.writeUIntLE(position, at, 6)
-    this.buf.writeUInt16LE(Math.floor(position / 2 ** 48), at + 6)
-    this.buf.writeUInt32LE(length, at + 8)
-    this.buf.set(bytes.subarray(offset, offset + length), at + 12)
-    this.length = at + 12 + length
+    const h = this.headScratch
+    const at = this.head(RECORD_WRITE, file, id)
+    h.writeUIntLE(position % 2 ** 48, at, 6)
+    h.writeUInt16LE(Math.floor(position / 2 ** 48), at + 6)
+    h.writeUInt32LE(length, at + 8)
+    this.putHead(at + 12)
+    this.put(bytes, offset, length)
+    this.bytes += length
   }
 
   truncate(id: Uint8Array, file: JournalFile, size: number): void {
-    const at = this.head(RECORD_TRUNCATE, file, id, 8)
-    this.buf.writeUIntLE(size, at, 6)
-    this.buf.writeUInt16LE(Math.floor(size / 2 ** 48), at + 6)
-    this.length = at + 8
+    const h = this.headScratch
+    const at = this.head(RECORD_TRUNCATE, file, id)
+    h.writeUIntLE(size % 2 ** 48, at, 6)
+    h.writeUInt16LE(Math.floor(size / 2 ** 48), at + 6)
+    this.putHead(at + 8)
   }
 
   tombstone(id: Uint8Array): void {
-    this.length = this.head(RECORD_TOMBSTONE, 0, id, 0)
+    this.putHead(this.head(RECORD_TOMBSTONE, 0, id))
   }
 
   watermark(lsn: bigint, sequence: bigint): void {
-    const at = this.head(RECORD_WATERMARK, 0, NO_ID, 16)
-    this.buf.writeBigUInt64LE(lsn, at)
-    this.buf.writeBigUInt64LE(sequence, at + 8)
-    this.length = at + 16
+    const h = this.headScratch
+    const at = this.head(RECORD_WATERMARK, 0, NO_ID)
+    h.writeBigUInt64LE(lsn, at)
+    h.writeBigUInt64LE(sequence, at + 8)
+    this.putHead(at + 16)
   }
 
   get empty(): boolean {
     return this.records === 0
   }
 
-  /** Writes header and check; returns the group's bytes (valid until the next reset). */
-  seal(generation: number, sequence: number): Buffer {
-    const b = this.buf
-    const n = this.length - GROUP_HEADER_BYTES
-    b.writeUInt32LE(n, 0)
+  /**
+   * Writes header and check; returns the group's bytes as pieces to write back
+   * to back (valid until the next reset).
+   */
+  seal(generation: number, sequence: number): Buffer[] {
+    const b = this.chunks[0]!
+    b.writeUInt32LE(this.bytes, 0)
     b.writeUInt32LE(0, 4)
     b.writeBigUInt64LE(BigInt(generation), 8)
     b.writeBigUInt64LE(BigInt(sequence), 16)
-    b.writeUInt32LE(groupCheck(b, 0, this.length), this.length)
-    return b.subarray(0, this.length + GROUP_CHECK_BYTES)
+    this.filled[this.index] = this.at
+    let crc = 0
+    for (let i = 0; i <= this.index; i++) crc = crc32(this.chunks[i]!.subarray(0, this.filled[i]), crc)
+    const check = this.headScratch
+    check.writeUInt32LE((crc ^ CHECK_SALT) >>> 0, 0)
+    this.put(check, 0, GROUP_CHECK_BYTES)
+    this.filled[this.index] = this.at
+    const pieces: Buffer[] = []
+    for (let i = 0; i <= this.index; i++) pieces.push(this.chunks[i]!.subarray(0, this.filled[i]))
+    return pieces
   }
 
-  /** Starts a new group; a buffer grown by one huge flush is not kept. */
+  /** Starts a new group; chunks past KEEP_CHUNK_BYTES (grown by one huge flush) are not kept. */
   reset(): void {
-    this.length = GROUP_HEADER_BYTES
+    this.index = 0
+    this.at = GROUP_HEADER_BYTES
+    this.bytes = 0
     this.records = 0
-    if (this.buf.length > 16 * 1024 * 1024) this.buf = Buffer.allocUnsafe(64 * 1024)
+    const keep = Math.max(1, Math.floor(KEEP_CHUNK_BYTES / this.chunkBytes))
+    if (this.chunks.length > keep) this.chunks.length = keep
   }
 }
+
+// Enough for the groups of a busy stream; more would be held forever for one huge flush.
+const KEEP_CHUNK_BYTES = 16 * 1024 * 1024
 
 const NO_ID = new Uint8Array(0)
 

@@ -118,11 +118,13 @@ export class Journal<T> {
         seg = this.startSegment()
         dirSync = true
       }
-      const bytes = this.builder.seal(seg.generation, ++this.sequence)
+      const pieces = this.builder.seal(seg.generation, ++this.sequence)
       for (const o of owners) seg.owners.add(o)
       this.broken = true // until the write is whole
-      writeFully(this.fs, seg.fd, bytes, bytes.length, seg.size)
-      seg.size += bytes.length
+      for (const piece of pieces) {
+        writeFully(this.fs, seg.fd, piece, piece.length, seg.size)
+        seg.size += piece.length
+      }
       this.builder.reset()
       const fd = seg.fd
       await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])

@@ -19,7 +19,7 @@ function segment(version: number, ...groups: Buffer[]): Buffer {
 function group(fill: (b: GroupBuilder) => void, generation = 3, sequence = 9): Buffer {
   const b = new GroupBuilder(64)
   fill(b)
-  return Buffer.from(b.seal(generation, sequence))
+  return Buffer.concat(b.seal(generation, sequence))
 }
 
 describe('journal format', () => {
@@ -46,7 +46,7 @@ describe('journal format', () => {
     expect(b.empty).toBe(true)
     b.watermark(5n, 1n)
     expect(b.empty).toBe(false)
-    expect(parseGroup(Buffer.from(b.seal(1, 1)), 0, 1)!.watermark).toEqual({ lsn: 5n, sequence: 1n })
+    expect(parseGroup(Buffer.concat(b.seal(1, 1)), 0, 1)!.watermark).toEqual({ lsn: 5n, sequence: 1n })
     expect(parseGroup(group((x) => x.tombstone(id), 1), 0, 1)!.watermark).toBeUndefined()
   })
 
@@ -68,12 +68,34 @@ describe('journal format', () => {
     // A watermark record must carry no id: hand-build one with a 1-byte id and a valid check.
     const b = new GroupBuilder(64)
     b.tombstone(Buffer.from('a'))
-    const sealed = Buffer.from(b.seal(3, 1))
+    const sealed = Buffer.concat(b.seal(3, 1))
     const bad = Buffer.alloc(sealed.length + 16)
     sealed.copy(bad, 0, 0, sealed.length - 4)
     bad[24] = RECORD_WATERMARK
     bad.writeUInt32LE(sealed.length - 28 + 16, 0)
     bad.writeUInt32LE(groupCheck(bad, 0, bad.length - 4), bad.length - 4)
     expect(parseGroup(bad, 0, 3)).toBeUndefined()
+  })
+  it('builds groups across chunks: records and heads straddle chunk ends, reused chunks hold nothing of the last group', () => {
+    const b = new GroupBuilder(64)
+    const longId = Buffer.from('x'.repeat(128), 'latin1')
+    const payload = Buffer.from(Array.from({ length: 1000 }, (_, i) => i % 251))
+    for (let round = 0; round < 3; round++) {
+      const writes = round + 2
+      for (let i = 0; i < writes; i++) b.write(i % 2 === 0 ? longId : id, FILE_DATA, i * 1000, payload, i, 1000 - i)
+      b.truncate(longId, FILE_ENTRIES, round)
+      const bytes = Buffer.concat(b.seal(3, round))
+      const g = parseGroup(bytes, 0, 3)!
+      expect(g.end).toBe(bytes.length)
+      expect(g.sequence).toBe(round)
+      expect(g.records).toHaveLength(writes + 1)
+      for (let i = 0; i < writes; i++) {
+        expect(g.records[i]).toMatchObject({ type: 1, id: i % 2 === 0 ? longId.toString() : 'shape-1', position: i * 1000 })
+        expect(Buffer.compare((g.records[i] as { bytes: Buffer }).bytes, payload.subarray(i))).toBe(0)
+      }
+      expect(g.records[writes]).toEqual({ type: 2, id: longId.toString(), file: FILE_ENTRIES, size: round })
+      b.reset()
+      expect(b.empty).toBe(true)
+    }
   })
 })
