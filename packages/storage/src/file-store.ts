@@ -697,9 +697,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
   /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
   private startCheckpoint(): void {
-    this.journal!.checkpoint(false, (log) => this.syncFiles(log), this.syncConcurrency(), this.keepWatermark).catch((err: unknown) => {
-      this.emitError(fromSystemError(err, 'checkpoint the journal'))
-    })
+    this.journal!.checkpoint(false, (log) => this.syncFiles(log), this.syncConcurrency(), this.keepWatermark).then(
+      // The checkpoint wrote the tails back: what a burst grew the arena by is free now.
+      () => this.arena.trim(),
+      (err: unknown) => this.emitError(fromSystemError(err, 'checkpoint the journal')),
+    )
   }
 
   private async syncLog(log: FileShapeLog): Promise<void> {

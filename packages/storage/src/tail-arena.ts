@@ -16,7 +16,11 @@
  *
  * Blocks come in power-of-two sizes (256 B to 1 MiB), each size with its own
  * free list and no merging: the free lists hold at most what the peak held.
- * Bigger requests (a huge transaction's tail) get an ordinary Buffer.
+ * Bigger requests (a huge transaction's tail) get an ordinary Buffer. A burst
+ * (a backlog caught up with 100k logs, each holding its tail until a
+ * checkpoint) can grow the arena to hundreds of MiB, so `trim` gives back
+ * every slab past the reserve whose blocks are all free again: the store calls
+ * it after each checkpoint, when write-back has emptied the tails.
  *
  * A released block is reused at once, so nothing may keep a view of it:
  * readers copy what they take from a tail, and a log defers releasing a block
@@ -26,6 +30,17 @@
 export interface ArenaBlock {
   readonly buf: Buffer
   readonly view: DataView
+  /** The slab it was carved from; undefined for a buffer of its own. */
+  readonly slab: Slab | undefined
+}
+
+/** One ArrayBuffer blocks are carved from, with what `trim` needs to know it is unused. */
+interface Slab {
+  readonly buf: Buffer
+  /** Bytes carved into blocks so far. */
+  carved: number
+  /** Bytes of its blocks sitting in the free lists. */
+  free: number
 }
 
 const MIN_SHIFT = 8
@@ -34,8 +49,12 @@ const MAX_SHIFT = 20
 const SLAB_BYTES = 4 * 1024 * 1024
 export const DEFAULT_ARENA_RESERVE_BYTES = 64 * 1024 * 1024
 
-function block(buf: Buffer): ArenaBlock {
-  return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length) }
+function block(buf: Buffer, slab: Slab | undefined): ArenaBlock {
+  return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length), slab }
+}
+
+function newSlab(bytes: number): Slab {
+  return { buf: Buffer.from(new ArrayBuffer(bytes)), carved: 0, free: 0 }
 }
 
 function classOf(size: number): number {
@@ -45,14 +64,18 @@ function classOf(size: number): number {
 
 export class TailArena {
   private readonly free: ArenaBlock[][] = Array.from({ length: MAX_SHIFT - MIN_SHIFT + 1 }, () => [])
-  private slab: Buffer
-  private used = 0
-  /** Bytes of all slabs carved so far (the arena's share of external memory). */
+  /** Never given back: what a busy store uses anyway, and what `prefault` touched. */
+  private readonly reserve: Slab
+  /** Where new blocks are carved (undefined once trimmed away, until the next is needed). */
+  private slab: Slab | undefined
+  private readonly extra = new Set<Slab>()
+  /** Bytes of all slabs held (the arena's share of external memory). */
   slabBytes: number
 
   constructor(reserveBytes = DEFAULT_ARENA_RESERVE_BYTES) {
-    this.slab = Buffer.from(new ArrayBuffer(Math.max(reserveBytes, 1 << MAX_SHIFT)))
-    this.slabBytes = this.slab.length
+    this.reserve = newSlab(Math.max(reserveBytes, 1 << MAX_SHIFT))
+    this.slab = this.reserve
+    this.slabBytes = this.reserve.buf.length
   }
 
   /**
@@ -62,42 +85,76 @@ export class TailArena {
    * resident: a store that will use it anyway pays once, at open.
    */
   prefault(): void {
-    this.slab.fill(0, this.used)
+    this.reserve.buf.fill(0, this.reserve.carved)
   }
 
   /** A block of at least `size` bytes (exactly a power of two up to 1 MiB). */
   alloc(size: number): ArenaBlock {
     const c = classOf(Math.max(size, 1))
-    if (c >= this.free.length) return block(Buffer.allocUnsafeSlow(size))
+    if (c >= this.free.length) return block(Buffer.allocUnsafeSlow(size), undefined)
     const reused = this.free[c]!.pop()
-    if (reused !== undefined) return reused
+    if (reused !== undefined) {
+      reused.slab!.free -= reused.buf.length
+      return reused
+    }
     const bytes = 1 << (c + MIN_SHIFT)
-    if (this.used + bytes > this.slab.length) this.nextSlab()
-    const buf = this.slab.subarray(this.used, this.used + bytes)
-    this.used += bytes
-    return block(buf)
+    let slab = this.slab
+    if (slab === undefined || slab.carved + bytes > slab.buf.length) slab = this.nextSlab()
+    const buf = slab.buf.subarray(slab.carved, slab.carved + bytes)
+    slab.carved += bytes
+    return block(buf, slab)
   }
 
   /** Takes a block back; it may be handed out again by the next `alloc`. */
   release(b: ArenaBlock): void {
-    const n = b.buf.length
-    // Blocks of a power-of-two size up to the largest class came from here.
-    if (n < 1 << MIN_SHIFT || n > 1 << MAX_SHIFT || (n & (n - 1)) !== 0) return
-    this.free[classOf(n)]!.push(b)
+    if (b.slab === undefined) return
+    b.slab.free += b.buf.length
+    this.free[classOf(b.buf.length)]!.push(b)
   }
 
-  private nextSlab(): void {
-    // What is left of the old slab goes to the free lists, largest blocks first;
-    // slab offsets stay multiples of the smallest size, so it splits exactly.
-    for (let c = this.free.length - 1; c >= 0; c--) {
-      const bytes = 1 << (c + MIN_SHIFT)
-      while (this.slab.length - this.used >= bytes) {
-        this.free[c]!.push(block(this.slab.subarray(this.used, this.used + bytes)))
-        this.used += bytes
+  /**
+   * Gives back the slabs past the reserve whose every block is free (the
+   * garbage collector then frees their memory). Costs a pass over the free
+   * lists, only when such a slab exists. Returns the bytes given back.
+   */
+  trim(): number {
+    const idle = new Set<Slab>()
+    for (const slab of this.extra) if (slab.free === slab.carved) idle.add(slab)
+    if (idle.size === 0) return 0
+    for (let c = 0; c < this.free.length; c++) {
+      const list = this.free[c]!
+      let kept = 0
+      for (const b of list) if (!idle.has(b.slab!)) list[kept++] = b
+      list.length = kept
+    }
+    let bytes = 0
+    for (const slab of idle) {
+      this.extra.delete(slab)
+      bytes += slab.buf.length
+    }
+    if (this.slab !== undefined && idle.has(this.slab)) this.slab = undefined
+    this.slabBytes -= bytes
+    return bytes
+  }
+
+  private nextSlab(): Slab {
+    const old = this.slab
+    if (old !== undefined) {
+      // What is left of the old slab goes to the free lists, largest blocks first;
+      // slab offsets stay multiples of the smallest size, so it splits exactly.
+      for (let c = this.free.length - 1; c >= 0; c--) {
+        const bytes = 1 << (c + MIN_SHIFT)
+        while (old.buf.length - old.carved >= bytes) {
+          this.free[c]!.push(block(old.buf.subarray(old.carved, old.carved + bytes), old))
+          old.carved += bytes
+          old.free += bytes
+        }
       }
     }
-    this.slab = Buffer.from(new ArrayBuffer(SLAB_BYTES))
-    this.used = 0
+    const slab = newSlab(SLAB_BYTES)
+    this.extra.add(slab)
+    this.slab = slab
     this.slabBytes += SLAB_BYTES
+    return slab
   }
 }

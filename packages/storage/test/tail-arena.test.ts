@@ -66,3 +66,32 @@ describe('TailArena.prefault', () => {
     expect(arena.slabBytes).toBe(2 * 1024 * 1024)
   })
 })
+
+describe('TailArena.trim', () => {
+  it('gives back the slabs past the reserve once all their blocks are free, and never the reserve', () => {
+    const arena = new TailArena(1024 * 1024)
+    const blocks = Array.from({ length: 40 }, () => arena.alloc(256 * 1024))
+    // 1 MiB reserve + 9 MiB of 256 KiB blocks in 4 MiB slabs: 3 extra slabs.
+    expect(arena.slabBytes).toBe(13 * 1024 * 1024)
+    expect(arena.trim()).toBe(0)
+    // Everything but one block of the last slab and one of the reserve back: only the middle slabs go.
+    for (const b of blocks.slice(1, -1)) arena.release(b)
+    expect(arena.trim()).toBe(8 * 1024 * 1024)
+    expect(arena.slabBytes).toBe(5 * 1024 * 1024)
+    // The blocks still held stay intact and usable; freed ones are not handed out twice.
+    const first = blocks[0]!
+    const last = blocks.at(-1)!
+    first.buf.fill(1)
+    last.buf.fill(2)
+    const again = Array.from({ length: 20 }, () => arena.alloc(256 * 1024))
+    again.forEach((b, i) => b.buf.fill(i + 3))
+    expect(first.buf.every((x) => x === 1)).toBe(true)
+    expect(last.buf.every((x) => x === 2)).toBe(true)
+    again.forEach((b, i) => expect(b.buf.every((x) => x === i + 3)).toBe(true))
+    for (const b of [first, last, ...again]) arena.release(b)
+    arena.trim()
+    expect(arena.slabBytes).toBe(1024 * 1024)
+    // Trimmed down to the reserve, the arena still serves requests of every size.
+    for (let size = 1; size <= 1 << 20; size *= 4) expect(arena.alloc(size).buf.length).toBeGreaterThanOrEqual(size)
+  })
+})
