@@ -212,6 +212,13 @@ function instrumentStore(p: PipelineType): void {
  * workload durable), taken in-process through the inspector, 200 µs sampling.
  */
 let profiler: { session: Session; path: string } | undefined
+/**
+ * BENCH_HEAP_PROF with BENCH_CPU_PROF: a sampled allocation profile of the
+ * window too (<name>.heapprofile). `all`: every allocation (what makes the
+ * young generation fill); `promoted`: only what outlived a scavenge (what
+ * full collections of the old generation then have to find).
+ */
+const HEAP_PROF = process.env.BENCH_HEAP_PROF === 'all' || process.env.BENCH_HEAP_PROF === 'promoted'
 let windowStartUs = 0
 
 /** The clock V8 stamps profile samples with (CLOCK_MONOTONIC, µs). */
@@ -229,6 +236,14 @@ async function startProfile(path: string): Promise<void> {
   await post(session, 'Profiler.enable')
   await post(session, 'Profiler.setSamplingInterval', { interval: 200 })
   await post(session, 'Profiler.start')
+  if (HEAP_PROF) {
+    await post(session, 'HeapProfiler.enable')
+    await post(session, 'HeapProfiler.startSampling', {
+      samplingInterval: 4096,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: process.env.BENCH_HEAP_PROF === 'all',
+    })
+  }
   profiler = { session, path }
 }
 
@@ -239,6 +254,10 @@ async function stopProfile(): Promise<void> {
   const windowEndUs = monotonicUs()
   const { profile } = await post<{ profile: object }>(session, 'Profiler.stop')
   writeFileSync(path, JSON.stringify({ ...profile, sluiceWindow: [windowStartUs, windowEndUs] }))
+  if (HEAP_PROF) {
+    const { profile: heap } = await post<{ profile: object }>(session, 'HeapProfiler.stopSampling')
+    writeFileSync(path.replace(/\.cpuprofile$/, '.heapprofile'), JSON.stringify(heap))
+  }
   session.disconnect()
 }
 
