@@ -135,10 +135,6 @@ export class FileShapeLog implements ShapeLog {
   chunksDirty = false
   /** Set by the store while this log is in its dirty list (membership, so the list holds each log once). */
   dirtyMark = false
-  /** Set by the store while this log is in its unpublished list. */
-  unpublishedMark = false
-  /** The store's publish pass that last saw this log (drops a repeated entry in the list). */
-  publishPass = 0
   /**
    * The store serves this log (it is in `shapes/`, opened or finished). A log
    * still being built is synced and published by the flush that finishes it,

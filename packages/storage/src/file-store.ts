@@ -147,21 +147,19 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private readonly logs = new Map<string, FileShapeLog>()
   private readonly creating = new Set<string>()
   /*
-   * The logs appended to since the last flush, and those holding appends not
-   * yet published: reused arrays with a mark on each member, not Sets. A Set
-   * emptied and refilled every flush grows new hash tables as it refills; they
-   * outlive a scavenge (a flush awaits its fdatasync), so they are promoted and
-   * left for a full collection of the whole heap to find dead. In a profile of
-   * what outlived a scavenge (eq10k bench, 100-row transactions), Set.add under
-   * append was the largest item of the append path. Two dirty lists take turns,
-   * so appends during a flush never touch the list it works through.
+   * The logs appended to since the last flush: a reused array with a mark on
+   * each member, not a Set. A Set emptied and refilled every flush grows new
+   * hash tables as it refills; they outlive a scavenge (a flush awaits its
+   * fdatasync), so they are promoted and left for a full collection of the
+   * whole heap to find dead. In a profile of what outlived a scavenge (eq10k
+   * bench, 100-row transactions), Set.add under append was the largest item of
+   * the append path. Two lists take turns, so appends during a flush never
+   * touch the list it works through.
    */
   private dirty: Array<FileShapeLog | undefined> = []
   private dirtySpare: Array<FileShapeLog | undefined> = []
   private dirtyCount = 0
-  private readonly unpublished: Array<FileShapeLog | undefined> = []
-  private unpublishedCount = 0
-  private publishPass = 0
+  private readonly unpublished = new Set<FileShapeLog>()
   private readonly faults = new Map<FileShapeLog, bigint>()
   private finishing: FinishingSnapshot[] = []
   private dirtyBytes = 0
@@ -474,9 +472,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   /** Takes a log out of the store's flush bookkeeping. */
   private forget(log: FileShapeLog): void {
     log.registered = false
-    // Their entries in the lists stay behind and are skipped (registered is false).
+    // Its entry in the dirty list stays behind and is skipped (registered is false).
     log.dirtyMark = false
-    log.unpublishedMark = false
+    this.unpublished.delete(log)
     this.faults.delete(log)
   }
 
@@ -650,7 +648,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       for (const log of failed) {
         log.rollbackToPublished()
         this.faults.delete(log)
-        log.unpublishedMark = false
+        this.unpublished.delete(log)
       }
       this.advanced = this.durable
       const err = new FlushError(firstError!, this.durable, failed.map((l) => l.id))
@@ -682,21 +680,10 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.reveal(c.log)
       advanced.push(c.log.id)
     }
-    // Compacts the list in place: what is published leaves it; entries of logs
-    // no longer marked, and a log's second entry (re-listed after a rollback), go.
-    const pass = ++this.publishPass
-    const list = this.unpublished
-    let kept = 0
-    for (let i = 0; i < this.unpublishedCount; i++) {
-      const log = list[i]!
-      list[i] = undefined
-      if (!log.unpublishedMark || log.publishPass === pass) continue
-      log.publishPass = pass
+    for (const log of this.unpublished) {
       if (log.publish(this.durable, seq) && !created.some((c) => c.log === log)) advanced.push(log.id)
-      if (log.hasUnpublished()) list[kept++] = log
-      else log.unpublishedMark = false
+      if (!log.hasUnpublished()) this.unpublished.delete(log)
     }
-    this.unpublishedCount = kept
     this.lastError = undefined
     const result: FlushResult = { durableLsn: this.durable, advanced, durationMs: performance.now() - started }
     for (const listener of this.listeners) listener(result)
@@ -855,7 +842,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       log.publishSnapshot()
       // Already durable: synced in the directory, covered by a published watermark.
       log.publish(this.durable, s.syncSeq)
-      if (log.hasUnpublished()) this.listUnpublished(log)
+      if (log.hasUnpublished()) this.unpublished.add(log)
       if (log.lastSeq() > s.syncSeq) {
         // Appended after the sync (above the target, or it would have waited):
         // synced and published by later flushes like any dirty log's.
@@ -892,7 +879,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     // Membership follows boundaries, not dirtiness: a `more` append dirties a log
     // without giving it anything to publish, and the publish pass drops such logs.
     // A log being built is published when it is registered.
-    if (log.registered) this.listUnpublished(log)
+    if (log.registered) this.unpublished.add(log)
   }
 
   private listDirty(log: FileShapeLog): void {
@@ -901,11 +888,6 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.dirty[this.dirtyCount++] = log
   }
 
-  private listUnpublished(log: FileShapeLog): void {
-    if (log.unpublishedMark) return
-    log.unpublishedMark = true
-    this.unpublished[this.unpublishedCount++] = log
-  }
 
   noteFault(log: FileShapeLog, tx: bigint): void {
     const prev = this.faults.get(log)
