@@ -69,8 +69,9 @@ interface Boundary extends HeadState {
   readonly seq: number
 }
 
-// Appends are staged in shared buffers and written in pieces of at most this
-// size, so a transaction of any size needs bounded memory.
+// Without the journal, appends are staged in shared buffers and written in
+// pieces of at most this size, so a transaction of any size needs bounded
+// memory (with it, lines go straight into the log's tail).
 const STAGE_BYTES = 4 * 1024 * 1024
 let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
 // A log holding this much not yet in its files starts writing it back. Small
