@@ -97,9 +97,8 @@ export function groupCheck(buf: Uint8Array, start: number, end: number): number 
  * groups, up to KEEP_CHUNK_BYTES.
  */
 export class GroupBuilder {
+  /** chunks[0..index) are full; chunks[index] is filled up to `at`. */
   private readonly chunks: Buffer[]
-  /** Filled bytes of each chunk in use (chunks[0..index]). */
-  private readonly filled: number[] = []
   private index = 0
   private at = GROUP_HEADER_BYTES
   /** Bytes of the records so far. */
@@ -117,7 +116,6 @@ export class GroupBuilder {
     while (length > 0) {
       let chunk = this.chunks[this.index]!
       if (this.at === chunk.length) {
-        this.filled[this.index] = this.at
         this.index++
         chunk = this.chunks[this.index] ??= Buffer.allocUnsafeSlow(this.chunkBytes)
         this.at = 0
@@ -149,8 +147,7 @@ export class GroupBuilder {
   write(id: Uint8Array, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
     const h = this.headScratch
     const at = this.head(RECORD_WRITE, file, id)
-    h.writeUIntLE(position % 2 ** 48, at, 6)
-    h.writeUInt16LE(Math.floor(position / 2 ** 48), at + 6)
+    writeUint64(h, position, at)
     h.writeUInt32LE(length, at + 8)
     this.putHead(at + 12)
     this.put(bytes, offset, length)
@@ -160,8 +157,7 @@ export class GroupBuilder {
   truncate(id: Uint8Array, file: JournalFile, size: number): void {
     const h = this.headScratch
     const at = this.head(RECORD_TRUNCATE, file, id)
-    h.writeUIntLE(size % 2 ** 48, at, 6)
-    h.writeUInt16LE(Math.floor(size / 2 ** 48), at + 6)
+    writeUint64(h, size, at)
     this.putHead(at + 8)
   }
 
@@ -191,15 +187,17 @@ export class GroupBuilder {
     b.writeUInt32LE(0, 4)
     b.writeBigUInt64LE(BigInt(generation), 8)
     b.writeBigUInt64LE(BigInt(sequence), 16)
-    this.filled[this.index] = this.at
     let crc = 0
-    for (let i = 0; i <= this.index; i++) crc = crc32(this.chunks[i]!.subarray(0, this.filled[i]), crc)
+    for (const piece of this.pieces()) crc = crc32(piece, crc)
     const check = this.headScratch
     check.writeUInt32LE((crc ^ CHECK_SALT) >>> 0, 0)
     this.put(check, 0, GROUP_CHECK_BYTES)
-    this.filled[this.index] = this.at
+    return this.pieces()
+  }
+
+  private pieces(): Buffer[] {
     const pieces: Buffer[] = []
-    for (let i = 0; i <= this.index; i++) pieces.push(this.chunks[i]!.subarray(0, this.filled[i]))
+    for (let i = 0; i <= this.index; i++) pieces.push(this.chunks[i]!.subarray(0, i < this.index ? this.chunks[i]!.length : this.at))
     return pieces
   }
 
@@ -212,6 +210,12 @@ export class GroupBuilder {
     const keep = Math.max(1, Math.floor(KEEP_CHUNK_BYTES / this.chunkBytes))
     if (this.chunks.length > keep) this.chunks.length = keep
   }
+}
+
+/** A non-negative integer below 2^64 as 6 + 2 little-endian bytes (the format's position field). */
+function writeUint64(buf: Buffer, value: number, at: number): void {
+  buf.writeUIntLE(value % 2 ** 48, at, 6)
+  buf.writeUInt16LE(Math.floor(value / 2 ** 48), at + 6)
 }
 
 // Enough for the groups of a busy stream; more would be held forever for one huge flush.
