@@ -70,6 +70,12 @@ export interface RunResult {
   readonly pipelineCpuMs: number | null
   /** The system-time part of it (added after the first full run; absent there). */
   readonly pipelineSystemCpuMs?: number | null
+  /**
+   * Minor page faults of the pipeline process in the window: first touches of
+   * fresh memory, about 15 µs each on the benchmark VM (its host backs guest
+   * memory lazily). Absent in runs before it was added.
+   */
+  readonly pageFaults?: number | null
   /** `Pipeline.start` (open the store, restore the shapes, connect), not in `ms`. */
   readonly startMs: number | null
   readonly cpuPressurePercent: number | null
@@ -287,7 +293,7 @@ export function markdown(report: Report): string {
   out.push('## Throughput (item 14)')
   out.push('')
   out.push(
-    'Median of the repetitions; *vs ceiling* is the median rate over pg_recvlogical\'s median rate on the same WAL. *pipeline CPU/change* is the pipeline process\'s CPU time (user + system, all threads) from streaming start to durable, per change. *walsender CPU* is the decoding backend\'s CPU time over the run\'s wall time. *start* is `Pipeline.start` (open the store, restore every shape, connect), not part of the timed run.',
+    'Median of the repetitions; *vs ceiling* is the median rate over pg_recvlogical\'s median rate on the same WAL. *pipeline CPU/change* is the pipeline process\'s CPU time (user + system, all threads) from streaming start to durable, per change; *page faults/change* its minor page faults in that window per change (first touches of fresh memory, which cost about 15 µs each on this VM). *walsender CPU* is the decoding backend\'s CPU time over the run\'s wall time. *start* is `Pipeline.start` (open the store, restore every shape, connect), not part of the timed run.',
   )
   out.push('')
   for (const phase of report.throughput) {
@@ -298,16 +304,17 @@ export function markdown(report: Report): string {
       `${n(w.changes)} changes in ${n(w.transactions)} transactions (+1 marker) per repetition, ${w.walBytes.map(bytes).join(', ')} of WAL; Postgres wrote them in ${w.generateMs.map((ms) => secs(ms)).join(', ')} (median ${n((w.transactions / median(w.generateMs)) * 1000)} commits/s, server-side procedure).`,
     )
     out.push('')
-    out.push('| shapes | each change hits | changes/s (median) | runs (changes/s) | vs ceiling | shape-log entries/s | pipeline CPU/change | walsender CPU | start | CPU pressure |')
-    out.push('|---|--:|--:|---|--:|--:|--:|--:|--:|--:|')
+    out.push('| shapes | each change hits | changes/s (median) | runs (changes/s) | vs ceiling | shape-log entries/s | pipeline CPU/change | page faults/change | walsender CPU | start | CPU pressure |')
+    out.push('|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|')
     const c = phase.ceiling
     out.push(
-      `| **ceiling**: pg_recvlogical to /dev/null | - | ${rate(c.medianChangesPerSec)} | ${c.runs.map((r) => rate(r.changesPerSec)).join(', ')} | 100% | - | - | ${c.runs.map((r) => (r.walsenderCpuMs === null ? '-' : pct(r.walsenderCpuMs / r.ms))).join(', ')} | - | ${c.runs.map((r) => pctRaw(r.cpuPressurePercent)).join(', ')} |`,
+      `| **ceiling**: pg_recvlogical to /dev/null | - | ${rate(c.medianChangesPerSec)} | ${c.runs.map((r) => rate(r.changesPerSec)).join(', ')} | 100% | - | - | - | ${c.runs.map((r) => (r.walsenderCpuMs === null ? '-' : pct(r.walsenderCpuMs / r.ms))).join(', ')} | - | ${c.runs.map((r) => pctRaw(r.cpuPressurePercent)).join(', ')} |`,
     )
     for (const set of phase.sets) {
       const cpuPerChange = median(set.runs.map((r) => ((r.pipelineCpuMs ?? Number.NaN) * 1000) / w.changes))
+      const faultsPerChange = median(set.runs.map((r) => (r.pageFaults ?? Number.NaN) / w.changes))
       out.push(
-        `| ${set.title}${set.indexed ? '' : ' (not indexed)'} | ${n(set.matchesPerChange)} | ${rate(set.medianChangesPerSec)} | ${set.runs.map((r) => rate(r.changesPerSec)).join(', ')} | ${pct(set.ratioToCeiling)} | ${rate(set.medianChangesPerSec * set.matchesPerChange)} | ${n(cpuPerChange, 1)} µs | ${set.runs.map((r) => (r.walsenderCpuMs === null ? '-' : pct(r.walsenderCpuMs / r.ms))).join(', ')} | ${secs(median(set.runs.map((r) => r.startMs ?? Number.NaN)))} | ${set.runs.map((r) => pctRaw(r.cpuPressurePercent)).join(', ')} |`,
+        `| ${set.title}${set.indexed ? '' : ' (not indexed)'} | ${n(set.matchesPerChange)} | ${rate(set.medianChangesPerSec)} | ${set.runs.map((r) => rate(r.changesPerSec)).join(', ')} | ${pct(set.ratioToCeiling)} | ${rate(set.medianChangesPerSec * set.matchesPerChange)} | ${n(cpuPerChange, 1)} µs | ${n(faultsPerChange, 2)} | ${set.runs.map((r) => (r.walsenderCpuMs === null ? '-' : pct(r.walsenderCpuMs / r.ms))).join(', ')} | ${secs(median(set.runs.map((r) => r.startMs ?? Number.NaN)))} | ${set.runs.map((r) => pctRaw(r.cpuPressurePercent)).join(', ')} |`,
       )
     }
     out.push('')

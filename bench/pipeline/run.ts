@@ -120,6 +120,9 @@ const ILIKE_SETS = pick(['ilike1k'])
 const OVERLAP_SETS = pick(['overlap1k'])
 /** BENCH_CPU_PROF=<dir>: each timed pipeline run writes a V8 CPU profile of its timed window there. */
 const CPU_PROF = process.env.BENCH_CPU_PROF
+/** BENCH_HEAP_SNAPSHOT=<dir>: a V8 heap snapshot of each registering pipeline once its shapes are ready (what a shape costs). */
+const HEAP_SNAPSHOT_DIR = process.env.BENCH_HEAP_SNAPSHOT
+if (HEAP_SNAPSHOT_DIR !== undefined) mkdirSync(HEAP_SNAPSHOT_DIR, { recursive: true })
 const PROTO_VERSION = 2
 /** Ids of one repetition's workload start this far after the previous one's. */
 const REP_ID_STRIDE = 1_000_000
@@ -192,6 +195,11 @@ async function registerSet(cluster: PostgresCluster, root: string, id: string): 
       concurrency: SETTINGS.registerConcurrency,
       ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, `register_${id}.cpuprofile`) }),
     })
+    if (HEAP_SNAPSHOT_DIR !== undefined) {
+      const path = join(HEAP_SNAPSHOT_DIR, `register_${id}.heapsnapshot`)
+      await worker.call('heapSnapshot', { path })
+      log(`  heap snapshot of ${id}'s pipeline after registering: ${path}`)
+    }
     await worker.stop()
     await dropSlot(cluster, slot)
     const disk = await diskBytes(join(dir, 'logs'))
@@ -342,7 +350,7 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
   try {
     await waitForQuiet(QUIET_WAIT_MS)
     const meter = new SystemMeter()
-    const started = await worker.call<{ startMs: number; shapes: number; cpu: { user: number; system: number } }>('start', {
+    const started = await worker.call<{ startMs: number; shapes: number; cpu: { user: number; system: number }; pageFaults: number }>('start', {
       connectionString: cluster.url,
       storageDir: dir,
       slotName: slot,
@@ -352,7 +360,7 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
     })
     const pid = await walsenderPid(cluster, slot)
     const cpu0 = pid === undefined ? undefined : processCpuMs(pid)
-    const done = await worker.call<{ ms: number; cpu: { user: number; system: number } }>('waitDurable')
+    const done = await worker.call<{ ms: number; cpu: { user: number; system: number }; pageFaults: number }>('waitDurable')
     const cpu1 = pid === undefined ? undefined : processCpuMs(pid)
     const pressure = meter.cpuPressurePercent() ?? null
     if (started.shapes !== countOf(set)) throw new Error(`${set}: restored ${started.shapes} shapes, expected ${countOf(set)}`)
@@ -363,6 +371,7 @@ async function pipelineRun(cluster: PostgresCluster, root: string, set: string, 
       walsenderCpuMs: cpu0 === undefined || cpu1 === undefined ? null : cpu1,
       pipelineCpuMs: (done.cpu.user + done.cpu.system - started.cpu.user - started.cpu.system) / 1000,
       pipelineSystemCpuMs: (done.cpu.system - started.cpu.system) / 1000,
+      pageFaults: done.pageFaults - started.pageFaults,
       startMs: started.startMs,
       cpuPressurePercent: pressure,
       loadavg1: loadavg()[0]!,
@@ -414,7 +423,7 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
         const r = await pipelineRun(cluster, root, who, slots.get(who)!, slotLsns.get(who)!, workload)
         runs.get(who)!.push(r)
         log(
-          `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (system ${((r.pipelineSystemCpuMs ?? 0) / 1000).toFixed(1)} s; start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
+          `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (system ${((r.pipelineSystemCpuMs ?? 0) / 1000).toFixed(1)} s; ${r.pageFaults ?? '-'} page faults; start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
         )
       }
     }

@@ -115,6 +115,7 @@ async function start(args: Record<string, unknown>): Promise<object> {
     memoryBefore: before,
     memory: restored,
     cpu: process.cpuUsage(),
+    pageFaults: process.resourceUsage().minorPageFault,
   }
 }
 
@@ -275,6 +276,8 @@ function reached(p: PipelineType): Promise<object> {
     transactionsRouted: p.router.transactionsRouted,
     flushes,
     cpu: process.cpuUsage(),
+    // Read before memory()'s forced collections, which touch pages of their own.
+    pageFaults: process.resourceUsage().minorPageFault,
     memory: memory(),
   })
   if (targetLsn === undefined) return Promise.reject(new Error('start had no targetLsn'))

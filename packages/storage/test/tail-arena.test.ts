@@ -68,16 +68,22 @@ describe('TailArena.prefault', () => {
 })
 
 describe('TailArena.trim', () => {
-  it('gives back the slabs past the reserve once all their blocks are free, and never the reserve', () => {
-    const arena = new TailArena(1024 * 1024)
+  const MiB = 1024 * 1024
+
+  it('gives back slabs past the reserve once all their blocks are free, one cycle after the peak that needed them, and never the reserve', () => {
+    const arena = new TailArena(MiB)
     const blocks = Array.from({ length: 40 }, () => arena.alloc(256 * 1024))
     // 1 MiB reserve + 9 MiB of 256 KiB blocks in 4 MiB slabs: 3 extra slabs.
-    expect(arena.slabBytes).toBe(13 * 1024 * 1024)
+    expect(arena.slabBytes).toBe(13 * MiB)
     expect(arena.trim()).toBe(0)
-    // Everything but one block of the last slab and one of the reserve back: only the middle slabs go.
+    // Everything but one block of the last slab and one of the reserve back: the middle slabs are idle, but
+    // this cycle (since the last trim) had 10 MiB in use at once, so they stay for the next one.
     for (const b of blocks.slice(1, -1)) arena.release(b)
-    expect(arena.trim()).toBe(8 * 1024 * 1024)
-    expect(arena.slabBytes).toBe(5 * 1024 * 1024)
+    expect(arena.trim()).toBe(0)
+    expect(arena.slabBytes).toBe(13 * MiB)
+    // A cycle that needed only 512 KiB: the idle slabs go.
+    expect(arena.trim()).toBe(8 * MiB)
+    expect(arena.slabBytes).toBe(5 * MiB)
     // The blocks still held stay intact and usable; freed ones are not handed out twice.
     const first = blocks[0]!
     const last = blocks.at(-1)!
@@ -90,8 +96,35 @@ describe('TailArena.trim', () => {
     again.forEach((b, i) => expect(b.buf.every((x) => x === i + 3)).toBe(true))
     for (const b of [first, last, ...again]) arena.release(b)
     arena.trim()
-    expect(arena.slabBytes).toBe(1024 * 1024)
+    arena.trim()
+    expect(arena.slabBytes).toBe(MiB)
     // Trimmed down to the reserve, the arena still serves requests of every size.
     for (let size = 1; size <= 1 << 20; size *= 4) expect(arena.alloc(size).buf.length).toBeGreaterThanOrEqual(size)
+  })
+
+  it('keeps what a steady stream uses from one checkpoint to the next', () => {
+    const arena = new TailArena(MiB)
+    // Each cycle: tails fill 9 MiB past the reserve, a checkpoint writes them back and frees every block.
+    for (let cycle = 0; cycle < 5; cycle++) {
+      const tails = Array.from({ length: 40 }, () => arena.alloc(256 * 1024))
+      for (const t of tails) arena.release(t)
+      expect(arena.trim()).toBe(0)
+      expect(arena.slabBytes).toBe(13 * MiB)
+    }
+    // The stream stops: one quiet cycle later, the arena is back to its reserve.
+    expect(arena.trim()).toBe(12 * MiB)
+    expect(arena.slabBytes).toBe(MiB)
+  })
+
+  it('keeps only as many idle slabs as the last peak needs', () => {
+    const arena = new TailArena(MiB)
+    const big = Array.from({ length: 40 }, () => arena.alloc(256 * 1024))
+    for (const b of big) arena.release(b)
+    arena.trim()
+    // The next cycle peaks at 4.5 MiB: the reserve and one slab cover it, the other two go.
+    const some = Array.from({ length: 18 }, () => arena.alloc(256 * 1024))
+    for (const b of some) arena.release(b)
+    expect(arena.trim()).toBe(8 * MiB)
+    expect(arena.slabBytes).toBe(5 * MiB)
   })
 })
