@@ -58,7 +58,8 @@ export class ShapeIndex<S> {
       domain = { rowKeys: conjunct.rowKeys, byKey: new Map(), shapes: 0 }
       this.domains.set(conjunct.domain, domain)
     }
-    const entry: Entry = {
+    const entry: Entry<S> = {
+      shape,
       where,
       kind: conjunct.kind,
       keys: conjunct.keys,
@@ -67,12 +68,10 @@ export class ShapeIndex<S> {
     }
     const filedUnder = fileKeys(conjunct, domain)
     for (const key of filedUnder) {
-      let bucket = domain.byKey.get(key)
-      if (bucket === undefined) {
-        bucket = new Map()
-        domain.byKey.set(key, bucket)
-      }
-      bucket.set(shape, entry)
+      const bucket = domain.byKey.get(key)
+      if (bucket === undefined) domain.byKey.set(key, entry)
+      else if (bucket instanceof Map) bucket.set(shape, entry)
+      else domain.byKey.set(key, new Map([[bucket.shape, bucket], [shape, entry]]))
     }
     domain.shapes++
     this.placements.set(shape, { kind: 'indexed', domain: conjunct.domain, keys: filedUnder })
@@ -96,8 +95,15 @@ export class ShapeIndex<S> {
     for (const key of placement.keys) {
       const bucket = domain.byKey.get(key)
       if (bucket === undefined) continue
+      if (!(bucket instanceof Map)) {
+        if (bucket.shape === shape) domain.byKey.delete(key)
+        continue
+      }
       bucket.delete(shape)
-      if (bucket.size === 0) domain.byKey.delete(key)
+      if (bucket.size === 1) {
+        const [rest] = bucket.values()
+        domain.byKey.set(key, rest!)
+      }
     }
     domain.shapes--
     if (domain.shapes === 0) this.domains.delete(placement.domain)
@@ -114,8 +120,12 @@ export class ShapeIndex<S> {
       for (const key of keySet ?? rowKeys) {
         const bucket = domain.byKey.get(key)
         if (bucket === undefined) continue
-        for (const [shape, entry] of bucket) {
-          if (accepts(entry, key, keySet, row)) out.add(shape)
+        if (!(bucket instanceof Map)) {
+          if (accepts(bucket, key, keySet, row)) out.add(bucket.shape)
+          continue
+        }
+        for (const entry of bucket.values()) {
+          if (accepts(entry, key, keySet, row)) out.add(entry.shape)
         }
       }
     }
@@ -157,11 +167,17 @@ function rank(conjunct: IndexableConjunct): number {
 
 interface DomainIndex<S> {
   readonly rowKeys: (row: RowValues) => readonly string[]
-  readonly byKey: Map<string, Map<S, Entry>>
+  /**
+   * Key → the one shape filed under it (most keys: `id = $1` shapes), or a Map
+   * once a second joins. A Map per key was 100k Maps with 100k shapes, each a
+   * table for the collector to trace on every full collection.
+   */
+  readonly byKey: Map<string, Entry<S> | Map<S, Entry<S>>>
   shapes: number
 }
 
-interface Entry {
+interface Entry<S> {
+  readonly shape: S
   readonly where: WhereClause
   readonly kind: IndexableConjunct['kind']
   readonly keys: readonly string[]
@@ -187,7 +203,8 @@ function fileKeys(conjunct: IndexableConjunct, domain: DomainIndex<unknown>): re
   let best = unique[0]
   let bestSize = Infinity
   for (const key of unique) {
-    const size = domain.byKey.get(key)?.size ?? 0
+    const bucket = domain.byKey.get(key)
+    const size = bucket === undefined ? 0 : bucket instanceof Map ? bucket.size : 1
     if (size < bestSize) {
       best = key
       bestSize = size
@@ -197,7 +214,7 @@ function fileKeys(conjunct: IndexableConjunct, domain: DomainIndex<unknown>): re
 }
 
 /** Whether a candidate found under `key` takes the row. */
-function accepts(entry: Entry, key: string, keySet: ReadonlySet<string> | undefined, row: RowValues): boolean {
+function accepts(entry: Entry<unknown>, key: string, keySet: ReadonlySet<string> | undefined, row: RowValues): boolean {
   if (entry.kind === 'contains') {
     // Every contained key must be among the row's elements: a cheap rejection before any evaluation.
     for (const wanted of entry.keys) {

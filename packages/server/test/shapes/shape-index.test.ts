@@ -101,6 +101,27 @@ describe('ShapeIndex', () => {
     expect(sorted(index.affected(row({ id: '2' })))).toEqual(['a'])
   })
 
+  it('keeps every shape of a key as shapes share it and leave it again, in any order', () => {
+    const index = new ShapeIndex<string>()
+    const names = ['a', 'b', 'c', 'd']
+    // Join one by one (a key with one shape, then several), then leave in another order (several, one, none).
+    names.forEach((name, i) => {
+      index.add(name, where(`id = 7${i % 2 === 0 ? '' : ' AND score > 0'}`))
+      expect(sorted(index.affected(row({ id: '7', score: '1' })))).toEqual(names.slice(0, i + 1))
+    })
+    expect(sorted(index.affected(row({ id: '7', score: '-1' })))).toEqual(['a', 'c'])
+    for (const [gone, left] of [['c', ['a', 'b', 'd']], ['a', ['b', 'd']], ['d', ['b']], ['b', []]] as const) {
+      index.remove(gone)
+      expect(sorted(index.affected(row({ id: '7', score: '1' })))).toEqual(left)
+      // Removing a shape not filed under the key leaves the key's shapes alone.
+      index.remove('nope')
+      expect(sorted(index.affected(row({ id: '7', score: '1' })))).toEqual(left)
+    }
+    index.add('e', where('id = 7'))
+    expect(sorted(index.affected(row({ id: '7' })))).toEqual(['e'])
+    expect(sorted(index.affected(row({ id: '8' })))).toEqual([])
+  })
+
   it('never matches NULLs', () => {
     const index = new ShapeIndex<string>()
     index.add('eq', where("name = 'a'"))
