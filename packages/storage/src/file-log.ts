@@ -5,8 +5,8 @@
  *
  * Two heads are kept. `appended` is what the files hold; `published` is what
  * readers see: it moves only to a transaction boundary that a flush has made
- * durable and the watermark covers. Between them sits `boundaries`, the
- * transaction ends appended since the last publish.
+ * durable and the watermark covers. Between them sits a queue of boundaries,
+ * the transaction ends appended since the last publish.
  *
  * Every write is positional at the appended end, and the appended head moves
  * only after all writes of an append succeeded. A failed append therefore leaves
@@ -64,9 +64,35 @@ export interface LogHost {
   writeBackFailed(log: FileShapeLog, err: StorageError): void
 }
 
-interface Boundary extends HeadState {
-  readonly tx: bigint
-  readonly seq: number
+/**
+ * The appended head after an append: also the transaction end a publish may
+ * move to, queued (`next`) until one does. With 100k logs a log's head lives
+ * for seconds, until that log's next append, so everything it holds outlives
+ * the young generation and is left for a full collection of the whole heap:
+ * the last offset is therefore kept as numbers and made a `LogOffset` only
+ * when a reader asks, instead of holding the router's offset object and its
+ * BigInt per append; the queue is a link per boundary, not an array per log
+ * refilled after every publish.
+ */
+class Boundary implements HeadState {
+  private lastOffset: LogOffset | undefined = undefined
+  /** The next transaction end appended after this one, while this one is unpublished. */
+  next: Boundary | undefined = undefined
+  constructor(
+    readonly entries: number,
+    readonly dataEnd: number,
+    /** Commit LSN of the append (0 for snapshot rows): the last offset's tx. */
+    readonly tx: bigint,
+    /** The last offset's op. */
+    readonly lastOp: number,
+    readonly closedChunks: number,
+    readonly snapshotChunks: number,
+    readonly seq: number,
+  ) {}
+
+  get last(): LogOffset {
+    return (this.lastOffset ??= { tx: this.tx, op: BigInt(this.lastOp) })
+  }
 }
 
 // Without the journal, appends are staged in shared buffers and written in
@@ -94,9 +120,14 @@ export class FileShapeLog implements ShapeLog {
   readonly data: FileRef
   readonly entries: FileRef
   readonly chunkFile: FileRef
-  private appended: HeadState
+  private appended!: HeadState
+  /** The appended head's last offset, as numbers (see Boundary). */
+  private appendedTx = 0n
+  private appendedOp = -1
   private published: HeadState
-  private boundaries: Boundary[] = []
+  /** Transaction ends appended since the last publish, oldest first (linked by `next`). */
+  private firstUnpublished: Boundary | undefined = undefined
+  private lastUnpublished: Boundary | undefined = undefined
   /** Sizes to cut the files back to before the next append, after a failed truncate. */
   private pendingCut: HeadState | undefined
   /**
@@ -172,7 +203,7 @@ export class FileShapeLog implements ShapeLog {
     this.data = new FileRef(`${dir}/${LOG_FILES.data}`, 'r+')
     this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r+')
     this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r+')
-    this.appended = head
+    this.setAppended(head)
     this.published = head
     this.recordsOnDisk = head.entries
     this.recordsJournaled = head.entries
@@ -228,9 +259,9 @@ export class FileShapeLog implements ShapeLog {
   restore(head: HeadState, chunks: readonly ChunkInfo[]): void {
     this.chunks.length = 0
     this.chunks.push(...chunks)
-    this.appended = head
+    this.setAppended(head)
     this.published = head
-    this.boundaries = []
+    this.dropUnpublished()
     this.recordsOnDisk = head.entries
     this.recordsJournaled = head.entries
     this.dataOnDisk = head.dataEnd
@@ -468,13 +499,13 @@ export class FileShapeLog implements ShapeLog {
     const n = input.length
     if (n === 0) return 0
     const tx = input[0]!.offset.tx
-    const last = this.appended.last
+    const lastTx = this.appendedTx
     // Entries at or below the last appended offset are a replay: skip them.
     let skip = 0
-    if (tx < last.tx) {
+    if (tx < lastTx) {
       skip = n
-    } else if (tx === last.tx) {
-      const lastOp = Number(last.op)
+    } else if (tx === lastTx) {
+      const lastOp = this.appendedOp
       while (skip < n && Number(input[skip]!.offset.op) <= lastOp) skip++
     }
     if (skip === n) {
@@ -486,7 +517,7 @@ export class FileShapeLog implements ShapeLog {
     const count = n - skip
     const jsons = new Array<Uint8Array>(count)
     const ops = new Array<number>(count)
-    let prevOp = tx === last.tx ? Number(last.op) : -1
+    let prevOp = tx === lastTx ? this.appendedOp : -1
     for (let i = 0; i < count; i++) {
       const e = input[skip + i]!
       if (e.offset.tx !== tx) throw this.invalid(`one append holds one transaction (${tx} and ${e.offset.tx})`)
@@ -499,7 +530,7 @@ export class FileShapeLog implements ShapeLog {
     }
     const more = options?.more === true
     try {
-      this.write(tx, jsons, ops, input[n - 1]!.offset, more ? 0 : ENTRY_TXN_END, false)
+      this.write(tx, jsons, ops, more ? 0 : ENTRY_TXN_END, false)
     } catch (err) {
       this.host.noteFault(this, tx)
       throw err
@@ -508,7 +539,10 @@ export class FileShapeLog implements ShapeLog {
     this.open = more
     // The appended head object is the boundary too (one allocation per append).
     if (!more) {
-      this.boundaries.push(this.appended as Boundary)
+      const b = this.appended as Boundary
+      if (this.lastUnpublished === undefined) this.firstUnpublished = b
+      else this.lastUnpublished.next = b
+      this.lastUnpublished = b
       this.host.markUnpublished(this)
     }
     return count
@@ -529,7 +563,7 @@ export class FileShapeLog implements ShapeLog {
   /** Snapshot rows: all rows of chunk n carry the virtual offset `0_n`. */
   appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array): void {
     const jsons = end ? [...rows, end] : rows
-    this.write(0n, jsons, undefined, undefined, end ? ENTRY_TXN_END : 0, end !== undefined)
+    this.write(0n, jsons, undefined, end ? ENTRY_TXN_END : 0, end !== undefined)
     if (end) this.snapshotHead = this.appended
   }
 
@@ -550,8 +584,8 @@ export class FileShapeLog implements ShapeLog {
    * this holds the log must not become durable under its id.
    */
   unsettledAtOrBelow(lsn: bigint, seq: number): boolean {
-    if (this.open && this.appended.last.tx <= lsn) return true
-    for (const b of this.boundaries) if (b.seq > seq) return b.tx <= lsn
+    if (this.open && this.appendedTx <= lsn) return true
+    for (let b = this.firstUnpublished; b !== undefined; b = b.next) if (b.seq > seq) return b.tx <= lsn
     return false
   }
 
@@ -561,20 +595,47 @@ export class FileShapeLog implements ShapeLog {
    * Returns whether the head moved.
    */
   publish(lsn: bigint, seq: number): boolean {
-    let n = 0
-    while (n < this.boundaries.length && this.boundaries[n]!.tx <= lsn && this.boundaries[n]!.seq <= seq) n++
-    if (n === 0) return false
-    // The boundary itself is the head (it is immutable): publishing allocates
+    let b = this.firstUnpublished
+    if (b === undefined || b.tx > lsn || b.seq > seq) return false
+    let head: Boundary
+    do {
+      head = b
+      b = b.next
+      // Unlinked as it is published, so a head a reader holds keeps no later boundaries alive.
+      head.next = undefined
+    } while (b !== undefined && b.tx <= lsn && b.seq <= seq)
+    // The boundary itself is the head (its head fields never change): publishing allocates
     // nothing, and at 100k logs every object made here would outlive the young
     // generation and be left for a full collection of the whole heap.
-    this.published = this.boundaries[n - 1]!
-    if (n === this.boundaries.length) this.boundaries.length = 0
-    else this.boundaries.splice(0, n)
+    this.published = head
+    this.firstUnpublished = b
+    if (b === undefined) this.lastUnpublished = undefined
     return true
   }
 
   hasUnpublished(): boolean {
-    return this.boundaries.length > 0
+    return this.firstUnpublished !== undefined
+  }
+
+  private dropUnpublished(): void {
+    for (let b = this.firstUnpublished; b !== undefined; ) {
+      const next: Boundary | undefined = b.next
+      b.next = undefined
+      b = next
+    }
+    this.firstUnpublished = undefined
+    this.lastUnpublished = undefined
+  }
+
+  private setAppended(head: HeadState): void {
+    this.appended = head
+    if (head instanceof Boundary) {
+      this.appendedTx = head.tx
+      this.appendedOp = head.lastOp
+    } else {
+      this.appendedTx = head.last.tx
+      this.appendedOp = Number(head.last.op)
+    }
   }
 
   /**
@@ -582,21 +643,19 @@ export class FileShapeLog implements ShapeLog {
    * may have dropped those pages) and cuts the files back to match.
    */
   rollbackToPublished(): void {
-    this.boundaries = []
+    this.dropUnpublished()
     this.open = false
     this.cutTo(this.published)
   }
 
   /**
    * Appends entries of one transaction (`ops` given) or snapshot rows (`ops`
-   * undefined: each row takes its chunk number). `lastOffset` is the offset of
-   * the last entry when known, to avoid building it again.
+   * undefined: each row takes its chunk number).
    */
   private write(
     tx: bigint,
     jsons: readonly Uint8Array[],
     ops: readonly number[] | undefined,
-    lastOffset: LogOffset | undefined,
     lastFlags: number,
     closeAtEnd: boolean,
   ): void {
@@ -701,16 +760,10 @@ export class FileShapeLog implements ShapeLog {
       }
       stage.count = slot
       if (newChunks) for (const c of newChunks) this.chunks.push(c)
-      const head: Boundary = {
-        entries: before.entries + count,
-        dataEnd: pos,
-        last: lastOffset ?? { tx, op: BigInt(entryOps[count - 1]!) },
-        closedChunks: closed,
-        snapshotChunks,
-        tx,
-        seq: this.host.nextSeq(),
-      }
+      const head = new Boundary(before.entries + count, pos, tx, entryOps[count - 1]!, closed, snapshotChunks, this.host.nextSeq())
       this.appended = head
+      this.appendedTx = tx
+      this.appendedOp = head.lastOp
       if (this.journal) {
         this.startWriteBackIfDue()
       } else if (this.staged.count * ENTRY_RECORD_BYTES >= STAGE_BYTES) {
@@ -728,7 +781,7 @@ export class FileShapeLog implements ShapeLog {
   private cutTo(head: HeadState): void {
     this.epoch++
     this.chunks.length = Math.min(this.chunks.length, head.closedChunks)
-    this.appended = head
+    this.setAppended(head)
     // Memory holds log.dat from dataOnDisk on and records from recordsOnDisk on; keep what lies below the new head.
     if (head.dataEnd >= this.dataOnDisk) {
       this.pendLen = Math.min(this.pendLen, head.dataEnd - this.dataOnDisk)
