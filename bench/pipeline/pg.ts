@@ -2,9 +2,11 @@
  * Postgres for the pipeline benchmark: the cluster's settings, slots, the WAL
  * workload, the decoding ceiling (pg_recvlogical) and the insert load (pgbench).
  */
+import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import { performance } from 'node:perf_hooks'
 import { DEFAULT_PUBLICATION_NAME } from '@sluice/server'
 import type { PostgresCluster, PostgresSettings } from '@sluice/test-utils'
 import { startPostgres } from '@sluice/test-utils'
@@ -137,6 +139,37 @@ export async function recvlogical(cluster: PostgresCluster, slot: string, endLsn
   const result = await runTimed(join(cluster.binDir, 'pg_recvlogical'), args)
   if (result.code !== 0) throw new Error(`pg_recvlogical exited with ${result.code}: ${result.stderr}`)
   return result
+}
+
+/**
+ * pg_recvlogical streaming from `slot` to /dev/null until stopped, confirming
+ * what it received every `statusSeconds` (-F 0: no fsync of /dev/null, progress
+ * still reported): the decoder alone, for the keep-up control.
+ */
+export function streamRecvlogical(cluster: PostgresCluster, slot: string, protoVersion: number, statusSeconds: number): { stop(): Promise<CommandResult> } {
+  const args = [
+    '-h', '127.0.0.1', '-p', String(cluster.port), '-U', cluster.user, '-d', cluster.database,
+    `--slot=${slot}`, '--start', '--no-loop', '-F', '0', '-s', String(statusSeconds),
+    '-o', `proto_version=${protoVersion}`, '-o', `publication_names=${PUBLICATION}`,
+    ...(protoVersion >= 2 ? ['-o', 'streaming=on'] : []),
+    '-f', '/dev/null',
+  ]
+  const child = spawn(join(cluster.binDir, 'pg_recvlogical'), args, { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.on('data', (c: Buffer) => {
+    stderr += c.toString('utf8')
+  })
+  const t0 = performance.now()
+  const exited = new Promise<CommandResult>((resolve, reject) => {
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, ms: performance.now() - t0, stdout: '', stderr }))
+  })
+  return {
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT')
+      return exited
+    },
+  }
 }
 
 function formatLsn(lsn: bigint): string {

@@ -115,6 +115,19 @@ export interface KeepUpResult {
   readonly clients: number
   readonly seconds: number
   readonly baselineTps: number
+  /**
+   * The same load with pg_recvlogical alone streaming it (confirming every
+   * second): what decoding by itself manages here. Absent in earlier runs.
+   */
+  readonly decoderAlone?: {
+    readonly tps: number
+    readonly samples: number
+    readonly lagP50: number
+    readonly lagP99: number
+    readonly lagMax: number
+    readonly firstThirdMedian: number
+    readonly lastThirdMedian: number
+  }
   readonly tps: number
   readonly transactions: number
   readonly walBytesPerSec: number
@@ -342,6 +355,10 @@ export function markdown(report: Report): string {
     out.push(`| lag median, first third vs last third | ${bytes(k.firstThirdMedian)} vs ${bytes(k.lastThirdMedian)} |`)
     out.push(`| lag p99, first third vs last third | ${bytes(k.firstThirdP99)} vs ${bytes(k.lastThirdP99)} |`)
     out.push(`| lag in time at the median (lag / WAL rate) | ${n((k.lagP50 / k.walBytesPerSec) * 1000)} ms |`)
+    const d = k.decoderAlone
+    if (d !== undefined) {
+      out.push(`| control: the same load with pg_recvlogical alone streaming it (to /dev/null, confirming every 1 s) | ${n(d.tps)} inserts/s; lag p50 / p99 / max ${bytes(d.lagP50)} / ${bytes(d.lagP99)} / ${bytes(d.lagMax)}; median first third vs last third ${bytes(d.firstThirdMedian)} vs ${bytes(d.lastThirdMedian)} |`)
+    }
     out.push(`| caught up after the load stopped | ${k.caughtUpMs === null ? 'not within 300 s' : secs(k.caughtUpMs)} |`)
     out.push(`| pipeline process CPU during the load | ${k.pipelineCpuPercent === null ? '-' : `${n(k.pipelineCpuPercent)}% of one core`} |`)
     out.push(`| its walsender's CPU | ${k.walsenderCpuPercent === null ? '-' : `${n(k.walsenderCpuPercent)}% of one core`} |`)

@@ -42,6 +42,7 @@ import {
   processCpuMs,
   recvlogical,
   startBenchPostgres,
+  streamRecvlogical,
   walsenderPid,
 } from './pg.js'
 import type { GeneratedWorkload } from './pg.js'
@@ -461,6 +462,76 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
 
 // ---- keeping up ----
 
+interface LagSample {
+  readonly t: number
+  readonly lag: number
+  readonly wal: string
+}
+
+/** The slot's lag (`pg_current_wal_lsn() - confirmed_flush_lsn`) every SETTINGS.sampleMs until stopped. */
+function sampleLag(cluster: PostgresCluster, slot: string): { readonly t0: number; stop(): Promise<LagSample[]> } {
+  const samples: LagSample[] = []
+  const t0 = performance.now()
+  let sampling = true
+  const loop = (async () => {
+    while (sampling) {
+      const next = performance.now() + SETTINGS.sampleMs
+      const { rows } = await cluster.query<{ lag: string; wal: string }>(
+        'SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint::text AS lag, pg_current_wal_lsn()::text AS wal FROM pg_replication_slots WHERE slot_name = $1',
+        [slot],
+      )
+      samples.push({ t: performance.now() - t0, lag: Number(rows[0]!.lag), wal: rows[0]!.wal })
+      const wait = next - performance.now()
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait))
+    }
+  })()
+  return {
+    t0,
+    async stop() {
+      sampling = false
+      await loop
+      return samples
+    },
+  }
+}
+
+/**
+ * The control for keeping up: the same load with Postgres's own decoder alone
+ * streaming it (pg_recvlogical to /dev/null, confirming every second), so the
+ * pipeline's lag can be read against what decoding by itself manages on this
+ * machine while the load saturates it.
+ */
+async function keepUpDecoderAlone(cluster: PostgresCluster, script: string, threads: number): Promise<NonNullable<KeepUpResult['decoderAlone']>> {
+  const slot = 'keepup_decoder'
+  await createSlot(cluster, slot)
+  try {
+    await waitForQuiet(QUIET_WAIT_MS)
+    const stream = streamRecvlogical(cluster, slot, PROTO_VERSION, 1)
+    const sampler = sampleLag(cluster, slot)
+    const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds })
+    const loadEnd = performance.now() - sampler.t0
+    const samples = await sampler.stop()
+    await stream.stop()
+    const lags = samples.filter((x) => x.t <= loadEnd).map((x) => x.lag)
+    const third = Math.floor(lags.length / 3)
+    const result = {
+      tps: load.tps,
+      samples: lags.length,
+      lagP50: quantile(lags, 0.5),
+      lagP99: quantile(lags, 0.99),
+      lagMax: Math.max(...lags),
+      firstThirdMedian: median(lags.slice(0, third)),
+      lastThirdMedian: median(lags.slice(lags.length - third)),
+    }
+    log(
+      `  decoder alone (pg_recvlogical): ${load.tps.toFixed(0)} inserts/s, lag p50 ${mib(result.lagP50)} MiB, max ${mib(result.lagMax)} MiB, first third ${mib(result.firstThirdMedian)} -> last third ${mib(result.lastThirdMedian)} MiB`,
+    )
+    return result
+  } finally {
+    await dropSlot(cluster, slot)
+  }
+}
+
 async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpResult> {
   const script = await preparePgbench(cluster, root)
   const threads = 2
@@ -468,6 +539,7 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
   await waitForQuiet(QUIET_WAIT_MS)
   const baseline = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.baselineSeconds })
   log(`  baseline: ${baseline.tps.toFixed(0)} inserts/s`)
+  const decoder = await keepUpDecoderAlone(cluster, script, threads)
 
   const set = 'eq100k'
   const slot = 'keepup'
@@ -481,27 +553,15 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
       slotName: slot,
       sampleMemory: true,
       adoptLsn: slotLsn.toString(),
+      ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, 'keepup.cpuprofile') }),
     })
     log(`  pipeline restored ${started.shapes} shapes in ${(started.startMs / 1000).toFixed(1)} s, RSS ${mib(started.memory.rss)} MiB`)
     await waitForQuiet(QUIET_WAIT_MS)
     const wsPid = await walsenderPid(cluster, slot)
     const ws0 = wsPid === undefined ? undefined : processCpuMs(wsPid)
     const cpu0 = processCpuMs(worker.pid)
-    const samples: Array<{ t: number; lag: number; wal: string }> = []
-    const t0 = performance.now()
-    let sampling = true
-    const sampler = (async () => {
-      while (sampling) {
-        const next = performance.now() + SETTINGS.sampleMs
-        const { rows } = await cluster.query<{ lag: string; wal: string }>(
-          "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint::text AS lag, pg_current_wal_lsn()::text AS wal FROM pg_replication_slots WHERE slot_name = $1",
-          [slot],
-        )
-        samples.push({ t: performance.now() - t0, lag: Number(rows[0]!.lag), wal: rows[0]!.wal })
-        const wait = next - performance.now()
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait))
-      }
-    })()
+    const sampler = sampleLag(cluster, slot)
+    const t0 = sampler.t0
     const meter = new SystemMeter()
     const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds })
     const loadEnd = performance.now() - t0
@@ -524,8 +584,7 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
       }
       await new Promise((r) => setTimeout(r, 20))
     }
-    sampling = false
-    await sampler
+    const samples = await sampler.stop()
     const during = samples.filter((s) => s.t <= loadEnd)
     const lags = during.map((s) => s.lag)
     const third = Math.floor(during.length / 3)
@@ -533,6 +592,7 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
     const last = lags.slice(lags.length - third)
     const walBytes = Number(parseLsn(during[during.length - 1]!.wal) - parseLsn(during[0]!.wal))
     const walSeconds = (during[during.length - 1]!.t - during[0]!.t) / 1000
+    if (CPU_PROF !== undefined) await worker.call('stopProfile')
     const memory = await worker.call<{ memory: MemorySample }>('memory')
     await worker.stop()
     const result: KeepUpResult = {
@@ -541,6 +601,7 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
       clients: SETTINGS.pgbenchClients,
       seconds: SETTINGS.keepUpSeconds,
       baselineTps: baseline.tps,
+      decoderAlone: decoder,
       tps: load.tps,
       transactions: load.transactions,
       walBytesPerSec: walBytes / walSeconds,

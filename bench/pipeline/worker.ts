@@ -15,6 +15,7 @@
  *   `concurrency` creations in flight, and waits until every one is ready.
  * - `waitDurable {}`: resolves once the watermark reached `targetLsn`.
  * - `memory {}`: RSS and heap after a full GC.
+ * - `stopProfile {}`: ends the CPU profile `start` began (the keep-up run's window: from `start` resolving to here).
  * - `heapSnapshot {path}`: writes a V8 heap snapshot (for working out what a shape costs).
  * - `stop {}`: `pipeline.stop()`; the process exits after answering.
  */
@@ -310,6 +311,10 @@ async function handle(req: Request): Promise<void> {
         break
       case 'waitDurable':
         result = await waitDurable()
+        break
+      case 'stopProfile':
+        await stopProfile()
+        result = {}
         break
       case 'heapSnapshot':
         result = { path: writeHeapSnapshot(String(req.args.path)) }
