@@ -35,15 +35,26 @@
  * while a write-back reads from it.
  */
 
-export interface ArenaBlock {
-  readonly buf: Buffer
-  readonly view: DataView
-  /** The slab it was carved from; undefined for a buffer of its own. */
-  readonly slab: Slab | undefined
+export class ArenaBlock {
+  private dataView: DataView | undefined = undefined
+  constructor(
+    readonly buf: Buffer,
+    /** The slab it was carved from; undefined for a buffer of its own. */
+    readonly slab: Slab | undefined,
+  ) {}
+
+  /**
+   * Made on first use: staged records need one, tails never do. A block lives
+   * as long as the arena, so at 100k logs a view made for every tail block was
+   * promoted garbage the full collections had to trace.
+   */
+  get view(): DataView {
+    return (this.dataView ??= new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.length))
+  }
 }
 
 /** One ArrayBuffer blocks are carved from, with what `trim` needs to know it is unused. */
-interface Slab {
+export interface Slab {
   readonly buf: Buffer
   /** Bytes carved into blocks so far. */
   carved: number
@@ -58,7 +69,7 @@ const SLAB_BYTES = 4 * 1024 * 1024
 export const DEFAULT_ARENA_RESERVE_BYTES = 64 * 1024 * 1024
 
 function block(buf: Buffer, slab: Slab | undefined): ArenaBlock {
-  return { buf, view: new DataView(buf.buffer, buf.byteOffset, buf.length), slab }
+  return new ArenaBlock(buf, slab)
 }
 
 function newSlab(bytes: number): Slab {
