@@ -23,6 +23,8 @@ export class ShapeIndex<S> {
   private readonly everything = new Set<S>()
   private readonly scan = new Map<S, WhereClause>()
   private readonly domains = new Map<string, DomainIndex<S>>()
+  /** The domains' values, for `affected` (walked per row change; a Map iterator each time is garbage per change). */
+  private domainList: Array<DomainIndex<S>> = []
   private readonly placements = new Map<S, Placement>()
 
   /** Number of registered shapes. */
@@ -57,6 +59,7 @@ export class ShapeIndex<S> {
       // Any conjunct of the domain computes the same row keys, so the first one stands for all.
       domain = { rowKeys: conjunct.rowKeys, byKey: new Map(), shapes: 0 }
       this.domains.set(conjunct.domain, domain)
+      this.domainList = [...this.domains.values()]
     }
     const entry: Entry<S> = {
       shape,
@@ -106,13 +109,16 @@ export class ShapeIndex<S> {
       }
     }
     domain.shapes--
-    if (domain.shapes === 0) this.domains.delete(placement.domain)
+    if (domain.shapes === 0) {
+      this.domains.delete(placement.domain)
+      this.domainList = [...this.domains.values()]
+    }
   }
 
   /** The shapes `row` belongs to, each once. */
   affected(row: RowValues): Set<S> {
-    const out = new Set<S>(this.everything)
-    for (const domain of this.domains.values()) {
+    const out = this.everything.size === 0 ? new Set<S>() : new Set<S>(this.everything)
+    for (const domain of this.domainList) {
       const rowKeys = domain.rowKeys(row)
       if (rowKeys.length === 0) continue // NULL (or an error computing it): no conjunct of the domain holds
       // A set, because an array row ({a,a}) may repeat keys and `contains` needs membership tests.
