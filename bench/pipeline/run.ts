@@ -105,7 +105,9 @@ const BASE_SETTINGS: Settings = QUICK
       registerConcurrency: 64,
       concurrentShapes: 1_000,
       concurrentConnections: [4, 16],
-      keepUpSeconds: 45,
+      // Long enough to see past warm-up: a fresh process first faults in its tail memory (a cycle of
+      // checkpoints), so 45 s mostly measured that; whether lag stops growing shows over minutes.
+      keepUpSeconds: 120,
       baselineSeconds: 15,
       pgbenchClients: 8,
       sampleMs: 100,
