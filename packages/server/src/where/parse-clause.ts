@@ -71,8 +71,35 @@ function countNestingTokens(clause: string): number {
   return count
 }
 
-/** Parses the clause and returns the WHERE expression's raw tree, or throws a {@link WhereClauseError}. */
+/**
+ * Trees of recently parsed clauses, frozen, by limits and text. Shapes that
+ * differ only in their parameters (`user_id = $1`, 100k of them) share one
+ * text: restoring them at start-up parsed it 100k times (a WASM parse and a
+ * scan each, several seconds). Bounded: clients can send endless distinct texts.
+ */
+const parsed = new Map<string, RawNode>()
+const PARSED_KEPT = 256
+
+/** Parses the clause and returns the WHERE expression's raw tree (frozen: shared), or throws a {@link WhereClauseError}. */
 export function parseWhereClause(clause: string, limits: WhereLimits): RawNode {
+  const key = `${limits.maxLength},${limits.maxDepth},${limits.maxNodes},${limits.maxListItems},${limits.maxArrayElements},${limits.maxParams}\0${clause}`
+  const known = parsed.get(key)
+  if (known !== undefined) return known
+  const tree = deepFreeze(parseUncached(clause, limits))
+  if (parsed.size >= PARSED_KEPT) parsed.delete(parsed.keys().next().value!)
+  parsed.set(key, tree)
+  return tree
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value)
+    for (const child of Object.values(value)) deepFreeze(child)
+  }
+  return value
+}
+
+function parseUncached(clause: string, limits: WhereLimits): RawNode {
   if (!loaded) throw new Error('the where-clause parser is not loaded: await loadWhereParser() first')
   if (clause.length > limits.maxLength) {
     throw new WhereClauseError(
