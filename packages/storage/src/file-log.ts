@@ -339,6 +339,20 @@ export class FileShapeLog implements ShapeLog {
     return { lastOffset: h.last, entryCount: h.entries, closedChunks: h.closedChunks, snapshotChunks: h.snapshotChunks }
   }
 
+  /**
+   * The head and chunks for the clean-close heads file (heads-file.ts), when
+   * the files end exactly there: everything appended is published and written
+   * back, nothing is open, staged or waiting to be cut. Undefined otherwise
+   * (the next open then scans this log).
+   */
+  cleanState(): { head: HeadState; chunks: readonly ChunkInfo[] } | undefined {
+    const head = this.published
+    if (this.deleted || this.open || this.pendingCut !== undefined || this.flight !== undefined) return undefined
+    if (this.appended !== head || this.hasUnpublished() || this.pendLen !== 0 || this.staged.count !== 0) return undefined
+    if (this.dataOnDisk !== head.dataEnd || this.recordsOnDisk !== head.entries || this.chunksOnDisk !== head.closedChunks) return undefined
+    return { head, chunks: this.chunks.slice(0, head.closedChunks) }
+  }
+
   /** The appended (not necessarily durable) head: the skip point for replays. */
   appendedHead(): HeadState {
     return this.appended

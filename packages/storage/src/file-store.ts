@@ -42,17 +42,20 @@ import { FdCache, FileRef } from './fd-cache.js'
 import { FileShapeLog, LOG_FILES } from './file-log.js'
 import type { LogHost } from './file-log.js'
 import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
-import { decodeMeta, encodeHeader, encodeMeta } from './format.js'
+import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, decodeMeta, encodeHeader, encodeMeta } from './format.js'
 import type { Watermark } from './format.js'
 import { defaultMaxOpenFiles } from './open-file-limit.js'
 import type { FsPort } from './fs-port.js'
 import { nodeFs, writeFully } from './fs-port.js'
 import { EMPTY_HEAD } from './log-state.js'
+import type { HeadState } from './log-state.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { recoverLog } from './recovery.js'
 import { acquireStoreLock } from './store-lock.js'
 import { Journal, JournalCommitError } from './journal.js'
-import { replayJournal } from './journal-replay.js'
+import { listSegments, replayJournal } from './journal-replay.js'
+import type { CleanLog } from './heads-file.js'
+import { takeHeads, writeHeads } from './heads-file.js'
 import { LiveWatermark, publishWatermark, readWatermark, syncDirectory } from './watermark.js'
 
 /** Tuning knobs of the file engine. Every one has a production default. */
@@ -177,6 +180,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private failedFlushes = 0
   /** The last flush error, cleared by the next successful flush. */
   lastError: StorageError | undefined
+  /** Logs opened from the heads file a clean close left, without scanning their files. */
+  cleanOpened = 0
   /** Ids of logs that failed to open and were moved to quarantine/. */
   readonly quarantined: string[] = []
   readonly journal: Journal<FileShapeLog> | undefined
@@ -235,12 +240,16 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         watermark = { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
+      // Taken (and removed for good) before anything changes a log, replay included.
+      const heads = await takeHeads(fs, root, watermark.lsn)
       // Before any log is opened: recovery's cut relies on the files holding
       // everything the watermark covers. Replayed whatever `journal` says now,
       // since the last run may have journaled.
+      const segments = listSegments(fs, root).length
       const replay = await replayJournal(fs, root, watermark)
       const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
-      await store.load()
+      // A clean close leaves no journal: with one, the heads file does not describe these files.
+      await store.load(segments === 0 ? heads.logs : undefined)
       store.live?.write(replay.watermark)
       return store
     } catch (err) {
@@ -249,7 +258,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
   }
 
-  private async load(): Promise<void> {
+  /** `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files. */
+  private async load(clean: Map<string, CleanLog> | undefined): Promise<void> {
     // Unfinished snapshots never became shapes: drop them.
     for (const name of this.fs.readdirSync(`${this.root}/tmp`)) {
       await this.fs.rm(`${this.root}/tmp/${name}`, { recursive: true, force: true })
@@ -259,7 +269,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       const dir = `${this.root}/shapes/${id}`
       try {
         checkShapeId(id)
-        this.logs.set(id, await this.openLog(id, dir))
+        const known = clean?.get(id)
+        this.logs.set(id, known !== undefined && this.sizesMatch(known.head, dir) ? this.openClean(known, dir) : await this.openLog(id, dir))
       } catch (err) {
         if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
           throw err
@@ -297,6 +308,42 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       log.retire()
       throw err
     }
+  }
+
+  /** Writes every log's head for the next open (heads-file.ts); logs that cannot vouch for their files are left out. */
+  private async writeCleanHeads(): Promise<void> {
+    const clean: CleanLog[] = []
+    for (const log of this.logs.values()) {
+      const state = log.cleanState()
+      if (state !== undefined) clean.push({ id: log.id, meta: log.meta, head: state.head, chunks: state.chunks })
+    }
+    await writeHeads(this.fs, this.root, this.durable, clean)
+  }
+
+  /**
+   * Whether the log's files are the sizes its clean head gives: a stat per
+   * file, no open. Catches a file truncated, replaced or restored from a backup
+   * while the server was down (the log is then scanned like after a crash, and
+   * set aside if damaged); bytes rewritten in place at the same size are not
+   * looked for here, as a scan would look only at headers and the last records.
+   */
+  private sizesMatch(head: HeadState, dir: string): boolean {
+    try {
+      return (
+        this.fs.statSync(`${dir}/${LOG_FILES.data}`).size === head.dataEnd &&
+        this.fs.statSync(`${dir}/${LOG_FILES.entries}`).size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
+        this.fs.statSync(`${dir}/${LOG_FILES.chunks}`).size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+      )
+    } catch {
+      return false
+    }
+  }
+
+  private openClean(known: CleanLog, dir: string): FileShapeLog {
+    const log = new FileShapeLog(known.id, dir, known.meta, this, [...known.chunks], known.head)
+    log.registered = true
+    this.cleanOpened++
+    return log
   }
 
   private emptyTrash(): void {
@@ -977,6 +1024,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       await this.live?.close()
     }
     for (const s of this.finishing) s.reject(new StorageError('store_closed'))
+    if (error === undefined) {
+      // Last: the next open trusts these heads only because nothing came after them.
+      try {
+        await this.writeCleanHeads()
+      } catch (err) {
+        error = err
+      }
+    }
     for (const log of this.logs.values()) log.retire()
     this.logs.clear()
     this.unlock()

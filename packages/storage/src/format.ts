@@ -5,6 +5,7 @@
  * ---------------
  *   <root>/LOCK                 pid of the writer holding the store (O_EXCL)
  *   <root>/watermark            the durable watermark (below), replaced atomically
+ *   <root>/heads                only between a clean close and the next open: every log's head (heads-file.ts)
  *   <root>/journal/NNNNNNNN.jnl  redo log of every registered log's file writes since the last checkpoint
  *   <root>/shapes/<id>/         one directory per finished shape log
  *       log.dat                 entry bytes
@@ -66,6 +67,9 @@
  * journal/NNNNNNNN.jnl (magic "SLJN", version 2; version 1 is still read): header,
  *   then groups; see journal-format.ts.
  *
+ * heads (magic "SLHD"): every log's head as a clean close left it, taken (and
+ *   removed) by the next open; see heads-file.ts.
+ *
  * meta.bin (magic "SLGM"):
  *   0   16   header
  *   16  4    length n
@@ -103,6 +107,7 @@ export const MAGIC = {
   watermark: 'SLWM',
   meta: 'SLGM',
   journal: 'SLJN',
+  heads: 'SLHD',
 } as const
 export type FileKind = keyof typeof MAGIC
 

@@ -1,0 +1,202 @@
+/**
+ * The clean-close heads file (heads-file.ts): the open after a clean close
+ * takes every log's head from it instead of scanning the log's files, removes
+ * it before changing anything, and falls back to scanning whenever it cannot
+ * vouch for a log (a crash since, a damaged file, a log left mid-transaction,
+ * files of other sizes).
+ */
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
+import { parseOffset } from '@sluice/protocol'
+import { useTempDir } from '@sluice/test-utils'
+import { describe, expect, it } from 'vitest'
+import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/heads-file.js'
+import { nodeFs, openFileLogStore } from '../src/index.js'
+import type { FileLogStore, FsPort, ShapeLog } from '../src/index.js'
+import { body, change, makeShape, row } from './contract-suite.js'
+import { volatileFs } from './fixtures/volatile-fs.js'
+
+const tempDirs = useTempDir()
+
+/** Leaves the writer as a crash would (no close) and frees its lock for the next open. */
+function powerCut(dir: string): void {
+  writeFileSync(`${dir}/LOCK`, '999999999')
+}
+
+/** Every entry of the log, reading chunk by chunk as a client does. */
+function entries(log: ShapeLog): unknown[] {
+  const out: unknown[] = []
+  let after = parseOffset('-1')
+  for (;;) {
+    const read = log.read(after)
+    if (read.entryCount === 0) {
+      read.release()
+      return out
+    }
+    after = read.nextOffset
+    out.push(...body(read))
+  }
+}
+
+/** A port counting the files opened under shapes/ (what a scan of the logs costs). */
+function countingFs(base: FsPort = nodeFs): { fs: FsPort; opens: () => number } {
+  let opens = 0
+  return {
+    fs: {
+      ...base,
+      openSync(path, flags, mode) {
+        if (path.includes('/shapes/')) opens++
+        return base.openSync(path, flags, mode)
+      },
+      readFileSync(path) {
+        if (path.includes('/shapes/')) opens++
+        return base.readFileSync(path)
+      },
+    },
+    opens: () => opens,
+  }
+}
+
+const IDS = ['a', 'b', 'c', 'd', 'e']
+
+/** Logs with snapshots, several chunks and transactions, all flushed. */
+async function populated(dir: string, fs: FsPort = nodeFs): Promise<FileLogStore> {
+  const s = await openFileLogStore({ dir, fs, flushIntervalMs: 60_000, chunkBytes: 300 })
+  for (const id of IDS) await makeShape(s, id, [row(1), row(2)])
+  for (let tx = 1n; tx <= 12n; tx++) {
+    IDS.forEach((id, i) => s.get(id)!.appendTransaction([change(tx, 0, i), change(tx, 1, i + 1)]))
+    s.advance(tx)
+  }
+  await s.flush()
+  return s
+}
+
+function snapshotOf(s: FileLogStore): Record<string, unknown[]> {
+  return Object.fromEntries(IDS.filter((id) => s.get(id) !== undefined).map((id) => [id, entries(s.get(id)!)]))
+}
+
+describe('heads file', () => {
+  it('encodes and decodes every head, and refuses damage, another watermark and trailing bytes', () => {
+    const logs = [
+      { id: 'x', meta: Buffer.from('meta-x'), head: { entries: 7, dataEnd: 900, last: { tx: 42n, op: 3n }, closedChunks: 1, snapshotChunks: 1 }, chunks: [{ end: { tx: 0n, op: 0n }, endEntry: 3, endPos: 400, kind: 1 }] },
+      { id: 'y'.repeat(200), meta: Buffer.alloc(0), head: { entries: 0, dataEnd: 16, last: { tx: 0n, op: 0n }, closedChunks: 0, snapshotChunks: 0 }, chunks: [] },
+    ]
+    const bytes = encodeHeads(42n, logs)
+    const back = decodeHeads(bytes, 42n)
+    expect(typeof back).toBe('object')
+    expect([...(back as Map<string, unknown>).values()]).toEqual(logs)
+    expect(decodeHeads(bytes, 43n)).toBe('written at another watermark')
+    for (const at of [5, 20, 40, bytes.length - 1]) {
+      const damaged = Buffer.from(bytes)
+      damaged[at]! ^= 1
+      expect(typeof decodeHeads(damaged, 42n)).toBe('string')
+    }
+    expect(typeof decodeHeads(bytes.subarray(0, bytes.length - 3), 42n)).toBe('string')
+    expect(typeof decodeHeads(Buffer.concat([bytes, Buffer.alloc(1)]), 42n)).toBe('string')
+  })
+
+  it('opens every log of a clean close without touching its files, removes the file first, and goes on as a scan would', async () => {
+    const dir = await tempDirs.make('heads-clean')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    await s.close()
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
+
+    const counting = countingFs()
+    const again = await openFileLogStore({ dir, fs: counting.fs, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(counting.opens()).toBe(0)
+    expect(again.cleanOpened).toBe(IDS.length)
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    expect(snapshotOf(again)).toEqual(before)
+    // Appends go on at the right place, replays of what is there are skipped.
+    expect(again.get('a')!.appendTransaction([change(12n, 1, 1)])).toBe(0)
+    expect(again.get('a')!.appendTransaction([change(13n, 0, 9)])).toBe(1)
+    again.advance(13n)
+    await again.flush()
+    await again.close()
+
+    // The same store scanned (no heads file) reads the same.
+    const scanned = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(scanned.cleanOpened).toBe(IDS.length)
+    const viaHeads = snapshotOf(scanned)
+    await scanned.close()
+    writeFileSync(`${dir}/${HEADS_FILE}`, 'gone')
+    const full = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(full.cleanOpened).toBe(0)
+    expect(snapshotOf(full)).toEqual(viaHeads)
+    expect(entries(full.get('a')!).length).toBe(entries(full.get('b')!).length + 1)
+    await full.close()
+  })
+
+  it('is gone after a crash that follows a clean open: the next open scans and keeps only what was durable', async () => {
+    const dir = await tempDirs.make('heads-crash')
+    const s = await populated(dir)
+    await s.close()
+
+    // A clean open, then more work, then a power cut (nothing unsynced survives).
+    const again = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(again.cleanOpened).toBe(IDS.length)
+    for (let tx = 13n; tx <= 20n; tx++) {
+      for (const id of IDS) again.get(id)!.appendTransaction([change(tx, 0, 1)])
+      again.advance(tx)
+      if (tx <= 16n) await again.flush()
+    }
+    const durable = again.durableLsn
+    const kept = snapshotOf(again)
+    powerCut(dir)
+
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(after.cleanOpened).toBe(0)
+    expect(after.durableLsn).toBe(durable)
+    expect(snapshotOf(after)).toEqual(kept)
+    await after.close()
+  })
+
+  it('leaves out a log closed in the middle of a transaction, and that log is cut back by its scan', async () => {
+    const dir = await tempDirs.make('heads-open-txn')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    // Part of transaction 13 on `c` only; the store is never told 13 is complete.
+    s.get('c')!.appendTransaction([change(13n, 0, 1)], { more: true })
+    await s.close()
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(again.cleanOpened).toBe(IDS.length - 1)
+    expect(snapshotOf(again)).toEqual(before)
+    // The whole of 13 arrives again (the replay) and is taken.
+    expect(again.get('c')!.appendTransaction([change(13n, 0, 1), change(13n, 1, 2)])).toBe(2)
+    await again.close()
+  })
+
+  it('is ignored (and removed) when damaged, and every log is scanned', async () => {
+    const dir = await tempDirs.make('heads-damaged')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    await s.close()
+    const bytes = readFileSync(`${dir}/${HEADS_FILE}`)
+    bytes[bytes.length >> 1]! ^= 0x10
+    writeFileSync(`${dir}/${HEADS_FILE}`, bytes)
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(again.cleanOpened).toBe(0)
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    expect(snapshotOf(again)).toEqual(before)
+    await again.close()
+  })
+
+  it('scans a log whose files are not the sizes the close left, and sets it aside when damaged', async () => {
+    const dir = await tempDirs.make('heads-sizes')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    await s.close()
+    writeFileSync(`${dir}/shapes/b/entries.idx`, 'not a sluice file')
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(again.cleanOpened).toBe(IDS.length - 1)
+    expect(again.quarantined).toEqual(['b'])
+    expect(readdirSync(`${dir}/quarantine`)).toHaveLength(1)
+    const { b: _b, ...rest } = before
+    expect(snapshotOf(again)).toEqual(rest)
+    await again.close()
+  })
+})
