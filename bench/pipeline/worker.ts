@@ -102,6 +102,7 @@ async function start(args: Record<string, unknown>): Promise<object> {
   windowStartUs = monotonicUs()
   const p = pipeline
   instrumentStore(p)
+  watchStore(p)
   p.store.onFlush((result) => {
     flushes++
     if (reachedAt === undefined && targetLsn !== undefined && result.durableLsn >= targetLsn) {
@@ -207,6 +208,33 @@ function instrumentStore(p: PipelineType): void {
     }
     return writer
   }
+}
+
+/**
+ * BENCH_STORE_STATS=<ms>: every <ms>, one line on stderr with the store's
+ * journal segments, whether a checkpoint runs, the tail arena's size and the
+ * durable watermark (how write-behind and checkpoints keep up under load).
+ */
+function watchStore(p: PipelineType): void {
+  const every = Number(process.env.BENCH_STORE_STATS ?? 0)
+  if (!(every > 0)) return
+  const store = p.store as unknown as { journal?: { segmentCount: number; running: unknown }; arena: { slabBytes: number }; durableLsn: bigint }
+  const t0 = performance.now()
+  const timer = setInterval(() => {
+    const mem = process.memoryUsage()
+    process.stderr.write(
+      `store: ${JSON.stringify({
+        s: Math.round((performance.now() - t0) / 100) / 10,
+        segments: store.journal?.segmentCount,
+        checkpointing: store.journal?.running !== undefined,
+        arenaMiB: Math.round(store.arena.slabBytes / 2 ** 20),
+        arrayBuffersMiB: Math.round(mem.arrayBuffers / 2 ** 20),
+        heapMiB: Math.round(mem.heapUsed / 2 ** 20),
+        durable: store.durableLsn.toString(16),
+      })}\n`,
+    )
+  }, every)
+  timer.unref()
 }
 
 /**
