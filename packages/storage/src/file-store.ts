@@ -175,6 +175,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private readonly errorListeners = new Set<(err: StorageError) => void>()
   private closed = false
+  private closing: Promise<void> | undefined
   private tmpCounter = 0
   /** Timed flushes failed in a row; spaces out the retries. */
   private failedFlushes = 0
@@ -1001,7 +1002,19 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   /** Flushes what it can, closes every file and releases the lock. */
-  async close(): Promise<void> {
+  /**
+   * Flushes, checkpoints, writes the heads file and releases the store. A
+   * later call waits for the first (and, as before, does not repeat its error):
+   * two closes side by side would both write the heads file, the second
+   * possibly after a new writer had taken it.
+   */
+  close(): Promise<void> {
+    if (this.closing !== undefined) return this.closing.then(() => undefined, () => undefined)
+    this.closing = this.closeOnce()
+    return this.closing
+  }
+
+  private async closeOnce(): Promise<void> {
     if (this.closed) return
     let error: unknown
     try {

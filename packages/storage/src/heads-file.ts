@@ -13,7 +13,8 @@
  * directory) before the store changes anything. A crash at any later point
  * therefore finds no heads file and recovers every log by scanning, as before.
  * A file that is damaged, of another version, or written for another watermark
- * is removed and ignored. A log the close could not vouch for (a transaction
+ * is removed and ignored. Its version follows FORMAT_VERSION, so a release that
+ * changes the log formats also writes heads an older release will not use. A log the close could not vouch for (a transaction
  * still open, bytes not yet in its files) is left out and scanned.
  *
  * Layout (magic "SLHD"), little-endian:
@@ -62,6 +63,8 @@ export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffe
   buf.writeUInt32LE(logs.length, 24)
   let at = FIXED_BYTES
   for (const log of logs) {
+    // Shape ids are at most 128 ASCII characters (defaults.ts); the length takes one byte.
+    if (log.id.length > 255) throw new RangeError(`shape id of ${log.id.length} characters`)
     buf[at++] = log.id.length
     at += buf.write(log.id, at, 'latin1')
     buf.writeUInt32LE(log.meta.length, at)

@@ -127,6 +127,18 @@ describe('heads file', () => {
     await full.close()
   })
 
+  it('is written once when closes overlap, and a later close waits for the first', async () => {
+    const dir = await tempDirs.make('heads-two-closes')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    await Promise.all([s.close(), s.close()])
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    expect(again.cleanOpened).toBe(IDS.length)
+    expect(snapshotOf(again)).toEqual(before)
+    await again.close()
+  })
+
   it('is gone after a crash that follows a clean open: the next open scans and keeps only what was durable', async () => {
     const dir = await tempDirs.make('heads-crash')
     const s = await populated(dir)

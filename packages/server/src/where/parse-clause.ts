@@ -84,7 +84,12 @@ const PARSED_KEPT = 256
 export function parseWhereClause(clause: string, limits: WhereLimits): RawNode {
   const key = `${limits.maxLength},${limits.maxDepth},${limits.maxNodes},${limits.maxListItems},${limits.maxArrayElements},${limits.maxParams}\0${clause}`
   const known = parsed.get(key)
-  if (known !== undefined) return known
+  if (known !== undefined) {
+    // Most recently used last: eviction takes the first.
+    parsed.delete(key)
+    parsed.set(key, known)
+    return known
+  }
   const tree = deepFreeze(parseUncached(clause, limits))
   if (parsed.size >= PARSED_KEPT) parsed.delete(parsed.keys().next().value!)
   parsed.set(key, tree)
