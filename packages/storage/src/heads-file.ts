@@ -32,9 +32,8 @@ import type { LogOffset } from '@sluice/protocol'
 import { StorageError, fromSystemError } from './errors.js'
 import { checkHeader, encodeHeader } from './format.js'
 import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
-import { syncDirectory } from './watermark.js'
+import { replaceFileDurably, syncDirectory } from './watermark.js'
 
 export const HEADS_FILE = 'heads'
 const TEMP_FILE = 'heads.tmp'
@@ -144,18 +143,8 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
 
 /** Writes the heads file (temporary name, fdatasync, rename, directory fsync): the last step of a clean close. */
 export async function writeHeads(fs: FsPort, root: string, watermark: bigint, logs: readonly CleanLog[]): Promise<void> {
-  const bytes = encodeHeads(watermark, logs)
-  const tmp = `${root}/${TEMP_FILE}`
   try {
-    const fd = fs.openSync(tmp, 'w', 0o644)
-    try {
-      writeFully(fs, fd, bytes, bytes.length, 0)
-      await fs.fdatasync(fd)
-    } finally {
-      fs.closeSync(fd)
-    }
-    fs.renameSync(tmp, `${root}/${HEADS_FILE}`)
-    await syncDirectory(fs, root)
+    await replaceFileDurably(fs, root, HEADS_FILE, TEMP_FILE, encodeHeads(watermark, logs))
   } catch (err) {
     throw fromSystemError(err, 'write the heads file')
   }

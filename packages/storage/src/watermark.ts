@@ -22,19 +22,23 @@ export async function syncDirectory(fs: FsPort, dir: string): Promise<void> {
   }
 }
 
-export async function publishWatermark(fs: FsPort, root: string, w: Watermark): Promise<void> {
-  const tmp = `${root}/${TEMP_FILE}`
+/** Replaces `dir/name` with `bytes` so that a crash leaves the old file or the new one: a temporary file, fdatasync, rename, directory fsync. */
+export async function replaceFileDurably(fs: FsPort, dir: string, name: string, tmpName: string, bytes: Uint8Array): Promise<void> {
+  const tmp = `${dir}/${tmpName}`
+  const fd = fs.openSync(tmp, 'w', 0o644)
   try {
-    const bytes = encodeWatermark(w)
-    const fd = fs.openSync(tmp, 'w', 0o644)
-    try {
-      writeFully(fs, fd, bytes, bytes.length, 0)
-      await fs.fdatasync(fd)
-    } finally {
-      fs.closeSync(fd)
-    }
-    fs.renameSync(tmp, `${root}/${WATERMARK_FILE}`)
-    await syncDirectory(fs, root)
+    writeFully(fs, fd, bytes, bytes.length, 0)
+    await fs.fdatasync(fd)
+  } finally {
+    fs.closeSync(fd)
+  }
+  fs.renameSync(tmp, `${dir}/${name}`)
+  await syncDirectory(fs, dir)
+}
+
+export async function publishWatermark(fs: FsPort, root: string, w: Watermark): Promise<void> {
+  try {
+    await replaceFileDurably(fs, root, WATERMARK_FILE, TEMP_FILE, encodeWatermark(w))
   } catch (err) {
     throw fromSystemError(err, 'publish the durable watermark')
   }

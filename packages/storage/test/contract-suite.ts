@@ -38,6 +38,21 @@ export function body(read: LogRead): unknown[] {
   return JSON.parse(`[${bytes.subarray(0, bytes.length - 1).toString('utf8')}]`) as unknown[]
 }
 
+/** Every entry of the log, reading range by range from the start as a client does. */
+export function readAllEntries(log: ShapeLog): unknown[] {
+  const out: unknown[] = []
+  let at: LogOffset = BEFORE_ALL
+  for (;;) {
+    const r = log.read(at)
+    if (r.entryCount === 0) {
+      r.release()
+      return out
+    }
+    at = r.nextOffset
+    out.push(...body(r))
+  }
+}
+
 export async function makeShape(store: ShapeLogStore, id: string, rows: Uint8Array[], meta?: Uint8Array): Promise<ShapeLog> {
   const writer = store.createShape(id, meta ? { meta } : {})
   writer.append(rows)
@@ -309,19 +324,7 @@ export function describeContract(name: string, factory: HarnessFactory): void {
         await store.flush()
         expect(store.durableLsn).toBe(50n)
       }
-      const readAll = (log: ShapeLog): unknown[] => {
-        const out: unknown[] = []
-        let at: LogOffset = BEFORE_ALL
-        for (;;) {
-          const r = log.read(at)
-          if (r.entryCount === 0) {
-            r.release()
-            return out
-          }
-          at = r.nextOffset
-          out.push(...body(r))
-        }
-      }
+      const readAll = readAllEntries
 
       it('refuses live entries before finish', async () => {
         const w = store.createShape('early')

@@ -6,36 +6,18 @@
  * files of other sizes).
  */
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
-import { parseOffset } from '@sluice/protocol'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
-import type { FileLogStore, FsPort, ShapeLog } from '../src/index.js'
-import { body, change, makeShape, row } from './contract-suite.js'
+import type { FileLogStore, FsPort } from '../src/index.js'
+import { change, makeShape, readAllEntries, row } from './contract-suite.js'
+import { powerCut } from './fixtures/files.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
 
 const tempDirs = useTempDir()
 
-/** Leaves the writer as a crash would (no close) and frees its lock for the next open. */
-function powerCut(dir: string): void {
-  writeFileSync(`${dir}/LOCK`, '999999999')
-}
-
-/** Every entry of the log, reading chunk by chunk as a client does. */
-function entries(log: ShapeLog): unknown[] {
-  const out: unknown[] = []
-  let after = parseOffset('-1')
-  for (;;) {
-    const read = log.read(after)
-    if (read.entryCount === 0) {
-      read.release()
-      return out
-    }
-    after = read.nextOffset
-    out.push(...body(read))
-  }
-}
+const entries = readAllEntries
 
 /** A port counting the files opened under shapes/ (what a scan of the logs costs). */
 function countingFs(base: FsPort = nodeFs): { fs: FsPort; opens: () => number } {

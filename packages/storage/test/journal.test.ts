@@ -15,13 +15,10 @@ import { GROUP_HEADER_BYTES } from '../src/journal-format.js'
 import { decodeWatermark } from '../src/format.js'
 import { body, change, makeShape, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
+import { powerCut } from './fixtures/files.js'
 
 const tempDirs = useTempDir()
 
-/** Leaves the writer as a crash would (no close, no checkpoint) and frees its lock for the next open. */
-function powerCut(dir: string): void {
-  writeFileSync(`${dir}/LOCK`, '999999999')
-}
 
 /** The lsn of every live entry, reading chunk by chunk as a client does. */
 function lsnsOf(log: ShapeLog): string[] {
