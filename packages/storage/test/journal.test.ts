@@ -13,26 +13,15 @@ import { FlushError, nodeFs, openFileLogStore, openReadOnlyLogStore } from '../s
 import type { FileLogStore, FsPort, ShapeLog } from '../src/index.js'
 import { GROUP_HEADER_BYTES } from '../src/journal-format.js'
 import { decodeWatermark } from '../src/format.js'
-import { body, change, makeShape, row } from './contract-suite.js'
+import { body, change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
 import { powerCut } from './fixtures/files.js'
 
 const tempDirs = useTempDir()
 
-
 /** The lsn of every live entry, reading chunk by chunk as a client does. */
 function lsnsOf(log: ShapeLog): string[] {
-  const out: string[] = []
-  let after = parseOffset('-1')
-  for (;;) {
-    const read = log.read(after)
-    if (read.entryCount === 0) {
-      read.release()
-      return out
-    }
-    after = read.nextOffset
-    for (const m of body(read) as Array<{ headers?: { lsn?: string } }>) if (m.headers?.lsn !== undefined) out.push(m.headers.lsn)
-  }
+  return (readAllEntries(log) as Array<{ headers?: { lsn?: string } }>).flatMap((m) => (m.headers?.lsn === undefined ? [] : [m.headers.lsn]))
 }
 
 /** The watermark in the writer's notice for followers, as the disk has it. */
