@@ -250,7 +250,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       const replay = await replayJournal(fs, root, watermark)
       const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
       // A clean close leaves no journal: with one, the heads file does not describe these files.
-      await store.load(segments === 0 ? heads.logs : undefined)
+      await store.load(segments === 0 ? heads : undefined)
       store.live?.write(replay.watermark)
       return store
     } catch (err) {

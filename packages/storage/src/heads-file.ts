@@ -14,8 +14,9 @@
  * therefore finds no heads file and recovers every log by scanning, as before.
  * A file that is damaged, of another version, or written for another watermark
  * is removed and ignored. Its version follows FORMAT_VERSION, so a release that
- * changes the log formats also writes heads an older release will not use. A log the close could not vouch for (a transaction
- * still open, bytes not yet in its files) is left out and scanned.
+ * changes the log formats also writes heads an older release will not use. A
+ * log the close could not vouch for (a transaction still open, bytes not yet in
+ * its files) is left out and scanned.
  *
  * Layout (magic "SLHD"), little-endian:
  *   0   16   header (format.ts)
@@ -157,11 +158,11 @@ export async function writeHeads(fs: FsPort, root: string, watermark: bigint, lo
  * Returns undefined when there is none or it cannot be used; throws when it
  * cannot be removed (opening on would risk trusting it after a later crash).
  */
-export async function takeHeads(fs: FsPort, root: string, watermark: bigint): Promise<{ logs: Map<string, CleanLog> | undefined; problem?: string }> {
+export async function takeHeads(fs: FsPort, root: string, watermark: bigint): Promise<Map<string, CleanLog> | undefined> {
   const path = `${root}/${HEADS_FILE}`
   try {
     if (fs.existsSync(`${root}/${TEMP_FILE}`)) fs.unlinkSync(`${root}/${TEMP_FILE}`)
-    if (!fs.existsSync(path)) return { logs: undefined }
+    if (!fs.existsSync(path)) return undefined
     let decoded: Map<string, CleanLog> | string
     try {
       decoded = decodeHeads(fs.readFileSync(path), watermark)
@@ -170,7 +171,7 @@ export async function takeHeads(fs: FsPort, root: string, watermark: bigint): Pr
     }
     fs.unlinkSync(path)
     await syncDirectory(fs, root)
-    return typeof decoded === 'string' ? { logs: undefined, problem: decoded } : { logs: decoded }
+    return typeof decoded === 'string' ? undefined : decoded
   } catch (err) {
     throw new StorageError('io_error', `cannot remove the heads file ${path}: ${(err as Error).message}`, { cause: err })
   }
