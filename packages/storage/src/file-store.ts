@@ -179,6 +179,10 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private tmpCounter = 0
   /** Timed flushes failed in a row; spaces out the retries. */
   private failedFlushes = 0
+  /** Checkpoints sync with one syncfs: unknown until the first, false where the port or system cannot. */
+  private wholeSync: boolean | undefined
+  /** Set by a failed checkpoint sync: no checkpoint runs again (see `breakSync`). */
+  private syncBroken: StorageError | undefined
   /** The last flush error, cleared by the next successful flush. */
   lastError: StorageError | undefined
   /** Logs opened from the heads file a clean close left, without scanning their files. */
@@ -748,10 +752,25 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   /**
-   * Writes back what a log keeps in memory (write-behind) and syncs its files,
-   * for a checkpoint; nothing to do for a deleted log. chunks.idx is synced only
-   * when something changed it since its last sync.
+   * A checkpoint: every log named in the closed segments (all of them on
+   * close) writes back what it keeps in memory (write-behind), then one
+   * syncfs makes the whole store durable where the port and system allow it
+   * (tried at the first checkpoint), else each log fdatasyncs its own files.
+   * With 100k logs that is one call instead of 200-300k, each of which cost a
+   * filesystem journal commit: a checkpoint took ~160 s under load that way.
    */
+  private checkpoint(all: boolean): Promise<void> {
+    if (this.syncBroken) return Promise.reject(this.syncBroken)
+    const whole = this.wholeSync !== false && this.fs.syncFilesystem !== undefined
+    return this.journal!.checkpoint(all, {
+      sync: (log) => this.checkpointLog(log, !whole),
+      concurrency: this.syncConcurrency(),
+      syncAll: whole ? (logs) => this.syncWholeStore(logs) : undefined,
+      keep: this.keepWatermark,
+    })
+  }
+
+  /** Writes back and syncs one log's files: for logs whose bytes the journal does not hold. */
   private async syncFiles(log: FileShapeLog): Promise<void> {
     if (log.deleted) return
     try {
@@ -763,12 +782,63 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     }
   }
 
+  private async checkpointLog(log: FileShapeLog, sync: boolean): Promise<void> {
+    if (log.deleted) return
+    try {
+      await log.writeBackAll()
+    } catch (err) {
+      // A failed write loses nothing: the bytes stay in memory for the next try.
+      if (log.deleted) return
+      throw fromSystemError(err, `write back shape ${log.id}`)
+    }
+    if (sync) await this.checkpointSync(log)
+  }
+
+  private async checkpointSync(log: FileShapeLog): Promise<void> {
+    if (log.deleted) return
+    try {
+      await this.syncOwnFiles(log)
+    } catch (err) {
+      if (log.deleted) return
+      throw this.breakSync(err, `sync shape ${log.id}`)
+    }
+  }
+
+  private async syncWholeStore(logs: readonly FileShapeLog[]): Promise<void> {
+    try {
+      await this.fs.syncFilesystem!(this.root)
+      this.wholeSync = true
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOTSUP' || this.wholeSync !== undefined) throw this.breakSync(err, 'sync the store')
+      // Not on this system: this checkpoint and every later one sync file by file.
+      this.wholeSync = false
+      await forEachConcurrently(logs, this.syncConcurrency(), (log) => this.checkpointSync(log))
+    }
+  }
+
+  /**
+   * After a failed sync the kernel may have dropped the pages it could not
+   * write, and it reports that only once: a retry would succeed over files
+   * that lack them. So the journal, which holds every byte, is kept from then
+   * on (no more checkpoints) and the next open replays it over the files.
+   */
+  private breakSync(err: unknown, what: string): StorageError {
+    const e = fromSystemError(err, what)
+    this.syncBroken ??= new StorageError(
+      e.code,
+      `${e.message}; the store keeps its journal from now on and replays it over the logs' files at the next open (restart the server)`,
+      { cause: e },
+    )
+    return this.syncBroken
+  }
+
   /** A checkpoint is about to delete the segments that published `w`. */
   private readonly keepWatermark = (w: Watermark): Promise<void> => publishWatermark(this.fs, this.root, w)
 
   /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
   private startCheckpoint(): void {
-    this.journal!.checkpoint(false, (log) => this.syncFiles(log), this.syncConcurrency(), this.keepWatermark).then(
+    if (this.syncBroken) return
+    this.checkpoint(false).then(
       // The checkpoint wrote the tails back: what a burst grew the arena by is free now.
       () => this.arena.trim(),
       (err: unknown) => this.emitError(fromSystemError(err, 'checkpoint the journal')),
@@ -1029,7 +1099,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       // A clean shutdown leaves nothing to replay.
       try {
         await this.journal.running?.catch(() => undefined)
-        await this.journal.checkpoint(true, (log) => this.syncFiles(log), this.syncConcurrency(), this.keepWatermark)
+        await this.checkpoint(true)
       } catch (err) {
         error ??= err
       }

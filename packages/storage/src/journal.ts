@@ -56,6 +56,17 @@ export class JournalCommitError<T> extends Error {
   }
 }
 
+/** How a checkpoint makes the owners of its segments durable. */
+export interface CheckpointSteps<T> {
+  /** Per owner, at most `concurrency` at once. */
+  sync(owner: T): Promise<void>
+  concurrency: number
+  /** After every owner's `sync`: one step that makes all of them durable. */
+  syncAll?: ((owners: readonly T[]) => Promise<void>) | undefined
+  /** Makes the segments' last watermark durable elsewhere before they go. */
+  keep(watermark: Watermark): Promise<void>
+}
+
 export class Journal<T> {
   private readonly builder = new GroupBuilder()
   /** Owners with records in the group being built. */
@@ -160,17 +171,14 @@ export class Journal<T> {
 
   /**
    * Syncs every owner named in the closed segments (all segments with `all`,
-   * when nothing else writes: on close), hands the last watermark those
-   * segments published to `keep` (which must make it durable elsewhere, since
-   * it is deleted with them), then deletes the segments. `sync` must resolve
-   * for owners that no longer exist. One checkpoint runs at a time.
+   * when nothing else writes: on close), then `syncAll` if given (the owners'
+   * `sync` then only needs to get their bytes into the files), hands the last
+   * watermark those segments published to `keep` (which must make it durable
+   * elsewhere, since it is deleted with them), then deletes the segments.
+   * `sync` must resolve for owners that no longer exist. One checkpoint runs
+   * at a time.
    */
-  checkpoint(
-    all: boolean,
-    sync: (owner: T) => Promise<void>,
-    concurrency: number,
-    keep: (watermark: Watermark) => Promise<void>,
-  ): Promise<void> {
+  checkpoint(all: boolean, how: CheckpointSteps<T>): Promise<void> {
     const run = async (): Promise<void> => {
       const upto = all ? this.segments.length : this.segments.length - 1
       if (upto <= 0) return
@@ -180,13 +188,14 @@ export class Journal<T> {
       const list = [...owners]
       let next = 0
       const worker = async (): Promise<void> => {
-        while (next < list.length) await sync(list[next++]!)
+        while (next < list.length) await how.sync(list[next++]!)
       }
-      await Promise.all(Array.from({ length: Math.min(concurrency, list.length) }, worker))
+      await Promise.all(Array.from({ length: Math.min(how.concurrency, list.length) }, worker))
+      if (how.syncAll) await how.syncAll(list)
       // The last one, as replay would take it (see journal-format.ts).
       let last: Watermark | undefined
       for (const seg of done) last = seg.watermark ?? last
-      if (last) await keep(last)
+      if (last) await how.keep(last)
       // Oldest first: a crash part-way leaves a suffix, and replaying a suffix over synced files is correct.
       for (const seg of done) {
         this.closeSegment(seg)

@@ -5,12 +5,13 @@
  * abandons the writer without closing it and opens the directory again with
  * plain node:fs, which sees only what was synced.
  */
-import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
+import type { FaultRule, FaultyFs } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { FlushError, nodeFs, openFileLogStore, openReadOnlyLogStore } from '../src/index.js'
-import type { FileLogStore, FsPort, ShapeLog } from '../src/index.js'
+import type { FileLogStore, FsPort, ShapeLog, StorageError } from '../src/index.js'
 import { GROUP_HEADER_BYTES } from '../src/journal-format.js'
 import { decodeWatermark } from '../src/format.js'
 import { body, change, makeShape, readAllEntries, row } from './contract-suite.js'
@@ -51,6 +52,12 @@ async function rounds(s: FileLogStore, ids: string[], from: number, count: numbe
     s.advance(tx)
     await s.flush()
   }
+}
+
+/** The same port without syncfs: checkpoints fall back to an fdatasync per file. */
+function withoutSyncfs(port: FsPort): FsPort {
+  const { syncFilesystem: _, ...rest } = port
+  return rest
 }
 
 const expectedLsns = (count: number): string[] => Array.from({ length: count }, (_, r) => String(10 * r + 1)).flatMap((l) => [l, l])
@@ -169,31 +176,76 @@ describe('journal', () => {
     await again.close()
   })
 
-  it('checkpoints closed segments in the background and survives a checkpoint that fails', async () => {
-    const dir = await tempDirs.make('journal-checkpoint')
-    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
-    const errors: unknown[] = []
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
-    s.onError((e) => errors.push(e))
-    const ids = ['a', 'b', 'c', 'd']
-    for (const id of ids) await makeShape(s, id, [])
-    await rounds(s, ids, 0, 3)
-    await s.journal!.running
-    expect(segments(dir).length).toBeLessThanOrEqual(2)
+  // A sync that fails may have cost pages the kernel will not report again, so
+  // the store stops checkpointing and keeps the journal for the next open.
+  const syncPaths: Array<{ name: string; port: () => FsPort; fail: (f: FaultyFs<FsPort>) => FaultRule }> = [
+    {
+      name: 'one syncfs per checkpoint',
+      port: () => volatileFs(nodeFs),
+      fail: (f) => f.rules.failAlways('syncFilesystem', { code: 'EIO' }),
+    },
+    {
+      name: 'an fdatasync per file (no syncfs in the port)',
+      port: () => withoutSyncfs(volatileFs(nodeFs)),
+      fail: (f) => f.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') }),
+    },
+  ]
+  for (const path of syncPaths) {
+    it(`checkpoints closed segments in the background, and keeps the journal after a checkpoint sync fails: ${path.name}`, async () => {
+      const dir = await tempDirs.make('journal-checkpoint')
+      const faulty = createFaultyFs<FsPort>(path.port())
+      const errors: StorageError[] = []
+      const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+      s.onError((e) => errors.push(e))
+      const ids = ['a', 'b', 'c', 'd']
+      for (const id of ids) await makeShape(s, id, [])
+      await rounds(s, ids, 0, 3)
+      await s.journal!.running
+      expect(segments(dir).length).toBeLessThanOrEqual(2)
+      expect(errors).toEqual([])
+      const usedSyncfs = faulty.rules.calls('syncFilesystem') > 0
+      expect(usedSyncfs).toBe(path.port().syncFilesystem !== undefined)
 
-    // Checkpoint syncs of the logs fail: the segments stay, and nothing is lost.
-    const rule = faulty.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') })
-    await rounds(s, ids, 3, 3)
+      const rule = path.fail(faulty)
+      await rounds(s, ids, 3, 3)
+      await s.journal!.running
+      rule.remove()
+      expect(errors.length).toBe(1)
+      expect(errors[0]!.code).toBe('io_error')
+      expect(errors[0]!.message).toMatch(/replays it over the logs' files at the next open/)
+      // The disk answers again, and still no checkpoint deletes a segment.
+      const held = segments(dir).length
+      await rounds(s, ids, 6, 3)
+      await s.journal!.running
+      expect(segments(dir).length).toBeGreaterThan(held)
+      expect(errors.length).toBe(1)
+      const w = s.durableLsn
+      powerCut(dir)
+
+      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+      expect(again.durableLsn).toBe(w)
+      for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(9))
+      await again.close()
+    })
+  }
+
+  it('close after a failed checkpoint sync reports it and leaves the journal to replay', async () => {
+    const dir = await tempDirs.make('journal-close-broken')
+    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+    s.onError(() => undefined)
+    const ids = ['a', 'b']
+    for (const id of ids) await makeShape(s, id, [])
+    faulty.rules.failNext('syncFilesystem', { code: 'EIO' })
+    await rounds(s, ids, 0, 4)
     await s.journal!.running
-    expect(errors.length).toBeGreaterThan(0)
-    expect(segments(dir).length).toBeGreaterThan(1)
-    const w = s.durableLsn
-    rule.remove()
+    await expect(s.close()).rejects.toMatchObject({ code: 'io_error' })
+    expect(segments(dir).length).toBeGreaterThan(0)
+    expect(existsSync(`${dir}/heads`)).toBe(false)
     powerCut(dir)
 
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
-    expect(again.durableLsn).toBe(w)
-    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(6))
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
     await again.close()
   })
 
