@@ -28,6 +28,7 @@ import type { Pipeline as PipelineType } from './server.js'
 import { Pipeline } from './server.js'
 import { SHAPE_SETS, shapeParams } from './workload.js'
 import { openFileLogStore } from '@sluice/storage'
+import type { CheckpointStats } from '@sluice/storage'
 import { join } from 'node:path'
 
 interface Request {
@@ -212,13 +213,18 @@ function instrumentStore(p: PipelineType): void {
 
 /**
  * BENCH_STORE_STATS=<ms>: every <ms>, one line on stderr with the store's
- * journal segments, whether a checkpoint runs, the tail arena's size and the
- * durable watermark (how write-behind and checkpoints keep up under load).
+ * journal segments, the running (or last) checkpoint's progress and phase
+ * times, the tail arena's size and the durable watermark (how write-behind and checkpoints keep up under load).
  */
 function watchStore(p: PipelineType): void {
   const every = Number(process.env.BENCH_STORE_STATS ?? 0)
   if (!(every > 0)) return
-  const store = p.store as unknown as { journal?: { segmentCount: number; running: unknown }; arena: { slabBytes: number }; durableLsn: bigint }
+  const store = p.store as unknown as {
+    journal?: { segmentCount: number; running: unknown }
+    arena: { slabBytes: number }
+    durableLsn: bigint
+    checkpointStats?: CheckpointStats
+  }
   const t0 = performance.now()
   const timer = setInterval(() => {
     const mem = process.memoryUsage()
@@ -227,6 +233,12 @@ function watchStore(p: PipelineType): void {
         s: Math.round((performance.now() - t0) / 100) / 10,
         segments: store.journal?.segmentCount,
         checkpointing: store.journal?.running !== undefined,
+        checkpoint: store.checkpointStats && {
+          ...store.checkpointStats,
+          writeBackMs: Math.round(store.checkpointStats.writeBackMs),
+          syncMs: Math.round(store.checkpointStats.syncMs),
+          totalMs: Math.round(store.checkpointStats.totalMs),
+        },
         arenaMiB: Math.round(store.arena.slabBytes / 2 ** 20),
         arrayBuffersMiB: Math.round(mem.arrayBuffers / 2 ** 20),
         heapMiB: Math.round(mem.heapUsed / 2 ** 20),

@@ -59,6 +59,21 @@ import { takeHeads, writeHeads } from './heads-file.js'
 import { LiveWatermark, publishWatermark, readWatermark, syncDirectory } from './watermark.js'
 
 /** Tuning knobs of the file engine. Every one has a production default. */
+/** The checkpoint running now, or else the last one (all zero before the first). */
+export interface CheckpointStats {
+  running: boolean
+  /** Logs named in the checkpoint's segments. */
+  logs: number
+  /** Of those, how many have been written back. */
+  writtenBack: number
+  /** Time writing the logs back, then making them durable (syncfs, or per-file syncs), then in all. */
+  writeBackMs: number
+  syncMs: number
+  totalMs: number
+  /** How: one syncfs for the store, or an fdatasync per file. */
+  syncfs: boolean
+}
+
 export interface FileStoreOptions {
   readonly dir: string
   /** A chunk closes after the entry that makes it reach this many bytes. */
@@ -107,6 +122,9 @@ export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
 
 // Longest wait between retries of a failing timed flush.
 const MAX_RETRY_MS = 250
+
+// A checkpoint's write-backs hold the event loop at most this long at a time.
+const CHECKPOINT_SLICE_MS = 4
 
 // Enough to keep every thread-pool worker and the device queue busy.
 const MAX_CONCURRENT_SYNCS = 64
@@ -762,13 +780,40 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private checkpoint(all: boolean): Promise<void> {
     if (this.syncBroken) return Promise.reject(this.syncBroken)
     const whole = this.wholeSync !== false && this.fs.syncFilesystem !== undefined
+    const stats: CheckpointStats = { running: true, logs: 0, writtenBack: 0, writeBackMs: 0, syncMs: 0, totalMs: 0, syncfs: whole }
+    const started = performance.now()
+    let synced = started
     return this.journal!.checkpoint(all, {
-      sync: (log) => this.checkpointLog(log, !whole),
-      concurrency: this.syncConcurrency(),
-      syncAll: whole ? (logs) => this.syncWholeStore(logs) : undefined,
+      start: (logs) => {
+        stats.logs = logs
+        this.checkpointStats = stats
+      },
+      sync: async (log) => {
+        await this.checkpointLog(log, !whole)
+        stats.writtenBack++
+      },
+      // Write-backs on this thread gain nothing from more at once; per-file syncs wait on the device.
+      concurrency: whole ? 1 : this.syncConcurrency(),
+      syncAll: whole
+        ? async (logs) => {
+            synced = performance.now()
+            stats.writeBackMs = synced - started
+            await this.syncWholeStore(logs)
+            stats.syncMs = performance.now() - synced
+            stats.syncfs = this.wholeSync === true
+          }
+        : undefined,
       keep: this.keepWatermark,
+    }).finally(() => {
+      stats.running = false
+      stats.totalMs = performance.now() - started
+      // Per-file syncs are part of each log's step: no separate write-back time.
+      if (!whole) stats.syncMs = stats.totalMs
     })
   }
+
+  /** The checkpoint running now, or else the last one. */
+  checkpointStats: Readonly<CheckpointStats> = { running: false, logs: 0, writtenBack: 0, writeBackMs: 0, syncMs: 0, totalMs: 0, syncfs: false }
 
   /** Writes back and syncs one log's files: for logs whose bytes the journal does not hold. */
   private async syncFiles(log: FileShapeLog): Promise<void> {
@@ -785,14 +830,28 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private async checkpointLog(log: FileShapeLog, sync: boolean): Promise<void> {
     if (log.deleted) return
     try {
-      await log.writeBackAll()
+      // On this thread unless a background write-back is under way.
+      if (!log.writeBackNow()) await log.writeBackAll()
     } catch (err) {
       // A failed write loses nothing: the bytes stay in memory for the next try.
       if (log.deleted) return
       throw fromSystemError(err, `write back shape ${log.id}`)
     }
     if (sync) await this.checkpointSync(log)
+    else await this.yieldSlice()
   }
+
+  /**
+   * Checkpoint write-backs run on the event loop; every CHECKPOINT_SLICE_MS
+   * they let the loop turn, so the stream and readers go on meanwhile.
+   */
+  private async yieldSlice(): Promise<void> {
+    if (performance.now() - this.sliceStart < CHECKPOINT_SLICE_MS) return
+    await new Promise<void>((resolve) => setImmediate(resolve))
+    this.sliceStart = performance.now()
+  }
+
+  private sliceStart = 0
 
   private async checkpointSync(log: FileShapeLog): Promise<void> {
     if (log.deleted) return

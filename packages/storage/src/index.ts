@@ -21,7 +21,7 @@ export {
   FileLogStore,
   openFileLogStore,
 } from './file-store.js'
-export type { FileStoreOptions } from './file-store.js'
+export type { CheckpointStats, FileStoreOptions } from './file-store.js'
 export type { FileShapeLog } from './file-log.js'
 export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js'
 export type { ReadOnlyStoreOptions } from './read-only-store.js'

@@ -63,14 +63,20 @@ const o = parseOffset
 
 export function describeContract(name: string, factory: HarnessFactory): void {
   describe(`ShapeLogStore contract: ${name}`, () => {
-    let h: ContractHarness
+    let h: ContractHarness | undefined
     let store: ShapeLogStore
+    // A test may reopen with other settings: the harness it replaces is closed (and its directory removed) first.
     const open = async (chunkBytes = 1000) => {
+      await h?.close()
       h = await factory({ chunkBytes })
       store = h.store
     }
     beforeEach(async () => open())
-    afterEach(async () => h.close())
+    afterEach(async () => {
+      const last = h
+      h = undefined
+      await last?.close()
+    })
 
     it('serves the snapshot as chunks with virtual offsets 0_n, ending with snapshot-end', async () => {
       // Each row is ~150 bytes; 1000-byte chunks hold 7 rows (the 7th reaches the threshold).

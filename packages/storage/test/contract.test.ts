@@ -15,8 +15,11 @@ describeContract('file', async ({ chunkBytes }) => {
   return {
     store,
     close: async () => {
-      await store.close()
-      rmSync(dir, { recursive: true, force: true })
+      try {
+        await store.close()
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
     },
   }
 })

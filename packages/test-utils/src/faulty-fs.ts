@@ -9,9 +9,9 @@ import { systemError, errnoOf } from './system-error.js'
  *   - any other method reports failure by returning a rejected promise.
  */
 
-/** Names of the function-valued properties of `T`. */
+/** Names of the function-valued properties of `T` (optional ones included). */
 export type FsMethodName<T> = {
-  [K in keyof T]-?: T[K] extends (...args: never[]) => unknown ? K : never
+  [K in keyof T]-?: NonNullable<T[K]> extends (...args: never[]) => unknown ? K : never
 }[keyof T] &
   string
 
