@@ -113,8 +113,9 @@ export interface FileStoreOptions {
 export const DEFAULT_FLUSH_INTERVAL_MS = 10
 export const DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
 export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
-// Replay after a crash reads at most about this much; a checkpoint syncs the
-// logs of a segment once, so bigger segments mean fewer, larger checkpoints.
+// Replay after a crash reads about this much (up to 4x with many logs: see
+// closeDue in journal.ts); a checkpoint syncs the logs of a segment once, so
+// bigger segments mean fewer, larger checkpoints.
 export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
 // Bounds how long a quiet store keeps a journal to replay.
 export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000

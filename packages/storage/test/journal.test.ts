@@ -5,14 +5,15 @@
  * abandons the writer without closing it and opens the directory again with
  * plain node:fs, which sees only what was synced.
  */
-import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import type { FaultRule, FaultyFs } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { FlushError, nodeFs, openFileLogStore, openReadOnlyLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort, ShapeLog, StorageError } from '../src/index.js'
-import { GROUP_HEADER_BYTES } from '../src/journal-format.js'
+import { FILE_DATA, GROUP_HEADER_BYTES } from '../src/journal-format.js'
+import { Journal } from '../src/journal.js'
 import { decodeWatermark } from '../src/format.js'
 import { body, change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
@@ -310,3 +311,69 @@ function readdirLink(fd: unknown): string {
     return ''
   }
 }
+
+describe('journal segment closing', () => {
+  const ID = new Uint8Array([97])
+  const ONE = new Uint8Array([1])
+  /** A journal of 1 MiB segments: the per-owner minimum is 1 MiB / 32768 = 32 bytes; a one-byte write record takes 17. */
+  async function journalIn(name: string, segmentAgeMs = 60_000): Promise<Journal<number>> {
+    const dir = await tempDirs.make(name)
+    mkdirSync(`${dir}/journal`)
+    return new Journal<number>(nodeFs, dir, 1, { segmentBytes: 1024 * 1024, segmentAgeMs })
+  }
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+  async function group(j: Journal<number>, from: number, owners: number): Promise<void> {
+    for (let o = from; o < from + owners; o++) j.write(o, ID, FILE_DATA, o, ONE, 0, 1)
+    await j.commit()
+  }
+
+  it('closes a segment of few owners at its size', async () => {
+    const j = await journalIn('journal-close-few')
+    for (let i = 0; i < 70; i++) await group(j, 0, 1000) // 17 KB a group
+    expect(j.segmentCount).toBe(2)
+    j.close()
+  })
+
+  it('keeps a segment naming many owners open until it holds the minimum per owner', async () => {
+    const j = await journalIn('journal-close-many')
+    await group(j, 0, 70_000) // 1.19 MB: past the size, 17 bytes per owner
+    await group(j, 0, 1)
+    expect(j.segmentCount).toBe(1)
+    await group(j, 0, 70_000) // 34 bytes per owner
+    await group(j, 0, 1)
+    expect(j.segmentCount).toBe(2)
+    j.close()
+  })
+
+  it('closes at four times the size whatever it holds per owner', async () => {
+    const j = await journalIn('journal-close-cap')
+    let owners = 0
+    while (owners < 300_000 && j.segmentCount <= 1) {
+      await group(j, owners, 20_000)
+      owners += 20_000
+    }
+    // 17 bytes for each owner: four times 1 MiB after about 247k owners.
+    expect(j.segmentCount).toBe(2)
+    expect(owners).toBeGreaterThan(240_000)
+    j.close()
+  })
+
+  it('closes an old segment when it holds the minimum per owner, and at ten times the age in any case', async () => {
+    const few = await journalIn('journal-age-few', 200)
+    for (let i = 0; i < 3; i++) await group(few, 0, 10) // 51 bytes per owner
+    await sleep(250)
+    await group(few, 0, 1)
+    expect(few.segmentCount).toBe(2)
+    few.close()
+
+    const many = await journalIn('journal-age-many', 200)
+    await group(many, 0, 50_000) // 17 bytes per owner
+    await sleep(250)
+    await group(many, 0, 1)
+    expect(many.segmentCount).toBe(1)
+    await sleep(1800)
+    await group(many, 0, 1)
+    expect(many.segmentCount).toBe(2)
+    many.close()
+  })
+})
