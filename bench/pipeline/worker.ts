@@ -219,6 +219,7 @@ function instrumentStore(p: PipelineType): void {
 function watchStore(p: PipelineType): void {
   const every = Number(process.env.BENCH_STORE_STATS ?? 0)
   if (!(every > 0)) return
+  // journal and arena are internals of the file store, read here for diagnosis only.
   const store = p.store as unknown as {
     journal?: { segmentCount: number; running: unknown }
     arena: { slabBytes: number }

@@ -159,7 +159,8 @@ export class FileShapeLog implements ShapeLog {
    * wait here and readers are served from memory. At 100k logs each append
    * would otherwise cost a descriptor open and close (the LRU cannot hold
    * them all) and a write; a write-back writes everything a log gathered
-   * with one write per file, on the thread pool. Other logs write through,
+   * with one write per file (on the thread pool when the log's tail reaches
+   * WRITE_BACK_BYTES, on the event loop at a checkpoint). Other logs write through,
    * and `pendLen` stays 0.
    *
    * `pend.buf[0, pendLen)` is log.dat from `dataOnDisk` to the appended end; the
@@ -411,7 +412,8 @@ export class FileShapeLog implements ShapeLog {
   /**
    * Writes what this log holds in memory into its files (data, then the
    * journaled records that describe it), on the thread pool. Called when a log
-   * gathers WRITE_BACK_BYTES, and by a checkpoint before it syncs the files.
+   * gathers WRITE_BACK_BYTES, and by a checkpoint whose `writeBackNow` could
+   * not (one in flight, or a big tail).
    * One runs at a time per log; meanwhile appends go on into memory. A cut
    * during the write wins: the write counts for nothing and the files are cut
    * to what is known good.
@@ -448,10 +450,11 @@ export class FileShapeLog implements ShapeLog {
    * `writeBack` on this thread, for a checkpoint, which writes back every log
    * it names, most with a few hundred bytes: a thread-pool round trip per file
    * cost about three times the CPU of the write itself (measured with 100k
-   * logs). Returns false, doing nothing, while a write-back is in flight.
+   * logs). Returns false, doing nothing, while a write-back is in flight or
+   * when the tail holds more than `maxBytes`.
    */
-  writeBackNow(): boolean {
-    if (this.flight) return false
+  writeBackNow(maxBytes: number): boolean {
+    if (this.flight || this.pendLen > maxBytes) return false
     const plan = this.planWriteBack()
     if (plan === undefined) return true
     const fs = this.host.fs

@@ -39,7 +39,7 @@ import { randomBytes } from 'node:crypto'
 import type { FlushResult, ShapeLogStore, SnapshotWriter } from './contract.js'
 import { FlushError, StorageError, fromSystemError } from './errors.js'
 import { FdCache, FileRef } from './fd-cache.js'
-import { FileShapeLog, LOG_FILES } from './file-log.js'
+import { FileShapeLog, LOG_FILES, WRITE_BACK_BYTES } from './file-log.js'
 import type { LogHost } from './file-log.js'
 import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
 import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, decodeMeta, encodeHeader, encodeMeta } from './format.js'
@@ -58,22 +58,23 @@ import type { CleanLog } from './heads-file.js'
 import { takeHeads, writeHeads } from './heads-file.js'
 import { LiveWatermark, publishWatermark, readWatermark, syncDirectory } from './watermark.js'
 
-/** Tuning knobs of the file engine. Every one has a production default. */
 /** The checkpoint running now, or else the last one (all zero before the first). */
 export interface CheckpointStats {
   running: boolean
   /** Logs named in the checkpoint's segments. */
   logs: number
-  /** Of those, how many have been written back. */
+  /** Of those, how many are done (written back; and synced, file by file, without syncfs). */
   writtenBack: number
-  /** Time writing the logs back, then making them durable (syncfs, or per-file syncs), then in all. */
+  /** With syncfs: from the start until every log was written back (zero file by file). */
   writeBackMs: number
+  /** The syncfs (file by file: the whole checkpoint). */
   syncMs: number
   totalMs: number
   /** How: one syncfs for the store, or an fdatasync per file. */
   syncfs: boolean
 }
 
+/** Tuning knobs of the file engine. Every one has a production default. */
 export interface FileStoreOptions {
   readonly dir: string
   /** A chunk closes after the entry that makes it reach this many bytes. */
@@ -89,9 +90,13 @@ export interface FileStoreOptions {
    * false syncs every dirty log's files on every flush instead.
    */
   readonly journal?: boolean
-  /** A journal segment is checkpointed (its logs synced, then it is deleted) past this size... */
+  /**
+   * A journal segment is checkpointed (its logs synced, then it is deleted)
+   * past this size, or later while it names many logs (up to 4x; journal.ts
+   * `closeDue`)...
+   */
   readonly journalSegmentBytes?: number
-  /** ... or this age. */
+  /** ... or this age (with the same allowance, up to 10x). */
   readonly journalSegmentAgeMs?: number
   /**
    * Memory reserved at open for write-behind tails and staged index records
@@ -117,12 +122,14 @@ export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
 // closeDue in journal.ts); a checkpoint syncs the logs of a segment once, so
 // bigger segments mean fewer, larger checkpoints.
 export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
-// Bounds how long a quiet store keeps a journal to replay.
+// Bounds how long a quiet store keeps a journal to replay (up to 10x with many logs).
 export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
 
 
 // Longest wait between retries of a failing timed flush.
 const MAX_RETRY_MS = 250
+
+const NO_CHECKPOINT: Readonly<CheckpointStats> = Object.freeze({ running: false, logs: 0, writtenBack: 0, writeBackMs: 0, syncMs: 0, totalMs: 0, syncfs: false })
 
 // A checkpoint's write-backs hold the event loop at most this long at a time.
 const CHECKPOINT_SLICE_MS = 4
@@ -780,14 +787,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
    */
   private checkpoint(all: boolean): Promise<void> {
     if (this.syncBroken) return Promise.reject(this.syncBroken)
+    // Decided now: callers start a checkpoint only when none runs (the journal would queue it).
     const whole = this.wholeSync !== false && this.fs.syncFilesystem !== undefined
-    const stats: CheckpointStats = { running: true, logs: 0, writtenBack: 0, writeBackMs: 0, syncMs: 0, totalMs: 0, syncfs: whole }
+    const stats: CheckpointStats = { ...NO_CHECKPOINT, running: true, syncfs: whole }
     const started = performance.now()
     let synced = started
     return this.journal!.checkpoint(all, {
       start: (logs) => {
         stats.logs = logs
-        this.checkpointStats = stats
+        this.lastCheckpoint = stats
       },
       sync: async (log) => {
         await this.checkpointLog(log, !whole)
@@ -814,7 +822,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   /** The checkpoint running now, or else the last one. */
-  checkpointStats: Readonly<CheckpointStats> = { running: false, logs: 0, writtenBack: 0, writeBackMs: 0, syncMs: 0, totalMs: 0, syncfs: false }
+  get checkpointStats(): Readonly<CheckpointStats> {
+    return this.lastCheckpoint
+  }
+
+  private lastCheckpoint: CheckpointStats = NO_CHECKPOINT
 
   /** Writes back and syncs one log's files: for logs whose bytes the journal does not hold. */
   private async syncFiles(log: FileShapeLog): Promise<void> {
@@ -831,8 +843,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private async checkpointLog(log: FileShapeLog, sync: boolean): Promise<void> {
     if (log.deleted) return
     try {
-      // On this thread unless a background write-back is under way.
-      if (!log.writeBackNow()) await log.writeBackAll()
+      // On this thread, unless a background write-back is under way or the tail
+      // is big enough (after failed write-backs) to hold the loop too long.
+      if (!log.writeBackNow(WRITE_BACK_BYTES)) await log.writeBackAll()
     } catch (err) {
       // A failed write loses nothing: the bytes stay in memory for the next try.
       if (log.deleted) return
@@ -852,6 +865,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.sliceStart = performance.now()
   }
 
+  /** When the checkpoint's current slice of event-loop time began. */
   private sliceStart = 0
 
   private async checkpointSync(log: FileShapeLog): Promise<void> {
@@ -868,12 +882,20 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     try {
       await this.fs.syncFilesystem!(this.root)
       this.wholeSync = true
+      return
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOTSUP' || this.wholeSync !== undefined) throw this.breakSync(err, 'sync the store')
-      // Not on this system: this checkpoint and every later one sync file by file.
-      this.wholeSync = false
-      await forEachConcurrently(logs, this.syncConcurrency(), (log) => this.checkpointSync(log))
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOTSUP' && this.wholeSync === undefined) {
+        // Not on this system: this checkpoint and every later one sync file by file.
+        this.wholeSync = false
+      } else if (code !== 'EIO') {
+        // The sync never ran (the child could not start): nothing was reported, try again next time.
+        throw fromSystemError(err, 'sync the store')
+      }
+      // EIO: syncfs reports a failed write of any file on the filesystem, another
+      // program's included. Each file's own fdatasync tells whether it was ours.
     }
+    await forEachConcurrently(logs, this.syncConcurrency(), (log) => this.checkpointSync(log))
   }
 
   /**

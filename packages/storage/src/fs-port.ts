@@ -7,6 +7,7 @@
  */
 import { execFile } from 'node:child_process'
 import * as fs from 'node:fs'
+import { release } from 'node:os'
 
 export interface FsPort {
   openSync(path: string, flags: string, mode?: number): number
@@ -25,7 +26,8 @@ export interface FsPort {
    * Optional: makes every write to files under `dir` durable in one call
    * (syncfs(2) on the filesystem that holds it). A checkpoint of 100k logs
    * takes it over one fdatasync per file, which cost a journal commit each.
-   * Rejects with code ENOTSUP where the system has no way to do it.
+   * Rejects with code ENOTSUP where the system has no way to do it, EIO when
+   * the sync failed, or another code when it could not be attempted.
    */
   syncFilesystem?(dir: string): Promise<void>
   mkdirSync(path: string, options: { recursive: true }): void
@@ -42,21 +44,38 @@ function promised<T>(fn: (cb: (err: NodeJS.ErrnoException | null, value: T) => v
 }
 
 /**
- * syncfs(2) through coreutils' `sync -f` (Linux; Node has no binding for it).
- * The child opens `dir` afresh, and since Linux 5.8 syncfs reports every
- * writeback error on the filesystem that no earlier syncfs reported, so a
- * failure of the kernel's background writeback before the call is seen too.
+ * syncfs(2) through coreutils' `sync -f` (Node has no binding for it). The
+ * child opens `dir` afresh; since Linux 5.8 syncfs reports every writeback
+ * error on the filesystem that no earlier syncfs reported, so a failure of the
+ * kernel's background writeback before the call is seen too. Older kernels
+ * report none, so there it is not offered (`syncfsReportsErrors`).
+ *
+ * Rejects with ENOTSUP when `sync` is missing or lacks -f, with EIO when the
+ * sync itself failed, and with the spawn's own code (EAGAIN, ENOMEM, EMFILE:
+ * nothing was synced, nothing reported) when the child could not start.
  */
 function syncfs(dir: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    execFile('sync', ['-f', '--', dir], { encoding: 'utf8' }, (err, _stdout, stderr) => {
+    // LC_ALL=C: the option error below is matched in English.
+    execFile('sync', ['-f', '--', dir], { encoding: 'utf8', env: { ...process.env, LC_ALL: 'C' } }, (err, _stdout, stderr) => {
       if (!err) return resolve()
       const text = String(stderr).trim()
+      const spawnCode = typeof err.code === 'string' ? err.code : undefined
       // No sync binary, or one without -f (coreutils before 8.24, some busybox builds).
-      const unsupported = err.code === 'ENOENT' || /invalid option|unrecognized option|usage/i.test(text)
-      reject(Object.assign(new Error(`sync -f ${dir}: ${text || err.message}`), { code: unsupported ? 'ENOTSUP' : 'EIO' }))
+      const unsupported = spawnCode === 'ENOENT' || (spawnCode === undefined && /invalid option|unrecognized option/.test(text))
+      const code = unsupported ? 'ENOTSUP' : (spawnCode ?? 'EIO')
+      reject(Object.assign(new Error(`sync -f ${dir}: ${text || err.message}`), { code }))
     })
   })
+}
+
+/** Linux 5.8 or later: syncfs reports writeback errors (before, it returned 0 whatever happened). */
+export function syncfsReportsErrors(platform: string, release: string): boolean {
+  if (platform !== 'linux') return false
+  const m = /^(\d+)\.(\d+)/.exec(release)
+  if (!m) return false
+  const major = Number(m[1])
+  return major > 5 || (major === 5 && Number(m[2]) >= 8)
 }
 
 export const nodeFs: FsPort = {
@@ -80,7 +99,7 @@ export const nodeFs: FsPort = {
   existsSync: (path) => fs.existsSync(path),
   unlinkSync: (path) => fs.unlinkSync(path),
   rm: (path, options) => fs.promises.rm(path, options),
-  ...(process.platform === 'linux' ? { syncFilesystem: syncfs } : {}),
+  ...(syncfsReportsErrors(process.platform, release()) ? { syncFilesystem: syncfs } : {}),
 }
 
 /** Writes all of `buf` at `position`, looping over short writes. */

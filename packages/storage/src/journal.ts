@@ -212,8 +212,17 @@ export class Journal<T> {
       const list = [...owners]
       how.start?.(list.length)
       let next = 0
+      let failed = false
       const worker = async (): Promise<void> => {
-        while (next < list.length) await how.sync(list[next++]!)
+        // The first failure fails the checkpoint: the other workers stop too.
+        while (next < list.length && !failed) {
+          try {
+            await how.sync(list[next++]!)
+          } catch (err) {
+            failed = true
+            throw err
+          }
+        }
       }
       await Promise.all(Array.from({ length: Math.min(how.concurrency, list.length) }, worker))
       if (how.syncAll) await how.syncAll(list)

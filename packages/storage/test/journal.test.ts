@@ -179,16 +179,18 @@ describe('journal', () => {
 
   // A sync that fails may have cost pages the kernel will not report again, so
   // the store stops checkpointing and keeps the journal for the next open.
-  const syncPaths: Array<{ name: string; port: () => FsPort; fail: (f: FaultyFs<FsPort>) => FaultRule }> = [
+  const logDatFails = (f: FaultyFs<FsPort>): FaultRule => f.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') })
+  const syncPaths: Array<{ name: string; port: () => FsPort; fail: (f: FaultyFs<FsPort>) => FaultRule[] }> = [
     {
+      // A lost page of a log file fails the syncfs and that file's own fdatasync.
       name: 'one syncfs per checkpoint',
       port: () => volatileFs(nodeFs),
-      fail: (f) => f.rules.failAlways('syncFilesystem', { code: 'EIO' }),
+      fail: (f) => [f.rules.failAlways('syncFilesystem', { code: 'EIO' }), logDatFails(f)],
     },
     {
       name: 'an fdatasync per file (no syncfs in the port)',
       port: () => withoutSyncfs(volatileFs(nodeFs)),
-      fail: (f) => f.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') }),
+      fail: (f) => [logDatFails(f)],
     },
   ]
   for (const path of syncPaths) {
@@ -204,13 +206,12 @@ describe('journal', () => {
       await s.journal!.running
       expect(segments(dir).length).toBeLessThanOrEqual(2)
       expect(errors).toEqual([])
-      const usedSyncfs = faulty.rules.calls('syncFilesystem') > 0
-      expect(usedSyncfs).toBe(path.port().syncFilesystem !== undefined)
+      expect(s.checkpointStats.syncfs).toBe(path.port().syncFilesystem !== undefined)
 
-      const rule = path.fail(faulty)
+      const rules = path.fail(faulty)
       await rounds(s, ids, 3, 3)
       await s.journal!.running
-      rule.remove()
+      for (const rule of rules) rule.remove()
       expect(errors.length).toBe(1)
       expect(errors[0]!.code).toBe('io_error')
       expect(errors[0]!.message).toMatch(/replays it over the logs' files at the next open/)
@@ -230,6 +231,41 @@ describe('journal', () => {
     })
   }
 
+  it('a syncfs error that no log file of the store reports, or a sync that could not start, does not stop checkpoints', async () => {
+    const dir = await tempDirs.make('journal-syncfs-other')
+    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+    const errors: StorageError[] = []
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+    s.onError((e) => errors.push(e))
+    const ids = ['a', 'b', 'c']
+    for (const id of ids) await makeShape(s, id, [])
+    // Another program's file failed: every log file of the store syncs fine on its own.
+    const other = faulty.rules.failAlways('syncFilesystem', { code: 'EIO' })
+    await rounds(s, ids, 0, 3)
+    await s.journal!.running
+    expect(other.hits).toBeGreaterThan(0)
+    expect(errors).toEqual([])
+    other.remove()
+    expect(segments(dir).length).toBeLessThanOrEqual(2)
+    // The child could not start: that checkpoint fails, the next one runs.
+    faulty.rules.failNext('syncFilesystem', { code: 'EAGAIN' })
+    await rounds(s, ids, 3, 3)
+    await s.journal!.running
+    expect(errors.map((e) => e.code)).toEqual(['io_error'])
+    expect(errors[0]!.message).not.toMatch(/replays it/)
+    await rounds(s, ids, 6, 3)
+    await s.journal!.running
+    expect(segments(dir).length).toBeLessThanOrEqual(2)
+    expect(s.checkpointStats.syncfs).toBe(true)
+    const w = s.durableLsn
+    powerCut(dir)
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(9))
+    await again.close()
+  })
+
   it('close after a failed checkpoint sync reports it and leaves the journal to replay', async () => {
     const dir = await tempDirs.make('journal-close-broken')
     const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
@@ -238,6 +274,7 @@ describe('journal', () => {
     const ids = ['a', 'b']
     for (const id of ids) await makeShape(s, id, [])
     faulty.rules.failNext('syncFilesystem', { code: 'EIO' })
+    faulty.rules.failNext('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') })
     await rounds(s, ids, 0, 4)
     await s.journal!.running
     await expect(s.close()).rejects.toMatchObject({ code: 'io_error' })
