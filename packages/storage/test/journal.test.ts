@@ -177,6 +177,26 @@ describe('journal', () => {
     await again.close()
   })
 
+  /** A store of 1 KiB journal segments (a checkpoint every few flushes) on a faulty volatile port, its errors collected. */
+  async function checkpointingStore(name: string, port: FsPort): Promise<{ dir: string; faulty: FaultyFs<FsPort>; s: FileLogStore; errors: StorageError[] }> {
+    const dir = await tempDirs.make(name)
+    const faulty = createFaultyFs<FsPort>(port)
+    const errors: StorageError[] = []
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+    s.onError((e) => errors.push(e))
+    return { dir, faulty, s, errors }
+  }
+
+  /** A power cut now loses nothing: the reopened store has the watermark and `count` rounds in every log. */
+  async function survivesPowerCut(dir: string, s: FileLogStore, ids: string[], count: number): Promise<void> {
+    const w = s.durableLsn
+    powerCut(dir)
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(count))
+    await again.close()
+  }
+
   // A sync that fails may have cost pages the kernel will not report again, so
   // the store stops checkpointing and keeps the journal for the next open.
   const logDatFails = (f: FaultyFs<FsPort>): FaultRule => f.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') })
@@ -195,11 +215,7 @@ describe('journal', () => {
   ]
   for (const path of syncPaths) {
     it(`checkpoints closed segments in the background, and keeps the journal after a checkpoint sync fails: ${path.name}`, async () => {
-      const dir = await tempDirs.make('journal-checkpoint')
-      const faulty = createFaultyFs<FsPort>(path.port())
-      const errors: StorageError[] = []
-      const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
-      s.onError((e) => errors.push(e))
+      const { dir, faulty, s, errors } = await checkpointingStore('journal-checkpoint', path.port())
       const ids = ['a', 'b', 'c', 'd']
       for (const id of ids) await makeShape(s, id, [])
       await rounds(s, ids, 0, 3)
@@ -221,22 +237,12 @@ describe('journal', () => {
       await s.journal!.running
       expect(segments(dir).length).toBeGreaterThan(held)
       expect(errors.length).toBe(1)
-      const w = s.durableLsn
-      powerCut(dir)
-
-      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
-      expect(again.durableLsn).toBe(w)
-      for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(9))
-      await again.close()
+      await survivesPowerCut(dir, s, ids, 9)
     })
   }
 
   it('a syncfs error that no log file of the store reports, or a sync that could not start, does not stop checkpoints', async () => {
-    const dir = await tempDirs.make('journal-syncfs-other')
-    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
-    const errors: StorageError[] = []
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
-    s.onError((e) => errors.push(e))
+    const { dir, faulty, s, errors } = await checkpointingStore('journal-syncfs-other', volatileFs(nodeFs))
     const ids = ['a', 'b', 'c']
     for (const id of ids) await makeShape(s, id, [])
     // Another program's file failed: every log file of the store syncs fine on its own.
@@ -257,13 +263,7 @@ describe('journal', () => {
     await s.journal!.running
     expect(segments(dir).length).toBeLessThanOrEqual(2)
     expect(s.checkpointStats.syncfs).toBe(true)
-    const w = s.durableLsn
-    powerCut(dir)
-
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
-    expect(again.durableLsn).toBe(w)
-    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(9))
-    await again.close()
+    await survivesPowerCut(dir, s, ids, 9)
   })
 
   it('close after a failed checkpoint sync reports it and leaves the journal to replay', async () => {
