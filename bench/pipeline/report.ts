@@ -291,7 +291,7 @@ export function markdown(report: Report): string {
   out.push('')
   const pg = report.postgres.settings
   out.push(
-    `\`fsync=${fmt(pg.fsync)}\`, \`synchronous_commit=${fmt(pg.synchronous_commit)}\`, \`full_page_writes=${fmt(pg.full_page_writes)}\`: **Postgres's own fsync is off**, so its commit rate is bounded by CPU rather than by this VM's disk (the hardest input for a sync engine on the same machine). Sluice's storage engine syncs as in production (group commit: fdatasync of every dirty log, then the watermark file, every 10 ms). Also: ${Object.entries(
+    `\`fsync=${fmt(pg.fsync)}\`, \`synchronous_commit=${fmt(pg.synchronous_commit)}\`, \`full_page_writes=${fmt(pg.full_page_writes)}\`: **Postgres's own fsync is off**, so its commit rate is bounded by CPU rather than by this VM's disk (the hardest input for a sync engine on the same machine). Sluice's storage engine syncs as in production (group commit: one fdatasync of the journal, with the watermark, per flush, every 10 ms; checkpoints write the logs back and sync them with one syncfs). Also: ${Object.entries(
       pg,
     )
       .filter(([k]) => !['fsync', 'synchronous_commit', 'full_page_writes'].includes(k))
