@@ -92,8 +92,21 @@ export class ServerMetrics {
     shapeGauge('sluice_shapes_creating', 'Shapes whose initial snapshot has not finished.', (s) => s.creating)
     shapeGauge('sluice_shape_queue_bytes', 'Bytes of transactions held in memory for shapes being created.', (s) => s.queuedBytes)
     shapeGauge('sluice_shape_spilled_queues', 'Queues of shapes being created that moved to disk.', (s) => s.spilledQueues)
-    shapeGauge('sluice_replication_paused', '1 while replication is paused for memory.', (s) => (s.paused ? 1 : 0))
-    shapeGauge('sluice_replication_pauses', 'Times replication was paused for memory since start.', (s) => s.pauses)
+    shapeGauge('sluice_replication_paused', '1 while replication is paused for the memory of transactions and queues (--memory-budget).', (s) => (s.paused ? 1 : 0))
+    shapeGauge('sluice_replication_pauses', 'Times replication was paused for the memory of transactions and queues since start.', (s) => s.pauses)
+    const storeGauge = (name: string, help: string, read: (s: ReturnType<Pipeline['store']['stats']>) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read(pipeline.store.stats()))
+        },
+      })
+    storeGauge('sluice_storage_tail_bytes', 'Bytes of changes journaled and not yet written to their shape logs (bounded by --tail-budget).', (s) => s.tailBytes)
+    storeGauge('sluice_storage_journal_segments', 'Journal segments on disk (more than one: a checkpoint is due or running).', (s) => s.journalSegments)
+    storeGauge('sluice_storage_paused', '1 while replication is paused for the storage tail budget (a checkpoint is writing tails out).', (s) => (s.underPressure ? 1 : 0))
+    storeGauge('sluice_storage_pauses', 'Times replication was paused for the storage tail budget since start.', (s) => s.pressures)
 
     const created = new Counter({ name: 'sluice_shapes_ready_total', help: 'Shapes that became ready (snapshot finished or restored).', registers })
     const invalidated = new Counter({

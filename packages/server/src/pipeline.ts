@@ -30,6 +30,8 @@ export interface PipelineOptions {
   readonly chunkBytes?: number
   readonly flushIntervalMs?: number
   readonly memoryBudgetBytes?: number
+  /** The store's budget for changes journaled but not yet in their logs' files (FileStoreOptions.tailBudgetBytes). */
+  readonly tailBudgetBytes?: number
   readonly snapshotConnections?: number
   /** Postgres connections for subset snapshots (PROTOCOL.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
@@ -114,6 +116,7 @@ export class Pipeline {
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
       ...(options.flushIntervalMs === undefined ? {} : { flushIntervalMs: options.flushIntervalMs }),
       ...(options.storageFs === undefined ? {} : { fs: options.storageFs }),
+      ...(options.tailBudgetBytes === undefined ? {} : { tailBudgetBytes: options.tailBudgetBytes }),
       // A long-running writer will use the tail reserve: map it now, not page by page on the append path.
       prefaultTails: true,
     })
@@ -168,7 +171,7 @@ export class Pipeline {
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
-        onPressure: (paused) => (paused ? replication?.pause() : replication?.resume()),
+        onPressure: (paused) => (paused ? replication?.pause('shape_memory') : replication?.resume('shape_memory')),
       })
       const replicationGap = await discardIfSlotAhead(shapes, slotLsn, store.durableLsn, options.logger)
       // Now every log holds all commits below the slot's position (or there is no log): say so, so that a
@@ -188,8 +191,12 @@ export class Pipeline {
         ...(options.replicationSettings === undefined ? {} : { settings: options.replicationSettings }),
       })
       const client = replication
+      const holdForStore = (held: boolean): void => (held ? client.pause('storage_tails') : client.resume('storage_tails'))
+      if (store.underPressure) holdForStore(true)
       const unsubscribe = [
         idle.cancel,
+        // Tails past their budget wait for a checkpoint, which needs the event loop the stream would take.
+        store.onPressure(holdForStore),
         store.onFlush((result) => void client.acknowledge(result.durableLsn)),
         store.onError((error: StorageError) => {
           options.logger?.error({ err: error }, 'storage error')

@@ -110,6 +110,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       chunkBytes: config.chunkBytes,
       flushIntervalMs: config.flushIntervalMs,
       memoryBudgetBytes: config.memoryBudgetBytes,
+      tailBudgetBytes: config.tailBudgetBytes,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
       tableCacheMs: config.tableCacheMs,

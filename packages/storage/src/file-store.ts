@@ -74,6 +74,21 @@ export interface CheckpointStats {
   syncfs: boolean
 }
 
+/** What `FileLogStore.stats()` reports: for metrics and diagnosis. */
+export interface FileStoreStats {
+  readonly logs: number
+  /** Journal segments on disk, the current one included (at most one when no checkpoint is due). */
+  readonly journalSegments: number
+  /** Bytes of write-behind tails and staged index records in memory (what `tailBudgetBytes` bounds). */
+  readonly tailBytes: number
+  /** Memory held for them (the tail arena's slabs, resident once touched). */
+  readonly tailMemoryBytes: number
+  /** The writer is asked to hold back (`onPressure`), and how many times it was since open. */
+  readonly underPressure: boolean
+  readonly pressures: number
+  readonly checkpoint: Readonly<CheckpointStats>
+}
+
 /** Tuning knobs of the file engine. Every one has a production default. */
 export interface FileStoreOptions {
   readonly dir: string
@@ -110,6 +125,13 @@ export interface FileStoreOptions {
    * long-running writer; off by default (tests open many small stores).
    */
   readonly prefaultTails?: boolean
+  /**
+   * Write-behind tails leave memory only through a checkpoint. Past half this
+   * many bytes of them the current journal segment is closed early and
+   * checkpointed; past all of it the store asks its writer to hold back
+   * (`onPressure`) until a checkpoint has brought them under half.
+   */
+  readonly tailBudgetBytes?: number
   readonly fs?: FsPort
 }
 
@@ -124,6 +146,11 @@ export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
 export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
 // Bounds how long a quiet store keeps a journal to replay (up to 10x with many logs).
 export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
+// Four times the arena's reserve: a stream to 100k logs fills ~300 MiB of tails
+// between checkpoints at the default segment size (bench:pipeline keep-up).
+export const DEFAULT_TAIL_BUDGET_BYTES = 256 * 1024 * 1024
+// While the writer is held back and a checkpoint failed: when to try again.
+const PRESSURE_RETRY_MS = 1000
 
 
 // Longest wait between retries of a failing timed flush.
@@ -202,6 +229,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private flushing: Promise<FlushResult> | undefined
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private readonly errorListeners = new Set<(err: StorageError) => void>()
+  private readonly pressureListeners = new Set<(held: boolean) => void>()
+  private readonly tailBudget: number
+  /** The writer is asked to hold back (see `onPressure`). */
+  private pressured = false
+  /** Times the writer was asked to hold back since open. */
+  private pressures = 0
+  private pressureRetry: NodeJS.Timeout | undefined
+  /** A background checkpoint runs (`startCheckpoint`). */
+  private checkpointing = false
   private closed = false
   private closing: Promise<void> | undefined
   private tmpCounter = 0
@@ -249,6 +285,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     // Without the journal nothing waits for a write-back: only staged records use the arena.
     this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
     if (options.prefaultTails === true) this.arena.prefault()
+    this.tailBudget = options.tailBudgetBytes ?? DEFAULT_TAIL_BUDGET_BYTES
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
     this.flushBytes = options.flushBytes ?? DEFAULT_FLUSH_BYTES
@@ -679,7 +716,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         for (const log of whole) if (!log.deleted && !failed.includes(log)) failed.push(log)
         firstError ??= fromSystemError(err instanceof JournalCommitError ? err.cause : err, 'commit the journal')
       }
-      if (!journalFailed && this.journal.closedSegments > 0 && !this.journal.running) this.startCheckpoint()
+      if (!journalFailed) this.maintainJournal()
     } else {
       await forEachConcurrently(logs, this.syncConcurrency(), async (log) => {
         try {
@@ -927,13 +964,88 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   /** A checkpoint is about to delete the segments that published `w`. */
   private readonly keepWatermark = (w: Watermark): Promise<void> => publishWatermark(this.fs, this.root, w)
 
+  /**
+   * Called with true when the write-behind tails pass `tailBudgetBytes`: the
+   * writer should stop appending (a replication stream pauses) while a
+   * checkpoint writes them back, and with false once they are under half of
+   * it. Appends are still taken meanwhile; this is advice, not a refusal.
+   */
+  onPressure(listener: (held: boolean) => void): () => void {
+    this.pressureListeners.add(listener)
+    return () => this.pressureListeners.delete(listener)
+  }
+
+  /** Whether the writer is asked to hold back now (see `onPressure`). */
+  get underPressure(): boolean {
+    return this.pressured
+  }
+
+  stats(): FileStoreStats {
+    return {
+      logs: this.logs.size,
+      journalSegments: this.journal?.segmentCount ?? 0,
+      tailBytes: this.arena.bytesInUse,
+      tailMemoryBytes: this.arena.slabBytes,
+      underPressure: this.pressured,
+      pressures: this.pressures,
+      checkpoint: this.lastCheckpoint,
+    }
+  }
+
+  /**
+   * After each journal commit and each checkpoint: checkpoints closed
+   * segments, and keeps the write-behind tails within the budget. They leave
+   * memory only through a checkpoint, which covers closed segments only: past
+   * half the budget the current segment is closed early; past all of it the
+   * writer is asked to hold back too. Unbounded, a stream to 100k logs that a
+   * checkpoint could not keep up with grew them past 1 GiB of memory touched
+   * for the first time, each page fault slowing the appends that starved the
+   * checkpoint of the event loop further (bench:pipeline keep-up).
+   */
+  private maintainJournal(): void {
+    const journal = this.journal
+    if (journal === undefined || this.closed) return
+    const inUse = this.arena.bytesInUse
+    // After a failed sync no checkpoint runs again: holding the writer back would stop it for good.
+    if (this.syncBroken !== undefined || inUse <= this.tailBudget / 2) this.setPressure(false)
+    else if (inUse > this.tailBudget) this.setPressure(true)
+    if (this.checkpointing) return
+    if (this.syncBroken === undefined && inUse > this.tailBudget / 2 && journal.closedSegments === 0 && !journal.seal() && !journal.committing) {
+      // Nothing a checkpoint could free (no log has records in the journal): not tails, so do not hold the writer for them.
+      this.setPressure(false)
+    }
+    if (journal.closedSegments > 0) this.startCheckpoint()
+  }
+
+  private setPressure(held: boolean): void {
+    if (this.pressured === held) return
+    this.pressured = held
+    if (held) this.pressures++
+    else clearTimeout(this.pressureRetry)
+    for (const listener of this.pressureListeners) listener(held)
+  }
+
   /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
   private startCheckpoint(): void {
     if (this.syncBroken) return
+    this.checkpointing = true
     this.checkpoint(false).then(
-      // The checkpoint wrote the tails back: what a burst grew the arena by is free now.
-      () => this.arena.trim(),
-      (err: unknown) => this.emitError(fromSystemError(err, 'checkpoint the journal')),
+      () => {
+        this.checkpointing = false
+        // The checkpoint wrote the tails back: what a burst grew the arena by is free now.
+        this.arena.trim()
+        this.maintainJournal()
+      },
+      (err: unknown) => {
+        this.checkpointing = false
+        this.emitError(fromSystemError(err, 'checkpoint the journal'))
+        // A held-back writer appends nothing, so no commit would try again.
+        if (this.pressured && !this.closed) {
+          clearTimeout(this.pressureRetry)
+          this.pressureRetry = setTimeout(() => this.maintainJournal(), PRESSURE_RETRY_MS)
+          this.pressureRetry.unref()
+        }
+      },
     )
   }
 
@@ -1187,6 +1299,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     // No timed flush may write the journal while the checkpoint below deletes it.
     this.closed = true
     if (this.timer) clearTimeout(this.timer)
+    clearTimeout(this.pressureRetry)
     if (this.journal) {
       // A clean shutdown leaves nothing to replay.
       try {

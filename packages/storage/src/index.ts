@@ -18,10 +18,11 @@ export {
   DEFAULT_FLUSH_BYTES,
   DEFAULT_FLUSH_INTERVAL_MS,
   DEFAULT_MAX_OPEN_FILES,
+  DEFAULT_TAIL_BUDGET_BYTES,
   FileLogStore,
   openFileLogStore,
 } from './file-store.js'
-export type { CheckpointStats, FileStoreOptions } from './file-store.js'
+export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file-store.js'
 export type { FileShapeLog } from './file-log.js'
 export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js'
 export type { ReadOnlyStoreOptions } from './read-only-store.js'

@@ -48,6 +48,8 @@ interface Segment<T> {
   readonly owners: Set<T>
   /** The watermark of its last group that carried one. */
   watermark: Watermark | undefined
+  /** Closed early (`seal`): no more groups go into it, and a checkpoint may take it. */
+  sealed: boolean
 }
 
 /** A commit failed: nothing of its group may be trusted, for any of these owners. */
@@ -85,6 +87,8 @@ export class Journal<T> {
   /** The last write to the current segment failed: start a new one. */
   private broken = false
   private checkpointing: Promise<void> | undefined
+  /** A group is being written and synced: its segment must not be sealed under it. */
+  private committingNow = false
   readonly dir: string
 
   constructor(
@@ -130,9 +134,10 @@ export class Journal<T> {
     if (watermark) this.builder.watermark(watermark.lsn, watermark.sequence)
     if (this.builder.empty) return owners
     let dirSync = false
+    this.committingNow = true
     try {
       let seg = this.segments.at(-1)
-      if (!seg || this.broken || this.closeDue(seg)) {
+      if (!seg || seg.sealed || this.broken || this.closeDue(seg)) {
         seg = this.startSegment()
         dirSync = true
       }
@@ -153,6 +158,8 @@ export class Journal<T> {
     } catch (err) {
       this.builder.reset()
       throw new JournalCommitError(err, owners)
+    } finally {
+      this.committingNow = false
     }
   }
 
@@ -176,7 +183,7 @@ export class Journal<T> {
   private startSegment(): Segment<T> {
     const generation = this.nextGeneration++
     const fd = this.fs.openSync(`${this.dir}/${segmentName(generation)}`, 'wx', 0o644)
-    const seg: Segment<T> = { generation, fd, size: 0, openedAt: performance.now(), owners: new Set(), watermark: undefined }
+    const seg: Segment<T> = { generation, fd, size: 0, openedAt: performance.now(), owners: new Set(), watermark: undefined, sealed: false }
     this.segments.push(seg)
     const header = encodeHeader('journal')
     writeFully(this.fs, fd, header, header.length, 0)
@@ -184,9 +191,30 @@ export class Journal<T> {
     return seg
   }
 
+  /**
+   * Closes the current segment before `closeDue` would, so that the next
+   * checkpoint covers every log with records so far (the store does this when
+   * the tails held for checkpoints pass their memory budget). The next commit
+   * starts a new segment. False when there is nothing to close (no segment,
+   * one sealed already, or one naming no log) or a commit is writing into it
+   * (a checkpoint would close its descriptor under it): try after the commit.
+   */
+  seal(): boolean {
+    const seg = this.segments.at(-1)
+    if (seg === undefined || seg.sealed || seg.owners.size === 0 || this.committingNow) return false
+    seg.sealed = true
+    return true
+  }
+
+  /** A commit is under way (`seal` waits for it to end). */
+  get committing(): boolean {
+    return this.committingNow
+  }
+
   /** Closed segments wait for a checkpoint. */
   get closedSegments(): number {
-    return Math.max(0, this.segments.length - 1)
+    const last = this.segments.at(-1)
+    return last === undefined ? 0 : this.segments.length - (last.sealed ? 0 : 1)
   }
 
   get segmentCount(): number {
@@ -204,7 +232,7 @@ export class Journal<T> {
    */
   checkpoint(all: boolean, how: CheckpointSteps<T>): Promise<void> {
     const run = async (): Promise<void> => {
-      const upto = all ? this.segments.length : this.segments.length - 1
+      const upto = all || this.segments.at(-1)?.sealed === true ? this.segments.length : this.segments.length - 1
       if (upto <= 0) return
       const done = this.segments.slice(0, upto)
       const owners = new Set<T>()

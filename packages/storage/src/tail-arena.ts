@@ -111,6 +111,11 @@ export class TailArena {
     this.reserve.buf.fill(0, this.reserve.carved)
   }
 
+  /** Bytes of slab blocks handed out and not released: what the store's tail budget counts. */
+  get bytesInUse(): number {
+    return this.inUse
+  }
+
   /** A block of at least `size` bytes (exactly a power of two up to 1 MiB). */
   alloc(size: number): ArenaBlock {
     const c = classOf(Math.max(size, 1))

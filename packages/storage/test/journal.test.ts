@@ -41,17 +41,27 @@ async function until(done: () => boolean): Promise<void> {
   expect(done()).toBe(true)
 }
 
+/** Until no checkpoint runs for a few turns of the event loop (one that ends may start the next). */
+async function checkpointsEnded(s: FileLogStore): Promise<void> {
+  for (let quiet = 0; quiet < 3; ) {
+    const running = s.journal?.running
+    if (running === undefined) quiet++
+    else quiet = 0
+    await (running ?? new Promise((r) => setTimeout(r, 5)))
+  }
+}
+
 function segments(dir: string): string[] {
   return readdirSync(`${dir}/journal`).filter((n) => n.endsWith('.jnl'))
 }
 
-/** Appends `rounds` flushed transactions to every log (tx = 10 * round + 1), one log per id. */
-async function rounds(s: FileLogStore, ids: string[], from: number, count: number): Promise<void> {
+/** Appends `rounds` transactions to every log (tx = 10 * round + 1), one log per id, flushing each round unless told not to. */
+async function rounds(s: FileLogStore, ids: string[], from: number, count: number, flushEach = true): Promise<void> {
   for (let r = from; r < from + count; r++) {
     const tx = BigInt(10 * r + 1)
     ids.forEach((id, i) => s.get(id)!.appendTransaction([change(tx, 0, i), change(tx, 1, i + 1)]))
     s.advance(tx)
-    await s.flush()
+    if (flushEach) await s.flush()
   }
 }
 
@@ -187,8 +197,13 @@ describe('journal', () => {
     return { dir, faulty, s, errors }
   }
 
-  /** A power cut now loses nothing: the reopened store has the watermark and `count` rounds in every log. */
+  /**
+   * A power cut now loses nothing: the reopened store has the watermark and `count` rounds in every log.
+   * The abandoned writer lives on in this process, so first its checkpoints (one may start another) must end:
+   * a real power cut stops them, this one would race them for the watermark file.
+   */
   async function survivesPowerCut(dir: string, s: FileLogStore, ids: string[], count: number): Promise<void> {
+    await checkpointsEnded(s)
     const w = s.durableLsn
     powerCut(dir)
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
@@ -287,6 +302,97 @@ describe('journal', () => {
     await again.close()
   })
 
+  describe('tail budget', () => {
+    const BUDGET = 1024 * 1024
+    /** 300 logs in a store whose segments only the tail budget closes. */
+    async function budgetStore(name: string): Promise<{ dir: string; faulty: FaultyFs<FsPort>; s: FileLogStore; ids: string[]; errors: StorageError[]; held: boolean[] }> {
+      const dir = await tempDirs.make(name)
+      const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+      const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, tailReserveBytes: 1024 * 1024, tailBudgetBytes: BUDGET })
+      const errors: StorageError[] = []
+      const held: boolean[] = []
+      s.onError((e) => errors.push(e))
+      s.onPressure((h) => held.push(h))
+      const ids = Array.from({ length: 300 }, (_, i) => `log${i}`)
+      for (const id of ids) await makeShape(s, id, [])
+      return { dir, faulty, s, ids, errors, held }
+    }
+    /** Rounds appended without a flush until the tails pass the budget, then one flush: how many rounds that took. */
+    async function burstPastBudget(s: FileLogStore, ids: string[], from: number): Promise<number> {
+      let r = from
+      while (s.stats().tailBytes <= BUDGET) await rounds(s, ids, r++, 1, false)
+      await s.flush()
+      return r - from
+    }
+
+    it('past half the budget a checkpoint runs early; past all of it the writer is held back until the tails are under half', async () => {
+      const { dir, s, ids, errors, held } = await budgetStore('journal-tail-budget')
+      // Below half: nothing happens (segments are 64 MiB by default, so only the budget closes one).
+      await rounds(s, ids, 0, 2)
+      expect(s.stats().tailBytes).toBeLessThan(BUDGET / 2)
+      expect(s.stats()).toMatchObject({ journalSegments: 1, underPressure: false, pressures: 0 })
+      expect(s.stats().checkpoint.logs).toBe(0)
+
+      const burst = await burstPastBudget(s, ids, 2)
+      expect(s.underPressure).toBe(true)
+      expect(held).toEqual([true])
+      // A held-back writer appends nothing: the checkpoint alone must bring the tails down and release it.
+      await until(() => !s.underPressure)
+      expect(held).toEqual([true, false])
+      const after = s.stats()
+      expect(after.tailBytes).toBeLessThanOrEqual(BUDGET / 2)
+      expect(after).toMatchObject({ underPressure: false, pressures: 1 })
+      expect(after.checkpoint.logs).toBe(ids.length)
+      // The sealed segment is gone; the next commit starts another.
+      expect(segments(dir)).toEqual([])
+      expect(errors).toEqual([])
+
+      // A writer that does not hold back: its appends are still taken, checkpoints go on, and once it stops they bring the tails under half.
+      const end = 2 + burst * 3
+      for (let r = 2 + burst; r < end; r++) await rounds(s, ids, r, 1)
+      await until(() => !s.underPressure && !s.stats().checkpoint.running && s.stats().tailBytes <= BUDGET / 2)
+      expect(held.at(-1)).toBe(false)
+      expect(errors).toEqual([])
+      await survivesPowerCut(dir, s, ids, end)
+    })
+
+    it('a checkpoint that fails while the writer is held back is tried again, and the hold ends once one succeeds', async () => {
+      const { dir, faulty, s, ids, errors, held } = await budgetStore('journal-tail-budget-full')
+      // Write-backs of a checkpoint run on the event loop (writeSync): the disk is full for the first few.
+      const full = faulty.rules.failNext('writeSync', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('log.dat'), times: 3 })
+      const burst = await burstPastBudget(s, ids, 0)
+      expect(s.underPressure).toBe(true)
+      await until(() => !s.underPressure)
+      expect(full.hits).toBe(3)
+      expect(errors.length).toBeGreaterThan(0)
+      expect(errors.every((e) => e.code === 'disk_full')).toBe(true)
+      expect(held).toEqual([true, false])
+      expect(segments(dir)).toEqual([])
+      await survivesPowerCut(dir, s, ids, burst)
+    })
+
+    it('after a failed checkpoint sync the writer is not held back: no checkpoint will run again', async () => {
+      const { dir, faulty, s, ids, errors, held } = await budgetStore('journal-tail-budget-broken')
+      faulty.rules.failAlways('syncFilesystem', { code: 'EIO' })
+      faulty.rules.failAlways('fdatasync', { code: 'EIO', match: (args) => readdirLink(args[0]).endsWith('log.dat') })
+      const burst = await burstPastBudget(s, ids, 0)
+      await until(() => errors.length > 0)
+      await until(() => !s.underPressure)
+      expect(held).toEqual([true, false])
+      expect(errors[0]!.message).toMatch(/replays it over the logs' files at the next open/)
+      // Past the budget again: no hold, since nothing would ever release it.
+      await rounds(s, ids, burst, 1)
+      expect(s.underPressure).toBe(false)
+      faulty.rules.clear()
+      const w = s.durableLsn
+      powerCut(dir)
+      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+      expect(again.durableLsn).toBe(w)
+      for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(burst + 1))
+      await again.close()
+    })
+  })
+
   it('replays again after a crash during replay', async () => {
     const dir = await tempDirs.make('journal-replay-crash')
     const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000 })
@@ -363,6 +469,35 @@ describe('journal segment closing', () => {
     for (let o = from; o < from + owners; o++) j.write(o, ID, FILE_DATA, o, ONE, 0, 1)
     await j.commit()
   }
+
+  it('seal closes the current segment at once, never under a commit or with nothing in it, and the next checkpoint takes it', async () => {
+    const j = await journalIn('journal-seal')
+    const synced: number[] = []
+    const steps = { sync: async (o: number) => void synced.push(o), concurrency: 1, keep: async () => undefined }
+    expect(j.seal()).toBe(false) // no segment yet
+    await group(j, 0, 3)
+    const writing = group(j, 3, 1)
+    expect(j.committing).toBe(true)
+    expect(j.seal()).toBe(false)
+    await writing
+    expect(j.closedSegments).toBe(0)
+    expect(j.seal()).toBe(true)
+    expect(j.closedSegments).toBe(1)
+    expect(j.seal()).toBe(false) // sealed already
+    await group(j, 10, 2) // goes into a new segment
+    expect(j.segmentCount).toBe(2)
+    await j.checkpoint(false, steps)
+    expect(synced.sort((a, b) => a - b)).toEqual([0, 1, 2, 3])
+    expect(j.segmentCount).toBe(1)
+    // A sealed last segment: a checkpoint takes it too, and the next commit starts another.
+    expect(j.seal()).toBe(true)
+    await j.checkpoint(false, steps)
+    expect(synced.slice(4).sort((a, b) => a - b)).toEqual([10, 11])
+    expect(j.segmentCount).toBe(0)
+    await group(j, 0, 1)
+    expect(j.segmentCount).toBe(1)
+    j.close()
+  })
 
   it('closes a segment of few owners at its size', async () => {
     const j = await journalIn('journal-close-few')

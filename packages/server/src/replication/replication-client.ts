@@ -193,6 +193,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   private replayRequested = false
   private lastConfirmed = 0n
   private gate: Gate | undefined
+  private readonly pausedFor = new Set<string>()
   private wake: (() => void) | undefined
   private info: ConnectedInfo | undefined
   private firstConnect: { resolve: () => void; reject: (error: Error) => void } | undefined
@@ -289,8 +290,14 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     if (stream !== undefined && stream.failure === undefined) stream.fail(reason)
   }
 
-  /** Stops taking messages (backpressure for a global memory budget); Postgres is held back through TCP. */
-  pause(): void {
+  /**
+   * Stops taking messages (backpressure); Postgres is held back through TCP.
+   * Each reason (the shapes' memory budget, the store's tail budget, an
+   * operator) pauses on its own: the stream resumes once every reason that
+   * paused it has resumed.
+   */
+  pause(reason = 'manual'): void {
+    this.pausedFor.add(reason)
     if (this.gate !== undefined) return
     let open!: () => void
     const promise = new Promise<void>((resolve) => {
@@ -299,7 +306,17 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     this.gate = { promise, open }
   }
 
-  resume(): void {
+  resume(reason = 'manual'): void {
+    this.pausedFor.delete(reason)
+    if (this.pausedFor.size === 0) this.openGate()
+  }
+
+  /** Why the stream is paused now (empty when it streams). */
+  get pauseReasons(): readonly string[] {
+    return [...this.pausedFor]
+  }
+
+  private openGate(): void {
     const gate = this.gate
     this.gate = undefined
     gate?.open()
@@ -321,7 +338,9 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       const stream = this.stream
       if (stream !== undefined && stream.started && stream.failure === undefined) await this.finalStatus(stream)
       stream?.fail(new ReplicationError('client_stopped'))
-      this.resume()
+      // Whoever paused it, nothing is taken any more: let the loop see the end.
+      this.pausedFor.clear()
+      this.openGate()
       this.wake?.()
     }
     await this.loop

@@ -103,6 +103,42 @@ describe('volume', () => {
     expect(changed.size).toBe(Number(rows[0]!.n))
   })
 
+  it('pauses replication while a checkpoint writes out tails past the store budget, and loses nothing', { timeout: 300_000 }, async () => {
+    await cluster.query(`CREATE TABLE spread (id int8 PRIMARY KEY, k int4 NOT NULL, payload text)`)
+    const budget = 256 * 1024
+    const pipeline = await start({ tailBudgetBytes: budget })
+    const shapes = await Promise.all(Array.from({ length: 100 }, (_, k) => pipeline.shapes.resolve(shapeParams('public', 'spread', { where: 'k = $1', params: [String(k)] }))))
+    await Promise.all(shapes.map((s) => pipeline.shapes.ready(s.handle)))
+    const reasons: string[][] = []
+    const held: boolean[] = []
+    const off = pipeline.store.onPressure((h) => {
+      held.push(h)
+      if (h) reasons.push([...pipeline.replication.pauseReasons])
+    })
+    // One transaction puts ~4 MB of tails in memory at once; the smaller ones after it arrive while the stream is held.
+    await cluster.query(`INSERT INTO spread SELECT i, i % 100, repeat('x', 80) FROM generate_series(1, 30000) i`)
+    for (let t = 0; t < 20; t++) await cluster.query(`INSERT INTO spread SELECT i, i % 100, 'later' FROM generate_series(${30_001 + t * 500}, ${30_000 + (t + 1) * 500}) i`)
+    await caughtUp(pipeline, cluster, 240_000)
+    await expect.poll(() => pipeline.store.underPressure, { timeout: 30_000 }).toBe(false)
+    off()
+    expect(held[0]).toBe(true)
+    expect(held.at(-1)).toBe(false)
+    expect(reasons[0]).toContain('storage_tails')
+    expect(pipeline.replication.pauseReasons).toEqual([])
+    const stats = pipeline.store.stats()
+    expect(stats.pressures).toBeGreaterThan(0)
+    expect(stats.tailBytes).toBeLessThanOrEqual(budget)
+    for (const [k, shape] of shapes.entries()) {
+      if (k % 20 !== 0) {
+        expect(pipeline.shapes.log(shape.handle)!.head().entryCount).toBe(400 + 1)
+        continue
+      }
+      const c = await compareShape(pipeline, cluster, shape.handle, { where: 'k = $1', params: [String(k)] })
+      expect(c.actual.size).toBe(400)
+      expect(sorted(c.actual)).toEqual(sorted(c.expected))
+    }
+  })
+
   it('replays from the durable watermark when a flush fails, losing nothing', { timeout: 120_000 }, async () => {
     await cluster.query(`CREATE TABLE flaky (id int4 PRIMARY KEY, v text)`)
     const faulty = createFaultyFs<FsPort>(nodeFs)
