@@ -21,7 +21,7 @@ import { execFileSync } from 'node:child_process'
 import * as fs from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { openFileLogStore } from '@sluice/storage'
+import { forEachConcurrently, openFileLogStore } from '@sluice/storage'
 
 const N = Number(process.env.N ?? 100_000)
 const RATE = Number(process.env.RATE ?? 8000)
@@ -33,13 +33,6 @@ const done = (fd: number): Promise<void> => new Promise((resolve, reject) => fs.
 const written = (fd: number, b: Buffer, at: number): Promise<number> =>
   new Promise((resolve, reject) => fs.write(fd, b, 0, b.length, at, (e, n) => (e ? reject(e) : resolve(n))))
 
-async function inParallel<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0
-  const worker = async (): Promise<void> => {
-    while (next < items.length) await fn(items[next++]!)
-  }
-  await Promise.all(Array.from({ length: limit }, worker))
-}
 
 const cpuMs = (since: NodeJS.CpuUsage): number => {
   const u = process.cpuUsage(since)
@@ -68,7 +61,7 @@ async function files(): Promise<void> {
       dirty()
       const t0 = performance.now()
       if (how === 'syncfs') execFileSync('sync', ['-f', dir])
-      else await inParallel(fds, how === 'c4' ? 4 : 32, done)
+      else await forEachConcurrently(fds, how === 'c4' ? 4 : 32, done)
       t.push(performance.now() - t0)
     }
     console.log(`files: ${fds.length} files of 200 dirty bytes: fdatasync 4 at a time ${t[0]!.toFixed(0)} ms, 32 at a time ${t[1]!.toFixed(0)} ms, one syncfs ${t[2]!.toFixed(0)} ms`)
@@ -92,7 +85,7 @@ async function files(): Promise<void> {
     const loop = [performance.now() - t0, cpuMs(c0)]
     c0 = process.cpuUsage()
     t0 = performance.now()
-    await inParallel(logs, 64, async (log) => {
+    await forEachConcurrently(logs, 64, async (log) => {
       for (const [f, b] of [['a', tail], ['b', records]] as const) {
         const fd = fs.openSync(`${log}/${f}`, 'r+')
         await written(fd, b, fs.fstatSync(fd).size)

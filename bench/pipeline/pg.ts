@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks'
 import { DEFAULT_PUBLICATION_NAME } from '@sluice/server'
 import type { PostgresCluster, PostgresSettings } from '@sluice/test-utils'
 import { startPostgres } from '@sluice/test-utils'
-import { type CommandResult, runTimed } from './proc.js'
+import { type CommandResult, runTimed, withCpus } from './proc.js'
 import { ITEMS, SCHEMA_SQL, parseLsnText } from './workload.js'
 
 export const PUBLICATION = DEFAULT_PUBLICATION_NAME
@@ -144,9 +144,16 @@ export async function recvlogical(cluster: PostgresCluster, slot: string, endLsn
 /**
  * pg_recvlogical streaming from `slot` to /dev/null until stopped, confirming
  * what it received every `statusSeconds` (-F 0: no fsync of /dev/null, progress
- * still reported): the decoder alone, for the keep-up control.
+ * still reported): the decoder alone, for the keep-up control. `cpus`: a
+ * `taskset -c` list to run it on.
  */
-export function streamRecvlogical(cluster: PostgresCluster, slot: string, protoVersion: number, statusSeconds: number): { stop(): Promise<CommandResult> } {
+export function streamRecvlogical(
+  cluster: PostgresCluster,
+  slot: string,
+  protoVersion: number,
+  statusSeconds: number,
+  cpus?: string,
+): { readonly pid: number; stop(): Promise<CommandResult> } {
   const args = [
     '-h', '127.0.0.1', '-p', String(cluster.port), '-U', cluster.user, '-d', cluster.database,
     `--slot=${slot}`, '--start', '--no-loop', '-F', '0', '-s', String(statusSeconds),
@@ -154,7 +161,7 @@ export function streamRecvlogical(cluster: PostgresCluster, slot: string, protoV
     ...(protoVersion >= 2 ? ['-o', 'streaming=on'] : []),
     '-f', '/dev/null',
   ]
-  const child = spawn(join(cluster.binDir, 'pg_recvlogical'), args, { stdio: ['ignore', 'ignore', 'pipe'] })
+  const child = spawn(...withCpus(join(cluster.binDir, 'pg_recvlogical'), args, cpus), { stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr.on('data', (c: Buffer) => {
     stderr += c.toString('utf8')
@@ -165,6 +172,7 @@ export function streamRecvlogical(cluster: PostgresCluster, slot: string, protoV
     child.on('close', (code) => resolve({ code, ms: performance.now() - t0, stdout: '', stderr }))
   })
   return {
+    pid: child.pid!,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT')
       return exited
@@ -194,35 +202,31 @@ export async function preparePgbench(cluster: PostgresCluster, dir: string): Pro
   return file
 }
 
-export async function pgbench(cluster: PostgresCluster, script: string, options: { clients: number; threads: number; seconds: number }): Promise<PgbenchResult> {
+/** `cpus`: a `taskset -c` list to run pgbench (all its threads) on. */
+export async function pgbench(
+  cluster: PostgresCluster,
+  script: string,
+  options: { clients: number; threads: number; seconds: number; cpus?: string | undefined },
+): Promise<PgbenchResult> {
   const args = [
     '-h', '127.0.0.1', '-p', String(cluster.port), '-U', cluster.user,
     '-n', '-M', 'prepared', '-c', String(options.clients), '-j', String(options.threads), '-T', String(options.seconds),
     '-f', script, cluster.database,
   ]
-  const result = await runTimed(join(cluster.binDir, 'pgbench'), args)
+  const result = await runTimed(...withCpus(join(cluster.binDir, 'pgbench'), args, options.cpus))
   if (result.code !== 0) throw new Error(`pgbench exited with ${result.code}: ${result.stderr}${result.stdout}`)
   const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(result.stdout)?.[1] ?? /tps = ([\d.]+)/.exec(result.stdout)?.[1])
   const transactions = Number(/number of transactions actually processed: (\d+)/.exec(result.stdout)?.[1])
   return { tps, transactions, seconds: options.seconds, clients: options.clients, output: result.stdout }
 }
 
-/** CPU time (user + system) of a process in ms, from /proc; undefined once it is gone. */
-export function processCpuMs(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    // utime and stime are fields 14 and 15 of the full line, 12 and 13 after the command.
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS
-  } catch {
-    return undefined
-  }
-}
-
-const CLOCK_TICKS = 100
-
 /** The walsender serving a slot, while one does. */
 export async function walsenderPid(cluster: PostgresCluster, slot: string): Promise<number | undefined> {
   const { rows } = await cluster.query<{ pid: number | null }>('SELECT active_pid AS pid FROM pg_replication_slots WHERE slot_name = $1', [slot])
   return rows[0]?.pid ?? undefined
+}
+
+/** The postmaster: every other Postgres process is its child (the first line of postmaster.pid). */
+export function postmasterPid(cluster: PostgresCluster): number {
+  return Number(readFileSync(join(cluster.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0])
 }

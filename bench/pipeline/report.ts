@@ -109,7 +109,26 @@ export interface PhaseResult {
   readonly sets: readonly SetResult[]
 }
 
+/**
+ * Where a keep-up variant's processes ran: `shared`, wherever the scheduler
+ * put them on the machine's cores; `separate`, Postgres (every process) and
+ * pgbench on one CPU, the pipeline (or, in the control, pg_recvlogical) on another.
+ */
+export type KeepUpCores = 'shared' | 'separate'
+
+/** A process's or thread's scheduler time over the load, as shares of the load's wall time (/proc schedstat). */
+export interface SchedShare {
+  /** Per cent of the window on a CPU; summed over threads, so above 100 when several ran at once. */
+  readonly runPercent: number
+  /** Per cent of the window runnable but waiting on a run queue for a CPU; summed over threads. */
+  readonly waitPercent: number
+}
+
 export interface KeepUpResult {
+  /** Absent in runs before the separate-cores variant: shared. */
+  readonly cores?: KeepUpCores
+  /** The CPU lists (`taskset -c`) of a separate-cores run. */
+  readonly cpus?: { readonly postgres: string; readonly pipeline: string } | null
   readonly shapes: number
   readonly restoreMs: number
   readonly clients: number
@@ -127,6 +146,11 @@ export interface KeepUpResult {
     readonly lagMax: number
     readonly firstThirdMedian: number
     readonly lastThirdMedian: number
+    /** Scheduler time of its walsender and of pg_recvlogical over the load (null off Linux; absent in earlier runs). */
+    readonly walsender?: SchedShare | null
+    readonly recvlogical?: SchedShare | null
+    /** CPU of every Postgres process over the load, per cent of one core. */
+    readonly postgresCpuPercent?: number | null
   }
   readonly tps: number
   readonly transactions: number
@@ -143,6 +167,18 @@ export interface KeepUpResult {
   readonly caughtUpMs: number | null
   readonly pipelineCpuPercent: number | null
   readonly walsenderCpuPercent: number | null
+  /**
+   * Scheduler time over the load of the pipeline process (all threads), of its
+   * main thread alone (the event loop: what is left of 100% after running and
+   * waiting, it slept) and of its walsender. Null off Linux; absent in earlier runs.
+   */
+  readonly sched?: {
+    readonly pipeline: SchedShare | null
+    readonly pipelineMain: SchedShare | null
+    readonly walsender: SchedShare | null
+  } | null
+  /** CPU of every Postgres process over the load (backends, walsender, the rest), per cent of one core. */
+  readonly postgresCpuPercent?: number | null
   readonly cpuPressurePercent: number | null
   readonly memoryRestored: MemorySample
   readonly memoryAfter: MemorySample
@@ -163,7 +199,17 @@ export interface Report {
   readonly registrations: readonly RegistrationResult[]
   readonly concurrent: readonly ConcurrentResult[]
   readonly throughput: readonly PhaseResult[]
+  /** Keeping up with every process on the shared cores (BENCH_KEEPUP_CORES=shared|both). */
   readonly keepUp: KeepUpResult | null
+  /** Keeping up with Postgres and the pipeline on separate CPUs (BENCH_KEEPUP_CORES=separate|both); absent in earlier runs. */
+  readonly keepUpSeparate?: KeepUpResult | null
+  /** Why the separate-cores variant did not run although asked for (no taskset, one CPU, not Linux). */
+  readonly keepUpSeparateSkipped?: string
+}
+
+/** The keep-up variants a report holds, shared cores first. */
+export function keepUpVariants(report: Report): KeepUpResult[] {
+  return [report.keepUp, report.keepUpSeparate ?? null].filter((k): k is KeepUpResult => k !== null)
 }
 
 export interface TargetCheck {
@@ -228,13 +274,12 @@ export function targetChecks(report: Report): TargetCheck[] {
       met: reg.memoryAfter.rss < 1e9,
     })
   }
-  if (report.keepUp !== null) {
-    const k = report.keepUp
+  for (const k of keepUpVariants(report)) {
     // Bounded means the last third's median lag is about the first third's: half
     // again as much (plus 4 MiB of slack for one slow flush) counts as growing.
     const grows = k.lastThirdMedian > Math.max(1.5 * k.firstThirdMedian, k.firstThirdMedian + 4 * 1024 * 1024)
     checks.push({
-      target: `keeps up with a saturating insert load with ${n(k.shapes)} shapes (lag does not grow)`,
+      target: `keeps up with a saturating insert load with ${n(k.shapes)} shapes (lag does not grow), ${placementText(k)}`,
       figure: `lag median ${bytes(k.firstThirdMedian)} in the first third, ${bytes(k.lastThirdMedian)} in the last; caught up ${k.caughtUpMs === null ? 'never' : secs(k.caughtUpMs)} after the load`,
       met: !grows && k.caughtUpMs !== null,
     })
@@ -260,7 +305,7 @@ export function markdown(report: Report): string {
     '**Measures:** row changes per second from a replication slot into durable shape logs (the `Pipeline` of `@sluice/server`: pgoutput decoding, transaction assembly, the shape router, change encoding, the file storage engine with group commit), next to Postgres decoding the same WAL with nothing behind it; replication lag under a saturating insert load; the pipeline process\'s memory with 100k shapes; the time to create shapes.',
   )
   out.push(
-    '**Does not measure:** HTTP or clients, reads of the logs, initial snapshots of large tables, a Postgres on another machine (here Postgres, the load and the pipeline share 2 cores), or any other machine: the figures hold for this machine and this run only.',
+    '**Does not measure:** HTTP or clients, reads of the logs, initial snapshots of large tables, a Postgres on another machine (here Postgres, the load and the pipeline share 2 cores; the keep-up phase\'s separate-cores variant gives the pipeline one of them to itself), or any other machine: the figures hold for this machine and this run only.',
   )
   out.push('')
   out.push('## Machine and load')
@@ -338,34 +383,11 @@ export function markdown(report: Report): string {
   out.push('|---|---|---|')
   for (const t of targetChecks(report)) out.push(`| ${t.target} | ${t.figure} | ${verdict(t.met)} |`)
   out.push('')
-  if (report.keepUp !== null) {
-    const k = report.keepUp
+  const variants = keepUpVariants(report)
+  if (variants.length > 0 || report.keepUpSeparateSkipped !== undefined) {
     out.push('## Keeping up (item 15)')
     out.push('')
-    out.push(
-      `pgbench (\`${fmtScript()}\`, \`-M prepared\`, ${k.clients} clients, 2 threads) inserted single rows into \`bench_items\` for ${k.seconds} s while a pipeline with ${n(k.shapes)} shapes \`k100k = const\` (restored from disk in ${secs(k.restoreMs)}) streamed them; every change lands in one shape. The slot's lag, \`pg_current_wal_lsn() - confirmed_flush_lsn\`, was sampled every ${k.sampleMs} ms from the orchestrator (the pipeline confirms its durable watermark after each flush, so this is WAL written but not yet durable in the shape logs, plus at most one status message in flight).`,
-    )
-    out.push('')
-    out.push('| | |')
-    out.push('|---|---|')
-    out.push(`| inserts/s with the pipeline | ${n(k.tps)} (${n(k.transactions)} in ${k.seconds} s) |`)
-    out.push(`| inserts/s, same load, no pipeline (baseline) | ${n(k.baselineTps)} |`)
-    out.push(`| WAL written | ${bytes(k.walBytesPerSec)}/s |`)
-    out.push(`| lag p50 / p99 / max | ${bytes(k.lagP50)} / ${bytes(k.lagP99)} / ${bytes(k.lagMax)} (${n(k.samples)} samples) |`)
-    out.push(`| lag median, first third vs last third | ${bytes(k.firstThirdMedian)} vs ${bytes(k.lastThirdMedian)} |`)
-    out.push(`| lag p99, first third vs last third | ${bytes(k.firstThirdP99)} vs ${bytes(k.lastThirdP99)} |`)
-    out.push(`| lag in time at the median (lag / WAL rate) | ${n((k.lagP50 / k.walBytesPerSec) * 1000)} ms |`)
-    const d = k.decoderAlone
-    if (d !== undefined) {
-      out.push(`| control: the same load with pg_recvlogical alone streaming it (to /dev/null, confirming every 1 s) | ${n(d.tps)} inserts/s; lag p50 / p99 / max ${bytes(d.lagP50)} / ${bytes(d.lagP99)} / ${bytes(d.lagMax)}; median first third vs last third ${bytes(d.firstThirdMedian)} vs ${bytes(d.lastThirdMedian)} |`)
-    }
-    out.push(`| caught up after the load stopped | ${k.caughtUpMs === null ? 'not within 300 s' : secs(k.caughtUpMs)} |`)
-    out.push(`| pipeline process CPU during the load | ${k.pipelineCpuPercent === null ? '-' : `${n(k.pipelineCpuPercent)}% of one core`} |`)
-    out.push(`| its walsender's CPU | ${k.walsenderCpuPercent === null ? '-' : `${n(k.walsenderCpuPercent)}% of one core`} |`)
-    out.push(`| CPU pressure during the load | ${pctRaw(k.cpuPressurePercent)} |`)
-    out.push(`| RSS / JS heap / ArrayBuffers after restoring ${n(k.shapes)} shapes | ${bytes(k.memoryRestored.rss)} / ${bytes(k.memoryRestored.heapUsed)} / ${bytes(k.memoryRestored.arrayBuffers)} |`)
-    out.push(`| RSS / JS heap / ArrayBuffers after the load (full GC) | ${bytes(k.memoryAfter.rss)} / ${bytes(k.memoryAfter.heapUsed)} / ${bytes(k.memoryAfter.arrayBuffers)} |`)
-    out.push('')
+    out.push(...keepUpSection(report, variants))
   }
   if (report.registrations.length > 0) {
     out.push('## Memory and shape creation (item 16)')
@@ -411,6 +433,83 @@ export function markdown(report: Report): string {
   return out.join('\n')
 }
 
+function placementText(k: KeepUpResult): string {
+  return (k.cores ?? 'shared') === 'shared'
+    ? 'shared cores'
+    : `separate cores (Postgres and pgbench on CPU ${k.cpus?.postgres ?? '?'}, the pipeline on CPU ${k.cpus?.pipeline ?? '?'})`
+}
+
+function ofCore(x: number | null | undefined): string {
+  return x === null || x === undefined || !Number.isFinite(x) ? 'n/a' : `${n(x)}% of one core`
+}
+
+/** "running / waiting for a CPU", per cent of the load's wall time; n/a where not measured (not Linux, earlier runs). */
+function sched(x: SchedShare | null | undefined): string {
+  return x === null || x === undefined ? 'n/a' : `${n(x.runPercent)}% / ${n(x.waitPercent)}%`
+}
+
+/** The keep-up section: a column per variant (shared cores, separate cores), each with its own baseline and control. */
+function keepUpSection(report: Report, variants: readonly KeepUpResult[]): string[] {
+  const out: string[] = []
+  const k0 = variants[0]
+  if (k0 !== undefined) {
+    out.push(
+      `pgbench (\`${fmtScript()}\`, \`-M prepared\`, ${k0.clients} clients, 2 threads) inserted single rows into \`bench_items\` for ${k0.seconds} s while a pipeline with ${n(k0.shapes)} shapes \`k100k = const\` (restored from disk) streamed them; every change lands in one shape. The slot's lag, \`pg_current_wal_lsn() - confirmed_flush_lsn\`, was sampled every ${k0.sampleMs} ms from the orchestrator (the pipeline confirms its durable watermark after each flush, so this is WAL written but not yet durable in the shape logs, plus at most one status message in flight).`,
+    )
+    out.push('')
+  }
+  const separate = variants.some((k) => k.cores === 'separate')
+  out.push(
+    [
+      separate ? 'Two placements, each with its own baseline (the same pgbench without a pipeline) and control (the same load with pg_recvlogical alone streaming it, to /dev/null, confirming every 1 s).' : 'The baseline is the same pgbench without a pipeline; the control the same load with pg_recvlogical alone streaming it (to /dev/null, confirming every 1 s).',
+      `**Shared cores**: every process wherever the scheduler puts it on this machine's ${report.machine.nproc} cores, so the pipeline competes for CPU with a saturated Postgres, its walsender and pgbench.`,
+      separate
+        ? '**Separate cores**: Postgres (the postmaster and every process it forks, the walsender included) and pgbench pinned to one CPU, the pipeline (and, in the control, pg_recvlogical) to the other, with `taskset`: as in a deployment, where the sync engine has a machine of its own. The orchestrator, which samples the lag, is not pinned.'
+        : '',
+      '*Running / waiting* are the shares of the load\'s wall time a process (summed over its threads) or one thread spent on a CPU and runnable but queued for one (`/proc/<pid>/task/*/schedstat`); for the pipeline\'s main thread, the rest of 100% it slept (idle or blocked); n/a where not measured (not Linux, earlier runs).',
+    ]
+      .filter((x) => x !== '')
+      .join(' '),
+  )
+  if (report.keepUpSeparateSkipped !== undefined) out.push('', `The separate-cores variant was not run: ${report.keepUpSeparateSkipped}.`)
+  if (variants.length === 0) return out
+  out.push('')
+  const row = (label: string, cell: (k: KeepUpResult) => string): void => {
+    out.push(`| ${label} | ${variants.map(cell).join(' | ')} |`)
+  }
+  out.push(`| | ${variants.map((k) => ((k.cores ?? 'shared') === 'shared' ? 'shared cores' : 'separate cores')).join(' | ')} |`)
+  out.push(`|---|${variants.map(() => '---').join('|')}|`)
+  row('CPUs', (k) => ((k.cores ?? 'shared') === 'shared' ? `all ${report.machine.nproc}, shared by every process` : `Postgres + pgbench: ${k.cpus?.postgres ?? '?'}; pipeline: ${k.cpus?.pipeline ?? '?'}`))
+  row('pipeline start (restore the shapes)', (k) => secs(k.restoreMs))
+  row('inserts/s with the pipeline', (k) => `${n(k.tps)} (${n(k.transactions)} in ${k.seconds} s)`)
+  row('inserts/s, same load, no pipeline (baseline)', (k) => n(k.baselineTps))
+  row('WAL written', (k) => `${bytes(k.walBytesPerSec)}/s`)
+  row('lag p50 / p99 / max', (k) => `${bytes(k.lagP50)} / ${bytes(k.lagP99)} / ${bytes(k.lagMax)} (${n(k.samples)} samples)`)
+  row('lag median, first third vs last third', (k) => `${bytes(k.firstThirdMedian)} vs ${bytes(k.lastThirdMedian)}`)
+  row('lag p99, first third vs last third', (k) => `${bytes(k.firstThirdP99)} vs ${bytes(k.lastThirdP99)}`)
+  row('lag in time at the median (lag / WAL rate)', (k) => `${n((k.lagP50 / k.walBytesPerSec) * 1000)} ms`)
+  row('caught up after the load stopped', (k) => (k.caughtUpMs === null ? 'not within 300 s' : secs(k.caughtUpMs)))
+  row('pipeline process CPU during the load', (k) => ofCore(k.pipelineCpuPercent))
+  row('pipeline, all threads: running / waiting for a CPU', (k) => sched(k.sched?.pipeline))
+  row('pipeline main thread: running / waiting for a CPU', (k) => sched(k.sched?.pipelineMain))
+  row("its walsender's CPU", (k) => ofCore(k.walsenderCpuPercent))
+  row('its walsender: running / waiting for a CPU', (k) => sched(k.sched?.walsender))
+  row('all Postgres processes, CPU', (k) => ofCore(k.postgresCpuPercent))
+  row('CPU pressure during the load', (k) => pctRaw(k.cpuPressurePercent))
+  row('control, pg_recvlogical alone: inserts/s', (k) => (k.decoderAlone === undefined ? 'n/a' : n(k.decoderAlone.tps)))
+  row('control: lag p50 / p99 / max', (k) => (k.decoderAlone === undefined ? 'n/a' : `${bytes(k.decoderAlone.lagP50)} / ${bytes(k.decoderAlone.lagP99)} / ${bytes(k.decoderAlone.lagMax)}`))
+  row('control: lag median, first third vs last third', (k) => (k.decoderAlone === undefined ? 'n/a' : `${bytes(k.decoderAlone.firstThirdMedian)} vs ${bytes(k.decoderAlone.lastThirdMedian)}`))
+  row('control: walsender running / waiting', (k) => sched(k.decoderAlone?.walsender))
+  row('control: pg_recvlogical running / waiting', (k) => sched(k.decoderAlone?.recvlogical))
+  row('control: all Postgres processes, CPU', (k) => ofCore(k.decoderAlone?.postgresCpuPercent))
+  row(`RSS / JS heap / ArrayBuffers after restoring the shapes`, (k) => `${bytes(k.memoryRestored.rss)} / ${bytes(k.memoryRestored.heapUsed)} / ${bytes(k.memoryRestored.arrayBuffers)}`)
+  row('RSS / JS heap / ArrayBuffers after the load (full GC)', (k) => `${bytes(k.memoryAfter.rss)} / ${bytes(k.memoryAfter.heapUsed)} / ${bytes(k.memoryAfter.arrayBuffers)}`)
+  out.push('')
+  out.push(`The lag series (every sample: ms since the load started, bytes) is in the JSON: ${variants.map((k) => (k.cores === 'separate' ? '`keepUpSeparate.series`' : '`keepUp.series`')).join(', ')}.`)
+  out.push('')
+  return out
+}
+
 let QUIET_NOTE = '20 s'
 
 function fmt(v: unknown): string {
@@ -435,7 +534,7 @@ function median(values: readonly number[]): number {
 function METHOD(report: Report, s: Record<string, unknown>): string[] {
   const reps = String(s.reps)
   return [
-    `- **Processes.** The orchestrator (\`run.ts\`) starts a throwaway Postgres ${report.postgres.version} and runs each measurement's pipeline in a process of its own (\`worker.ts\`: one \`Pipeline\` and nothing else, driven over stdin/stdout, running the compiled packages, \`dist/\`, as users do, unless BENCH_SOURCE=1), pg_recvlogical and pgbench as further processes. Everything runs on the same ${report.machine.nproc} cores.`,
+    `- **Processes.** The orchestrator (\`run.ts\`) starts a throwaway Postgres ${report.postgres.version} and runs each measurement's pipeline in a process of its own (\`worker.ts\`: one \`Pipeline\` and nothing else, driven over stdin/stdout, running the compiled packages, \`dist/\`, as users do, unless BENCH_SOURCE=1), pg_recvlogical and pgbench as further processes. Everything runs on the same ${report.machine.nproc} cores${report.keepUpSeparate ? ', except in the keep-up phase\'s separate-cores variant' : ''}.`,
     '- **Tables and shapes.** `bench_items(id, k1, k1k, k10k, k100k, title, payload, updated_at)` with `k1 = 0`, `k1k = id % 1000`, `k10k = id % 10000`, `k100k = id % 100000` and a title token `TOK0000..TOK0999` (`id % 1000`). The shape sets: 1 shape `k1 = 0`; 1k shapes `k1k = 0..999`; 10k `k10k = …`; 100k `k100k = …` (each change lands in exactly one shape of a set; the router finds it through its hash index); 1k `title ILIKE \'%tok0042%\'`-style shapes (exactly one match per change, but no index: every pattern is evaluated for every change); and, on `bench_overlap(id, owner, title, payload, updated_at)`, 1k overlapping shapes `owner = \'x\' AND id > k` for k = 0..999: all rows have owner x and ids above 999, so **every change lands in all 1,000 shapes** (indexed on `owner = \'x\'`, then `id > k` evaluated per shape). Change lines are ~330 bytes of JSON (full rows, `replica=default`).',
     `- **Registering.** Each set is registered once, by a fresh pipeline on an empty table (snapshots return no rows); every later run of that set restarts a pipeline on the store it left behind, which keeps the changes of earlier runs (copying a 100k-shape store before each run took many minutes on this shared disk). Each run has a new slot, created after the store's previous run with nothing for its shapes in between; since \`Pipeline.start\` invalidates every shape of a store its slot is ahead of (missed changes), the worker first advances the store's watermark to the new slot's position (open, advance, flush, close: untimed).`,
     `- **Workload.** ${n(Number(s.changes))} row changes on bench_items (${n(Number(s.overlapChanges))} on bench_overlap, where each change makes 1,000 shape-log entries), in groups of ten: 7 inserts, 2 updates (payload and timestamp, so rows stay in their shapes), 1 delete; committed one change per transaction, or 100 per transaction. Written server-side by a procedure (\`CALL bench_workload\`, COMMIT inside the loop), then one marker transaction whose \`pg_current_wal_insert_lsn()\` is the end every replay waits for: every workload commit lies below it and the marker's commit above.`,

@@ -10,7 +10,8 @@
  *   1k ILIKE shapes, for transactions of 1 and of 100 rows, next to
  *   pg_recvlogical decoding the same WAL from a slot created at the same point;
  * - keeping up: replication lag under a saturating pgbench insert load with
- *   100k shapes;
+ *   100k shapes, with every process on the same cores and with Postgres and
+ *   the pipeline on separate CPUs, and what the scheduler gave each;
  * - memory: RSS and heap of the pipeline process before and after registering
  *   100k shapes; the time to create 1,000 shapes at once on a 500-row table.
  * Does not measure: HTTP, clients, reads of the logs, initial snapshots of big
@@ -20,6 +21,9 @@
  * `npm run bench:pipeline`). QUICK=1: a smoke run with small counts
  * (results/pipeline.quick.*). BENCH_DIR: where the shape logs go (default: the
  * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*).
+ * BENCH_KEEPUP_CORES=shared|separate|both (default both): keeping up with every
+ * process on the shared cores, with Postgres and the pipeline on separate CPUs,
+ * or both in turn.
  */
 import { spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync } from 'node:fs'
@@ -38,26 +42,39 @@ import {
   dropSlot,
   generateWorkload,
   pgbench,
+  postmasterPid,
   preparePgbench,
-  processCpuMs,
   recvlogical,
   startBenchPostgres,
   streamRecvlogical,
   walsenderPid,
 } from './pg.js'
 import type { GeneratedWorkload } from './pg.js'
-import { BENCH_SOURCE, PipelineWorker, runTimed } from './proc.js'
+import { BENCH_SOURCE, PipelineWorker, type SchedTimes, cpusAllowed, processCpuMs, runTimed, schedStat, setTreeCpus, treeCpuMs, twoCpus } from './proc.js'
 import { summariseDir } from './profile-summary.js'
 import { type Report, setQuietNote, writeReport } from './report.js'
-import type { ConcurrentResult, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult } from './report.js'
+import type { ConcurrentResult, KeepUpCores, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult, SchedShare } from './report.js'
 import { CpuWatch, median, quantile } from './stats.js'
 import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
-const PARTIAL = process.env.ONLY !== undefined || process.env.SETS !== undefined || process.env.BENCH_REPS !== undefined || process.env.BENCH_NODE_ARGS !== undefined
+/** BENCH_KEEPUP_CORES: the keep-up variants to run, shared cores first. */
+const KEEPUP_CORES = parseKeepUpCores(process.env.BENCH_KEEPUP_CORES ?? 'both')
+const PARTIAL =
+  process.env.ONLY !== undefined ||
+  process.env.SETS !== undefined ||
+  process.env.BENCH_REPS !== undefined ||
+  process.env.BENCH_NODE_ARGS !== undefined ||
+  KEEPUP_CORES.length < 2
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
+
+function parseKeepUpCores(value: string): readonly KeepUpCores[] {
+  if (value === 'both') return ['shared', 'separate']
+  if (value === 'shared' || value === 'separate') return [value]
+  throw new Error(`BENCH_KEEPUP_CORES=${value}: expected shared, separate or both`)
+}
 
 interface Settings {
   /** BENCH_REPS overrides (e.g. 1 for a profiling run). */
@@ -169,8 +186,8 @@ function countOf(id: string): number {
   return SETTINGS.counts[id] ?? setOf(id).count
 }
 
-async function startWorker(label: string): Promise<PipelineWorker> {
-  return PipelineWorker.spawn({ label }, (event) => {
+async function startWorker(label: string, cpus?: string): Promise<PipelineWorker> {
+  return PipelineWorker.spawn({ label, cpus }, (event) => {
     if (event.event === 'progress') log(`  ${String(event.set)}: ${String(event.done)} shapes ready after ${(Number(event.ms) / 1000).toFixed(1)} s`)
   })
 }
@@ -498,20 +515,92 @@ function sampleLag(cluster: PostgresCluster, slot: string): { readonly t0: numbe
 }
 
 /**
+ * Where a keep-up variant's processes may run (`taskset -c` lists); undefined:
+ * wherever the scheduler puts them. `postgres` holds the cluster (every
+ * process, pinned by `keepUpOnSeparateCores`) and pgbench; `client` whoever streams
+ * the slot: the pipeline, or pg_recvlogical in the control.
+ */
+interface Placement {
+  readonly cores: KeepUpCores
+  readonly postgres?: string
+  readonly client?: string
+}
+
+/** Names of a variant's slots, profile and worker: the shared variant keeps the names of runs before there were two. */
+function variantName(base: string, placement: Placement): string {
+  return placement.cores === 'shared' ? base : `${base}_${placement.cores}`
+}
+
+function describe(placement: Placement): string {
+  return placement.cores === 'shared' ? 'shared cores' : `separate cores: Postgres and pgbench on CPU ${placement.postgres}, the streaming client on CPU ${placement.client}`
+}
+
+/** Scheduler times at one moment; each undefined where unreadable (not Linux, process gone). */
+interface SchedReading {
+  readonly pipeline?: SchedTimes | undefined
+  readonly pipelineMain?: SchedTimes | undefined
+  readonly walsender?: SchedTimes | undefined
+  readonly recvlogical?: SchedTimes | undefined
+  readonly postgresCpuMs: number | undefined
+}
+
+function readSched(pids: { pipeline?: number; walsender?: number | undefined; recvlogical?: number; postmaster: number }): SchedReading {
+  return {
+    pipeline: pids.pipeline === undefined ? undefined : schedStat(pids.pipeline),
+    pipelineMain: pids.pipeline === undefined ? undefined : schedStat(pids.pipeline, pids.pipeline),
+    walsender: pids.walsender === undefined ? undefined : schedStat(pids.walsender),
+    recvlogical: pids.recvlogical === undefined ? undefined : schedStat(pids.recvlogical),
+    postgresCpuMs: treeCpuMs(pids.postmaster),
+  }
+}
+
+/** Per cent of `windowMs` spent running and waiting for a CPU between two readings. */
+function schedShare(before: SchedTimes | undefined, after: SchedTimes | undefined, windowMs: number): SchedShare | null {
+  if (before === undefined || after === undefined) return null
+  const nsPerPercent = windowMs * 1e4
+  return { runPercent: (after.runNs - before.runNs) / nsPerPercent, waitPercent: (after.waitNs - before.waitNs) / nsPerPercent }
+}
+
+function cpuPercent(before: number | undefined, after: number | undefined, windowMs: number): number | null {
+  return before === undefined || after === undefined ? null : ((after - before) / windowMs) * 100
+}
+
+function fmtSched(label: string, s: SchedShare | null | undefined): string {
+  return s === null || s === undefined ? `${label} n/a` : `${label} ${s.runPercent.toFixed(0)}% running, ${s.waitPercent.toFixed(0)}% waiting for a CPU`
+}
+
+/** Polls for the walsender of a slot a client is connecting to (a few seconds at most). */
+async function awaitWalsender(cluster: PostgresCluster, slot: string): Promise<number | undefined> {
+  for (let i = 0; i < WALSENDER_WAIT_POLLS; i++) {
+    const pid = await walsenderPid(cluster, slot)
+    if (pid !== undefined) return pid
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  return undefined
+}
+
+/** 5 s in 100 ms polls: pg_recvlogical connects in a few ms on an idle machine. */
+const WALSENDER_WAIT_POLLS = 50
+
+/**
  * The control for keeping up: the same load with Postgres's own decoder alone
  * streaming it (pg_recvlogical to /dev/null, confirming every second), so the
  * pipeline's lag can be read against what decoding by itself manages on this
  * machine while the load saturates it.
  */
-async function keepUpDecoderAlone(cluster: PostgresCluster, script: string, threads: number): Promise<NonNullable<KeepUpResult['decoderAlone']>> {
-  const slot = 'keepup_decoder'
+async function keepUpDecoderAlone(cluster: PostgresCluster, script: string, threads: number, placement: Placement): Promise<NonNullable<KeepUpResult['decoderAlone']>> {
+  const slot = variantName('keepup_decoder', placement)
   await createSlot(cluster, slot)
   try {
     await waitForQuiet(QUIET_WAIT_MS)
-    const stream = streamRecvlogical(cluster, slot, PROTO_VERSION, 1)
+    const stream = streamRecvlogical(cluster, slot, PROTO_VERSION, 1, placement.client)
+    const wsPid = await awaitWalsender(cluster, slot)
+    const pids = { walsender: wsPid, recvlogical: stream.pid, postmaster: postmasterPid(cluster) }
+    const sched0 = readSched(pids)
     const sampler = sampleLag(cluster, slot)
-    const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds })
+    const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds, cpus: placement.postgres })
     const loadEnd = performance.now() - sampler.t0
+    const sched1 = readSched(pids)
     const samples = await sampler.stop()
     await stream.stop()
     const lags = samples.filter((x) => x.t <= loadEnd).map((x) => x.lag)
@@ -524,9 +613,12 @@ async function keepUpDecoderAlone(cluster: PostgresCluster, script: string, thre
       lagMax: Math.max(...lags),
       firstThirdMedian: median(lags.slice(0, third)),
       lastThirdMedian: median(lags.slice(lags.length - third)),
+      walsender: schedShare(sched0.walsender, sched1.walsender, loadEnd),
+      recvlogical: schedShare(sched0.recvlogical, sched1.recvlogical, loadEnd),
+      postgresCpuPercent: cpuPercent(sched0.postgresCpuMs, sched1.postgresCpuMs, loadEnd),
     }
     log(
-      `  decoder alone (pg_recvlogical): ${load.tps.toFixed(0)} inserts/s, lag p50 ${mib(result.lagP50)} MiB, max ${mib(result.lagMax)} MiB, first third ${mib(result.firstThirdMedian)} -> last third ${mib(result.lastThirdMedian)} MiB`,
+      `  decoder alone (pg_recvlogical): ${load.tps.toFixed(0)} inserts/s, lag p50 ${mib(result.lagP50)} MiB, max ${mib(result.lagMax)} MiB, first third ${mib(result.firstThirdMedian)} -> last third ${mib(result.lastThirdMedian)} MiB; ${fmtSched('walsender', result.walsender)}; ${fmtSched('pg_recvlogical', result.recvlogical)}`,
     )
     return result
   } finally {
@@ -534,20 +626,26 @@ async function keepUpDecoderAlone(cluster: PostgresCluster, script: string, thre
   }
 }
 
-async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpResult> {
-  const script = await preparePgbench(cluster, root)
+/**
+ * One keep-up variant: the baseline insert rate, the control, then the
+ * pipeline on the 100k-shape store under the same load, each placed on the
+ * CPUs `placement` gives (the caller has pinned Postgres itself).
+ */
+async function keepUp(cluster: PostgresCluster, root: string, script: string, placement: Placement): Promise<KeepUpResult> {
   const threads = 2
-  log(`keeping up: baseline pgbench without a pipeline, ${SETTINGS.pgbenchClients} clients, ${SETTINGS.baselineSeconds} s`)
+  const pgCpus = placement.postgres
+  log(`keeping up (${describe(placement)}): baseline pgbench without a pipeline, ${SETTINGS.pgbenchClients} clients, ${SETTINGS.baselineSeconds} s`)
   await waitForQuiet(QUIET_WAIT_MS)
-  const baseline = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.baselineSeconds })
+  const baseline = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.baselineSeconds, cpus: pgCpus })
   log(`  baseline: ${baseline.tps.toFixed(0)} inserts/s`)
-  const decoder = await keepUpDecoderAlone(cluster, script, threads)
+  const decoder = await keepUpDecoderAlone(cluster, script, threads, placement)
 
   const set = 'eq100k'
-  const slot = 'keepup'
+  const slot = variantName('keepup', placement)
   const dir = join(root, 'reg', set)
+  // The store is the one the previous variant (or registration) left: a new slot and adoptLsn restart it there.
   const slotLsn = await createSlot(cluster, slot)
-  const worker = await startWorker('pipeline:keepup')
+  const worker = await startWorker(`pipeline:${slot}`, placement.client)
   try {
     const started = await worker.call<{ startMs: number; shapes: number; memory: MemorySample; memoryBefore: MemorySample }>('start', {
       connectionString: cluster.url,
@@ -555,21 +653,24 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
       slotName: slot,
       sampleMemory: true,
       adoptLsn: slotLsn.toString(),
-      ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, 'keepup.cpuprofile') }),
+      ...(CPU_PROF === undefined ? {} : { profilePath: join(CPU_PROF, `${slot}.cpuprofile`) }),
     })
     log(`  pipeline restored ${started.shapes} shapes in ${(started.startMs / 1000).toFixed(1)} s, RSS ${mib(started.memory.rss)} MiB`)
     await waitForQuiet(QUIET_WAIT_MS)
     const wsPid = await walsenderPid(cluster, slot)
+    const pids = { pipeline: worker.pid, walsender: wsPid, postmaster: postmasterPid(cluster) }
     const ws0 = wsPid === undefined ? undefined : processCpuMs(wsPid)
     const cpu0 = processCpuMs(worker.pid)
+    const sched0 = readSched(pids)
     const sampler = sampleLag(cluster, slot)
     const t0 = sampler.t0
     const meter = new SystemMeter()
-    const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds })
+    const load = await pgbench(cluster, script, { clients: SETTINGS.pgbenchClients, threads, seconds: SETTINGS.keepUpSeconds, cpus: pgCpus })
     const loadEnd = performance.now() - t0
     const pressure = meter.cpuPressurePercent() ?? null
     const cpuLoad = processCpuMs(worker.pid)
     const wsLoad = wsPid === undefined ? undefined : processCpuMs(wsPid)
+    const sched1 = readSched(pids)
     const endWal = await currentLsn(cluster)
     log(`  under load: ${load.tps.toFixed(0)} inserts/s; waiting for the pipeline to catch up`)
     // Caught up: the slot confirmed everything written up to the end of the load.
@@ -597,7 +698,14 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
     if (CPU_PROF !== undefined) await worker.call('stopProfile')
     const memory = await worker.call<{ memory: MemorySample }>('memory')
     await worker.stop()
+    const sched = {
+      pipeline: schedShare(sched0.pipeline, sched1.pipeline, loadEnd),
+      pipelineMain: schedShare(sched0.pipelineMain, sched1.pipelineMain, loadEnd),
+      walsender: schedShare(sched0.walsender, sched1.walsender, loadEnd),
+    }
     const result: KeepUpResult = {
+      cores: placement.cores,
+      cpus: placement.postgres === undefined || placement.client === undefined ? null : { postgres: placement.postgres, pipeline: placement.client },
       shapes: started.shapes,
       restoreMs: started.startMs,
       clients: SETTINGS.pgbenchClients,
@@ -617,21 +725,46 @@ async function keepUp(cluster: PostgresCluster, root: string): Promise<KeepUpRes
       firstThirdP99: quantile(first, 0.99),
       lastThirdP99: quantile(last, 0.99),
       caughtUpMs: caughtUpMs ?? null,
-      pipelineCpuPercent: cpu0 === undefined || cpuLoad === undefined ? null : ((cpuLoad - cpu0) / loadEnd) * 100,
-      walsenderCpuPercent: ws0 === undefined || wsLoad === undefined ? null : ((wsLoad - ws0) / loadEnd) * 100,
+      pipelineCpuPercent: cpuPercent(cpu0, cpuLoad, loadEnd),
+      walsenderCpuPercent: cpuPercent(ws0, wsLoad, loadEnd),
+      sched: Object.values(sched).every((x) => x === null) ? null : sched,
+      postgresCpuPercent: cpuPercent(sched0.postgresCpuMs, sched1.postgresCpuMs, loadEnd),
       cpuPressurePercent: pressure,
       memoryRestored: started.memory,
       memoryAfter: memory.memory,
-      load: loadNote('keep-up'),
+      load: loadNote(`keep-up (${placement.cores} cores)`),
       series: samples.map((s) => [Math.round(s.t), s.lag] as [number, number]),
     }
     log(
       `  lag p50 ${kib(result.lagP50)} KiB, p99 ${kib(result.lagP99)} KiB, max ${kib(result.lagMax)} KiB; first third median ${kib(result.firstThirdMedian)} KiB, last third ${kib(result.lastThirdMedian)} KiB; caught up ${caughtUpMs === undefined ? 'never' : `${caughtUpMs.toFixed(0)} ms`} after the load`,
     )
+    log(
+      `  during the load: pipeline CPU ${result.pipelineCpuPercent?.toFixed(0) ?? 'n/a'}%; ${fmtSched('pipeline threads', sched.pipeline)}; ${fmtSched('its main thread', sched.pipelineMain)}; ${fmtSched('walsender', sched.walsender)}; Postgres CPU ${result.postgresCpuPercent?.toFixed(0) ?? 'n/a'}%`,
+    )
     return result
   } finally {
     await worker.kill()
     await dropSlot(cluster, slot).catch(() => {})
+  }
+}
+
+/**
+ * Keeping up with the sync engine on a core of its own, as where it runs on
+ * its own machine: Postgres (the postmaster and every process it has forked or
+ * will fork) and pgbench on `cpus[0]`, the pipeline and the control's
+ * pg_recvlogical on `cpus[1]`. Postgres gets its old affinity back afterwards:
+ * later phases reuse the cluster.
+ */
+async function keepUpOnSeparateCores(cluster: PostgresCluster, root: string, script: string, cpus: readonly [number, number]): Promise<KeepUpResult> {
+  const postmaster = postmasterPid(cluster)
+  const original = cpusAllowed(postmaster)
+  if (original === undefined) throw new Error(`cannot read the postmaster's (${postmaster}) CPU affinity`)
+  await setTreeCpus(postmaster, String(cpus[0]))
+  try {
+    return await keepUp(cluster, root, script, { cores: 'separate', postgres: String(cpus[0]), client: String(cpus[1]) })
+  } finally {
+    await setTreeCpus(postmaster, original)
+    log(`  Postgres back on CPUs ${original}`)
   }
 }
 
@@ -673,6 +806,8 @@ async function main(): Promise<void> {
   const concurrent: ConcurrentResult[] = []
   const throughput: PhaseResult[] = []
   let keepUpResult: KeepUpResult | undefined
+  let keepUpSeparate: KeepUpResult | undefined
+  let keepUpSeparateSkipped: string | undefined
   const loads: LoadNote[] = [loadBefore]
   try {
     const needed = new Set<string>()
@@ -694,8 +829,21 @@ async function main(): Promise<void> {
       }
     }
     if (ONLY.has('keepup')) {
-      keepUpResult = await keepUp(cluster, root)
-      loads.push(loadNote('after keep-up'))
+      const script = await preparePgbench(cluster, root)
+      if (KEEPUP_CORES.includes('shared')) {
+        keepUpResult = await keepUp(cluster, root, script, { cores: 'shared' })
+        loads.push(loadNote('after keep-up'))
+      }
+      if (KEEPUP_CORES.includes('separate')) {
+        const two = twoCpus()
+        if ('reason' in two) {
+          keepUpSeparateSkipped = two.reason
+          log(`keeping up on separate cores: skipped, ${two.reason}`)
+        } else {
+          keepUpSeparate = await keepUpOnSeparateCores(cluster, root, script, two.cpus)
+          loads.push(loadNote('after keep-up on separate cores'))
+        }
+      }
     }
   } finally {
     await cluster.stop()
@@ -707,13 +855,15 @@ async function main(): Promise<void> {
     machine: machineInfo(root),
     postgres: { version: cluster.version, binDir: cluster.binDir, settings: BENCH_PG_SETTINGS },
     protoVersion: PROTO_VERSION,
-    settings: SETTINGS,
+    settings: { ...SETTINGS, keepUpCores: KEEPUP_CORES },
     runSeconds: (performance.now() - runStarted) / 1000,
     loads,
     registrations,
     concurrent,
     throughput,
     keepUp: keepUpResult ?? null,
+    keepUpSeparate: keepUpSeparate ?? null,
+    ...(keepUpSeparateSkipped === undefined ? {} : { keepUpSeparateSkipped }),
   }
   setQuietNote(`${(QUIET_WAIT_MS / 1000).toFixed(0)} s`)
   const name = QUICK ? 'pipeline.quick' : PARTIAL ? 'pipeline.partial' : 'pipeline'

@@ -28,7 +28,6 @@ import type { Pipeline as PipelineType } from './server.js'
 import { Pipeline } from './server.js'
 import { SHAPE_SETS, shapeParams } from './workload.js'
 import { openFileLogStore } from '@sluice/storage'
-import type { CheckpointStats } from '@sluice/storage'
 import { join } from 'node:path'
 
 interface Request {
@@ -219,28 +218,22 @@ function instrumentStore(p: PipelineType): void {
 function watchStore(p: PipelineType): void {
   const every = Number(process.env.BENCH_STORE_STATS ?? 0)
   if (!(every > 0)) return
-  // journal and arena are internals of the file store, read here for diagnosis only.
-  const store = p.store as unknown as {
-    journal?: { segmentCount: number; running: unknown }
-    arena: { slabBytes: number }
-    durableLsn: bigint
-    checkpointStats?: CheckpointStats
-  }
+  const store = p.store
   const t0 = performance.now()
   const timer = setInterval(() => {
     const mem = process.memoryUsage()
+    const stats = store.stats()
+    const c = stats.checkpoint
     process.stderr.write(
       `store: ${JSON.stringify({
         s: Math.round((performance.now() - t0) / 100) / 10,
-        segments: store.journal?.segmentCount,
-        checkpointing: store.journal?.running !== undefined,
-        checkpoint: store.checkpointStats && {
-          ...store.checkpointStats,
-          writeBackMs: Math.round(store.checkpointStats.writeBackMs),
-          syncMs: Math.round(store.checkpointStats.syncMs),
-          totalMs: Math.round(store.checkpointStats.totalMs),
-        },
-        arenaMiB: Math.round(store.arena.slabBytes / 2 ** 20),
+        segments: stats.journalSegments,
+        checkpoint: { ...c, writeBackMs: Math.round(c.writeBackMs), syncMs: Math.round(c.syncMs), totalMs: Math.round(c.totalMs) },
+        tailMiB: Math.round(stats.tailBytes / 2 ** 20),
+        arenaMiB: Math.round(stats.tailMemoryBytes / 2 ** 20),
+        held: stats.underPressure,
+        holds: stats.pressures,
+        paused: p.replication.pauseReasons,
         arrayBuffersMiB: Math.round(mem.arrayBuffers / 2 ** 20),
         heapMiB: Math.round(mem.heapUsed / 2 ** 20),
         durable: store.durableLsn.toString(16),

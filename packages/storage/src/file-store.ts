@@ -50,6 +50,7 @@ import { nodeFs, writeFully } from './fs-port.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { HeadState } from './log-state.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
+import { forEachConcurrently } from './concurrently.js'
 import { recoverLog } from './recovery.js'
 import { acquireStoreLock } from './store-lock.js'
 import { Journal, JournalCommitError } from './journal.js'
@@ -162,17 +163,14 @@ const NO_CHECKPOINT: Readonly<CheckpointStats> = Object.freeze({ running: false,
 // to the maximum while the rest of the process keeps the loop busy (`yieldSlice`).
 const CHECKPOINT_SLICE_MS = 4
 const MAX_CHECKPOINT_SLICE_MS = 250
+// A slice this long means the loop's turns take 200 ms and more: write back on the pool instead (`checkpointLog`).
+const BUSY_LOOP_MS = 50
+// Write-backs on the thread pool in flight at once: its four threads, each with a second queued.
+const POOL_WRITE_BACKS = 8
 
 // Enough to keep every thread-pool worker and the device queue busy.
 const MAX_CONCURRENT_SYNCS = 64
 
-async function forEachConcurrently<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0
-  const worker = async (): Promise<void> => {
-    while (next < items.length) await fn(items[next++]!)
-  }
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
-}
 
 interface FinishingSnapshot {
   readonly log: FileShapeLog
@@ -830,6 +828,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const whole = this.wholeSync !== false && this.fs.syncFilesystem !== undefined
     const stats: CheckpointStats = { ...NO_CHECKPOINT, running: true, syncfs: whole }
     const started = performance.now()
+    // Each checkpoint starts on the event loop; a busy loop sends it to the pool (checkpointLog).
+    this.sliceStart = started
+    this.sliceMs = CHECKPOINT_SLICE_MS
     let synced = started
     return this.journal!.checkpoint(all, {
       start: (logs) => {
@@ -840,8 +841,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         await this.checkpointLog(log, !whole)
         stats.writtenBack++
       },
-      // Write-backs on this thread gain nothing from more at once; per-file syncs wait on the device.
-      concurrency: whole ? 1 : this.syncConcurrency(),
+      // Write-backs on the pool (see checkpointLog) and per-file syncs wait on other threads: several at once.
+      concurrency: whole ? POOL_WRITE_BACKS : this.syncConcurrency(),
       syncAll: whole
         ? async (logs) => {
             synced = performance.now()
@@ -868,31 +869,51 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private lastCheckpoint: CheckpointStats = NO_CHECKPOINT
 
   /** Writes back and syncs one log's files: for logs whose bytes the journal does not hold. */
-  private async syncFiles(log: FileShapeLog): Promise<void> {
+  private syncFiles(log: FileShapeLog): Promise<void> {
+    return this.unlessDeleted(
+      log,
+      async () => {
+        await log.writeBackAll()
+        await this.syncOwnFiles(log)
+      },
+      (err) => fromSystemError(err, `sync shape ${log.id}`),
+    )
+  }
+
+  /** `step` for a log; it fails only while the log exists (a deleted log has nothing left to make durable). */
+  private async unlessDeleted(log: FileShapeLog, step: () => Promise<void> | void, fail: (err: unknown) => Error): Promise<void> {
     if (log.deleted) return
     try {
-      await log.writeBackAll()
-      await this.syncOwnFiles(log)
+      await step()
     } catch (err) {
       if (log.deleted) return
-      throw fromSystemError(err, `sync shape ${log.id}`)
+      throw fail(err)
     }
   }
 
-  /** One log's part of a checkpoint: its tail into its files, and without syncfs its files synced. */
+  /**
+   * One log's part of a checkpoint: its tail into its files, and without
+   * syncfs its files synced. The write is on this thread, in slices, while
+   * the event loop has time to spare: a thread-pool round trip per file costs
+   * about three times the CPU of the write itself. When the loop has none
+   * (its turns take more than BUSY_LOOP_MS) or the writer is held back for
+   * this checkpoint, on the thread pool, POOL_WRITE_BACKS at a time: on a
+   * machine whose cores a saturated Postgres keeps busy, each runnable thread
+   * gets about an equal share of them, and the event loop's one share, spent
+   * on the stream as well, wrote back ~300 logs a second (bench:pipeline
+   * keep-up, 100k logs). Either way a failed write loses nothing: the bytes
+   * stay in memory for the next try.
+   */
   private async checkpointLog(log: FileShapeLog, sync: boolean): Promise<void> {
-    if (log.deleted) return
-    try {
-      // On this thread, unless a background write-back is under way or the tail
-      // is big enough (after failed write-backs) to hold the loop too long.
-      if (!log.writeBackNow(WRITE_BACK_BYTES)) await log.writeBackAll()
-    } catch (err) {
-      // A failed write loses nothing: the bytes stay in memory for the next try.
-      if (log.deleted) return
-      throw fromSystemError(err, `write back shape ${log.id}`)
-    }
+    const onLoop = !this.pressured && this.sliceMs < BUSY_LOOP_MS
+    // Also on the pool when a background write-back is under way or the tail is big (after failed write-backs).
+    await this.unlessDeleted(
+      log,
+      () => (onLoop && log.writeBackNow(WRITE_BACK_BYTES) ? undefined : log.writeBackAll()),
+      (err) => fromSystemError(err, `write back shape ${log.id}`),
+    )
     if (sync) await this.checkpointSync(log)
-    else await this.yieldSlice()
+    else if (onLoop) await this.yieldSlice()
   }
 
   /**
@@ -915,22 +936,24 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private sliceStart = 0
   private sliceMs = CHECKPOINT_SLICE_MS
 
-  private async checkpointSync(log: FileShapeLog): Promise<void> {
-    if (log.deleted) return
-    try {
-      await this.syncOwnFiles(log)
-    } catch (err) {
-      if (log.deleted) return
-      throw this.breakSync(err, `sync shape ${log.id}`)
-    }
+  private checkpointSync(log: FileShapeLog): Promise<void> {
+    return this.unlessDeleted(
+      log,
+      () => this.syncOwnFiles(log),
+      (err) => this.breakSync(err, `sync shape ${log.id}`),
+    )
   }
 
   private async syncWholeStore(logs: readonly FileShapeLog[]): Promise<void> {
+    // The syncfs covers every chunk index changed before it starts: no later per-file sync needs to redo them.
+    const chunks = logs.filter((log) => log.chunksDirty)
+    for (const log of chunks) log.chunksDirty = false
     try {
       await this.fs.syncFilesystem!(this.root)
       this.wholeSync = true
       return
     } catch (err) {
+      for (const log of chunks) log.chunksDirty = true
       const code = (err as NodeJS.ErrnoException).code
       if (code === 'ENOTSUP' && this.wholeSync === undefined) {
         // Not on this system: this checkpoint and every later one sync file by file.

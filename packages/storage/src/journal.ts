@@ -24,6 +24,7 @@ import type { Watermark } from './format.js'
 import type { FsPort } from './fs-port.js'
 import { writeFully } from './fs-port.js'
 import { syncDirectory } from './watermark.js'
+import { forEachConcurrently } from './concurrently.js'
 
 export { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES }
 
@@ -239,20 +240,8 @@ export class Journal<T> {
       for (const seg of done) for (const o of seg.owners) owners.add(o)
       const list = [...owners]
       how.start?.(list.length)
-      let next = 0
-      let failed = false
-      const worker = async (): Promise<void> => {
-        // The first failure fails the checkpoint: the other workers stop too.
-        while (next < list.length && !failed) {
-          try {
-            await how.sync(list[next++]!)
-          } catch (err) {
-            failed = true
-            throw err
-          }
-        }
-      }
-      await Promise.all(Array.from({ length: Math.min(how.concurrency, list.length) }, worker))
+      // The first failure fails the checkpoint: the other workers stop too.
+      await forEachConcurrently(list, how.concurrency, (owner) => how.sync(owner))
       if (how.syncAll) await how.syncAll(list)
       // The last one, as replay would take it (see journal-format.ts).
       let last: Watermark | undefined

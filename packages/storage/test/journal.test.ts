@@ -358,8 +358,8 @@ describe('journal', () => {
 
     it('a checkpoint that fails while the writer is held back is tried again, and the hold ends once one succeeds', async () => {
       const { dir, faulty, s, ids, errors, held } = await budgetStore('journal-tail-budget-full')
-      // Write-backs of a checkpoint run on the event loop (writeSync): the disk is full for the first few.
-      const full = faulty.rules.failNext('writeSync', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('log.dat'), times: 3 })
+      // While the writer is held back a checkpoint writes back on the thread pool (write): the disk is full for the first few.
+      const full = faulty.rules.failNext('write', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('log.dat'), times: 3 })
       const burst = await burstPastBudget(s, ids, 0)
       expect(s.underPressure).toBe(true)
       await until(() => !s.underPressure)
