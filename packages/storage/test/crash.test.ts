@@ -33,9 +33,10 @@
  *     replays without duplicating, and appends on; a final clean run per
  *     directory appends a fixed number of transactions and closes.
  *
- * Children journal into 16 KiB segments, so checkpoints (sync the logs of
- * closed segments, delete them) run every few flushes and kills land in them
- * (counted); every kill leaves a journal that the next open replays, so kills
+ * Children journal into 16 KiB segments with a 24 KiB tail budget, so
+ * checkpoints (sync the logs of closed segments, delete them) run every few
+ * flushes, some of them of segments sealed early for the budget, and kills
+ * land in them (counted); every kill leaves a journal that the next open replays, so kills
  * during `open` land in replay.
  *
  * Odd lanes run their children on fixtures/volatile-fs.ts, where writes reach
@@ -77,6 +78,8 @@ const FLUSH_INTERVAL_MS = 3
 const FINAL_TXS = 30
 // A few flushes per segment, so children checkpoint (and get killed checkpointing) often.
 const JOURNAL_SEGMENT_BYTES = 16 * 1024
+// Tails past half of it seal the current segment early (Journal.seal): kills land in those checkpoints too.
+const TAIL_BUDGET_BYTES = 24 * 1024
 const SCHEDULE: Schedule = { statics: 3, dynEvery: 25, dynLife: 70, touchPct: 45, queuedEvery: 30, queuedLag: 5, queuedLife: 40 }
 
 interface Stats {
@@ -156,6 +159,7 @@ class Lane {
       seed,
       volatile: this.volatile,
       journalSegmentBytes: JOURNAL_SEGMENT_BYTES,
+      tailBudgetBytes: TAIL_BUDGET_BYTES,
       ...(stopAfter === undefined ? {} : { stopAfter }),
     }
     child.send(`go ${JSON.stringify(config)}`)
