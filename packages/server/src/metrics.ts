@@ -79,31 +79,27 @@ export class ServerMetrics {
         routedSeen = now
       },
     })
-    const shapeGauge = (name: string, help: string, read: (s: ReturnType<Pipeline['shapes']['stats']>) => number) =>
-      new Gauge({
-        name,
-        help,
-        registers,
-        collect() {
-          this.set(read(pipeline.shapes.stats()))
-        },
-      })
+    // A gauge per figure of a stats() snapshot, read at each scrape.
+    const statsGauge =
+      <S>(stats: () => S) =>
+      (name: string, help: string, read: (s: S) => number) =>
+        new Gauge({
+          name,
+          help,
+          registers,
+          collect() {
+            this.set(read(stats()))
+          },
+        })
+    const shapeGauge = statsGauge(() => pipeline.shapes.stats())
     shapeGauge('sluice_shapes', 'Shapes kept (ready or being created).', (s) => s.shapes)
     shapeGauge('sluice_shapes_creating', 'Shapes whose initial snapshot has not finished.', (s) => s.creating)
     shapeGauge('sluice_shape_queue_bytes', 'Bytes of transactions held in memory for shapes being created.', (s) => s.queuedBytes)
     shapeGauge('sluice_shape_spilled_queues', 'Queues of shapes being created that moved to disk.', (s) => s.spilledQueues)
     shapeGauge('sluice_replication_paused', '1 while replication is paused for the memory of transactions and queues (--memory-budget).', (s) => (s.paused ? 1 : 0))
     shapeGauge('sluice_replication_pauses', 'Times replication was paused for the memory of transactions and queues since start.', (s) => s.pauses)
-    const storeGauge = (name: string, help: string, read: (s: ReturnType<Pipeline['store']['stats']>) => number) =>
-      new Gauge({
-        name,
-        help,
-        registers,
-        collect() {
-          this.set(read(pipeline.store.stats()))
-        },
-      })
-    storeGauge('sluice_storage_tail_bytes', 'Bytes of changes journaled and not yet written to their shape logs (bounded by --tail-budget).', (s) => s.tailBytes)
+    const storeGauge = statsGauge(() => pipeline.store.stats())
+    storeGauge('sluice_storage_tail_bytes', 'Bytes of changes journaled and not yet written to their shape logs (past --tail-budget replication pauses).', (s) => s.tailBytes)
     storeGauge('sluice_storage_journal_segments', 'Journal segments on disk (more than one: a checkpoint is due or running).', (s) => s.journalSegments)
     storeGauge('sluice_storage_paused', '1 while replication is paused for the storage tail budget (a checkpoint is writing tails out).', (s) => (s.underPressure ? 1 : 0))
     storeGauge('sluice_storage_pauses', 'Times replication was paused for the storage tail budget since start.', (s) => s.pressures)

@@ -127,10 +127,11 @@ export interface FileStoreOptions {
    */
   readonly prefaultTails?: boolean
   /**
-   * Write-behind tails leave memory only through a checkpoint. Past half this
-   * many bytes of them the current journal segment is closed early and
-   * checkpointed; past all of it the store asks its writer to hold back
-   * (`onPressure`) until a checkpoint has brought them under half.
+   * Write-behind tails leave memory through a checkpoint (a hot log's also
+   * through its own write-backs). Past half this many bytes of them the
+   * current journal segment is closed early and checkpointed; past all of it
+   * the store asks its writer to hold back (`onPressure`) until a checkpoint
+   * has brought them under half.
    */
   readonly tailBudgetBytes?: number
   readonly fs?: FsPort
@@ -712,7 +713,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         for (const log of whole) if (!log.deleted && !failed.includes(log)) failed.push(log)
         firstError ??= fromSystemError(err instanceof JournalCommitError ? err.cause : err, 'commit the journal')
       }
-      if (!journalFailed) this.maintainJournal()
+      // After a failed commit too: a writer held back appends nothing, so no later commit would come to do it.
+      this.maintainJournal()
     } else {
       await forEachConcurrently(logs, this.syncConcurrency(), async (log) => {
         try {
@@ -923,15 +925,24 @@ export class FileLogStore implements ShapeLogStore, LogHost {
    */
   private async yieldSlice(): Promise<void> {
     if (performance.now() - this.sliceStart < this.sliceMs) return
+    // The checkpoint's workers share one turn of the loop: each yielding on its
+    // own, they would run a slice each before the loop got its turn back.
+    this.sliceYield ??= this.turnLoop()
+    await this.sliceYield
+  }
+
+  private async turnLoop(): Promise<void> {
     const left = performance.now()
     await new Promise<void>((resolve) => setImmediate(resolve))
     this.sliceStart = performance.now()
     this.sliceMs = Math.min(MAX_CHECKPOINT_SLICE_MS, Math.max(CHECKPOINT_SLICE_MS, (this.sliceStart - left) / 4))
+    this.sliceYield = undefined
   }
 
-  /** When the checkpoint's current slice of event-loop time began, and how long it may run. */
+  /** When the checkpoint's current slice of event-loop time began, how long it may run, and the turn its workers wait for. */
   private sliceStart = 0
   private sliceMs = CHECKPOINT_SLICE_MS
+  private sliceYield: Promise<void> | undefined
 
   private checkpointSync(log: FileShapeLog): Promise<void> {
     return this.unlessDeleted(
@@ -1030,11 +1041,22 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     if (this.syncBroken !== undefined || inUse <= this.tailBudget / 2) this.setPressure(false)
     else if (inUse > this.tailBudget) this.setPressure(true)
     if (this.checkpointing) return
-    if (this.syncBroken === undefined && inUse > this.tailBudget / 2 && journal.closedSegments === 0 && !journal.seal() && !journal.committing) {
+    if (this.syncBroken === undefined && inUse > this.tailBudget / 2) {
+      // With the segments closed already, so one checkpoint covers every tail.
+      const sealed = journal.seal()
       // Nothing a checkpoint could free (no log has records in the journal): not tails, so do not hold the writer for them.
-      this.setPressure(false)
+      if (!sealed && journal.closedSegments === 0 && !journal.committing) this.setPressure(false)
     }
     if (journal.closedSegments > 0) this.startCheckpoint()
+    else if (this.pressured) this.retryMaintenance()
+  }
+
+  /** Held back with no checkpoint under way (a commit was in flight, or failed): look again in a while. */
+  private retryMaintenance(): void {
+    if (this.closed) return
+    clearTimeout(this.pressureRetry)
+    this.pressureRetry = setTimeout(() => this.maintainJournal(), PRESSURE_RETRY_MS)
+    this.pressureRetry.unref()
   }
 
   private setPressure(held: boolean): void {
@@ -1042,7 +1064,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.pressured = held
     if (held) this.pressures++
     else clearTimeout(this.pressureRetry)
-    for (const listener of this.pressureListeners) listener(held)
+    for (const listener of this.pressureListeners) {
+      try {
+        listener(held)
+      } catch (err) {
+        // A listener's bug must not fail the flush or checkpoint that noticed the change.
+        this.emitError(fromSystemError(err, 'notify a pressure listener'))
+      }
+    }
   }
 
   /** Checkpoints closed journal segments in the background; a failure leaves them for the next try. */
@@ -1060,11 +1089,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         this.checkpointing = false
         this.emitError(fromSystemError(err, 'checkpoint the journal'))
         // A held-back writer appends nothing, so no commit would try again.
-        if (this.pressured && !this.closed) {
-          clearTimeout(this.pressureRetry)
-          this.pressureRetry = setTimeout(() => this.maintainJournal(), PRESSURE_RETRY_MS)
-          this.pressureRetry.unref()
-        }
+        if (this.pressured) this.retryMaintenance()
       },
     )
   }
@@ -1319,7 +1344,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     // No timed flush may write the journal while the checkpoint below deletes it.
     this.closed = true
     if (this.timer) clearTimeout(this.timer)
-    clearTimeout(this.pressureRetry)
+    // Nothing is appended any more: whoever was held back need not wait.
+    this.setPressure(false)
     if (this.journal) {
       // A clean shutdown leaves nothing to replay.
       try {

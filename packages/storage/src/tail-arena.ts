@@ -92,6 +92,8 @@ export class TailArena {
   slabBytes: number
   /** Bytes of slab blocks handed out and not released. */
   private inUse = 0
+  /** Bytes of blocks past the largest size, each a Buffer of its own (a huge transaction's tail). */
+  private outside = 0
   /** The most `inUse` reached since the last `trim`. */
   private peak = 0
 
@@ -111,15 +113,18 @@ export class TailArena {
     this.reserve.buf.fill(0, this.reserve.carved)
   }
 
-  /** Bytes of slab blocks handed out and not released: what the store's tail budget counts. */
+  /** Bytes of blocks handed out and not released, big ones of their own included: what the store's tail budget counts. */
   get bytesInUse(): number {
-    return this.inUse
+    return this.inUse + this.outside
   }
 
   /** A block of at least `size` bytes (exactly a power of two up to 1 MiB). */
   alloc(size: number): ArenaBlock {
     const c = classOf(Math.max(size, 1))
-    if (c >= this.free.length) return block(Buffer.allocUnsafeSlow(size), undefined)
+    if (c >= this.free.length) {
+      this.outside += size
+      return block(Buffer.allocUnsafeSlow(size), undefined)
+    }
     const bytes = 1 << (c + MIN_SHIFT)
     this.inUse += bytes
     if (this.inUse > this.peak) this.peak = this.inUse
@@ -137,7 +142,10 @@ export class TailArena {
 
   /** Takes a block back; it may be handed out again by the next `alloc`. */
   release(b: ArenaBlock): void {
-    if (b.slab === undefined) return
+    if (b.slab === undefined) {
+      this.outside -= b.buf.length
+      return
+    }
     b.slab.free += b.buf.length
     this.inUse -= b.buf.length
     this.free[classOf(b.buf.length)]!.push(b)

@@ -356,6 +356,29 @@ describe('journal', () => {
       await survivesPowerCut(dir, s, ids, end)
     })
 
+    it('a throwing pressure listener is reported, not a failed flush; close releases a held writer', async () => {
+      const { dir, faulty, s, ids, errors, held } = await budgetStore('journal-tail-budget-close')
+      s.onPressure(() => {
+        throw new Error('listener bug')
+      })
+      // No checkpoint can finish (the sync cannot start), so the writer stays held until close.
+      const noSync = faulty.rules.failAlways('syncFilesystem', { code: 'EAGAIN' })
+      // The flush that passes the budget commits and publishes whatever the listener does.
+      const burst = await burstPastBudget(s, ids, 0)
+      expect(s.durableLsn).toBe(BigInt(10 * (burst - 1) + 1))
+      expect(errors.some((e) => e.message.includes('listener bug'))).toBe(true)
+      await until(() => noSync.hits > 0)
+      expect(held).toEqual([true])
+      expect(s.underPressure).toBe(true)
+      noSync.remove()
+      await s.close()
+      expect(held.at(-1)).toBe(false)
+      expect(s.underPressure).toBe(false)
+      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+      for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(burst))
+      await again.close()
+    })
+
     it('a checkpoint that fails while the writer is held back is tried again, and the hold ends once one succeeds', async () => {
       const { dir, faulty, s, ids, errors, held } = await budgetStore('journal-tail-budget-full')
       // While the writer is held back a checkpoint writes back on the thread pool (write): the disk is full for the first few.

@@ -36,13 +36,18 @@ describe('TailArena', () => {
     expect(b.view.byteLength).toBe(b.buf.length)
   })
 
-  it('gives requests above 1 MiB a buffer of their own and ignores their release', () => {
+  it('gives requests above 1 MiB a buffer of their own, never reused, and counts it in use until released', () => {
     const arena = new TailArena(0)
+    const small = arena.alloc(1000)
     const big = arena.alloc(3_000_000)
     expect(big.buf.length).toBe(3_000_000)
+    expect(arena.bytesInUse).toBe(1024 + 3_000_000)
     arena.release(big)
+    expect(arena.bytesInUse).toBe(1024)
     // Identity by ===: vitest's toBe on a failure would diff 3 MB buffers.
     expect(arena.alloc(3_000_000) === big).toBe(false)
+    arena.release(small)
+    expect(arena.bytesInUse).toBe(3_000_000)
   })
 
   it('serves from the reserve before adding slabs', () => {
