@@ -233,7 +233,7 @@ export class Journal<T> {
    */
   checkpoint(all: boolean, how: CheckpointSteps<T>): Promise<void> {
     const run = async (): Promise<void> => {
-      const upto = all || this.segments.at(-1)?.sealed === true ? this.segments.length : this.segments.length - 1
+      const upto = all ? this.segments.length : this.closedSegments
       if (upto <= 0) return
       const done = this.segments.slice(0, upto)
       const owners = new Set<T>()
