@@ -33,7 +33,7 @@ import {
   readEntryRecord,
 } from './format.js'
 import type { FsPort } from './fs-port.js'
-import { readFully, writeFully, writeFullyAsync } from './fs-port.js'
+import { readFully, writeFully } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import type { MemoryTail } from './log-reader.js'
@@ -41,6 +41,7 @@ import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './recor
 import type { ArenaBlock, TailArena } from './tail-arena.js'
 import type { Journal } from './journal.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
+import type { FileWriter } from './write-back.js'
 
 /** What a log needs from its store. */
 export interface LogHost {
@@ -62,6 +63,14 @@ export interface LogHost {
   readonly journal: Journal<FileShapeLog> | undefined
   /** A background write-back failed; the bytes stay in memory and the journal, and are tried again. */
   writeBackFailed(log: FileShapeLog, err: StorageError): void
+  /** Where write-backs go (write-back.ts). */
+  readonly writer: FileWriter
+}
+
+/** Waits for every promise, then fails with the first failure. */
+async function settleAll(writes: readonly Promise<void>[]): Promise<void> {
+  const results = await Promise.allSettled(writes)
+  for (const r of results) if (r.status === 'rejected') throw r.reason
 }
 
 /**
@@ -104,7 +113,7 @@ let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
 // enough that a busy log's tail block stays small (at most twice this; the log
 // keeps its block while appends go on, so fewer fresh arena pages are touched:
 // about 4.5 ms per MiB on the benchmark VM); large enough that a write-back is
-// one thread-pool write of many entries.
+// one write of many entries.
 export const WRITE_BACK_BYTES = 64 * 1024
 const NO_BYTES = Buffer.alloc(0)
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
@@ -159,8 +168,8 @@ export class FileShapeLog implements ShapeLog {
    * wait here and readers are served from memory. At 100k logs each append
    * would otherwise cost a descriptor open and close (the LRU cannot hold
    * them all) and a write; a write-back writes everything a log gathered
-   * with one write per file (on the thread pool when the log's tail reaches
-   * WRITE_BACK_BYTES, on the event loop at a checkpoint). Other logs write through,
+   * with one write per file (through the store's writer, write-back.ts: when
+   * the log's tail reaches WRITE_BACK_BYTES, and at a checkpoint). Other logs write through,
    * and `pendLen` stays 0.
    *
    * `pend.buf[0, pendLen)` is log.dat from `dataOnDisk` to the appended end; the
@@ -410,10 +419,9 @@ export class FileShapeLog implements ShapeLog {
   }
 
   /**
-   * Writes what this log holds in memory into its files (data, then the
-   * journaled records that describe it), on the thread pool. Called when a log
-   * gathers WRITE_BACK_BYTES, and by a checkpoint whose `writeBackNow` could
-   * not (one in flight, or a big tail).
+   * Writes what this log holds in memory into its files (the tail's bytes and
+   * the journaled records that describe them) through the store's writer:
+   * when a log gathers WRITE_BACK_BYTES, and for a checkpoint.
    * One runs at a time per log; meanwhile appends go on into memory. A cut
    * during the write wins: the write counts for nothing and the files are cut
    * to what is known good.
@@ -422,13 +430,12 @@ export class FileShapeLog implements ShapeLog {
     while (this.flight) await this.flight.catch(() => undefined)
     const plan = this.planWriteBack()
     if (plan === undefined) return
-    const fs = this.host.fs
-    const fds = this.host.fds
-    const run = async (): Promise<void> => {
-      if (plan.data.length > 0) await fds.useAsync(this.data, (fd) => writeFullyAsync(fs, fd, plan.data, plan.data.length, plan.dataFrom))
-      if (plan.records.length > 0) await fds.useAsync(this.entries, (fd) => writeFullyAsync(fs, fd, plan.records, plan.records.length, plan.recordsAt))
-    }
-    const flight = run()
+    const writer = this.host.writer
+    // Both files at once (the journal, not their order, is what recovery trusts); the flight ends when both have.
+    const writes: Promise<void>[] = []
+    if (plan.data.length > 0) writes.push(writer.write(this.data, plan.data, plan.dataFrom))
+    if (plan.records.length > 0) writes.push(writer.write(this.entries, plan.records, plan.recordsAt))
+    const flight = settleAll(writes)
     this.flight = flight
     try {
       await flight
@@ -444,29 +451,6 @@ export class FileShapeLog implements ShapeLog {
     this.landWriteBack(plan)
     // What came meanwhile may be a write-back's worth already: the next append is not to be waited for.
     this.startWriteBackIfDue()
-  }
-
-  /**
-   * `writeBack` on this thread, for a checkpoint, which writes back every log
-   * it names, most with a few hundred bytes: a thread-pool round trip per file
-   * cost about three times the CPU of the write itself (measured with 100k
-   * logs). Returns false, doing nothing, while a write-back is in flight or
-   * when the tail holds more than `maxBytes`.
-   */
-  writeBackNow(maxBytes: number): boolean {
-    if (this.flight || this.pendLen > maxBytes) return false
-    const plan = this.planWriteBack()
-    if (plan === undefined) return true
-    const fs = this.host.fs
-    const fds = this.host.fds
-    try {
-      if (plan.data.length > 0) fds.use(this.data, (fd) => writeFully(fs, fd, plan.data, plan.data.length, plan.dataFrom))
-      if (plan.records.length > 0) fds.use(this.entries, (fd) => writeFully(fs, fd, plan.records, plan.records.length, plan.recordsAt))
-    } catch (err) {
-      throw fromSystemError(err, `write back shape ${this.id}`)
-    }
-    this.landWriteBack(plan)
-    return true
   }
 
   /** What a write-back writes: the tail's bytes and the journaled records not yet in the files. */

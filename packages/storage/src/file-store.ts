@@ -39,7 +39,7 @@ import { randomBytes } from 'node:crypto'
 import type { FlushResult, ShapeLogStore, SnapshotWriter } from './contract.js'
 import { FlushError, StorageError, fromSystemError } from './errors.js'
 import { FdCache, FileRef } from './fd-cache.js'
-import { FileShapeLog, LOG_FILES, WRITE_BACK_BYTES } from './file-log.js'
+import { FileShapeLog, LOG_FILES } from './file-log.js'
 import type { LogHost } from './file-log.js'
 import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
 import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, decodeMeta, encodeHeader, encodeMeta } from './format.js'
@@ -58,6 +58,8 @@ import { listSegments, replayJournal } from './journal-replay.js'
 import type { CleanLog } from './heads-file.js'
 import { takeHeads, writeHeads } from './heads-file.js'
 import { LiveWatermark, publishWatermark, readWatermark, syncDirectory } from './watermark.js'
+import { PortWriter, writeBackThread } from './write-back.js'
+import type { FileWriter } from './write-back.js'
 
 /** The checkpoint running now, or else the last one (all zero before the first). */
 export interface CheckpointStats {
@@ -134,6 +136,13 @@ export interface FileStoreOptions {
    * has brought them under half.
    */
   readonly tailBudgetBytes?: number
+  /**
+   * Write-backs on the process's write-back thread (write-back.ts); the
+   * default with the real file system. Otherwise through `fs` on the thread
+   * pool (a port other than the real file system cannot be used from the
+   * thread).
+   */
+  readonly writeBackThread?: boolean
   readonly fs?: FsPort
 }
 
@@ -159,13 +168,6 @@ const PRESSURE_RETRY_MS = 1000
 const MAX_RETRY_MS = 250
 
 const NO_CHECKPOINT: Readonly<CheckpointStats> = Object.freeze({ running: false, logs: 0, writtenBack: 0, writeBackMs: 0, syncMs: 0, totalMs: 0, syncfs: false })
-
-// A checkpoint's write-backs hold the event loop this long at a time, or up
-// to the maximum while the rest of the process keeps the loop busy (`yieldSlice`).
-const CHECKPOINT_SLICE_MS = 4
-const MAX_CHECKPOINT_SLICE_MS = 250
-// Write-backs on the thread pool in flight at once: its four threads, each with a second queued.
-const POOL_WRITE_BACKS = 8
 
 // Enough to keep every thread-pool worker and the device queue busy.
 const MAX_CONCURRENT_SYNCS = 64
@@ -195,6 +197,7 @@ interface FinishingSnapshot {
 export class FileLogStore implements ShapeLogStore, LogHost {
   readonly readOnly = false
   readonly fds: FdCache
+  readonly writer: FileWriter
   readonly chunkBytes: number
   readonly arena: TailArena
   private readonly flushIntervalMs: number
@@ -279,6 +282,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
           })
     this.live = this.journal ? new LiveWatermark(fs, root, (err) => this.emitError(err)) : undefined
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
+    this.writer = (options.writeBackThread ?? fs === nodeFs) ? writeBackThread() : new PortWriter(fs, this.fds)
     // Without the journal nothing waits for a write-back: only staged records use the arena.
     this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
     if (options.prefaultTails === true) this.arena.prefault()
@@ -839,8 +843,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         await this.checkpointLog(log, !whole)
         stats.writtenBack++
       },
-      // Write-backs on the pool (see checkpointLog) and per-file syncs wait on other threads: several at once.
-      concurrency: whole ? POOL_WRITE_BACKS : this.syncConcurrency(),
+      // Write-backs and per-file syncs wait on other threads: many at once.
+      concurrency: whole ? this.writer.concurrency : this.syncConcurrency(),
       syncAll: whole
         ? async (logs) => {
             synced = performance.now()
@@ -890,59 +894,18 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   /**
-   * One log's part of a checkpoint: its tail into its files, and without
-   * syncfs its files synced. The write is on this thread, in slices: a
-   * thread-pool round trip per file costs about three times the CPU of the
-   * write itself. While the writer is held back for this checkpoint, on the
-   * thread pool, POOL_WRITE_BACKS at a time: with every core busy (a
-   * saturated Postgres on the same machine) each runnable thread gets about
-   * an equal share of them, and so the pool wrote back 2.3k logs a second
-   * where the event loop wrote 1.8k (bench:pipeline keep-up, 100k logs).
-   * Not while the stream runs: there each write waited behind the journal's
-   * syncs, and the pool wrote back 2-5 logs a second to the loop's ~300.
-   * Either way a failed write loses nothing: the bytes stay in memory for the
-   * next try.
+   * One log's part of a checkpoint: its tail into its files (through the
+   * store's writer, write-back.ts), and without syncfs its files synced. A
+   * failed write loses nothing: the bytes stay in memory for the next try.
    */
   private async checkpointLog(log: FileShapeLog, sync: boolean): Promise<void> {
-    const onLoop = !this.pressured
-    // Also on the pool when a background write-back is under way or the tail is big (after failed write-backs).
     await this.unlessDeleted(
       log,
-      () => (onLoop && log.writeBackNow(WRITE_BACK_BYTES) ? undefined : log.writeBackAll()),
+      () => log.writeBackAll(),
       (err) => fromSystemError(err, `write back shape ${log.id}`),
     )
     if (sync) await this.checkpointSync(log)
-    else if (onLoop) await this.yieldSlice()
   }
-
-  /**
-   * Checkpoint write-backs run on the event loop in slices, letting the loop
-   * turn between them so the stream and readers go on meanwhile. A slice is a
-   * quarter of the time the loop was away (CHECKPOINT_SLICE_MS to
-   * MAX_CHECKPOINT_SLICE_MS): under a saturating stream each turn of the loop
-   * took seconds, and fixed 4 ms slices left the checkpoint ~1% of the thread
-   * (100 of 100k logs in 40 s), while tails piled up in fresh memory.
-   */
-  private async yieldSlice(): Promise<void> {
-    if (performance.now() - this.sliceStart < this.sliceMs) return
-    // The checkpoint's workers share one turn of the loop: each yielding on its
-    // own, they would run a slice each before the loop got its turn back.
-    this.sliceYield ??= this.turnLoop()
-    await this.sliceYield
-  }
-
-  private async turnLoop(): Promise<void> {
-    const left = performance.now()
-    await new Promise<void>((resolve) => setImmediate(resolve))
-    this.sliceStart = performance.now()
-    this.sliceMs = Math.min(MAX_CHECKPOINT_SLICE_MS, Math.max(CHECKPOINT_SLICE_MS, (this.sliceStart - left) / 4))
-    this.sliceYield = undefined
-  }
-
-  /** When the checkpoint's current slice of event-loop time began, how long it may run, and the turn its workers wait for. */
-  private sliceStart = 0
-  private sliceMs = CHECKPOINT_SLICE_MS
-  private sliceYield: Promise<void> | undefined
 
   private checkpointSync(log: FileShapeLog): Promise<void> {
     return this.unlessDeleted(

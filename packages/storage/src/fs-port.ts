@@ -18,7 +18,7 @@ export interface FsPort {
   fstatSync(fd: number): { size: number; ino: number }
   statSync(path: string): { size: number; mtimeMs: number; ino: number }
   read(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
-  /** On the thread pool: write-behind copies many logs' bytes into their files without holding the event loop. */
+  /** On the thread pool: write-behind through a port other than the real file system (write-back.ts `PortWriter`). */
   write(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
   fdatasync(fd: number): Promise<void>
   fsync(fd: number): Promise<void>

@@ -108,8 +108,8 @@ describe('write-behind', () => {
     const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 2048 })
     s.onError((e) => errors.push(e))
     const log = await makeShape(s, 'b', [])
-    // A checkpoint writes tails back on the event loop (writeSync); only a log's own background write-back uses the pool.
-    faulty.rules.failNext('writeSync', { code: 'ENOSPC', match: onFile('log.dat'), times: 2 })
+    // A port other than the real file system takes write-backs on the thread pool (write).
+    faulty.rules.failNext('write', { code: 'ENOSPC', match: onFile('log.dat'), times: 2 })
     let tx = 1n
     for (; tx <= 40n; tx++) {
       log.appendTransaction([change(tx, 0, Number(tx))])

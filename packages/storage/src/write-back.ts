@@ -1,0 +1,257 @@
+/**
+ * Where write-behind tails are written into their logs' files: on a thread of
+ * the process's own (`WriteBackThread`, the engine's default), or through the
+ * store's `FsPort` on the thread pool (`PortWriter`, for ports that are not
+ * the real file system: the fault-injection tests).
+ *
+ * Why a thread: with 100k logs every checkpoint writes back nearly every log,
+ * most with a few hundred bytes to a couple of KiB, and each write-back is an
+ * open, a write and a close of two files. On the event loop (the engine did
+ * that before) it took the writer's one thread away from the replication
+ * stream: under a saturating Postgres on the same two cores, the loop wrote
+ * back ~300 logs a second while the stream ran, a checkpoint of 100k logs
+ * outlasted the interval at which checkpoints fell due, and the stream was
+ * held back behind it (bench:pipeline keep-up). On the libuv pool each write
+ * queued behind the journal's fdatasyncs (2-5 logs a second). A thread that
+ * does nothing else takes its own share of the CPUs, does the system calls
+ * back to back, and leaves the loop the copy of the bytes and the bookkeeping.
+ *
+ * One thread serves every store of the process; it starts at the first write
+ * and holds the process open only while writes are in flight. Its work is
+ * stateless (it opens each file by path, writes, closes), so nothing is lost
+ * if it dies: the writes in flight fail, their bytes stay in memory and in
+ * the journal, and the next write starts a new thread.
+ */
+import { Worker } from 'node:worker_threads'
+import { StorageError } from './errors.js'
+import type { FdCache, FileRef } from './fd-cache.js'
+import type { FsPort } from './fs-port.js'
+import { writeFullyAsync } from './fs-port.js'
+
+/** Writes bytes into a log's file at a position; resolves once written (not synced). */
+export interface FileWriter {
+  write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void>
+  /** Writes a checkpoint may keep in flight at once through this writer. */
+  readonly concurrency: number
+}
+
+/** Through the store's port, on the thread pool, with the descriptor cache's descriptors. */
+export class PortWriter implements FileWriter {
+  // Each write pins a descriptor; the pool runs four at a time anyway.
+  readonly concurrency = 8
+  constructor(
+    private readonly fs: FsPort,
+    private readonly fds: FdCache,
+  ) {}
+
+  write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void> {
+    return this.fds.useAsync(ref, (fd) => writeFullyAsync(this.fs, fd, bytes, bytes.length, position))
+  }
+}
+
+/*
+ * Runs on the thread. Plain JavaScript evaluated as the worker's script, so
+ * that the same code runs from the compiled package and from the TypeScript
+ * sources under test. A batch's bytes are one shared buffer, job after job.
+ */
+const THREAD_SOURCE = `
+const { parentPort } = require('node:worker_threads')
+const fs = require('node:fs')
+parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths }) => {
+  const bytes = new Uint8Array(buffer)
+  const errors = []
+  let at = 0
+  for (let i = 0; i < paths.length; i++) {
+    const n = lengths[i]
+    let fd = -1
+    try {
+      fd = fs.openSync(paths[i], 'r+')
+      if (inos[i] >= 0 && fs.fstatSync(fd).ino !== inos[i]) throw Object.assign(new Error('another file is at ' + paths[i]), { code: 'ESTALE' })
+      let done = 0
+      while (done < n) {
+        const w = fs.writeSync(fd, bytes, at + done, n - done, positions[i] + done)
+        if (w <= 0) throw Object.assign(new Error('write made no progress'), { code: 'EIO' })
+        done += w
+      }
+    } catch (err) {
+      errors.push({ index: i, code: err && err.code, message: String(err && err.message) })
+    } finally {
+      if (fd >= 0) try { fs.closeSync(fd) } catch {}
+      at += n
+    }
+  }
+  parentPort.postMessage({ id, errors })
+})
+`
+
+interface Job {
+  readonly ref: FileRef
+  readonly bytes: Uint8Array
+  readonly position: number
+  readonly resolve: () => void
+  readonly reject: (err: Error) => void
+}
+
+interface SharedBlock {
+  readonly buffer: SharedArrayBuffer
+  readonly view: Uint8Array
+}
+
+interface Batch {
+  readonly jobs: Job[]
+  /** Given back to the free list when the batch returns; undefined for a one-off buffer (a job bigger than a block). */
+  readonly block: SharedBlock | undefined
+}
+
+interface BatchResult {
+  readonly id: number
+  readonly errors: readonly { readonly index: number; readonly code: string | undefined; readonly message: string }[]
+}
+
+// A batch's bytes travel in a shared block (a few of them, kept for good:
+// fresh ArrayBuffers per batch would count as V8 external memory and bring on
+// full collections of the writer's heap; see tail-arena.ts). A few in flight
+// keep the thread busy while the loop fills the next.
+const BLOCK_BYTES = 1024 * 1024
+const BLOCKS = 4
+const BATCH_JOBS = 512
+
+export class WriteBackThread implements FileWriter {
+  // Enough to fill every block; the loop's part per write is a copy and a promise.
+  readonly concurrency = BLOCKS * BATCH_JOBS
+  private worker: Worker | undefined
+  private queue: Job[] = []
+  private queueHead = 0
+  private readonly free: SharedBlock[] = []
+  private blocks = 0
+  private readonly inFlight = new Map<number, Batch>()
+  private nextId = 1
+  private scheduled = false
+
+  write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void> {
+    if (ref.retired) return Promise.reject(new StorageError('store_closed', `write to ${ref.path}: the log is closed`))
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push({ ref, bytes, position, resolve, reject })
+      if (!this.scheduled) {
+        // Gathered until the loop turns: a checkpoint asks for hundreds in one go.
+        this.scheduled = true
+        setImmediate(() => {
+          this.scheduled = false
+          this.post()
+        })
+      }
+    })
+  }
+
+  /** Posts what is queued, as long as there are blocks for it. */
+  private post(): void {
+    while (this.queueHead < this.queue.length) {
+      const first = this.queue[this.queueHead]!
+      const oneOff = first.bytes.length > BLOCK_BYTES
+      const block = oneOff ? undefined : this.takeBlock()
+      if (!oneOff && block === undefined) break // posted again when a batch returns
+      const buffer = block?.buffer ?? new SharedArrayBuffer(first.bytes.length)
+      const view = block?.view ?? new Uint8Array(buffer)
+      const jobs: Job[] = []
+      const paths: string[] = []
+      const inos: number[] = []
+      const positions: number[] = []
+      const lengths: number[] = []
+      let used = 0
+      while (this.queueHead < this.queue.length && jobs.length < BATCH_JOBS) {
+        const job = this.queue[this.queueHead]!
+        if (jobs.length > 0 && used + job.bytes.length > view.length) break
+        this.queueHead++
+        if (job.ref.retired) {
+          job.reject(new StorageError('store_closed', `write to ${job.ref.path}: the log is closed`))
+          continue
+        }
+        view.set(job.bytes, used)
+        used += job.bytes.length
+        jobs.push(job)
+        paths.push(job.ref.path)
+        inos.push(job.ref.ino)
+        positions.push(job.position)
+        lengths.push(job.bytes.length)
+      }
+      if (jobs.length === 0) {
+        if (block !== undefined) this.free.push(block)
+        continue
+      }
+      const id = this.nextId++
+      this.inFlight.set(id, { jobs, block })
+      const worker = this.thread()
+      worker.ref()
+      worker.postMessage({ id, buffer, paths, inos, positions, lengths })
+    }
+    if (this.queueHead === this.queue.length) {
+      this.queue = []
+      this.queueHead = 0
+    }
+  }
+
+  /**
+   * Stops the thread: writes in flight fail (their bytes stay with their
+   * logs) and a later write starts a new one. The shared thread needs no
+   * closing (it holds the process open only while writing).
+   */
+  async close(): Promise<void> {
+    const worker = this.worker
+    if (worker === undefined) return
+    this.lost(worker, new Error('write-back thread closed'))
+    await worker.terminate()
+  }
+
+  private takeBlock(): SharedBlock | undefined {
+    const block = this.free.pop()
+    if (block !== undefined || this.blocks === BLOCKS) return block
+    this.blocks++
+    const buffer = new SharedArrayBuffer(BLOCK_BYTES)
+    return { buffer, view: new Uint8Array(buffer) }
+  }
+
+  private thread(): Worker {
+    if (this.worker !== undefined) return this.worker
+    const worker = new Worker(THREAD_SOURCE, { eval: true, name: 'sluice-write-back' })
+    worker.on('message', (result: BatchResult) => this.landed(result))
+    // A thread that failed or exited fails what it held; the next write starts another.
+    worker.on('error', (err) => this.lost(worker, err))
+    worker.on('exit', (code) => this.lost(worker, new Error(`write-back thread exited with code ${code}`)))
+    this.worker = worker
+    return worker
+  }
+
+  private landed(result: BatchResult): void {
+    const batch = this.inFlight.get(result.id)
+    if (batch === undefined) return
+    this.inFlight.delete(result.id)
+    if (batch.block !== undefined) this.free.push(batch.block)
+    const failed = new Map(result.errors.map((e) => [e.index, e]))
+    batch.jobs.forEach((job, i) => {
+      const err = failed.get(i)
+      if (err !== undefined) job.reject(Object.assign(new Error(err.message), { code: err.code }))
+      else job.resolve()
+    })
+    if (this.inFlight.size === 0) this.worker?.unref()
+    if (this.queueHead < this.queue.length) this.post()
+  }
+
+  private lost(worker: Worker, cause: Error): void {
+    if (this.worker !== worker) return
+    this.worker = undefined
+    const batches = [...this.inFlight.values()]
+    this.inFlight.clear()
+    for (const batch of batches) {
+      if (batch.block !== undefined) this.free.push(batch.block)
+      for (const job of batch.jobs) job.reject(Object.assign(new Error(`write-back thread lost: ${cause.message}`), { code: 'EIO' }))
+    }
+    if (this.queueHead < this.queue.length) this.post()
+  }
+}
+
+let shared: WriteBackThread | undefined
+
+/** The process's write-back thread, shared by its stores. */
+export function writeBackThread(): WriteBackThread {
+  return (shared ??= new WriteBackThread())
+}

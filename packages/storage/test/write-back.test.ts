@@ -1,0 +1,118 @@
+/**
+ * The write-back thread (write-back.ts): the bytes land where they were sent,
+ * in batches of every size; a failing file fails only its own write, with the
+ * system's error code; a closed log's write and a lost thread fail cleanly;
+ * and a store on the real file system writes back through it.
+ */
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { parseOffset } from '@sluice/protocol'
+import { useTempDir } from '@sluice/test-utils'
+import { describe, expect, it } from 'vitest'
+import { FileRef } from '../src/fd-cache.js'
+import { openFileLogStore } from '../src/index.js'
+import { WriteBackThread } from '../src/write-back.js'
+import { body, change, makeShape } from './contract-suite.js'
+
+const tempDirs = useTempDir()
+
+function file(dir: string, name: string, size: number): FileRef {
+  const path = `${dir}/${name}`
+  writeFileSync(path, Buffer.alloc(size, 0x2e))
+  return new FileRef(path, 'r+')
+}
+
+const fill = (n: number, seed: number): Buffer => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) % 251))
+
+describe('write-back thread', () => {
+  it('writes each job at its position, across many batches and past a block', async () => {
+    const dir = await tempDirs.make('wbt')
+    const t = new WriteBackThread()
+    try {
+      const refs = Array.from({ length: 1500 }, (_, i) => file(dir, `f${i}`, 64))
+      // More jobs than one batch holds, some at a hole past the file's end.
+      await Promise.all(refs.map((ref, i) => t.write(ref, fill(10 + (i % 50), i), i % 3 === 0 ? 100 : 8)))
+      refs.forEach((ref, i) => {
+        const got = readFileSync(ref.path)
+        const at = i % 3 === 0 ? 100 : 8
+        expect(got.subarray(at, at + 10 + (i % 50)).equals(fill(10 + (i % 50), i))).toBe(true)
+        expect(got.subarray(0, 8).equals(Buffer.alloc(8, 0x2e))).toBe(true)
+      })
+      // One write bigger than a shared block travels on its own.
+      const big = file(dir, 'big', 0)
+      const bytes = fill(3 * 1024 * 1024 + 17, 5)
+      await Promise.all([t.write(big, bytes, 0), t.write(refs[0]!, fill(4, 9), 0)])
+      expect(readFileSync(big.path).equals(bytes)).toBe(true)
+      expect(readFileSync(refs[0]!.path).subarray(0, 4).equals(fill(4, 9))).toBe(true)
+    } finally {
+      await t.close()
+    }
+  })
+
+  it('fails only the writes whose files fail, with the system error code', async () => {
+    const dir = await tempDirs.make('wbt-fail')
+    const t = new WriteBackThread()
+    try {
+      const good = file(dir, 'good', 0)
+      const missing = new FileRef(`${dir}/missing`, 'r+')
+      mkdirSync(`${dir}/adir`)
+      const directory = new FileRef(`${dir}/adir`, 'r+')
+      // A file replaced under a ref that knows its inode: never written into the new one.
+      const replaced = file(dir, 'replaced', 4)
+      replaced.ino = 1 // not the inode of what is there now
+      const closed = file(dir, 'closed', 0)
+      closed.retired = true
+      const results = await Promise.allSettled([
+        t.write(good, fill(5, 1), 0),
+        t.write(missing, fill(5, 2), 0),
+        t.write(directory, fill(5, 3), 0),
+        t.write(replaced, fill(5, 4), 0),
+        t.write(closed, fill(5, 5), 0),
+      ])
+      expect(results[0]!.status).toBe('fulfilled')
+      const code = (r: PromiseSettledResult<void>): unknown => (r.status === 'rejected' ? (r.reason as { code?: unknown }).code : 'ok')
+      expect(results.slice(1).map(code)).toEqual(['ENOENT', 'EISDIR', 'ESTALE', 'store_closed'])
+      expect(readFileSync(good.path).equals(fill(5, 1))).toBe(true)
+      expect(readFileSync(replaced.path).equals(Buffer.alloc(4, 0x2e))).toBe(true)
+      expect(readFileSync(closed.path)).toHaveLength(0)
+    } finally {
+      await t.close()
+    }
+  })
+
+  it('fails the writes in flight when the thread goes, and starts a new one for the next', async () => {
+    const dir = await tempDirs.make('wbt-lost')
+    const t = new WriteBackThread()
+    const refs = Array.from({ length: 200 }, (_, i) => file(dir, `f${i}`, 0))
+    const pending = Promise.allSettled(refs.map((ref, i) => t.write(ref, fill(1000, i), 0)))
+    await new Promise((r) => setImmediate(r)) // posted
+    await t.close()
+    const settled = await pending
+    // Whatever the thread wrote before it went, the rest failed; none hangs.
+    expect(settled.every((r) => r.status === 'fulfilled' || (r.reason as { code?: unknown }).code === 'EIO')).toBe(true)
+    await t.write(refs[0]!, fill(10, 42), 0)
+    expect(readFileSync(refs[0]!.path).subarray(0, 10).equals(fill(10, 42))).toBe(true)
+    await t.close()
+  })
+
+  it('is what a store on the real file system writes back through, and a reopen finds the files whole', async () => {
+    const dir = await tempDirs.make('wbt-store')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, journalSegmentBytes: 4096 })
+    expect(s.writer).toBeInstanceOf(WriteBackThread)
+    const logs = await Promise.all(Array.from({ length: 50 }, (_, i) => makeShape(s, `l${i}`, [])))
+    for (let tx = 1n; tx <= 30n; tx++) {
+      for (const [i, log] of logs.entries()) if ((Number(tx) + i) % 3 === 0) log.appendTransaction([change(tx, 0, i)])
+      s.advance(tx)
+      await s.flush()
+    }
+    await s.close()
+    // Moved aside, the journal cannot fill anything in: the files alone must hold every entry.
+    renameSync(`${dir}/journal`, `${dir}/journal.aside`)
+    mkdirSync(`${dir}/journal`)
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    for (const [i, _] of logs.entries()) {
+      const entries = body(again.get(`l${i}`)!.read(parseOffset('0_inf')))
+      expect(entries).toHaveLength(Array.from({ length: 30 }, (_, k) => k + 1).filter((tx) => (tx + i) % 3 === 0).length)
+    }
+    await again.close()
+  })
+})
