@@ -10,10 +10,13 @@
  *    the descriptor LRU cannot hold them all).
  * 2. `store`: a FileLogStore with N logs taking RATE one-row transactions a
  *    second to random logs for SECONDS; prints the store's `checkpointStats`
- *    every 5 s (logs, written back, write-back and sync milliseconds).
+ *    every 5 s (logs, written back, write-back and sync milliseconds), then
+ *    the event loop's busy share, the process's CPU and the closing
+ *    checkpoint's time. Once per write-back path (WRITE_BACK=thread,pool:
+ *    the store's write-back thread, or the thread pool), on the same logs.
  *
  * Usage: `pnpm --filter @sluice/bench run bench:checkpoint` (ONLY=files|store,
- * N=100000, RATE=8000, SECONDS=120, BENCH_DIR: where the data goes, default the
+ * N=100000, RATE=8000, SECONDS=120, WRITE_BACK=thread,pool, BENCH_DIR: where the data goes, default the
  * OS temp dir; the store part needs about 3 minutes to create 100k logs).
  * Figures go to stdout only: machine-dependent diagnosis, not a report.
  */
@@ -21,12 +24,16 @@ import { execFileSync } from 'node:child_process'
 import * as fs from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { performance } from 'node:perf_hooks'
 import { forEachConcurrently, openFileLogStore } from '@sluice/storage'
+import type { FileLogStore } from '@sluice/storage'
 
 const N = Number(process.env.N ?? 100_000)
 const RATE = Number(process.env.RATE ?? 8000)
 const SECONDS = Number(process.env.SECONDS ?? 120)
 const ONLY = new Set((process.env.ONLY ?? 'files,store').split(','))
+// How the store part's checkpoints write back: its write-back thread, or the thread pool (writeBackThread: false).
+const WRITE_BACKS = (process.env.WRITE_BACK ?? 'thread,pool').split(',')
 const root = fs.mkdtempSync(join(process.env.BENCH_DIR ?? tmpdir(), 'sluice-checkpoint-bench-'))
 
 const done = (fd: number): Promise<void> => new Promise((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve())))
@@ -99,25 +106,37 @@ async function files(): Promise<void> {
 
 async function store(): Promise<void> {
   const dir = join(root, 'store')
-  const s = await openFileLogStore({ dir })
+  const created = await openFileLogStore({ dir })
   const t0 = performance.now()
   const end = new TextEncoder().encode('{"headers":{"control":"snapshot-end","xmin":"1","xmax":"2","xip_list":[]}}')
   let batch: Promise<unknown>[] = []
   for (let i = 0; i < N; i++) {
-    batch.push(s.createShape(`s${i}`, {}).finish(end))
+    batch.push(created.createShape(`s${i}`, {}).finish(end))
     if (batch.length === 500) {
       await Promise.all(batch)
       batch = []
     }
   }
   await Promise.all(batch)
-  await s.flush()
+  await created.close()
   console.log(`store: ${N} logs created in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
-  const enc = new TextEncoder()
   let lsn = 1000n
+  // Each variant reopens the same store, so they write back the same logs one after the other.
+  for (const how of WRITE_BACKS) {
+    const s = await openFileLogStore({ dir, writeBackThread: how === 'thread' })
+    lsn = await feedStore(s, how, lsn)
+  }
+}
+
+/** RATE one-row transactions a second to random logs for SECONDS, then a close (a checkpoint of every log written). */
+async function feedStore(s: FileLogStore, how: string, from: bigint): Promise<bigint> {
+  const enc = new TextEncoder()
+  let lsn = from
   const line = (i: number, l: bigint): Uint8Array =>
     enc.encode(JSON.stringify({ key: `"public"."t"/"${i}"`, value: { id: String(i), v: 'x'.repeat(150) }, headers: { operation: 'insert', lsn: String(l), op_position: 0 } }))
   const start = performance.now()
+  const elu0 = performance.eventLoopUtilization()
+  const cpu0 = process.cpuUsage()
   let sent = 0
   const feed = setInterval(() => {
     const due = Math.floor(((performance.now() - start) / 1000) * RATE)
@@ -128,18 +147,29 @@ async function store(): Promise<void> {
       s.advance(lsn)
     }
   }, 5)
+  const checkpoints: string[] = []
   const report = setInterval(() => {
     const c = s.checkpointStats
-    console.log(
-      `store: ${((performance.now() - start) / 1000).toFixed(0)} s, ${sent} changes; checkpoint ${c.running ? 'running' : 'last'}: ${c.writtenBack}/${c.logs} logs, write-back ${c.writeBackMs.toFixed(0)} ms, sync ${c.syncMs.toFixed(0)} ms, total ${c.totalMs.toFixed(0)} ms${c.syncfs ? ' (syncfs)' : ''}`,
-    )
+    const note = `${c.writtenBack}/${c.logs} logs, write-back ${c.writeBackMs.toFixed(0)} ms, sync ${c.syncMs.toFixed(0)} ms, total ${c.totalMs.toFixed(0)} ms${c.syncfs ? ' (syncfs)' : ''}`
+    if (!c.running && c.logs > 0 && checkpoints.at(-1) !== note) checkpoints.push(note)
+    console.log(`store (${how}): ${((performance.now() - start) / 1000).toFixed(0)} s, ${sent} changes; checkpoint ${c.running ? 'running' : 'last'}: ${note}`)
   }, 5000)
   await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000))
   clearInterval(feed)
   clearInterval(report)
+  const elu = performance.eventLoopUtilization(elu0)
+  const cpu = cpuMs(cpu0)
   const c0 = performance.now()
+  const loopBefore = performance.eventLoopUtilization()
   await s.close()
-  console.log(`store: close (final checkpoint, heads file) ${(performance.now() - c0).toFixed(0)} ms`)
+  const closeMs = performance.now() - c0
+  const closeLoop = performance.eventLoopUtilization(loopBefore)
+  console.log(
+    `store (${how}): ${sent} changes in ${SECONDS} s: event loop busy ${(elu.utilization * 100).toFixed(0)}%, process CPU ${((cpu / (SECONDS * 1000)) * 100).toFixed(0)}% of a core; ` +
+      `checkpoints done meanwhile: ${checkpoints.length === 0 ? 'none' : checkpoints.join('; ')}; ` +
+      `close (final checkpoint, heads file) ${closeMs.toFixed(0)} ms, event loop busy ${(closeLoop.utilization * 100).toFixed(0)}% of it`,
+  )
+  return lsn
 }
 
 try {

@@ -160,12 +160,14 @@ export class WriteBackThread implements FileWriter {
       let used = 0
       while (this.queueHead < this.queue.length && jobs.length < BATCH_JOBS) {
         const job = this.queue[this.queueHead]!
-        if (jobs.length > 0 && used + job.bytes.length > view.length) break
-        this.queueHead++
         if (job.ref.retired) {
+          this.queueHead++
           job.reject(new StorageError('store_closed', `write to ${job.ref.path}: the log is closed`))
           continue
         }
+        // One that does not fit goes first in the next batch (on a buffer of its own if bigger than a block).
+        if (used + job.bytes.length > view.length) break
+        this.queueHead++
         view.set(job.bytes, used)
         used += job.bytes.length
         jobs.push(job)

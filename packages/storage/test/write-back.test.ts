@@ -37,11 +37,17 @@ describe('write-back thread', () => {
         expect(got.subarray(at, at + 10 + (i % 50)).equals(fill(10 + (i % 50), i))).toBe(true)
         expect(got.subarray(0, 8).equals(Buffer.alloc(8, 0x2e))).toBe(true)
       })
-      // One write bigger than a shared block travels on its own.
+      // Writes bigger than a shared block travel on buffers of their own, also right after a closed log's.
       const big = file(dir, 'big', 0)
+      const bigger = file(dir, 'bigger', 0)
+      const closed = file(dir, 'closed', 0)
+      closed.retired = true
       const bytes = fill(3 * 1024 * 1024 + 17, 5)
-      await Promise.all([t.write(big, bytes, 0), t.write(refs[0]!, fill(4, 9), 0)])
+      const more = fill(5 * 1024 * 1024, 6)
+      const settled = await Promise.allSettled([t.write(closed, fill(2 * 1024 * 1024, 1), 0), t.write(big, bytes, 0), t.write(bigger, more, 0), t.write(refs[0]!, fill(4, 9), 0)])
+      expect(settled.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'fulfilled', 'fulfilled'])
       expect(readFileSync(big.path).equals(bytes)).toBe(true)
+      expect(readFileSync(bigger.path).equals(more)).toBe(true)
       expect(readFileSync(refs[0]!.path).subarray(0, 4).equals(fill(4, 9))).toBe(true)
     } finally {
       await t.close()
