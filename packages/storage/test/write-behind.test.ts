@@ -138,13 +138,14 @@ describe('write-behind', () => {
 
   it('a cut while a write-back is in flight wins: the rolled-back bytes reach no reader and no reopen', async () => {
     const dir = await tempDirs.make('wb-race')
-    // Writes on the thread pool wait at a gate, so the race is forced, not hoped for.
+    // Write-backs (thread-pool writes to the log's files; the journal's go on) wait at a gate, so the race is forced, not hoped for.
     let gate: Promise<void> | undefined
     let open = (): void => {}
+    const toLog = (fd: number): boolean => onFile('log.dat')([fd]) || onFile('entries.idx')([fd])
     const gated: FsPort = {
       ...nodeFs,
       async write(fd, buffer, offset, length, position) {
-        if (gate) await gate
+        if (gate && toLog(fd)) await gate
         return nodeFs.write(fd, buffer, offset, length, position)
       },
     }
