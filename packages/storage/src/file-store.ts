@@ -284,7 +284,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     this.writer = (options.writeBackThread ?? fs === nodeFs) ? writeBackThread() : new PortWriter(fs, this.fds)
     // Without the journal nothing waits for a write-back: only staged records use the arena.
-    this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
+    const writer = this.writer
+    this.arena = new TailArena(
+      options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0),
+      writer.prefault === undefined ? undefined : (buffer) => writer.prefault!(buffer),
+    )
     if (options.prefaultTails === true) this.arena.prefault()
     this.tailBudget = options.tailBudgetBytes ?? DEFAULT_TAIL_BUDGET_BYTES
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
@@ -979,7 +983,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       logs: this.logs.size,
       journalSegments: this.journal?.segmentCount ?? 0,
       tailBytes: this.arena.bytesInUse,
-      tailMemoryBytes: this.arena.slabBytes,
+      tailMemoryBytes: this.arena.memoryBytes,
       underPressure: this.pressured,
       pressures: this.pressures,
       checkpoint: this.lastCheckpoint,

@@ -33,6 +33,8 @@ export interface FileWriter {
   write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void>
   /** Writes a checkpoint may keep in flight at once through this writer. */
   readonly concurrency: number
+  /** Makes the pages of `buffer` resident off the event loop (tail-arena.ts `SlabPrefaulter`), where the writer can. */
+  prefault?(buffer: SharedArrayBuffer): void
 }
 
 /** Through the store's port, on the thread pool, with the descriptor cache's descriptors. */
@@ -57,7 +59,13 @@ export class PortWriter implements FileWriter {
 const THREAD_SOURCE = `
 const { parentPort } = require('node:worker_threads')
 const fs = require('node:fs')
-parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths }) => {
+parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, prefault }) => {
+  if (prefault !== undefined) {
+    // Adding zero writes each page (the writer may carve from it meanwhile: an atomic add loses none of its bytes).
+    const words = new Int32Array(prefault)
+    for (let i = 0; i < words.length; i += 1024) Atomics.add(words, i, 0)
+    return
+  }
   const bytes = new Uint8Array(buffer)
   const errors = []
   let at = 0
@@ -192,6 +200,11 @@ export class WriteBackThread implements FileWriter {
     }
   }
 
+  /** Touches every page of `buffer` on the thread; nothing waits for it, nor holds the process open for it. */
+  prefault(buffer: SharedArrayBuffer): void {
+    this.thread().postMessage({ prefault: buffer })
+  }
+
   /**
    * Stops the thread: writes in flight fail (their bytes stay with their
    * logs) and a later write starts a new one. The shared thread needs no
@@ -219,6 +232,8 @@ export class WriteBackThread implements FileWriter {
     // A thread that failed or exited fails what it held; the next write starts another.
     worker.on('error', (err) => this.lost(worker, err))
     worker.on('exit', (code) => this.lost(worker, new Error(`write-back thread exited with code ${code}`)))
+    // Held open only while writes are in flight (post, landed).
+    worker.unref()
     this.worker = worker
     return worker
   }
