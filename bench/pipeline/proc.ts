@@ -81,7 +81,7 @@ export class PipelineWorker {
       // The compiled packages (dist/), as users run them: tsx's transform of the sources renames every
       // closure it creates (esbuild keepNames), which costs the hot path several per cent and each shape
       // a few hundred bytes. BENCH_SOURCE=1 runs the TypeScript sources instead.
-      ['--expose-gc', ...(BENCH_SOURCE ? ['--conditions=sluice-source'] : []), '--import', tsx, ...(options.nodeArgs ?? []), ...EXTRA_NODE_ARGS, workerPath],
+      ['--expose-gc', ...(BENCH_SOURCE ? ['--conditions=sluice-source'] : []), '--import', tsx, ...EXTRA_NODE_ARGS, ...(options.nodeArgs ?? []), workerPath],
       options.cpus,
     )
     // taskset execs node, so child.pid is the pipeline process itself.

@@ -23,7 +23,7 @@ import { writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector'
 import { createInterface } from 'node:readline'
 import { writeHeapSnapshot } from 'node:v8'
-import { performance } from 'node:perf_hooks'
+import { PerformanceObserver, constants as perfConstants, performance } from 'node:perf_hooks'
 import type { Pipeline as PipelineType } from './server.js'
 import { Pipeline } from './server.js'
 import { SHAPE_SETS, shapeParams } from './workload.js'
@@ -213,14 +213,33 @@ function instrumentStore(p: PipelineType): void {
 /**
  * BENCH_STORE_STATS=<ms>: every <ms>, one line on stderr with the store's
  * journal segments, the running (or last) checkpoint's progress and phase
- * times, the tail arena's size and the durable watermark (how write-behind and checkpoints keep up under load).
+ * times, the tail arena's size and the durable watermark (how write-behind and checkpoints keep up under load),
+ * and since the last line the event loop's busy share and the garbage
+ * collector's pauses (count and ms, young generation and full).
  */
 function watchStore(p: PipelineType): void {
   const every = Number(process.env.BENCH_STORE_STATS ?? 0)
   if (!(every > 0)) return
   const store = p.store
   const t0 = performance.now()
+  const gc = { minor: 0, minorMs: 0, major: 0, majorMs: 0 }
+  const observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const kind = ((e as unknown as { detail?: { kind?: number } }).detail)?.kind
+      if (kind === perfConstants.NODE_PERFORMANCE_GC_MINOR) {
+        gc.minor++
+        gc.minorMs += e.duration
+      } else {
+        gc.major++
+        gc.majorMs += e.duration
+      }
+    }
+  })
+  observer.observe({ entryTypes: ['gc'] })
+  let elu = performance.eventLoopUtilization()
   const timer = setInterval(() => {
+    const loop = performance.eventLoopUtilization(elu)
+    elu = performance.eventLoopUtilization()
     const mem = process.memoryUsage()
     const stats = store.stats()
     const c = stats.checkpoint
@@ -237,8 +256,11 @@ function watchStore(p: PipelineType): void {
         arrayBuffersMiB: Math.round(mem.arrayBuffers / 2 ** 20),
         heapMiB: Math.round(mem.heapUsed / 2 ** 20),
         durable: store.durableLsn.toString(16),
+        loopBusy: Math.round(loop.utilization * 100),
+        gc: { minor: gc.minor, minorMs: Math.round(gc.minorMs), major: gc.major, majorMs: Math.round(gc.majorMs) },
       })}\n`,
     )
+    Object.assign(gc, { minor: 0, minorMs: 0, major: 0, majorMs: 0 })
   }, every)
   timer.unref()
 }
