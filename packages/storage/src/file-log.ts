@@ -41,7 +41,7 @@ import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './recor
 import type { ArenaBlock, TailArena } from './tail-arena.js'
 import type { Journal } from './journal.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
-import type { FileWriter } from './write-back.js'
+import type { FileWrite, FileWriter } from './write-back.js'
 
 /** What a log needs from its store. */
 export interface LogHost {
@@ -67,11 +67,6 @@ export interface LogHost {
   readonly writer: FileWriter
 }
 
-/** Waits for every promise, then fails with the first failure. */
-async function settleAll(writes: readonly Promise<void>[]): Promise<void> {
-  const results = await Promise.allSettled(writes)
-  for (const r of results) if (r.status === 'rejected') throw r.reason
-}
 
 /**
  * The appended head after an append: also the transaction end a publish may
@@ -430,12 +425,11 @@ export class FileShapeLog implements ShapeLog {
     while (this.flight) await this.flight.catch(() => undefined)
     const plan = this.planWriteBack()
     if (plan === undefined) return
-    const writer = this.host.writer
-    // Both files at once (the journal, not their order, is what recovery trusts); the flight ends when both have.
-    const writes: Promise<void>[] = []
-    if (plan.data.length > 0) writes.push(writer.write(this.data, plan.data, plan.dataFrom))
-    if (plan.records.length > 0) writes.push(writer.write(this.entries, plan.records, plan.recordsAt))
-    const flight = settleAll(writes)
+    // Both files in one job (the journal, not their order, is what recovery trusts).
+    const writes: FileWrite[] = []
+    if (plan.data.length > 0) writes.push({ ref: this.data, bytes: plan.data, position: plan.dataFrom })
+    if (plan.records.length > 0) writes.push({ ref: this.entries, bytes: plan.records, position: plan.recordsAt })
+    const flight = this.host.writer.writeAll(writes)
     this.flight = flight
     try {
       await flight

@@ -28,9 +28,17 @@ import type { FdCache, FileRef } from './fd-cache.js'
 import type { FsPort } from './fs-port.js'
 import { writeFullyAsync } from './fs-port.js'
 
-/** Writes bytes into a log's file at a position; resolves once written (not synced). */
+/** Bytes for a log's file, at a position. */
+export interface FileWrite {
+  readonly ref: FileRef
+  readonly bytes: Uint8Array
+  readonly position: number
+}
+
+/** Writes bytes into logs' files; resolves once written (not synced). */
 export interface FileWriter {
-  write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void>
+  /** Every write of a write-back (a log's data and its records) as one job: one promise, failed by the first failure. */
+  writeAll(writes: readonly FileWrite[]): Promise<void>
   /** Writes a checkpoint may keep in flight at once through this writer. */
   readonly concurrency: number
   /** Makes the pages of `buffer` resident off the event loop (tail-arena.ts `SlabPrefaulter`), where the writer can. */
@@ -46,8 +54,8 @@ export class PortWriter implements FileWriter {
     private readonly fds: FdCache,
   ) {}
 
-  write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void> {
-    return this.fds.useAsync(ref, (fd) => writeFullyAsync(this.fs, fd, bytes, bytes.length, position))
+  async writeAll(writes: readonly FileWrite[]): Promise<void> {
+    for (const { ref, bytes, position } of writes) await this.fds.useAsync(ref, (fd) => writeFullyAsync(this.fs, fd, bytes, bytes.length, position))
   }
 }
 
@@ -59,7 +67,7 @@ export class PortWriter implements FileWriter {
 const THREAD_SOURCE = `
 const { parentPort } = require('node:worker_threads')
 const fs = require('node:fs')
-parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, prefault }) => {
+parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, jobs, prefault }) => {
   if (prefault !== undefined) {
     // Adding zero writes each page (the writer may carve from it meanwhile: an atomic add loses none of its bytes).
     const words = new Int32Array(prefault)
@@ -82,7 +90,8 @@ parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, prefaul
         done += w
       }
     } catch (err) {
-      errors.push({ index: i, code: err && err.code, message: String(err && err.message) })
+      // The job's first failure is what it reports; its other files are written all the same.
+      if (errors.length === 0 || errors[errors.length - 1].index !== jobs[i]) errors.push({ index: jobs[i], code: err && err.code, message: String(err && err.message) })
     } finally {
       if (fd >= 0) try { fs.closeSync(fd) } catch {}
       at += n
@@ -93,9 +102,9 @@ parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, prefaul
 `
 
 interface Job {
-  readonly ref: FileRef
-  readonly bytes: Uint8Array
-  readonly position: number
+  readonly writes: readonly FileWrite[]
+  /** Bytes of all its writes. */
+  readonly length: number
   readonly resolve: () => void
   readonly reject: (err: Error) => void
 }
@@ -122,11 +131,15 @@ interface BatchResult {
 // keep the thread busy while the loop fills the next.
 const BLOCK_BYTES = 1024 * 1024
 const BLOCKS = 4
-const BATCH_JOBS = 512
+const BATCH_JOBS = 256
 
 export class WriteBackThread implements FileWriter {
-  // Enough to fill every block; the loop's part per write is a copy and a promise.
-  readonly concurrency = BLOCKS * BATCH_JOBS
+  // Enough to keep two batches queued behind the one the thread writes. Not
+  // more: each write-back's plan and promise live until it lands, and with
+  // thousands waiting (~1k landed a second under bench:pipeline's keep-up
+  // load) they outlived young-generation collections and were left for full
+  // collections of the writer's heap.
+  readonly concurrency = 3 * BATCH_JOBS
   private worker: Worker | undefined
   private queue: Job[] = []
   private queueHead = 0
@@ -137,9 +150,14 @@ export class WriteBackThread implements FileWriter {
   private scheduled = false
 
   write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void> {
-    if (ref.retired) return Promise.reject(new StorageError('store_closed', `write to ${ref.path}: the log is closed`))
+    return this.writeAll([{ ref, bytes, position }])
+  }
+
+  writeAll(writes: readonly FileWrite[]): Promise<void> {
+    let length = 0
+    for (const w of writes) length += w.bytes.length
     return new Promise<void>((resolve, reject) => {
-      this.queue.push({ ref, bytes, position, resolve, reject })
+      this.queue.push({ writes, length, resolve, reject })
       if (!this.scheduled) {
         // Gathered until the loop turns: a checkpoint asks for hundreds in one go.
         this.scheduled = true
@@ -155,34 +173,39 @@ export class WriteBackThread implements FileWriter {
   private post(): void {
     while (this.queueHead < this.queue.length) {
       const first = this.queue[this.queueHead]!
-      const oneOff = first.bytes.length > BLOCK_BYTES
+      const oneOff = first.length > BLOCK_BYTES
       const block = oneOff ? undefined : this.takeBlock()
       if (!oneOff && block === undefined) break // posted again when a batch returns
-      const buffer = block?.buffer ?? new SharedArrayBuffer(first.bytes.length)
+      const buffer = block?.buffer ?? new SharedArrayBuffer(first.length)
       const view = block?.view ?? new Uint8Array(buffer)
       const jobs: Job[] = []
       const paths: string[] = []
       const inos: number[] = []
       const positions: number[] = []
       const lengths: number[] = []
+      const owners: number[] = []
       let used = 0
       while (this.queueHead < this.queue.length && jobs.length < BATCH_JOBS) {
         const job = this.queue[this.queueHead]!
-        if (job.ref.retired) {
+        const closed = job.writes.find((w) => w.ref.retired)
+        if (closed !== undefined) {
           this.queueHead++
-          job.reject(new StorageError('store_closed', `write to ${job.ref.path}: the log is closed`))
+          job.reject(new StorageError('store_closed', `write to ${closed.ref.path}: the log is closed`))
           continue
         }
         // One that does not fit goes first in the next batch (on a buffer of its own if bigger than a block).
-        if (used + job.bytes.length > view.length) break
+        if (used + job.length > view.length) break
         this.queueHead++
-        view.set(job.bytes, used)
-        used += job.bytes.length
+        for (const w of job.writes) {
+          view.set(w.bytes, used)
+          used += w.bytes.length
+          paths.push(w.ref.path)
+          inos.push(w.ref.ino)
+          positions.push(w.position)
+          lengths.push(w.bytes.length)
+          owners.push(jobs.length)
+        }
         jobs.push(job)
-        paths.push(job.ref.path)
-        inos.push(job.ref.ino)
-        positions.push(job.position)
-        lengths.push(job.bytes.length)
       }
       if (jobs.length === 0) {
         if (block !== undefined) this.free.push(block)
@@ -192,7 +215,7 @@ export class WriteBackThread implements FileWriter {
       this.inFlight.set(id, { jobs, block })
       const worker = this.thread()
       worker.ref()
-      worker.postMessage({ id, buffer, paths, inos, positions, lengths })
+      worker.postMessage({ id, buffer, paths, inos, positions, lengths, jobs: owners })
     }
     if (this.queueHead === this.queue.length) {
       this.queue = []

@@ -85,6 +85,32 @@ describe('write-back thread', () => {
     }
   })
 
+  it('writes a job of several files as one: the first failure fails it, its other files are written', async () => {
+    const dir = await tempDirs.make('wbt-job')
+    const t = new WriteBackThread()
+    try {
+      const a = file(dir, 'a', 0)
+      const b = file(dir, 'b', 0)
+      const missing = new FileRef(`${dir}/missing`, 'r+')
+      await t.writeAll([
+        { ref: a, bytes: fill(7, 1), position: 0 },
+        { ref: b, bytes: fill(9, 2), position: 3 },
+      ])
+      expect(readFileSync(a.path).equals(fill(7, 1))).toBe(true)
+      expect(readFileSync(b.path).subarray(3).equals(fill(9, 2))).toBe(true)
+      const failed = await t
+        .writeAll([
+          { ref: missing, bytes: fill(4, 3), position: 0 },
+          { ref: a, bytes: fill(4, 4), position: 0 },
+        ])
+        .catch((e: unknown) => e)
+      expect((failed as { code?: unknown }).code).toBe('ENOENT')
+      expect(readFileSync(a.path).subarray(0, 4).equals(fill(4, 4))).toBe(true)
+    } finally {
+      await t.close()
+    }
+  })
+
   it('fails the writes in flight when the thread goes, and starts a new one for the next', async () => {
     const dir = await tempDirs.make('wbt-lost')
     const t = new WriteBackThread()
