@@ -66,7 +66,6 @@ const PARTIAL =
   process.env.SETS !== undefined ||
   process.env.BENCH_REPS !== undefined ||
   process.env.BENCH_NODE_ARGS !== undefined ||
-  process.env.BENCH_VARIANT_NODE_ARGS !== undefined ||
   KEEPUP_CORES.length < 2
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
@@ -139,12 +138,6 @@ const pick = (sets: readonly string[]): string[] => sets.filter((s) => ONLY_SETS
 const MAIN_SETS = pick(['eq1', 'eq1k', 'eq10k', 'eq100k'])
 const ILIKE_SETS = pick(['ilike1k'])
 const OVERLAP_SETS = pick(['overlap1k'])
-/**
- * BENCH_VARIANT_NODE_ARGS='--flag ...': each throughput set also runs with these
- * Node flags, as a further contender in the same repetitions (logged as
- * `<set>+`, not in the report): to try a flag side by side.
- */
-const VARIANT_NODE_ARGS = process.env.BENCH_VARIANT_NODE_ARGS?.split(' ').filter((a) => a !== '')
 /** BENCH_CPU_PROF=<dir>: each timed pipeline run writes a V8 CPU profile of its timed window there. */
 const CPU_PROF = process.env.BENCH_CPU_PROF
 /** BENCH_HEAP_SNAPSHOT=<dir>: a V8 heap snapshot of each registering pipeline once its shapes are ready (what a shape costs). */
@@ -193,8 +186,8 @@ function countOf(id: string): number {
   return SETTINGS.counts[id] ?? setOf(id).count
 }
 
-async function startWorker(label: string, cpus?: string, nodeArgs?: readonly string[]): Promise<PipelineWorker> {
-  return PipelineWorker.spawn({ label, cpus, ...(nodeArgs === undefined ? {} : { nodeArgs }) }, (event) => {
+async function startWorker(label: string, cpus?: string): Promise<PipelineWorker> {
+  return PipelineWorker.spawn({ label, cpus }, (event) => {
     if (event.event === 'progress') log(`  ${String(event.set)}: ${String(event.done)} shapes ready after ${(Number(event.ms) / 1000).toFixed(1)} s`)
   })
 }
@@ -371,17 +364,9 @@ async function ceilingRun(cluster: PostgresCluster, slot: string, workload: Gene
  * registered plus the changes of earlier runs) with the run's own slot, and
  * times it to the workload's end.
  */
-async function pipelineRun(
-  cluster: PostgresCluster,
-  root: string,
-  set: string,
-  slot: string,
-  slotLsn: bigint,
-  workload: GeneratedWorkload,
-  nodeArgs?: readonly string[],
-): Promise<RunResult> {
+async function pipelineRun(cluster: PostgresCluster, root: string, set: string, slot: string, slotLsn: bigint, workload: GeneratedWorkload): Promise<RunResult> {
   const dir = join(root, 'reg', set)
-  const worker = await startWorker(`pipeline:${set}`, undefined, nodeArgs)
+  const worker = await startWorker(`pipeline:${set}`)
   try {
     await waitForQuiet(QUIET_WAIT_MS)
     const meter = new SystemMeter()
@@ -422,8 +407,7 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
   const ceiling: RunResult[] = []
   const workloads: GeneratedWorkload[] = []
   const runs = new Map<string, RunResult[]>(phase.sets.map((s) => [s, []]))
-  // A set run again with VARIANT_NODE_ARGS is named `<set>+`: logged only, for diagnosis.
-  const contenders = ['ceiling', ...phase.sets, ...(VARIANT_NODE_ARGS === undefined ? [] : phase.sets.map((s) => `${s}+`))]
+  const contenders = ['ceiling', ...phase.sets]
   const tag = phase.id.replace('-', '_')
   for (let rep = 0; rep < SETTINGS.reps; rep++) {
     // One slot per contender, all created before this repetition's workload: each replays exactly the same WAL.
@@ -431,8 +415,8 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
     const startLsn = await createSlot(cluster, ceilingSlot)
     const slots = new Map<string, string>()
     const slotLsns = new Map<string, bigint>()
-    for (const set of contenders.filter((c) => c !== 'ceiling')) {
-      slots.set(set, `p_${tag}_${set.replace('+', 'v')}_${rep}`)
+    for (const set of phase.sets) {
+      slots.set(set, `p_${tag}_${set}_${rep}`)
       slotLsns.set(set, await createSlot(cluster, slots.get(set)!))
     }
     const workload = await generateWorkload(cluster, {
@@ -456,9 +440,8 @@ async function throughputPhase(cluster: PostgresCluster, root: string, phase: Ph
         ceiling.push(r)
         log(`  rep ${rep + 1} pg_recvlogical: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s (load ${r.loadavg1.toFixed(2)})`)
       } else {
-        const variant = who.endsWith('+')
-        const r = await pipelineRun(cluster, root, who.replace('+', ''), slots.get(who)!, slotLsns.get(who)!, workload, variant ? VARIANT_NODE_ARGS : undefined)
-        if (!variant) runs.get(who)!.push(r)
+        const r = await pipelineRun(cluster, root, who, slots.get(who)!, slotLsns.get(who)!, workload)
+        runs.get(who)!.push(r)
         log(
           `  rep ${rep + 1} ${who}: ${(r.ms / 1000).toFixed(2)} s, ${r.changesPerSec.toFixed(0)} changes/s, pipeline CPU ${((r.pipelineCpuMs ?? 0) / 1000).toFixed(1)} s (system ${((r.pipelineSystemCpuMs ?? 0) / 1000).toFixed(1)} s; ${r.pageFaults ?? '-'} page faults; start ${((r.startMs ?? 0) / 1000).toFixed(1)} s, load ${r.loadavg1.toFixed(2)})`,
         )
