@@ -92,6 +92,13 @@ export interface FileStoreStats {
   readonly checkpoint: Readonly<CheckpointStats>
 }
 
+/** The inode of each of a log's files, as a stat at open found them. */
+interface FileInodes {
+  readonly data: number
+  readonly entries: number
+  readonly chunks: number
+}
+
 /** Tuning knobs of the file engine. Every one has a production default. */
 export interface FileStoreOptions {
   readonly dir: string
@@ -345,7 +352,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       try {
         checkShapeId(id)
         const known = clean?.get(id)
-        this.logs.set(id, known !== undefined && this.sizesMatch(known.head, dir) ? this.openClean(known, dir) : await this.openLog(id, dir))
+        const inodes = known === undefined ? undefined : this.sizesMatch(known.head, dir)
+        this.logs.set(id, known !== undefined && inodes !== undefined ? this.openClean(known, dir, inodes) : await this.openLog(id, dir))
       } catch (err) {
         if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
           throw err
@@ -402,20 +410,27 @@ export class FileLogStore implements ShapeLogStore, LogHost {
    * set aside if damaged); bytes rewritten in place at the same size are not
    * looked for here, as a scan would look only at headers and the last records.
    */
-  private sizesMatch(head: HeadState, dir: string): boolean {
+  private sizesMatch(head: HeadState, dir: string): FileInodes | undefined {
     try {
-      return (
-        this.fs.statSync(`${dir}/${LOG_FILES.data}`).size === head.dataEnd &&
-        this.fs.statSync(`${dir}/${LOG_FILES.entries}`).size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
-        this.fs.statSync(`${dir}/${LOG_FILES.chunks}`).size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
-      )
+      const data = this.fs.statSync(`${dir}/${LOG_FILES.data}`)
+      const entries = this.fs.statSync(`${dir}/${LOG_FILES.entries}`)
+      const chunks = this.fs.statSync(`${dir}/${LOG_FILES.chunks}`)
+      const match =
+        data.size === head.dataEnd &&
+        entries.size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
+        chunks.size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+      return match ? { data: data.ino, entries: entries.ino, chunks: chunks.ino } : undefined
     } catch {
-      return false
+      return undefined
     }
   }
 
-  private openClean(known: CleanLog, dir: string): FileShapeLog {
+  private openClean(known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
     const log = new FileShapeLog(known.id, dir, known.meta, this, [...known.chunks], known.head)
+    // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
+    log.data.ino = inodes.data
+    log.entries.ino = inodes.entries
+    log.chunkFile.ino = inodes.chunks
     log.registered = true
     this.cleanOpened++
     return log

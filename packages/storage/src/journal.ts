@@ -136,9 +136,10 @@ export class Journal<T> {
   async commit(watermark?: Watermark): Promise<ReadonlySet<T>> {
     const owners = this.owners
     this.owners = new Set()
-    const tombstones = this.tombstones
+    // A count, not the array: a deletion while this commit waits adds to it, and that tombstone is the next group's.
+    const tombstoned = this.tombstones.length
     const builder = this.builder
-    for (const id of tombstones) builder.tombstone(id)
+    for (let i = 0; i < tombstoned; i++) builder.tombstone(this.tombstones[i]!)
     if (watermark) builder.watermark(watermark.lsn, watermark.sequence)
     if (builder.empty) return owners
     let dirSync = false
@@ -164,7 +165,7 @@ export class Journal<T> {
       await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])
       if (watermark) seg.watermark = watermark
       this.broken = false
-      this.tombstones = this.tombstones.slice(tombstones.length)
+      this.tombstones = this.tombstones.slice(tombstoned)
       return owners
     } catch (err) {
       throw new JournalCommitError(err, owners)

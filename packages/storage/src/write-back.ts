@@ -76,13 +76,16 @@ parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, jobs, p
   }
   const bytes = new Uint8Array(buffer)
   const errors = []
+  const found = new Array(paths.length).fill(-1)
   let at = 0
   for (let i = 0; i < paths.length; i++) {
     const n = lengths[i]
     let fd = -1
     try {
       fd = fs.openSync(paths[i], 'r+')
-      if (inos[i] >= 0 && fs.fstatSync(fd).ino !== inos[i]) throw Object.assign(new Error('another file is at ' + paths[i]), { code: 'ESTALE' })
+      const ino = fs.fstatSync(fd).ino
+      if (inos[i] >= 0 && ino !== inos[i]) throw Object.assign(new Error('another file is at ' + paths[i]), { code: 'ESTALE' })
+      found[i] = ino
       let done = 0
       while (done < n) {
         const w = fs.writeSync(fd, bytes, at + done, n - done, positions[i] + done)
@@ -97,7 +100,7 @@ parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, jobs, p
       at += n
     }
   }
-  parentPort.postMessage({ id, errors })
+  parentPort.postMessage({ id, errors, found })
 })
 `
 
@@ -116,12 +119,16 @@ interface SharedBlock {
 
 interface Batch {
   readonly jobs: Job[]
+  /** The files written, in the order sent. */
+  readonly refs: FileRef[]
   /** Given back to the free list when the batch returns; undefined for a one-off buffer (a job bigger than a block). */
   readonly block: SharedBlock | undefined
 }
 
 interface BatchResult {
   readonly id: number
+  /** Each file's inode as the thread found it (-1 where it could not open it). */
+  readonly found: readonly number[]
   readonly errors: readonly { readonly index: number; readonly code: string | undefined; readonly message: string }[]
 }
 
@@ -184,6 +191,7 @@ export class WriteBackThread implements FileWriter {
       const positions: number[] = []
       const lengths: number[] = []
       const owners: number[] = []
+      const refs: FileRef[] = []
       let used = 0
       while (this.queueHead < this.queue.length && jobs.length < BATCH_JOBS) {
         const job = this.queue[this.queueHead]!
@@ -204,6 +212,7 @@ export class WriteBackThread implements FileWriter {
           positions.push(w.position)
           lengths.push(w.bytes.length)
           owners.push(jobs.length)
+          refs.push(w.ref)
         }
         jobs.push(job)
       }
@@ -211,9 +220,17 @@ export class WriteBackThread implements FileWriter {
         if (block !== undefined) this.free.push(block)
         continue
       }
+      let worker: Worker
+      try {
+        worker = this.thread()
+      } catch (err) {
+        // No thread to be had (out of memory, threads): these fail, their bytes stay with their logs.
+        if (block !== undefined) this.free.push(block)
+        for (const job of jobs) job.reject(Object.assign(new Error(`no write-back thread: ${String(err)}`), { code: 'EIO' }))
+        continue
+      }
       const id = this.nextId++
-      this.inFlight.set(id, { jobs, block })
-      const worker = this.thread()
+      this.inFlight.set(id, { jobs, refs, block })
       worker.ref()
       worker.postMessage({ id, buffer, paths, inos, positions, lengths, jobs: owners })
     }
@@ -236,8 +253,10 @@ export class WriteBackThread implements FileWriter {
   async close(): Promise<void> {
     const worker = this.worker
     if (worker === undefined) return
-    this.lost(worker, new Error('write-back thread closed'))
+    this.worker = undefined
+    // Stopped first: its blocks are reused only once it can no longer be writing from them.
     await worker.terminate()
+    this.failInFlight(new Error('write-back thread closed'))
   }
 
   private takeBlock(): SharedBlock | undefined {
@@ -266,6 +285,10 @@ export class WriteBackThread implements FileWriter {
     if (batch === undefined) return
     this.inFlight.delete(result.id)
     if (batch.block !== undefined) this.free.push(batch.block)
+    // From now on the thread, and the descriptor cache on reopen, refuse another file put at the same path.
+    batch.refs.forEach((ref, i) => {
+      if (ref.ino < 0 && result.found[i]! >= 0) ref.ino = result.found[i]!
+    })
     const failed = new Map(result.errors.map((e) => [e.index, e]))
     batch.jobs.forEach((job, i) => {
       const err = failed.get(i)
@@ -276,9 +299,14 @@ export class WriteBackThread implements FileWriter {
     if (this.queueHead < this.queue.length) this.post()
   }
 
+  /** The thread failed or exited on its own (it runs no more). */
   private lost(worker: Worker, cause: Error): void {
     if (this.worker !== worker) return
     this.worker = undefined
+    this.failInFlight(cause)
+  }
+
+  private failInFlight(cause: Error): void {
     const batches = [...this.inFlight.values()]
     this.inFlight.clear()
     for (const batch of batches) {

@@ -571,4 +571,34 @@ describe('journal segment closing', () => {
     expect(many.segmentCount).toBe(2)
     many.close()
   })
+
+  it('a shape deleted while a commit is being written keeps its tombstone for the next group', async () => {
+    const dir = await tempDirs.make('journal-tombstone-race')
+    let gate: Promise<void> | undefined
+    let open = (): void => {}
+    const gated: FsPort = {
+      ...nodeFs,
+      async write(fd, buffer, offset, length, position) {
+        if (gate && readlinkSync(`/proc/self/fd/${fd}`).endsWith('.jnl')) await gate
+        return nodeFs.write(fd, buffer, offset, length, position)
+      },
+    }
+    const s = await openFileLogStore({ dir, fs: gated, flushIntervalMs: 60_000 })
+    await makeShape(s, 'a', [])
+    await makeShape(s, 'b', [])
+    gate = new Promise((r) => (open = r))
+    s.get('a')!.appendTransaction([change(5n, 0, 1)])
+    s.advance(5n)
+    const flushing = s.flush()
+    await until(() => s.journal!.committing)
+    await s.deleteShape('b')
+    gate = undefined
+    open()
+    await flushing
+    // The group written was recorded before the deletion: its tombstone waits for the next.
+    expect(s.journal!.tombstonesPending).toBe(true)
+    await s.flush()
+    expect(s.journal!.tombstonesPending).toBe(false)
+    await s.close()
+  })
 })

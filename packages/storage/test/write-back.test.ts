@@ -4,7 +4,7 @@
  * system's error code; a closed log's write and a lost thread fail cleanly;
  * and a store on the real file system writes back through it.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
@@ -111,6 +111,25 @@ describe('write-back thread', () => {
     }
   })
 
+  it('learns the inode of a file it opened, and then refuses another file put at its path', async () => {
+    const dir = await tempDirs.make('wbt-ino')
+    const t = new WriteBackThread()
+    try {
+      const ref = file(dir, 'f', 0)
+      expect(ref.ino).toBe(-1)
+      await t.write(ref, fill(3, 1), 0)
+      expect(ref.ino).toBe(statSync(ref.path).ino)
+      // Deleted and made again under the same name (another log's file).
+      renameSync(ref.path, `${dir}/f.old`)
+      writeFileSync(ref.path, Buffer.alloc(3, 0x2e))
+      const err = await t.write(ref, fill(3, 2), 0).catch((e: unknown) => e)
+      expect((err as { code?: unknown }).code).toBe('ESTALE')
+      expect(readFileSync(ref.path).equals(Buffer.alloc(3, 0x2e))).toBe(true)
+    } finally {
+      await t.close()
+    }
+  })
+
   it('fails the writes in flight when the thread goes, and starts a new one for the next', async () => {
     const dir = await tempDirs.make('wbt-lost')
     const t = new WriteBackThread()
@@ -145,6 +164,10 @@ describe('write-back thread', () => {
       const entries = body(again.get(`l${i}`)!.read(parseOffset('0_inf')))
       expect(entries).toHaveLength(Array.from({ length: 30 }, (_, k) => k + 1).filter((tx) => (tx + i) % 3 === 0).length)
     }
+    // Opened from the heads file, the logs know their files' inodes without opening them.
+    const restored = again.get('l0') as unknown as { data: FileRef; entries: FileRef }
+    expect(restored.data.ino).toBe(statSync(`${dir}/shapes/l0/log.dat`).ino)
+    expect(restored.entries.ino).toBe(statSync(`${dir}/shapes/l0/entries.idx`).ino)
     await again.close()
   })
 })
