@@ -13,6 +13,8 @@ import { FlushError, nodeFs, openFileLogStore, readSpans } from '../src/index.js
 import type { FsPort, ShapeLog, StorageError } from '../src/index.js'
 import { body, change, makeShape, row } from './contract-suite.js'
 import { onFile } from './fixtures/fd-match.js'
+import { FileRef } from '../src/fd-cache.js'
+import { writeBackThread } from '../src/write-back.js'
 
 const tempDirs = useTempDir()
 const enc = new TextEncoder()
@@ -178,6 +180,42 @@ describe('write-behind', () => {
     await s.flush()
     const after = liveBytes(log)
     expect(after.length).toBeGreaterThan(300 * 1024)
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
+    await again.close()
+  })
+
+  it('a cut wins over a write-back waiting on the write-back thread too', async () => {
+    const dir = await tempDirs.make('wb-race-thread')
+    // Only syncs are faulted; writes go to the real files, so the thread may take them.
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread: true, flushIntervalMs: 60_000 })
+    const log = await makeShape(s, 'c', [row(1)])
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await s.flush()
+    const durable = liveBytes(log)
+
+    // The thread is kept busy with a big write queued first, so the log's write-back waits behind it.
+    writeFileSync(`${dir}/busy`, '')
+    const busy = writeBackThread().write(new FileRef(`${dir}/busy`, 'r+'), Buffer.alloc(64 * 1024 * 1024, 1), 0)
+    log.appendTransaction([big(20n, 0, 300)])
+    s.advance(20n)
+    faulty.rules.failNext('fdatasync', { code: 'EIO', match: onFile('00000001.jnl') })
+    const err = await s.flush().catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(FlushError)
+    expect((err as FlushError).rolledBack).toContain('c')
+    await busy
+    await new Promise((r) => setTimeout(r, 100))
+    // The write landed after the cut and counted for nothing: memory and files agree on the durable prefix.
+    expect(liveBytes(log).equals(durable)).toBe(true)
+    expect(sizeOf(dir, 'c', 'log.dat')).toBeLessThan(300 * 1024)
+
+    log.appendTransaction([big(20n, 0, 300)])
+    s.advance(20n)
+    await s.flush()
+    const after = liveBytes(log)
     await s.close()
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
     expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
