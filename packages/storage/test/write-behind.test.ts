@@ -139,7 +139,6 @@ describe('write-behind', () => {
   })
 
   it('a cut while a write-back is in flight wins: the rolled-back bytes reach no reader and no reopen', async () => {
-    const dir = await tempDirs.make('wb-race')
     // Write-backs (thread-pool writes to the log's files; the journal's go on) wait at a gate, so the race is forced, not hoped for.
     let gate: Promise<void> | undefined
     let open = (): void => {}
@@ -151,74 +150,62 @@ describe('write-behind', () => {
         return nodeFs.write(fd, buffer, offset, length, position)
       },
     }
-    const faulty = createFaultyFs<FsPort>(gated)
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
-    const log = await makeShape(s, 'c', [row(1)])
-    log.appendTransaction([change(10n, 0, 1)])
-    s.advance(10n)
-    await s.flush()
-    const durable = liveBytes(log)
-
-    gate = new Promise((r) => (open = r))
-    // 300 KiB: the write-back starts and waits at the gate.
-    log.appendTransaction([big(20n, 0, 300)])
-    s.advance(20n)
-    faulty.rules.failNext('fdatasync', { code: 'EIO', match: onFile('00000001.jnl') })
-    const err = await s.flush().catch((e: unknown) => e)
-    expect(err).toBeInstanceOf(FlushError)
-    expect((err as FlushError).rolledBack).toContain('c')
-    gate = undefined
-    open()
-    await new Promise((r) => setTimeout(r, 50))
-    // The write landed, then was cut away; memory and files agree on the durable prefix.
-    expect(liveBytes(log).equals(durable)).toBe(true)
-    expect(sizeOf(dir, 'c', 'log.dat')).toBeLessThan(300 * 1024)
-
-    // The replay of transaction 20 lands in its place.
-    log.appendTransaction([big(20n, 0, 300)])
-    s.advance(20n)
-    await s.flush()
-    const after = liveBytes(log)
-    expect(after.length).toBeGreaterThan(300 * 1024)
-    await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
-    expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
-    await again.close()
+    await cutWinsOverWaitingWriteBack(await tempDirs.make('wb-race'), gated, false, () => {
+      gate = new Promise((r) => (open = r))
+      return async () => {
+        gate = undefined
+        open()
+      }
+    })
   })
 
   it('a cut wins over a write-back waiting on the write-back thread too', async () => {
     const dir = await tempDirs.make('wb-race-thread')
     // Only syncs are faulted; writes go to the real files, so the thread may take them.
-    const faulty = createFaultyFs<FsPort>(nodeFs)
-    const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread: true, flushIntervalMs: 60_000 })
-    const log = await makeShape(s, 'c', [row(1)])
-    log.appendTransaction([change(10n, 0, 1)])
-    s.advance(10n)
-    await s.flush()
-    const durable = liveBytes(log)
-
-    // The thread is kept busy with a big write queued first, so the log's write-back waits behind it.
-    writeFileSync(`${dir}/busy`, '')
-    const busy = writeBackThread().write(new FileRef(`${dir}/busy`, 'r+'), Buffer.alloc(64 * 1024 * 1024, 1), 0)
-    log.appendTransaction([big(20n, 0, 300)])
-    s.advance(20n)
-    faulty.rules.failNext('fdatasync', { code: 'EIO', match: onFile('00000001.jnl') })
-    const err = await s.flush().catch((e: unknown) => e)
-    expect(err).toBeInstanceOf(FlushError)
-    expect((err as FlushError).rolledBack).toContain('c')
-    await busy
-    await new Promise((r) => setTimeout(r, 100))
-    // The write landed after the cut and counted for nothing: memory and files agree on the durable prefix.
-    expect(liveBytes(log).equals(durable)).toBe(true)
-    expect(sizeOf(dir, 'c', 'log.dat')).toBeLessThan(300 * 1024)
-
-    log.appendTransaction([big(20n, 0, 300)])
-    s.advance(20n)
-    await s.flush()
-    const after = liveBytes(log)
-    await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
-    expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
-    await again.close()
+    await cutWinsOverWaitingWriteBack(dir, nodeFs, true, () => {
+      // The thread is kept busy with a big write queued first, so the log's write-back waits behind it.
+      writeFileSync(`${dir}/busy`, '')
+      const busy = writeBackThread().write(new FileRef(`${dir}/busy`, 'r+'), Buffer.alloc(64 * 1024 * 1024, 1), 0)
+      return () => busy
+    })
   })
 })
+
+/**
+ * Log c appends a 300 KiB transaction (its write-back starts, and `hold`
+ * makes it wait), then the flush's journal sync fails and c is cut back.
+ * Once let go, the write lands and must count for nothing; the replay of
+ * that transaction lands in its place, also after a reopen.
+ */
+async function cutWinsOverWaitingWriteBack(dir: string, base: FsPort, writeBackThread: boolean, hold: () => () => Promise<void>): Promise<void> {
+  const faulty = createFaultyFs<FsPort>(base)
+  const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread, flushIntervalMs: 60_000 })
+  const log = await makeShape(s, 'c', [row(1)])
+  log.appendTransaction([change(10n, 0, 1)])
+  s.advance(10n)
+  await s.flush()
+  const durable = liveBytes(log)
+
+  const release = hold()
+  log.appendTransaction([big(20n, 0, 300)])
+  s.advance(20n)
+  faulty.rules.failNext('fdatasync', { code: 'EIO', match: onFile('00000001.jnl') })
+  const err = await s.flush().catch((e: unknown) => e)
+  expect(err).toBeInstanceOf(FlushError)
+  expect((err as FlushError).rolledBack).toContain('c')
+  await release()
+  await new Promise((r) => setTimeout(r, 100))
+  // The write landed, then was cut away; memory and files agree on the durable prefix.
+  expect(liveBytes(log).equals(durable)).toBe(true)
+  expect(sizeOf(dir, 'c', 'log.dat')).toBeLessThan(300 * 1024)
+
+  log.appendTransaction([big(20n, 0, 300)])
+  s.advance(20n)
+  await s.flush()
+  const after = liveBytes(log)
+  expect(after.length).toBeGreaterThan(300 * 1024)
+  await s.close()
+  const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+  expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
+  await again.close()
+}
