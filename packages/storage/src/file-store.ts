@@ -291,11 +291,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     this.writer = (options.writeBackThread ?? fs === nodeFs) ? writeBackThread() : new PortWriter(fs, this.fds)
     // Without the journal nothing waits for a write-back: only staged records use the arena.
-    const writer = this.writer
-    this.arena = new TailArena(
-      options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0),
-      writer.prefault === undefined ? undefined : (buffer) => writer.prefault!(buffer),
-    )
+    this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
     if (options.prefaultTails === true) this.arena.prefault()
     this.tailBudget = options.tailBudgetBytes ?? DEFAULT_TAIL_BUDGET_BYTES
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
@@ -998,7 +994,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       logs: this.logs.size,
       journalSegments: this.journal?.segmentCount ?? 0,
       tailBytes: this.arena.bytesInUse,
-      tailMemoryBytes: this.arena.memoryBytes,
+      tailMemoryBytes: this.arena.slabBytes,
       underPressure: this.pressured,
       pressures: this.pressures,
       checkpoint: this.lastCheckpoint,

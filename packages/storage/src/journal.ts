@@ -22,7 +22,7 @@ import type { JournalFile } from './journal-format.js'
 import { encodeHeader } from './format.js'
 import type { Watermark } from './format.js'
 import type { FsPort } from './fs-port.js'
-import { writeFully, writeFullyAsync } from './fs-port.js'
+import { writeFully } from './fs-port.js'
 import { syncDirectory } from './watermark.js'
 import { forEachConcurrently } from './concurrently.js'
 
@@ -78,13 +78,7 @@ export interface CheckpointSteps<T> {
 }
 
 export class Journal<T> {
-  /**
-   * The group being recorded, and the one a commit is writing (kept for the
-   * next swap): the write is on the thread pool, so the writer goes on
-   * recording the next group while the last one is written and synced.
-   */
-  private builder = new GroupBuilder()
-  private spare: GroupBuilder | undefined
+  private readonly builder = new GroupBuilder()
   /** Owners with records in the group being built. */
   private owners = new Set<T>()
   /** Tombstones not yet in a committed group (kept across failed commits). */
@@ -138,40 +132,35 @@ export class Journal<T> {
     this.owners = new Set()
     // A count, not the array: a deletion while this commit waits adds to it, and that tombstone is the next group's.
     const tombstoned = this.tombstones.length
-    const builder = this.builder
-    for (let i = 0; i < tombstoned; i++) builder.tombstone(this.tombstones[i]!)
-    if (watermark) builder.watermark(watermark.lsn, watermark.sequence)
-    if (builder.empty) return owners
+    for (let i = 0; i < tombstoned; i++) this.builder.tombstone(this.tombstones[i]!)
+    if (watermark) this.builder.watermark(watermark.lsn, watermark.sequence)
+    if (this.builder.empty) return owners
     let dirSync = false
     this.committingNow = true
-    // Recording goes on into the other builder while this group is written.
-    this.builder = this.spare ?? new GroupBuilder()
-    this.spare = undefined
     try {
       let seg = this.segments.at(-1)
       if (!seg || seg.sealed || this.broken || this.closeDue(seg)) {
         seg = this.startSegment()
         dirSync = true
       }
-      const pieces = builder.seal(seg.generation, ++this.sequence)
+      const pieces = this.builder.seal(seg.generation, ++this.sequence)
       for (const o of owners) seg.owners.add(o)
       this.broken = true // until the write is whole
-      const fd = seg.fd
-      // The write on the thread pool (a flush's group is up to megabytes, each page of it new to the page cache).
       for (const piece of pieces) {
-        await writeFullyAsync(this.fs, fd, piece, piece.length, seg.size)
+        writeFully(this.fs, seg.fd, piece, piece.length, seg.size)
         seg.size += piece.length
       }
+      this.builder.reset()
+      const fd = seg.fd
       await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])
       if (watermark) seg.watermark = watermark
       this.broken = false
       this.tombstones = this.tombstones.slice(tombstoned)
       return owners
     } catch (err) {
+      this.builder.reset()
       throw new JournalCommitError(err, owners)
     } finally {
-      builder.reset()
-      this.spare = builder
       this.committingNow = false
     }
   }

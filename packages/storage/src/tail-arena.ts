@@ -72,20 +72,9 @@ function block(buf: Buffer, slab: Slab | undefined): ArenaBlock {
   return new ArenaBlock(buf, slab)
 }
 
-function newSlab(bytes: number, shared = false): Slab {
-  return { buf: Buffer.from(shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes)), carved: 0, free: 0 }
+function newSlab(bytes: number): Slab {
+  return { buf: Buffer.from(new ArrayBuffer(bytes)), carved: 0, free: 0 }
 }
-
-/**
- * Makes a slab's pages resident on another thread (write-back.ts) while this
- * one carves blocks from it. Given, the arena keeps SLABS_AHEAD slabs ready
- * past the one it carves from, once it has outgrown its reserve: a stream
- * to 100k logs after a start fills a few hundred MiB of tails for the first
- * time, and each first touch of a page on the append path cost a fault
- * (tens of thousands per 200k changes in bench:pipeline at 100k shapes).
- */
-export type SlabPrefaulter = (buffer: SharedArrayBuffer) => void
-const SLABS_AHEAD = 4
 
 function classOf(size: number): number {
   const shift = Math.max(MIN_SHIFT, 32 - Math.clz32(size - 1))
@@ -108,13 +97,7 @@ export class TailArena {
   /** The most `inUse` reached since the last `trim`. */
   private peak = 0
 
-  /** Slabs made ready for the next `nextSlab`s (with a prefaulter only). */
-  private readonly ahead: Slab[] = []
-
-  constructor(
-    reserveBytes = DEFAULT_ARENA_RESERVE_BYTES,
-    private readonly prefaulter?: SlabPrefaulter,
-  ) {
+  constructor(reserveBytes = DEFAULT_ARENA_RESERVE_BYTES) {
     this.reserve = newSlab(Math.max(reserveBytes, 1 << MAX_SHIFT))
     this.slab = this.reserve
     this.slabBytes = this.reserve.buf.length
@@ -128,11 +111,6 @@ export class TailArena {
    */
   prefault(): void {
     this.reserve.buf.fill(0, this.reserve.carved)
-  }
-
-  /** Memory the arena holds: its slabs and those made ready ahead. */
-  get memoryBytes(): number {
-    return this.slabBytes + this.ahead.length * SLAB_BYTES
   }
 
   /** Bytes of blocks handed out and not released, big ones of their own included: what the store's tail budget counts. */
@@ -221,21 +199,10 @@ export class TailArena {
         }
       }
     }
-    const slab = this.freshSlab()
+    const slab = newSlab(SLAB_BYTES)
     this.extra.add(slab)
     this.slab = slab
     this.slabBytes += SLAB_BYTES
     return slab
-  }
-
-  private freshSlab(): Slab {
-    const prefaulter = this.prefaulter
-    if (prefaulter === undefined) return newSlab(SLAB_BYTES)
-    while (this.ahead.length <= SLABS_AHEAD) {
-      const slab = newSlab(SLAB_BYTES, true)
-      prefaulter(slab.buf.buffer as SharedArrayBuffer)
-      this.ahead.push(slab)
-    }
-    return this.ahead.shift()!
   }
 }

@@ -41,8 +41,6 @@ export interface FileWriter {
   writeAll(writes: readonly FileWrite[]): Promise<void>
   /** Writes a checkpoint may keep in flight at once through this writer. */
   readonly concurrency: number
-  /** Makes the pages of `buffer` resident off the event loop (tail-arena.ts `SlabPrefaulter`), where the writer can. */
-  prefault?(buffer: SharedArrayBuffer): void
 }
 
 /** Through the store's port, on the thread pool, with the descriptor cache's descriptors. */
@@ -67,13 +65,7 @@ export class PortWriter implements FileWriter {
 const THREAD_SOURCE = `
 const { parentPort } = require('node:worker_threads')
 const fs = require('node:fs')
-parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, jobs, prefault }) => {
-  if (prefault !== undefined) {
-    // Adding zero writes each page (the writer may carve from it meanwhile: an atomic add loses none of its bytes).
-    const words = new Int32Array(prefault)
-    for (let i = 0; i < words.length; i += 1024) Atomics.add(words, i, 0)
-    return
-  }
+parentPort.on('message', ({ id, buffer, paths, inos, positions, lengths, jobs }) => {
   const bytes = new Uint8Array(buffer)
   const errors = []
   const found = new Array(paths.length).fill(-1)
@@ -238,11 +230,6 @@ export class WriteBackThread implements FileWriter {
       this.queue = []
       this.queueHead = 0
     }
-  }
-
-  /** Touches every page of `buffer` on the thread; nothing waits for it, nor holds the process open for it. */
-  prefault(buffer: SharedArrayBuffer): void {
-    this.thread().postMessage({ prefault: buffer })
   }
 
   /**

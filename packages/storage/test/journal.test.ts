@@ -446,7 +446,7 @@ describe('journal', () => {
     for (const id of ids) await makeShape(s, id, [])
     await rounds(s, ids, 0, 2)
     const w = s.durableLsn
-    faulty.rules.failNext('write', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('.jnl') })
+    faulty.rules.failNext('writeSync', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('.jnl') })
     ids.forEach((id, i) => s.get(id)!.appendTransaction([change(21n, 0, i), change(21n, 1, i + 1)]))
     s.advance(21n)
     const err = (await s.flush().catch((e: unknown) => e)) as FlushError
@@ -578,9 +578,9 @@ describe('journal segment closing', () => {
     let open = (): void => {}
     const gated: FsPort = {
       ...nodeFs,
-      async write(fd, buffer, offset, length, position) {
+      async fdatasync(fd) {
         if (gate && readlinkSync(`/proc/self/fd/${fd}`).endsWith('.jnl')) await gate
-        return nodeFs.write(fd, buffer, offset, length, position)
+        return nodeFs.fdatasync(fd)
       },
     }
     const s = await openFileLogStore({ dir, fs: gated, flushIntervalMs: 60_000 })

@@ -1,7 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { FileRef } from '../src/fd-cache.js'
 import { TailArena } from '../src/tail-arena.js'
-import { WriteBackThread } from '../src/write-back.js'
 
 describe('TailArena', () => {
   it('hands out power-of-two blocks of at least the size asked, from 256 bytes', () => {
@@ -133,40 +131,5 @@ describe('TailArena.trim', () => {
     for (const b of some) arena.release(b)
     expect(arena.trim()).toBe(8 * MiB)
     expect(arena.slabBytes).toBe(5 * MiB)
-  })
-
-  it('past its reserve, carves from slabs made ready ahead by a prefaulter, and keeps that many ready', () => {
-    const sent: SharedArrayBuffer[] = []
-    const arena = new TailArena(1 << 20, (b) => sent.push(b))
-    arena.alloc(1 << 20) // the reserve
-    expect(sent).toHaveLength(0)
-    const b = arena.alloc(1000)
-    // The slab it came from and four more were sent; one is in use.
-    expect(sent).toHaveLength(5)
-    expect(b.buf.buffer).toBe(sent[0])
-    expect(arena.memoryBytes).toBe((1 << 20) + 5 * 4 * 1024 * 1024)
-    expect(arena.slabBytes).toBe((1 << 20) + 4 * 1024 * 1024)
-    for (let i = 0; i < 4; i++) arena.alloc(1 << 20)
-    arena.alloc(1 << 20) // the next slab
-    expect(sent).toHaveLength(6)
-  })
-
-  it('loses no byte written while the write-back thread touches the same slab', async () => {
-    const thread = new WriteBackThread()
-    try {
-      const arena = new TailArena(0, (b) => thread.prefault(b))
-      const blocks = []
-      // Written at once, while the thread is still touching these slabs' pages.
-      for (let i = 0; i < 4000; i++) {
-        const block = arena.alloc(((i * 7919) % 4000) + 1)
-        block.buf.fill((i * 31) & 0xff)
-        blocks.push(block)
-      }
-      // The thread takes messages in order: once a write after them is done, so is every slab sent.
-      await thread.write(new FileRef('/dev/null', 'r+'), new Uint8Array(1), 0)
-      for (let i = 0; i < blocks.length; i++) expect(blocks[i]!.buf.every((x) => x === ((i * 31) & 0xff))).toBe(true)
-    } finally {
-      await thread.close()
-    }
   })
 })
