@@ -67,7 +67,6 @@ export interface LogHost {
   readonly writer: FileWriter
 }
 
-
 /**
  * The appended head after an append: also the transaction end a publish may
  * move to, queued (`next`) until one does. With 100k logs a log's head lives

@@ -348,8 +348,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       try {
         checkShapeId(id)
         const known = clean?.get(id)
-        const inodes = known === undefined ? undefined : this.sizesMatch(known.head, dir)
-        this.logs.set(id, known !== undefined && inodes !== undefined ? this.openClean(known, dir, inodes) : await this.openLog(id, dir))
+        const inodes = known === undefined ? undefined : this.cleanInodes(known.head, dir)
+        this.logs.set(id, inodes !== undefined ? this.openClean(known!, dir, inodes) : await this.openLog(id, dir))
       } catch (err) {
         if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
           throw err
@@ -400,13 +400,13 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   }
 
   /**
-   * Whether the log's files are the sizes its clean head gives: a stat per
+   * The inodes of the log's files when they are the sizes its clean head gives (else undefined): a stat per
    * file, no open. Catches a file truncated, replaced or restored from a backup
    * while the server was down (the log is then scanned like after a crash, and
    * set aside if damaged); bytes rewritten in place at the same size are not
    * looked for here, as a scan would look only at headers and the last records.
    */
-  private sizesMatch(head: HeadState, dir: string): FileInodes | undefined {
+  private cleanInodes(head: HeadState, dir: string): FileInodes | undefined {
     try {
       const data = this.fs.statSync(`${dir}/${LOG_FILES.data}`)
       const entries = this.fs.statSync(`${dir}/${LOG_FILES.entries}`)

@@ -148,10 +148,6 @@ export class WriteBackThread implements FileWriter {
   private nextId = 1
   private scheduled = false
 
-  write(ref: FileRef, bytes: Uint8Array, position: number): Promise<void> {
-    return this.writeAll([{ ref, bytes, position }])
-  }
-
   writeAll(writes: readonly FileWrite[]): Promise<void> {
     let length = 0
     for (const w of writes) length += w.bytes.length

@@ -21,43 +21,52 @@ function file(dir: string, name: string, size: number): FileRef {
   return new FileRef(path, 'r+')
 }
 
+/** One file's write as a job of its own. */
+const put = (t: WriteBackThread, ref: FileRef, bytes: Uint8Array, position: number): Promise<void> => t.writeAll([{ ref, bytes, position }])
+
+/** A thread of the test's own, closed at the end whatever happens. */
+async function withThread(run: (t: WriteBackThread) => Promise<void>): Promise<void> {
+  const t = new WriteBackThread()
+  try {
+    await run(t)
+  } finally {
+    await t.close()
+  }
+}
+
 const fill = (n: number, seed: number): Buffer => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) % 251))
 
 describe('write-back thread', () => {
   it('writes each job at its position, across many batches and past a block', async () => {
     const dir = await tempDirs.make('wbt')
-    const t = new WriteBackThread()
-    try {
+    await withThread(async (t) => {
       const refs = Array.from({ length: 1500 }, (_, i) => file(dir, `f${i}`, 64))
       // More jobs than one batch holds, some at a hole past the file's end.
-      await Promise.all(refs.map((ref, i) => t.write(ref, fill(10 + (i % 50), i), i % 3 === 0 ? 100 : 8)))
+      await Promise.all(refs.map((ref, i) => put(t, ref, fill(10 + (i % 50), i), i % 3 === 0 ? 100 : 8)))
       refs.forEach((ref, i) => {
         const got = readFileSync(ref.path)
         const at = i % 3 === 0 ? 100 : 8
         expect(got.subarray(at, at + 10 + (i % 50)).equals(fill(10 + (i % 50), i))).toBe(true)
         expect(got.subarray(0, 8).equals(Buffer.alloc(8, 0x2e))).toBe(true)
-      })
-      // Writes bigger than a shared block travel on buffers of their own, also right after a closed log's.
-      const big = file(dir, 'big', 0)
-      const bigger = file(dir, 'bigger', 0)
-      const closed = file(dir, 'closed', 0)
-      closed.retired = true
-      const bytes = fill(3 * 1024 * 1024 + 17, 5)
-      const more = fill(5 * 1024 * 1024, 6)
-      const settled = await Promise.allSettled([t.write(closed, fill(2 * 1024 * 1024, 1), 0), t.write(big, bytes, 0), t.write(bigger, more, 0), t.write(refs[0]!, fill(4, 9), 0)])
-      expect(settled.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'fulfilled', 'fulfilled'])
-      expect(readFileSync(big.path).equals(bytes)).toBe(true)
-      expect(readFileSync(bigger.path).equals(more)).toBe(true)
-      expect(readFileSync(refs[0]!.path).subarray(0, 4).equals(fill(4, 9))).toBe(true)
-    } finally {
-      await t.close()
-    }
+    })
+    // Writes bigger than a shared block travel on buffers of their own, also right after a closed log's.
+    const big = file(dir, 'big', 0)
+    const bigger = file(dir, 'bigger', 0)
+    const closed = file(dir, 'closed', 0)
+    closed.retired = true
+    const bytes = fill(3 * 1024 * 1024 + 17, 5)
+    const more = fill(5 * 1024 * 1024, 6)
+    const settled = await Promise.allSettled([put(t, closed, fill(2 * 1024 * 1024, 1), 0), put(t, big, bytes, 0), put(t, bigger, more, 0), put(t, refs[0]!, fill(4, 9), 0)])
+    expect(settled.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'fulfilled', 'fulfilled'])
+    expect(readFileSync(big.path).equals(bytes)).toBe(true)
+    expect(readFileSync(bigger.path).equals(more)).toBe(true)
+    expect(readFileSync(refs[0]!.path).subarray(0, 4).equals(fill(4, 9))).toBe(true)
+    })
   })
 
   it('fails only the writes whose files fail, with the system error code', async () => {
     const dir = await tempDirs.make('wbt-fail')
-    const t = new WriteBackThread()
-    try {
+    await withThread(async (t) => {
       const good = file(dir, 'good', 0)
       const missing = new FileRef(`${dir}/missing`, 'r+')
       mkdirSync(`${dir}/adir`)
@@ -68,11 +77,11 @@ describe('write-back thread', () => {
       const closed = file(dir, 'closed', 0)
       closed.retired = true
       const results = await Promise.allSettled([
-        t.write(good, fill(5, 1), 0),
-        t.write(missing, fill(5, 2), 0),
-        t.write(directory, fill(5, 3), 0),
-        t.write(replaced, fill(5, 4), 0),
-        t.write(closed, fill(5, 5), 0),
+        put(t, good, fill(5, 1), 0),
+        put(t, missing, fill(5, 2), 0),
+        put(t, directory, fill(5, 3), 0),
+        put(t, replaced, fill(5, 4), 0),
+        put(t, closed, fill(5, 5), 0),
       ])
       expect(results[0]!.status).toBe('fulfilled')
       const code = (r: PromiseSettledResult<void>): unknown => (r.status === 'rejected' ? (r.reason as { code?: unknown }).code : 'ok')
@@ -80,15 +89,12 @@ describe('write-back thread', () => {
       expect(readFileSync(good.path).equals(fill(5, 1))).toBe(true)
       expect(readFileSync(replaced.path).equals(Buffer.alloc(4, 0x2e))).toBe(true)
       expect(readFileSync(closed.path)).toHaveLength(0)
-    } finally {
-      await t.close()
-    }
+    })
   })
 
   it('writes a job of several files as one: the first failure fails it, its other files are written', async () => {
     const dir = await tempDirs.make('wbt-job')
-    const t = new WriteBackThread()
-    try {
+    await withThread(async (t) => {
       const a = file(dir, 'a', 0)
       const b = file(dir, 'b', 0)
       const missing = new FileRef(`${dir}/missing`, 'r+')
@@ -106,41 +112,36 @@ describe('write-back thread', () => {
         .catch((e: unknown) => e)
       expect((failed as { code?: unknown }).code).toBe('ENOENT')
       expect(readFileSync(a.path).subarray(0, 4).equals(fill(4, 4))).toBe(true)
-    } finally {
-      await t.close()
-    }
+    })
   })
 
   it('learns the inode of a file it opened, and then refuses another file put at its path', async () => {
     const dir = await tempDirs.make('wbt-ino')
-    const t = new WriteBackThread()
-    try {
+    await withThread(async (t) => {
       const ref = file(dir, 'f', 0)
       expect(ref.ino).toBe(-1)
-      await t.write(ref, fill(3, 1), 0)
+      await put(t, ref, fill(3, 1), 0)
       expect(ref.ino).toBe(statSync(ref.path).ino)
       // Deleted and made again under the same name (another log's file).
       renameSync(ref.path, `${dir}/f.old`)
       writeFileSync(ref.path, Buffer.alloc(3, 0x2e))
-      const err = await t.write(ref, fill(3, 2), 0).catch((e: unknown) => e)
+      const err = await put(t, ref, fill(3, 2), 0).catch((e: unknown) => e)
       expect((err as { code?: unknown }).code).toBe('ESTALE')
       expect(readFileSync(ref.path).equals(Buffer.alloc(3, 0x2e))).toBe(true)
-    } finally {
-      await t.close()
-    }
+    })
   })
 
   it('fails the writes in flight when the thread goes, and starts a new one for the next', async () => {
     const dir = await tempDirs.make('wbt-lost')
     const t = new WriteBackThread()
     const refs = Array.from({ length: 200 }, (_, i) => file(dir, `f${i}`, 0))
-    const pending = Promise.allSettled(refs.map((ref, i) => t.write(ref, fill(1000, i), 0)))
+    const pending = Promise.allSettled(refs.map((ref, i) => put(t, ref, fill(1000, i), 0)))
     await new Promise((r) => setImmediate(r)) // posted
     await t.close()
     const settled = await pending
     // Whatever the thread wrote before it went, the rest failed; none hangs.
     expect(settled.every((r) => r.status === 'fulfilled' || (r.reason as { code?: unknown }).code === 'EIO')).toBe(true)
-    await t.write(refs[0]!, fill(10, 42), 0)
+    await put(t, refs[0]!, fill(10, 42), 0)
     expect(readFileSync(refs[0]!.path).subarray(0, 10).equals(fill(10, 42))).toBe(true)
     await t.close()
   })

@@ -165,7 +165,7 @@ describe('write-behind', () => {
     await cutWinsOverWaitingWriteBack(dir, nodeFs, true, () => {
       // The thread is kept busy with a big write queued first, so the log's write-back waits behind it.
       writeFileSync(`${dir}/busy`, '')
-      const busy = writeBackThread().write(new FileRef(`${dir}/busy`, 'r+'), Buffer.alloc(64 * 1024 * 1024, 1), 0)
+      const busy = writeBackThread().writeAll([{ ref: new FileRef(`${dir}/busy`, 'r+'), bytes: Buffer.alloc(64 * 1024 * 1024, 1), position: 0 }])
       return () => busy
     })
   })
