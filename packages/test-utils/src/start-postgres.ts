@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync, readFileSync, rmSync } from 'node:fs'
-import { appendFile, chmod, chown, mkdtemp, readFile, rm, stat } from 'node:fs/promises'
+import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
@@ -22,6 +22,14 @@ export interface StartPostgresOptions {
   binDir?: string
   /** Where to look for binaries when neither binDir nor SLUICE_PG_BIN is set; default 'auto'. */
   binaries?: PostgresBinarySource
+  /**
+   * Keep the cluster's data here between runs (for benchmarks whose setup
+   * takes many minutes): made from the template if absent, started as it is
+   * otherwise; `settings` apply only when it is made. `stop()` drops the slots
+   * and stops the server but leaves this directory; so does a process that
+   * dies without stopping it.
+   */
+  persistentDir?: string
 }
 
 export interface StopReport {
@@ -79,6 +87,7 @@ const WATCHDOG_SCRIPT = `read -r line
 "$SLUICE_PG_CTL" stop -D "$SLUICE_PG_DATA" -m immediate -w -t 20 >/dev/null 2>&1
 rm -rf "$SLUICE_PG_ROOT"
 `
+// The root holds the socket (and, unless persistent, the data and the log).
 
 function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`
@@ -120,12 +129,12 @@ function stopNow(pgCtl: string, dataDir: string, rootDir: string, as: OsUser | u
   rmSync(rootDir, { recursive: true, force: true })
 }
 
-async function startServer(pgCtl: string, dataDir: string, logFile: string, as: OsUser | undefined): Promise<number> {
+async function startServer(pgCtl: string, dataDir: string, socketDir: string, logFile: string, as: OsUser | undefined): Promise<number> {
   let lastFailure = ''
   for (let attempt = 0; attempt < START_ATTEMPTS; attempt++) {
     const port = await freePort()
     const logStart = (await stat(logFile).catch(() => undefined))?.size ?? 0
-    const result = await runCommand(pgCtl, ['start', '-D', dataDir, '-l', logFile, '-w', '-t', '60', '-s', '-o', `-p ${port}`], { as })
+    const result = await runCommand(pgCtl, ['start', '-D', dataDir, '-l', logFile, '-w', '-t', '60', '-s', '-o', `-p ${port} -k ${socketDir}`], { as })
     if (result.code === 0) return port
     const log = (await readFile(logFile, 'utf8').catch(() => '')).slice(logStart)
     lastFailure = `${result.stdout}${result.stderr}\n${tail(log)}`
@@ -144,6 +153,8 @@ class Cluster implements PostgresCluster {
   constructor(
     private readonly binaries: PostgresBinaries,
     private readonly rootDir: string,
+    /** Where the data lives: under rootDir, or a persistent directory stop() leaves alone. */
+    private readonly dataRoot: string,
     readonly port: number,
     readonly database: string,
     private readonly as: OsUser | undefined,
@@ -155,10 +166,10 @@ class Cluster implements PostgresCluster {
     return this.rootDir
   }
   get dataDir(): string {
-    return join(this.rootDir, 'data')
+    return join(this.dataRoot, 'data')
   }
   get logFile(): string {
-    return join(this.rootDir, 'postgres.log')
+    return join(this.dataRoot, 'postgres.log')
   }
   get binDir(): string {
     return this.binaries.binDir
@@ -318,23 +329,26 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
 
   // Short on purpose: the socket path (dir + "/.s.PGSQL.<port>") must fit in ~107 bytes.
   const rootDir = await mkdtemp('/tmp/sluice-pg-')
-  const dataDir = join(rootDir, 'data')
+  const dataRoot = options.persistentDir ?? rootDir
+  const dataDir = join(dataRoot, 'data')
   const unregister = onProcessExit(() => stopNow(pgCtl, dataDir, rootDir, as))
   let watchdog: ChildProcess | undefined
   try {
     // Traversable by everyone (clients reach the socket through it); the data dir inside stays 0700.
-    await chmod(rootDir, 0o755)
-    if (as !== undefined) await chown(rootDir, as.uid, as.gid)
-    // Copied as the owner so every file belongs to the server's user with the template's modes.
-    await mustRun('cp', ['-a', template, dataDir], { as })
-    await appendFile(
-      join(dataDir, 'postgresql.conf'),
-      `\n# this cluster\n${formatSettings({ unix_socket_directories: rootDir, ...options.settings })}`,
-    )
+    for (const dir of new Set([rootDir, dataRoot])) {
+      await mkdir(dir, { recursive: true })
+      await chmod(dir, 0o755)
+      if (as !== undefined) await chown(dir, as.uid, as.gid)
+    }
+    if (!existsSync(join(dataDir, 'PG_VERSION'))) {
+      // Copied as the owner so every file belongs to the server's user with the template's modes.
+      await mustRun('cp', ['-a', template, dataDir], { as })
+      await appendFile(join(dataDir, 'postgresql.conf'), `\n# this cluster\n${formatSettings({ ...options.settings })}`)
+    }
     watchdog = startWatchdog(pgCtl, dataDir, rootDir, as)
-    const port = await startServer(pgCtl, dataDir, join(rootDir, 'postgres.log'), as)
+    const port = await startServer(pgCtl, dataDir, rootDir, join(dataRoot, 'postgres.log'), as)
     const database = options.database ?? 'postgres'
-    const cluster = new Cluster(binaries, rootDir, port, database, as, watchdog, unregister)
+    const cluster = new Cluster(binaries, rootDir, dataRoot, port, database, as, watchdog, unregister)
     if (database !== 'postgres') {
       try {
         await cluster.createDatabase(database)

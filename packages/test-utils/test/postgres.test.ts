@@ -1,4 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs'
+import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
@@ -72,6 +75,37 @@ describe('startPostgres', () => {
     expect((await b.query('SELECT 2 AS two')).rows).toEqual([{ two: 2 }])
   })
 
+
+  it('keeps a persistent cluster’s data across stops, applying settings only when it is made', async () => {
+    const parent = await mkdtemp(join(tmpdir(), 'sluice-pg-keep-'))
+    // The server's OS user (postgres, when the tests run as root) must be able to reach it.
+    await chmod(parent, 0o755)
+    const dir = `${parent}/cluster`
+    try {
+      const made = await start({ persistentDir: dir, settings: { work_mem: '7MB' } })
+      expect(made.dataDir).toBe(`${dir}/data`)
+      await made.query('CREATE TABLE kept (x int)')
+      await made.query('INSERT INTO kept VALUES (42)')
+      const socketDir = made.host
+      await made.stop()
+      expect(existsSync(`${dir}/data/PG_VERSION`)).toBe(true)
+      expect(existsSync(socketDir)).toBe(false)
+
+      const again = await start({ persistentDir: dir, settings: { work_mem: '9MB' } })
+      expect(again.host).not.toBe(socketDir)
+      expect((await again.query<{ x: number }>('SELECT x FROM kept')).rows).toEqual([{ x: 42 }])
+      expect((await again.query<{ work_mem: string }>('SHOW work_mem')).rows).toEqual([{ work_mem: '7MB' }])
+      // Reached over its unix socket too.
+      const client = new pg.Client({ connectionString: again.socketUrl })
+      await client.connect()
+      expect((await client.query('SELECT count(*)::int AS n FROM kept')).rows).toEqual([{ n: 1 }])
+      await client.end()
+      await again.stop()
+      expect(existsSync(`${dir}/data/PG_VERSION`)).toBe(true)
+    } finally {
+      await rm(parent, { recursive: true, force: true })
+    }
+  })
   it('drops every replication slot on stop, busy or not, in any database', async () => {
     const cluster = await start({ database: 'app' })
     expect(cluster.url.endsWith('/app')).toBe(true)
