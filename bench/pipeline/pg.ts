@@ -11,7 +11,7 @@ import { DEFAULT_PUBLICATION_NAME } from '@sluice/server'
 import type { PostgresCluster, PostgresSettings } from '@sluice/test-utils'
 import { startPostgres } from '@sluice/test-utils'
 import { type CommandResult, runTimed, withCpus } from './proc.js'
-import { ITEMS, SCHEMA_SQL, parseLsnText } from './workload.js'
+import { ITEMS, OVERLAP, SCHEMA_SQL, parseLsnText } from './workload.js'
 
 export const PUBLICATION = DEFAULT_PUBLICATION_NAME
 
@@ -40,9 +40,16 @@ export const BENCH_PG_SETTINGS: PostgresSettings = {
   wal_sender_timeout: '5min',
 }
 
-export async function startBenchPostgres(): Promise<PostgresCluster> {
-  const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
-  for (const sql of SCHEMA_SQL) await cluster.query(sql)
+/**
+ * A throwaway cluster, or with `persistentDir` one kept between runs (see
+ * BENCH_FIXTURE in run.ts): its tables are emptied instead of made, before any
+ * slot of this run exists, so no shape sees the rows go.
+ */
+export async function startBenchPostgres(persistentDir?: string): Promise<PostgresCluster> {
+  const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS, ...(persistentDir === undefined ? {} : { persistentDir }) })
+  const { rows } = await cluster.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [ITEMS])
+  if (rows[0]!.t === null) for (const sql of SCHEMA_SQL) await cluster.query(sql)
+  else await cluster.query(`TRUNCATE ${ITEMS}, ${OVERLAP}`)
   return cluster
 }
 

@@ -26,7 +26,7 @@
  * or both in turn.
  */
 import { spawnSync } from 'node:child_process'
-import { mkdirSync, mkdtempSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 if (process.env.BENCH_CPU_PROF !== undefined) mkdirSync(process.env.BENCH_CPU_PROF, { recursive: true })
 import { loadavg, tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -61,7 +61,16 @@ const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
 /** BENCH_KEEPUP_CORES: the keep-up variants to run, shared cores first. */
 const KEEPUP_CORES = parseKeepUpCores(process.env.BENCH_KEEPUP_CORES ?? 'both')
+/**
+ * BENCH_FIXTURE=<dir>: keep the Postgres cluster and the registered shape sets
+ * there, and on a later run reuse every set registered before (its
+ * registration figures are the earlier run's). Registering 100k shapes takes
+ * a quarter of an hour; this is for trying changes to the pipeline, and
+ * makes the report partial.
+ */
+const FIXTURE = process.env.BENCH_FIXTURE
 const PARTIAL =
+  FIXTURE !== undefined ||
   process.env.ONLY !== undefined ||
   process.env.SETS !== undefined ||
   process.env.BENCH_REPS !== undefined ||
@@ -199,6 +208,11 @@ async function registerSet(cluster: PostgresCluster, root: string, id: string): 
   const count = countOf(id)
   const dir = join(root, 'reg', id)
   const slot = `reg_${id}`
+  const saved = join(dir, 'registration.json')
+  if (FIXTURE !== undefined && existsSync(saved)) {
+    log(`reusing ${id} as registered before in ${dir}`)
+    return JSON.parse(readFileSync(saved, 'utf8')) as RegistrationResult
+  }
   log(`registering ${count} shapes of ${id} (${set.title}), ${SETTINGS.registerConcurrency} creations in flight`)
   const worker = await startWorker(`pipeline:${id}`)
   try {
@@ -244,6 +258,7 @@ async function registerSet(cluster: PostgresCluster, root: string, id: string): 
       cpuPressurePercent: meter.cpuPressurePercent() ?? null,
       load,
     }
+    if (FIXTURE !== undefined) writeFileSync(saved, JSON.stringify(result))
     log(
       `  ${id}: ${count} shapes in ${(result.wallMs / 1000).toFixed(1)} s (${result.shapesPerSec.toFixed(0)}/s); RSS ${mib(r.memoryBefore.rss)} -> ${mib(r.memoryAfter.rss)} MiB, heap ${mib(r.memoryBefore.heapUsed)} -> ${mib(r.memoryAfter.heapUsed)} MiB`,
     )
@@ -796,11 +811,13 @@ function buildPackages(): void {
 async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
-  const root = mkdtempSync(join(base, 'sluice-pipeline-bench-'))
+  const root = FIXTURE ?? mkdtempSync(join(base, 'sluice-pipeline-bench-'))
+  // The cluster's OS user (postgres, under root) reaches its data through it.
+  if (FIXTURE !== undefined) mkdirSync(FIXTURE, { recursive: true, mode: 0o755 })
   if (!BENCH_SOURCE) buildPackages()
   const loadBefore = loadNote('start')
   log(`pipeline benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; load average ${uptime()}`)
-  const cluster = await startBenchPostgres()
+  const cluster = await startBenchPostgres(FIXTURE === undefined ? undefined : join(root, 'pg'))
   log(`Postgres ${cluster.version} (${cluster.binDir}) on port ${cluster.port}`)
   const registrations: RegistrationResult[] = []
   const concurrent: ConcurrentResult[] = []
@@ -869,12 +886,12 @@ async function main(): Promise<void> {
   const name = QUICK ? 'pipeline.quick' : PARTIAL ? 'pipeline.partial' : 'pipeline'
   mkdirSync(resultsDir, { recursive: true })
   writeReport(report, join(resultsDir, name))
-  log(`wrote results/${name}.md and results/${name}.json (${report.runSeconds.toFixed(0)} s); removing ${root}`)
+  log(`wrote results/${name}.md and results/${name}.json (${report.runSeconds.toFixed(0)} s); ${FIXTURE === undefined ? 'removing' : 'keeping'} ${root}`)
   if (CPU_PROF !== undefined) {
     summariseDir(CPU_PROF)
     log(`CPU profiles summarised in ${join(CPU_PROF, 'summary.md')}`)
   }
-  await sh('rm', ['-rf', root]).catch(() => {})
+  if (FIXTURE === undefined) await sh('rm', ['-rf', root]).catch(() => {})
 }
 
 await main()
