@@ -135,11 +135,27 @@ export class FileShapeLog implements ShapeLog {
   readonly data: FileRef
   readonly entries: FileRef
   readonly chunkFile: FileRef
-  private appended!: HeadState
-  /** The appended head's last offset, as numbers (see Boundary). */
+  // The appended and published heads, field by field. At 100k logs a log's
+  // head lives for seconds, until that log's next append or publish: a head
+  // object per append would outlive the young generation, be copied by
+  // scavenges and promoted, and set off full collections of the whole heap.
+  // Objects are made only for readers and the rare paths (`appended`,
+  // `published`); an append allocates only its queued boundary, which a
+  // flush publishes (and drops) within milliseconds.
+  private appendedEntries = 0
+  private appendedDataEnd = 0
   private appendedTx = 0n
   private appendedOp = -1
-  private published: HeadState
+  private appendedClosed = 0
+  private appendedSnapshotChunks = 0
+  /** The store's append sequence number of the appended head (0 after an open or a cut to an earlier head). */
+  private appendedSeq = 0
+  private publishedEntries = 0
+  private publishedDataEnd = 0
+  private publishedTx = 0n
+  private publishedOp = -1
+  private publishedClosed = 0
+  private publishedSnapshotChunks = 0
   /** Transaction ends appended since the last publish, oldest first (linked by `next`). */
   private firstUnpublished: Boundary | undefined = undefined
   private lastUnpublished: Boundary | undefined = undefined
@@ -220,7 +236,7 @@ export class FileShapeLog implements ShapeLog {
     this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r+')
     this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r+')
     this.setAppended(head)
-    this.published = head
+    this.setPublished(head)
     this.recordsOnDisk = head.entries
     this.recordsJournaled = head.entries
     this.dataOnDisk = head.dataEnd
@@ -276,7 +292,7 @@ export class FileShapeLog implements ShapeLog {
     this.chunks.length = 0
     this.chunks.push(...chunks)
     this.setAppended(head)
-    this.published = head
+    this.setPublished(head)
     this.dropUnpublished()
     this.recordsOnDisk = head.entries
     this.recordsJournaled = head.entries
@@ -319,7 +335,7 @@ export class FileShapeLog implements ShapeLog {
       this.recordsOnDisk += count
       this.recordsJournaled = this.recordsOnDisk
     }
-    const closed = this.appended.closedChunks
+    const closed = this.appendedClosed
     if (this.chunksOnDisk < closed) {
       const count = closed - this.chunksOnDisk
       chunkStage = grow(chunkStage, count * CHUNK_RECORD_BYTES)
@@ -362,9 +378,9 @@ export class FileShapeLog implements ShapeLog {
    * (the next open then scans this log).
    */
   cleanState(): { head: HeadState; chunks: readonly ChunkInfo[] } | undefined {
-    const head = this.published
     if (this.deleted || this.open || this.pendingCut !== undefined || this.flight !== undefined) return undefined
-    if (this.appended !== head || this.hasUnpublished() || this.pendLen !== 0 || this.staged.count !== 0) return undefined
+    if (!this.publishedIsAppended() || this.hasUnpublished() || this.pendLen !== 0 || this.staged.count !== 0) return undefined
+    const head = this.published
     if (this.dataOnDisk !== head.dataEnd || this.recordsOnDisk !== head.entries || this.chunksOnDisk !== head.closedChunks) return undefined
     return { head, chunks: this.chunks.slice(0, head.closedChunks) }
   }
@@ -372,6 +388,43 @@ export class FileShapeLog implements ShapeLog {
   /** The appended (not necessarily durable) head: the skip point for replays. */
   appendedHead(): HeadState {
     return this.appended
+  }
+
+  /** The appended head as an object (made on each call). */
+  private get appended(): HeadState {
+    return new Boundary(
+      this.appendedEntries,
+      this.appendedDataEnd,
+      this.appendedTx,
+      this.appendedOp,
+      this.appendedClosed,
+      this.appendedSnapshotChunks,
+      this.appendedSeq,
+    )
+  }
+
+  /** The published head as an object (made on each call: readers, the heads file). */
+  private get published(): HeadState {
+    return new Boundary(
+      this.publishedEntries,
+      this.publishedDataEnd,
+      this.publishedTx,
+      this.publishedOp,
+      this.publishedClosed,
+      this.publishedSnapshotChunks,
+      0,
+    )
+  }
+
+  private publishedIsAppended(): boolean {
+    return (
+      this.publishedEntries === this.appendedEntries &&
+      this.publishedDataEnd === this.appendedDataEnd &&
+      this.publishedTx === this.appendedTx &&
+      this.publishedOp === this.appendedOp &&
+      this.publishedClosed === this.appendedClosed &&
+      this.publishedSnapshotChunks === this.appendedSnapshotChunks
+    )
   }
 
   read(after: LogOffset): LogRead {
@@ -385,7 +438,7 @@ export class FileShapeLog implements ShapeLog {
         entries: this.entries,
         chunks: this.chunks,
         head: this.published,
-        memory: this.published.dataEnd > this.dataOnDisk || this.published.entries > this.recordsOnDisk ? this.memoryTail() : undefined,
+        memory: this.publishedDataEnd > this.dataOnDisk || this.publishedEntries > this.recordsOnDisk ? this.memoryTail() : undefined,
       },
       after,
     )
@@ -496,7 +549,7 @@ export class FileShapeLog implements ShapeLog {
   async writeBackAll(): Promise<void> {
     const data = this.dataOnDisk + this.pendLen
     const records = this.recordsJournaled
-    for (let tries = 0; !this.deleted && (this.dataOnDisk < Math.min(data, this.appended.dataEnd) || this.recordsOnDisk < Math.min(records, this.recordsJournaled)); tries++) {
+    for (let tries = 0; !this.deleted && (this.dataOnDisk < Math.min(data, this.appendedDataEnd) || this.recordsOnDisk < Math.min(records, this.recordsJournaled)); tries++) {
       if (tries === 8) throw new StorageError('io_error', `shape ${this.id}: write-back kept racing cuts`)
       await this.writeBack()
     }
@@ -580,9 +633,17 @@ export class FileShapeLog implements ShapeLog {
     }
     this.host.clearFault(this, tx)
     this.open = more
-    // The appended head object is the boundary too (one allocation per append).
+    // The only object an append leaves: its transaction end, until a flush publishes it.
     if (!more) {
-      const b = this.appended as Boundary
+      const b = new Boundary(
+        this.appendedEntries,
+        this.appendedDataEnd,
+        this.appendedTx,
+        this.appendedOp,
+        this.appendedClosed,
+        this.appendedSnapshotChunks,
+        this.appendedSeq,
+      )
       if (this.lastUnpublished === undefined) this.firstUnpublished = b
       else this.lastUnpublished.next = b
       this.lastUnpublished = b
@@ -612,12 +673,12 @@ export class FileShapeLog implements ShapeLog {
 
   /** Publishes the snapshot region (its directory became durable); transactions after it stay for `publish`. */
   publishSnapshot(): void {
-    if (this.snapshotHead) this.published = this.snapshotHead
+    if (this.snapshotHead) this.setPublished(this.snapshotHead)
   }
 
   /** Sequence number of the last append (0 for none since the log was opened). */
   lastSeq(): number {
-    return (this.appended as Partial<Boundary>).seq ?? 0
+    return this.appendedSeq
   }
 
   /**
@@ -647,10 +708,13 @@ export class FileShapeLog implements ShapeLog {
       // Unlinked as it is published, so a head a reader holds keeps no later boundaries alive.
       head.next = undefined
     } while (b !== undefined && b.tx <= lsn && b.seq <= seq)
-    // The boundary itself is the head (its head fields never change): publishing allocates
-    // nothing, and at 100k logs every object made here would outlive the young
-    // generation and be left for a full collection of the whole heap.
-    this.published = head
+    // Copied, not kept: the boundary dies young (see the head fields).
+    this.publishedEntries = head.entries
+    this.publishedDataEnd = head.dataEnd
+    this.publishedTx = head.tx
+    this.publishedOp = head.lastOp
+    this.publishedClosed = head.closedChunks
+    this.publishedSnapshotChunks = head.snapshotChunks
     this.firstUnpublished = b
     if (b === undefined) this.lastUnpublished = undefined
     return true
@@ -671,13 +735,32 @@ export class FileShapeLog implements ShapeLog {
   }
 
   private setAppended(head: HeadState): void {
-    this.appended = head
+    this.appendedEntries = head.entries
+    this.appendedDataEnd = head.dataEnd
+    this.appendedClosed = head.closedChunks
+    this.appendedSnapshotChunks = head.snapshotChunks
     if (head instanceof Boundary) {
       this.appendedTx = head.tx
       this.appendedOp = head.lastOp
+      this.appendedSeq = head.seq
     } else {
       this.appendedTx = head.last.tx
       this.appendedOp = Number(head.last.op)
+      this.appendedSeq = 0
+    }
+  }
+
+  private setPublished(head: HeadState): void {
+    this.publishedEntries = head.entries
+    this.publishedDataEnd = head.dataEnd
+    this.publishedClosed = head.closedChunks
+    this.publishedSnapshotChunks = head.snapshotChunks
+    if (head instanceof Boundary) {
+      this.publishedTx = head.tx
+      this.publishedOp = head.lastOp
+    } else {
+      this.publishedTx = head.last.tx
+      this.publishedOp = Number(head.last.op)
     }
   }
 
@@ -705,7 +788,12 @@ export class FileShapeLog implements ShapeLog {
     const count = jsons.length
     if (count === 0) return
     if (this.pendingCut) this.cutTo(this.pendingCut)
-    const before = this.appended
+    // The head before this append, as numbers (an object only if the append fails and is cut back).
+    const beforeEntries = this.appendedEntries
+    const beforeDataEnd = this.appendedDataEnd
+    const beforeTx = this.appendedTx
+    const beforeOp = this.appendedOp
+    const beforeSeq = this.appendedSeq
     const fs = this.host.fs
     const fds = this.host.fds
     const limit = this.host.chunkBytes
@@ -715,18 +803,20 @@ export class FileShapeLog implements ShapeLog {
 
     // Pass 1: chunk ends (and the ops of snapshot rows, which are chunk numbers).
     let newChunks: ChunkInfo[] | undefined
-    let closed = before.closedChunks
-    let chunkFill = before.dataEnd - (closed > 0 ? this.chunks[closed - 1]!.endPos : HEADER_BYTES)
-    let pos = before.dataEnd
+    const beforeClosed = this.appendedClosed
+    const beforeSnapshotChunks = this.appendedSnapshotChunks
+    let closed = beforeClosed
+    let chunkFill = beforeDataEnd - (closed > 0 ? this.chunks[closed - 1]!.endPos : HEADER_BYTES)
+    let pos = beforeDataEnd
     const entryOps: number[] = snapshot ? new Array<number>(count) : (ops as number[])
-    let snapshotChunks = before.snapshotChunks
+    let snapshotChunks = beforeSnapshotChunks
     for (let i = 0; i < count; i++) {
       const size = jsons[i]!.length + 1
       pos += size
       chunkFill += size
       if (snapshot) entryOps[i] = closed
       if (chunkFill >= limit || (closeAtEnd && i === count - 1)) {
-        ;(newChunks ??= []).push({ end: { tx, op: BigInt(entryOps[i]!) }, endEntry: before.entries + i + 1, endPos: pos, kind })
+        ;(newChunks ??= []).push({ end: { tx, op: BigInt(entryOps[i]!) }, endEntry: beforeEntries + i + 1, endPos: pos, kind })
         if (snapshot) snapshotChunks++
         closed++
         chunkFill = 0
@@ -740,7 +830,7 @@ export class FileShapeLog implements ShapeLog {
       const journal = this.journal
       if (journal) {
         const from = this.pendLen
-        const tail = this.tailRoom(pos - before.dataEnd)
+        const tail = this.tailRoom(pos - beforeDataEnd)
         let at = from
         for (let i = 0; i < count; i++) {
           const json = jsons[i]!
@@ -749,12 +839,12 @@ export class FileShapeLog implements ShapeLog {
           at += json.length + 1
         }
         this.pendLen = at
-        journal.write(this, this.idBytes, FILE_DATA, before.dataEnd, tail, from, at - from)
+        journal.write(this, this.idBytes, FILE_DATA, beforeDataEnd, tail, from, at - from)
       } else {
         const fd = fds.acquire(this.data)
         const put = (buf: Uint8Array, length: number, position: number): void => writeFully(fs, fd, buf, length, position)
         try {
-          let at = before.dataEnd
+          let at = beforeDataEnd
           let fill = 0
           for (let i = 0; i < count; i++) {
             const json = jsons[i]!
@@ -792,7 +882,7 @@ export class FileShapeLog implements ShapeLog {
       const blocks = stage.blocks
       const txLo = tx === this.splitTx ? this.txLo : this.split(tx)
       const txHi = this.txHi
-      let end = before.dataEnd
+      let end = beforeDataEnd
       let slot = stage.count
       for (let i = 0; i < count; i++, slot++) {
         end += jsons[i]!.length + 1
@@ -803,10 +893,13 @@ export class FileShapeLog implements ShapeLog {
       }
       stage.count = slot
       if (newChunks) for (const c of newChunks) this.chunks.push(c)
-      const head = new Boundary(before.entries + count, pos, tx, entryOps[count - 1]!, closed, snapshotChunks, this.host.nextSeq())
-      this.appended = head
+      this.appendedEntries = beforeEntries + count
+      this.appendedDataEnd = pos
       this.appendedTx = tx
-      this.appendedOp = head.lastOp
+      this.appendedOp = entryOps[count - 1]!
+      this.appendedClosed = closed
+      this.appendedSnapshotChunks = snapshotChunks
+      this.appendedSeq = this.host.nextSeq()
       if (this.journal) {
         this.startWriteBackIfDue()
       } else if (this.staged.count * ENTRY_RECORD_BYTES >= STAGE_BYTES) {
@@ -814,10 +907,10 @@ export class FileShapeLog implements ShapeLog {
         this.writeIndex()
       }
     } catch (err) {
-      this.cutTo(before)
+      this.cutTo(new Boundary(beforeEntries, beforeDataEnd, beforeTx, beforeOp, beforeClosed, beforeSnapshotChunks, beforeSeq))
       throw fromSystemError(err, `append to shape ${this.id}`)
     }
-    this.host.markDirty(this, pos - before.dataEnd)
+    this.host.markDirty(this, pos - beforeDataEnd)
   }
 
   /** Makes `head` the appended head: drops what lies past it in memory and cuts the files to it. */
