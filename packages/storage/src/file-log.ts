@@ -38,7 +38,8 @@ import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import type { MemoryTail } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
-import type { ArenaBlock, TailArena } from './tail-arena.js'
+import { NO_BLOCK } from './tail-arena.js'
+import type { TailArena } from './tail-arena.js'
 import type { Journal } from './journal.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
 import type { FileWrite, FileWriter } from './write-back.js'
@@ -182,19 +183,23 @@ export class FileShapeLog implements ShapeLog {
    * the log's tail reaches WRITE_BACK_BYTES, and at a checkpoint). Other logs write through,
    * and `pendLen` stays 0.
    *
-   * `pend.buf[0, pendLen)` is log.dat from `dataOnDisk` to the appended end; the
+   * `pendBuf[pendBase, pendBase + pendLen)` (the tail's arena block, `pend`) is log.dat from `dataOnDisk` to the appended end; the
    * staged records from `recordsOnDisk` on are the entry records not yet in
    * entries.idx, of which those below `recordsJournaled` are in the journal.
    */
   private dataOnDisk: number
-  private pend: ArenaBlock | undefined
+  /** The tail's arena block (a handle; NO_BLOCK for none), the Buffer it lies in, where it starts there and its size. */
+  private pend = NO_BLOCK
+  private pendBuf: Buffer = NO_BYTES
+  private pendBase = 0
+  private pendCap = 0
   private pendLen = 0
   private recordsJournaled: number
   /** Bumped by every cut: a write-back that raced one must not count as done. */
   private epoch = 0
   private flight: Promise<void> | undefined
   /** Tail blocks given up while a write-back read them: back to the arena when it ends. */
-  private retired: ArenaBlock[] | undefined
+  private retired: number[] | undefined
   /** Chunk records were written since the last successful sync. */
   chunksDirty = false
   /** Set by the store while this log is in its dirty list (membership, so the list holds each log once). */
@@ -449,7 +454,7 @@ export class FileShapeLog implements ShapeLog {
     const stage = this.staged
     return {
       dataStart: this.dataOnDisk,
-      data: this.pend === undefined ? NO_BYTES : this.pend.buf,
+      data: this.pend === NO_BLOCK ? NO_BYTES : this.pendBuf.subarray(this.pendBase, this.pendBase + this.pendCap),
       recordsStart,
       record: (index) => {
         const { buf, at } = stage.locate(index - recordsStart)
@@ -510,7 +515,7 @@ export class FileShapeLog implements ShapeLog {
     return {
       epoch: this.epoch,
       dataFrom: this.dataOnDisk,
-      data: this.pend === undefined ? NO_BYTES : this.pend.buf.subarray(0, this.pendLen),
+      data: this.pend === NO_BLOCK ? NO_BYTES : this.pendBuf.subarray(this.pendBase, this.pendBase + this.pendLen),
       recordsFrom,
       recordsAt: HEADER_BYTES + recordsFrom * ENTRY_RECORD_BYTES,
       recordCount,
@@ -530,7 +535,7 @@ export class FileShapeLog implements ShapeLog {
     const rest = this.pendLen - plan.data.length
     // What came meanwhile moves to the front (readers copy what they take from
     // the tail); an idle log gives its block back.
-    if (rest > 0) this.pend!.buf.copyWithin(0, plan.data.length, this.pendLen)
+    if (rest > 0) this.pendBuf.copyWithin(this.pendBase, this.pendBase + plan.data.length, this.pendBase + this.pendLen)
     else this.dropPend()
     this.pendLen = rest
     this.recordsOnDisk = plan.recordsFrom + plan.recordCount
@@ -561,25 +566,33 @@ export class FileShapeLog implements ShapeLog {
    */
   private tailRoom(length: number): Buffer {
     const need = this.pendLen + length
-    let pend = this.pend
-    if (pend === undefined || need > pend.buf.length) {
+    if (this.pend === NO_BLOCK || need > this.pendCap) {
       // Doubling, uncapped: a log appending faster than its write-backs land
       // (one busy shape) would otherwise copy its whole tail on every append.
       // A first block takes twice the first append: with many logs, most see a
       // second append before their write-back, which then needs no copy.
-      const grown = this.host.arena.alloc(Math.max(need * (pend === undefined ? 2 : 1), (pend?.buf.length ?? 0) * 2))
-      if (pend !== undefined) pend.buf.copy(grown.buf, 0, 0, this.pendLen)
+      const arena = this.host.arena
+      const grown = arena.alloc(Math.max(need * (this.pend === NO_BLOCK ? 2 : 1), this.pendCap * 2))
+      const buf = arena.bufOf(grown)
+      const base = arena.baseOf(grown)
+      if (this.pend !== NO_BLOCK) this.pendBuf.copy(buf, base, this.pendBase, this.pendBase + this.pendLen)
       this.dropPend()
-      this.pend = pend = grown
+      this.pend = grown
+      this.pendBuf = buf
+      this.pendBase = base
+      this.pendCap = arena.sizeOf(grown)
     }
-    return pend.buf
+    return this.pendBuf
   }
 
   /** Gives the tail's block back to the arena, once no write-back reads it. */
   private dropPend(): void {
     const pend = this.pend
-    if (pend === undefined) return
-    this.pend = undefined
+    if (pend === NO_BLOCK) return
+    this.pend = NO_BLOCK
+    this.pendBuf = NO_BYTES
+    this.pendBase = 0
+    this.pendCap = 0
     if (this.flight) (this.retired ??= []).push(pend)
     else this.host.arena.release(pend)
   }
@@ -829,8 +842,9 @@ export class FileShapeLog implements ShapeLog {
       // Otherwise staged into pieces of at most STAGE_BYTES written to the file.
       const journal = this.journal
       if (journal) {
-        const from = this.pendLen
         const tail = this.tailRoom(pos - beforeDataEnd)
+        // Positions in `tail`, the buffer the tail's block lies in.
+        const from = this.pendBase + this.pendLen
         let at = from
         for (let i = 0; i < count; i++) {
           const json = jsons[i]!
@@ -838,7 +852,7 @@ export class FileShapeLog implements ShapeLog {
           tail[at + json.length] = SEPARATOR
           at += json.length + 1
         }
-        this.pendLen = at
+        this.pendLen = at - this.pendBase
         journal.write(this, this.idBytes, FILE_DATA, beforeDataEnd, tail, from, at - from)
       } else {
         const fd = fds.acquire(this.data)
@@ -880,6 +894,7 @@ export class FileShapeLog implements ShapeLog {
       const stage = this.staged
       stage.reserve(count)
       const blocks = stage.blocks
+      const arena = stage.arena
       const txLo = tx === this.splitTx ? this.txLo : this.split(tx)
       const txHi = this.txHi
       let end = beforeDataEnd
@@ -888,8 +903,8 @@ export class FileShapeLog implements ShapeLog {
         end += jsons[i]!.length + 1
         const flags = i === count - 1 ? baseFlags | lastFlags : baseFlags
         const block = blocks[slot >>> RECORDS_PER_BLOCK_SHIFT]!
-        const at = (slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES
-        writeEntryRecordFast(block.buf, block.view, at, txLo, txHi, entryOps[i]!, end, flags)
+        const at = arena.baseOf(block) + (slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES
+        writeEntryRecordFast(arena.bufOf(block), arena.viewOf(block), at, txLo, txHi, entryOps[i]!, end, flags)
       }
       stage.count = slot
       if (newChunks) for (const c of newChunks) this.chunks.push(c)

@@ -5,7 +5,7 @@
  * the blocks are reused rather than left to the garbage collector.
  */
 import { ENTRY_RECORD_BYTES } from './format.js'
-import type { ArenaBlock, TailArena } from './tail-arena.js'
+import type { TailArena } from './tail-arena.js'
 
 // 2048 records a block: one write per 2048 entries, 64 KiB each.
 export const RECORDS_PER_BLOCK_SHIFT = 11
@@ -18,37 +18,36 @@ const BLOCK_BYTES = RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES
 const FIRST_BLOCK_RECORDS = 8
 
 export class RecordStage {
-  readonly blocks: ArenaBlock[] = []
-  /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * 32. */
+  /** Arena blocks (handles, see tail-arena.ts). */
+  readonly blocks: number[] = []
+  /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * ENTRY_RECORD_BYTES of the block. */
   count = 0
 
-  constructor(private readonly arena: TailArena) {}
+  constructor(readonly arena: TailArena) {}
 
   /** Makes room for `n` more records. */
   reserve(n: number): void {
     const total = this.count + n
     const first = this.blocks[0]
-    if (first === undefined || first.buf.length < BLOCK_BYTES) {
-      const have = first === undefined ? 0 : first.buf.length / ENTRY_RECORD_BYTES
+    const arena = this.arena
+    const firstBytes = first === undefined ? 0 : arena.sizeOf(first)
+    if (firstBytes < BLOCK_BYTES) {
+      const have = firstBytes / ENTRY_RECORD_BYTES
       if (total <= have) return
+      let records = RECORDS_PER_BLOCK
       if (total < RECORDS_PER_BLOCK) {
         // Grow the small first block; record indexing stays the same because every index is below one block.
-        let records = Math.max(have * 2, FIRST_BLOCK_RECORDS)
+        records = Math.max(have * 2, FIRST_BLOCK_RECORDS)
         while (records < total) records *= 2
-        const grown = this.arena.alloc(records * ENTRY_RECORD_BYTES)
-        if (first !== undefined) {
-          first.buf.copy(grown.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
-          this.arena.release(first)
-        }
-        this.blocks[0] = grown
-        return
       }
-      const full = this.arena.alloc(BLOCK_BYTES)
+      const grown = arena.alloc(records * ENTRY_RECORD_BYTES)
       if (first !== undefined) {
-        first.buf.copy(full.buf, 0, 0, this.count * ENTRY_RECORD_BYTES)
-        this.arena.release(first)
+        const from = arena.baseOf(first)
+        arena.bufOf(first).copy(arena.bufOf(grown), arena.baseOf(grown), from, from + this.count * ENTRY_RECORD_BYTES)
+        arena.release(first)
       }
-      this.blocks[0] = full
+      this.blocks[0] = grown
+      if (total < RECORDS_PER_BLOCK) return
     }
     const need = (total + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
     while (this.blocks.length < need) this.blocks.push(this.arena.alloc(BLOCK_BYTES))
@@ -66,7 +65,9 @@ export class RecordStage {
     for (let i = from; i < to; ) {
       const inBlock = i & (RECORDS_PER_BLOCK - 1)
       const n = Math.min(to - i, RECORDS_PER_BLOCK - inBlock)
-      fn(this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!.buf, inBlock * ENTRY_RECORD_BYTES, (inBlock + n) * ENTRY_RECORD_BYTES)
+      const h = this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!
+      const base = this.arena.baseOf(h)
+      fn(this.arena.bufOf(h), base + inBlock * ENTRY_RECORD_BYTES, base + (inBlock + n) * ENTRY_RECORD_BYTES)
       i += n
     }
   }
@@ -79,9 +80,10 @@ export class RecordStage {
     })
   }
 
-  /** The block and byte offset of record `i`. */
+  /** The buffer and byte offset of record `i`. */
   locate(i: number): { buf: Buffer; at: number } {
-    return { buf: this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!.buf, at: (i & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES }
+    const h = this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!
+    return { buf: this.arena.bufOf(h), at: this.arena.baseOf(h) + (i & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES }
   }
 
   /** Drops the first `n` records (they reached their file); the rest move to the front. */
@@ -107,10 +109,10 @@ export class RecordStage {
   /** Calls `write(bytes, length)` for each block in order, then empties the stage. */
   drain(write: (buf: Buffer, length: number) => void): void {
     let left = this.count * ENTRY_RECORD_BYTES
-    for (const block of this.blocks) {
+    for (const h of this.blocks) {
       if (left <= 0) break
       const length = Math.min(left, BLOCK_BYTES)
-      write(block.buf, length)
+      write(this.arena.block(h), length)
       left -= length
     }
     this.truncate(0)

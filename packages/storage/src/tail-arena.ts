@@ -33,33 +33,26 @@
  * A released block is reused at once, so nothing may keep a view of it:
  * readers copy what they take from a tail, and a log defers releasing a block
  * while a write-back reads from it.
+ *
+ * A block is a number, not an object: its slab, its offset in the slab and its
+ * size class packed into a handle (`bufOf`, `baseOf`, `sizeOf` take it
+ * apart). With 100k logs each holding a tail block and a block of staged
+ * records, an object per block (with its Buffer view and DataView) was about
+ * 200k long-lived objects made while a fresh store warmed up: they outlived
+ * scavenges, were promoted, and the full collections of the heap traced them.
+ * Each slab has one Buffer and one DataView, shared by its blocks.
  */
-
-export class ArenaBlock {
-  private dataView: DataView | undefined = undefined
-  constructor(
-    readonly buf: Buffer,
-    /** The slab it was carved from; undefined for a buffer of its own. */
-    readonly slab: Slab | undefined,
-  ) {}
-
-  /**
-   * Made on first use: staged records need one, tails never do. A block lives
-   * as long as the arena, so at 100k logs a view made for every tail block was
-   * promoted garbage the full collections had to trace.
-   */
-  get view(): DataView {
-    return (this.dataView ??= new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.length))
-  }
-}
 
 /** One ArrayBuffer blocks are carved from, with what `trim` needs to know it is unused. */
 export interface Slab {
   readonly buf: Buffer
+  /** Where it sits in the arena's slab table (the high part of its blocks' handles). */
+  readonly index: number
   /** Bytes carved into blocks so far. */
   carved: number
   /** Bytes of its blocks sitting in the free lists. */
   free: number
+  view: DataView | undefined
 }
 
 const MIN_SHIFT = 8
@@ -67,14 +60,16 @@ const MAX_SHIFT = 20
 /** Slabs after the reserved one. */
 const SLAB_BYTES = 4 * 1024 * 1024
 export const DEFAULT_ARENA_RESERVE_BYTES = 64 * 1024 * 1024
-
-function block(buf: Buffer, slab: Slab | undefined): ArenaBlock {
-  return new ArenaBlock(buf, slab)
-}
-
-function newSlab(bytes: number): Slab {
-  return { buf: Buffer.from(new ArrayBuffer(bytes)), carved: 0, free: 0 }
-}
+/**
+ * A handle is `slab index * SLAB_SPAN + offset + class`: offsets are multiples
+ * of 256 (the smallest block), so the class fits below them, and a slab (the
+ * reserve included) is under 2 GiB. Handles stay below 2^53.
+ */
+const SLAB_SPAN = 2 ** 31
+/** The class of a block past the largest size: a slab of its own. */
+const OWN = 255
+/** No block (a log without a tail). */
+export const NO_BLOCK = -1
 
 function classOf(size: number): number {
   const shift = Math.max(MIN_SHIFT, 32 - Math.clz32(size - 1))
@@ -82,7 +77,11 @@ function classOf(size: number): number {
 }
 
 export class TailArena {
-  private readonly free: ArenaBlock[][] = Array.from({ length: MAX_SHIFT - MIN_SHIFT + 1 }, () => [])
+  /** Free handles per size class. */
+  private readonly free: number[][] = Array.from({ length: MAX_SHIFT - MIN_SHIFT + 1 }, () => [])
+  /** Every slab held, by index; holes where one was given back (their indexes are reused). */
+  private readonly slabs: (Slab | undefined)[] = []
+  private readonly holes: number[] = []
   /** Never given back: what a busy store uses anyway, and what `prefault` touched. */
   private readonly reserve: Slab
   /** Where new blocks are carved (undefined once trimmed away, until the next is needed). */
@@ -92,13 +91,15 @@ export class TailArena {
   slabBytes: number
   /** Bytes of slab blocks handed out and not released. */
   private inUse = 0
-  /** Bytes of blocks past the largest size, each a Buffer of its own (a huge transaction's tail). */
+  /** Bytes of blocks past the largest size, each a slab of its own (a huge transaction's tail). */
   private outside = 0
   /** The most `inUse` reached since the last `trim`. */
   private peak = 0
 
   constructor(reserveBytes = DEFAULT_ARENA_RESERVE_BYTES) {
-    this.reserve = newSlab(Math.max(reserveBytes, 1 << MAX_SHIFT))
+    const bytes = Math.max(reserveBytes, 1 << MAX_SHIFT)
+    if (bytes >= SLAB_SPAN) throw new RangeError(`tail arena reserve of ${bytes} bytes: at most ${SLAB_SPAN - 1}`)
+    this.reserve = this.addSlab(bytes)
     this.slab = this.reserve
     this.slabBytes = this.reserve.buf.length
   }
@@ -119,36 +120,71 @@ export class TailArena {
   }
 
   /** A block of at least `size` bytes (exactly a power of two up to 1 MiB). */
-  alloc(size: number): ArenaBlock {
+  alloc(size: number): number {
     const c = classOf(Math.max(size, 1))
     if (c >= this.free.length) {
+      if (size >= SLAB_SPAN) throw new RangeError(`tail block of ${size} bytes: at most ${SLAB_SPAN - 1}`)
       this.outside += size
-      return block(Buffer.allocUnsafeSlow(size), undefined)
+      const own = this.addSlab(size, true)
+      return own.index * SLAB_SPAN + OWN
     }
     const bytes = 1 << (c + MIN_SHIFT)
     this.inUse += bytes
     if (this.inUse > this.peak) this.peak = this.inUse
     const reused = this.free[c]!.pop()
     if (reused !== undefined) {
-      reused.slab!.free -= bytes
+      this.slabOf(reused).free -= bytes
       return reused
     }
     let slab = this.slab
     if (slab === undefined || slab.carved + bytes > slab.buf.length) slab = this.nextSlab()
-    const buf = slab.buf.subarray(slab.carved, slab.carved + bytes)
+    const at = slab.carved
     slab.carved += bytes
-    return block(buf, slab)
+    return slab.index * SLAB_SPAN + at + c
   }
 
   /** Takes a block back; it may be handed out again by the next `alloc`. */
-  release(b: ArenaBlock): void {
-    if (b.slab === undefined) {
-      this.outside -= b.buf.length
+  release(h: number): void {
+    const slab = this.slabOf(h)
+    const c = h & 0xff
+    if (c === OWN) {
+      this.outside -= slab.buf.length
+      this.dropSlab(slab)
       return
     }
-    b.slab.free += b.buf.length
-    this.inUse -= b.buf.length
-    this.free[classOf(b.buf.length)]!.push(b)
+    const bytes = 1 << (c + MIN_SHIFT)
+    slab.free += bytes
+    this.inUse -= bytes
+    this.free[c]!.push(h)
+  }
+
+  /** The Buffer a block lies in (its slab's; the block starts at `baseOf`). */
+  bufOf(h: number): Buffer {
+    return this.slabOf(h).buf
+  }
+
+  /** A DataView over the block's slab (offsets as in `bufOf`). */
+  viewOf(h: number): DataView {
+    const slab = this.slabOf(h)
+    return (slab.view ??= new DataView(slab.buf.buffer, slab.buf.byteOffset, slab.buf.length))
+  }
+
+  /** Where the block starts in `bufOf(h)`. */
+  baseOf(h: number): number {
+    const c = h & 0xff
+    return c === OWN ? 0 : (h % SLAB_SPAN) - c
+  }
+
+  /** The block's length in bytes. */
+  sizeOf(h: number): number {
+    const c = h & 0xff
+    return c === OWN ? this.slabOf(h).buf.length : 1 << (c + MIN_SHIFT)
+  }
+
+  /** A view of exactly the block (allocates one: for the rare paths and tests). */
+  block(h: number): Buffer {
+    const base = this.baseOf(h)
+    return this.bufOf(h).subarray(base, base + this.sizeOf(h))
   }
 
   /**
@@ -160,29 +196,49 @@ export class TailArena {
   trim(): number {
     const keep = this.peak
     this.peak = this.inUse
-    const idle = new Set<Slab>()
+    const idle = new Set<number>()
     let held = this.slabBytes
     for (const slab of this.extra) {
       if (held - slab.buf.length < keep) break
       if (slab.free !== slab.carved) continue
-      idle.add(slab)
+      idle.add(slab.index)
       held -= slab.buf.length
     }
     if (idle.size === 0) return 0
     for (let c = 0; c < this.free.length; c++) {
       const list = this.free[c]!
       let kept = 0
-      for (const b of list) if (!idle.has(b.slab!)) list[kept++] = b
+      for (const h of list) if (!idle.has(Math.floor(h / SLAB_SPAN))) list[kept++] = h
       list.length = kept
     }
     let bytes = 0
-    for (const slab of idle) {
+    for (const index of idle) {
+      const slab = this.slabs[index]!
       this.extra.delete(slab)
       bytes += slab.buf.length
+      if (this.slab === slab) this.slab = undefined
+      this.dropSlab(slab)
     }
-    if (this.slab !== undefined && idle.has(this.slab)) this.slab = undefined
     this.slabBytes -= bytes
     return bytes
+  }
+
+  private slabOf(h: number): Slab {
+    return this.slabs[Math.floor(h / SLAB_SPAN)]!
+  }
+
+  private addSlab(bytes: number, own = false): Slab {
+    const index = this.holes.pop() ?? this.slabs.length
+    // A block of its own is written whole before it is read: no need to zero it.
+    const buf = own ? Buffer.allocUnsafeSlow(bytes) : Buffer.from(new ArrayBuffer(bytes))
+    const slab: Slab = { buf, index, carved: own ? bytes : 0, free: 0, view: undefined }
+    this.slabs[index] = slab
+    return slab
+  }
+
+  private dropSlab(slab: Slab): void {
+    this.slabs[slab.index] = undefined
+    this.holes.push(slab.index)
   }
 
   private nextSlab(): Slab {
@@ -193,13 +249,13 @@ export class TailArena {
       for (let c = this.free.length - 1; c >= 0; c--) {
         const bytes = 1 << (c + MIN_SHIFT)
         while (old.buf.length - old.carved >= bytes) {
-          this.free[c]!.push(block(old.buf.subarray(old.carved, old.carved + bytes), old))
+          this.free[c]!.push(old.index * SLAB_SPAN + old.carved + c)
           old.carved += bytes
           old.free += bytes
         }
       }
     }
-    const slab = newSlab(SLAB_BYTES)
+    const slab = this.addSlab(SLAB_BYTES)
     this.extra.add(slab)
     this.slab = slab
     this.slabBytes += SLAB_BYTES

@@ -9,7 +9,7 @@ function stageRecords(stage: RecordStage, n: number): void {
   for (let i = 0; i < n; i++, stage.count++) {
     const slot = stage.count
     const block = stage.blocks[slot >>> RECORDS_PER_BLOCK_SHIFT]!
-    block.view.setUint32((slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES, slot)
+    stage.arena.viewOf(block).setUint32(stage.arena.baseOf(block) + (slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES, slot)
   }
 }
 
@@ -26,8 +26,8 @@ describe('RecordStage', () => {
     const stage = new RecordStage(new TailArena(0))
     stageRecords(stage, 1)
     expect(stage.blocks).toHaveLength(1)
-    expect(stage.blocks[0]!.buf.length).toBeLessThan(RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES)
-    expect(stage.blocks[0]!.buf.length).toBeLessThanOrEqual(8 * ENTRY_RECORD_BYTES)
+    expect(stage.arena.sizeOf(stage.blocks[0]!)).toBeLessThan(RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES)
+    expect(stage.arena.sizeOf(stage.blocks[0]!)).toBeLessThanOrEqual(8 * ENTRY_RECORD_BYTES)
     expect(drained(stage)).toEqual([0])
     expect(stage.blocks).toHaveLength(0)
   })
@@ -37,7 +37,7 @@ describe('RecordStage', () => {
     // Uneven steps cross each doubling and the switch to full blocks.
     for (const n of [1, 2, 5, 9, 30, 100, 1000, 3000, 1, RECORDS_PER_BLOCK * 2]) stageRecords(stage, n)
     const total = stage.count
-    expect(stage.blocks.every((b) => b.buf.length === RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES)).toBe(true)
+    expect(stage.blocks.every((b) => stage.arena.sizeOf(b) === RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES)).toBe(true)
     expect(drained(stage)).toEqual(Array.from({ length: total }, (_, i) => i))
   })
 

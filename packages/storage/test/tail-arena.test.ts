@@ -4,17 +4,17 @@ import { TailArena } from '../src/tail-arena.js'
 describe('TailArena', () => {
   it('hands out power-of-two blocks of at least the size asked, from 256 bytes', () => {
     const arena = new TailArena(0)
-    expect(arena.alloc(1).buf.length).toBe(256)
-    expect(arena.alloc(256).buf.length).toBe(256)
-    expect(arena.alloc(257).buf.length).toBe(512)
-    expect(arena.alloc(300_000).buf.length).toBe(512 * 1024)
-    expect(arena.alloc(1 << 20).buf.length).toBe(1 << 20)
+    expect(arena.sizeOf(arena.alloc(1))).toBe(256)
+    expect(arena.sizeOf(arena.alloc(256))).toBe(256)
+    expect(arena.sizeOf(arena.alloc(257))).toBe(512)
+    expect(arena.sizeOf(arena.alloc(300_000))).toBe(512 * 1024)
+    expect(arena.sizeOf(arena.alloc(1 << 20))).toBe(1 << 20)
   })
 
   it('reuses a released block for the next request of its size, and no other', () => {
     const arena = new TailArena(0)
     const a = arena.alloc(400)
-    a.buf.fill(7)
+    arena.block(a).fill(7)
     arena.release(a)
     expect(arena.alloc(200)).not.toBe(a)
     expect(arena.alloc(500)).toBe(a)
@@ -26,26 +26,31 @@ describe('TailArena', () => {
     const blocks = []
     // Mixed sizes past several 4 MiB slabs, so the leftovers of each slab are split into the free lists.
     for (let i = 0; i < 400; i++) blocks.push(arena.alloc(((i * 7919) % 60_000) + 1))
-    for (let i = 0; i < blocks.length; i++) blocks[i]!.buf.fill(i & 0xff)
-    for (let i = 0; i < blocks.length; i++) expect(blocks[i]!.buf.every((b) => b === (i & 0xff))).toBe(true)
+    for (let i = 0; i < blocks.length; i++) arena.block(blocks[i]!).fill(i & 0xff)
+    for (let i = 0; i < blocks.length; i++) expect(arena.block(blocks[i]!).every((b) => b === (i & 0xff))).toBe(true)
     expect(arena.slabBytes).toBeGreaterThan(4 * 1024 * 1024)
-    // A block's view covers exactly its bytes.
+    // A block is its slab's buffer and view from its base on.
     const b = blocks[3]!
-    b.view.setUint32(0, 0xdeadbeef)
-    expect(b.buf.readUInt32BE(0)).toBe(0xdeadbeef)
-    expect(b.view.byteLength).toBe(b.buf.length)
+    arena.viewOf(b).setUint32(arena.baseOf(b), 0xdeadbeef)
+    expect(arena.block(b).readUInt32BE(0)).toBe(0xdeadbeef)
+    expect(arena.bufOf(b).readUInt32BE(arena.baseOf(b))).toBe(0xdeadbeef)
+    expect(arena.viewOf(b).byteLength).toBe(arena.bufOf(b).length)
+    expect(arena.baseOf(b) + arena.sizeOf(b)).toBeLessThanOrEqual(arena.bufOf(b).length)
   })
 
   it('gives requests above 1 MiB a buffer of their own, never reused, and counts it in use until released', () => {
     const arena = new TailArena(0)
     const small = arena.alloc(1000)
     const big = arena.alloc(3_000_000)
-    expect(big.buf.length).toBe(3_000_000)
+    expect(arena.sizeOf(big)).toBe(3_000_000)
+    expect(arena.baseOf(big)).toBe(0)
+    const bigBuf = arena.bufOf(big)
+    expect(bigBuf.length).toBe(3_000_000)
     expect(arena.bytesInUse).toBe(1024 + 3_000_000)
     arena.release(big)
     expect(arena.bytesInUse).toBe(1024)
     // Identity by ===: vitest's toBe on a failure would diff 3 MB buffers.
-    expect(arena.alloc(3_000_000) === big).toBe(false)
+    expect(arena.bufOf(arena.alloc(3_000_000)) === bigBuf).toBe(false)
     arena.release(small)
     expect(arena.bytesInUse).toBe(3_000_000)
   })
@@ -63,11 +68,11 @@ describe('TailArena.prefault', () => {
   it('leaves the reserve zeroed and usable, and blocks handed out before it untouched', () => {
     const arena = new TailArena(2 * 1024 * 1024)
     const before = arena.alloc(1000)
-    before.buf.fill(9)
+    arena.block(before).fill(9)
     arena.prefault()
-    expect(before.buf.every((b) => b === 9)).toBe(true)
+    expect(arena.block(before).every((b) => b === 9)).toBe(true)
     const after = arena.alloc(4096)
-    expect(after.buf.every((b) => b === 0)).toBe(true)
+    expect(arena.block(after).every((b) => b === 0)).toBe(true)
     expect(arena.slabBytes).toBe(2 * 1024 * 1024)
   })
 })
@@ -92,19 +97,19 @@ describe('TailArena.trim', () => {
     // The blocks still held stay intact and usable; freed ones are not handed out twice.
     const first = blocks[0]!
     const last = blocks.at(-1)!
-    first.buf.fill(1)
-    last.buf.fill(2)
+    arena.block(first).fill(1)
+    arena.block(last).fill(2)
     const again = Array.from({ length: 20 }, () => arena.alloc(256 * 1024))
-    again.forEach((b, i) => b.buf.fill(i + 3))
-    expect(first.buf.every((x) => x === 1)).toBe(true)
-    expect(last.buf.every((x) => x === 2)).toBe(true)
-    again.forEach((b, i) => expect(b.buf.every((x) => x === i + 3)).toBe(true))
+    again.forEach((b, i) => arena.block(b).fill(i + 3))
+    expect(arena.block(first).every((x) => x === 1)).toBe(true)
+    expect(arena.block(last).every((x) => x === 2)).toBe(true)
+    again.forEach((b, i) => expect(arena.block(b).every((x) => x === i + 3)).toBe(true))
     for (const b of [first, last, ...again]) arena.release(b)
     arena.trim()
     arena.trim()
     expect(arena.slabBytes).toBe(MiB)
     // Trimmed down to the reserve, the arena still serves requests of every size.
-    for (let size = 1; size <= 1 << 20; size *= 4) expect(arena.alloc(size).buf.length).toBeGreaterThanOrEqual(size)
+    for (let size = 1; size <= 1 << 20; size *= 4) expect(arena.sizeOf(arena.alloc(size))).toBeGreaterThanOrEqual(size)
   })
 
   it('keeps what a steady stream uses from one checkpoint to the next', () => {
