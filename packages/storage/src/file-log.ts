@@ -149,6 +149,8 @@ export class FileShapeLog implements ShapeLog {
   private appendedOp = -1
   private appendedClosed = 0
   private appendedSnapshotChunks = 0
+  /** Where the open chunk starts in log.dat (the last closed chunk's end): read by every append, kept to spare it a cold chunk record. */
+  private openChunkPos = HEADER_BYTES
   /** The store's append sequence number of the appended head (0 after an open or a cut to an earlier head). */
   private appendedSeq = 0
   private publishedEntries = 0
@@ -751,6 +753,7 @@ export class FileShapeLog implements ShapeLog {
     this.appendedEntries = head.entries
     this.appendedDataEnd = head.dataEnd
     this.appendedClosed = head.closedChunks
+    this.openChunkPos = head.closedChunks > 0 ? this.chunks[head.closedChunks - 1]!.endPos : HEADER_BYTES
     this.appendedSnapshotChunks = head.snapshotChunks
     if (head instanceof Boundary) {
       this.appendedTx = head.tx
@@ -819,7 +822,7 @@ export class FileShapeLog implements ShapeLog {
     const beforeClosed = this.appendedClosed
     const beforeSnapshotChunks = this.appendedSnapshotChunks
     let closed = beforeClosed
-    let chunkFill = beforeDataEnd - (closed > 0 ? this.chunks[closed - 1]!.endPos : HEADER_BYTES)
+    let chunkFill = beforeDataEnd - this.openChunkPos
     let pos = beforeDataEnd
     const entryOps: number[] = snapshot ? new Array<number>(count) : (ops as number[])
     let snapshotChunks = beforeSnapshotChunks
@@ -893,7 +896,6 @@ export class FileShapeLog implements ShapeLog {
       // Pass 3: stage the records; a flush writes them after the bytes they describe.
       const stage = this.staged
       stage.reserve(count)
-      const blocks = stage.blocks
       const arena = stage.arena
       const txLo = tx === this.splitTx ? this.txLo : this.split(tx)
       const txHi = this.txHi
@@ -902,12 +904,15 @@ export class FileShapeLog implements ShapeLog {
       for (let i = 0; i < count; i++, slot++) {
         end += jsons[i]!.length + 1
         const flags = i === count - 1 ? baseFlags | lastFlags : baseFlags
-        const block = blocks[slot >>> RECORDS_PER_BLOCK_SHIFT]!
+        const block = slot < RECORDS_PER_BLOCK ? stage.first : stage.blockAt(slot)
         const at = arena.baseOf(block) + (slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES
         writeEntryRecordFast(arena.bufOf(block), arena.viewOf(block), at, txLo, txHi, entryOps[i]!, end, flags)
       }
       stage.count = slot
-      if (newChunks) for (const c of newChunks) this.chunks.push(c)
+      if (newChunks) {
+        for (const c of newChunks) this.chunks.push(c)
+        this.openChunkPos = newChunks[newChunks.length - 1]!.endPos
+      }
       this.appendedEntries = beforeEntries + count
       this.appendedDataEnd = pos
       this.appendedTx = tx

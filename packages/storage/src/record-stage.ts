@@ -5,6 +5,7 @@
  * the blocks are reused rather than left to the garbage collector.
  */
 import { ENTRY_RECORD_BYTES } from './format.js'
+import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
 
 // 2048 records a block: one write per 2048 entries, 64 KiB each.
@@ -18,19 +19,36 @@ const BLOCK_BYTES = RECORDS_PER_BLOCK * ENTRY_RECORD_BYTES
 const FIRST_BLOCK_RECORDS = 8
 
 export class RecordStage {
-  /** Arena blocks (handles, see tail-arena.ts). */
-  readonly blocks: number[] = []
-  /** Records staged. Record i sits in blocks[i >> SHIFT] at byte (i & (PER_BLOCK - 1)) * ENTRY_RECORD_BYTES of the block. */
+  /**
+   * The first arena block (a handle, see tail-arena.ts; NO_BLOCK when empty),
+   * and the full blocks after it: nearly every log stages fewer records than a
+   * block holds, and at 100k logs an array per stage is one more object to
+   * miss the cache on for every append.
+   */
+  first = NO_BLOCK
+  private more: number[] | undefined = undefined
+  /** Records staged. Record i sits in block i >> SHIFT (`blockAt`) at byte (i & (PER_BLOCK - 1)) * ENTRY_RECORD_BYTES of it. */
   count = 0
 
   constructor(readonly arena: TailArena) {}
 
+  /** The blocks in order (a new array: for tests and the rare paths). */
+  get blocks(): number[] {
+    return this.first === NO_BLOCK ? [] : [this.first, ...(this.more ?? [])]
+  }
+
+  /** The block holding record `i`. */
+  blockAt(i: number): number {
+    const b = i >>> RECORDS_PER_BLOCK_SHIFT
+    return b === 0 ? this.first : this.more![b - 1]!
+  }
+
   /** Makes room for `n` more records. */
   reserve(n: number): void {
     const total = this.count + n
-    const first = this.blocks[0]
+    const first = this.first
     const arena = this.arena
-    const firstBytes = first === undefined ? 0 : arena.sizeOf(first)
+    const firstBytes = first === NO_BLOCK ? 0 : arena.sizeOf(first)
     if (firstBytes < BLOCK_BYTES) {
       const have = firstBytes / ENTRY_RECORD_BYTES
       if (total <= have) return
@@ -41,23 +59,34 @@ export class RecordStage {
         while (records < total) records *= 2
       }
       const grown = arena.alloc(records * ENTRY_RECORD_BYTES)
-      if (first !== undefined) {
+      if (first !== NO_BLOCK) {
         const from = arena.baseOf(first)
         arena.bufOf(first).copy(arena.bufOf(grown), arena.baseOf(grown), from, from + this.count * ENTRY_RECORD_BYTES)
         arena.release(first)
       }
-      this.blocks[0] = grown
+      this.first = grown
       if (total < RECORDS_PER_BLOCK) return
     }
     const need = (total + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
-    while (this.blocks.length < need) this.blocks.push(this.arena.alloc(BLOCK_BYTES))
+    if (need > 1) {
+      const more = (this.more ??= [])
+      while (more.length < need - 1) more.push(arena.alloc(BLOCK_BYTES))
+    }
   }
 
   /** Keeps the first `count` records and gives unneeded blocks back to the arena. */
   truncate(count: number): void {
     this.count = Math.min(this.count, count)
     const need = (this.count + RECORDS_PER_BLOCK - 1) >>> RECORDS_PER_BLOCK_SHIFT
-    while (this.blocks.length > need) this.arena.release(this.blocks.pop()!)
+    const more = this.more
+    if (more !== undefined) {
+      while (more.length > Math.max(need - 1, 0)) this.arena.release(more.pop()!)
+      if (more.length === 0) this.more = undefined
+    }
+    if (need === 0 && this.first !== NO_BLOCK) {
+      this.arena.release(this.first)
+      this.first = NO_BLOCK
+    }
   }
 
   /** Calls `fn(buf, start, end)` for the byte range of records [from, to) in each block it spans, in order. */
@@ -65,7 +94,7 @@ export class RecordStage {
     for (let i = from; i < to; ) {
       const inBlock = i & (RECORDS_PER_BLOCK - 1)
       const n = Math.min(to - i, RECORDS_PER_BLOCK - inBlock)
-      const h = this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!
+      const h = this.blockAt(i)
       const base = this.arena.baseOf(h)
       fn(this.arena.bufOf(h), base + inBlock * ENTRY_RECORD_BYTES, base + (inBlock + n) * ENTRY_RECORD_BYTES)
       i += n
@@ -82,7 +111,7 @@ export class RecordStage {
 
   /** The buffer and byte offset of record `i`. */
   locate(i: number): { buf: Buffer; at: number } {
-    const h = this.blocks[i >>> RECORDS_PER_BLOCK_SHIFT]!
+    const h = this.blockAt(i)
     return { buf: this.arena.bufOf(h), at: this.arena.baseOf(h) + (i & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES }
   }
 

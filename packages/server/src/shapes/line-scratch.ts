@@ -33,20 +33,47 @@ export class LineScratch {
   /** Slab being filled (an index into `slabs`), and the first free byte in it. */
   private slab = -1
   private at = 0
+  /** The buffer `open` handed out and where the line starts in it. */
+  private openBuf: Buffer | undefined = undefined
+  private openAt = 0
 
   /** The UTF-8 bytes of `text`, valid until `reset()`. */
   put(text: string): Uint8Array {
-    const worst = text.length * MAX_UTF8_PER_UNIT
-    if (worst > SLAB_BYTES) return Buffer.from(text, 'utf8')
-    let buf = this.slabs[this.slab]
-    if (buf === undefined || this.at + worst > buf.length) {
-      buf = this.nextSlab()
-      if (buf === undefined) return Buffer.from(text, 'utf8')
+    const buf = this.open(text.length * MAX_UTF8_PER_UNIT)
+    return this.take(this.openAt + buf.write(text, this.openAt, 'utf8'))
+  }
+
+  /**
+   * Room for a line of at most `worst` bytes: the caller writes it into the
+   * returned buffer from `start` on, then calls `take(end)`. Lines written
+   * straight into memory this way need no string of their own.
+   */
+  open(worst: number): Buffer {
+    let buf = worst > SLAB_BYTES ? undefined : this.slabs[this.slab]
+    if (buf !== undefined && this.at + worst > buf.length) buf = this.nextSlab()
+    else if (buf === undefined && worst <= SLAB_BYTES) buf = this.nextSlab()
+    if (buf === undefined) {
+      // Past the bound, or bigger than a slab: a buffer of its own.
+      this.openBuf = Buffer.allocUnsafe(worst)
+      this.openAt = 0
+      return this.openBuf
     }
-    const start = this.at
-    const n = buf.write(text, start, 'utf8')
-    this.at = start + n
-    return buf.subarray(start, start + n)
+    this.openBuf = buf
+    this.openAt = this.at
+    return buf
+  }
+
+  /** Where the line `open` made room for starts in its buffer. */
+  get start(): number {
+    return this.openAt
+  }
+
+  /** The line written since `open`, ending at `end`: valid until `reset()`. */
+  take(end: number): Uint8Array {
+    const buf = this.openBuf!
+    this.openBuf = undefined
+    if (buf === this.slabs[this.slab]) this.at = end
+    return buf.subarray(this.openAt, end)
   }
 
   /** Every line handed out so far is dead: their memory is reused. */

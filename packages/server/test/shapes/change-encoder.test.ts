@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { UNCHANGED_TOAST, UnchangedToastError } from '../../src/replication/index.js'
 import type { Change, Relation } from '../../src/replication/index.js'
 import { ChangeEncoder, ChangeEncodingError } from '../../src/shapes/index.js'
+import { LineScratch } from '../../src/shapes/line-scratch.js'
 import type { ChangePosition, EncodableChange, EncodedLine, TableDescription } from '../../src/shapes/index.js'
 
 const items: TableDescription = { schema: 'public', name: 'items', columns: ['id', 'title', 'note'], primaryKey: ['id'] }
@@ -237,6 +238,48 @@ describe('ChangeEncoder', () => {
     } catch (error) {
       expect((error as ChangeEncodingError).code).toBe(code)
     }
+  })
+
+  it('writes the same bytes into a scratch as on its own, across its slabs and past them', () => {
+    const encoder = new ChangeEncoder({ table: items, replica: 'full' })
+    const scratch = new LineScratch()
+    const chars = ['a', 'Z', '0', ' ', '"', '\\', '/', '\n', '\u0000', '\u001f', '\u007f', 'é', '€', '\u2028', '\ud83d\ude00', '\ud800', '\udfff']
+    let seed = 7
+    const next = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      return seed % n
+    }
+    const randomText = (n: number): string => Array.from({ length: n }, () => chars[next(chars.length)]).join('')
+    const written: Array<[Uint8Array, string]> = []
+    for (let n = 0; n < 3000; n++) {
+      // Mostly short values; now and then one past a scratch slab (256 KiB) and one that is pure ASCII.
+      const long = n % 997 === 0 ? 300_000 : n % 3 === 0 ? 2000 : 40
+      const title = n % 5 === 0 ? 'x'.repeat(next(long) + 1) : randomText(next(long) + 1)
+      const change: EncodableChange =
+        n % 4 === 0
+          ? { kind: 'update', newTuple: [String(n), title, null], oldTuple: [String(n + 1), 'old ' + title, 'n'], oldTupleKind: 'full' }
+          : n % 4 === 1
+            ? { kind: 'update', newTuple: [String(n), title, randomText(3)], oldTuple: [String(n), 'before', null], oldTupleKind: 'full' }
+            : n % 4 === 2
+              ? { kind: 'delete', oldTuple: [String(n), title, null], oldTupleKind: 'full' }
+              : { kind: 'insert', newTuple: [String(n), title, randomText(5)] }
+      const position: ChangePosition = { lsn: 2n ** 63n + BigInt(n), op: n * 2, txid: 4_000_000_000 + n, last: n % 7 === 0 }
+      const own = encoder.encode(change, position)
+      const lines = encoder.encode(change, position, scratch)
+      expect(lines.map(text)).toEqual(own.map(text))
+      for (const line of lines) {
+        written.push([line.bytes, text(line)])
+        // A line past a slab gets memory of its own, sized by an exact count (not six bytes per character).
+        if (line.bytes.length > 256 * 1024) expect(line.bytes.buffer.byteLength - line.bytes.length).toBeLessThan(4096)
+      }
+      for (const line of own) {
+        const parsed = JSON.parse(text(line)) as { value: Record<string, string | null> }
+        // Re-serialised by JSON.stringify: the same text, so the escaping is JSON.stringify's.
+        expect(JSON.stringify(parsed)).toBe(text(line))
+      }
+    }
+    // Every line of the "transaction" is still intact in the scratch at its end.
+    for (const [bytes, expected] of written) expect(Buffer.from(bytes).toString('utf8')).toBe(expected)
   })
 
   it('rejects unchanged-TOAST markers', () => {
