@@ -206,6 +206,8 @@ export class FileShapeLog implements ShapeLog {
   chunksDirty = false
   /** Set by the store while this log is in its dirty list (membership, so the list holds each log once). */
   dirtyMark = false
+  /** The store's index of this log in its list of logs waiting to publish; -1 when not in it. */
+  unpublishedSlot = -1
   /**
    * The store serves this log (it is in `shapes/`, opened or finished). A log
    * still being built is synced and published by the flush that finishes it,
@@ -398,7 +400,7 @@ export class FileShapeLog implements ShapeLog {
   }
 
   /** The appended head as an object (made on each call). */
-  private get appended(): HeadState {
+  private get appended(): Boundary {
     return new Boundary(
       this.appendedEntries,
       this.appendedDataEnd,
@@ -650,15 +652,7 @@ export class FileShapeLog implements ShapeLog {
     this.open = more
     // The only object an append leaves: its transaction end, until a flush publishes it.
     if (!more) {
-      const b = new Boundary(
-        this.appendedEntries,
-        this.appendedDataEnd,
-        this.appendedTx,
-        this.appendedOp,
-        this.appendedClosed,
-        this.appendedSnapshotChunks,
-        this.appendedSeq,
-      )
+      const b = this.appended
       if (this.lastUnpublished === undefined) this.firstUnpublished = b
       else this.lastUnpublished.next = b
       this.lastUnpublished = b

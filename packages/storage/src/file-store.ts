@@ -224,7 +224,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private dirty: Array<FileShapeLog | undefined> = []
   private dirtySpare: Array<FileShapeLog | undefined> = []
   private dirtyCount = 0
-  private readonly unpublished = new Set<FileShapeLog>()
+  /**
+   * Registered logs with a transaction end waiting to be published, each once
+   * (`FileShapeLog.unpublishedSlot` is its index; holes where one was taken
+   * out). A list, not a Set: an append adds its log and a flush takes out those
+   * it published, and with a Set that churn rebuilt its hash table over and
+   * over, tables that at 100k logs outlived scavenges.
+   */
+  private unpublished: Array<FileShapeLog | undefined> = []
   private readonly faults = new Map<FileShapeLog, bigint>()
   private finishing: FinishingSnapshot[] = []
   private dirtyBytes = 0
@@ -607,7 +614,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     log.registered = false
     // Its entry in the dirty list stays behind and is skipped (registered is false).
     log.dirtyMark = false
-    this.unpublished.delete(log)
+    this.dropUnpublished(log)
     this.faults.delete(log)
   }
 
@@ -782,7 +789,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       for (const log of failed) {
         log.rollbackToPublished()
         this.faults.delete(log)
-        this.unpublished.delete(log)
+        this.dropUnpublished(log)
       }
       this.advanced = this.durable
       const err = new FlushError(firstError!, this.durable, failed.map((l) => l.id))
@@ -814,10 +821,20 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.reveal(c.log)
       advanced.push(c.log.id)
     }
-    for (const log of this.unpublished) {
+    const waiting = this.unpublished
+    let kept = 0
+    for (let i = 0; i < waiting.length; i++) {
+      const log = waiting[i]
+      if (log === undefined) continue
       if (log.publish(this.durable, seq) && !created.some((c) => c.log === log)) advanced.push(log.id)
-      if (!log.hasUnpublished()) this.unpublished.delete(log)
+      if (log.hasUnpublished()) {
+        waiting[kept] = log
+        log.unpublishedSlot = kept++
+      } else {
+        log.unpublishedSlot = -1
+      }
     }
+    waiting.length = kept
     this.lastError = undefined
     const result: FlushResult = { durableLsn: this.durable, advanced, durationMs: performance.now() - started }
     for (const listener of this.listeners) listener(result)
@@ -1187,7 +1204,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       log.publishSnapshot()
       // Already durable: synced in the directory, covered by a published watermark.
       log.publish(this.durable, s.syncSeq)
-      if (log.hasUnpublished()) this.unpublished.add(log)
+      if (log.hasUnpublished()) this.listUnpublished(log)
       if (log.lastSeq() > s.syncSeq) {
         // Appended after the sync (above the target, or it would have waited):
         // synced and published by later flushes like any dirty log's.
@@ -1224,7 +1241,20 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     // Membership follows boundaries, not dirtiness: a `more` append dirties a log
     // without giving it anything to publish, and the publish pass drops such logs.
     // A log being built is published when it is registered.
-    if (log.registered) this.unpublished.add(log)
+    if (log.registered) this.listUnpublished(log)
+  }
+
+  private listUnpublished(log: FileShapeLog): void {
+    if (log.unpublishedSlot >= 0) return
+    log.unpublishedSlot = this.unpublished.length
+    this.unpublished.push(log)
+  }
+
+  private dropUnpublished(log: FileShapeLog): void {
+    const slot = log.unpublishedSlot
+    if (slot < 0) return
+    this.unpublished[slot] = undefined
+    log.unpublishedSlot = -1
   }
 
   private listDirty(log: FileShapeLog): void {
