@@ -190,6 +190,8 @@ export interface KeepUpResult {
 export interface Report {
   readonly quick: boolean
   readonly partial: boolean
+  /** Whether the shape sets were registered by an earlier run and reused (BENCH_FIXTURE). */
+  readonly fixture?: boolean
   readonly machine: Machine
   readonly postgres: { readonly version: string; readonly binDir: string; readonly settings: PostgresSettings }
   readonly protoVersion: number
@@ -298,7 +300,7 @@ export function markdown(report: Report): string {
   out.push('# Pipeline benchmark')
   out.push('')
   out.push(
-    `Produced by \`npm run bench:pipeline\` (\`pnpm --filter @sluice/bench run bench:pipeline\`, \`bench/pipeline/run.ts\`)${report.quick ? ' in QUICK mode (a smoke run, not results)' : ''}${report.partial ? ' for a subset (ONLY=…)' : ''} on ${m.date.slice(0, 10)}; the run took ${n(report.runSeconds / 60, 1)} minutes.`,
+    `Produced by \`npm run bench:pipeline\` (\`pnpm --filter @sluice/bench run bench:pipeline\`, \`bench/pipeline/run.ts\`)${report.quick ? ' in QUICK mode (a smoke run, not results)' : ''}${report.partial ? ' for a subset (ONLY=…)' : ''}${report.fixture === true ? ', on shape sets registered by an earlier run and reused (BENCH_FIXTURE: their registration figures are that run\'s, and each set\'s store holds the changes of the runs before)' : ''} on ${m.date.slice(0, 10)}; the run took ${n(report.runSeconds / 60, 1)} minutes.`,
   )
   out.push('')
   out.push(

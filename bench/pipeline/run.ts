@@ -869,6 +869,7 @@ async function main(): Promise<void> {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
+    fixture: FIXTURE !== undefined,
     machine: machineInfo(root),
     postgres: { version: cluster.version, binDir: cluster.binDir, settings: BENCH_PG_SETTINGS },
     protoVersion: PROTO_VERSION,
