@@ -123,7 +123,7 @@ export class TailArena {
   alloc(size: number): number {
     const c = classOf(Math.max(size, 1))
     if (c >= this.free.length) {
-      if (size >= SLAB_SPAN) throw new RangeError(`tail block of ${size} bytes: at most ${SLAB_SPAN - 1}`)
+      // Offset 0 in a slab of its own: any size a Buffer can have fits the handle.
       this.outside += size
       const own = this.addSlab(size, true)
       return own.index * SLAB_SPAN + OWN
