@@ -37,7 +37,7 @@ import { readFully, writeFully } from './fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import type { MemoryTail } from './log-reader.js'
-import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from './record-stage.js'
+import { RECORDS_PER_BLOCK, RecordStage } from './record-stage.js'
 import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
 import type { Journal } from './journal.js'
@@ -898,7 +898,7 @@ export class FileShapeLog implements ShapeLog {
       for (let i = 0; i < count; i++, slot++) {
         end += jsons[i]!.length + 1
         const flags = i === count - 1 ? baseFlags | lastFlags : baseFlags
-        const block = slot < RECORDS_PER_BLOCK ? stage.first : stage.blockAt(slot)
+        const block = stage.blockAt(slot)
         const at = arena.baseOf(block) + (slot & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES
         writeEntryRecordFast(arena.bufOf(block), arena.viewOf(block), at, txLo, txHi, entryOps[i]!, end, flags)
       }

@@ -25,7 +25,7 @@ export class RecordStage {
    * block holds, and at 100k logs an array per stage is one more object to
    * miss the cache on for every append.
    */
-  first = NO_BLOCK
+  private first = NO_BLOCK
   private more: number[] | undefined = undefined
   /** Records staged. Record i sits in block i >> SHIFT (`blockAt`) at byte (i & (PER_BLOCK - 1)) * ENTRY_RECORD_BYTES of it. */
   count = 0

@@ -79,7 +79,8 @@ const PORT_TAKEN = /could not bind|Address already in use|could not create any T
 /**
  * Runs beside every cluster, outside our process group, as the cluster's owner.
  * If we die without stopping the cluster (even by SIGKILL), our end of its stdin
- * closes and it stops the server and removes the directory; after a normal stop
+ * closes and it stops the server and removes the root directory (the socket's;
+ * a persistent cluster's data lies elsewhere and stays); after a normal stop
  * we tell it so and it just exits.
  */
 const WATCHDOG_SCRIPT = `read -r line
@@ -87,7 +88,6 @@ const WATCHDOG_SCRIPT = `read -r line
 "$SLUICE_PG_CTL" stop -D "$SLUICE_PG_DATA" -m immediate -w -t 20 >/dev/null 2>&1
 rm -rf "$SLUICE_PG_ROOT"
 `
-// The root holds the socket (and, unless persistent, the data and the log).
 
 function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`
