@@ -97,6 +97,14 @@ export interface ShapeLog {
    * (`advance` already rules them out for a caller that keeps its promise.)
    */
   appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number
+  /**
+   * `appendTransaction` for entries given as parallel arrays: the first `count`
+   * of `ops` (the entries' op numbers, integers below 2^53) and `jsons`, all in
+   * transaction `tx`. The same rules and result, without an object and a
+   * BigInt per entry; the arrays are read during the call and not kept, so a
+   * caller may reuse them (they may be longer than `count`).
+   */
+  appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: AppendOptions): number
   /** Entries strictly after `after`, to the end of their chunk. See `LogRead`. */
   read(after: LogOffset): LogRead
 }
@@ -160,6 +168,8 @@ export interface SnapshotWriter {
    * it and nothing is left.
    */
   appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number
+  /** `appendTransaction` as parallel arrays: see `ShapeLog.appendLines`. */
+  appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: AppendOptions): number
   /**
    * Drops everything written so far, also after `finish` was called: `finish`
    * then rejects with `shape_deleted`, or, when the store had already published

@@ -40,7 +40,7 @@ import type { MemoryTail } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RecordStage } from './record-stage.js'
 import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
-import type { Journal } from './journal.js'
+import type { Journal, JournalOwner } from './journal.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
 import type { FileWrite, FileWriter } from './write-back.js'
 
@@ -111,6 +111,8 @@ let dataStage: Buffer = Buffer.allocUnsafe(64 * 1024)
 // one write of many entries.
 export const WRITE_BACK_BYTES = 64 * 1024
 const NO_BYTES = Buffer.alloc(0)
+/** Ops are numbers on the append path (see appendLines). */
+const MAX_OP = BigInt(Number.MAX_SAFE_INTEGER)
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
 
 function grow(buf: Buffer, need: number): Buffer {
@@ -132,7 +134,10 @@ interface WriteBackPlan {
   readonly records: Buffer
 }
 
-export class FileShapeLog implements ShapeLog {
+export class FileShapeLog implements ShapeLog, JournalOwner {
+  /** The journal's marks (see JournalOwner). */
+  journalGroup = 0
+  journalSegment = 0
   readonly data: FileRef
   readonly entries: FileRef
   readonly chunkFile: FileRef
@@ -612,38 +617,48 @@ export class FileShapeLog implements ShapeLog {
     const n = input.length
     if (n === 0) return 0
     const tx = input[0]!.offset.tx
+    const jsons = new Array<Uint8Array>(n)
+    const ops = new Array<number>(n)
+    for (let i = 0; i < n; i++) {
+      const e = input[i]!
+      if (e.offset.tx !== tx) throw this.invalid(`one append holds one transaction (${tx} and ${e.offset.tx})`)
+      if (e.offset.op > MAX_OP) throw this.invalid(`op ${e.offset.op} is above ${Number.MAX_SAFE_INTEGER}`)
+      jsons[i] = e.json
+      ops[i] = Number(e.offset.op)
+    }
+    return this.appendLines(tx, ops, jsons, n, options)
+  }
+
+  appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: { more?: boolean }): number {
+    if (this.deleted) throw new StorageError('shape_deleted', `shape ${this.id} was deleted`)
+    if (count === 0) return 0
     const lastTx = this.appendedTx
     // Entries at or below the last appended offset are a replay: skip them.
     let skip = 0
     if (tx < lastTx) {
-      skip = n
+      skip = count
     } else if (tx === lastTx) {
       const lastOp = this.appendedOp
-      while (skip < n && Number(input[skip]!.offset.op) <= lastOp) skip++
+      while (skip < count && ops[skip]! <= lastOp) skip++
     }
-    if (skip === n) {
-      if (input[n - 1]!.offset.tx !== tx) throw this.invalid(`one append holds one transaction`)
-      return 0
-    }
+    if (skip === count) return 0
     if (tx <= 0n) throw this.invalid('live entries need a commit LSN above 0')
     if (tx <= this.floor) throw this.invalid(`transaction ${tx} is at or below ${this.floor}, the watermark the log was published with`)
-    const count = n - skip
-    const jsons = new Array<Uint8Array>(count)
-    const ops = new Array<number>(count)
     let prevOp = tx === lastTx ? this.appendedOp : -1
-    for (let i = 0; i < count; i++) {
-      const e = input[skip + i]!
-      if (e.offset.tx !== tx) throw this.invalid(`one append holds one transaction (${tx} and ${e.offset.tx})`)
-      const op = Number(e.offset.op)
-      if (!(op > prevOp)) throw this.invalid('offsets must increase')
-      if (op > Number.MAX_SAFE_INTEGER) throw this.invalid(`op ${e.offset.op} is above ${Number.MAX_SAFE_INTEGER}`)
+    for (let i = skip; i < count; i++) {
+      const op = ops[i]!
+      if (!(op > prevOp) || !Number.isInteger(op)) throw this.invalid('offsets must increase')
+      if (op > Number.MAX_SAFE_INTEGER) throw this.invalid(`op ${op} is above ${Number.MAX_SAFE_INTEGER}`)
       prevOp = op
-      jsons[i] = e.json
-      ops[i] = op
+    }
+    // A replayed head is cut off by copying: only a replay needs it.
+    if (skip > 0) {
+      jsons = jsons.slice(skip, count)
+      ops = ops.slice(skip, count)
     }
     const more = options?.more === true
     try {
-      this.write(tx, jsons, ops, more ? 0 : ENTRY_TXN_END, false)
+      this.write(tx, jsons, ops, count - skip, more ? 0 : ENTRY_TXN_END, false)
     } catch (err) {
       this.host.noteFault(this, tx)
       throw err
@@ -658,7 +673,7 @@ export class FileShapeLog implements ShapeLog {
       this.lastUnpublished = b
       this.host.markUnpublished(this)
     }
-    return count
+    return count - skip
   }
 
   private split(tx: bigint): number {
@@ -676,7 +691,7 @@ export class FileShapeLog implements ShapeLog {
   /** Snapshot rows: all rows of chunk n carry the virtual offset `0_n`. */
   appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array): void {
     const jsons = end ? [...rows, end] : rows
-    this.write(0n, jsons, undefined, end ? ENTRY_TXN_END : 0, end !== undefined)
+    this.write(0n, jsons, undefined, jsons.length, end ? ENTRY_TXN_END : 0, end !== undefined)
     if (end) this.snapshotHead = this.appended
   }
 
@@ -785,17 +800,17 @@ export class FileShapeLog implements ShapeLog {
   }
 
   /**
-   * Appends entries of one transaction (`ops` given) or snapshot rows (`ops`
-   * undefined: each row takes its chunk number).
+   * Appends the first `count` entries of one transaction (`ops` given) or
+   * snapshot rows (`ops` undefined: each row takes its chunk number).
    */
   private write(
     tx: bigint,
     jsons: readonly Uint8Array[],
     ops: readonly number[] | undefined,
+    count: number,
     lastFlags: number,
     closeAtEnd: boolean,
   ): void {
-    const count = jsons.length
     if (count === 0) return
     if (this.pendingCut) this.cutTo(this.pendingCut)
     // The head before this append, as numbers (an object only if the append fails and is cut back).

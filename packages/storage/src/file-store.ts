@@ -499,6 +499,30 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       log.retire()
       await this.fs.rm(tmpDir, { recursive: true, force: true })
     }
+    /** An append after the snapshot, by the writer's state (see SnapshotWriter.appendTransaction). */
+    const guarded = (append: () => number): number => {
+      if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
+      if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+      if (state === 'ended') {
+        try {
+          return append()
+        } catch (err) {
+          // As in the finishing window: a failed write fails the snapshot.
+          if (err instanceof StorageError && err.code !== 'invalid_append') void drop()
+          throw err
+        }
+      }
+      if (state !== 'finishing') return append()
+      try {
+        return append()
+      } catch (err) {
+        // A failed write here cannot hold the watermark back (the transaction
+        // may lie below it already), so it fails the snapshot, as a failed
+        // row append does. Invalid input leaves the log as it was.
+        if (err instanceof StorageError && err.code !== 'invalid_append') finishing!.reject(err)
+        throw err
+      }
+    }
     return {
       append: (rows) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
@@ -562,29 +586,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         settled = done.catch(() => undefined)
         return done
       },
-      appendTransaction: (entries, options) => {
-        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
-        if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
-        if (state === 'ended') {
-          try {
-            return log.appendTransaction(entries, options)
-          } catch (err) {
-            // As in the finishing window: a failed write fails the snapshot.
-            if (err instanceof StorageError && err.code !== 'invalid_append') void drop()
-            throw err
-          }
-        }
-        if (state !== 'finishing') return log.appendTransaction(entries, options)
-        try {
-          return log.appendTransaction(entries, options)
-        } catch (err) {
-          // A failed write here cannot hold the watermark back (the transaction
-          // may lie below it already), so it fails the snapshot, as a failed
-          // row append does. Invalid input leaves the log as it was.
-          if (err instanceof StorageError && err.code !== 'invalid_append') finishing!.reject(err)
-          throw err
-        }
-      },
+      appendTransaction: (entries, options) => guarded(() => log.appendTransaction(entries, options)),
+      appendLines: (tx, ops, jsons, count, options) => guarded(() => log.appendLines(tx, ops, jsons, count, options)),
       abort: async () => {
         if (state === 'open' || state === 'ended') return drop()
         if (state !== 'finishing' && state !== 'published') return
@@ -734,7 +737,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       } catch (err) {
         journalFailed = true
         this.republish = true
-        const owners = err instanceof JournalCommitError ? (err.owners as ReadonlySet<FileShapeLog>) : new Set(whole)
+        const owners = err instanceof JournalCommitError ? (err.owners as readonly FileShapeLog[]) : whole
         for (const log of owners) if (!log.deleted && !failed.includes(log)) failed.push(log)
         for (const log of whole) if (!log.deleted && !failed.includes(log)) failed.push(log)
         firstError ??= fromSystemError(err instanceof JournalCommitError ? err.cause : err, 'commit the journal')

@@ -112,6 +112,10 @@ class MemoryShapeLog implements ShapeLog {
     return fresh.length
   }
 
+  appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: { more?: boolean }): number {
+    return this.appendTransaction(entriesOf(tx, ops, jsons, count), options)
+  }
+
   /** A transaction at or below `lsn` is still open. */
   openAtOrBelow(lsn: bigint): boolean {
     return this.open && this.last.tx <= lsn
@@ -252,6 +256,11 @@ export class MemoryLogStore implements ShapeLogStore {
         if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
         return log.appendTransaction(entries, options)
       },
+      appendLines: (tx, ops, jsons, count, options) => {
+        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
+        if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+        return log.appendLines(tx, ops, jsons, count, options)
+      },
       abort: async () => {
         if (state === 'open' || state === 'ended') {
           state = 'dropped'
@@ -361,4 +370,15 @@ export class MemoryLogStore implements ShapeLogStore {
     this.closed = true
     this.dropFinishing(new StorageError('store_closed'))
   }
+}
+
+/** Entries from `appendLines`' parallel arrays. */
+function entriesOf(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number): LogEntryInput[] {
+  const entries = new Array<LogEntryInput>(count)
+  for (let i = 0; i < count; i++) {
+    const op = ops[i]!
+    if (!Number.isSafeInteger(op)) throw new StorageError('invalid_append', `op ${op} is not an integer below 2^53`)
+    entries[i] = { offset: { tx, op: BigInt(op) }, json: jsons[i]! }
+  }
+  return entries
 }

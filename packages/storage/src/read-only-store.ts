@@ -85,6 +85,10 @@ class ReadOnlyShapeLog implements ShapeLog {
     throw new StorageError('read_only')
   }
 
+  appendLines(): number {
+    throw new StorageError('read_only')
+  }
+
   read(after: LogOffset): LogRead {
     const head = this.catchUp()
     const { fs, fds } = this.store

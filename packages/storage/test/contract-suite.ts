@@ -265,6 +265,62 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       expect(body(log.read(o('0_0')))).toHaveLength(1)
     })
 
+    it('appends parallel arrays (appendLines) exactly as entries, with the same replay and validation rules', async () => {
+      const byEntries = await makeShape(store, 'entries', [])
+      const byLines = await makeShape(store, 'lines', [])
+      const txs: Array<Array<{ offset: LogOffset; json: Uint8Array }>> = [
+        [change(10n, 0, 1), change(10n, 2, 2), change(10n, 4, 3)],
+        [change(12n, 1, 4)],
+      ]
+      expect(() => byLines.appendLines(0n, [5], [row(1)], 1)).toThrow(StorageError)
+      // Arrays longer than `count`, refilled per call, as a caller reusing them would.
+      const ops: number[] = [7, 7, 7, 7, 7]
+      const jsons: Uint8Array[] = Array.from({ length: 5 }, () => row(99))
+      for (const entries of txs) {
+        expect(byEntries.appendTransaction(entries)).toBe(entries.length)
+        entries.forEach((e, i) => {
+          ops[i] = Number(e.offset.op)
+          jsons[i] = e.json
+        })
+        expect(byLines.appendLines(entries[0]!.offset.tx, ops, jsons, entries.length)).toBe(entries.length)
+      }
+      // A replay: the head already appended is skipped, the rest taken.
+      expect(byLines.appendLines(12n, [1, 3], [change(12n, 1, 4).json, change(12n, 3, 5).json], 2, { more: true })).toBe(1)
+      expect(byEntries.appendTransaction([change(12n, 1, 4), change(12n, 3, 5)], { more: true })).toBe(1)
+      expect(byLines.appendLines(12n, [5], [change(12n, 5, 6).json], 1)).toBe(1)
+      expect(byEntries.appendTransaction([change(12n, 5, 6)])).toBe(1)
+      expect(byLines.appendLines(5n, [0], [row(1)], 1)).toBe(0)
+      expect(byLines.appendLines(20n, [], [], 0)).toBe(0)
+      const codeOf = (fn: () => unknown) => {
+        try {
+          fn()
+        } catch (err) {
+          return (err as StorageError).code
+        }
+        return 'no error'
+      }
+      expect(codeOf(() => byLines.appendLines(20n, [4, 2], [row(1), row(2)], 2))).toBe('invalid_append')
+      expect(codeOf(() => byLines.appendLines(20n, [0.5], [row(1)], 1))).toBe('invalid_append')
+      expect(codeOf(() => byLines.appendLines(20n, [2 ** 53], [row(1)], 1))).toBe('invalid_append')
+      store.advance(12n)
+      await store.flush()
+      const all = readAllEntries(byLines)
+      expect(all).toEqual(readAllEntries(byEntries))
+      expect(all).toHaveLength(1 + 6)
+      expect(formatOffset(byLines.head().lastOffset)).toBe('12_5')
+      // Through a snapshot writer too.
+      const w = store.createShape('writer-lines')
+      w.append([row(1)])
+      expect(codeOf(() => w.appendLines(30n, [0], [row(2)], 1))).toBe('invalid_append')
+      const finishing = w.finish(SNAPSHOT_END)
+      expect(w.appendLines(30n, [0, 2], [change(30n, 0, 2).json, change(30n, 2, 3).json], 2)).toBe(2)
+      store.advance(30n)
+      await store.flush()
+      const log = await finishing
+      expect(readAllEntries(log)).toHaveLength(2 + 2)
+      expect(formatOffset(log.head().lastOffset)).toBe('30_2')
+    })
+
     it('keeps shapes apart, rejects duplicate and unsafe ids, and deletes', async () => {
       const a = await makeShape(store, 'a', [row(1)], enc.encode('{"table":"a"}'))
       await makeShape(store, 'b', [row(2), row(3)])

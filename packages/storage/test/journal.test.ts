@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest'
 import { FlushError, nodeFs, openFileLogStore, openReadOnlyLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort, ShapeLog, StorageError } from '../src/index.js'
 import { FILE_DATA, GROUP_HEADER_BYTES } from '../src/journal-format.js'
-import { Journal } from '../src/journal.js'
+import { Journal, type JournalOwner } from '../src/journal.js'
 import { decodeWatermark } from '../src/format.js'
 import { body, change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
@@ -482,21 +482,27 @@ describe('journal segment closing', () => {
   const ID = new Uint8Array([97])
   const ONE = new Uint8Array([1])
   /** A journal of 1 MiB segments: the per-owner minimum is 1 MiB / 32768 = 32 bytes; a one-byte write record takes 17. */
-  async function journalIn(name: string, segmentAgeMs = 60_000): Promise<Journal<number>> {
+  /** Owner n, the same object each time (the journal lists an owner once per group and segment by marking it). */
+  interface Owner extends JournalOwner {
+    readonly n: number
+  }
+  const pool: Owner[] = []
+  const owner = (n: number): Owner => (pool[n] ??= { n, journalGroup: 0, journalSegment: 0 })
+  async function journalIn(name: string, segmentAgeMs = 60_000): Promise<Journal<Owner>> {
     const dir = await tempDirs.make(name)
     mkdirSync(`${dir}/journal`)
-    return new Journal<number>(nodeFs, dir, 1, { segmentBytes: 1024 * 1024, segmentAgeMs })
+    return new Journal<Owner>(nodeFs, dir, 1, { segmentBytes: 1024 * 1024, segmentAgeMs })
   }
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-  async function group(j: Journal<number>, from: number, owners: number): Promise<void> {
-    for (let o = from; o < from + owners; o++) j.write(o, ID, FILE_DATA, o, ONE, 0, 1)
+  async function group(j: Journal<Owner>, from: number, owners: number): Promise<void> {
+    for (let o = from; o < from + owners; o++) j.write(owner(o), ID, FILE_DATA, o, ONE, 0, 1)
     await j.commit()
   }
 
   it('seal closes the current segment at once, never under a commit or with nothing in it, and the next checkpoint takes it', async () => {
     const j = await journalIn('journal-seal')
     const synced: number[] = []
-    const steps = { sync: async (o: number) => void synced.push(o), concurrency: 1, keep: async () => undefined }
+    const steps = { sync: async (o: Owner) => void synced.push(o.n), concurrency: 1, keep: async () => undefined }
     expect(j.seal()).toBe(false) // no segment yet
     await group(j, 0, 3)
     const writing = group(j, 3, 1)
@@ -519,6 +525,25 @@ describe('journal segment closing', () => {
     expect(j.segmentCount).toBe(0)
     await group(j, 0, 1)
     expect(j.segmentCount).toBe(1)
+    j.close()
+  })
+
+  it('lists an owner once per group and once per segment, however often it writes', async () => {
+    const j = await journalIn('journal-owner-marks')
+    for (let i = 0; i < 5; i++) j.write(owner(1), ID, FILE_DATA, i, ONE, 0, 1)
+    j.truncate(owner(1), ID, FILE_DATA, 2)
+    j.write(owner(2), ID, FILE_DATA, 0, ONE, 0, 1)
+    expect((await j.commit()).map((o) => o.n)).toEqual([1, 2])
+    j.write(owner(2), ID, FILE_DATA, 1, ONE, 0, 1)
+    j.write(owner(3), ID, FILE_DATA, 0, ONE, 0, 1)
+    expect((await j.commit()).map((o) => o.n)).toEqual([2, 3])
+    expect(j.seal()).toBe(true)
+    // The next segment lists its owners anew, those of the sealed one included.
+    await group(j, 1, 1)
+    const synced: number[] = []
+    await j.checkpoint(true, { sync: async (o: Owner) => void synced.push(o.n), concurrency: 1, keep: async () => undefined })
+    expect(synced.sort((a, b) => a - b)).toEqual([1, 2, 3])
+    expect(j.segmentCount).toBe(0)
     j.close()
   })
 

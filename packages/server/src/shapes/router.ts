@@ -1,5 +1,4 @@
 import type { ReplicaMode, RowValues } from '@sluice/protocol'
-import type { LogEntryInput } from '@sluice/storage'
 import type {
   Awaitable,
   Change,
@@ -46,20 +45,27 @@ import { type TableInfo, matchesRelation, tableDescription } from './table-catal
  * back until the next batch shows whether it was the last.
  */
 
-/** One transaction's entries for one shape, or a piece of them (`more`). */
+/**
+ * One transaction's entries for one shape, or a piece of them (`more`): the
+ * first `count` of `ops` and `jsons`, each entry at `<lsn>_<op>`. Parallel
+ * arrays, not an object per entry: the storage engine takes them as they are
+ * (`appendLines`).
+ */
 export interface TransactionPart {
   readonly lsn: bigint
   /** 32-bit xid from Begin: the snapshot stitching decides by it. */
   readonly xid: number
-  readonly entries: readonly LogEntryInput[]
+  readonly ops: readonly number[]
+  readonly jsons: readonly Uint8Array[]
+  readonly count: number
   /** Further parts of the same transaction follow. */
   readonly more: boolean
 }
 
 /**
  * Where a shape's routed transactions go. `append` is synchronous: it never makes routing wait.
- * The entries' bytes are valid only during the call (the router reuses their memory for the
- * next transaction's lines): a target that keeps them must copy them.
+ * The part is valid only during the call: the router refills its arrays for the next shape and
+ * reuses the lines' memory for the next transaction. A target that keeps any of it must copy it.
  */
 export interface ShapeTarget {
   append(part: TransactionPart): void
@@ -129,6 +135,9 @@ interface RoutedShape {
   target: ShapeTarget
   /** Set while a transaction is being routed when the shape is being invalidated: take nothing more. */
   doomed: boolean
+  /** The number of the update whose old row (`heldOld`) or new row (`heldNew`) the shape last held (see routeChange). */
+  heldOld: number
+  heldNew: number
 }
 
 interface TableRoute {
@@ -142,6 +151,8 @@ interface TableRoute {
 }
 
 type Variant = 'insert' | 'update' | 'delete'
+
+const NO_ITEMS: readonly Item[] = []
 
 /** Encoded lines of one change in one variant, for one encoder: [not last, last]. */
 type LineSlot = [EncodedLine[] | undefined, EncodedLine[] | undefined]
@@ -198,6 +209,13 @@ class TxnRouting {
 
 export class ShapeRouter implements ChangeSink {
   private readonly tables = new Map<number, TableRoute>()
+  /** The shapes a row change reaches, refilled per change (`ShapeIndex.collect`); `oldHits` for an update's old row. */
+  private readonly hits: RoutedShape[] = []
+  private readonly oldHits: RoutedShape[] = []
+  private stamp = 0
+  /** A part's entries, refilled for every shape (see TransactionPart). */
+  private readonly ops: number[] = []
+  private readonly jsons: Uint8Array[] = []
   /** `schema\0name` → table oid, to notice a dropped and recreated table. */
   private readonly byName = new Map<string, number>()
   private readonly shapes = new Map<string, RoutedShape>()
@@ -263,7 +281,7 @@ export class ShapeRouter implements ChangeSink {
       route.encoders.set(encoderKey, shared)
     }
     shared.users++
-    const shape: RoutedShape = { spec, route, encoder: shared.encoder, target, doomed: false }
+    const shape: RoutedShape = { spec, route, encoder: shared.encoder, target, doomed: false, heldOld: 0, heldNew: 0 }
     this.shapes.set(spec.handle, shape)
     route.shapes.add(shape)
     route.index.add(shape, spec.where)
@@ -399,30 +417,37 @@ export class ShapeRouter implements ChangeSink {
 
   private routeChange(txn: TxnRouting, route: TableRoute, change: InsertChange | UpdateChange | DeleteChange, op: number): void {
     const names = this.namesFor(route, change.relation)
-    if (change.kind === 'insert') {
-      const shapes = route.index.affected(toRow(names, change.newTuple))
-      if (shapes.size === 0) return
-      const item = new Item(change, 'insert', op)
-      for (const shape of shapes) this.take(txn, shape, item)
-      return
-    }
-    if (change.kind === 'delete') {
-      const shapes = route.index.affected(toRow(names, change.oldTuple))
-      if (shapes.size === 0) return
-      const item = new Item(change, 'delete', op)
-      for (const shape of shapes) this.take(txn, shape, item)
+    const hits = this.hits
+    if (change.kind === 'insert' || change.kind === 'delete') {
+      const insert = change.kind === 'insert'
+      const count = route.index.collect(toRow(names, insert ? change.newTuple : change.oldTuple), hits)
+      if (count === 0) return
+      const item = new Item(change, insert ? 'insert' : 'delete', op)
+      for (let i = 0; i < count; i++) this.take(txn, hits[i]!, item)
       return
     }
     const newRow = toRow(names, change.newTuple)
     const oldRow = oldRowOf(names, change, newRow)
-    const inNew = route.index.affected(newRow)
-    const inOld = oldRow === newRow ? inNew : route.index.affected(oldRow)
-    if (inNew.size === 0 && inOld.size === 0) return
+    const inNew = route.index.collect(newRow, hits)
+    if (oldRow === newRow) {
+      if (inNew === 0) return
+      const update = new Item(change, 'update', op)
+      for (let i = 0; i < inNew; i++) this.take(txn, hits[i]!, update)
+      return
+    }
+    const oldHits = this.oldHits
+    const inOld = route.index.collect(oldRow, oldHits)
+    if (inNew === 0 && inOld === 0) return
+    // Membership by stamp: the shapes of both sides marked with this change's number.
+    const stamp = ++this.stamp
+    for (let i = 0; i < inOld; i++) oldHits[i]!.heldOld = stamp
     let update: Item | undefined
     let moveIn: Item | undefined
     let moveOut: Item | undefined
-    for (const shape of inNew) {
-      if (inOld.has(shape)) {
+    for (let i = 0; i < inNew; i++) {
+      const shape = hits[i]!
+      shape.heldNew = stamp
+      if (shape.heldOld === stamp) {
         update ??= new Item(change, 'update', op)
         this.take(txn, shape, update)
       } else {
@@ -430,8 +455,9 @@ export class ShapeRouter implements ChangeSink {
         this.take(txn, shape, moveIn)
       }
     }
-    for (const shape of inOld) {
-      if (inNew.has(shape)) continue
+    for (let i = 0; i < inOld; i++) {
+      const shape = oldHits[i]!
+      if (shape.heldNew === stamp) continue
       moveOut ??= new Item(movedOut(change), 'delete', op)
       this.take(txn, shape, moveOut)
     }
@@ -460,17 +486,17 @@ export class ShapeRouter implements ChangeSink {
   private emitLast(txn: TxnRouting): void {
     for (const [shape, last] of txn.held) {
       if (shape.doomed) continue
-      this.deliver(txn, shape, txn.pending.get(shape) ?? [], last, false)
+      this.deliver(txn, shape, txn.pending.get(shape) ?? NO_ITEMS, last, false)
     }
     txn.pending.clear()
     txn.held.clear()
   }
 
   private deliver(txn: TxnRouting, shape: RoutedShape, items: readonly Item[], last: Item | undefined, more: boolean): void {
-    const entries: LogEntryInput[] = []
+    let count = 0
     try {
-      for (const item of items) this.encodeInto(entries, txn, shape, item, false)
-      if (last !== undefined) this.encodeInto(entries, txn, shape, last, true)
+      for (const item of items) count = this.encodeInto(count, txn, shape, item, false)
+      if (last !== undefined) count = this.encodeInto(count, txn, shape, last, true)
     } catch (error) {
       // A change this shape cannot encode (an unchanged-TOAST value without REPLICA IDENTITY FULL, a malformed
       // tuple): the shape can no longer be kept exact, so it is invalidated rather than stalling replication.
@@ -488,10 +514,11 @@ export class ShapeRouter implements ChangeSink {
       this.doom(txn, shape.route)
       return
     }
-    if (entries.length > 0) shape.target.append({ lsn: txn.lsn, xid: txn.xid, entries, more })
+    if (count > 0) shape.target.append({ lsn: txn.lsn, xid: txn.xid, ops: this.ops, jsons: this.jsons, count, more })
   }
 
-  private encodeInto(out: LogEntryInput[], txn: TxnRouting, shape: RoutedShape, item: Item, last: boolean): void {
+  /** Puts the item's lines for this shape's encoder into `ops`/`jsons` from `count` on; returns the new count. */
+  private encodeInto(count: number, txn: TxnRouting, shape: RoutedShape, item: Item, last: boolean): number {
     const slot = item.slotFor(shape.encoder)
     const at = last ? 1 : 0
     let lines = slot[at]
@@ -499,7 +526,13 @@ export class ShapeRouter implements ChangeSink {
       lines = shape.encoder.encode(item.change, { lsn: txn.lsn, op: item.op, txid: txn.xid, last }, txn.lines)
       slot[at] = lines
     }
-    for (const line of lines) out.push({ offset: { tx: txn.lsn, op: BigInt(line.op) }, json: line.bytes })
+    const { ops, jsons } = this
+    for (const line of lines) {
+      ops[count] = line.op
+      jsons[count] = line.bytes
+      count++
+    }
+    return count
   }
 
   private noteTruncate(txn: TxnRouting, relations: readonly Relation[]): void {

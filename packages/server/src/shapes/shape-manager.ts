@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events'
 import type { ShapeDefinitionParams } from '@sluice/protocol'
-import type { LogEntryInput, ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
+import type { ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
 import type pg from 'pg'
 import type { PublicationManager, Queryable } from '../replication/index.js'
 import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/index.js'
@@ -729,7 +729,7 @@ class LogTarget implements ShapeTarget {
   constructor(private readonly log: ShapeLog) {}
 
   append(part: TransactionPart): void {
-    this.log.appendTransaction(part.entries, part.more ? MORE : undefined)
+    this.log.appendLines(part.lsn, part.ops, part.jsons, part.count, part.more ? MORE : undefined)
   }
 }
 
@@ -741,7 +741,7 @@ function logTarget(log: ShapeLog): ShapeTarget {
 
 /** Appends to a log whose snapshot is finishing (the storage engine makes them durable with it). */
 function writerAppendTarget(writer: SnapshotWriter): ShapeTarget {
-  return { append: (part) => void writer.appendTransaction(part.entries, part.more ? { more: true } : undefined) }
+  return { append: (part) => void writer.appendLines(part.lsn, part.ops, part.jsons, part.count, part.more ? MORE : undefined) }
 }
 
 /**
@@ -750,24 +750,29 @@ function writerAppendTarget(writer: SnapshotWriter): ShapeTarget {
  * the durable watermark and the same parts arrive again.
  */
 class QueueTarget implements ShapeTarget {
-  private last: LogEntryInput['offset'] | undefined
+  /** The last entry taken: its transaction and op. */
+  private lastTx = -1n
+  private lastOp = -1
   constructor(
     private readonly queue: SpillQueue<TransactionPart>,
     private readonly onPush: () => void,
   ) {}
 
   append(part: TransactionPart): void {
-    let entries = part.entries
-    const last = this.last
-    if (last !== undefined) {
-      entries = entries.filter((e) => e.offset.tx > last.tx || (e.offset.tx === last.tx && e.offset.op > last.op))
-      if (entries.length === 0 && part.entries.length > 0) return
+    const { lsn, ops, jsons, count } = part
+    // Ops increase within a part, so what was taken already is a prefix.
+    let from = 0
+    if (lsn < this.lastTx) from = count
+    else if (lsn === this.lastTx) while (from < count && ops[from]! <= this.lastOp) from++
+    if (from === count && count > 0) return
+    if (from < count) {
+      this.lastTx = lsn
+      this.lastOp = ops[count - 1]!
     }
-    const tail = entries[entries.length - 1]
-    if (tail !== undefined) this.last = tail.offset
-    // The router reuses the lines' memory once the transaction is routed (line-scratch.ts): keep copies.
-    const kept = entries.map((e) => ({ offset: e.offset, json: Buffer.from(e.json) }))
-    this.queue.push({ ...part, entries: kept })
+    // The part is the router's to reuse once this returns (see ShapeTarget): keep copies.
+    const kept = new Array<Uint8Array>(count - from)
+    for (let i = from; i < count; i++) kept[i - from] = Buffer.from(jsons[i]!)
+    this.queue.push({ lsn, xid: part.xid, ops: ops.slice(from, count), jsons: kept, count: count - from, more: part.more })
     this.onPush()
   }
 }

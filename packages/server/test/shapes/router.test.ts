@@ -56,12 +56,13 @@ class Collector implements ShapeTarget {
   /** The byte arrays as handed over (views of the router's memory, for identity checks only). */
   readonly handed: Uint8Array[][] = []
   append(part: TransactionPart): void {
-    this.handed.push(part.entries.map((e) => e.json))
-    // Lines are only valid during the call (the router reuses their memory), as for every target.
-    this.parts.push({ ...part, entries: part.entries.map((e) => ({ offset: e.offset, json: Uint8Array.prototype.slice.call(e.json) })) })
+    this.handed.push(part.jsons.slice(0, part.count))
+    // The part is only valid during the call (the router refills its arrays and reuses the lines' memory), as for every target.
+    const jsons = part.jsons.slice(0, part.count).map((json) => Uint8Array.prototype.slice.call(json))
+    this.parts.push({ ...part, ops: part.ops.slice(0, part.count), jsons })
   }
   get messages(): Array<Record<string, any>> {
-    return this.parts.flatMap((p) => p.entries.map((e) => JSON.parse(new TextDecoder().decode(e.json)) as Record<string, any>))
+    return this.parts.flatMap((p) => p.jsons.map((json) => JSON.parse(new TextDecoder().decode(json)) as Record<string, any>))
   }
 }
 
@@ -119,7 +120,7 @@ describe('ShapeRouter', () => {
     expect(advanced).toEqual([tx.lsn])
     expect(ann.parts).toHaveLength(1)
     expect(ann.parts[0]).toMatchObject({ lsn: tx.lsn, xid: 42, more: false })
-    expect(ann.parts[0]!.entries.map((e) => e.offset)).toEqual([{ tx: tx.lsn, op: 0n }, { tx: tx.lsn, op: 4n }])
+    expect(ann.parts[0]!.ops).toEqual([0, 4])
     expect(ann.messages.map((m) => [m['key'], m['headers']['last']])).toEqual([
       ['"public"."items"/"1"', undefined],
       ['"public"."items"/"3"', true],
@@ -163,7 +164,7 @@ describe('ShapeRouter', () => {
     const { router, add } = setup()
     const all = await add('all')
     await router.onTransaction(txn([update(row(1, 'ann', 1), row(5, 'ann', 1))]))
-    expect(all.parts[0]!.entries.map((e) => e.offset.op)).toEqual([0n, 1n])
+    expect(all.parts[0]!.ops).toEqual([0, 1])
     expect(all.messages.map((m) => [m['headers']['operation'], m['headers']['key_change_to'] ?? m['headers']['key_change_from'], m['headers']['last']])).toEqual([
       ['delete', '"public"."items"/"5"', undefined],
       ['insert', '"public"."items"/"1"', true],
@@ -240,14 +241,14 @@ describe('ShapeRouter', () => {
     const lateTarget = await late
     expect(lateTarget.parts).toEqual([])
     // Batches [1,2] [3,4] [5]: each batch sends what the next one proved was not ann's last.
-    expect(ann.parts.map((p) => [p.entries.length, p.more])).toEqual([
+    expect(ann.parts.map((p) => [p.count, p.more])).toEqual([
       [1, true],
       [1, true],
       [1, true],
       [1, false],
     ])
     expect(ann.messages.map((m) => m['headers']['last'])).toEqual([undefined, undefined, undefined, true])
-    expect(bob.parts.map((p) => [p.entries.length, p.more])).toEqual([[1, false]])
+    expect(bob.parts.map((p) => [p.count, p.more])).toEqual([[1, false]])
     expect(bob.messages[0]!['headers']).toMatchObject({ op_position: 6, last: true, lsn: '5000' })
     expect(advanced).toEqual([5000n])
   })

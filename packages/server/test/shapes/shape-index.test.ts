@@ -56,6 +56,25 @@ describe('ShapeIndex', () => {
     expect(sorted(index.affected(row({ status: 'live' })))).toEqual(['enum'])
   })
 
+  it('collects each shape once into a reused array, with no Set, across every placement', () => {
+    const index = new ShapeIndex<string>()
+    index.add('all', undefined)
+    index.add('eq', where('id = 7'))
+    index.add('in', where('id IN (7, 8, 7)'))
+    index.add('any', where("'red' = ANY(tags)"))
+    index.add('any-big', where("'big' = ANY(tags)"))
+    index.add('contains', where("tags @> '{red,big}'"))
+    index.add('or', where("id = 7 OR name = 'x'"))
+    const out = ['stale-1', 'stale-2', 'stale-3', 'stale-4', 'stale-5', 'stale-6', 'stale-7', 'stale-8']
+    // Repeated elements in an array row and an IN list naming a key twice still give each shape once.
+    const count = index.collect(row({ id: '7', tags: '{red,big,red,big}' }), out)
+    expect(sorted(out.slice(0, count))).toEqual(['all', 'any', 'any-big', 'contains', 'eq', 'in', 'or'])
+    expect(out.slice(count)).toEqual(['stale-8'])
+    expect(index.collect(row({ id: '9' }), out)).toBe(1)
+    expect(out[0]).toBe('all')
+    expect(sorted(index.affected(row({ id: '8', tags: '{big}' })))).toEqual(['all', 'any-big', 'in'])
+  })
+
   it('confirms AND candidates by evaluation and files them under the equality with fewest keys', () => {
     const clause = where("name IN ('a','b','c') AND id = 3 AND score > 1.5")
     expect(chooseConjunct(clause)?.column).toBe('id')

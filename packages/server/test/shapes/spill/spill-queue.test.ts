@@ -1,6 +1,5 @@
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { LogEntryInput } from '@sluice/storage'
 import { type FaultRules, createFaultyFs, useTempDir } from '@sluice/test-utils'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
@@ -23,15 +22,13 @@ const RUNS = SOAK ? 5000 : 200
 
 /** A part whose xid is its sequence number, so order is checkable; json bytes vary in size. */
 function part(seq: number, entries = 1 + (seq % 3), jsonBytes = 5 + ((seq * 37) % 90)): TransactionPart {
-  const lsn = BigInt(1000 + seq)
   return {
-    lsn,
+    lsn: BigInt(1000 + seq),
     xid: seq,
     more: seq % 2 === 0,
-    entries: Array.from({ length: entries }, (_, op): LogEntryInput => ({
-      offset: { tx: lsn, op: BigInt(op) },
-      json: new TextEncoder().encode(`{"n":${seq},"op":${op},"pad":"${'p'.repeat(jsonBytes)}"}`),
-    })),
+    ops: Array.from({ length: entries }, (_, op) => op * 2),
+    jsons: Array.from({ length: entries }, (_, op) => new TextEncoder().encode(`{"n":${seq},"op":${op},"pad":"${'p'.repeat(jsonBytes)}"}`)),
+    count: entries,
   }
 }
 
@@ -328,24 +325,26 @@ describe('SpillQueue under disk faults', () => {
 })
 
 describe('transactionPartCodec', () => {
-  it('round-trips, with entries at the part lsn stored compactly and others with their own tx', () => {
-    const compact = part(3, 3, 10)
-    const bytes = transactionPartCodec.encode(compact)
+  it('round-trips, at the extremes of every field too', () => {
+    const plain = part(3, 3, 10)
+    const bytes = transactionPartCodec.encode(plain)
     expect(bytes[0]).toBe(TRANSACTION_PART_VERSION)
-    expect(bytes.byteLength).toBe(18 + compact.entries.reduce((sum, e) => sum + 12 + e.json.byteLength, 0))
-    expect(transactionPartCodec.decode(bytes)).toStrictEqual(compact)
-    const mixed: TransactionPart = {
+    expect(bytes.byteLength).toBe(18 + plain.jsons.reduce((sum, json) => sum + 12 + json.byteLength, 0))
+    expect(transactionPartCodec.decode(bytes)).toStrictEqual(plain)
+    const extremes: TransactionPart = {
       lsn: 2n ** 64n - 1n,
       xid: 0xffffffff,
       more: false,
-      entries: [
-        { offset: { tx: 5n, op: 2n ** 64n - 1n }, json: new Uint8Array([]) },
-        { offset: { tx: 2n ** 64n - 1n, op: 0n }, json: new Uint8Array([0, 255, 44]) },
-      ],
+      ops: [0, 2 ** 32 - 1, 2 ** 32, Number.MAX_SAFE_INTEGER],
+      jsons: [new Uint8Array([]), new Uint8Array([0, 255, 44]), new Uint8Array([1]), new Uint8Array([2])],
+      count: 4,
     }
-    expect(transactionPartCodec.decode(transactionPartCodec.encode(mixed))).toStrictEqual(mixed)
-    const empty: TransactionPart = { lsn: 0n, xid: 0, more: true, entries: [] }
+    expect(transactionPartCodec.decode(transactionPartCodec.encode(extremes))).toStrictEqual(extremes)
+    const empty: TransactionPart = { lsn: 0n, xid: 0, more: true, ops: [], jsons: [], count: 0 }
     expect(transactionPartCodec.decode(transactionPartCodec.encode(empty))).toStrictEqual(empty)
+    // Only the first `count` entries of longer arrays are the part's.
+    const longer: TransactionPart = { ...plain, ops: [...plain.ops, 99], jsons: [...plain.jsons, new Uint8Array([9])] }
+    expect(transactionPartCodec.decode(transactionPartCodec.encode(longer))).toStrictEqual(plain)
   })
 
   it('copies: a decoded part does not share the bytes it was decoded from', () => {
@@ -358,13 +357,18 @@ describe('transactionPartCodec', () => {
   it('refuses values it cannot represent and bytes it does not know', () => {
     expect(() => transactionPartCodec.encode({ ...part(1), lsn: 2n ** 64n })).toThrow(RangeError)
     expect(() => transactionPartCodec.encode({ ...part(1), xid: -1 })).toThrow(RangeError)
-    expect(() => transactionPartCodec.encode({ ...part(1), entries: [{ offset: { tx: 1001n, op: -1n }, json: new Uint8Array() }] })).toThrow(RangeError)
+    for (const op of [-1, 0.5, 2 ** 53]) {
+      expect(() => transactionPartCodec.encode({ ...part(1), ops: [op], jsons: [new Uint8Array()], count: 1 })).toThrow(RangeError)
+    }
     const bytes = transactionPartCodec.encode(part(1))
     const wrongVersion = Uint8Array.from(bytes)
-    wrongVersion[0] = 2
+    wrongVersion[0] = 1
     expect(() => transactionPartCodec.decode(wrongVersion)).toThrow(/version/)
     expect(() => transactionPartCodec.decode(bytes.subarray(0, bytes.length - 1))).toThrow(RangeError)
     expect(() => transactionPartCodec.decode(Uint8Array.from([...bytes, 0]))).toThrow(/stray/)
+    const hugeOp = Buffer.from(bytes)
+    hugeOp.writeUInt32LE(2 ** 21, 18 + 4)
+    expect(() => transactionPartCodec.decode(hugeOp)).toThrow(/2\^53/)
   })
 
   it('a queue of a custom codec works too', async () => {
