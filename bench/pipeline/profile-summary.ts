@@ -7,8 +7,8 @@
  * Each sample is charged to a stage by the nearest frame on its stack that
  * belongs to a known module (so `writeBuffer (native)` called from the storage
  * engine's `writeSync` counts as storage, a TextEncoder call from the change
- * encoder as encoding): replication (pg-logical-replication,
- * server/src/replication), pg wire protocol (pg, pg-protocol: the replication
+ * encoder as encoding): replication (server/{src,dist}/replication:
+ * the pipeline runs the built code), pg wire protocol (pg, pg-protocol: the replication
  * stream's and the queries' messages), routing (router, shape index, where evaluation),
  * encoding (change encoder, protocol), shapes (shape manager, snapshots,
  * catalog), storage (@sluice/storage and fs calls), GC, idle, other.
@@ -41,10 +41,10 @@ interface CpuProfile {
 }
 
 const STAGES: ReadonlyArray<readonly [string, RegExp]> = [
-  ['routing', /server\/src\/(shapes\/(router|shape-index)\.ts|where\/)/],
-  ['encoding', /server\/src\/shapes\/change-encoder\.ts|packages\/protocol\//],
-  ['shapes (manager, snapshots, catalog)', /server\/src\/shapes\//],
-  ['replication (pgoutput, assembly, client)', /server\/src\/replication\/|pg-logical-replication|eventemitter2/],
+  ['routing', /server\/(src|dist)\/(shapes\/(router|shape-index)\.[jt]s|where\/)/],
+  ['encoding', /server\/(src|dist)\/shapes\/(change-encoder|line-scratch)\.[jt]s|packages\/protocol\//],
+  ['shapes (manager, snapshots, catalog)', /server\/(src|dist)\/shapes\//],
+  ['replication (pgoutput, assembly, client)', /server\/(src|dist)\/replication\//],
   ['pg wire protocol (pg, pg-protocol)', /pg-protocol|\/pg@|pg-cursor|pg-pool/],
   ['storage', /packages\/storage\//],
 ]

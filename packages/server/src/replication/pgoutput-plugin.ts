@@ -1,8 +1,8 @@
 import { parseLsn, quoteIdentifier } from '@sluice/protocol'
-import type pg from 'pg'
 import { PgoutputDecoder } from './pgoutput-decoder.js'
 import type { PgoutputMessage } from './pgoutput-messages.js'
 import { quoteLiteral } from './pg-names.js'
+import type { Queryable } from './queryable.js'
 import { SlotMismatchError, SlotNotFoundError } from './replication-errors.js'
 
 /** Postgres 14 added protocol 2 (streaming of in-progress transactions). */
@@ -33,10 +33,11 @@ export interface DecodeFailure {
 }
 
 /**
- * Our pgoutput plugin for `LogicalReplicationService` (it implements that
- * package's plugin contract: `name`, `options`, `start`, `parse`). Its own
- * `PgoutputPlugin` parses values with pg's type parsers and rejects protocol 2
- * streaming; this one keeps Postgres text and speaks protocol 2.
+ * The pgoutput side of one replication connection: it starts the stream with
+ * the options our decoder speaks and decodes each XLogData payload. (It began
+ * as a plugin for pg-logical-replication's service, whose own `PgoutputPlugin`
+ * parses values with pg's type parsers and rejects protocol 2 streaming; it
+ * keeps Postgres text and speaks protocol 2.)
  *
  * One instance per connection: the decoder's stream state and the counters
  * belong to one stream.
@@ -49,7 +50,7 @@ export class SluicePgoutputPlugin {
 
   constructor(readonly options: PgoutputPluginOptions) {}
 
-  /** XLogData messages parsed so far (the service parses as it receives). */
+  /** XLogData messages parsed so far (each is parsed as it arrives). */
   get received(): number {
     return this.count
   }
@@ -59,25 +60,25 @@ export class SluicePgoutputPlugin {
   }
 
   /**
-   * Issues START_REPLICATION. Before that, on the same connection (a
-   * `replication=database` walsender runs plain SQL): the server version picks
-   * the protocol, and the slot is checked and its confirmed position read.
+   * Issues START_REPLICATION, which resolves only when the stream ends. Before
+   * that, on the same connection (a `replication=database` walsender runs
+   * plain SQL): the server version picks the protocol, and the slot is checked
+   * and its confirmed position read.
    *
-   * The start position is always 0/0 whatever the service passes: the server
-   * then resumes from the slot's confirmed_flush_lsn. The service would pass
-   * the last LSN it *received* on a previous connection, and a start position
-   * past the confirmed one skips transactions that were received but never
-   * made durable.
+   * The start position is always 0/0: the server then resumes from the slot's
+   * confirmed_flush_lsn. A start position past the confirmed one (say, the
+   * last LSN received on a previous connection) would skip transactions that
+   * were received but never made durable.
    */
-  async start(client: pg.Client, slotName: string, _lastLsn: string): Promise<unknown> {
-    const version = await client.query<{ server_version_num: string }>('SHOW server_version_num')
+  async start(client: Queryable, slotName: string): Promise<unknown> {
+    const version = await client.query('SHOW server_version_num')
     const serverVersionNum = Number(version.rows[0]?.server_version_num)
     const protoVersion = this.options.protoVersion ?? (serverVersionNum >= STREAMING_SERVER_VERSION ? 2 : 1)
 
-    const slot = await client.query<{ plugin: string | null; confirmed_flush_lsn: string | null }>(
+    const slot = await client.query(
       `SELECT plugin::text AS plugin, confirmed_flush_lsn::text AS confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = ${quoteLiteral(slotName)}`,
     )
-    const row = slot.rows[0]
+    const row = slot.rows[0] as { plugin: string | null; confirmed_flush_lsn: string | null } | undefined
     if (row === undefined) throw new SlotNotFoundError(slotName)
     if (row.plugin !== 'pgoutput' || row.confirmed_flush_lsn === null) throw new SlotMismatchError(slotName, 'it is not a pgoutput logical slot')
     this.setupInfo = { serverVersionNum, protoVersion, confirmedFlushLsn: parseLsn(row.confirmed_flush_lsn) }
@@ -94,9 +95,9 @@ export class SluicePgoutputPlugin {
   }
 
   /**
-   * Called by the service synchronously inside the socket's data handler, where
-   * a throw would escape as an uncaught exception: failures are returned as a
-   * value and the client ends the connection on them.
+   * Called synchronously inside the socket's data handler, where a throw would
+   * escape as an uncaught exception: failures are returned as a value and the
+   * client ends the connection on them.
    */
   parse(buffer: Buffer): PgoutputMessage | DecodeFailure {
     this.count++

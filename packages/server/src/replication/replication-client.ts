@@ -1,8 +1,5 @@
 import { EventEmitter } from 'node:events'
-import { formatLsn, parseLsn } from '@sluice/protocol'
 import type pg from 'pg'
-import { LogicalReplicationService } from 'pg-logical-replication'
-import type { AbstractPlugin } from 'pg-logical-replication/dist/output-plugins/abstract.plugin.js'
 import { type BackoffPolicy, DEFAULT_BACKOFF, backoffDelay } from './backoff.js'
 import type { ChangeSink } from './change-sink.js'
 import { DISPLAY_SETTINGS, startupOptions } from './display-settings.js'
@@ -13,6 +10,7 @@ import { type DecodeFailure, type ProtoVersion, SluicePgoutputPlugin } from './p
 import type { RelationCache } from './relation-cache.js'
 import { PublicationNotFoundError, ReplicationError, SlotNotFoundError } from './replication-errors.js'
 import { TransactionAssembler } from './transaction-assembler.js'
+import { WalConnection } from './wal-connection.js'
 
 /**
  * Status updates (with a reply request) are sent this often. Well under
@@ -104,8 +102,9 @@ export interface ReplicationClientEvents {
   error: [Error]
 }
 
-/** One replication connection: the service, its plugin and what we track about it. */
+/** One replication connection: the connection, its plugin and what we track about it. */
 class Stream {
+  readonly connection: WalConnection
   readonly plugin: SluicePgoutputPlugin
   processed = 0
   started = false
@@ -123,16 +122,13 @@ class Stream {
   readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
   backlogAt = 0
 
-  constructor(
-    readonly service: LogicalReplicationService,
-    options: ConstructorParameters<typeof SluicePgoutputPlugin>[0],
-    now: number,
-  ) {
+  constructor(config: pg.ClientConfig, options: ConstructorParameters<typeof SluicePgoutputPlugin>[0], now: number) {
+    this.connection = new WalConnection(config, (error) => this.fail(error))
     this.plugin = new SluicePgoutputPlugin(options)
     this.lastHeardAt = now
   }
 
-  /** Every received message has been handled (nothing queued in the service or in our sink). */
+  /** Every received message has been handled (nothing queued in our backlog or in the sink). */
   get drained(): boolean {
     return this.plugin.received === this.processed
   }
@@ -141,7 +137,7 @@ class Stream {
     this.failure ??= toError(error)
     clearInterval(this.statusTimer)
     clearTimeout(this.replyTimer)
-    void this.service.stop().catch(() => {})
+    void this.connection.close().catch(() => {})
   }
 }
 
@@ -151,14 +147,13 @@ interface Gate {
 }
 
 /**
- * Streams a logical replication slot into a `ChangeSink`, on
- * pg-logical-replication's `LogicalReplicationService` with our pgoutput plugin.
+ * Streams a logical replication slot into a `ChangeSink`, on our
+ * `WalConnection` (pg) with our pgoutput plugin.
  *
- * Acknowledgement: the service's own is off entirely (`auto: false` and
- * `timeoutSeconds: 0`; its timer would confirm what was received, not what is
- * durable). We confirm `durableLsn()` on keepalives, every status interval and
- * on `acknowledge()`, never more, never less than already confirmed; the only
- * exception is the idle case of `advanceWhenIdle`.
+ * Acknowledgement: we confirm `durableLsn()` on keepalives, every status
+ * interval and on `acknowledge()`, never more, never less than already
+ * confirmed; the only exception is the idle case of `advanceWhenIdle`. (Never
+ * what was merely received: that loses data on a crash.)
  *
  * Flow: messages are handled as they arrive; while the handling of one is
  * pending (the sink awaits, or `pause()`) the socket is paused and later
@@ -351,7 +346,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     let fatal: Error | undefined
     while (!this.stopping) {
       const stream = new Stream(
-        new LogicalReplicationService(this.clientConfig, { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } }),
+        this.clientConfig,
         {
           publicationNames: this.publicationNames,
           ...(this.options.protoVersion === undefined ? {} : { protoVersion: this.options.protoVersion }),
@@ -364,7 +359,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       this.stream = undefined
       clearInterval(stream.statusTimer)
       clearTimeout(stream.replyTimer)
-      await stream.service.destroy().catch(() => {})
+      await stream.connection.close().catch(() => {})
       let resetFailure: Error | undefined
       try {
         await this.assembler.reset()
@@ -399,13 +394,15 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
 
   /** Streams until the connection ends; returns why it ended. */
   private async runStream(stream: Stream): Promise<Error> {
-    const { service } = stream
-    service.on('error', (error: Error) => stream.fail(error))
-    service.on('start', () => this.onStart(stream))
-    service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => this.onKeepalive(stream, lsn, shouldRespond))
-    service.on('data', (_lsn: string, message: PgoutputMessage | DecodeFailure) => this.receive(stream, message))
+    const { connection, plugin } = stream
     try {
-      await service.subscribe(stream.plugin as unknown as AbstractPlugin, this.slotName)
+      await connection.connect({
+        started: () => this.onStart(stream),
+        data: (payload) => this.receive(stream, plugin.parse(payload)),
+        keepalive: (walEnd, replyRequested) => this.onKeepalive(stream, walEnd, replyRequested),
+      })
+      // Resolves when the stream ends.
+      await plugin.start(connection, this.slotName)
     } catch (error) {
       stream.fail(error)
     }
@@ -448,7 +445,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     const pending = this.onData(stream, message)
     if (pending === undefined) return
     stream.busy = true
-    socketOf(stream.service)?.pause?.()
+    stream.connection.pause()
     this.drainAfter(stream, pending)
   }
 
@@ -476,7 +473,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     backlog.length = 0
     stream.backlogAt = 0
     stream.busy = false
-    if (stream.failure === undefined && !stream.closing) socketOf(stream.service)?.resume?.()
+    if (stream.failure === undefined && !stream.closing) stream.connection.resume()
   }
 
   private onData(stream: Stream, message: PgoutputMessage | DecodeFailure): void | Promise<void> {
@@ -523,32 +520,13 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    */
   private async finalStatus(stream: Stream): Promise<void> {
     stream.closing = true
-    const connection = connectionOf(stream.service)
-    connection?.stream?.resume?.()
-    if (connection?.endCopyFrom === undefined) return
-    let timer: NodeJS.Timeout | undefined
-    let onCopyDone: (() => void) | undefined
-    const answered = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, FINAL_STATUS_WAIT_MS)
-      onCopyDone = resolve
-      connection.once?.('copyDone', resolve)
-      // A connection that fails instead of answering has nothing more to say.
-      connection.once?.('end', resolve)
-    })
     this.sendStatus(stream, this.ackPosition(stream), false)
-    connection.endCopyFrom()
-    await answered
-    clearTimeout(timer)
-    if (onCopyDone !== undefined) {
-      connection.removeListener?.('copyDone', onCopyDone)
-      connection.removeListener?.('end', onCopyDone)
-    }
+    await stream.connection.endStream(FINAL_STATUS_WAIT_MS)
   }
 
-  private onKeepalive(stream: Stream, walEnd: string, shouldRespond: boolean): void {
+  private onKeepalive(stream: Stream, end: bigint, shouldRespond: boolean): void {
     if (stream.failure !== undefined || !stream.started || stream.closing) return
     stream.lastHeardAt = this.now()
-    const end = parseLsn(walEnd)
     if (end > stream.walEnd) stream.walEnd = end
     const promise = this.options.promiseIdle
     if (promise !== undefined && this.isIdle(stream) && stream.walEnd - 1n > this.options.durableLsn()) promise(stream.walEnd - 1n)
@@ -620,10 +598,12 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
 
   private sendStatus(stream: Stream, lsn: bigint, requestReply: boolean): void {
     if (lsn <= 0n) return
-    // The service reports `lsn + 1` as written/flushed/applied (it takes its
-    // argument to be the last byte received); pass one less so that Postgres
-    // records exactly `lsn`.
-    void stream.service.acknowledge(formatLsn(lsn - 1n), requestReply).catch((error: unknown) => stream.fail(error))
+    try {
+      if (!stream.connection.sendStatus(lsn, requestReply)) return
+    } catch (error) {
+      stream.fail(error)
+      return
+    }
     stream.lastStatusAt = this.now()
     if (lsn > this.lastConfirmed) this.lastConfirmed = lsn
   }
@@ -691,25 +671,4 @@ function roleOf(config: pg.ClientConfig): string {
     }
   }
   return 'the replication role'
-}
-
-/** The parts of pg's Connection that stopping uses. */
-interface ServiceConnection {
-  readonly stream?: { pause?: () => void; resume?: () => void }
-  endCopyFrom?: () => void
-  once?: (event: string, listener: () => void) => void
-  removeListener?: (event: string, listener: () => void) => void
-}
-
-/**
- * The replication connection (pg's Connection). The service keeps it internal;
- * its own flow control pauses the socket the same way (pinned version, see
- * package.json).
- */
-function connectionOf(service: LogicalReplicationService): ServiceConnection | undefined {
-  return (service as unknown as { _connection?: ServiceConnection })._connection
-}
-
-function socketOf(service: LogicalReplicationService): { pause?: () => void; resume?: () => void } | undefined {
-  return connectionOf(service)?.stream
 }

@@ -172,6 +172,8 @@ export interface TcpProxy {
   dropAll(): void
   /** Stops forwarding on the open connections without closing them: a silent, dead link. */
   freeze(): void
+  /** Sends `bytes` to every client as if Postgres had (between two of its messages, when it is quiet). */
+  injectToClients(bytes: Uint8Array): void
   close(): Promise<void>
 }
 
@@ -214,6 +216,9 @@ export async function startProxy(targetPort: number): Promise<TcpProxy> {
     },
     freeze: () => {
       for (const pair of pairs) pair.frozen = true
+    },
+    injectToClients: (bytes) => {
+      for (const pair of pairs) pair.client.write(bytes)
     },
     close: async () => {
       for (const pair of pairs) {

@@ -1,13 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { usePostgres } from '@sluice/test-utils'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type {
-  DisconnectedInfo,
-  PublicationManager,
-  ReplicationClient,
+import {
+  type DisconnectedInfo,
+  type PublicationManager,
+  type ReplicationClient,
   ReplicationError,
-  SlotManager,
-  Transaction,
+  type SlotManager,
+  type Transaction,
 } from '../../src/replication/index.js'
 import { type TcpProxy, setUpReplication, startClient, startProxy, waitFor } from './harness.js'
 
@@ -93,6 +93,22 @@ describe('the replication connection', () => {
     const txs = await started.sink.waitForCount('rows_a', nextId)
     expect(ids(txs)).toEqual(Array.from({ length: nextId }, (_, i) => i + 1))
     expect(ids(txs).slice(-1)).toEqual(more)
+  })
+
+  it('stops with protocol_violation on a copy message it does not know, instead of skipping it', async () => {
+    const started = startClient(cluster, names, { durableLsn: () => 0n, connection: through(proxy.port) })
+    client = started.client
+    await client.start()
+    const before = await insert('rows_a', 1)
+    await started.sink.waitForCount('rows_a', nextId)
+    // CopyData ('d', length) holding a message of type 'x': neither XLogData ('w') nor a keepalive ('k').
+    const bogus = Buffer.from([0x64, 0, 0, 0, 9, 0x78, 1, 2, 3, 4])
+    proxy.injectToClients(bogus)
+    const reason = await client.stopped
+    expect(reason).toBeInstanceOf(ReplicationError)
+    expect((reason as ReplicationError).code).toBe('protocol_violation')
+    expect(reason?.message).toMatch(/copy message Sluice does not know \(type 120, 5 bytes\)/)
+    expect(ids(started.sink.on('rows_a')).slice(-1)).toEqual(before)
   })
 
   it('pause() holds changes back until resume()', async () => {
