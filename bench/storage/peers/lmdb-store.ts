@@ -34,7 +34,7 @@ import { mkdirSync, readdirSync } from 'node:fs'
 import { open } from 'lmdb'
 import type { Database, RootDatabase } from 'lmdb'
 import type { LogOffset } from '@sluice/protocol'
-import { DEFAULT_CHUNK_BYTES } from '@sluice/storage'
+import { DEFAULT_CHUNK_BYTES, entriesFromLines } from '@sluice/storage'
 import type {
   AppendOptions,
   LogEntryInput,
@@ -129,6 +129,10 @@ class LmdbShapeLog implements ShapeLog {
 
   head(): LogHead {
     return this.book.head()
+  }
+
+  appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: AppendOptions): number {
+    return this.appendTransaction(entriesFromLines(tx, ops, jsons, count), options)
   }
 
   appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number {
@@ -233,6 +237,10 @@ export class LmdbLogStore extends PeerLogStore<LmdbShapeLog> implements ShapeLog
       appendTransaction: (entries, options) => {
         if (finished === undefined) throw new PeerError('invalid_append', `shape ${id}: the benchmark peers take live entries once the log is finished`)
         return finished.appendTransaction(entries, options)
+      },
+      appendLines: (tx, ops, jsons, count, options) => {
+        if (finished === undefined) throw new PeerError('invalid_append', `shape ${id}: the benchmark peers take live entries once the log is finished`)
+        return finished.appendLines(tx, ops, jsons, count, options)
       },
       finish: async (end) => {
         this.ensureOpen()

@@ -39,7 +39,7 @@ import { mkdirSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import type { LogOffset } from '@sluice/protocol'
-import { DEFAULT_CHUNK_BYTES } from '@sluice/storage'
+import { DEFAULT_CHUNK_BYTES, entriesFromLines } from '@sluice/storage'
 import type {
   AppendOptions,
   LogEntryInput,
@@ -143,6 +143,10 @@ class SqliteShapeLog implements ShapeLog {
     return this.book.head()
   }
 
+  appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: AppendOptions): number {
+    return this.appendTransaction(entriesFromLines(tx, ops, jsons, count), options)
+  }
+
   appendTransaction(entries: readonly LogEntryInput[], options?: AppendOptions): number {
     this.store.ensureOpen()
     const plan = this.book.planAppend(entries)
@@ -219,6 +223,10 @@ export class SqliteLogStore extends PeerLogStore<SqliteShapeLog> implements Shap
       appendTransaction: (entries, options) => {
         if (finished === undefined) throw new PeerError('invalid_append', `shape ${id}: the benchmark peers take live entries once the log is finished`)
         return finished.appendTransaction(entries, options)
+      },
+      appendLines: (tx, ops, jsons, count, options) => {
+        if (finished === undefined) throw new PeerError('invalid_append', `shape ${id}: the benchmark peers take live entries once the log is finished`)
+        return finished.appendLines(tx, ops, jsons, count, options)
       },
       finish: async (end) => {
         this.ensureOpen()

@@ -631,6 +631,9 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
 
   appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: { more?: boolean }): number {
     if (this.deleted) throw new StorageError('shape_deleted', `shape ${this.id} was deleted`)
+    if (!Number.isInteger(count) || count < 0 || count > ops.length || count > jsons.length) {
+      throw this.invalid(`${count} entries asked of arrays of ${ops.length} ops and ${jsons.length} lines`)
+    }
     if (count === 0) return 0
     const lastTx = this.appendedTx
     // Entries at or below the last appended offset are a replay: skip them.

@@ -18,6 +18,7 @@ import { BEFORE_ALL, compareOffsets } from '@sluice/protocol'
 import type { FlushResult, LogEntryInput, LogHead, LogRead, ShapeLog, ShapeLogStore, SnapshotWriter } from './contract.js'
 import { StorageError } from './errors.js'
 import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
+import { entriesFromLines } from './entries-from-lines.js'
 import { SEPARATOR } from './format.js'
 
 interface Entry {
@@ -113,7 +114,7 @@ class MemoryShapeLog implements ShapeLog {
   }
 
   appendLines(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options?: { more?: boolean }): number {
-    return this.appendTransaction(entriesOf(tx, ops, jsons, count), options)
+    return this.appendTransaction(entriesFromLines(tx, ops, jsons, count), options)
   }
 
   /** A transaction at or below `lsn` is still open. */
@@ -372,13 +373,3 @@ export class MemoryLogStore implements ShapeLogStore {
   }
 }
 
-/** Entries from `appendLines`' parallel arrays. */
-function entriesOf(tx: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number): LogEntryInput[] {
-  const entries = new Array<LogEntryInput>(count)
-  for (let i = 0; i < count; i++) {
-    const op = ops[i]!
-    if (!Number.isSafeInteger(op)) throw new StorageError('invalid_append', `op ${op} is not an integer below 2^53`)
-    entries[i] = { offset: { tx, op: BigInt(op) }, json: jsons[i]! }
-  }
-  return entries
-}

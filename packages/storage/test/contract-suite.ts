@@ -302,6 +302,8 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       expect(codeOf(() => byLines.appendLines(20n, [4, 2], [row(1), row(2)], 2))).toBe('invalid_append')
       expect(codeOf(() => byLines.appendLines(20n, [0.5], [row(1)], 1))).toBe('invalid_append')
       expect(codeOf(() => byLines.appendLines(20n, [2 ** 53], [row(1)], 1))).toBe('invalid_append')
+      for (const count of [-1, 1.5, 2]) expect(codeOf(() => byLines.appendLines(20n, [0], [row(1)], count))).toBe('invalid_append')
+      expect(codeOf(() => byLines.appendLines(20n, [0, 2], [row(1)], 2))).toBe('invalid_append')
       store.advance(12n)
       await store.flush()
       const all = readAllEntries(byLines)

@@ -149,6 +149,8 @@ export class WalConnection {
       connection.once('copyDone', resolve)
       connection.once('end', resolve)
     })
+    // From our CopyDone on, a status update would be outside the COPY.
+    this.streaming = false
     connection.endCopyFrom()
     await answered
     clearTimeout(timer)

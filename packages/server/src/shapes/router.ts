@@ -153,6 +153,7 @@ interface TableRoute {
 type Variant = 'insert' | 'update' | 'delete'
 
 const NO_ITEMS: readonly Item[] = []
+const NO_LINE = new Uint8Array(0)
 
 /** Encoded lines of one change in one variant, for one encoder: [not last, last]. */
 type LineSlot = [EncodedLine[] | undefined, EncodedLine[] | undefined]
@@ -209,7 +210,10 @@ class TxnRouting {
 
 export class ShapeRouter implements ChangeSink {
   private readonly tables = new Map<number, TableRoute>()
-  /** The shapes a row change reaches, refilled per change (`ShapeIndex.collect`); `oldHits` for an update's old row. */
+  /**
+   * The shapes a row change reaches, refilled per change (`ShapeIndex.collect`); `oldHits` for an
+   * update's old row. Entries past the last count are stale: emptied when a shape is removed.
+   */
   private readonly hits: RoutedShape[] = []
   private readonly oldHits: RoutedShape[] = []
   private stamp = 0
@@ -298,6 +302,9 @@ export class ShapeRouter implements ChangeSink {
   remove(handle: string): boolean {
     const shape = this.shapes.get(handle)
     if (shape === undefined) return false
+    // The reused hit lists may still name it (and so keep its target and log alive).
+    this.hits.length = 0
+    this.oldHits.length = 0
     shape.doomed = true
     this.shapes.delete(handle)
     const route = shape.route
@@ -514,7 +521,11 @@ export class ShapeRouter implements ChangeSink {
       this.doom(txn, shape.route)
       return
     }
-    if (count > 0) shape.target.append({ lsn: txn.lsn, xid: txn.xid, ops: this.ops, jsons: this.jsons, count, more })
+    if (count === 0) return
+    const jsons = this.jsons
+    shape.target.append({ lsn: txn.lsn, xid: txn.xid, ops: this.ops, jsons, count, more })
+    // The lines are views of the transaction's scratch memory: not kept alive by a stale slot.
+    for (let i = 0; i < count; i++) jsons[i] = NO_LINE
   }
 
   /** Puts the item's lines for this shape's encoder into `ops`/`jsons` from `count` on; returns the new count. */
