@@ -138,6 +138,16 @@ interface RoutedShape {
   /** The number of the update whose old row (`heldOld`) or new row (`heldNew`) the shape last held (see routeChange). */
   heldOld: number
   heldNew: number
+  /**
+   * Its part of the transaction being routed, the one numbered `txnMark` (see take): the newest item,
+   * not yet emitted (whether it is the shape's last is not known yet), and items known not to be
+   * its last, waiting for the next part. On the shape, not in Maps per transaction: a Map per
+   * transaction, grown and iterated per shape, was a measurable share of routing's garbage. One
+   * transaction is routed at a time (the replication client awaits each).
+   */
+  txnMark: number
+  held: Item | undefined
+  pending: Item[] | undefined
 }
 
 interface TableRoute {
@@ -194,13 +204,15 @@ class Item {
 /** Routing state of one transaction. */
 class TxnRouting {
   nextIndex = 0
-  /** Each shape's newest item, not yet emitted: whether it is the shape's last is not known yet. */
-  readonly held = new Map<RoutedShape, Item>()
-  /** Items known not to be their shape's last, waiting to go out with the next part. */
-  readonly pending = new Map<RoutedShape, Item[]>()
+  /** The shapes that took something, in the order they first did; their `held`/`pending` are this transaction's. */
+  readonly touched: RoutedShape[] = []
+  /** Whether `emitLast` ran (else `release` drops what the touched shapes hold). */
+  emitted = false
   /** Tables truncated or otherwise invalidated by this transaction. */
   readonly invalidations: Array<{ route: TableRoute; reason: Invalidation }> = []
   constructor(
+    /** Its number: what its shapes' `txnMark` says while they hold its items. */
+    readonly mark: number,
     readonly lsn: bigint,
     readonly xid: number,
     /** Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy). */
@@ -217,6 +229,7 @@ export class ShapeRouter implements ChangeSink {
   private readonly hits: RoutedShape[] = []
   private readonly oldHits: RoutedShape[] = []
   private stamp = 0
+  private txnCount = 0
   /** A part's entries, refilled for every shape (see TransactionPart). */
   private readonly ops: number[] = []
   private readonly jsons: Uint8Array[] = []
@@ -285,7 +298,18 @@ export class ShapeRouter implements ChangeSink {
       route.encoders.set(encoderKey, shared)
     }
     shared.users++
-    const shape: RoutedShape = { spec, route, encoder: shared.encoder, target, doomed: false, heldOld: 0, heldNew: 0 }
+    const shape: RoutedShape = {
+      spec,
+      route,
+      encoder: shared.encoder,
+      target,
+      doomed: false,
+      heldOld: 0,
+      heldNew: 0,
+      txnMark: 0,
+      held: undefined,
+      pending: undefined,
+    }
     this.shapes.set(spec.handle, shape)
     route.shapes.add(shape)
     route.index.add(shape, spec.where)
@@ -473,30 +497,50 @@ export class ShapeRouter implements ChangeSink {
   /** Gives `item` to `shape`, emitting the shape's previously held item (which is now known not to be its last). */
   private take(txn: TxnRouting, shape: RoutedShape, item: Item): void {
     if (shape.doomed) return
-    const previous = txn.held.get(shape)
-    txn.held.set(shape, item)
+    if (shape.txnMark !== txn.mark) {
+      shape.txnMark = txn.mark
+      shape.held = item
+      shape.pending = undefined
+      txn.touched.push(shape)
+      return
+    }
+    const previous = shape.held
+    shape.held = item
     if (previous === undefined) return
-    const list = txn.pending.get(shape)
-    if (list === undefined) txn.pending.set(shape, [previous])
-    else list.push(previous)
+    if (shape.pending === undefined) shape.pending = [previous]
+    else shape.pending.push(previous)
   }
 
   /** After a batch of a streamed transaction: everything but each shape's held item goes out as a `more` part. */
   private emitAllButLast(txn: TxnRouting): void {
-    for (const [shape, items] of txn.pending) {
+    for (const shape of txn.touched) {
+      const items = shape.pending
+      if (items === undefined) continue
+      shape.pending = undefined
       if (!shape.doomed) this.deliver(txn, shape, items, undefined, true)
     }
-    txn.pending.clear()
   }
 
   /** End of the transaction: each shape's held item is its last line. */
   private emitLast(txn: TxnRouting): void {
-    for (const [shape, last] of txn.held) {
-      if (shape.doomed) continue
-      this.deliver(txn, shape, txn.pending.get(shape) ?? NO_ITEMS, last, false)
+    txn.emitted = true
+    for (const shape of txn.touched) {
+      const last = shape.held
+      const items = shape.pending ?? NO_ITEMS
+      shape.held = undefined
+      shape.pending = undefined
+      if (shape.doomed || last === undefined) continue
+      this.deliver(txn, shape, items, last, false)
     }
-    txn.pending.clear()
-    txn.held.clear()
+  }
+
+  /** Drops what the transaction's shapes still hold (it ended without emitLast). */
+  private forget(txn: TxnRouting): void {
+    for (const shape of txn.touched) {
+      if (shape.txnMark !== txn.mark) continue
+      shape.held = undefined
+      shape.pending = undefined
+    }
   }
 
   private deliver(txn: TxnRouting, shape: RoutedShape, items: readonly Item[], last: Item | undefined, more: boolean): void {
@@ -568,8 +612,10 @@ export class ShapeRouter implements ChangeSink {
   private doom(txn: TxnRouting, route: TableRoute): void {
     for (const shape of route.shapes) {
       shape.doomed = true
-      txn.pending.delete(shape)
-      txn.held.delete(shape)
+      if (shape.txnMark === txn.mark) {
+        shape.held = undefined
+        shape.pending = undefined
+      }
     }
   }
 
@@ -638,12 +684,13 @@ export class ShapeRouter implements ChangeSink {
   }
 
   private begin(lsn: bigint, xid: number): TxnRouting {
-    return new TxnRouting(lsn, xid, this.scratches.pop() ?? new LineScratch())
+    return new TxnRouting(++this.txnCount, lsn, xid, this.scratches.pop() ?? new LineScratch())
   }
 
   /** Ends routing work; a transaction's lines die with it. */
   private release(txn?: TxnRouting): void {
     if (txn !== undefined) {
+      if (!txn.emitted) this.forget(txn)
       txn.lines.reset()
       this.scratches.push(txn.lines)
     }
