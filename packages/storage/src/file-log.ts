@@ -69,8 +69,9 @@ export interface LogHost {
 }
 
 /**
- * The appended head after an append: also the transaction end a publish may
- * move to, queued (`next`) until one does. With 100k logs a log's head lives
+ * The appended head after an append, as an object: for readers and the heads
+ * file, and for a transaction end queued (`next`) behind the log's oldest
+ * unpublished one (see `endSeq`) until a publish moves past it. With 100k logs a log's head lives
  * for seconds, until that log's next append, so everything it holds outlives
  * the young generation and is left for a full collection of the whole heap:
  * the last offset is therefore kept as numbers and made a `LogOffset` only
@@ -164,9 +165,23 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   private publishedOp = -1
   private publishedClosed = 0
   private publishedSnapshotChunks = 0
-  /** Transaction ends appended since the last publish, oldest first (linked by `next`). */
-  private firstUnpublished: Boundary | undefined = undefined
-  private lastUnpublished: Boundary | undefined = undefined
+  /**
+   * Transaction ends appended since the last publish, oldest first. The
+   * oldest is these number fields (`endSeq` 0: none); later ones are
+   * Boundary objects linked by `next`. With many logs nearly every log holds
+   * one end between two flushes, and an object for it lived through a
+   * scavenge or two and was then promoted: the largest share of what the
+   * append path promoted at 100k shapes.
+   */
+  private endEntries = 0
+  private endDataEnd = 0
+  private endTx = 0n
+  private endOp = -1
+  private endClosed = 0
+  private endSnapshotChunks = 0
+  private endSeq = 0
+  private firstLater: Boundary | undefined = undefined
+  private lastLater: Boundary | undefined = undefined
   /** Sizes to cut the files back to before the next append, after a failed truncate. */
   private pendingCut: HeadState | undefined
   /**
@@ -668,12 +683,22 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     }
     this.host.clearFault(this, tx)
     this.open = more
-    // The only object an append leaves: its transaction end, until a flush publishes it.
+    // Its transaction end waits for a flush to publish it: in the end fields, or an object behind them.
     if (!more) {
-      const b = this.appended
-      if (this.lastUnpublished === undefined) this.firstUnpublished = b
-      else this.lastUnpublished.next = b
-      this.lastUnpublished = b
+      if (this.endSeq === 0) {
+        this.endEntries = this.appendedEntries
+        this.endDataEnd = this.appendedDataEnd
+        this.endTx = this.appendedTx
+        this.endOp = this.appendedOp
+        this.endClosed = this.appendedClosed
+        this.endSnapshotChunks = this.appendedSnapshotChunks
+        this.endSeq = this.appendedSeq
+      } else {
+        const b = this.appended
+        if (this.lastLater === undefined) this.firstLater = b
+        else this.lastLater.next = b
+        this.lastLater = b
+      }
       this.host.markUnpublished(this)
     }
     return count - skip
@@ -716,7 +741,9 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    */
   unsettledAtOrBelow(lsn: bigint, seq: number): boolean {
     if (this.open && this.appendedTx <= lsn) return true
-    for (let b = this.firstUnpublished; b !== undefined; b = b.next) if (b.seq > seq) return b.tx <= lsn
+    if (this.endSeq === 0) return false
+    if (this.endSeq > seq) return this.endTx <= lsn
+    for (let b = this.firstLater; b !== undefined; b = b.next) if (b.seq > seq) return b.tx <= lsn
     return false
   }
 
@@ -726,39 +753,63 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * Returns whether the head moved.
    */
   publish(lsn: bigint, seq: number): boolean {
-    let b = this.firstUnpublished
-    if (b === undefined || b.tx > lsn || b.seq > seq) return false
-    let head: Boundary
-    do {
+    if (this.endSeq === 0 || this.endTx > lsn || this.endSeq > seq) return false
+    // The oldest end qualifies; a later one may too: the last that does becomes the head.
+    let b = this.firstLater
+    let head: Boundary | undefined
+    while (b !== undefined && b.tx <= lsn && b.seq <= seq) {
       head = b
       b = b.next
-      // Unlinked as it is published, so a head a reader holds keeps no later boundaries alive.
+      // Unlinked as it is published, so nothing keeps later boundaries alive through it.
       head.next = undefined
-    } while (b !== undefined && b.tx <= lsn && b.seq <= seq)
-    // Copied, not kept: the boundary dies young (see the head fields).
-    this.publishedEntries = head.entries
-    this.publishedDataEnd = head.dataEnd
-    this.publishedTx = head.tx
-    this.publishedOp = head.lastOp
-    this.publishedClosed = head.closedChunks
-    this.publishedSnapshotChunks = head.snapshotChunks
-    this.firstUnpublished = b
-    if (b === undefined) this.lastUnpublished = undefined
+    }
+    if (head === undefined) {
+      this.publishedEntries = this.endEntries
+      this.publishedDataEnd = this.endDataEnd
+      this.publishedTx = this.endTx
+      this.publishedOp = this.endOp
+      this.publishedClosed = this.endClosed
+      this.publishedSnapshotChunks = this.endSnapshotChunks
+    } else {
+      this.publishedEntries = head.entries
+      this.publishedDataEnd = head.dataEnd
+      this.publishedTx = head.tx
+      this.publishedOp = head.lastOp
+      this.publishedClosed = head.closedChunks
+      this.publishedSnapshotChunks = head.snapshotChunks
+    }
+    // The first end still unpublished moves into the fields.
+    this.endSeq = 0
+    if (b !== undefined) {
+      this.endEntries = b.entries
+      this.endDataEnd = b.dataEnd
+      this.endTx = b.tx
+      this.endOp = b.lastOp
+      this.endClosed = b.closedChunks
+      this.endSnapshotChunks = b.snapshotChunks
+      this.endSeq = b.seq
+      this.firstLater = b.next
+      b.next = undefined
+    } else {
+      this.firstLater = undefined
+    }
+    if (this.firstLater === undefined) this.lastLater = undefined
     return true
   }
 
   hasUnpublished(): boolean {
-    return this.firstUnpublished !== undefined
+    return this.endSeq !== 0
   }
 
   private dropUnpublished(): void {
-    for (let b = this.firstUnpublished; b !== undefined; ) {
+    for (let b = this.firstLater; b !== undefined; ) {
       const next: Boundary | undefined = b.next
       b.next = undefined
       b = next
     }
-    this.firstUnpublished = undefined
-    this.lastUnpublished = undefined
+    this.endSeq = 0
+    this.firstLater = undefined
+    this.lastLater = undefined
   }
 
   private setAppended(head: HeadState): void {
