@@ -61,6 +61,16 @@ export async function makeShape(store: ShapeLogStore, id: string, rows: Uint8Arr
 
 const o = parseOffset
 
+/** The code of the StorageError `fn` throws, or 'no error'. */
+function codeOf(fn: () => unknown): string {
+  try {
+    fn()
+  } catch (err) {
+    return (err as StorageError).code
+  }
+  return 'no error'
+}
+
 export function describeContract(name: string, factory: HarnessFactory): void {
   describe(`ShapeLogStore contract: ${name}`, () => {
     let h: ContractHarness | undefined
@@ -246,14 +256,6 @@ export function describeContract(name: string, factory: HarnessFactory): void {
 
     it('rejects appends that do not form one transaction with increasing offsets', async () => {
       const log = await makeShape(store, 'bad', [])
-      const codeOf = (fn: () => unknown) => {
-        try {
-          fn()
-        } catch (err) {
-          return (err as StorageError).code
-        }
-        return 'no error'
-      }
       expect(codeOf(() => log.appendTransaction([change(10n, 0, 1), change(11n, 0, 2)]))).toBe('invalid_append')
       expect(codeOf(() => log.appendTransaction([change(10n, 4, 1), change(10n, 2, 2)]))).toBe('invalid_append')
       expect(codeOf(() => log.appendTransaction([{ offset: { tx: 0n, op: 5n }, json: row(1) }]))).toBe('invalid_append')
@@ -291,14 +293,6 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       expect(byEntries.appendTransaction([change(12n, 5, 6)])).toBe(1)
       expect(byLines.appendLines(5n, [0], [row(1)], 1)).toBe(0)
       expect(byLines.appendLines(20n, [], [], 0)).toBe(0)
-      const codeOf = (fn: () => unknown) => {
-        try {
-          fn()
-        } catch (err) {
-          return (err as StorageError).code
-        }
-        return 'no error'
-      }
       expect(codeOf(() => byLines.appendLines(20n, [4, 2], [row(1), row(2)], 2))).toBe('invalid_append')
       expect(codeOf(() => byLines.appendLines(20n, [0.5], [row(1)], 1))).toBe('invalid_append')
       expect(codeOf(() => byLines.appendLines(20n, [2 ** 53], [row(1)], 1))).toBe('invalid_append')
