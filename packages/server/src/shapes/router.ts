@@ -135,9 +135,9 @@ interface RoutedShape {
   target: ShapeTarget
   /** Set while a transaction is being routed when the shape is being invalidated: take nothing more. */
   doomed: boolean
-  /** The number of the update whose old row (`heldOld`) or new row (`heldNew`) the shape last held (see routeChange). */
-  heldOld: number
-  heldNew: number
+  /** The number of the last update whose old row (`oldRowMark`) or new row (`newRowMark`) the shape held (see routeChange). */
+  oldRowMark: number
+  newRowMark: number
   /**
    * Its part of the transaction being routed, the one numbered `txnMark` (see take): the newest item,
    * not yet emitted (whether it is the shape's last is not known yet), and items known not to be
@@ -304,8 +304,8 @@ export class ShapeRouter implements ChangeSink {
       encoder: shared.encoder,
       target,
       doomed: false,
-      heldOld: 0,
-      heldNew: 0,
+      oldRowMark: 0,
+      newRowMark: 0,
       txnMark: 0,
       held: undefined,
       pending: undefined,
@@ -471,14 +471,14 @@ export class ShapeRouter implements ChangeSink {
     if (inNew === 0 && inOld === 0) return
     // Membership by stamp: the shapes of both sides marked with this change's number.
     const stamp = ++this.stamp
-    for (let i = 0; i < inOld; i++) oldHits[i]!.heldOld = stamp
+    for (let i = 0; i < inOld; i++) oldHits[i]!.oldRowMark = stamp
     let update: Item | undefined
     let moveIn: Item | undefined
     let moveOut: Item | undefined
     for (let i = 0; i < inNew; i++) {
       const shape = hits[i]!
-      shape.heldNew = stamp
-      if (shape.heldOld === stamp) {
+      shape.newRowMark = stamp
+      if (shape.oldRowMark === stamp) {
         update ??= new Item(change, 'update', op)
         this.take(txn, shape, update)
       } else {
@@ -488,7 +488,7 @@ export class ShapeRouter implements ChangeSink {
     }
     for (let i = 0; i < inOld; i++) {
       const shape = oldHits[i]!
-      if (shape.heldNew === stamp) continue
+      if (shape.newRowMark === stamp) continue
       moveOut ??= new Item(movedOut(change), 'delete', op)
       this.take(txn, shape, moveOut)
     }
