@@ -754,47 +754,36 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    */
   publish(lsn: bigint, seq: number): boolean {
     if (this.endSeq === 0 || this.endTx > lsn || this.endSeq > seq) return false
-    // The oldest end qualifies; a later one may too: the last that does becomes the head.
-    let b = this.firstLater
-    let head: Boundary | undefined
-    while (b !== undefined && b.tx <= lsn && b.seq <= seq) {
-      head = b
-      b = b.next
-      // Unlinked as it is published, so nothing keeps later boundaries alive through it.
-      head.next = undefined
-    }
-    if (head === undefined) {
+    do {
+      // Copied, not kept: the oldest end becomes the published head, and the next one the oldest.
       this.publishedEntries = this.endEntries
       this.publishedDataEnd = this.endDataEnd
       this.publishedTx = this.endTx
       this.publishedOp = this.endOp
       this.publishedClosed = this.endClosed
       this.publishedSnapshotChunks = this.endSnapshotChunks
-    } else {
-      this.publishedEntries = head.entries
-      this.publishedDataEnd = head.dataEnd
-      this.publishedTx = head.tx
-      this.publishedOp = head.lastOp
-      this.publishedClosed = head.closedChunks
-      this.publishedSnapshotChunks = head.snapshotChunks
-    }
-    // The first end still unpublished moves into the fields.
-    this.endSeq = 0
-    if (b !== undefined) {
-      this.endEntries = b.entries
-      this.endDataEnd = b.dataEnd
-      this.endTx = b.tx
-      this.endOp = b.lastOp
-      this.endClosed = b.closedChunks
-      this.endSnapshotChunks = b.snapshotChunks
-      this.endSeq = b.seq
-      this.firstLater = b.next
-      b.next = undefined
-    } else {
-      this.firstLater = undefined
-    }
-    if (this.firstLater === undefined) this.lastLater = undefined
+      this.shiftEnd()
+    } while (this.endSeq !== 0 && this.endTx <= lsn && this.endSeq <= seq)
     return true
+  }
+
+  /** Moves the first later end (if any) into the end fields, unlinked so nothing keeps it alive. */
+  private shiftEnd(): void {
+    const b = this.firstLater
+    if (b === undefined) {
+      this.endSeq = 0
+      return
+    }
+    this.endEntries = b.entries
+    this.endDataEnd = b.dataEnd
+    this.endTx = b.tx
+    this.endOp = b.lastOp
+    this.endClosed = b.closedChunks
+    this.endSnapshotChunks = b.snapshotChunks
+    this.endSeq = b.seq
+    this.firstLater = b.next
+    b.next = undefined
+    if (this.firstLater === undefined) this.lastLater = undefined
   }
 
   hasUnpublished(): boolean {

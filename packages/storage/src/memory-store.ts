@@ -217,6 +217,11 @@ export class MemoryLogStore implements ShapeLogStore {
       log.pushSnapshotRow(snapshotEnd, true)
       snapshotMark = { entries: log.entries.length, chunks: log.chunks.length, tx: 0n }
     }
+    /** Live entries go in once the snapshot has ended, until it is dropped. */
+    const checkLive = (): void => {
+      if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
+      if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+    }
     return {
       append: (rows) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
@@ -253,13 +258,11 @@ export class MemoryLogStore implements ShapeLogStore {
         })
       },
       appendTransaction: (entries, options) => {
-        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
-        if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+        checkLive()
         return log.appendTransaction(entries, options)
       },
       appendLines: (tx, ops, jsons, count, options) => {
-        if (state === 'open') throw new StorageError('invalid_append', `shape ${id}: live entries follow the snapshot; call endSnapshot() or finish() first`)
-        if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
+        checkLive()
         return log.appendLines(tx, ops, jsons, count, options)
       },
       abort: async () => {
@@ -372,4 +375,3 @@ export class MemoryLogStore implements ShapeLogStore {
     this.dropFinishing(new StorageError('store_closed'))
   }
 }
-

@@ -513,9 +513,8 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    * status is followed by CopyDone; the walsender reads its socket in order, so
    * by the time it answers with its own CopyDone it has applied our status.
    * (Waiting for a keepalive instead was racy: one already in flight could
-   * arrive first.) Closing a socket with unread data in it sends a reset, which
-   * makes the other side drop what it had not read, our status included: so
-   * incoming data is drained and dropped from here on. A Postgres that never
+   * arrive first.) What still arrives is read and dropped (`closing`; see
+   * `WalConnection.endStream` for why it must be read). A Postgres that never
    * answers is given up on after FINAL_STATUS_WAIT_MS.
    */
   private async finalStatus(stream: Stream): Promise<void> {
