@@ -105,7 +105,7 @@ export {
   snapshotEndMessage,
   upToDateMessage,
 } from './messages.js'
-export { buildRowKey, rowKeyFromValues, rowKeyPrefix } from './row-key.js'
+export { buildRowKey, rowKeyFromValue, rowKeyFromValues, rowKeyPrefix } from './row-key.js'
 export type { ColumnSchema, IntervalFields, ShapeSchema } from './schema.js'
 export {
   CURSOR_EPOCH_MS,

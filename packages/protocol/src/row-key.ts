@@ -23,8 +23,18 @@ export function rowKeyPrefix(relation: RelationName): string {
 /** Appends the key components to a prefix from `rowKeyPrefix` (compute the prefix once per relation). */
 export function rowKeyFromValues(prefix: string, values: readonly (string | null)[]): string {
   let key = prefix
-  for (const value of values) key += value === null ? '/_' : `/"${value.replaceAll('/', '//')}"`
+  for (const value of values) key += keyPart(value)
   return key
+}
+
+/** `rowKeyFromValues(prefix, [value])`, for a one-column key, without the array. */
+export function rowKeyFromValue(prefix: string, value: string | null): string {
+  return prefix + keyPart(value)
+}
+
+function keyPart(value: string | null): string {
+  if (value === null) return '/_'
+  return `/"${value.includes('/') ? value.replaceAll('/', '//') : value}"`
 }
 
 /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { type RowValues, buildRowKey, rowKeyFromValues, rowKeyPrefix } from '../src/index.js'
+import { type RowValues, buildRowKey, rowKeyFromValue, rowKeyFromValues, rowKeyPrefix } from '../src/index.js'
 import { compareCodePoints } from '../src/row-key.js'
 
 const rel = (schema: string, name: string) => ({ schema, name })
@@ -34,6 +34,11 @@ describe('buildRowKey', () => {
     expect(prefix).toBe('"x..y"."a//b"')
     expect(rowKeyFromValues(prefix, ['1', null, 'a/b'])).toBe('"x..y"."a//b"/"1"/_/"a//b"')
     expect(rowKeyFromValues(prefix, [])).toBe(prefix)
+  })
+
+  it.each([['1'], [null], ['a/b'], ['//'], ['_'], [''], ['"q"'], ['€/😀']])('builds the one-value key of %j as the list path does', (value) => {
+    const prefix = rowKeyPrefix(rel('s', 't'))
+    expect(rowKeyFromValue(prefix, value)).toBe(rowKeyFromValues(prefix, [value]))
   })
 
   it('orders pk-less columns by code point, as Elixir sorts binaries', () => {

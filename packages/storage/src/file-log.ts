@@ -338,53 +338,68 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * with one positional write. Called by the store before it syncs this log.
    */
   writeIndex(): void {
-    const fs = this.host.fs
     const journal = this.journal
     if (journal) {
       // Write-behind: into the journal only; a write-back puts them in the file.
       const total = this.recordsOnDisk + this.staged.count
       if (this.recordsJournaled < total) {
-        // Straight from the stage's blocks: the journal copies them anyway.
+        // Straight from the stage's blocks (the journal copies them anyway), a
+        // run per block. A loop, not a callback: this runs for every dirty log
+        // of every flush, and a closure here cost each call a context.
+        const stage = this.staged
         let at = HEADER_BYTES + this.recordsJournaled * ENTRY_RECORD_BYTES
-        this.staged.forEachRange(this.recordsJournaled - this.recordsOnDisk, this.staged.count, (buf, start, end) => {
-          journal.write(this, this.idBytes, FILE_ENTRIES, at, buf, start, end - start)
-          at += end - start
-        })
+        for (let i = this.recordsJournaled - this.recordsOnDisk; i < stage.count; ) {
+          const end = stage.runEnd(i, stage.count)
+          const bytes = (end - i) * ENTRY_RECORD_BYTES
+          journal.write(this, this.idBytes, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
+          at += bytes
+          i = end
+        }
         this.recordsJournaled = total
       }
     } else if (this.staged.count > 0) {
-      const count = this.staged.count
-      let at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
-      this.host.fds.use(this.entries, (fd) =>
-        this.staged.drain((buf, length) => {
-          writeFully(fs, fd, buf, length, at)
-          at += length
-        }),
-      )
-      this.recordsOnDisk += count
-      this.recordsJournaled = this.recordsOnDisk
+      this.writeRecordsThrough()
     }
+    if (this.chunksOnDisk < this.appendedClosed) this.writeChunkRecords()
+  }
+
+  /** Write-through: the staged entry records go to log.entries at once. */
+  private writeRecordsThrough(): void {
+    const fs = this.host.fs
+    const count = this.staged.count
+    let at = HEADER_BYTES + this.recordsOnDisk * ENTRY_RECORD_BYTES
+    this.host.fds.use(this.entries, (fd) =>
+      this.staged.drain((buf, length) => {
+        writeFully(fs, fd, buf, length, at)
+        at += length
+      }),
+    )
+    this.recordsOnDisk += count
+    this.recordsJournaled = this.recordsOnDisk
+  }
+
+  /** The records of newly closed chunks: to log.chunks, and to the journal too when there is one. */
+  private writeChunkRecords(): void {
+    const fs = this.host.fs
     const closed = this.appendedClosed
-    if (this.chunksOnDisk < closed) {
-      const count = closed - this.chunksOnDisk
-      chunkStage = grow(chunkStage, count * CHUNK_RECORD_BYTES)
-      for (let i = 0; i < count; i++) {
-        const c = this.chunks[this.chunksOnDisk + i]!
-        writeChunkRecord(chunkStage, i * CHUNK_RECORD_BYTES, {
-          endTx: c.end.tx,
-          endOp: c.end.op,
-          endEntry: c.endEntry,
-          endPos: c.endPos,
-          segment: 0,
-          kind: c.kind,
-        })
-      }
-      const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
-      this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
-      journal?.write(this, this.idBytes, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
-      this.chunksOnDisk = closed
-      this.chunksDirty = true
+    const count = closed - this.chunksOnDisk
+    chunkStage = grow(chunkStage, count * CHUNK_RECORD_BYTES)
+    for (let i = 0; i < count; i++) {
+      const c = this.chunks[this.chunksOnDisk + i]!
+      writeChunkRecord(chunkStage, i * CHUNK_RECORD_BYTES, {
+        endTx: c.end.tx,
+        endOp: c.end.op,
+        endEntry: c.endEntry,
+        endPos: c.endPos,
+        segment: 0,
+        kind: c.kind,
+      })
     }
+    const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
+    this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
+    this.journal?.write(this, this.idBytes, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
+    this.chunksOnDisk = closed
+    this.chunksDirty = true
   }
 
   /** Points the file refs at a new directory (the snapshot was renamed into place). */
@@ -862,8 +877,6 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     const beforeTx = this.appendedTx
     const beforeOp = this.appendedOp
     const beforeSeq = this.appendedSeq
-    const fs = this.host.fs
-    const fds = this.host.fds
     const limit = this.host.chunkBytes
     const snapshot = ops === undefined
     const kind = snapshot ? CHUNK_SNAPSHOT : CHUNK_LIVE
@@ -910,38 +923,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
         this.pendLen = at - this.pendBase
         journal.write(this, this.idBytes, FILE_DATA, beforeDataEnd, tail, from, at - from)
       } else {
-        const fd = fds.acquire(this.data)
-        const put = (buf: Uint8Array, length: number, position: number): void => writeFully(fs, fd, buf, length, position)
-        try {
-          let at = beforeDataEnd
-          let fill = 0
-          for (let i = 0; i < count; i++) {
-            const json = jsons[i]!
-            const size = json.length + 1
-            if (size > STAGE_BYTES) {
-              if (fill > 0) put(dataStage, fill, at - fill)
-              fill = 0
-              put(json, json.length, at)
-              put(COMMA, 1, at + json.length)
-              at += size
-              continue
-            }
-            if (fill + size > dataStage.length) {
-              if (fill > 0 && fill + size > STAGE_BYTES) {
-                put(dataStage, fill, at - fill)
-                fill = 0
-              }
-              dataStage = growKeeping(dataStage, fill, fill + size)
-            }
-            dataStage.set(json, fill)
-            dataStage[fill + json.length] = SEPARATOR
-            fill += size
-            at += size
-          }
-          if (fill > 0) put(dataStage, fill, at - fill)
-        } finally {
-          fds.release(this.data)
-        }
+        this.writeThrough(jsons, count, beforeDataEnd)
         this.dataOnDisk = pos
       }
 
@@ -983,6 +965,48 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       throw fromSystemError(err, `append to shape ${this.id}`)
     }
     this.host.markDirty(this, pos - beforeDataEnd)
+  }
+
+  /**
+   * Write-through (no journal): the entry bytes go to log.dat at once, staged
+   * into pieces of at most STAGE_BYTES. A method of its own because its helper
+   * closure would otherwise make every append allocate a context for `write`.
+   */
+  private writeThrough(jsons: readonly Uint8Array[], count: number, start: number): void {
+    const fs = this.host.fs
+    const fds = this.host.fds
+    const fd = fds.acquire(this.data)
+    const put = (buf: Uint8Array, length: number, position: number): void => writeFully(fs, fd, buf, length, position)
+    try {
+      let at = start
+      let fill = 0
+      for (let i = 0; i < count; i++) {
+        const json = jsons[i]!
+        const size = json.length + 1
+        if (size > STAGE_BYTES) {
+          if (fill > 0) put(dataStage, fill, at - fill)
+          fill = 0
+          put(json, json.length, at)
+          put(COMMA, 1, at + json.length)
+          at += size
+          continue
+        }
+        if (fill + size > dataStage.length) {
+          if (fill > 0 && fill + size > STAGE_BYTES) {
+            put(dataStage, fill, at - fill)
+            fill = 0
+          }
+          dataStage = growKeeping(dataStage, fill, fill + size)
+        }
+        dataStage.set(json, fill)
+        dataStage[fill + json.length] = SEPARATOR
+        fill += size
+        at += size
+      }
+      if (fill > 0) put(dataStage, fill, at - fill)
+    } finally {
+      fds.release(this.data)
+    }
   }
 
   /** Makes `head` the appended head: drops what lies past it in memory and cuts the files to it. */

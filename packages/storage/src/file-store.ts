@@ -240,6 +240,12 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private durable: bigint
   private sequence: bigint
   private timer: NodeJS.Timeout | undefined
+  /**
+   * `timedFlush`, bound once: an arrow written inside `schedule` would make
+   * every call of it (one per routed transaction, through `advance`) allocate
+   * a context for `this`, used or not.
+   */
+  private readonly onTimer = (): void => this.timedFlush()
   private flushing: Promise<FlushResult> | undefined
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private readonly errorListeners = new Set<(err: StorageError) => void>()
@@ -829,7 +835,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     for (let i = 0; i < waiting.length; i++) {
       const log = waiting[i]
       if (log === undefined) continue
-      if (log.publish(this.durable, seq) && !created.some((c) => c.log === log)) advanced.push(log.id)
+      if (log.publish(this.durable, seq) && !isCreated(created, log)) advanced.push(log.id)
       if (log.hasUnpublished()) {
         waiting[kept] = log
         log.unpublishedSlot = kept++
@@ -1290,10 +1296,10 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       // Someone waits on this flush (a snapshot) or the threshold was hit: keep
       // the process alive for it.
       if (this.timer) clearTimeout(this.timer)
-      this.timer = setTimeout(() => this.timedFlush(), 0)
+      this.timer = setTimeout(this.onTimer, 0)
     } else if (!this.timer) {
       // The interval alone must not keep a process alive; close() flushes.
-      this.timer = setTimeout(() => this.timedFlush(), this.flushIntervalMs)
+      this.timer = setTimeout(this.onTimer, this.flushIntervalMs)
       if (!keepAlive) this.timer.unref()
     } else if (keepAlive) {
       this.timer.ref()
@@ -1318,7 +1324,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         if (!(this.dirtyCount > 0 || this.finishing.length > 0 || this.cappedTarget() > this.durable)) return
         if (this.failedFlushes === 0) return this.schedule(false)
         const delay = Math.min(MAX_RETRY_MS, this.flushIntervalMs * 2 ** Math.min(this.failedFlushes, 16))
-        this.timer = setTimeout(() => this.timedFlush(), delay)
+        this.timer = setTimeout(this.onTimer, delay)
         this.timer.unref()
       })
   }
@@ -1387,4 +1393,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 /** Opens (creating if needed) a file store for writing. */
 export function openFileLogStore(options: FileStoreOptions): Promise<FileLogStore> {
   return FileLogStore.open(options)
+}
+
+/**
+ * Whether `log` is one of the logs this flush created (they are in `advanced`
+ * already). A plain loop: a closure passed to `some` would capture `log` and
+ * allocate a context for every log of every flush.
+ */
+function isCreated(created: readonly { readonly log: FileShapeLog }[], log: FileShapeLog): boolean {
+  for (let i = 0; i < created.length; i++) if (created[i]!.log === log) return true
+  return false
 }

@@ -92,21 +92,38 @@ export class RecordStage {
   /** Calls `fn(buf, start, end)` for the byte range of records [from, to) in each block it spans, in order. */
   forEachRange(from: number, to: number, fn: (buf: Buffer, start: number, end: number) => void): void {
     for (let i = from; i < to; ) {
-      const inBlock = i & (RECORDS_PER_BLOCK - 1)
-      const n = Math.min(to - i, RECORDS_PER_BLOCK - inBlock)
-      const h = this.blockAt(i)
-      const base = this.arena.baseOf(h)
-      fn(this.arena.bufOf(h), base + inBlock * ENTRY_RECORD_BYTES, base + (inBlock + n) * ENTRY_RECORD_BYTES)
-      i += n
+      const end = this.runEnd(i, to)
+      const start = this.byteOf(i)
+      fn(this.bufferOf(i), start, start + (end - i) * ENTRY_RECORD_BYTES)
+      i = end
     }
+  }
+
+  /** Where the run of records from `i` that lie back to back in one block ends (at most `to`). */
+  runEnd(i: number, to: number): number {
+    return Math.min(to, (i | (RECORDS_PER_BLOCK - 1)) + 1)
+  }
+
+  /** The buffer record `i` lies in. */
+  bufferOf(i: number): Buffer {
+    return this.arena.bufOf(this.blockAt(i))
+  }
+
+  /** The byte offset of record `i` in `bufferOf(i)`. */
+  byteOf(i: number): number {
+    return this.arena.baseOf(this.blockAt(i)) + (i & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES
   }
 
   /** Copies records [from, to) into `out` at `at`. */
   copyOut(from: number, to: number, out: Buffer, at: number): void {
-    this.forEachRange(from, to, (buf, start, end) => {
-      buf.copy(out, at, start, end)
-      at += end - start
-    })
+    for (let i = from; i < to; ) {
+      const end = this.runEnd(i, to)
+      const start = this.byteOf(i)
+      const bytes = (end - i) * ENTRY_RECORD_BYTES
+      this.bufferOf(i).copy(out, at, start, start + bytes)
+      at += bytes
+      i = end
+    }
   }
 
   /** The buffer and byte offset of record `i`. */

@@ -1,6 +1,9 @@
 import { PgoutputDecodeError } from './replication-errors.js'
 
 const NUL = 0
+const TWO_32 = 2 ** 32
+/** A 64-bit value whose high half is below this (in magnitude) fits a Number exactly. */
+const SAFE_HIGH = 2 ** 21
 
 /**
  * A bounds-checked big-endian cursor over one pgoutput message. Every read
@@ -9,16 +12,21 @@ const NUL = 0
  * silently short value).
  */
 export class ByteReader {
-  private pos = 0
+  private pos: number
 
+  /** Reads `buf` from `start` to its end (a message inside a larger buffer needs no view of its own). */
   constructor(
     private readonly buf: Buffer,
     /** The message type character, for error messages. */
     private readonly messageType: string,
-  ) {}
+    private readonly start = 0,
+  ) {
+    this.pos = start
+  }
 
+  /** Bytes read so far, from `start`. */
   get offset(): number {
-    return this.pos
+    return this.pos - this.start
   }
 
   get remaining(): number {
@@ -52,20 +60,26 @@ export class ByteReader {
     return value
   }
 
-  /** LSNs. */
+  /**
+   * LSNs. Built from one Number while the value stays below 2^53 (every LSN
+   * and timestamp in practice): Buffer's readBigUInt64BE makes four BigInts
+   * for each (both halves, the shift, the sum), a few per transaction.
+   */
   u64(field: string): bigint {
     this.need(8, field)
-    const value = this.buf.readBigUInt64BE(this.pos)
+    const hi = this.buf.readUInt32BE(this.pos)
+    const lo = this.buf.readUInt32BE(this.pos + 4)
     this.pos += 8
-    return value
+    return hi < SAFE_HIGH ? BigInt(hi * TWO_32 + lo) : (BigInt(hi) << 32n) | BigInt(lo)
   }
 
   /** Timestamps (microseconds since 2000-01-01, may be negative). */
   i64(field: string): bigint {
     this.need(8, field)
-    const value = this.buf.readBigInt64BE(this.pos)
+    const hi = this.buf.readInt32BE(this.pos)
+    const lo = this.buf.readUInt32BE(this.pos + 4)
     this.pos += 8
-    return value
+    return hi < SAFE_HIGH && hi >= -SAFE_HIGH ? BigInt(hi * TWO_32 + lo) : (BigInt(hi) << 32n) + BigInt(lo)
   }
 
   /** A NUL-terminated UTF-8 string. */
@@ -80,6 +94,18 @@ export class ByteReader {
   /** `length` bytes decoded as UTF-8. */
   text(length: number, field: string): string {
     this.need(length, field)
+    const value = this.buf.toString('utf8', this.pos, this.pos + length)
+    this.pos += length
+    return value
+  }
+
+  /**
+   * A tuple's value: `length` bytes decoded as UTF-8. The column's number names
+   * it only in an error: a field name built for every value of every row was
+   * the decoder's largest allocation.
+   */
+  columnText(length: number, column: number): string {
+    if (length < 0 || this.buf.length - this.pos < length) this.need(length, `value of column ${column}`)
     const value = this.buf.toString('utf8', this.pos, this.pos + length)
     this.pos += length
     return value
@@ -101,18 +127,18 @@ export class ByteReader {
   /** Fails unless the whole message was consumed: trailing bytes mean we misread it. */
   end(): void {
     if (this.pos !== this.buf.length) {
-      throw new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${this.buf.length - this.pos} unexpected trailing byte(s) at offset ${this.pos}`)
+      throw new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${this.buf.length - this.pos} unexpected trailing byte(s) at offset ${this.offset}`)
     }
   }
 
   malformed(detail: string): PgoutputDecodeError {
-    return new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${detail} at offset ${this.pos}`)
+    return new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${detail} at offset ${this.offset}`)
   }
 
   private need(length: number, field: string): void {
     if (length < 0) throw this.malformed(`negative length ${length} for ${field}`)
     if (this.buf.length - this.pos < length) {
-      throw this.truncated(`${field} needs ${length} byte(s) at offset ${this.pos}, ${this.buf.length - this.pos} left`)
+      throw this.truncated(`${field} needs ${length} byte(s) at offset ${this.offset}, ${this.buf.length - this.pos} left`)
     }
   }
 

@@ -74,13 +74,16 @@ export interface DecodeContext {
 
 const OUTSIDE_STREAM: DecodeContext = { inStream: false }
 
-/** Decodes one pgoutput message. Throws `PgoutputDecodeError` on any malformed input. */
-export function decodePgoutput(buf: Buffer, context: DecodeContext = OUTSIDE_STREAM): PgoutputMessage {
-  if (buf.length === 0) throw new PgoutputDecodeError('pgoutput_truncated', '', 'no message type byte')
-  const kind = buf[0] as number
-  const r = new ByteReader(buf, String.fromCharCode(kind))
+/**
+ * Decodes one pgoutput message: `buf` from `start` to its end. Throws
+ * `PgoutputDecodeError` on any malformed input.
+ */
+export function decodePgoutput(buf: Buffer, context: DecodeContext = OUTSIDE_STREAM, start = 0): PgoutputMessage {
+  if (buf.length <= start) throw new PgoutputDecodeError('pgoutput_truncated', '', 'no message type byte')
+  const kind = buf[start] as number
+  const r = new ByteReader(buf, String.fromCharCode(kind), start)
   r.skip(1, 'type')
-  const message = decodeBody(kind, r, context.inStream, buf.length)
+  const message = decodeBody(kind, r, context.inStream, buf.length - start)
   r.end()
   return message
 }
@@ -237,7 +240,7 @@ function readTuple(r: ByteReader): Tuple {
     switch (kind) {
       case Marker.Text: {
         const length = r.i32('value length')
-        values[i] = r.text(length, `value of column ${i}`)
+        values[i] = r.columnText(length, i)
         break
       }
       case Marker.Null:
@@ -267,8 +270,9 @@ export class PgoutputDecoder {
     return this.inStream
   }
 
-  decode(buf: Buffer): PgoutputMessage {
-    const message = decodePgoutput(buf, this.inStream ? INSIDE_STREAM : OUTSIDE_STREAM)
+  /** Decodes the message in `buf` from `start` on. */
+  decode(buf: Buffer, start = 0): PgoutputMessage {
+    const message = decodePgoutput(buf, this.inStream ? INSIDE_STREAM : OUTSIDE_STREAM, start)
     if (message.tag === 'stream-start') this.inStream = true
     else if (message.tag === 'stream-stop') this.inStream = false
     return message

@@ -99,10 +99,10 @@ export class SluicePgoutputPlugin {
    * escape as an uncaught exception: failures are returned as a value and the
    * client ends the connection on them.
    */
-  parse(buffer: Buffer): PgoutputMessage | DecodeFailure {
+  parse(buffer: Buffer, start = 0): PgoutputMessage | DecodeFailure {
     this.count++
     try {
-      return this.decoder.decode(buffer)
+      return this.decoder.decode(buffer, start)
     } catch (error) {
       return { tag: 'decode-failure', error }
     }

@@ -398,7 +398,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     try {
       await connection.connect({
         started: () => this.onStart(stream),
-        data: (payload) => this.receive(stream, plugin.parse(payload)),
+        data: (chunk, start) => this.receive(stream, plugin.parse(chunk, start)),
         keepalive: (walEnd, replyRequested) => this.onKeepalive(stream, walEnd, replyRequested),
       })
       // Resolves when the stream ends.
@@ -484,8 +484,18 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       return undefined
     }
     const gate = this.gate
-    if (gate !== undefined) return gate.promise.then(() => this.handle(stream, message))
+    if (gate !== undefined) return this.handleAfter(gate.promise, stream, message)
     return this.handle(stream, message)
+  }
+
+  /*
+   * The closures of the asynchronous paths live in functions of their own:
+   * a closure anywhere in `onData` or `handle` would make every message
+   * allocate a context for the variables it captures, taken or not.
+   */
+
+  private handleAfter(gate: Promise<void>, stream: Stream, message: PgoutputMessage): Promise<void> {
+    return gate.then(() => this.handle(stream, message))
   }
 
   private handle(stream: Stream, message: PgoutputMessage): void | Promise<void> {
@@ -496,12 +506,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
         stream.processed++
         return undefined
       }
-      return result.then(
-        () => {
-          stream.processed++
-        },
-        (error: unknown) => stream.fail(error),
-      )
+      return settled(result, stream)
     } catch (error) {
       stream.fail(error)
       return undefined
@@ -670,4 +675,14 @@ function roleOf(config: pg.ClientConfig): string {
     }
   }
   return 'the replication role'
+}
+
+/** Counts the message once the sink's promise for it settles, or fails the stream. */
+function settled(result: Promise<void>, stream: Stream): Promise<void> {
+  return result.then(
+    () => {
+      stream.processed++
+    },
+    (error: unknown) => stream.fail(error),
+  )
 }

@@ -30,6 +30,8 @@ export const DEFAULT_MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
 export const DEFAULT_STREAM_BATCH_SIZE = 1024
 
 const NO_COLUMNS: readonly number[] = Object.freeze([])
+/** A transaction's batch until it spills (then it gets arrays of its own): nothing is ever added to this one. */
+const NO_BATCH: StreamedChange[] = []
 
 export interface TransactionAssemblerOptions {
   /** Shared with whoever else needs relation metadata; a new cache by default. */
@@ -191,7 +193,7 @@ export class TransactionAssembler {
   private begin(xid: number, lsn: bigint, commitTime: bigint): Awaitable {
     if (this.current !== undefined) throw new ProtocolViolationError(`Begin of xid ${xid} inside transaction ${this.current.xid}`)
     if (this.segmentXid !== undefined) throw new ProtocolViolationError(`Begin of xid ${xid} inside a stream segment of xid ${this.segmentXid}`)
-    this.current = { xid, lsn, commitTime, origin: undefined, changes: [], batch: [], bytes: 0, skip: this.alreadyDelivered(lsn), spilled: false }
+    this.current = { xid, lsn, commitTime, origin: undefined, changes: [], batch: NO_BATCH, bytes: 0, skip: this.alreadyDelivered(lsn), spilled: false }
     return undefined
   }
 
@@ -202,13 +204,28 @@ export class TransactionAssembler {
     this.current = undefined
     if (commitLsn > this.lastCommit) this.lastCommit = commitLsn
     if (tx.skip) return undefined
-    if (tx.spilled) {
-      const commit = { xid: tx.xid, lsn: tx.lsn, endLsn, commitTime }
-      if (tx.batch.length === 0) return this.delivered(this.sink.onStreamCommit(commit), tx.lsn)
-      return chain(this.sink.onStreamedChanges(tx.xid, tx.batch), () => this.delivered(this.sink.onStreamCommit(commit), tx.lsn))
-    }
+    if (tx.spilled) return this.commitSpilled(tx, endLsn, commitTime)
     const transaction = { xid: tx.xid, lsn: tx.lsn, endLsn, commitTime: tx.commitTime, origin: tx.origin, changes: tx.changes }
     return this.delivered(this.sink.onTransaction(transaction), tx.lsn)
+  }
+
+  /*
+   * The rare paths' closures live in methods of their own: a closure in
+   * `commit`, `change` or `delivered` would make every call allocate a
+   * context for what it captures, taken or not.
+   */
+
+  private commitSpilled(tx: OpenTransaction, endLsn: bigint, commitTime: bigint): Awaitable {
+    const commit = { xid: tx.xid, lsn: tx.lsn, endLsn, commitTime }
+    if (tx.batch.length === 0) return this.delivered(this.sink.onStreamCommit(commit), tx.lsn)
+    return chain(this.sink.onStreamedChanges(tx.xid, tx.batch), () => this.delivered(this.sink.onStreamCommit(commit), tx.lsn))
+  }
+
+  /** From now on the transaction travels like a streamed one: what it holds becomes its first batch. */
+  private spill(tx: OpenTransaction): void {
+    tx.spilled = true
+    tx.batch = tx.changes.map((c) => ({ subxid: tx.xid, change: c }))
+    tx.changes = []
   }
 
   private change(message: InsertMessage | UpdateMessage | DeleteMessage | TruncateMessage): Awaitable {
@@ -231,9 +248,7 @@ export class TransactionAssembler {
       tx.changes.push(change)
       if (tx.bytes <= this.maxTransactionBytes) return undefined
       // Too big to hold: from here on it travels like a streamed transaction.
-      tx.spilled = true
-      tx.batch = tx.changes.map((c) => ({ subxid: tx.xid, change: c }))
-      tx.changes = []
+      this.spill(tx)
     } else {
       tx.batch.push({ subxid: tx.xid, change })
     }
@@ -326,6 +341,10 @@ export class TransactionAssembler {
       this.markDelivered(lsn)
       return undefined
     }
+    return this.deliveredLater(result, lsn)
+  }
+
+  private deliveredLater(result: Promise<void>, lsn: bigint): Promise<void> {
     return result.then(() => this.markDelivered(lsn))
   }
 

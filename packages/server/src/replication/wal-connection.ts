@@ -5,8 +5,12 @@ import { ReplicationError } from './replication-errors.js'
 export interface WalHandlers {
   /** CopyBoth started: the server streams from here on. */
   started(): void
-  /** An XLogData message's payload (a pgoutput message), valid only during the call. */
-  data(payload: Buffer): void
+  /**
+   * An XLogData message: its payload (a pgoutput message) is `chunk` from
+   * `start` on, valid only during the call. Not a view of its own: that was an
+   * object per message.
+   */
+  data(chunk: Buffer, start: number): void
   /** A primary keepalive: the server's WAL end, and whether it asks for a status now. */
   keepalive(walEnd: bigint, replyRequested: boolean): void
 }
@@ -15,6 +19,7 @@ export interface WalHandlers {
 interface PgConnection {
   readonly stream: { pause(): void; resume(): void }
   on(event: 'copyData', listener: (message: { chunk: Buffer }) => void): void
+  removeAllListeners(event: 'copyData'): void
   on(event: 'replicationStart' | 'copyDone' | 'end', listener: () => void): void
   once(event: 'copyDone' | 'end', listener: () => void): void
   removeListener(event: string, listener: (...args: never[]) => void): void
@@ -75,6 +80,11 @@ export class WalConnection {
       this.streaming = true
       handlers.started()
     })
+    // The only copyData listener: pg's Client has one too, which hands the
+    // message to the active query (START_REPLICATION's ignores it) and, with
+    // two listeners, makes every emit copy the listener list. Ours handles
+    // every copy message, including one that comes with no query running.
+    connection.removeAllListeners('copyData')
     connection.on('copyData', (message) => this.receive(message.chunk))
     connection.on('end', () => {
       this.ended = true
@@ -93,7 +103,7 @@ export class WalConnection {
   private receive(chunk: Buffer): void {
     const kind = chunk[0]
     if (kind === XLOG_DATA && chunk.length >= XLOG_HEADER_BYTES) {
-      this.handlers!.data(chunk.subarray(XLOG_HEADER_BYTES))
+      this.handlers!.data(chunk, XLOG_HEADER_BYTES)
       return
     }
     if (kind === KEEPALIVE && chunk.length >= KEEPALIVE_BYTES) {

@@ -1,4 +1,4 @@
-import { U64_MAX, buildRowKey, rowKeyFromValues, rowKeyPrefix } from '@sluice/protocol'
+import { U64_MAX, buildRowKey, rowKeyFromValue, rowKeyFromValues, rowKeyPrefix } from '@sluice/protocol'
 import type { Operation, RelationName, ReplicaMode } from '@sluice/protocol'
 import { UnchangedToastError } from '../replication/index.js'
 import type { OldTupleKind, TupleValue } from '../replication/index.js'
@@ -419,6 +419,8 @@ export class ChangeEncoder {
   }
 
   #key(row: Row): string {
+    // One key column (the common case) without an array of one.
+    if (this.#pk.length === 1) return rowKeyFromValue(this.#keyPrefix, row[this.#pk[0]!] ?? null)
     if (this.#pk.length > 0) return rowKeyFromValues(this.#keyPrefix, this.#pk.map((i) => row[i] ?? null))
     // No PK: all table columns (not just the projection) in name order, as Electric keys the row before projecting.
     // buildRowKey owns that ordering; such tables are rare enough that the per-row record is fine.
@@ -437,11 +439,12 @@ export class ChangeEncoder {
         `tuple has ${tuple.length} values, table ${JSON.stringify(this.table.name)} has ${this.table.columns.length} columns`,
       )
     }
-    const toast: string[] = []
-    tuple.forEach((value, i) => {
-      if (typeof value === 'symbol') toast.push(this.table.columns[i] ?? `#${i}`)
-    })
-    if (toast.length > 0) throw new UnchangedToastError(this.table.schema, this.table.name, toast)
+    // A loop, and the list only when there is something in it: this runs for every row of every change.
+    let toast: string[] | undefined
+    for (let i = 0; i < tuple.length; i++) {
+      if (typeof tuple[i] === 'symbol') (toast ??= []).push(this.table.columns[i] ?? `#${i}`)
+    }
+    if (toast !== undefined) throw new UnchangedToastError(this.table.schema, this.table.name, toast)
     return tuple as Row
   }
 

@@ -266,6 +266,44 @@ describe('decodePgoutput', () => {
     expect(decodePgoutput(bytes, { inStream: inStream ?? false })).toEqual(withSize(expected, bytes))
   })
 
+  // The connection hands each message over as the XLogData chunk and where the message starts in it.
+  it.each(cases)('decodes $name from inside a larger buffer', ({ bytes, inStream, expected }) => {
+    const chunk = Buffer.concat([Buffer.from('w-header-bytes-'), bytes])
+    const start = chunk.length - bytes.length
+    expect(decodePgoutput(chunk, { inStream: inStream ?? false }, start)).toEqual(withSize(expected, bytes))
+  })
+
+  // LSNs and timestamps come from two 32-bit halves as one Number when exact, else as BigInt arithmetic.
+  it.each([
+    0n,
+    1n,
+    0xffff_ffffn,
+    0x1_0000_0000n,
+    2n ** 53n - 1n,
+    2n ** 53n,
+    2n ** 53n + 1n,
+    0x8000_0000_0000_0000n,
+    2n ** 64n - 1n,
+  ])('reads the u64 LSN %s exactly', (lsn) => {
+    const message = decodePgoutput(Wire.of('B').u64(lsn).i64(0n).u32(1).build())
+    expect(message).toMatchObject({ tag: 'begin', finalLsn: lsn })
+  })
+
+  it.each([0n, -1n, 1n, -(2n ** 32n), -(2n ** 53n), -(2n ** 53n) - 1n, 2n ** 53n + 1n, -(2n ** 63n), 2n ** 63n - 1n, TS, -TS])(
+    'reads the i64 timestamp %s exactly',
+    (ts) => {
+      const message = decodePgoutput(Wire.of('B').u64(1n).i64(ts).u32(1).build())
+      expect(message).toMatchObject({ tag: 'begin', commitTime: ts })
+    },
+  )
+
+  it('names the column whose value runs past the end', () => {
+    const bytes = Wire.of('I').u32(1).char('N').tuple(['1', 'two']).build()
+    const error = errorOf(() => decodePgoutput(bytes.subarray(0, bytes.length - 1)))
+    expect(error).toMatchObject({ code: 'pgoutput_truncated' })
+    expect((error as Error).message).toContain('value of column 1 needs 3 byte(s)')
+  })
+
   it('keeps a 4 MiB value intact', () => {
     const huge = 'x'.repeat(4 * 1024 * 1024 - 3) + '€'
     const bytes = Wire.of('I').u32(1).char('N').tuple([huge, 'tail']).build()
