@@ -16,12 +16,21 @@ export class ByteReader {
 
   /** Reads `buf` from `start` to its end (a message inside a larger buffer needs no view of its own). */
   constructor(
-    private readonly buf: Buffer,
+    private buf: Buffer,
     /** The message type character, for error messages. */
-    private readonly messageType: string,
-    private readonly start = 0,
+    private messageType: string,
+    private start = 0,
   ) {
     this.pos = start
+  }
+
+  /** Reads another message with the same reader (the decoder reuses one rather than make one per message). */
+  reset(buf: Buffer, messageType: string, start: number): this {
+    this.buf = buf
+    this.messageType = messageType
+    this.start = start
+    this.pos = start
+    return this
   }
 
   /** Bytes read so far, from `start`. */

@@ -81,12 +81,18 @@ const OUTSIDE_STREAM: DecodeContext = { inStream: false }
 export function decodePgoutput(buf: Buffer, context: DecodeContext = OUTSIDE_STREAM, start = 0): PgoutputMessage {
   if (buf.length <= start) throw new PgoutputDecodeError('pgoutput_truncated', '', 'no message type byte')
   const kind = buf[start] as number
-  const r = new ByteReader(buf, String.fromCharCode(kind), start)
+  // One reader for every message: decoding is synchronous and never re-entered.
+  const r = reader.reset(buf, String.fromCharCode(kind), start)
   r.skip(1, 'type')
   const message = decodeBody(kind, r, context.inStream, buf.length - start)
   r.end()
+  // Not holding on to the last message's buffer (the connection's chunk).
+  reader.reset(NO_BYTES, '', 0)
   return message
 }
+
+const NO_BYTES = Buffer.alloc(0)
+const reader = new ByteReader(NO_BYTES, '')
 
 function decodeBody(kind: number, r: ByteReader, inStream: boolean, byteLength: number): PgoutputMessage {
   switch (kind) {

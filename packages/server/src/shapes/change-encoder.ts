@@ -184,17 +184,21 @@ function jsonBound(s: string): number {
   return n
 }
 
-/** The last LSN written and its decimal digits: every line of a transaction has the same one. */
-let lastLsn = -1n
-let lastLsnBytes: Uint8Array = new Uint8Array(0)
+/** Decimal digits of a u64 at most. */
+const MAX_U64_DIGITS = 20
 
-function lsnBytes(lsn: bigint): Uint8Array {
-  if (lsn !== lastLsn) {
-    lastLsnBytes = ascii(lsn.toString())
-    lastLsn = lsn
-  }
-  return lastLsnBytes
+/**
+ * An LSN in decimal. Below 2^53 (every LSN in practice) its digits are written
+ * straight from a Number: with one transaction per change, text made per LSN
+ * was a string and a Buffer for every change.
+ */
+function putLsn(buf: Buffer, at: number, lsn: bigint): number {
+  if (lsn <= MAX_SAFE_LSN) return putUint(buf, at, Number(lsn))
+  const digits = lsn.toString()
+  for (let i = 0; i < digits.length; i++) buf[at + i] = digits.charCodeAt(i)
+  return at + digits.length
 }
+const MAX_SAFE_LSN = BigInt(Number.MAX_SAFE_INTEGER)
 
 /** One of a line's objects: a row's values for some of its columns. */
 interface RowPart {
@@ -344,10 +348,9 @@ export class ChangeEncoder {
     last: boolean,
     scratch: LineScratch | undefined,
   ): EncodedLine {
-    const lsnDigits = lsnBytes(lsn)
     const worst =
       LINE_OVERHEAD +
-      lsnDigits.length +
+      MAX_U64_DIGITS +
       this.#relationJson.length +
       jsonBound(key) +
       (keyChange === undefined ? 0 : jsonBound(keyChange.key)) +
@@ -371,7 +374,7 @@ export class ChangeEncoder {
       at = putJsonString(buf, at, keyChange.key)
     }
     at = putBytes(buf, at, LSN)
-    at = putBytes(buf, at, lsnDigits)
+    at = putLsn(buf, at, lsn)
     at = putBytes(buf, at, OP_POSITION)
     at = putUint(buf, at, op)
     at = putBytes(buf, at, TXIDS)

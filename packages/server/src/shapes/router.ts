@@ -201,8 +201,16 @@ class Item {
   }
 }
 
-/** Routing state of one transaction. */
+/**
+ * Routing state of one transaction. Reused once the transaction is done
+ * (`start` makes it another's): with one row per transaction, a new one with
+ * its lists for each was a noticeable share of routing's garbage.
+ */
 class TxnRouting {
+  /** Its number: what its shapes' `txnMark` says while they hold its items. */
+  mark = 0
+  lsn = 0n
+  xid = 0
   nextIndex = 0
   /** The shapes that took something, in the order they first did; their `held`/`pending` are this transaction's. */
   readonly touched: RoutedShape[] = []
@@ -210,14 +218,24 @@ class TxnRouting {
   emitted = false
   /** Tables truncated or otherwise invalidated by this transaction. */
   readonly invalidations: Array<{ route: TableRoute; reason: Invalidation }> = []
-  constructor(
-    /** Its number: what its shapes' `txnMark` says while they hold its items. */
-    readonly mark: number,
-    readonly lsn: bigint,
-    readonly xid: number,
-    /** Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy). */
-    readonly lines: LineScratch,
-  ) {}
+  /** Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy). */
+  readonly lines = new LineScratch()
+
+  start(mark: number, lsn: bigint, xid: number): this {
+    this.mark = mark
+    this.lsn = lsn
+    this.xid = xid
+    return this
+  }
+
+  /** Forgets the transaction (and the shapes it touched, so a removed shape is not kept alive). */
+  clear(): void {
+    this.nextIndex = 0
+    this.touched.length = 0
+    this.emitted = false
+    this.invalidations.length = 0
+    this.lines.reset()
+  }
 }
 
 export class ShapeRouter implements ChangeSink {
@@ -242,8 +260,8 @@ export class ShapeRouter implements ChangeSink {
   private boundaryWaiters: Array<() => void> = []
   private lastLsn = 0n
   private routedTransactions = 0
-  /** Line scratches not in use (one per transaction being routed; normally exactly one). */
-  private readonly scratches: LineScratch[] = []
+  /** Routing states not in use (one per transaction being routed; normally exactly one). */
+  private readonly idle: TxnRouting[] = []
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recentLimit = options.recentXids ?? 256
@@ -684,15 +702,15 @@ export class ShapeRouter implements ChangeSink {
   }
 
   private begin(lsn: bigint, xid: number): TxnRouting {
-    return new TxnRouting(++this.txnCount, lsn, xid, this.scratches.pop() ?? new LineScratch())
+    return (this.idle.pop() ?? new TxnRouting()).start(++this.txnCount, lsn, xid)
   }
 
   /** Ends routing work; a transaction's lines die with it. */
   private release(txn?: TxnRouting): void {
     if (txn !== undefined) {
       if (!txn.emitted) this.forget(txn)
-      txn.lines.reset()
-      this.scratches.push(txn.lines)
+      txn.clear()
+      this.idle.push(txn)
     }
     this.busy--
     if (this.busy === 0 && this.boundaryWaiters.length > 0) {

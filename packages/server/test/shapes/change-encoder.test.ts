@@ -282,6 +282,11 @@ describe('ChangeEncoder', () => {
     for (const [bytes, expected] of written) expect(Buffer.from(bytes).toString('utf8')).toBe(expected)
   })
 
+  it.each([0n, 9n, 10n, 2n ** 32n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 53n + 1n, 2n ** 63n])('writes the LSN %s in decimal', (lsn) => {
+    const [line] = new ChangeEncoder({ table: items, replica: 'default' }).encode({ kind: 'insert', newTuple: ['1', null, null] }, { ...pos, lsn })
+    expect(JSON.parse(Buffer.from(line!.bytes).toString()).headers.lsn).toBe(lsn.toString())
+  })
+
   it('rejects unchanged-TOAST markers', () => {
     const encoder = new ChangeEncoder({ table: items, replica: 'default' })
     const change: EncodableChange = { kind: 'update', newTuple: ['1', 'a', UNCHANGED_TOAST], oldTuple: undefined }
