@@ -86,6 +86,9 @@ export function groupCheck(buf: Uint8Array, start: number, end: number): number 
   return (crc32(buf.subarray(start, end)) ^ CHECK_SALT) >>> 0
 }
 
+/** Up to this many bytes a copy into a chunk is a loop (see `put`); measured on Node 20 the loop wins up to about 48. */
+const SMALL_COPY_BYTES = 48
+
 /**
  * Builds the records of one group in a list of fixed-size chunks, the first
  * with room for the header in front, so sealing writes the header in place and
@@ -96,9 +99,6 @@ export function groupCheck(buf: Uint8Array, start: number, end: number): number 
  * copies were most of the overlapping-shapes profile). Chunks are kept across
  * groups, up to KEEP_CHUNK_BYTES.
  */
-/** Up to this many bytes a copy into a chunk is a loop (see `put`); measured on Node 20 the loop wins up to about 48. */
-const SMALL_COPY_BYTES = 48
-
 export class GroupBuilder {
   /** chunks[0..index) are full; chunks[index] is filled up to `at`. */
   private readonly chunks: Buffer[]

@@ -83,12 +83,15 @@ export function decodePgoutput(buf: Buffer, context: DecodeContext = OUTSIDE_STR
   const kind = buf[start] as number
   // One reader for every message: decoding is synchronous and never re-entered.
   const r = reader.reset(buf, String.fromCharCode(kind), start)
-  r.skip(1, 'type')
-  const message = decodeBody(kind, r, context.inStream, buf.length - start)
-  r.end()
-  // Not holding on to the last message's buffer (the connection's chunk).
-  reader.reset(NO_BYTES, '', 0)
-  return message
+  try {
+    r.skip(1, 'type')
+    const message = decodeBody(kind, r, context.inStream, buf.length - start)
+    r.end()
+    return message
+  } finally {
+    // Not holding on to the last message's buffer (the connection's chunk), decoded or not.
+    reader.reset(NO_BYTES, '', 0)
+  }
 }
 
 const NO_BYTES = Buffer.alloc(0)
