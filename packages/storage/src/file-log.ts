@@ -496,8 +496,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       data: this.pend === NO_BLOCK ? NO_BYTES : this.pendBuf.subarray(this.pendBase, this.pendBase + this.pendCap),
       recordsStart,
       record: (index) => {
-        const { buf, at } = stage.locate(index - recordsStart)
-        const r = readEntryRecord(buf, at)
+        const i = index - recordsStart
+        const r = readEntryRecord(stage.bufferOf(i), stage.byteOf(i))
         if (!r) throw new StorageError('corrupt_log', `shape ${this.id}: staged entry record ${index} is damaged`)
         return r
       },
@@ -701,13 +701,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     // Its transaction end waits for a flush to publish it: in the end fields, or an object behind them.
     if (!more) {
       if (this.endSeq === 0) {
-        this.endEntries = this.appendedEntries
-        this.endDataEnd = this.appendedDataEnd
-        this.endTx = this.appendedTx
-        this.endOp = this.appendedOp
-        this.endClosed = this.appendedClosed
-        this.endSnapshotChunks = this.appendedSnapshotChunks
-        this.endSeq = this.appendedSeq
+        this.setEnd(this.appendedEntries, this.appendedDataEnd, this.appendedTx, this.appendedOp, this.appendedClosed, this.appendedSnapshotChunks, this.appendedSeq)
       } else {
         const b = this.appended
         if (this.lastLater === undefined) this.firstLater = b
@@ -789,16 +783,21 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       this.endSeq = 0
       return
     }
-    this.endEntries = b.entries
-    this.endDataEnd = b.dataEnd
-    this.endTx = b.tx
-    this.endOp = b.lastOp
-    this.endClosed = b.closedChunks
-    this.endSnapshotChunks = b.snapshotChunks
-    this.endSeq = b.seq
+    this.setEnd(b.entries, b.dataEnd, b.tx, b.lastOp, b.closedChunks, b.snapshotChunks, b.seq)
     this.firstLater = b.next
     b.next = undefined
     if (this.firstLater === undefined) this.lastLater = undefined
+  }
+
+  /** The oldest unpublished transaction end, field by field. */
+  private setEnd(entries: number, dataEnd: number, tx: bigint, op: number, closed: number, snapshotChunks: number, seq: number): void {
+    this.endEntries = entries
+    this.endDataEnd = dataEnd
+    this.endTx = tx
+    this.endOp = op
+    this.endClosed = closed
+    this.endSnapshotChunks = snapshotChunks
+    this.endSeq = seq
   }
 
   hasUnpublished(): boolean {

@@ -126,12 +126,6 @@ export class RecordStage {
     }
   }
 
-  /** The buffer and byte offset of record `i`. */
-  locate(i: number): { buf: Buffer; at: number } {
-    const h = this.blockAt(i)
-    return { buf: this.arena.bufOf(h), at: this.arena.baseOf(h) + (i & (RECORDS_PER_BLOCK - 1)) * ENTRY_RECORD_BYTES }
-  }
-
   /** Drops the first `n` records (they reached their file); the rest move to the front. */
   dropFront(n: number): void {
     if (n <= 0) return

@@ -100,14 +100,6 @@ export class ByteReader {
     return value
   }
 
-  /** `length` bytes decoded as UTF-8. */
-  text(length: number, field: string): string {
-    this.need(length, field)
-    const value = this.buf.toString('utf8', this.pos, this.pos + length)
-    this.pos += length
-    return value
-  }
-
   /**
    * A tuple's value: `length` bytes decoded as UTF-8. The column's number names
    * it only in an error: a field name built for every value of every row was
