@@ -107,6 +107,8 @@ async function start(args: Record<string, unknown>): Promise<object> {
     flushes++
     if (reachedAt === undefined && targetLsn !== undefined && result.durableLsn >= targetLsn) {
       reachedAt = performance.now()
+      // With --trace-gc*, V8 stamps each collection with ms since the isolate started, the clock of performance.now().
+      if (TRACE_GC) process.stderr.write(`bench window: ${startedAt.toFixed(0)} -> ${reachedAt.toFixed(0)} ms\n`)
       for (const w of reachedWaiters) w()
       reachedWaiters = []
     }
@@ -278,6 +280,7 @@ let profiler: { session: Session; path: string } | undefined
  */
 const HEAP_PROF = process.env.BENCH_HEAP_PROF === 'all' || process.env.BENCH_HEAP_PROF === 'promoted'
 let windowStartUs = 0
+const TRACE_GC = process.execArgv.some((a) => a.startsWith('--trace-gc'))
 
 /** The clock V8 stamps profile samples with (CLOCK_MONOTONIC, µs). */
 function monotonicUs(): number {

@@ -100,6 +100,38 @@ class Boundary implements HeadState {
   }
 }
 
+/*
+ * A log keeps the LSNs of its heads as 32-bit halves in number fields, not as
+ * BigInts. Every transaction's LSN is a new BigInt, and a log is an old
+ * object: storing one in it on every append gave each young-generation
+ * collection another old page to scan (with 100k logs, one per append), and
+ * the BigInt itself was promoted, since a log's head lives until its next
+ * append. The last LSN split is kept here: one transaction's parts for many
+ * logs share it.
+ */
+let splitOf = -1n
+let splitHi = 0
+let splitLo = 0
+
+/** Sets `splitHi`/`splitLo` to `tx`'s halves. */
+function split(tx: bigint): void {
+  if (tx === splitOf) return
+  const { hi, lo } = splitU64(tx)
+  splitOf = tx
+  splitHi = hi
+  splitLo = lo
+}
+
+/** The u64 whose 32-bit halves these are. */
+function joinU64(hi: number, lo: number): bigint {
+  return hi < 0x200000 ? BigInt(hi * 2 ** 32 + lo) : (BigInt(hi) << 32n) | BigInt(lo)
+}
+
+/** Compares two u64s given as 32-bit halves: negative, zero or positive. */
+function compareU64(aHi: number, aLo: number, bHi: number, bLo: number): number {
+  return aHi !== bHi ? aHi - bHi : aLo - bLo
+}
+
 // Without the journal, appends are staged in shared buffers and written in
 // pieces of at most this size, so a transaction of any size needs bounded
 // memory (with it, lines go straight into the log's tail).
@@ -151,7 +183,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   // flush publishes (and drops) within milliseconds.
   private appendedEntries = 0
   private appendedDataEnd = 0
-  private appendedTx = 0n
+  private appendedTxHi = 0
+  private appendedTxLo = 0
   private appendedOp = -1
   private appendedClosed = 0
   private appendedSnapshotChunks = 0
@@ -161,7 +194,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   private appendedSeq = 0
   private publishedEntries = 0
   private publishedDataEnd = 0
-  private publishedTx = 0n
+  private publishedTxHi = 0
+  private publishedTxLo = 0
   private publishedOp = -1
   private publishedClosed = 0
   private publishedSnapshotChunks = 0
@@ -175,7 +209,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    */
   private endEntries = 0
   private endDataEnd = 0
-  private endTx = 0n
+  private endTxHi = 0
+  private endTxLo = 0
   private endOp = -1
   private endClosed = 0
   private endSnapshotChunks = 0
@@ -245,10 +280,6 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   private open = false
   /** The appended head right after the snapshot-end line. */
   private snapshotHead: HeadState | undefined
-  // The last transaction LSN split into 32-bit halves (a continued transaction reuses it).
-  private splitTx = -1n
-  private txLo = 0
-  private txHi = 0
   deleted = false
   /** The id as journal records carry it. */
   readonly idBytes: Buffer
@@ -439,7 +470,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     return new Boundary(
       this.appendedEntries,
       this.appendedDataEnd,
-      this.appendedTx,
+      joinU64(this.appendedTxHi, this.appendedTxLo),
       this.appendedOp,
       this.appendedClosed,
       this.appendedSnapshotChunks,
@@ -452,7 +483,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     return new Boundary(
       this.publishedEntries,
       this.publishedDataEnd,
-      this.publishedTx,
+      joinU64(this.publishedTxHi, this.publishedTxLo),
       this.publishedOp,
       this.publishedClosed,
       this.publishedSnapshotChunks,
@@ -464,7 +495,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     return (
       this.publishedEntries === this.appendedEntries &&
       this.publishedDataEnd === this.appendedDataEnd &&
-      this.publishedTx === this.appendedTx &&
+      this.publishedTxHi === this.appendedTxHi &&
+      this.publishedTxLo === this.appendedTxLo &&
       this.publishedOp === this.appendedOp &&
       this.publishedClosed === this.appendedClosed &&
       this.publishedSnapshotChunks === this.appendedSnapshotChunks
@@ -665,19 +697,22 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       throw this.invalid(`${count} entries asked of arrays of ${ops.length} ops and ${jsons.length} lines`)
     }
     if (count === 0) return 0
-    const lastTx = this.appendedTx
+    split(tx)
+    const txHi = splitHi
+    const txLo = splitLo
+    const sinceLast = compareU64(txHi, txLo, this.appendedTxHi, this.appendedTxLo)
     // Entries at or below the last appended offset are a replay: skip them.
     let skip = 0
-    if (tx < lastTx) {
+    if (sinceLast < 0) {
       skip = count
-    } else if (tx === lastTx) {
+    } else if (sinceLast === 0) {
       const lastOp = this.appendedOp
       while (skip < count && ops[skip]! <= lastOp) skip++
     }
     if (skip === count) return 0
     if (tx <= 0n) throw this.invalid('live entries need a commit LSN above 0')
     if (tx <= this.floor) throw this.invalid(`transaction ${tx} is at or below ${this.floor}, the watermark the log was published with`)
-    let prevOp = tx === lastTx ? this.appendedOp : -1
+    let prevOp = sinceLast === 0 ? this.appendedOp : -1
     for (let i = skip; i < count; i++) {
       const op = ops[i]!
       if (!(op > prevOp) || !Number.isInteger(op)) throw this.invalid('offsets must increase')
@@ -701,9 +736,9 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     // Its transaction end waits for a flush to publish it: in the end fields, or an object behind them.
     if (!more) {
       if (this.endSeq === 0) {
-        this.setEnd(this.appendedEntries, this.appendedDataEnd, this.appendedTx, this.appendedOp, this.appendedClosed, this.appendedSnapshotChunks, this.appendedSeq)
+        this.setEnd(this.appendedEntries, this.appendedDataEnd, txHi, txLo, this.appendedOp, this.appendedClosed, this.appendedSnapshotChunks, this.appendedSeq)
       } else {
-        const b = this.appended
+        const b = new Boundary(this.appendedEntries, this.appendedDataEnd, tx, this.appendedOp, this.appendedClosed, this.appendedSnapshotChunks, this.appendedSeq)
         if (this.lastLater === undefined) this.firstLater = b
         else this.lastLater.next = b
         this.lastLater = b
@@ -711,14 +746,6 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       this.host.markUnpublished(this)
     }
     return count - skip
-  }
-
-  private split(tx: bigint): number {
-    const { lo, hi } = splitU64(tx)
-    this.splitTx = tx
-    this.txLo = lo
-    this.txHi = hi
-    return lo
   }
 
   private invalid(what: string): StorageError {
@@ -749,9 +776,10 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * this holds the log must not become durable under its id.
    */
   unsettledAtOrBelow(lsn: bigint, seq: number): boolean {
-    if (this.open && this.appendedTx <= lsn) return true
+    split(lsn)
+    if (this.open && compareU64(this.appendedTxHi, this.appendedTxLo, splitHi, splitLo) <= 0) return true
     if (this.endSeq === 0) return false
-    if (this.endSeq > seq) return this.endTx <= lsn
+    if (this.endSeq > seq) return compareU64(this.endTxHi, this.endTxLo, splitHi, splitLo) <= 0
     for (let b = this.firstLater; b !== undefined; b = b.next) if (b.seq > seq) return b.tx <= lsn
     return false
   }
@@ -762,17 +790,23 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * Returns whether the head moved.
    */
   publish(lsn: bigint, seq: number): boolean {
-    if (this.endSeq === 0 || this.endTx > lsn || this.endSeq > seq) return false
+    if (this.endSeq === 0 || this.endSeq > seq) return false
+    split(lsn)
+    // Kept: a later end's split (shiftEnd) replaces the module's.
+    const lsnHi = splitHi
+    const lsnLo = splitLo
+    if (compareU64(this.endTxHi, this.endTxLo, lsnHi, lsnLo) > 0) return false
     do {
       // Copied, not kept: the oldest end becomes the published head, and the next one the oldest.
       this.publishedEntries = this.endEntries
       this.publishedDataEnd = this.endDataEnd
-      this.publishedTx = this.endTx
+      this.publishedTxHi = this.endTxHi
+      this.publishedTxLo = this.endTxLo
       this.publishedOp = this.endOp
       this.publishedClosed = this.endClosed
       this.publishedSnapshotChunks = this.endSnapshotChunks
       this.shiftEnd()
-    } while (this.endSeq !== 0 && this.endTx <= lsn && this.endSeq <= seq)
+    } while (this.endSeq !== 0 && compareU64(this.endTxHi, this.endTxLo, lsnHi, lsnLo) <= 0 && this.endSeq <= seq)
     return true
   }
 
@@ -783,17 +817,19 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       this.endSeq = 0
       return
     }
-    this.setEnd(b.entries, b.dataEnd, b.tx, b.lastOp, b.closedChunks, b.snapshotChunks, b.seq)
+    split(b.tx)
+    this.setEnd(b.entries, b.dataEnd, splitHi, splitLo, b.lastOp, b.closedChunks, b.snapshotChunks, b.seq)
     this.firstLater = b.next
     b.next = undefined
     if (this.firstLater === undefined) this.lastLater = undefined
   }
 
   /** The oldest unpublished transaction end, field by field. */
-  private setEnd(entries: number, dataEnd: number, tx: bigint, op: number, closed: number, snapshotChunks: number, seq: number): void {
+  private setEnd(entries: number, dataEnd: number, txHi: number, txLo: number, op: number, closed: number, snapshotChunks: number, seq: number): void {
     this.endEntries = entries
     this.endDataEnd = dataEnd
-    this.endTx = tx
+    this.endTxHi = txHi
+    this.endTxLo = txLo
     this.endOp = op
     this.endClosed = closed
     this.endSnapshotChunks = snapshotChunks
@@ -822,14 +858,16 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     this.openChunkPos = head.closedChunks > 0 ? this.chunks[head.closedChunks - 1]!.endPos : HEADER_BYTES
     this.appendedSnapshotChunks = head.snapshotChunks
     if (head instanceof Boundary) {
-      this.appendedTx = head.tx
+      split(head.tx)
       this.appendedOp = head.lastOp
       this.appendedSeq = head.seq
     } else {
-      this.appendedTx = head.last.tx
+      split(head.last.tx)
       this.appendedOp = Number(head.last.op)
       this.appendedSeq = 0
     }
+    this.appendedTxHi = splitHi
+    this.appendedTxLo = splitLo
   }
 
   private setPublished(head: HeadState): void {
@@ -838,12 +876,14 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     this.publishedClosed = head.closedChunks
     this.publishedSnapshotChunks = head.snapshotChunks
     if (head instanceof Boundary) {
-      this.publishedTx = head.tx
+      split(head.tx)
       this.publishedOp = head.lastOp
     } else {
-      this.publishedTx = head.last.tx
+      split(head.last.tx)
       this.publishedOp = Number(head.last.op)
     }
+    this.publishedTxHi = splitHi
+    this.publishedTxLo = splitLo
   }
 
   /**
@@ -873,7 +913,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     // The head before this append, as numbers (an object only if the append fails and is cut back).
     const beforeEntries = this.appendedEntries
     const beforeDataEnd = this.appendedDataEnd
-    const beforeTx = this.appendedTx
+    const beforeTxHi = this.appendedTxHi
+    const beforeTxLo = this.appendedTxLo
     const beforeOp = this.appendedOp
     const beforeSeq = this.appendedSeq
     const limit = this.host.chunkBytes
@@ -930,8 +971,9 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       const stage = this.staged
       stage.reserve(count)
       const arena = stage.arena
-      const txLo = tx === this.splitTx ? this.txLo : this.split(tx)
-      const txHi = this.txHi
+      split(tx)
+      const txLo = splitLo
+      const txHi = splitHi
       let end = beforeDataEnd
       let slot = stage.count
       for (let i = 0; i < count; i++, slot++) {
@@ -948,7 +990,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       }
       this.appendedEntries = beforeEntries + count
       this.appendedDataEnd = pos
-      this.appendedTx = tx
+      this.appendedTxHi = txHi
+      this.appendedTxLo = txLo
       this.appendedOp = entryOps[count - 1]!
       this.appendedClosed = closed
       this.appendedSnapshotChunks = snapshotChunks
@@ -960,7 +1003,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
         this.writeIndex()
       }
     } catch (err) {
-      this.cutTo(new Boundary(beforeEntries, beforeDataEnd, beforeTx, beforeOp, beforeClosed, beforeSnapshotChunks, beforeSeq))
+      this.cutTo(new Boundary(beforeEntries, beforeDataEnd, joinU64(beforeTxHi, beforeTxLo), beforeOp, beforeClosed, beforeSnapshotChunks, beforeSeq))
       throw fromSystemError(err, `append to shape ${this.id}`)
     }
     this.host.markDirty(this, pos - beforeDataEnd)

@@ -16,6 +16,7 @@ import type { LogOffset } from '@sluice/protocol'
 import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
 
 const tempDirs = useTempDir()
+const o = parseOffset
 
 describe('file engine', () => {
   const open: FileLogStore[] = []
@@ -57,6 +58,38 @@ describe('file engine', () => {
       at = r.nextOffset
     }
     expect(n).toBe(3 + 41)
+  })
+
+  // A log keeps its heads' LSNs as 32-bit halves (file-log.ts): every comparison must still be
+  // exact where halves carry (2^32), where a double stops being exact (2^53) and at the top.
+  it.each([true, false])('keeps LSNs exact across 2^32, 2^53 and 2^64 (journal: %s)', async (journal) => {
+    const dir = await tempDirs.make(`u64-${journal}`)
+    const s = await openStore(dir, 2048, { journal })
+    const log = await makeShape(s, 'a', [row(1)])
+    const lsns = [2n ** 32n - 1n, 2n ** 32n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 53n + 1n, 2n ** 63n, 2n ** 64n - 2n]
+    for (const [i, lsn] of lsns.entries()) {
+      expect(log.appendTransaction([change(lsn, 0, i), change(lsn, 1, i)])).toBe(2)
+      // A replay of this transaction, of part of it, or of the one before adds nothing.
+      expect(log.appendTransaction([change(lsn, 1, i)])).toBe(0)
+      if (i > 0) expect(log.appendTransaction([change(lsns[i - 1]!, 5, i)])).toBe(0)
+    }
+    // Published up to 2^53 + 1: the ends above stay unpublished, 2^53 - 1 and 2^53 are not mixed up.
+    s.advance(2n ** 53n + 1n)
+    await s.flush()
+    expect(formatOffset(log.head().lastOffset)).toBe(`${2n ** 53n + 1n}_1`)
+    s.advance(2n ** 64n - 2n)
+    await s.flush()
+    expect(formatOffset(log.head().lastOffset)).toBe(`${2n ** 64n - 2n}_1`)
+    const seen = body(log.read(o(`${2n ** 53n - 1n}_1`))) as Array<{ headers: { lsn: string } }>
+    expect(seen.map((e) => e.headers.lsn)).toEqual(lsns.slice(3).flatMap((l) => [String(l), String(l)]))
+    await s.close()
+    open.length = 0
+
+    const again = await openStore(dir, 2048, { journal })
+    const reopened = again.get('a')!
+    expect(formatOffset(reopened.head().lastOffset)).toBe(`${2n ** 64n - 2n}_1`)
+    expect(reopened.appendTransaction([change(2n ** 64n - 2n, 1, 9)])).toBe(0)
+    expect(reopened.appendTransaction([change(2n ** 64n - 1n, 0, 9)])).toBe(1)
   })
 
   // Writing through (no journal), so the copy's files hold the non-durable tail

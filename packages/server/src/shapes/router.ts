@@ -139,15 +139,12 @@ interface RoutedShape {
   oldRowMark: number
   newRowMark: number
   /**
-   * Its part of the transaction being routed, the one numbered `txnMark` (see take): the newest item,
-   * not yet emitted (whether it is the shape's last is not known yet), and items known not to be
-   * its last, waiting for the next part. On the shape, not in Maps per transaction: a Map per
-   * transaction, grown and iterated per shape, was a measurable share of routing's garbage. One
+   * Whether the shape took part in the transaction being routed (the one numbered `txnMark`, see
+   * take), and its place in that transaction's `touched` list: where its items wait. One
    * transaction is routed at a time (the replication client awaits each).
    */
   txnMark: number
-  held: Item | undefined
-  pending: Item[] | undefined
+  txnSlot: number
 }
 
 interface TableRoute {
@@ -212,10 +209,18 @@ class TxnRouting {
   lsn = 0n
   xid = 0
   nextIndex = 0
-  /** The shapes that took something, in the order they first did; their `held`/`pending` are this transaction's. */
+  /** The shapes that took something, in the order they first did. */
   readonly touched: RoutedShape[] = []
-  /** Whether `emitLast` ran (else `release` drops what the touched shapes hold). */
-  emitted = false
+  /**
+   * Per touched shape (same index): the newest item, not yet emitted (whether it is the shape's
+   * last is not known yet), and items known not to be its last, waiting for the next part.
+   * Here, not on the shapes: a shape is an old object, and storing a new item in it on every
+   * change gave each young-generation collection one more old page to scan (with 100k shapes,
+   * a page per change); these lists are a few objects the collector finds together. And not in
+   * Maps per transaction: a Map per transaction was a measurable share of routing's garbage.
+   */
+  readonly held: Array<Item | undefined> = []
+  readonly pending: Array<Item[] | undefined> = []
   /** Tables truncated or otherwise invalidated by this transaction. */
   readonly invalidations: Array<{ route: TableRoute; reason: Invalidation }> = []
   /** Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy). */
@@ -232,7 +237,8 @@ class TxnRouting {
   clear(): void {
     this.nextIndex = 0
     this.touched.length = 0
-    this.emitted = false
+    this.held.length = 0
+    this.pending.length = 0
     this.invalidations.length = 0
     this.lines.reset()
   }
@@ -325,8 +331,7 @@ export class ShapeRouter implements ChangeSink {
       oldRowMark: 0,
       newRowMark: 0,
       txnMark: 0,
-      held: undefined,
-      pending: undefined,
+      txnSlot: 0,
     }
     this.shapes.set(spec.handle, shape)
     route.shapes.add(shape)
@@ -517,47 +522,44 @@ export class ShapeRouter implements ChangeSink {
     if (shape.doomed) return
     if (shape.txnMark !== txn.mark) {
       shape.txnMark = txn.mark
-      shape.held = item
-      shape.pending = undefined
+      shape.txnSlot = txn.touched.length
       txn.touched.push(shape)
+      txn.held.push(item)
+      txn.pending.push(undefined)
       return
     }
-    const previous = shape.held
-    shape.held = item
+    const i = shape.txnSlot
+    const previous = txn.held[i]
+    txn.held[i] = item
     if (previous === undefined) return
-    if (shape.pending === undefined) shape.pending = [previous]
-    else shape.pending.push(previous)
+    const pending = txn.pending[i]
+    if (pending === undefined) txn.pending[i] = [previous]
+    else pending.push(previous)
   }
 
   /** After a batch of a streamed transaction: everything but each shape's held item goes out as a `more` part. */
   private emitAllButLast(txn: TxnRouting): void {
-    for (const shape of txn.touched) {
-      const items = shape.pending
+    const { touched, pending } = txn
+    for (let i = 0; i < touched.length; i++) {
+      const items = pending[i]
       if (items === undefined) continue
-      shape.pending = undefined
+      pending[i] = undefined
+      const shape = touched[i]!
       if (!shape.doomed) this.deliver(txn, shape, items, undefined, true)
     }
   }
 
   /** End of the transaction: each shape's held item is its last line. */
   private emitLast(txn: TxnRouting): void {
-    txn.emitted = true
-    for (const shape of txn.touched) {
-      const last = shape.held
-      const items = shape.pending ?? NO_ITEMS
-      shape.held = undefined
-      shape.pending = undefined
+    const { touched, held, pending } = txn
+    for (let i = 0; i < touched.length; i++) {
+      const last = held[i]
+      const items = pending[i] ?? NO_ITEMS
+      held[i] = undefined
+      pending[i] = undefined
+      const shape = touched[i]!
       if (shape.doomed || last === undefined) continue
       this.deliver(txn, shape, items, last, false)
-    }
-  }
-
-  /** Drops what the transaction's shapes still hold (it ended without emitLast). */
-  private forget(txn: TxnRouting): void {
-    for (const shape of txn.touched) {
-      if (shape.txnMark !== txn.mark) continue
-      shape.held = undefined
-      shape.pending = undefined
     }
   }
 
@@ -631,8 +633,8 @@ export class ShapeRouter implements ChangeSink {
     for (const shape of route.shapes) {
       shape.doomed = true
       if (shape.txnMark === txn.mark) {
-        shape.held = undefined
-        shape.pending = undefined
+        txn.held[shape.txnSlot] = undefined
+        txn.pending[shape.txnSlot] = undefined
       }
     }
   }
@@ -708,7 +710,6 @@ export class ShapeRouter implements ChangeSink {
   /** Ends routing work; a transaction's lines die with it. */
   private release(txn?: TxnRouting): void {
     if (txn !== undefined) {
-      if (!txn.emitted) this.forget(txn)
       txn.clear()
       this.idle.push(txn)
     }
