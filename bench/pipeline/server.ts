@@ -3,4 +3,4 @@
 // `sluice-source` condition. (Importing src/ by path here once made every run
 // load the server's TypeScript through tsx, whose transform names each closure
 // at run time and costs the heap and the hot path.)
-export { Pipeline, type PipelineOptions } from '@sluice/server'
+export { Pipeline, type PipelineOptions, configureYoungGc } from '@sluice/server'

@@ -25,7 +25,7 @@ import { createInterface } from 'node:readline'
 import { writeHeapSnapshot } from 'node:v8'
 import { PerformanceObserver, constants as perfConstants, performance } from 'node:perf_hooks'
 import type { Pipeline as PipelineType } from './server.js'
-import { Pipeline } from './server.js'
+import { Pipeline, configureYoungGc } from './server.js'
 import { SHAPE_SETS, shapeParams } from './workload.js'
 import { openFileLogStore } from '@sluice/storage'
 import { join } from 'node:path'
@@ -35,6 +35,9 @@ interface Request {
   readonly cmd: string
   readonly args: Record<string, unknown>
 }
+
+// The process is set up as the `sluice` command sets up its own (young-gc.ts: on two cores, no parallel scavenges).
+configureYoungGc()
 
 let pipeline: PipelineType | undefined
 let startedAt = 0

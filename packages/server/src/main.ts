@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { type SluiceConfig, helpText, parseCli } from './config.js'
 import { createLogger, redactUrl } from './logger.js'
 import { type SluiceServer, createServer } from './server.js'
+import { configureYoungGc } from './young-gc.js'
 
 function version(): string {
   try {
@@ -47,6 +48,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   }
   const config = parsed.config
   const logger = createLogger({ level: config.logLevel })
+  logger.info(configureYoungGc(), 'young-generation collections')
 
   let server: SluiceServer | undefined
   let signals = 0

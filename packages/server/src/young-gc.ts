@@ -1,0 +1,43 @@
+import { availableParallelism } from 'node:os'
+import { setFlagsFromString } from 'node:v8'
+
+/** What `configureYoungGc` did, for the start-up log. */
+export interface YoungGcSetting {
+  readonly parallelScavenge: boolean
+  /** `auto`: chosen from the core count; `flag`: Node was started with --[no-]parallel-scavenge, which stands. */
+  readonly source: 'auto' | 'flag'
+}
+
+/**
+ * Runs young-generation collections on the main thread alone on machines of
+ * two cores or fewer (V8's `--no-parallel-scavenge`), unless Node was started
+ * with either form of the flag (command line or NODE_OPTIONS).
+ *
+ * Why: a parallel scavenge hands part of each collection to helper threads,
+ * and the main thread waits for them. With Postgres on the same two cores the
+ * helpers wait for a CPU, and the split itself costs: a collection done by
+ * one thread took less CPU in all than the same collection shared. In
+ * `bench:pipeline` at 100k shapes (one run each way, alternating, 2 cores):
+ * 1-row transactions 23.8k and 24.2k changes/s (pipeline CPU 9.9 and 10.2 s)
+ * with V8's default, 29.8k and 38.5k (7.7 and 6.1 s) without parallel
+ * scavenges. A collection pauses the pipeline a little longer (it is one
+ * thread's work), which a sync engine that batches for 10 ms does not notice.
+ *
+ * V8 reads this flag at every scavenge, so setting it after start-up takes
+ * effect (unlike the heap-size flags). It is process-wide: the `sluice` command
+ * calls this at start-up; an application embedding the pipeline decides for
+ * its own process.
+ */
+export function configureYoungGc(cores: number = availableParallelism()): YoungGcSetting {
+  const setting = youngGcSetting(process.execArgv, process.env.NODE_OPTIONS ?? '', cores)
+  if (setting.source === 'auto' && !setting.parallelScavenge) setFlagsFromString('--no-parallel-scavenge')
+  return setting
+}
+
+/** The decision alone: a flag Node was started with stands (the last one, as Node reads them); else parallel above two cores. */
+export function youngGcSetting(execArgv: readonly string[], nodeOptions: string, cores: number): YoungGcSetting {
+  // NODE_OPTIONS is read before the command line, so a flag there is overridden by one on the command line.
+  const given = [...nodeOptions.split(/\s+/), ...execArgv].filter((a) => /^--(no-)?parallel[-_]scavenge$/.test(a))
+  if (given.length > 0) return { parallelScavenge: !given[given.length - 1]!.startsWith('--no-'), source: 'flag' }
+  return { parallelScavenge: cores > 2, source: 'auto' }
+}
