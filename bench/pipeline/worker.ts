@@ -111,7 +111,8 @@ async function start(args: Record<string, unknown>): Promise<object> {
     flushes++
     if (reachedAt === undefined && targetLsn !== undefined && result.durableLsn >= targetLsn) {
       reachedAt = performance.now()
-      // With --trace-gc*, V8 stamps each collection with ms since the isolate started, the clock of performance.now().
+      // With --trace-gc*, V8 stamps each collection with ms since the isolate started; performance.now() counts from
+      // the process's start, a few ms earlier, which is close enough to pick a window's collections.
       if (TRACE_GC) process.stderr.write(`bench window: ${startedAt.toFixed(0)} -> ${reachedAt.toFixed(0)} ms\n`)
       for (const w of reachedWaiters) w()
       reachedWaiters = []
@@ -133,7 +134,10 @@ async function register(args: Record<string, unknown>): Promise<object> {
   if (set === undefined) throw new Error(`unknown shape set ${String(args.set)}`)
   const count = typeof args.count === 'number' ? args.count : set.count
   const concurrency = typeof args.concurrency === 'number' ? args.concurrency : count
-  if (typeof args.profilePath === 'string') await startProfile(args.profilePath)
+  if (typeof args.profilePath === 'string') {
+    await startProfile(args.profilePath)
+    await startHeapSampling()
+  }
   windowStartUs = monotonicUs()
   const before = memory()
   creation.count = 0
@@ -275,7 +279,7 @@ function watchStore(p: PipelineType): void {
  * A CPU profile of exactly the timed window (from `start` resolving to the
  * workload durable), taken in-process through the inspector, 200 µs sampling.
  */
-let profiler: { session: Session; path: string } | undefined
+let profiler: { session: Session; path: string; sampling?: boolean } | undefined
 /**
  * BENCH_HEAP_PROF with BENCH_CPU_PROF: a sampled allocation profile of the
  * window too (<name>.heapprofile). `all`: every allocation (what makes the
@@ -307,6 +311,7 @@ async function startProfile(path: string): Promise<void> {
 /** Allocation sampling covers the window only: what restoring the shapes allocated is not the pipeline's steady state. */
 async function startHeapSampling(): Promise<void> {
   if (profiler === undefined || !HEAP_PROF) return
+  profiler.sampling = true
   await post(profiler.session, 'HeapProfiler.enable')
   await post(profiler.session, 'HeapProfiler.startSampling', {
     samplingInterval: 4096,
@@ -317,12 +322,12 @@ async function startHeapSampling(): Promise<void> {
 
 async function stopProfile(): Promise<void> {
   if (profiler === undefined) return
-  const { session, path } = profiler
+  const { session, path, sampling } = profiler
   profiler = undefined
   const windowEndUs = monotonicUs()
   const { profile } = await post<{ profile: object }>(session, 'Profiler.stop')
   writeFileSync(path, JSON.stringify({ ...profile, sluiceWindow: [windowStartUs, windowEndUs] }))
-  if (HEAP_PROF) {
+  if (sampling === true) {
     // `promoted`: a young collection first, so the garbage allocated since the last one is not counted as survivors.
     if (process.env.BENCH_HEAP_PROF === 'promoted') (globalThis as { gc?: (o: object) => void }).gc?.({ type: 'minor' })
     const { profile: heap } = await post<{ profile: object }>(session, 'HeapProfiler.stopSampling')

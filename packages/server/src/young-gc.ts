@@ -11,7 +11,8 @@ export interface YoungGcSetting {
 /**
  * Runs young-generation collections on the main thread alone on machines of
  * two cores or fewer (V8's `--no-parallel-scavenge`), unless Node was started
- * with either form of the flag (command line or NODE_OPTIONS).
+ * with either form of the flag. (Only the command line can give it: Node
+ * refuses V8 flags like this one in NODE_OPTIONS.)
  *
  * Why: a parallel scavenge hands part of each collection to helper threads,
  * and the main thread waits for them. With Postgres on the same two cores the
@@ -29,15 +30,21 @@ export interface YoungGcSetting {
  * its own process.
  */
 export function configureYoungGc(cores: number = availableParallelism()): YoungGcSetting {
-  const setting = youngGcSetting(process.execArgv, process.env.NODE_OPTIONS ?? '', cores)
+  const setting = youngGcSetting(process.execArgv, cores)
   if (setting.source === 'auto' && !setting.parallelScavenge) setFlagsFromString('--no-parallel-scavenge')
   return setting
 }
 
-/** The decision alone: a flag Node was started with stands (the last one, as Node reads them); else parallel above two cores. */
-export function youngGcSetting(execArgv: readonly string[], nodeOptions: string, cores: number): YoungGcSetting {
-  // NODE_OPTIONS is read before the command line, so a flag there is overridden by one on the command line.
-  const given = [...nodeOptions.split(/\s+/), ...execArgv].filter((a) => /^--(no-)?parallel[-_]scavenge$/.test(a))
-  if (given.length > 0) return { parallelScavenge: !given[given.length - 1]!.startsWith('--no-'), source: 'flag' }
+/** Every spelling V8 takes: one or two dashes, `-` or `_` between words, `no` joined by either or by nothing. */
+const FLAG = /^--?(no[-_]?)?parallel[-_]scavenge$/
+
+/** The decision alone: a flag Node was started with stands (the last one, as V8 reads them); else parallel above two cores. */
+export function youngGcSetting(execArgv: readonly string[], cores: number): YoungGcSetting {
+  let given: boolean | undefined
+  for (const arg of execArgv) {
+    const m = FLAG.exec(arg)
+    if (m !== null) given = m[1] === undefined
+  }
+  if (given !== undefined) return { parallelScavenge: given, source: 'flag' }
   return { parallelScavenge: cores > 2, source: 'auto' }
 }

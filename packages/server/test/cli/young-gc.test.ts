@@ -1,5 +1,5 @@
 /**
- * configureYoungGc: the decision (flags Node was given stand; otherwise parallel
+ * configureYoungGc: the decision (a flag Node was started with stands; otherwise parallel
  * scavenges only above two cores), and its effect on V8, seen in a child
  * process's own GC trace: after the call no scavenge has helper-thread work.
  */
@@ -13,20 +13,23 @@ const MODULE = pathToFileURL(fileURLToPath(new URL('../../src/young-gc.ts', impo
 
 describe('youngGcSetting', () => {
   it('keeps parallel scavenges above two cores and turns them off at two or fewer', () => {
-    expect(youngGcSetting([], '', 1)).toEqual({ parallelScavenge: false, source: 'auto' })
-    expect(youngGcSetting([], '', 2)).toEqual({ parallelScavenge: false, source: 'auto' })
-    expect(youngGcSetting([], '', 3)).toEqual({ parallelScavenge: true, source: 'auto' })
-    expect(youngGcSetting(['--max-old-space-size=4096'], '--enable-source-maps', 2)).toEqual({ parallelScavenge: false, source: 'auto' })
+    expect(youngGcSetting([], 1)).toEqual({ parallelScavenge: false, source: 'auto' })
+    expect(youngGcSetting([], 2)).toEqual({ parallelScavenge: false, source: 'auto' })
+    expect(youngGcSetting([], 3)).toEqual({ parallelScavenge: true, source: 'auto' })
+    expect(youngGcSetting(['--max-old-space-size=4096', '--enable-source-maps'], 2)).toEqual({ parallelScavenge: false, source: 'auto' })
   })
 
-  it('leaves a flag Node was started with in force, the command line over NODE_OPTIONS', () => {
-    expect(youngGcSetting(['--parallel-scavenge'], '', 2)).toEqual({ parallelScavenge: true, source: 'flag' })
-    expect(youngGcSetting([], '--parallel_scavenge', 1)).toEqual({ parallelScavenge: true, source: 'flag' })
-    expect(youngGcSetting([], '  --no-parallel-scavenge  ', 64)).toEqual({ parallelScavenge: false, source: 'flag' })
-    expect(youngGcSetting(['--parallel-scavenge'], '--no-parallel-scavenge', 2)).toEqual({ parallelScavenge: true, source: 'flag' })
-    expect(youngGcSetting(['--no-parallel-scavenge'], '--parallel-scavenge', 64)).toEqual({ parallelScavenge: false, source: 'flag' })
-    // Not the flag: a longer name that merely starts like it.
-    expect(youngGcSetting(['--parallel-scavenge-extra'], '', 2)).toEqual({ parallelScavenge: false, source: 'auto' })
+  it('leaves a flag Node was started with in force, in any spelling V8 takes, the last one winning', () => {
+    for (const on of ['--parallel-scavenge', '--parallel_scavenge', '-parallel-scavenge']) {
+      expect(youngGcSetting([on], 2)).toEqual({ parallelScavenge: true, source: 'flag' })
+    }
+    for (const off of ['--no-parallel-scavenge', '--noparallel-scavenge', '--no_parallel_scavenge', '-no-parallel-scavenge']) {
+      expect(youngGcSetting(['--expose-gc', off], 64)).toEqual({ parallelScavenge: false, source: 'flag' })
+    }
+    expect(youngGcSetting(['--no-parallel-scavenge', '--parallel-scavenge'], 2)).toEqual({ parallelScavenge: true, source: 'flag' })
+    expect(youngGcSetting(['--parallel-scavenge', '--no-parallel-scavenge'], 64)).toEqual({ parallelScavenge: false, source: 'flag' })
+    // Not the flag: names that merely contain it.
+    expect(youngGcSetting(['--parallel-scavenge-extra', '--trace-parallel-scavenge'], 2)).toEqual({ parallelScavenge: false, source: 'auto' })
   })
 })
 
