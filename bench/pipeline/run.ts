@@ -20,7 +20,8 @@
  * Usage: `pnpm --filter @sluice/bench run bench:pipeline` (from the root:
  * `npm run bench:pipeline`). QUICK=1: a smoke run with small counts
  * (results/pipeline.quick.*). BENCH_DIR: where the shape logs go (default: the
- * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*).
+ * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*);
+ * SETS=eq1,eq100k and BENCH_TX=100 narrow the throughput phases further.
  * BENCH_KEEPUP_CORES=shared|separate|both (default both): keeping up with every
  * process on the shared cores, with Postgres and the pipeline on separate CPUs,
  * or both in turn.
@@ -75,6 +76,7 @@ const PARTIAL =
   process.env.SETS !== undefined ||
   process.env.BENCH_REPS !== undefined ||
   process.env.BENCH_NODE_ARGS !== undefined ||
+  process.env.BENCH_TX !== undefined ||
   KEEPUP_CORES.length < 2
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
@@ -139,7 +141,13 @@ const BASE_SETTINGS: Settings = QUICK
       sampleMs: 100,
     }
 
-const SETTINGS: Settings = process.env.BENCH_REPS === undefined ? BASE_SETTINGS : { ...BASE_SETTINGS, reps: Number(process.env.BENCH_REPS) }
+/** BENCH_TX=100 (or 1): only that transaction size's throughput phases (partial results). */
+const TX_SIZES = process.env.BENCH_TX === undefined ? undefined : process.env.BENCH_TX.split(',').map(Number)
+const SETTINGS: Settings = {
+  ...BASE_SETTINGS,
+  ...(process.env.BENCH_REPS === undefined ? {} : { reps: Number(process.env.BENCH_REPS) }),
+  ...(TX_SIZES === undefined ? {} : { txSizes: BASE_SETTINGS.txSizes.filter((t) => TX_SIZES.includes(t)) }),
+}
 
 /** Throughput sets per phase group, in the order registered; SETS=eq1,eq100k runs a subset (partial results). */
 const ONLY_SETS = process.env.SETS === undefined ? undefined : new Set(process.env.SETS.split(',').map((s) => s.trim()))
