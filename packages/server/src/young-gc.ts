@@ -18,10 +18,12 @@ export interface YoungGcSetting {
  * and the main thread waits for them. With Postgres on the same two cores the
  * helpers wait for a CPU, and the split itself costs: a collection done by
  * one thread took less CPU in all than the same collection shared. In
- * `bench:pipeline` at 100k shapes (one run each way, alternating, 2 cores):
+ * `bench:pipeline` at 100k shapes (alternating runs, two each way, 2 cores):
  * 1-row transactions 23.8k and 24.2k changes/s (pipeline CPU 9.9 and 10.2 s)
  * with V8's default, 29.8k and 38.5k (7.7 and 6.1 s) without parallel
- * scavenges. A collection pauses the pipeline a little longer (it is one
+ * scavenges. (With 100-row transactions the walsender leaves the second core
+ * idler, and V8's default did better in five noisy runs each way: see the
+ * README.) A collection pauses the pipeline a little longer (it is one
  * thread's work), which a sync engine that batches for 10 ms does not notice.
  *
  * V8 reads this flag at every scavenge, so setting it after start-up takes
