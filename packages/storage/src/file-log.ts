@@ -29,6 +29,7 @@ import {
   SEPARATOR,
   writeChunkRecord,
   splitU64,
+  joinU64,
   writeEntryRecordFast,
   readEntryRecord,
 } from './format.js'
@@ -120,11 +121,6 @@ function split(tx: bigint): void {
   splitOf = tx
   splitHi = hi
   splitLo = lo
-}
-
-/** The u64 whose 32-bit halves these are. */
-function joinU64(hi: number, lo: number): bigint {
-  return hi < 0x200000 ? BigInt(hi * 2 ** 32 + lo) : (BigInt(hi) << 32n) | BigInt(lo)
 }
 
 /** Compares two u64s given as 32-bit halves: negative, zero or positive. */

@@ -233,6 +233,11 @@ export function splitU64(value: bigint): { lo: number; hi: number } {
   return { lo: Number(value & 0xffffffffn), hi: Number(value >> 32n) }
 }
 
+/** The u64 whose 32-bit halves these are (`splitU64`'s inverse). */
+export function joinU64(hi: number, lo: number): bigint {
+  return hi < 0x200000 ? BigInt(hi * TWO_32 + lo) : (BigInt(hi) << 32n) | BigInt(lo)
+}
+
 export function writeEntryRecord(buf: Buffer, at: number, r: EntryRecord): void {
   buf.writeBigUInt64LE(r.tx, at)
   buf.writeBigUInt64LE(r.op, at + 8)
