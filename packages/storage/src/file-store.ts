@@ -890,7 +890,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         ? async (logs) => {
             synced = performance.now()
             stats.writeBackMs = synced - started
-            await this.syncWholeStore(logs)
+            await this.syncWholeStore(logs, all)
             stats.syncMs = performance.now() - synced
             stats.syncfs = this.wholeSync === true
           }
@@ -956,7 +956,11 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     )
   }
 
-  private async syncWholeStore(logs: readonly FileShapeLog[]): Promise<void> {
+  /**
+   * `all`: the store is closing, so this checkpoint is its last chance to make
+   * the logs durable without a replay.
+   */
+  private async syncWholeStore(logs: readonly FileShapeLog[], all: boolean): Promise<void> {
     // The syncfs covers every chunk index changed before it starts: no later per-file sync needs to redo them.
     const chunks = logs.filter((log) => log.chunksDirty)
     for (const log of chunks) log.chunksDirty = false
@@ -970,12 +974,15 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       if (code === 'ENOTSUP' && this.wholeSync === undefined) {
         // Not on this system: this checkpoint and every later one sync file by file.
         this.wholeSync = false
-      } else if (code !== 'EIO') {
-        // The sync never ran (the child could not start): nothing was reported, try again next time.
+      } else if (code !== 'EIO' && !all) {
+        // The sync never ran (the child could not start: EAGAIN, ENOMEM under
+        // memory pressure): nothing was reported, try again next time.
         throw fromSystemError(err, 'sync the store')
       }
       // EIO: syncfs reports a failed write of any file on the filesystem, another
       // program's included. Each file's own fdatasync tells whether it was ours.
+      // A close whose sync could not start has no next time: a close failed by a
+      // fork would leave the whole journal to replay, so its files sync one by one.
     }
     await forEachConcurrently(logs, this.syncConcurrency(), (log) => this.checkpointSync(log))
   }

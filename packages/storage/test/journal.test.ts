@@ -281,6 +281,40 @@ describe('journal', () => {
     await survivesPowerCut(dir, s, ids, 9)
   })
 
+  it('close syncs file by file when its syncfs cannot start, and leaves nothing to replay', async () => {
+    const dir = await tempDirs.make('journal-close-nospawn')
+    const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const errors: StorageError[] = []
+    s.onError((e) => errors.push(e))
+    const ids = ['a', 'b', 'c']
+    for (const id of ids) await makeShape(s, id, [])
+    await rounds(s, ids, 0, 4)
+    const w = s.durableLsn
+    // The fork for `sync -f` fails (memory pressure): the close's checkpoint must not.
+    const noSpawn = faulty.rules.failAlways('syncFilesystem', { code: 'ENOMEM' })
+    // A rule that never fails, to count the files synced one by one.
+    const synced = new Set<string>()
+    faulty.rules.failAlways('fdatasync', {
+      code: 'EIO',
+      match: (args) => {
+        synced.add(readdirLink(args[0]))
+        return false
+      },
+    })
+    await s.close()
+    expect(noSpawn.hits).toBe(1)
+    expect([...synced].filter((f) => f.endsWith('log.dat'))).toHaveLength(ids.length)
+    expect(errors).toEqual([])
+    expect(segments(dir)).toEqual([])
+    // Only synced bytes survive the cut: the per-file syncs made every log durable.
+    powerCut(dir)
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    expect(again.durableLsn).toBe(w)
+    for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
+    await again.close()
+  })
+
   it('close after a failed checkpoint sync reports it and leaves the journal to replay', async () => {
     const dir = await tempDirs.make('journal-close-broken')
     const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
