@@ -144,6 +144,11 @@ const NO_BYTES = Buffer.alloc(0)
 const MAX_OP = BigInt(Number.MAX_SAFE_INTEGER)
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
 
+/** A new sequential string with `id`'s characters (built from bytes, so never a view of another string). */
+function flatCopy(id: string): string {
+  return Buffer.from(id, 'latin1').toString('latin1')
+}
+
 function grow(buf: Buffer, need: number): Buffer {
   if (buf.length >= need) return buf
   return Buffer.allocUnsafe(Math.max(need, Math.min(buf.length * 2, STAGE_BYTES)))
@@ -277,8 +282,12 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   /** The appended head right after the snapshot-end line. */
   private snapshotHead: HeadState | undefined
   deleted = false
-  /** The id as journal records carry it. */
-  readonly idBytes: Buffer
+  /**
+   * The id as journal records carry it: a flat copy of `id` (which may be a
+   * concatenation or a slice of a longer string, one more object to reach its
+   * characters through).
+   */
+  readonly journalId: string
 
   constructor(
     readonly id: string,
@@ -298,9 +307,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     this.dataOnDisk = head.dataEnd
     this.chunksOnDisk = head.closedChunks
     this.staged = new RecordStage(host.arena)
-    // Unpooled: a pooled Buffer would keep a whole 8 KiB slab alive per log.
-    this.idBytes = Buffer.allocUnsafeSlow(id.length)
-    this.idBytes.write(id, 'latin1')
+    this.journalId = flatCopy(id)
   }
 
   /** The journal, while this log's writes must be recorded in it (registered logs only). */
@@ -339,7 +346,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
         const n = readFully(fs, fd, buf, 0, buf.length, start)
         if (n !== buf.length) throw new StorageError('io_error', `shape ${this.id}: read back ${n} of ${buf.length} bytes`)
       })
-      journal.write(this, this.idBytes, file, start, buf, 0, buf.length)
+      journal.write(this, this.journalId, file, start, buf, 0, buf.length)
     }
   }
 
@@ -378,7 +385,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
         for (let i = this.recordsJournaled - this.recordsOnDisk; i < stage.count; ) {
           const end = stage.runEnd(i, stage.count)
           const bytes = (end - i) * ENTRY_RECORD_BYTES
-          journal.write(this, this.idBytes, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
+          journal.write(this, this.journalId, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
           at += bytes
           i = end
         }
@@ -424,7 +431,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     }
     const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
     this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
-    this.journal?.write(this, this.idBytes, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
+    this.journal?.write(this, this.journalId, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
     this.chunksOnDisk = closed
     this.chunksDirty = true
   }
@@ -957,7 +964,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
           at += json.length + 1
         }
         this.pendLen = at - this.pendBase
-        journal.write(this, this.idBytes, FILE_DATA, beforeDataEnd, tail, from, at - from)
+        journal.write(this, this.journalId, FILE_DATA, beforeDataEnd, tail, from, at - from)
       } else {
         this.writeThrough(jsons, count, beforeDataEnd)
         this.dataOnDisk = pos
@@ -1068,7 +1075,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     const journal = this.journal
     if (journal) {
       const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
-      for (let f = 0; f < 3; f++) journal.truncate(this, this.idBytes, f as 0 | 1 | 2, sizes[f]!)
+      for (let f = 0; f < 3; f++) journal.truncate(this, this.journalId, f as 0 | 1 | 2, sizes[f]!)
     }
     // A write-back in flight may still land past the cut: it cuts the files when it ends.
     if (!this.flight) this.cutFiles()

@@ -640,7 +640,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     const log = this.logs.get(id)
     if (!log) return false
     this.logs.delete(id)
-    if (log.registered) this.journal?.tombstone(log.idBytes)
+    if (log.registered) this.journal?.tombstone(log.journalId)
     log.deleted = true
     this.forget(log)
     log.retire()

@@ -106,7 +106,7 @@ export class Journal<T extends JournalOwner> {
   private owners: T[] = []
   private group = ++lastMark
   /** Tombstones not yet in a committed group (kept across failed commits). */
-  private tombstones: Uint8Array[] = []
+  private tombstones: string[] = []
   private readonly segments: Segment<T>[] = []
   private sequence = 0
   /** The last write to the current segment failed: start a new one. */
@@ -125,12 +125,12 @@ export class Journal<T extends JournalOwner> {
     this.dir = `${root}/journal`
   }
 
-  write(owner: T, id: Uint8Array, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
+  write(owner: T, id: string, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
     if (owner.journalGroup !== this.group) this.list(owner)
     this.builder.write(id, file, position, bytes, offset, length)
   }
 
-  truncate(owner: T, id: Uint8Array, file: JournalFile, size: number): void {
+  truncate(owner: T, id: string, file: JournalFile, size: number): void {
     if (owner.journalGroup !== this.group) this.list(owner)
     this.builder.truncate(id, file, size)
   }
@@ -141,7 +141,7 @@ export class Journal<T extends JournalOwner> {
   }
 
   /** The log under `id` was deleted: on replay, its earlier records are skipped. */
-  tombstone(id: Uint8Array): void {
+  tombstone(id: string): void {
     this.tombstones.push(id)
   }
 

@@ -8,7 +8,7 @@ import { encodeHeader } from '../src/format.js'
 import { FILE_DATA, FILE_ENTRIES, GroupBuilder, RECORD_WATERMARK, groupCheck, parseGroup } from '../src/journal-format.js'
 import { readSegmentGroups } from '../src/journal-replay.js'
 
-const id = Buffer.from('shape-1', 'latin1')
+const id = 'shape-1'
 
 function segment(version: number, ...groups: Buffer[]): Buffer {
   const header = encodeHeader('journal')
@@ -67,7 +67,7 @@ describe('journal format', () => {
     expect(parseGroup(g, 0, 4)).toBeUndefined()
     // A watermark record must carry no id: hand-build one with a 1-byte id and a valid check.
     const b = new GroupBuilder(64)
-    b.tombstone(Buffer.from('a'))
+    b.tombstone('a')
     const sealed = Buffer.concat(b.seal(3, 1))
     const bad = Buffer.alloc(sealed.length + 16)
     sealed.copy(bad, 0, 0, sealed.length - 4)
@@ -78,7 +78,7 @@ describe('journal format', () => {
   })
   it('builds groups across chunks: records and heads straddle chunk ends, reused chunks hold nothing of the last group', () => {
     const b = new GroupBuilder(64)
-    const longId = Buffer.from('x'.repeat(128), 'latin1')
+    const longId = 'x'.repeat(128)
     const payload = Buffer.from(Array.from({ length: 1000 }, (_, i) => i % 251))
     for (let round = 0; round < 3; round++) {
       const writes = round + 2

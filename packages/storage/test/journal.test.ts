@@ -513,7 +513,7 @@ function readdirLink(fd: unknown): string {
 }
 
 describe('journal segment closing', () => {
-  const ID = new Uint8Array([97])
+  const ID = 'a'
   const ONE = new Uint8Array([1])
   /** A journal of 1 MiB segments: the per-owner minimum is 1 MiB / 32768 = 32 bytes; a one-byte write record takes 17. */
   /** Owner n, the same object each time (the journal lists an owner once per group and segment by marking it). */

@@ -18,6 +18,9 @@ import type { IndexableConjunct, WhereClause } from '../where/index.js'
  * visits only the shapes filed under those keys, so its cost is
  * O(domains + candidates + scan shapes), independent of how many indexed
  * shapes exist.
+ *
+ * `S` must not be a Map: a bucket holding one bare shape is told from a
+ * bucket of several by its type.
  */
 export class ShapeIndex<S> {
   private readonly everything = new Set<S>()
@@ -25,7 +28,7 @@ export class ShapeIndex<S> {
   private readonly domains = new Map<string, DomainIndex<S>>()
   /** The domains' values, for `affected` (walked per row change; a Map iterator each time is garbage per change). */
   private domainList: Array<DomainIndex<S>> = []
-  private readonly placements = new Map<S, Placement>()
+  private readonly placements = new Map<S, Placement<S>>()
 
   /** Number of registered shapes. */
   get size(): number {
@@ -61,23 +64,20 @@ export class ShapeIndex<S> {
       this.domains.set(conjunct.domain, domain)
       this.domainList = [...this.domains.values()]
     }
-    const entry: Entry<S> = {
-      shape,
-      where,
-      kind: conjunct.kind,
-      keys: conjunct.keys,
-      // `exact`: the chosen conjunct is the whole clause, so a key hit is the verdict.
-      exact: where.exact === conjunct,
-    }
+    // `exact`: the chosen conjunct is the whole clause, so a key hit is the verdict.
+    const entry = new Entry(shape, where, conjunct.kind, conjunct.keys, where.exact === conjunct)
     const filedUnder = fileKeys(conjunct, domain)
     for (const key of filedUnder) {
       const bucket = domain.byKey.get(key)
-      if (bucket === undefined) domain.byKey.set(key, entry)
+      if (bucket === undefined) domain.byKey.set(key, entry.alone ? shape : entry)
       else if (bucket instanceof Map) bucket.set(shape, entry)
-      else domain.byKey.set(key, new Map([[bucket.shape, bucket], [shape, entry]]))
+      else {
+        const other = this.entryOf(bucket)
+        domain.byKey.set(key, new Map([[other.shape, other], [shape, entry]]))
+      }
     }
     domain.shapes++
-    this.placements.set(shape, { kind: 'indexed', domain: conjunct.domain, keys: filedUnder })
+    this.placements.set(shape, { kind: 'indexed', domain: conjunct.domain, keys: filedUnder, entry })
   }
 
   /** Unregisters `shape`; unknown shapes are ignored. Empty buckets and domains are dropped so they cost nothing per row. */
@@ -99,13 +99,13 @@ export class ShapeIndex<S> {
       const bucket = domain.byKey.get(key)
       if (bucket === undefined) continue
       if (!(bucket instanceof Map)) {
-        if (bucket.shape === shape) domain.byKey.delete(key)
+        if ((bucket instanceof Entry ? bucket.shape : bucket) === shape) domain.byKey.delete(key)
         continue
       }
       bucket.delete(shape)
       if (bucket.size === 1) {
         const [rest] = bucket.values()
-        domain.byKey.set(key, rest!)
+        domain.byKey.set(key, rest!.alone ? rest!.shape : rest!)
       }
     }
     domain.shapes--
@@ -153,14 +153,26 @@ export class ShapeIndex<S> {
   private visit(domain: DomainIndex<S>, key: string, keySet: ReadonlySet<string> | undefined, row: RowValues, out: S[], count: number): number {
     const bucket = domain.byKey.get(key)
     if (bucket === undefined) return count
-    if (!(bucket instanceof Map)) {
+    if (bucket instanceof Entry) {
       if (accepts(bucket, key, keySet, row)) out[count++] = bucket.shape
+      return count
+    }
+    if (!(bucket instanceof Map)) {
+      out[count++] = bucket
       return count
     }
     for (const entry of bucket.values()) {
       if (accepts(entry, key, keySet, row)) out[count++] = entry.shape
     }
     return count
+  }
+
+  /** The entry of a bucket that holds one shape. */
+  private entryOf(bucket: S | Entry<S>): Entry<S> {
+    if (bucket instanceof Entry) return bucket
+    const placement = this.placements.get(bucket)
+    if (placement?.kind !== 'indexed') throw new Error('a shape filed alone in the index has no placement')
+    return placement.entry
   }
 
   /**
@@ -200,24 +212,34 @@ interface DomainIndex<S> {
   /**
    * Key → the one shape filed under it (most keys: `id = $1` shapes), or a Map
    * once a second joins. A Map per key was 100k Maps with 100k shapes, each a
-   * table for the collector to trace on every full collection.
+   * table for the collector to trace on every full collection. A shape alone
+   * under a key whose hit is its verdict (`Entry.alone`) is filed as itself:
+   * with 100k shapes every lookup lands on objects out of the CPU's caches,
+   * and the entry between key and shape was one more memory round trip.
    */
-  readonly byKey: Map<string, Entry<S> | Map<S, Entry<S>>>
+  readonly byKey: Map<string, S | Entry<S> | Map<S, Entry<S>>>
   shapes: number
 }
 
-interface Entry<S> {
-  readonly shape: S
-  readonly where: WhereClause
-  readonly kind: IndexableConjunct['kind']
-  readonly keys: readonly string[]
-  readonly exact: boolean
+class Entry<S> {
+  constructor(
+    readonly shape: S,
+    readonly where: WhereClause,
+    readonly kind: IndexableConjunct['kind'],
+    readonly keys: readonly string[],
+    readonly exact: boolean,
+  ) {}
+
+  /** A hit under any of its keys takes the row: nothing to check (see `accepts`), so a bucket can hold the bare shape. */
+  get alone(): boolean {
+    return this.exact && this.kind !== 'contains'
+  }
 }
 
-type Placement =
+type Placement<S> =
   | { readonly kind: 'everything' }
   | { readonly kind: 'scan' }
-  | { readonly kind: 'indexed'; readonly domain: string; readonly keys: readonly string[] }
+  | { readonly kind: 'indexed'; readonly domain: string; readonly keys: readonly string[]; readonly entry: Entry<S> }
 
 /**
  * Keys a shape is filed under. `equals` under every key (a row has one value,

@@ -15,7 +15,8 @@ import {
   encodeShapeMeta,
   paramList,
 } from './definition/index.js'
-import type { Invalidation, ShapeRouter, ShapeTarget, TransactionPart } from './router.js'
+import { MORE_PARTS } from './router.js'
+import type { Invalidation, PartOptions, ShapeRouter, ShapeTarget, TransactionPart } from './router.js'
 import { ShapeError } from './shape-error.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
@@ -497,15 +498,14 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       const w = writer!
       w.endSnapshot(encodeSnapshotEnd(taken.snapshot))
       stitch.setSnapshot(taken.snapshot, taken.insertLsn)
-      const writerTarget = writerAppendTarget(w)
       // Drain what queued while the snapshot ran, in order (a spilled queue comes back from disk in batches,
       // across flushes: the store cannot rename the log before finish() below). The last check, the switch
       // and finish() happen in one tick, so nothing slips between.
       for (;;) {
         const parts = await queue.shift(DRAIN_BATCH)
-        for (const part of parts) stitch.deliver(writerTarget, part)
+        for (const part of parts) stitch.deliver(w, part)
         if (queue.length === 0) {
-          stitch.goLive(writerTarget)
+          stitch.goLive(w)
           finishing = w.finish()
           break
         }
@@ -513,7 +513,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       this.dropQueue(shape, queue)
       const log = await finishing
       finishing = undefined
-      stitch.goLive(logTarget(log))
+      stitch.goLive(log)
       if (shape.cancelled !== undefined || this.closed) {
         // Invalidated while finishing: the log came into being after invalidateHandles looked for it.
         await this.options.store.deleteShape(shape.handle).catch(() => {})
@@ -713,35 +713,11 @@ function creationError(shape: LiveShape, error: unknown): Error {
  * dropping the ones its snapshot holds.
  */
 function restoredTarget(log: ShapeLog, stitch: SnapshotStitch | undefined, durableLsn: bigint): ShapeTarget {
-  if (stitch === undefined || durableLsn >= stitch.insertLsn) return logTarget(log)
-  const target = new StitchingTarget(logTarget(log))
+  if (stitch === undefined || durableLsn >= stitch.insertLsn) return log
+  const target = new StitchingTarget(log)
   target.setSnapshot(stitch.snapshot, stitch.insertLsn)
-  target.goLive(logTarget(log))
+  target.goLive(log)
   return target
-}
-
-/**
- * Appends to a published log. A class, not a closure: at 100k shapes each
- * change reaches a shape whose objects are all cold, and a closure adds two
- * (the function and its context) between the router and the log.
- */
-class LogTarget implements ShapeTarget {
-  constructor(private readonly log: ShapeLog) {}
-
-  append(part: TransactionPart): void {
-    this.log.appendLines(part.lsn, part.ops, part.jsons, part.count, part.more ? MORE : undefined)
-  }
-}
-
-const MORE = Object.freeze({ more: true })
-
-function logTarget(log: ShapeLog): ShapeTarget {
-  return new LogTarget(log)
-}
-
-/** Appends to a log whose snapshot is finishing (the storage engine makes them durable with it). */
-function writerAppendTarget(writer: SnapshotWriter): ShapeTarget {
-  return { append: (part) => void writer.appendLines(part.lsn, part.ops, part.jsons, part.count, part.more ? MORE : undefined) }
 }
 
 /**
@@ -758,8 +734,7 @@ class QueueTarget implements ShapeTarget {
     private readonly onPush: () => void,
   ) {}
 
-  append(part: TransactionPart): void {
-    const { lsn, ops, jsons, count } = part
+  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): void {
     // Ops increase within a part, so what was taken already is a prefix.
     let from = 0
     if (lsn < this.lastTx) from = count
@@ -769,10 +744,10 @@ class QueueTarget implements ShapeTarget {
       this.lastTx = lsn
       this.lastOp = ops[count - 1]!
     }
-    // The part is the router's to reuse once this returns (see ShapeTarget): keep copies.
+    // The arrays are the router's to reuse once this returns (see ShapeTarget): keep copies.
     const kept = new Array<Uint8Array>(count - from)
     for (let i = from; i < count; i++) kept[i - from] = Buffer.from(jsons[i]!)
-    this.queue.push({ lsn, xid: part.xid, ops: ops.slice(from, count), jsons: kept, count: count - from, more: part.more })
+    this.queue.push({ lsn, xid, ops: ops.slice(from, count), jsons: kept, count: count - from, more: options?.more === true })
     this.onPush()
   }
 }
@@ -806,15 +781,19 @@ class StitchingTarget implements ShapeTarget {
     this.live = true
   }
 
-  append(part: TransactionPart): void {
-    if (this.live) this.deliver(this.inner, part)
-    else this.inner.append(part)
+  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): void {
+    if (this.live && this.inSnapshot(lsn, xid)) return
+    this.inner.appendLines(lsn, ops, jsons, count, options, xid)
   }
 
-  /** Sends `part` to `target` unless the snapshot holds its transaction. */
+  /** Sends a queued part to `target` unless the snapshot holds its transaction. */
   deliver(target: ShapeTarget, part: TransactionPart): void {
-    if (this.snapshot !== undefined && part.lsn < this.insertLsn && isVisibleInSnapshot(this.snapshot, part.xid)) return
-    target.append(part)
+    if (this.inSnapshot(part.lsn, part.xid)) return
+    target.appendLines(part.lsn, part.ops, part.jsons, part.count, part.more ? MORE_PARTS : undefined, part.xid)
+  }
+
+  private inSnapshot(lsn: bigint, xid: number): boolean {
+    return this.snapshot !== undefined && lsn < this.insertLsn && isVisibleInSnapshot(this.snapshot, xid)
   }
 }
 

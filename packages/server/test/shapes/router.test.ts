@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import type { Change, Relation, StreamAbort, StreamedChange, Transaction } from '../../src/replication/index.js'
 import { UNCHANGED_TOAST } from '../../src/replication/index.js'
-import { type Invalidation, ShapeRouter, type ShapeTarget, type StreamStore, type TransactionPart } from '../../src/shapes/router.js'
+import { type Invalidation, type PartOptions, ShapeRouter, type ShapeTarget, type StreamStore, type TransactionPart } from '../../src/shapes/router.js'
 import type { TableInfo } from '../../src/shapes/table-catalog.js'
 import { compileWhere, loadWhereParser } from '../../src/where/index.js'
 
@@ -55,11 +55,11 @@ class Collector implements ShapeTarget {
   readonly parts: TransactionPart[] = []
   /** The byte arrays as handed over (views of the router's memory, for identity checks only). */
   readonly handed: Uint8Array[][] = []
-  append(part: TransactionPart): void {
-    this.handed.push(part.jsons.slice(0, part.count))
-    // The part is only valid during the call (the router refills its arrays and reuses the lines' memory), as for every target.
-    const jsons = part.jsons.slice(0, part.count).map((json) => Uint8Array.prototype.slice.call(json))
-    this.parts.push({ ...part, ops: part.ops.slice(0, part.count), jsons })
+  appendLines(lsn: bigint, ops: readonly number[], lines: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): void {
+    this.handed.push(lines.slice(0, count))
+    // The arrays are only valid during the call (the router refills them and reuses the lines' memory), as for every target.
+    const jsons = lines.slice(0, count).map((json) => Uint8Array.prototype.slice.call(json))
+    this.parts.push({ lsn, xid, ops: ops.slice(0, count), jsons, count, more: options?.more === true })
   }
   get messages(): Array<Record<string, any>> {
     return this.parts.flatMap((p) => p.jsons.map((json) => JSON.parse(new TextDecoder().decode(json)) as Record<string, any>))

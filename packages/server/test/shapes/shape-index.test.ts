@@ -141,6 +141,35 @@ describe('ShapeIndex', () => {
     expect(sorted(index.affected(row({ id: '8' })))).toEqual([])
   })
 
+
+  it('files a shape whose key hit is its verdict as itself, and still evaluates the others left alone under a key', () => {
+    const index = new ShapeIndex<string>()
+    // `in` alone under two keys (bare), then a clause that needs evaluating and a second bare one join key 1.
+    index.add('in', where('id IN (1, 2)'))
+    expect(sorted(index.affected(row({ id: '1' })))).toEqual(['in'])
+    expect(sorted(index.affected(row({ id: '2' })))).toEqual(['in'])
+    index.add('checked', where('id = 1 AND score > 0'))
+    index.add('plain', where('id = 1'))
+    expect(sorted(index.affected(row({ id: '1', score: '5' })))).toEqual(['checked', 'in', 'plain'])
+    expect(sorted(index.affected(row({ id: '1', score: '-5' })))).toEqual(['in', 'plain'])
+    // Back to one shape per key: the one left under key 1 is evaluated again, the bare one under key 2 is untouched.
+    index.remove('plain')
+    index.remove('in')
+    expect(sorted(index.affected(row({ id: '1', score: '-5' })))).toEqual([])
+    expect(sorted(index.affected(row({ id: '1', score: '5' })))).toEqual(['checked'])
+    expect(sorted(index.affected(row({ id: '2' })))).toEqual([])
+    // And to a bare shape after a shared key: the survivor is found without a clause to run.
+    index.add('again', where('id = 1'))
+    index.remove('checked')
+    expect(sorted(index.affected(row({ id: '1', score: '-5' })))).toEqual(['again'])
+    // Re-adding replaces the placement, bare or not.
+    index.add('again', where('id = 1 AND score > 0'))
+    expect(sorted(index.affected(row({ id: '1', score: '-5' })))).toEqual([])
+    expect(sorted(index.affected(row({ id: '1', score: '5' })))).toEqual(['again'])
+    index.remove('again')
+    expect(index.size).toBe(0)
+    expect(sorted(index.affected(row({ id: '1', score: '5' })))).toEqual([])
+  })
   it('never matches NULLs', () => {
     const index = new ShapeIndex<string>()
     index.add('eq', where("name = 'a'"))
