@@ -126,13 +126,17 @@ export interface FileStoreOptions {
   /**
    * Memory reserved at open for write-behind tails and staged index records
    * (tail-arena.ts): address space, resident only as it is used; more is
-   * added in 4 MiB slabs when it runs out.
+   * added in 4 MiB slabs when it runs out. Default: the tail budget (at least
+   * 64 MiB, at most 1 GiB), so that tails within the budget never grow the
+   * arena (each growth counts as V8 external memory, and enough of it starts
+   * a full collection of the whole heap).
    */
   readonly tailReserveBytes?: number
   /**
-   * Touch the reserve's pages at open (tail-arena.ts `prefault`): the reserve
-   * becomes resident at once, and appends never wait on a page fault. For a
-   * long-running writer; off by default (tests open many small stores).
+   * Touch the first 64 MiB of the reserve at open (tail-arena.ts `prefault`):
+   * they become resident at once, and appends into them never wait on a page
+   * fault. For a long-running writer; off by default (tests open many small
+   * stores).
    */
   readonly prefaultTails?: boolean
   /**
@@ -164,9 +168,12 @@ export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
 export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
 // Bounds how long a quiet store keeps a journal to replay (up to 10x with many logs).
 export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
-// Four times the arena's reserve: a stream to 100k logs fills ~300 MiB of tails
-// between checkpoints at the default segment size (bench:pipeline keep-up).
+// A stream to 100k logs fills ~300 MiB of tails between checkpoints at the
+// default segment size (bench:pipeline keep-up); past half of this the segment
+// closes early.
 export const DEFAULT_TAIL_BUDGET_BYTES = 256 * 1024 * 1024
+// The default reserve follows the budget up to here; a bigger budget grows the arena in slabs past it.
+const MAX_TAIL_RESERVE_BYTES = 1024 * 1024 * 1024
 // While the writer is held back and a checkpoint failed: when to try again.
 const PRESSURE_RETRY_MS = 1000
 
@@ -304,9 +311,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     this.writer = (options.writeBackThread ?? fs === nodeFs) ? writeBackThread() : new PortWriter(fs, this.fds)
     // Without the journal nothing waits for a write-back: only staged records use the arena.
-    this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? DEFAULT_ARENA_RESERVE_BYTES : 0))
-    if (options.prefaultTails === true) this.arena.prefault()
     this.tailBudget = options.tailBudgetBytes ?? DEFAULT_TAIL_BUDGET_BYTES
+    this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? Math.min(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.tailBudget), MAX_TAIL_RESERVE_BYTES) : 0))
+    if (options.prefaultTails === true) this.arena.prefault(DEFAULT_ARENA_RESERVE_BYTES)
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
     this.flushBytes = options.flushBytes ?? DEFAULT_FLUSH_BYTES

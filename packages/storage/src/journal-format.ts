@@ -165,7 +165,7 @@ export class GroupBuilder {
     const h = this.headScratch
     const at = this.head(RECORD_WRITE, file, id)
     writeUint64(h, position, at)
-    h.writeUInt32LE(length, at + 8)
+    putU32(h, length, at + 8)
     this.putHead(at + 12)
     this.put(bytes, offset, length)
     this.bytes += length
@@ -229,10 +229,26 @@ export class GroupBuilder {
   }
 }
 
-/** A non-negative integer below 2^64 as 6 + 2 little-endian bytes (the format's position field). */
+/**
+ * A non-negative integer (a file position: below 2^53) as 8 little-endian
+ * bytes, stored by hand: Buffer's writeUIntLE allocated on every call, and
+ * this runs for every record of every append.
+ */
 function writeUint64(buf: Buffer, value: number, at: number): void {
-  buf.writeUIntLE(value % 2 ** 48, at, 6)
-  buf.writeUInt16LE(Math.floor(value / 2 ** 48), at + 6)
+  const lo = value % TWO_32
+  const hi = (value - lo) / TWO_32
+  putU32(buf, lo, at)
+  putU32(buf, hi, at + 4)
+}
+
+const TWO_32 = 2 ** 32
+
+/** A u32 (given as a number below 2^32) as 4 little-endian bytes. */
+function putU32(buf: Buffer, value: number, at: number): void {
+  buf[at] = value & 0xff
+  buf[at + 1] = (value >>> 8) & 0xff
+  buf[at + 2] = (value >>> 16) & 0xff
+  buf[at + 3] = value >>> 24
 }
 
 // Enough for the groups of a busy stream; more would be held forever for one huge flush.

@@ -12,7 +12,12 @@
  * slabs that are never given back: after the first checkpoint the store
  * allocates nothing external for its tails. The first slab is reserved at
  * open; zero-filled memory from the allocator is only address space until a
- * page is touched, so an idle store's RSS does not grow with it.
+ * page is touched, so an idle store's RSS does not grow with it. The store
+ * reserves its whole tail budget (file-store.ts): a restarted writer with
+ * 100k logs fills a couple of hundred MiB of tails before its first
+ * checkpoint, and growing a 64 MiB reserve slab by slab set off a full
+ * collection of a ~700 MiB heap in nearly every 200k-change run of
+ * bench:pipeline (1-row transactions, 100k shapes).
  *
  * Blocks come in power-of-two sizes (256 B to 1 MiB), each size with its own
  * free list and no merging: the free lists hold at most what the peak held.
@@ -105,13 +110,15 @@ export class TailArena {
   }
 
   /**
-   * Touches every page of the reserve, so the tails written into it never
-   * take a page fault on the append path (the kernel maps zero pages lazily;
-   * the first write to each costs far more than the copy). Makes the reserve
-   * resident: a store that will use it anyway pays once, at open.
+   * Touches the pages of the reserve's first `bytes` (all of it by default),
+   * so the tails written there never take a page fault on the append path
+   * (the kernel maps zero pages lazily; the first write to each costs far
+   * more than the copy). Makes them resident: a store that will use them
+   * anyway pays once, at open.
    */
-  prefault(): void {
-    this.reserve.buf.fill(0, this.reserve.carved)
+  prefault(bytes = Infinity): void {
+    const end = Math.min(this.reserve.buf.length, bytes)
+    if (end > this.reserve.carved) this.reserve.buf.fill(0, this.reserve.carved, end)
   }
 
   /** Bytes of blocks handed out and not released, big ones of their own included: what the store's tail budget counts. */

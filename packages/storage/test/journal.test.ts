@@ -336,6 +336,37 @@ describe('journal', () => {
     await again.close()
   })
 
+  it('reserves the tail budget at open, so tails within it never grow the arena', async () => {
+    const MiB = 1024 * 1024
+    const dir = await tempDirs.make('journal-reserve')
+    // 96 MiB: past the 64 MiB floor. Segments close only on age here, so the tails stay until close.
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, tailBudgetBytes: 96 * MiB, prefaultTails: true })
+    expect(s.stats().tailMemoryBytes).toBe(96 * MiB)
+    const ids = Array.from({ length: 200 }, (_, i) => `log${i}`)
+    for (const id of ids) await makeShape(s, id, [])
+    // Below the 64 KiB at which a log writes its tail back on its own.
+    const big = new Uint8Array(15_000).fill(0x61)
+    for (let r = 0; r < 4; r++) {
+      const tx = BigInt(10 * r + 1)
+      for (const id of ids) s.get(id)!.appendLines(tx, [0], [big], 1)
+      s.advance(tx)
+      await s.flush()
+    }
+    // 200 logs x 60 KB of tails (their blocks rounded up to powers of two): all in the reserve.
+    expect(s.stats().tailBytes).toBeGreaterThan(10 * MiB)
+    expect(s.stats().tailMemoryBytes).toBe(96 * MiB)
+    await s.close()
+    // A small budget still gets the 64 MiB floor; an explicit reserve wins over both.
+    const small = await openFileLogStore({ dir, flushIntervalMs: 60_000, tailBudgetBytes: 8 * MiB })
+    expect(small.stats().tailMemoryBytes).toBe(64 * MiB)
+    await small.close()
+    const explicit = await openFileLogStore({ dir, flushIntervalMs: 60_000, tailReserveBytes: 2 * MiB })
+    expect(explicit.stats().tailMemoryBytes).toBe(2 * MiB)
+    // The snapshot's end and the four rounds.
+    for (const id of ids) expect(explicit.get(id)!.head().entryCount).toBe(5)
+    await explicit.close()
+  })
+
   describe('tail budget', () => {
     const BUDGET = 1024 * 1024
     /** 300 logs in a store whose segments only the tail budget closes. */

@@ -75,6 +75,19 @@ describe('TailArena.prefault', () => {
     expect(arena.block(after).every((b) => b === 0)).toBe(true)
     expect(arena.slabBytes).toBe(2 * 1024 * 1024)
   })
+
+  it('touches only the first bytes asked for, and no more than the reserve', () => {
+    const arena = new TailArena(2 * 1024 * 1024)
+    const before = arena.alloc(1000)
+    arena.block(before).fill(9)
+    // Past the reserve's end: clamped, not an error.
+    arena.prefault(64 * 1024 * 1024)
+    arena.prefault(4096)
+    expect(arena.block(before).every((b) => b === 9)).toBe(true)
+    const blocks = Array.from({ length: 8 }, () => arena.alloc(256 * 1024))
+    for (const b of blocks) arena.block(b).fill(1)
+    expect(arena.slabBytes).toBe(2 * 1024 * 1024 + 4 * 1024 * 1024)
+  })
 })
 
 describe('TailArena.trim', () => {
