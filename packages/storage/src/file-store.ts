@@ -129,7 +129,11 @@ export interface FileStoreOptions {
    * added in 4 MiB slabs when it runs out. Default: the tail budget (at least
    * 64 MiB, at most 1 GiB), so that tails within the budget never grow the
    * arena (each growth counts as V8 external memory, and enough of it starts
-   * a full collection of the whole heap).
+   * a full collection of the whole heap). The price: a page of the reserve
+   * stays resident once a burst has touched it (slabs past the reserve go
+   * back after the next checkpoint, the reserve never), and under strict
+   * overcommit (vm.overcommit_memory=2) the whole reserve is committed at
+   * open; set a smaller reserve where that matters.
    */
   readonly tailReserveBytes?: number
   /**
@@ -897,9 +901,8 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         ? async (logs) => {
             synced = performance.now()
             stats.writeBackMs = synced - started
-            await this.syncWholeStore(logs, all)
+            stats.syncfs = await this.syncWholeStore(logs, all)
             stats.syncMs = performance.now() - synced
-            stats.syncfs = this.wholeSync === true
           }
         : undefined,
       keep: this.keepWatermark,
@@ -965,16 +968,17 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
   /**
    * `all`: the store is closing, so this checkpoint is its last chance to make
-   * the logs durable without a replay.
+   * the logs durable without a replay. Resolves true when one syncfs did it,
+   * false when the files were synced one by one.
    */
-  private async syncWholeStore(logs: readonly FileShapeLog[], all: boolean): Promise<void> {
+  private async syncWholeStore(logs: readonly FileShapeLog[], all: boolean): Promise<boolean> {
     // The syncfs covers every chunk index changed before it starts: no later per-file sync needs to redo them.
     const chunks = logs.filter((log) => log.chunksDirty)
     for (const log of chunks) log.chunksDirty = false
     try {
       await this.fs.syncFilesystem!(this.root)
       this.wholeSync = true
-      return
+      return true
     } catch (err) {
       for (const log of chunks) log.chunksDirty = true
       const code = (err as NodeJS.ErrnoException).code
@@ -992,6 +996,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       // fork would leave the whole journal to replay, so its files sync one by one.
     }
     await forEachConcurrently(logs, this.syncConcurrency(), (log) => this.checkpointSync(log))
+    return false
   }
 
   /**

@@ -305,6 +305,7 @@ describe('journal', () => {
     await s.close()
     expect(noSpawn.hits).toBe(1)
     expect([...synced].filter((f) => f.endsWith('log.dat'))).toHaveLength(ids.length)
+    expect(s.checkpointStats.syncfs).toBe(false)
     expect(errors).toEqual([])
     expect(segments(dir)).toEqual([])
     // Only synced bytes survive the cut: the per-file syncs made every log durable.
