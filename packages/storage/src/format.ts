@@ -190,7 +190,7 @@ export interface EntryRecord {
   readonly flags: number
 }
 
-const TWO_32 = 2 ** 32
+export const TWO_32 = 2 ** 32
 
 /**
  * The append hot path: writes one entry record from number parts (a BigInt

@@ -51,7 +51,7 @@
  * group deliberately and started a new segment, so reading goes on there.
  */
 import { crc32 } from 'node:zlib'
-import { HEADER_BYTES } from './format.js'
+import { HEADER_BYTES, TWO_32 } from './format.js'
 import type { Watermark } from './format.js'
 
 export const GROUP_HEADER_BYTES = 24
@@ -138,12 +138,13 @@ export class GroupBuilder {
     }
   }
 
-  /** Writes a record's head into the scratch; returns where its fields after the id go. */
   /**
-   * `id` is a shape id (ASCII, at most 128 characters: `checkShapeId`), one
-   * byte per character. A string, not bytes: the log's id string is the one
-   * object the append path reaches it through, where a Buffer was two (the
-   * view, then its memory), each a cache miss per append with 100k logs.
+   * Writes a record's head into the scratch; returns where its fields after
+   * the id go. `id` is a shape id (ASCII, at most 128 characters:
+   * `checkShapeId`), one byte per character. A string, not bytes: the log's
+   * id string is the one object the append path reaches it through, where a
+   * Buffer was two (the view, then its memory), each a cache miss per append
+   * with 100k logs.
    */
   private head(type: number, file: number, id: string): number {
     const h = this.headScratch
@@ -240,8 +241,6 @@ function writeUint64(buf: Buffer, value: number, at: number): void {
   putU32(buf, lo, at)
   putU32(buf, hi, at + 4)
 }
-
-const TWO_32 = 2 ** 32
 
 /** A u32 (given as a number below 2^32) as 4 little-endian bytes. */
 function putU32(buf: Buffer, value: number, at: number): void {

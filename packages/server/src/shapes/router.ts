@@ -1,4 +1,5 @@
 import type { ReplicaMode, RowValues } from '@sluice/protocol'
+import type { AppendOptions } from '@sluice/storage'
 import type {
   Awaitable,
   Change,
@@ -62,13 +63,8 @@ export interface TransactionPart {
   readonly more: boolean
 }
 
-/** `more` as the storage engine's appends take it (`AppendOptions`). */
-export interface PartOptions {
-  readonly more?: boolean
-}
-
 /** The options of a part that further parts of the same transaction follow. */
-export const MORE_PARTS: PartOptions = Object.freeze({ more: true })
+export const MORE_PARTS: AppendOptions = Object.freeze({ more: true })
 
 /**
  * Where a shape's routed transactions go: one `TransactionPart`, as arguments
@@ -84,7 +80,7 @@ export const MORE_PARTS: PartOptions = Object.freeze({ more: true })
  * change (and a part object per append).
  */
 export interface ShapeTarget {
-  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): unknown
+  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: AppendOptions | undefined, xid: number): unknown
 }
 
 export interface RouteSpec {

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events'
 import type { ShapeDefinitionParams } from '@sluice/protocol'
-import type { ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
+import type { AppendOptions, ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
 import type pg from 'pg'
 import type { PublicationManager, Queryable } from '../replication/index.js'
 import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/index.js'
@@ -16,7 +16,7 @@ import {
   paramList,
 } from './definition/index.js'
 import { MORE_PARTS } from './router.js'
-import type { Invalidation, PartOptions, ShapeRouter, ShapeTarget, TransactionPart } from './router.js'
+import type { Invalidation, ShapeRouter, ShapeTarget, TransactionPart } from './router.js'
 import { ShapeError } from './shape-error.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
@@ -734,7 +734,7 @@ class QueueTarget implements ShapeTarget {
     private readonly onPush: () => void,
   ) {}
 
-  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): void {
+  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: AppendOptions | undefined, xid: number): void {
     // Ops increase within a part, so what was taken already is a prefix.
     let from = 0
     if (lsn < this.lastTx) from = count
@@ -781,7 +781,7 @@ class StitchingTarget implements ShapeTarget {
     this.live = true
   }
 
-  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): void {
+  appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: AppendOptions | undefined, xid: number): void {
     if (this.live && this.inSnapshot(lsn, xid)) return
     this.inner.appendLines(lsn, ops, jsons, count, options, xid)
   }

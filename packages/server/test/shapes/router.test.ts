@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest'
 import type { Change, Relation, StreamAbort, StreamedChange, Transaction } from '../../src/replication/index.js'
 import { UNCHANGED_TOAST } from '../../src/replication/index.js'
-import { type Invalidation, type PartOptions, ShapeRouter, type ShapeTarget, type StreamStore, type TransactionPart } from '../../src/shapes/router.js'
+import type { AppendOptions } from '@sluice/storage'
+import { type Invalidation, ShapeRouter, type ShapeTarget, type StreamStore, type TransactionPart } from '../../src/shapes/router.js'
 import type { TableInfo } from '../../src/shapes/table-catalog.js'
 import { compileWhere, loadWhereParser } from '../../src/where/index.js'
 
@@ -55,7 +56,7 @@ class Collector implements ShapeTarget {
   readonly parts: TransactionPart[] = []
   /** The byte arrays as handed over (views of the router's memory, for identity checks only). */
   readonly handed: Uint8Array[][] = []
-  appendLines(lsn: bigint, ops: readonly number[], lines: readonly Uint8Array[], count: number, options: PartOptions | undefined, xid: number): void {
+  appendLines(lsn: bigint, ops: readonly number[], lines: readonly Uint8Array[], count: number, options: AppendOptions | undefined, xid: number): void {
     this.handed.push(lines.slice(0, count))
     // The arrays are only valid during the call (the router refills them and reuses the lines' memory), as for every target.
     const jsons = lines.slice(0, count).map((json) => Uint8Array.prototype.slice.call(json))
