@@ -39,6 +39,7 @@ import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import type { MemoryTail } from './log-reader.js'
 import { RECORDS_PER_BLOCK, RecordStage } from './record-stage.js'
+import { DOUBLE_FIELD } from './double-field.js'
 import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
 import type { Journal, JournalOwner } from './journal.js'
@@ -183,20 +184,20 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   // `published`); an append allocates only its queued boundary, which a
   // flush publishes (and drops) within milliseconds.
   private appendedEntries = 0
-  private appendedDataEnd = 0
+  private appendedDataEnd = DOUBLE_FIELD
   private appendedTxHi = 0
-  private appendedTxLo = 0
+  private appendedTxLo = DOUBLE_FIELD
   private appendedOp = -1
   private appendedClosed = 0
   private appendedSnapshotChunks = 0
   /** Where the open chunk starts in log.dat (the last closed chunk's end): read by every append, kept to spare it a cold chunk record. */
-  private openChunkPos = HEADER_BYTES
+  private openChunkPos = DOUBLE_FIELD
   /** The store's append sequence number of the appended head (0 after an open or a cut to an earlier head). */
-  private appendedSeq = 0
+  private appendedSeq = DOUBLE_FIELD
   private publishedEntries = 0
-  private publishedDataEnd = 0
+  private publishedDataEnd = DOUBLE_FIELD
   private publishedTxHi = 0
-  private publishedTxLo = 0
+  private publishedTxLo = DOUBLE_FIELD
   private publishedOp = -1
   private publishedClosed = 0
   private publishedSnapshotChunks = 0
@@ -209,13 +210,13 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * append path promoted at 100k shapes.
    */
   private endEntries = 0
-  private endDataEnd = 0
+  private endDataEnd = DOUBLE_FIELD
   private endTxHi = 0
-  private endTxLo = 0
+  private endTxLo = DOUBLE_FIELD
   private endOp = -1
   private endClosed = 0
   private endSnapshotChunks = 0
-  private endSeq = 0
+  private endSeq = DOUBLE_FIELD
   private firstLater: Boundary | undefined = undefined
   private lastLater: Boundary | undefined = undefined
   /** Sizes to cut the files back to before the next append, after a failed truncate. */
@@ -245,13 +246,13 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * staged records from `recordsOnDisk` on are the entry records not yet in
    * entries.idx, of which those below `recordsJournaled` are in the journal.
    */
-  private dataOnDisk: number
+  private dataOnDisk = DOUBLE_FIELD
   /** The tail's arena block (a handle; NO_BLOCK for none), the Buffer it lies in, where it starts there and its size. */
-  private pend = NO_BLOCK
+  private pend = DOUBLE_FIELD
   private pendBuf: Buffer = NO_BYTES
-  private pendBase = 0
-  private pendCap = 0
-  private pendLen = 0
+  private pendBase = DOUBLE_FIELD
+  private pendCap = DOUBLE_FIELD
+  private pendLen = DOUBLE_FIELD
   private recordsJournaled: number
   /** Bumped by every cut: a write-back that raced one must not count as done. */
   private epoch = 0
@@ -300,6 +301,12 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     this.data = new FileRef(`${dir}/${LOG_FILES.data}`, 'r+')
     this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r+')
     this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r+')
+    // The start values of the fields laid out as doubles (see DOUBLE_FIELD) that the heads below leave alone.
+    this.setEnd(0, 0, 0, 0, -1, 0, 0, 0)
+    this.pend = NO_BLOCK
+    this.pendBase = 0
+    this.pendCap = 0
+    this.pendLen = 0
     this.setAppended(head)
     this.setPublished(head)
     this.recordsOnDisk = head.entries

@@ -4,6 +4,7 @@
  * never copies its staged records to grow, an idle one holds no memory, and
  * the blocks are reused rather than left to the garbage collector.
  */
+import { DOUBLE_FIELD } from './double-field.js'
 import { ENTRY_RECORD_BYTES } from './format.js'
 import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
@@ -25,12 +26,14 @@ export class RecordStage {
    * block holds, and at 100k logs an array per stage is one more object to
    * miss the cache on for every append.
    */
-  private first = NO_BLOCK
+  private first = DOUBLE_FIELD
   private more: number[] | undefined = undefined
   /** Records staged. Record i sits in block i >> SHIFT (`blockAt`) at byte (i & (PER_BLOCK - 1)) * ENTRY_RECORD_BYTES of it. */
   count = 0
 
-  constructor(readonly arena: TailArena) {}
+  constructor(readonly arena: TailArena) {
+    this.first = NO_BLOCK
+  }
 
   /** The blocks in order (a new array: for tests and the rare paths). */
   get blocks(): number[] {
