@@ -107,8 +107,16 @@ export class GroupBuilder {
   /** Bytes of the records so far. */
   private bytes = 0
   records = 0
-  /** Record heads are built here, then copied in like any other bytes (a head may straddle two chunks). */
+  /**
+   * Where the record head being built lies: straight in the current chunk
+   * where it fits (nearly always), else in the scratch, copied in like any
+   * other bytes (a head may straddle two chunks). A shape id makes a write's
+   * head ~50 bytes, past what `put` copies by hand, so copying every head from
+   * the scratch cost a view per record (two per append).
+   */
   private readonly headScratch = Buffer.allocUnsafe(3 + 255 + 16)
+  private headBuf: Buffer = this.headScratch
+  private headStart = 0
 
   constructor(private readonly chunkBytes = 1024 * 1024) {
     if (chunkBytes < GROUP_HEADER_BYTES + GROUP_CHECK_BYTES) throw new RangeError(`group chunks need at least ${GROUP_HEADER_BYTES + GROUP_CHECK_BYTES} bytes`)
@@ -139,32 +147,44 @@ export class GroupBuilder {
   }
 
   /**
-   * Writes a record's head into the scratch; returns where its fields after
-   * the id go. `id` is a shape id (ASCII, at most 128 characters:
+   * Starts a record's head (in `headBuf`, see there) with room for
+   * `fieldBytes` of fields after the id; returns where they go. `id` is a shape id (ASCII, at most 128 characters:
    * `checkShapeId`), one byte per character. A string, not bytes: the log's
    * id string is the one object the append path reaches it through, where a
    * Buffer was two (the view, then its memory), each a cache miss per append
    * with 100k logs.
    */
-  private head(type: number, file: number, id: string): number {
-    const h = this.headScratch
-    h[0] = type
-    h[1] = file
+  private head(type: number, file: number, id: string, fieldBytes: number): number {
     const n = id.length
-    h[2] = n
-    for (let i = 0; i < n; i++) h[3 + i] = id.charCodeAt(i)
+    const chunk = this.chunks[this.index]!
+    let h: Buffer = this.headScratch
+    let p = 0
+    if (this.at + 3 + n + fieldBytes <= chunk.length) {
+      h = chunk
+      p = this.at
+    }
+    this.headBuf = h
+    this.headStart = p
+    h[p] = type
+    h[p + 1] = file
+    h[p + 2] = n
+    p += 3
+    for (let i = 0; i < n; i++) h[p + i] = id.charCodeAt(i)
     this.records++
-    return 3 + n
+    return p + n
   }
 
-  private putHead(length: number): void {
-    this.put(this.headScratch, 0, length)
+  /** The head built by `head` ends at `end` (in `headBuf`): into the group with it. */
+  private putHead(end: number): void {
+    const length = end - this.headStart
+    if (this.headBuf === this.headScratch) this.put(this.headScratch, 0, length)
+    else this.at += length
     this.bytes += length
   }
 
   write(id: string, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
-    const h = this.headScratch
-    const at = this.head(RECORD_WRITE, file, id)
+    const at = this.head(RECORD_WRITE, file, id, 12)
+    const h = this.headBuf
     writeUint64(h, position, at)
     putU32(h, length, at + 8)
     this.putHead(at + 12)
@@ -173,19 +193,18 @@ export class GroupBuilder {
   }
 
   truncate(id: string, file: JournalFile, size: number): void {
-    const h = this.headScratch
-    const at = this.head(RECORD_TRUNCATE, file, id)
-    writeUint64(h, size, at)
+    const at = this.head(RECORD_TRUNCATE, file, id, 8)
+    writeUint64(this.headBuf, size, at)
     this.putHead(at + 8)
   }
 
   tombstone(id: string): void {
-    this.putHead(this.head(RECORD_TOMBSTONE, 0, id))
+    this.putHead(this.head(RECORD_TOMBSTONE, 0, id, 0))
   }
 
   watermark(lsn: bigint, sequence: bigint): void {
-    const h = this.headScratch
-    const at = this.head(RECORD_WATERMARK, 0, NO_ID)
+    const at = this.head(RECORD_WATERMARK, 0, NO_ID, 16)
+    const h = this.headBuf
     h.writeBigUInt64LE(lsn, at)
     h.writeBigUInt64LE(sequence, at + 8)
     this.putHead(at + 16)
