@@ -98,29 +98,83 @@ function makeConjunct(
   if (elementType === undefined) return undefined
   const key = keyOf(elementType)
   if (key === undefined) return undefined
+  const evaluated = (row: RowValues): readonly string[] => {
+    try {
+      const value = evaluate(row)
+      return value === null ? [] : [key(value)]
+    } catch {
+      return []
+    }
+  }
+  const direct = kind === 'equals' ? directKey(side, elementType) : undefined
   const rowKeys =
-    kind === 'equals'
+    direct === 'text'
       ? (row: RowValues): readonly string[] => {
-          try {
-            const value = evaluate(row)
-            return value === null ? [] : [key(value)]
-          } catch {
-            return []
-          }
+          const text = row[column]
+          return typeof text === 'string' ? [text] : evaluated(row)
         }
-      : (row: RowValues): readonly string[] => {
-          try {
-            const value = evaluate(row) as ArrayValue<unknown> | null
-            if (value === null) return []
-            const out: string[] = []
-            for (const item of value.items) if (item !== null) out.push(key(item))
-            return out
-          } catch {
-            return []
+      : direct === 'int'
+        ? (row: RowValues): readonly string[] => {
+            const text = row[column]
+            return typeof text === 'string' && isCanonicalInt(text) ? [text] : evaluated(row)
           }
-        }
+        : kind === 'equals'
+          ? evaluated
+          : (row: RowValues): readonly string[] => {
+              try {
+                const value = evaluate(row) as ArrayValue<unknown> | null
+                if (value === null) return []
+                const out: string[] = []
+                for (const item of value.items) if (item !== null) out.push(key(item))
+                return out
+              } catch {
+                return []
+              }
+            }
   const domain = `${kind === 'equals' ? 'value' : 'elements'}:${keyClass(elementType)}:${signature(side)}`
   return { kind, column, domain, keys, rowKeys }
+}
+
+/**
+ * A bare column whose Postgres text output is already its key: text and
+ * varchar (the key is the string), and integers, whose output (digits, a `-`,
+ * no leading zeros) is what the key writes back. For those the router takes
+ * the row's text as it comes instead of parsing it and printing it again: at
+ * 100k shapes on `k = const` that round trip was a new string per change for
+ * the index lookup.
+ */
+function directKey(side: Expr, compared: SqlType): 'text' | 'int' | undefined {
+  if (side.k !== 'column') return undefined
+  const group = directGroup(side.type)
+  return group !== undefined && group === directGroup(compared) ? group : undefined
+}
+
+function directGroup(type: SqlType): 'text' | 'int' | undefined {
+  if (type.kind !== 'scalar') return undefined
+  switch (type.name) {
+    case 'text':
+    case 'varchar':
+      return 'text'
+    case 'int2':
+    case 'int4':
+    case 'int8':
+      return 'int'
+    default:
+      return undefined
+  }
+}
+
+/** Integer text exactly as Postgres writes it; anything else (`007`, `+7`, ` 7`, `-0`) goes through parsing. */
+export function isCanonicalInt(text: string): boolean {
+  const n = text.length
+  let i = n > 0 && text.charCodeAt(0) === 45 ? 1 : 0
+  if (i === n) return false
+  if (text.charCodeAt(i) === 48) return n === 1
+  for (; i < n; i++) {
+    const c = text.charCodeAt(i)
+    if (c < 48 || c > 57) return false
+  }
+  return true
 }
 
 function arrayKeys(value: unknown, type: SqlType): string[] | undefined {

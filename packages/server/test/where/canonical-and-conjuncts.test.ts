@@ -1,4 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest'
+import { isCanonicalInt } from '../../src/where/conjuncts.js'
 import { loadWhereParser } from '../../src/where/index.js'
 import { compile } from './helpers.js'
 
@@ -118,6 +119,26 @@ describe('indexable conjuncts, for the shape router', () => {
     expect(lower?.rowKeys({ t: 'AB' })).toEqual(['ab'])
     const [iv] = compile("iv = '1 mon'").conjuncts
     expect(iv?.rowKeys({ iv: 'P30D' })).toEqual(iv?.keys)
+  })
+
+  it("takes an integer or text column's Postgres output as its key, and parses anything else", () => {
+    const [i4] = compile('i4 = 42').conjuncts
+    expect(i4?.rowKeys({ i4: '42' })).toEqual(['42'])
+    expect(i4?.rowKeys({ i4: '-12' })).toEqual(['-12'])
+    expect(i4?.rowKeys({ i4: '007' })).toEqual(['7'])
+    expect(i4?.rowKeys({ i4: '-0' })).toEqual(['0'])
+    expect(i4?.rowKeys({ i4: ' 7' })).toEqual(['7'])
+    expect(i4?.rowKeys({ i4: 'x' })).toEqual([])
+    expect(i4?.rowKeys({ i4: '' })).toEqual([])
+    expect(i4?.rowKeys({ i4: null })).toEqual([])
+    const [i8] = compile('i8 = 1').conjuncts
+    expect(i8?.rowKeys({ i8: '9223372036854775807' })).toEqual(['9223372036854775807'])
+    expect(i8?.rowKeys({ i8: '+9223372036854775807' })).toEqual(['9223372036854775807'])
+    const [t] = compile("t = 'AB'").conjuncts
+    expect(t?.rowKeys({ t: ' AB ' })).toEqual([' AB '])
+    expect(t?.rowKeys({ t: null })).toEqual([])
+    for (const text of ['0', '7', '-7', '10', '9223372036854775807']) expect(isCanonicalInt(text), text).toBe(true)
+    for (const text of ['', '-', '-0', '00', '07', '+7', ' 7', '7 ', '1e3', '1.0']) expect(isCanonicalInt(text), text).toBe(false)
   })
 
   it('shares a domain between shapes using the same column expression and type', () => {
