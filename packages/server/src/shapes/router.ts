@@ -221,8 +221,15 @@ class TxnRouting {
   lsn = 0n
   xid = 0
   nextIndex = 0
-  /** The shapes that took something, in the order they first did. */
-  readonly touched: RoutedShape[] = []
+  /**
+   * The shapes that took something, in the order they first did: the first
+   * `count` entries. The three lists keep their length from transaction to
+   * transaction (`clear` empties the slots): cutting a list's length to 0
+   * dropped its store, so with one row per transaction each list grew a new
+   * one for every transaction.
+   */
+  readonly touched: Array<RoutedShape | undefined> = []
+  count = 0
   /**
    * Per touched shape (same index): the newest item, not yet emitted (whether it is the shape's
    * last is not known yet), and items known not to be its last, waiting for the next part.
@@ -248,9 +255,11 @@ class TxnRouting {
   /** Forgets the transaction (and the shapes it touched, so a removed shape is not kept alive). */
   clear(): void {
     this.nextIndex = 0
-    this.touched.length = 0
-    this.held.length = 0
-    this.pending.length = 0
+    const n = this.count
+    this.touched.fill(undefined, 0, n)
+    this.held.fill(undefined, 0, n)
+    this.pending.fill(undefined, 0, n)
+    this.count = 0
     this.invalidations.length = 0
     this.lines.reset()
   }
@@ -534,10 +543,16 @@ export class ShapeRouter implements ChangeSink {
     if (shape.doomed) return
     if (shape.txnMark !== txn.mark) {
       shape.txnMark = txn.mark
-      shape.txnSlot = txn.touched.length
-      txn.touched.push(shape)
-      txn.held.push(item)
-      txn.pending.push(undefined)
+      const slot = txn.count++
+      shape.txnSlot = slot
+      if (slot < txn.touched.length) {
+        txn.touched[slot] = shape
+        txn.held[slot] = item
+      } else {
+        txn.touched.push(shape)
+        txn.held.push(item)
+        txn.pending.push(undefined)
+      }
       return
     }
     const i = shape.txnSlot
@@ -551,8 +566,8 @@ export class ShapeRouter implements ChangeSink {
 
   /** After a batch of a streamed transaction: everything but each shape's held item goes out as a `more` part. */
   private emitAllButLast(txn: TxnRouting): void {
-    const { touched, pending } = txn
-    for (let i = 0; i < touched.length; i++) {
+    const { touched, pending, count } = txn
+    for (let i = 0; i < count; i++) {
       const items = pending[i]
       if (items === undefined) continue
       pending[i] = undefined
@@ -563,8 +578,8 @@ export class ShapeRouter implements ChangeSink {
 
   /** End of the transaction: each shape's held item is its last line. */
   private emitLast(txn: TxnRouting): void {
-    const { touched, held, pending } = txn
-    for (let i = 0; i < touched.length; i++) {
+    const { touched, held, pending, count } = txn
+    for (let i = 0; i < count; i++) {
       const last = held[i]
       const items = pending[i] ?? NO_ITEMS
       held[i] = undefined
