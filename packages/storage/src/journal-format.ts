@@ -117,6 +117,7 @@ export class GroupBuilder {
   private readonly headScratch = Buffer.allocUnsafe(3 + 255 + 16)
   private headBuf: Buffer = this.headScratch
   private headStart = 0
+  private headEnd = 0
 
   constructor(private readonly chunkBytes = 1024 * 1024) {
     if (chunkBytes < GROUP_HEADER_BYTES + GROUP_CHECK_BYTES) throw new RangeError(`group chunks need at least ${GROUP_HEADER_BYTES + GROUP_CHECK_BYTES} bytes`)
@@ -147,12 +148,12 @@ export class GroupBuilder {
   }
 
   /**
-   * Starts a record's head (in `headBuf`, see there) with room for
-   * `fieldBytes` of fields after the id; returns where they go. `id` is a shape id (ASCII, at most 128 characters:
-   * `checkShapeId`), one byte per character. A string, not bytes: the log's
-   * id string is the one object the append path reaches it through, where a
-   * Buffer was two (the view, then its memory), each a cache miss per append
-   * with 100k logs.
+   * Starts a record's head (in `headBuf`, see there) with `fieldBytes` of
+   * fields after the id; returns where they go. `id` is a shape id (ASCII, at
+   * most 128 characters: `checkShapeId`), one byte per character. A string,
+   * not bytes: the log's id string is the one object the append path reaches
+   * it through, where a Buffer was two (the view, then its memory), each a
+   * cache miss per append with 100k logs.
    */
   private head(type: number, file: number, id: string, fieldBytes: number): number {
     const n = id.length
@@ -171,12 +172,13 @@ export class GroupBuilder {
     p += 3
     for (let i = 0; i < n; i++) h[p + i] = id.charCodeAt(i)
     this.records++
+    this.headEnd = p + n + fieldBytes
     return p + n
   }
 
-  /** The head built by `head` ends at `end` (in `headBuf`): into the group with it. */
-  private putHead(end: number): void {
-    const length = end - this.headStart
+  /** The head `head` started, its fields filled in: into the group with it. */
+  private putHead(): void {
+    const length = this.headEnd - this.headStart
     if (this.headBuf === this.headScratch) this.put(this.headScratch, 0, length)
     else this.at += length
     this.bytes += length
@@ -187,7 +189,7 @@ export class GroupBuilder {
     const h = this.headBuf
     writeUint64(h, position, at)
     putU32(h, length, at + 8)
-    this.putHead(at + 12)
+    this.putHead()
     this.put(bytes, offset, length)
     this.bytes += length
   }
@@ -195,11 +197,12 @@ export class GroupBuilder {
   truncate(id: string, file: JournalFile, size: number): void {
     const at = this.head(RECORD_TRUNCATE, file, id, 8)
     writeUint64(this.headBuf, size, at)
-    this.putHead(at + 8)
+    this.putHead()
   }
 
   tombstone(id: string): void {
-    this.putHead(this.head(RECORD_TOMBSTONE, 0, id, 0))
+    this.head(RECORD_TOMBSTONE, 0, id, 0)
+    this.putHead()
   }
 
   watermark(lsn: bigint, sequence: bigint): void {
@@ -207,7 +210,7 @@ export class GroupBuilder {
     const h = this.headBuf
     h.writeBigUInt64LE(lsn, at)
     h.writeBigUInt64LE(sequence, at + 8)
-    this.putHead(at + 16)
+    this.putHead()
   }
 
   get empty(): boolean {

@@ -98,6 +98,32 @@ function makeConjunct(
   if (elementType === undefined) return undefined
   const key = keyOf(elementType)
   if (key === undefined) return undefined
+  const rowKeys = rowKeysOf(kind, column, directKey(side, elementType), evaluate, key)
+  const domain = `${kind === 'equals' ? 'value' : 'elements'}:${keyClass(elementType)}:${signature(side)}`
+  return { kind, column, domain, keys, rowKeys }
+}
+
+/** The conjunct's `rowKeys`: the row's key (`equals`) or its array's element keys; empty for NULL or errors. */
+function rowKeysOf(
+  kind: IndexableConjunct['kind'],
+  column: string,
+  direct: 'text' | 'int' | undefined,
+  evaluate: (row: RowValues) => unknown,
+  key: (value: unknown) => string,
+): (row: RowValues) => readonly string[] {
+  if (kind !== 'equals') {
+    return (row) => {
+      try {
+        const value = evaluate(row) as ArrayValue<unknown> | null
+        if (value === null) return []
+        const out: string[] = []
+        for (const item of value.items) if (item !== null) out.push(key(item))
+        return out
+      } catch {
+        return []
+      }
+    }
+  }
   const evaluated = (row: RowValues): readonly string[] => {
     try {
       const value = evaluate(row)
@@ -106,33 +132,19 @@ function makeConjunct(
       return []
     }
   }
-  const direct = kind === 'equals' ? directKey(side, elementType) : undefined
-  const rowKeys =
-    direct === 'text'
-      ? (row: RowValues): readonly string[] => {
-          const text = row[column]
-          return typeof text === 'string' ? [text] : evaluated(row)
-        }
-      : direct === 'int'
-        ? (row: RowValues): readonly string[] => {
-            const text = row[column]
-            return typeof text === 'string' && isCanonicalInt(text) ? [text] : evaluated(row)
-          }
-        : kind === 'equals'
-          ? evaluated
-          : (row: RowValues): readonly string[] => {
-              try {
-                const value = evaluate(row) as ArrayValue<unknown> | null
-                if (value === null) return []
-                const out: string[] = []
-                for (const item of value.items) if (item !== null) out.push(key(item))
-                return out
-              } catch {
-                return []
-              }
-            }
-  const domain = `${kind === 'equals' ? 'value' : 'elements'}:${keyClass(elementType)}:${signature(side)}`
-  return { kind, column, domain, keys, rowKeys }
+  if (direct === 'text') {
+    return (row) => {
+      const text = row[column]
+      return typeof text === 'string' ? [text] : evaluated(row)
+    }
+  }
+  if (direct === 'int') {
+    return (row) => {
+      const text = row[column]
+      return typeof text === 'string' && isCanonicalInt(text) ? [text] : evaluated(row)
+    }
+  }
+  return evaluated
 }
 
 /**
