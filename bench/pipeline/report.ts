@@ -114,7 +114,9 @@ export interface PhaseResult {
  * put them on the machine's cores; `separate`, Postgres (every process) and
  * pgbench on one CPU, the pipeline (or, in the control, pg_recvlogical) on another.
  */
-export type KeepUpCores = 'shared' | 'separate'
+export type KeepUpCores = 'shared' | 'separate' | 'services'
+/** Every keep-up variant, in the order a run takes them. */
+export const KEEPUP_VARIANTS: readonly KeepUpCores[] = ['shared', 'separate', 'services']
 
 /** A process's or thread's scheduler time over the load, as shares of the load's wall time (/proc schedstat). */
 export interface SchedShare {
@@ -207,11 +209,15 @@ export interface Report {
   readonly keepUpSeparate?: KeepUpResult | null
   /** Why the separate-cores variant did not run although asked for (no taskset, one CPU, not Linux). */
   readonly keepUpSeparateSkipped?: string
+  /** Keeping up on the shared cores with Postgres and the pipeline in CPU groups of their own (cpu-groups.ts); absent in earlier runs. */
+  readonly keepUpServices?: KeepUpResult | null
+  /** Why the services variant did not run although asked for (no writable cpu controller, not Linux). */
+  readonly keepUpServicesSkipped?: string
 }
 
 /** The keep-up variants a report holds, shared cores first. */
 export function keepUpVariants(report: Report): KeepUpResult[] {
-  return [report.keepUp, report.keepUpSeparate ?? null].filter((k): k is KeepUpResult => k !== null)
+  return [report.keepUp, report.keepUpSeparate ?? null, report.keepUpServices ?? null].filter((k): k is KeepUpResult => k !== null)
 }
 
 export interface TargetCheck {
@@ -436,9 +442,16 @@ export function markdown(report: Report): string {
 }
 
 function placementText(k: KeepUpResult): string {
-  return (k.cores ?? 'shared') === 'shared'
-    ? 'shared cores'
-    : `separate cores (Postgres and pgbench on CPU ${k.cpus?.postgres ?? '?'}, the pipeline on CPU ${k.cpus?.pipeline ?? '?'})`
+  const cores = k.cores ?? 'shared'
+  if (cores === 'services') return 'shared cores, Postgres and the pipeline each in a CPU group of its own'
+  return cores === 'shared' ? 'shared cores' : `separate cores (Postgres and pgbench on CPU ${k.cpus?.postgres ?? '?'}, the pipeline on CPU ${k.cpus?.pipeline ?? '?'})`
+}
+
+/** A variant's column heading and the JSON field holding it. */
+const VARIANT_NAMES: Readonly<Record<KeepUpCores, { readonly heading: string; readonly field: string }>> = {
+  shared: { heading: 'shared cores', field: 'keepUp' },
+  separate: { heading: 'separate cores', field: 'keepUpSeparate' },
+  services: { heading: 'shared cores, CPU groups', field: 'keepUpServices' },
 }
 
 function ofCore(x: number | null | undefined): string {
@@ -460,13 +473,18 @@ function keepUpSection(report: Report, variants: readonly KeepUpResult[]): strin
     )
     out.push('')
   }
-  const separate = variants.some((k) => k.cores === 'separate')
+  const has = (cores: KeepUpCores): boolean => variants.some((k) => (k.cores ?? 'shared') === cores)
   out.push(
     [
-      separate ? 'Two placements, each with its own baseline (the same pgbench without a pipeline) and control (the same load with pg_recvlogical alone streaming it, to /dev/null, confirming every 1 s).' : 'The baseline is the same pgbench without a pipeline; the control the same load with pg_recvlogical alone streaming it (to /dev/null, confirming every 1 s).',
-      `**Shared cores**: every process wherever the scheduler puts it on this machine's ${report.machine.nproc} cores, so the pipeline competes for CPU with a saturated Postgres, its walsender and pgbench.`,
-      separate
+      variants.length > 1 ? `${variants.length === 2 ? 'Two' : 'Three'} placements, each with its own baseline (the same pgbench without a pipeline) and control (the same load with pg_recvlogical alone streaming it, to /dev/null, confirming every 1 s).` : 'The baseline is the same pgbench without a pipeline; the control the same load with pg_recvlogical alone streaming it (to /dev/null, confirming every 1 s).',
+      has('shared')
+        ? `**Shared cores**: every process wherever the scheduler puts it on this machine's ${report.machine.nproc} cores, so the pipeline competes for CPU with a saturated Postgres, its walsender and pgbench. Linux's autogroup scheduling shares the CPUs out by session, and Postgres gives each backend a session of its own: with ${k0?.clients ?? 8} clients the pipeline gets about one share in a dozen.`
+        : '',
+      has('separate')
         ? '**Separate cores**: Postgres (the postmaster and every process it forks, the walsender included) and pgbench pinned to one CPU, the pipeline (and, in the control, pg_recvlogical) to the other, with `taskset`: as in a deployment, where the sync engine has a machine of its own. The orchestrator, which samples the lag, is not pinned.'
+        : '',
+      has('services')
+        ? "**Shared cores, CPU groups**: both cores shared, with Postgres (every process, the walsender included), pgbench and the orchestrator in one CPU control group and the pipeline (in the control, pg_recvlogical) in another, both with the default weight: as where Postgres and the sync engine run as services on one machine (systemd units, containers), each getting a group of its own. Within its group, Postgres's processes share as before."
         : '',
       '*Running / waiting* are the shares of the load\'s wall time a process (summed over its threads) or one thread spent on a CPU and runnable but queued for one (`/proc/<pid>/task/*/schedstat`); for the pipeline\'s main thread, the rest of 100% it slept (idle or blocked); n/a where not measured (not Linux, earlier runs).',
     ]
@@ -474,14 +492,19 @@ function keepUpSection(report: Report, variants: readonly KeepUpResult[]): strin
       .join(' '),
   )
   if (report.keepUpSeparateSkipped !== undefined) out.push('', `The separate-cores variant was not run: ${report.keepUpSeparateSkipped}.`)
+  if (report.keepUpServicesSkipped !== undefined) out.push('', `The CPU-groups variant was not run: ${report.keepUpServicesSkipped}.`)
   if (variants.length === 0) return out
   out.push('')
   const row = (label: string, cell: (k: KeepUpResult) => string): void => {
     out.push(`| ${label} | ${variants.map(cell).join(' | ')} |`)
   }
-  out.push(`| | ${variants.map((k) => ((k.cores ?? 'shared') === 'shared' ? 'shared cores' : 'separate cores')).join(' | ')} |`)
+  out.push(`| | ${variants.map((k) => VARIANT_NAMES[k.cores ?? 'shared'].heading).join(' | ')} |`)
   out.push(`|---|${variants.map(() => '---').join('|')}|`)
-  row('CPUs', (k) => ((k.cores ?? 'shared') === 'shared' ? `all ${report.machine.nproc}, shared by every process` : `Postgres + pgbench: ${k.cpus?.postgres ?? '?'}; pipeline: ${k.cpus?.pipeline ?? '?'}`))
+  row('CPUs', (k) => {
+    const cores = k.cores ?? 'shared'
+    if (cores === 'separate') return `Postgres + pgbench: ${k.cpus?.postgres ?? '?'}; pipeline: ${k.cpus?.pipeline ?? '?'}`
+    return `all ${report.machine.nproc}, shared by every process${cores === 'services' ? '; one group for Postgres + pgbench, one for the pipeline' : ''}`
+  })
   row('pipeline start (restore the shapes)', (k) => secs(k.restoreMs))
   row('inserts/s with the pipeline', (k) => `${n(k.tps)} (${n(k.transactions)} in ${k.seconds} s)`)
   row('inserts/s, same load, no pipeline (baseline)', (k) => n(k.baselineTps))
@@ -507,7 +530,7 @@ function keepUpSection(report: Report, variants: readonly KeepUpResult[]): strin
   row(`RSS / JS heap / ArrayBuffers after restoring the shapes`, (k) => `${bytes(k.memoryRestored.rss)} / ${bytes(k.memoryRestored.heapUsed)} / ${bytes(k.memoryRestored.arrayBuffers)}`)
   row('RSS / JS heap / ArrayBuffers after the load (full GC)', (k) => `${bytes(k.memoryAfter.rss)} / ${bytes(k.memoryAfter.heapUsed)} / ${bytes(k.memoryAfter.arrayBuffers)}`)
   out.push('')
-  out.push(`The lag series (every sample: ms since the load started, bytes) is in the JSON: ${variants.map((k) => (k.cores === 'separate' ? '`keepUpSeparate.series`' : '`keepUp.series`')).join(', ')}.`)
+  out.push(`The lag series (every sample: ms since the load started, bytes) is in the JSON: ${variants.map((k) => `\`${VARIANT_NAMES[k.cores ?? 'shared'].field}.series\``).join(', ')}.`)
   out.push('')
   return out
 }

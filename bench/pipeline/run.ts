@@ -22,9 +22,10 @@
  * (results/pipeline.quick.*). BENCH_DIR: where the shape logs go (default: the
  * OS temp dir). ONLY=throughput,keepup,concurrent: a subset (results/pipeline.partial.*);
  * SETS=eq1,eq100k and BENCH_TX=100 narrow the throughput phases further.
- * BENCH_KEEPUP_CORES=shared|separate|both (default both): keeping up with every
- * process on the shared cores, with Postgres and the pipeline on separate CPUs,
- * or both in turn.
+ * BENCH_KEEPUP_CORES=shared,separate,services (default all three, in that
+ * order; `both` is shared,separate): keeping up with every process on the
+ * shared cores, with Postgres and the pipeline on separate CPUs, or on the
+ * shared cores with Postgres and the pipeline in CPU groups of their own.
  */
 import { spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
@@ -53,15 +54,16 @@ import {
 import type { GeneratedWorkload } from './pg.js'
 import { BENCH_SOURCE, PipelineWorker, type SchedTimes, cpusAllowed, processCpuMs, runTimed, schedStat, setTreeCpus, treeCpuMs, twoCpus } from './proc.js'
 import { summariseDir } from './profile-summary.js'
-import { type Report, setQuietNote, writeReport } from './report.js'
+import { type CpuGroups, cpuGroups, dropGroups, joinGroup, joinGroupTree } from './cpu-groups.js'
+import { KEEPUP_VARIANTS, type Report, setQuietNote, writeReport } from './report.js'
 import type { ConcurrentResult, KeepUpCores, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult, SchedShare } from './report.js'
 import { CpuWatch, median, quantile } from './stats.js'
 import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
-/** BENCH_KEEPUP_CORES: the keep-up variants to run, shared cores first. */
-const KEEPUP_CORES = parseKeepUpCores(process.env.BENCH_KEEPUP_CORES ?? 'both')
+/** BENCH_KEEPUP_CORES: the keep-up variants to run, in the order of KEEPUP_VARIANTS. */
+const KEEPUP_CORES = parseKeepUpCores(process.env.BENCH_KEEPUP_CORES ?? 'all')
 /**
  * BENCH_FIXTURE=<dir>: keep the Postgres cluster and the registered shape sets
  * there, and on a later run reuse every set registered before (its
@@ -77,14 +79,16 @@ const PARTIAL =
   process.env.BENCH_REPS !== undefined ||
   process.env.BENCH_NODE_ARGS !== undefined ||
   process.env.BENCH_TX !== undefined ||
-  KEEPUP_CORES.length < 2
+  KEEPUP_CORES.length < KEEPUP_VARIANTS.length
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
 
 function parseKeepUpCores(value: string): readonly KeepUpCores[] {
-  if (value === 'both') return ['shared', 'separate']
-  if (value === 'shared' || value === 'separate') return [value]
-  throw new Error(`BENCH_KEEPUP_CORES=${value}: expected shared, separate or both`)
+  if (value === 'all') return KEEPUP_VARIANTS
+  const asked = value === 'both' ? ['shared', 'separate'] : value.split(',').map((v) => v.trim())
+  const unknown = asked.filter((v) => !(KEEPUP_VARIANTS as readonly string[]).includes(v))
+  if (unknown.length > 0) throw new Error(`BENCH_KEEPUP_CORES=${value}: expected all, both, or a list of ${KEEPUP_VARIANTS.join(', ')}`)
+  return KEEPUP_VARIANTS.filter((v) => asked.includes(v))
 }
 
 interface Settings {
@@ -541,12 +545,15 @@ function sampleLag(cluster: PostgresCluster, slot: string): { readonly t0: numbe
  * Where a keep-up variant's processes may run (`taskset -c` lists); undefined:
  * wherever the scheduler puts them. `postgres` holds the cluster (every
  * process, pinned by `keepUpOnSeparateCores`) and pgbench; `client` whoever streams
- * the slot: the pipeline, or pg_recvlogical in the control.
+ * the slot: the pipeline, or pg_recvlogical in the control. `groups`: the
+ * CPU groups of the services variant (the caller has put Postgres and the
+ * orchestrator, so pgbench too, in `db`); the client joins `sync`.
  */
 interface Placement {
   readonly cores: KeepUpCores
   readonly postgres?: string
   readonly client?: string
+  readonly groups?: CpuGroups
 }
 
 /** Names of a variant's slots, profile and worker: the shared variant keeps the names of runs before there were two. */
@@ -555,6 +562,7 @@ function variantName(base: string, placement: Placement): string {
 }
 
 function describe(placement: Placement): string {
+  if (placement.cores === 'services') return 'shared cores, Postgres and pgbench in one CPU group, the streaming client in another'
   return placement.cores === 'shared' ? 'shared cores' : `separate cores: Postgres and pgbench on CPU ${placement.postgres}, the streaming client on CPU ${placement.client}`
 }
 
@@ -617,6 +625,7 @@ async function keepUpDecoderAlone(cluster: PostgresCluster, script: string, thre
   try {
     await waitForQuiet(QUIET_WAIT_MS)
     const stream = streamRecvlogical(cluster, slot, PROTO_VERSION, 1, placement.client)
+    if (placement.groups !== undefined) joinGroup(stream.pid, placement.groups.sync)
     const wsPid = await awaitWalsender(cluster, slot)
     const pids = { walsender: wsPid, recvlogical: stream.pid, postmaster: postmasterPid(cluster) }
     const sched0 = readSched(pids)
@@ -669,6 +678,7 @@ async function keepUp(cluster: PostgresCluster, root: string, script: string, pl
   // The store is the one the previous variant (or registration) left: a new slot and adoptLsn restart it there.
   const slotLsn = await createSlot(cluster, slot)
   const worker = await startWorker(`pipeline:${slot}`, placement.client)
+  if (placement.groups !== undefined) joinGroup(worker.pid, placement.groups.sync)
   try {
     const started = await worker.call<{ startMs: number; shapes: number; memory: MemorySample; memoryBefore: MemorySample }>('start', {
       connectionString: cluster.url,
@@ -791,6 +801,25 @@ async function keepUpOnSeparateCores(cluster: PostgresCluster, root: string, scr
   }
 }
 
+/**
+ * Keeping up on the shared cores with Postgres and the sync engine each in a
+ * CPU group of its own with the same weight, as where both run as services on
+ * one machine (cpu-groups.ts): Postgres (the postmaster first, so every
+ * process it forks from then on follows), the orchestrator (so pgbench, which
+ * it starts) in one; the pipeline, or pg_recvlogical in the control, in the
+ * other. Everything goes back afterwards: later phases reuse the cluster.
+ */
+async function keepUpInGroups(cluster: PostgresCluster, root: string, script: string, groups: CpuGroups): Promise<KeepUpResult> {
+  joinGroupTree(postmasterPid(cluster), groups.db)
+  joinGroup(process.pid, groups.db)
+  try {
+    return await keepUp(cluster, root, script, { cores: 'services', groups })
+  } finally {
+    const left = dropGroups(groups)
+    log(`  Postgres and the orchestrator back in ${groups.home}${left.length > 0 ? `; could not remove ${left.join(', ')}` : ''}`)
+  }
+}
+
 function kib(bytes: number): string {
   return (bytes / 1024).toFixed(0)
 }
@@ -833,6 +862,8 @@ async function main(): Promise<void> {
   let keepUpResult: KeepUpResult | undefined
   let keepUpSeparate: KeepUpResult | undefined
   let keepUpSeparateSkipped: string | undefined
+  let keepUpServices: KeepUpResult | undefined
+  let keepUpServicesSkipped: string | undefined
   const loads: LoadNote[] = [loadBefore]
   try {
     const needed = new Set<string>()
@@ -869,6 +900,16 @@ async function main(): Promise<void> {
           loads.push(loadNote('after keep-up on separate cores'))
         }
       }
+      if (KEEPUP_CORES.includes('services')) {
+        const groups = cpuGroups()
+        if ('reason' in groups) {
+          keepUpServicesSkipped = groups.reason
+          log(`keeping up with Postgres and the pipeline in CPU groups: skipped, ${groups.reason}`)
+        } else {
+          keepUpServices = await keepUpInGroups(cluster, root, script, groups)
+          loads.push(loadNote('after keep-up in CPU groups'))
+        }
+      }
     }
   } finally {
     await cluster.stop()
@@ -890,6 +931,8 @@ async function main(): Promise<void> {
     keepUp: keepUpResult ?? null,
     keepUpSeparate: keepUpSeparate ?? null,
     ...(keepUpSeparateSkipped === undefined ? {} : { keepUpSeparateSkipped }),
+    keepUpServices: keepUpServices ?? null,
+    ...(keepUpServicesSkipped === undefined ? {} : { keepUpServicesSkipped }),
   }
   setQuietNote(`${(QUIET_WAIT_MS / 1000).toFixed(0)} s`)
   const name = QUICK ? 'pipeline.quick' : PARTIAL ? 'pipeline.partial' : 'pipeline'
