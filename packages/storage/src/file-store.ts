@@ -196,6 +196,8 @@ const NO_CHECKPOINT: Readonly<CheckpointStats> = Object.freeze({ running: false,
 
 // Enough to keep every thread-pool worker and the device queue busy.
 const MAX_CONCURRENT_SYNCS = 64
+// Logs a checkpoint writes back as one job list (`FileShapeLog.writeBackMany`): a batch's worth for the write-back thread.
+const CHECKPOINT_RUN = 256
 
 
 interface FinishingSnapshot {
@@ -908,8 +910,16 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         await this.checkpointLog(log, !whole)
         stats.writtenBack++
       },
+      // With one syncfs to follow, logs only need their bytes in the files: in runs, each one job list for the writer.
+      syncBatch: whole
+        ? async (logs) => {
+            await FileShapeLog.writeBackMany(logs, this.writer)
+            stats.writtenBack += logs.length
+          }
+        : undefined,
+      batch: CHECKPOINT_RUN,
       // Write-backs and per-file syncs wait on other threads: many at once.
-      concurrency: whole ? this.writer.concurrency : this.syncConcurrency(),
+      concurrency: whole ? Math.max(1, Math.ceil(this.writer.concurrency / CHECKPOINT_RUN)) : this.syncConcurrency(),
       syncAll: whole
         ? async (logs) => {
             synced = performance.now()

@@ -84,13 +84,23 @@ export class JournalCommitError<T> extends Error {
 export interface CheckpointSteps<T> {
   /** Told how many owners the checkpoint covers, before the first `sync`. */
   start?: ((owners: number) => void) | undefined
-  /** Per owner, at most `concurrency` at once. */
+  /** Per owner, at most `concurrency` at once... */
   sync(owner: T): Promise<void>
+  /** ... or, when given, per run of up to `batch` owners, at most `concurrency` runs at once. */
+  syncBatch?: ((owners: readonly T[]) => Promise<void>) | undefined
+  batch?: number | undefined
   concurrency: number
   /** After every owner's `sync`: one step that makes all of them durable. */
   syncAll?: ((owners: readonly T[]) => Promise<void>) | undefined
   /** Makes the segments' last watermark durable elsewhere before they go. */
   keep(watermark: Watermark): Promise<void>
+}
+
+/** `list` cut into runs of `size` (the last may be shorter). */
+function runsOf<T>(list: readonly T[], size: number): T[][] {
+  const runs: T[][] = []
+  for (let i = 0; i < list.length; i += size) runs.push(list.slice(i, i + size))
+  return runs
 }
 
 /**
@@ -277,7 +287,9 @@ export class Journal<T extends JournalOwner> {
       const list = [...owners]
       how.start?.(list.length)
       // The first failure fails the checkpoint: the other workers stop too.
-      await forEachConcurrently(list, how.concurrency, (owner) => how.sync(owner))
+      const syncBatch = how.syncBatch
+      if (syncBatch === undefined) await forEachConcurrently(list, how.concurrency, (owner) => how.sync(owner))
+      else await forEachConcurrently(runsOf(list, how.batch ?? 1), how.concurrency, syncBatch)
       if (how.syncAll) await how.syncAll(list)
       // The last one, as replay would take it (see journal-format.ts).
       let last: Watermark | undefined

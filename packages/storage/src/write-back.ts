@@ -39,8 +39,28 @@ export interface FileWrite {
 export interface FileWriter {
   /** Every write of a write-back (a log's data and its records) as one job: one promise, failed by the first failure. */
   writeAll(writes: readonly FileWrite[]): Promise<void>
+  /**
+   * Many jobs (a checkpoint's write-backs of many logs) behind one promise,
+   * which resolves once all are done with each job's failure, if any, at its
+   * index: no promise per job, whose state (with everything it keeps) would
+   * otherwise live until its job landed.
+   */
+  writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]>
   /** Writes a checkpoint may keep in flight at once through this writer. */
   readonly concurrency: number
+}
+
+/** Jobs written one after another, their failures at their indexes. */
+async function jobsOneByOne(writer: FileWriter, jobs: readonly (readonly FileWrite[])[]): Promise<(Error | undefined)[]> {
+  const failures = new Array<Error | undefined>(jobs.length).fill(undefined)
+  for (let i = 0; i < jobs.length; i++) {
+    try {
+      await writer.writeAll(jobs[i]!)
+    } catch (err) {
+      failures[i] = err as Error
+    }
+  }
+  return failures
 }
 
 /** Through the store's port, on the thread pool, with the descriptor cache's descriptors. */
@@ -54,6 +74,10 @@ export class PortWriter implements FileWriter {
 
   async writeAll(writes: readonly FileWrite[]): Promise<void> {
     for (const { ref, bytes, position } of writes) await this.fds.useAsync(ref, (fd) => writeFullyAsync(this.fs, fd, bytes, bytes.length, position))
+  }
+
+  writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]> {
+    return jobsOneByOne(this, jobs)
   }
 }
 
@@ -100,8 +124,30 @@ interface Job {
   readonly writes: readonly FileWrite[]
   /** Bytes of all its writes. */
   readonly length: number
-  readonly resolve: () => void
-  readonly reject: (err: Error) => void
+  /** Alone: settles its own promise. */
+  readonly resolve?: () => void
+  readonly reject?: (err: Error) => void
+  /** In a group (`writeJobs`): its index there. */
+  readonly group?: JobGroup
+  readonly index?: number
+}
+
+/** The jobs of one `writeJobs` call: one promise for all of them. */
+interface JobGroup {
+  readonly failures: (Error | undefined)[]
+  left: number
+  readonly resolve: (failures: readonly (Error | undefined)[]) => void
+}
+
+function settle(job: Job, err: Error | undefined): void {
+  const group = job.group
+  if (group === undefined) {
+    if (err === undefined) job.resolve!()
+    else job.reject!(err)
+    return
+  }
+  group.failures[job.index!] = err
+  if (--group.left === 0) group.resolve(group.failures)
 }
 
 interface SharedBlock {
@@ -149,18 +195,28 @@ export class WriteBackThread implements FileWriter {
   private scheduled = false
 
   writeAll(writes: readonly FileWrite[]): Promise<void> {
-    let length = 0
-    for (const w of writes) length += w.bytes.length
     return new Promise<void>((resolve, reject) => {
-      this.queue.push({ writes, length, resolve, reject })
-      if (!this.scheduled) {
-        // Gathered until the loop turns: a checkpoint asks for hundreds in one go.
-        this.scheduled = true
-        setImmediate(() => {
-          this.scheduled = false
-          this.post()
-        })
-      }
+      this.queue.push({ writes, length: lengthOf(writes), resolve, reject })
+      this.schedule()
+    })
+  }
+
+  writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]> {
+    if (jobs.length === 0) return Promise.resolve([])
+    return new Promise((resolve) => {
+      const group: JobGroup = { failures: new Array<Error | undefined>(jobs.length).fill(undefined), left: jobs.length, resolve }
+      for (let i = 0; i < jobs.length; i++) this.queue.push({ writes: jobs[i]!, length: lengthOf(jobs[i]!), group, index: i })
+      this.schedule()
+    })
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return
+    // Gathered until the loop turns: a checkpoint asks for hundreds in one go.
+    this.scheduled = true
+    setImmediate(() => {
+      this.scheduled = false
+      this.post()
     })
   }
 
@@ -186,7 +242,7 @@ export class WriteBackThread implements FileWriter {
         const closed = job.writes.find((w) => w.ref.retired)
         if (closed !== undefined) {
           this.queueHead++
-          job.reject(new StorageError('store_closed', `write to ${closed.ref.path}: the log is closed`))
+          settle(job, new StorageError('store_closed', `write to ${closed.ref.path}: the log is closed`))
           continue
         }
         // One that does not fit goes first in the next batch (on a buffer of its own if bigger than a block).
@@ -214,7 +270,7 @@ export class WriteBackThread implements FileWriter {
       } catch (err) {
         // No thread to be had (out of memory, threads): these fail, their bytes stay with their logs.
         if (block !== undefined) this.free.push(block)
-        for (const job of jobs) job.reject(Object.assign(new Error(`no write-back thread: ${String(err)}`), { code: 'EIO' }))
+        for (const job of jobs) settle(job, Object.assign(new Error(`no write-back thread: ${String(err)}`), { code: 'EIO' }))
         continue
       }
       const id = this.nextId++
@@ -275,8 +331,7 @@ export class WriteBackThread implements FileWriter {
     const failed = new Map(result.errors.map((e) => [e.index, e]))
     batch.jobs.forEach((job, i) => {
       const err = failed.get(i)
-      if (err !== undefined) job.reject(Object.assign(new Error(err.message), { code: err.code }))
-      else job.resolve()
+      settle(job, err === undefined ? undefined : Object.assign(new Error(err.message), { code: err.code }))
     })
     if (this.inFlight.size === 0) this.worker?.unref()
     if (this.queueHead < this.queue.length) this.post()
@@ -294,10 +349,16 @@ export class WriteBackThread implements FileWriter {
     this.inFlight.clear()
     for (const batch of batches) {
       if (batch.block !== undefined) this.free.push(batch.block)
-      for (const job of batch.jobs) job.reject(Object.assign(new Error(`write-back thread lost: ${cause.message}`), { code: 'EIO' }))
+      for (const job of batch.jobs) settle(job, Object.assign(new Error(`write-back thread lost: ${cause.message}`), { code: 'EIO' }))
     }
     if (this.queueHead < this.queue.length) this.post()
   }
+}
+
+function lengthOf(writes: readonly FileWrite[]): number {
+  let length = 0
+  for (const w of writes) length += w.bytes.length
+  return length
 }
 
 let shared: WriteBackThread | undefined

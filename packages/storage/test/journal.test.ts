@@ -445,7 +445,7 @@ describe('journal', () => {
       await again.close()
     })
 
-    it('a checkpoint that fails while the writer is held back is tried again, and the hold ends once one succeeds', async () => {
+    it('a checkpoint that fails while the writer is held back is tried again until one succeeds, and the hold ends', async () => {
       const { dir, faulty, s, ids, errors, held } = await budgetStore('journal-tail-budget-full')
       // While the writer is held back a checkpoint writes back on the thread pool (write): the disk is full for the first few.
       const full = faulty.rules.failNext('write', { code: 'ENOSPC', match: (args) => readdirLink(args[0]).endsWith('log.dat'), times: 3 })
@@ -456,7 +456,9 @@ describe('journal', () => {
       expect(errors.length).toBeGreaterThan(0)
       expect(errors.every((e) => e.code === 'disk_full')).toBe(true)
       expect(held).toEqual([true, false])
-      expect(segments(dir)).toEqual([])
+      // The hold may end before the retry has deleted the segment: the failed checkpoint wrote back the other logs' tails.
+      await until(() => segments(dir).length === 0 && !s.stats().checkpoint.running)
+      expect(s.stats().checkpoint.writtenBack).toBe(ids.length)
       await survivesPowerCut(dir, s, ids, burst)
     })
 

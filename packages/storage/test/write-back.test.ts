@@ -115,6 +115,35 @@ describe('write-back thread', () => {
     })
   })
 
+
+  it('writes a list of jobs behind one promise, with each failure at its job, across batches and alongside lone jobs', async () => {
+    const dir = await tempDirs.make('wbt-jobs')
+    await withThread(async (t) => {
+      // More jobs than one batch takes, one bigger than a block, two failing (a missing file, a closed log).
+      const refs = Array.from({ length: 700 }, (_, i) => file(dir, `j${i}`, 16))
+      const closed = file(dir, 'closed', 0)
+      closed.retired = true
+      const jobs = refs.map((ref, i) => [
+        { ref, bytes: fill(i === 5 ? 2 * 1024 * 1024 : 5 + (i % 40), i), position: 16 },
+        ...(i === 300 ? [{ ref: new FileRef(`${dir}/missing`, 'r+'), bytes: fill(3, 0), position: 0 }] : []),
+      ])
+      jobs.push([{ ref: closed, bytes: fill(8, 1), position: 0 }])
+      const lone = file(dir, 'lone', 0)
+      const [failures] = await Promise.all([t.writeJobs(jobs), put(t, lone, fill(11, 7), 0)])
+      expect(failures).toHaveLength(jobs.length)
+      const failed = failures.flatMap((f, i) => (f === undefined ? [] : [[i, (f as { code?: string }).code]]))
+      expect(failed).toEqual([
+        [300, 'ENOENT'],
+        [700, 'store_closed'],
+      ])
+      refs.forEach((ref, i) => {
+        // The failing job's other file is written all the same.
+        expect(readFileSync(ref.path).subarray(16).equals(fill(i === 5 ? 2 * 1024 * 1024 : 5 + (i % 40), i))).toBe(true)
+      })
+      expect(readFileSync(lone.path).equals(fill(11, 7))).toBe(true)
+      expect(await t.writeJobs([])).toEqual([])
+    })
+  })
   it('learns the inode of a file it opened, and then refuses another file put at its path', async () => {
     const dir = await tempDirs.make('wbt-ino')
     await withThread(async (t) => {
