@@ -598,47 +598,62 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     let landed!: () => void
     // What another write-back of these logs waits on meanwhile (`writeBack`).
     const flight = new Promise<void>((resolve) => (landed = resolve))
-    for (const log of logs) {
-      if (log.flight) {
-        later.push(log)
-        continue
-      }
-      const plan = log.planWriteBack()
-      if (plan === undefined) continue
-      log.flight = flight
-      planned.push(log)
-      plans.push(plan)
-      jobs.push(log.writesOf(plan))
-    }
-    let failures: readonly (Error | undefined)[] = []
-    try {
-      failures = await writer.writeJobs(jobs)
-    } catch (err) {
-      failures = jobs.map(() => err as Error)
-    }
     let first: Error | undefined
-    for (let i = 0; i < planned.length; i++) {
-      const log = planned[i]!
-      const plan = plans[i]!
-      log.endFlight()
-      const err = failures[i]
-      if (err !== undefined) {
-        const failed = log.writeBackFailed(plan, err)
-        if (!log.deleted) first ??= failed
-        continue
-      }
-      if (plan.epoch !== log.epoch) later.push(log)
-      log.landWriteBack(plan)
-      log.startWriteBackIfDue()
+    const fail = (log: FileShapeLog, err: unknown): void => {
+      if (!log.deleted) first ??= err instanceof StorageError ? err : fromSystemError(err, `write back shape ${log.id}`)
     }
-    landed()
-    for (const log of later) {
+    let i = 0
+    try {
+      for (const log of logs) {
+        if (log.flight) {
+          later.push(log)
+          continue
+        }
+        const plan = log.planWriteBack()
+        if (plan === undefined) continue
+        log.flight = flight
+        planned.push(log)
+        plans.push(plan)
+        jobs.push(log.writesOf(plan))
+      }
+      let failures: readonly (Error | undefined)[]
       try {
-        await log.writeBackAll()
+        failures = await writer.writeJobs(jobs)
       } catch (err) {
-        if (!log.deleted) first ??= fromSystemError(err, `write back shape ${log.id}`)
+        failures = jobs.map(() => err as Error)
       }
+      for (; i < planned.length; i++) {
+        const log = planned[i]!
+        const plan = plans[i]!
+        log.endFlight()
+        const err = failures[i]
+        if (err !== undefined) {
+          fail(log, log.writeBackFailed(plan, err))
+          continue
+        }
+        try {
+          if (plan.epoch !== log.epoch) later.push(log)
+          log.landWriteBack(plan)
+          // Its index write may fail (a full disk): that log's failure, not the run's end.
+          log.startWriteBackIfDue()
+        } catch (err) {
+          fail(log, err)
+        }
+      }
+    } finally {
+      // Whatever threw, no log keeps the run's flight: theirs would never end.
+      for (; i < planned.length; i++) planned[i]!.endFlight()
+      landed()
     }
+    await Promise.all(
+      later.map(async (log) => {
+        try {
+          await log.writeBackAll()
+        } catch (err) {
+          fail(log, err)
+        }
+      }),
+    )
     if (first !== undefined) throw first
   }
 

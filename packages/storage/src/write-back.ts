@@ -23,6 +23,7 @@
  * the journal, and the next write starts a new thread.
  */
 import { Worker } from 'node:worker_threads'
+import { forEachConcurrently } from './concurrently.js'
 import { StorageError } from './errors.js'
 import type { FdCache, FileRef } from './fd-cache.js'
 import type { FsPort } from './fs-port.js'
@@ -50,19 +51,6 @@ export interface FileWriter {
   readonly concurrency: number
 }
 
-/** Jobs written one after another, their failures at their indexes. */
-async function jobsOneByOne(writer: FileWriter, jobs: readonly (readonly FileWrite[])[]): Promise<(Error | undefined)[]> {
-  const failures = new Array<Error | undefined>(jobs.length).fill(undefined)
-  for (let i = 0; i < jobs.length; i++) {
-    try {
-      await writer.writeAll(jobs[i]!)
-    } catch (err) {
-      failures[i] = err as Error
-    }
-  }
-  return failures
-}
-
 /** Through the store's port, on the thread pool, with the descriptor cache's descriptors. */
 export class PortWriter implements FileWriter {
   // Each write pins a descriptor; the pool runs four at a time anyway.
@@ -76,8 +64,17 @@ export class PortWriter implements FileWriter {
     for (const { ref, bytes, position } of writes) await this.fds.useAsync(ref, (fd) => writeFullyAsync(this.fs, fd, bytes, bytes.length, position))
   }
 
-  writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]> {
-    return jobsOneByOne(this, jobs)
+  async writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]> {
+    const failures = new Array<Error | undefined>(jobs.length).fill(undefined)
+    // As many at once as a checkpoint kept in flight through this writer one log at a time.
+    await forEachConcurrently(jobs.map((_, i) => i), this.concurrency, async (i) => {
+      try {
+        await this.writeAll(jobs[i]!)
+      } catch (err) {
+        failures[i] = err as Error
+      }
+    })
+    return failures
   }
 }
 

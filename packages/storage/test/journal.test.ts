@@ -17,6 +17,7 @@ import { Journal, type JournalOwner } from '../src/journal.js'
 import { decodeWatermark } from '../src/format.js'
 import { body, change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
+import { until } from './fixtures/until.js'
 import { powerCut } from './fixtures/files.js'
 
 const tempDirs = useTempDir()
@@ -34,11 +35,6 @@ function liveLsn(dir: string): bigint | undefined {
   } catch {
     return undefined
   }
-}
-
-async function until(done: () => boolean): Promise<void> {
-  for (let i = 0; i < 500 && !done(); i++) await new Promise((r) => setTimeout(r, 10))
-  expect(done()).toBe(true)
 }
 
 /** Until no checkpoint runs for a few turns of the event loop (one that ends may start the next). */

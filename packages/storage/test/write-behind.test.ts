@@ -13,6 +13,7 @@ import { FlushError, nodeFs, openFileLogStore, readSpans } from '../src/index.js
 import type { FsPort, ShapeLog, StorageError } from '../src/index.js'
 import { body, change, makeShape, row } from './contract-suite.js'
 import { onFile } from './fixtures/fd-match.js'
+import { until } from './fixtures/until.js'
 import { FileRef } from '../src/fd-cache.js'
 import { writeBackThread } from '../src/write-back.js'
 
@@ -35,6 +36,19 @@ function liveBytes(log: ShapeLog): Buffer {
     }
     parts.push(readSpans(r))
     r.release()
+    after = r.nextOffset
+  }
+}
+
+/** How many entries follow the snapshot, chunk by chunk. */
+function entriesAfterSnapshot(log: ShapeLog): number {
+  let n = 0
+  let after = parseOffset('0_inf')
+  for (;;) {
+    const r = log.read(after)
+    r.release()
+    if (r.entryCount === 0) return n
+    n += r.entryCount
     after = r.nextOffset
   }
 }
@@ -135,6 +149,61 @@ describe('write-behind', () => {
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
     expect(again.durableLsn).toBe(60n)
     expect(liveBytes(again.get('b')!).equals(expected)).toBe(true)
+    await again.close()
+  })
+
+  it("a log whose index write fails as its checkpoint write-back lands fails that checkpoint alone: the run's other logs land, nothing waits for good", async () => {
+    const dir = await tempDirs.make('wb-run-index')
+    // Write-backs (thread-pool writes to the logs' files) wait at a gate, so appends can come while the checkpoint's run is in flight.
+    let gate: Promise<void> | undefined
+    let open = (): void => {}
+    let waiting = 0
+    const toLog = (fd: number): boolean => onFile('log.dat')([fd]) || onFile('entries.idx')([fd])
+    const gated: FsPort = {
+      ...nodeFs,
+      async write(fd, buffer, offset, length, position) {
+        if (gate && toLog(fd)) {
+          waiting++
+          await gate
+        }
+        return nodeFs.write(fd, buffer, offset, length, position)
+      },
+    }
+    const faulty = createFaultyFs<FsPort>(gated)
+    const errors: StorageError[] = []
+    const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread: false, flushIntervalMs: 60_000, journalSegmentBytes: 2048, chunkBytes: 16 * 1024 })
+    s.onError((e) => errors.push(e))
+    const ids = ['a', 'b', 'c']
+    const logs = await Promise.all(ids.map((id) => makeShape(s, id, [])))
+    gate = new Promise((r) => (open = r))
+    let tx = 1n
+    // Past a segment's worth: the commit that closes it starts a checkpoint, whose run of a, b and c waits at the gate.
+    for (; tx <= 12n; tx++) {
+      for (const log of logs) log.appendTransaction([change(tx, 0, Number(tx))])
+      s.advance(tx)
+      await s.flush()
+    }
+    await until(() => waiting > 0)
+    // b takes a chunk's worth and more than a write-back's meanwhile (no flush writes its index): once its run lands it writes its index, and the disk is full.
+    logs[1]!.appendTransaction([big(tx, 0, 100)])
+    tx++
+    const full = faulty.rules.failNext('writeSync', { code: 'ENOSPC', match: onFile('chunks.idx') })
+    gate = undefined
+    open()
+    await until(() => full.hits > 0 && !s.stats().checkpoint.running)
+    expect(errors.some((e) => e.code === 'disk_full')).toBe(true)
+    // No log keeps the run's flight: more appends, flushes and checkpoints go on, and everything is there.
+    for (const end = tx + 12n; tx < end; tx++) {
+      for (const log of logs) log.appendTransaction([change(tx, 0, Number(tx))])
+      s.advance(tx)
+      await s.flush()
+    }
+    await s.journal?.running
+    const expected = logs.map((log) => liveBytes(log))
+    expect(logs.map((log) => entriesAfterSnapshot(log))).toEqual([24, 25, 24])
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    ids.forEach((id, i) => expect(liveBytes(again.get(id)!).equals(expected[i]!)).toBe(true))
     await again.close()
   })
 
