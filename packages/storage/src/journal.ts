@@ -282,9 +282,8 @@ export class Journal<T extends JournalOwner> {
       const upto = all ? this.segments.length : this.closedSegments
       if (upto <= 0) return
       const done = this.segments.slice(0, upto)
-      const owners = new Set<T>()
-      for (const seg of done) for (const o of seg.owners) owners.add(o)
-      const list = [...owners]
+      // A segment lists each owner once, so one segment (the usual case) needs no Set: with 100k owners its table was ~7 MB, promoted, per checkpoint.
+      const list = done.length === 1 ? done[0]!.owners.slice() : [...new Set(done.flatMap((seg) => seg.owners))]
       how.start?.(list.length)
       // The first failure fails the checkpoint: the other workers stop too.
       const syncBatch = how.syncBatch
