@@ -40,9 +40,9 @@ export function cpuGroups(): CpuGroups | { readonly reason: string } {
   let home: string
   if (v1 !== undefined) {
     // "4:cpu,cpuacct:/some/path": the line of the hierarchy holding the cpu controller.
-    const line = own.split('\n').find((l) => l.split(':')[1]?.split(',').includes('cpu'))
+    const path = own.split('\n').find((l) => l.split(':')[1]?.split(',').includes('cpu'))?.split(':')[2] ?? '/'
     base = v1
-    home = `${v1}${line?.split(':')[2] === '/' ? '' : (line?.split(':')[2] ?? '')}`
+    home = `${v1}${path === '/' ? '' : path}`
   } else if (existsSync(`${V2_ROOT}/cgroup.controllers`) && readFileSync(`${V2_ROOT}/cgroup.controllers`, 'utf8').split(/\s+/).includes('cpu')) {
     // Under the root, which alone may hold processes while its children have controllers.
     base = V2_ROOT

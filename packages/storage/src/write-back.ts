@@ -121,12 +121,9 @@ interface Job {
   readonly writes: readonly FileWrite[]
   /** Bytes of all its writes. */
   readonly length: number
-  /** Alone: settles its own promise. */
-  readonly resolve?: () => void
-  readonly reject?: (err: Error) => void
-  /** In a group (`writeJobs`): its index there. */
-  readonly group?: JobGroup
-  readonly index?: number
+  /** The `writeJobs` call it came in (a lone `writeAll` is a group of one), and its index there. */
+  readonly group: JobGroup
+  readonly index: number
 }
 
 /** The jobs of one `writeJobs` call: one promise for all of them. */
@@ -138,12 +135,7 @@ interface JobGroup {
 
 function settle(job: Job, err: Error | undefined): void {
   const group = job.group
-  if (group === undefined) {
-    if (err === undefined) job.resolve!()
-    else job.reject!(err)
-    return
-  }
-  group.failures[job.index!] = err
+  group.failures[job.index] = err
   if (--group.left === 0) group.resolve(group.failures)
 }
 
@@ -191,11 +183,9 @@ export class WriteBackThread implements FileWriter {
   private nextId = 1
   private scheduled = false
 
-  writeAll(writes: readonly FileWrite[]): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      this.queue.push({ writes, length: lengthOf(writes), resolve, reject })
-      this.schedule()
-    })
+  async writeAll(writes: readonly FileWrite[]): Promise<void> {
+    const [failure] = await this.writeJobs([writes])
+    if (failure !== undefined) throw failure
   }
 
   writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]> {
