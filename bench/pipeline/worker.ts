@@ -91,6 +91,7 @@ async function start(args: Record<string, unknown>): Promise<object> {
     slotName: String(args.slotName),
     ...(typeof args.snapshotConnections === 'number' ? { snapshotConnections: args.snapshotConnections } : {}),
     ...(typeof args.flushIntervalMs === 'number' ? { flushIntervalMs: args.flushIntervalMs } : {}),
+    ...(process.env.BENCH_TAIL_BUDGET ? { tailBudgetBytes: Number(process.env.BENCH_TAIL_BUDGET) } : {}),
     logger: {
       info: () => {},
       warn: (data, message) => process.stderr.write(`warn: ${message} ${safeJson(data)}\n`),

@@ -2,7 +2,7 @@
 // variables, defaults and `sluice --help`. Parsing is pure (argv and env are
 // arguments); `main.ts` is the only place that hands it `process.argv`/`process.env`.
 import { resolve } from 'node:path'
-import { DEFAULT_CHUNK_BYTES } from '@sluice/storage'
+import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
 
 export type SettingType = 'string' | 'url' | 'integer' | 'bytes' | 'duration' | 'boolean' | 'enum'
@@ -90,7 +90,7 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'sseTimeoutMs', flag: 'sse-timeout', env: 'SLUICE_SSE_TIMEOUT', type: 'duration', default: '60s', min: 2_000, max: 3_600_000, description: 'How long one server-sent-events stream stays open.' },
   { key: 'flushIntervalMs', flag: 'flush-interval', env: 'SLUICE_FLUSH_INTERVAL', type: 'duration', default: '10ms', min: 1, max: 60_000, description: 'Group commit: longest wait before appended changes are made durable.' },
   { key: 'memoryBudgetBytes', flag: 'memory-budget', env: 'SLUICE_MEMORY_BUDGET', type: 'bytes', default: '256MiB', min: 16 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for transactions in flight and queues of shapes being created; above it they spill to disk and replication pauses.' },
-  { key: 'tailBudgetBytes', flag: 'tail-budget', env: 'SLUICE_TAIL_BUDGET', type: 'bytes', default: '256MiB', min: 4 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for changes written to the journal and not yet to their shape logs; above it replication pauses while a checkpoint writes them out.' },
+  { key: 'tailBudgetBytes', flag: 'tail-budget', env: 'SLUICE_TAIL_BUDGET', type: 'bytes', default: `${DEFAULT_TAIL_BUDGET_BYTES / 1024 ** 3}GiB`, min: 4 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for changes written to the journal and not yet to their shape logs; above it replication pauses while a checkpoint writes them out.' },
   { key: 'snapshotConnections', flag: 'snapshot-connections', env: 'SLUICE_SNAPSHOT_CONNECTIONS', type: 'integer', default: '4', min: 1, max: 1000, description: 'Postgres connections for initial shape snapshots (snapshots running at once).' },
   {
     key: 'tableCacheMs',

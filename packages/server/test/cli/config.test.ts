@@ -15,7 +15,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   sseTimeoutMs: 60_000,
   flushIntervalMs: 10,
   memoryBudgetBytes: 256 * 1024 * 1024,
-  tailBudgetBytes: 256 * 1024 * 1024,
+  tailBudgetBytes: 1024 * 1024 * 1024,
   snapshotConnections: 4,
   maxShapes: 1_000_000,
   publication: 'sluice_publication',

@@ -95,6 +95,38 @@ describe('the replication connection', () => {
     expect(ids(txs).slice(-1)).toEqual(more)
   })
 
+  it('does not count the time a slow sink or a pause held the socket as silence from Postgres', async () => {
+    const started = startClient(cluster, names, {
+      durableLsn: () => 0n,
+      statusIntervalMs: 100,
+      livenessTimeoutMs: 600,
+    })
+    client = started.client
+    const disconnects: DisconnectedInfo[] = []
+    client.on('disconnected', (d) => disconnects.push(d))
+    const record = started.sink.onTransaction.bind(started.sink)
+    let slow = false
+    started.sink.onTransaction = async (tx: Transaction) => {
+      // Longer than the liveness timeout: the socket is not read meanwhile.
+      if (slow) await sleep(1500)
+      record(tx)
+    }
+    await client.start()
+    await started.sink.waitForCount('rows_a', nextId)
+    slow = true
+    const held = await insert('rows_a', 1)
+    await waitFor(() => ids(started.sink.on('rows_a')).includes(held[0]!), 'the slow sink to take the row')
+    slow = false
+    client.pause()
+    await sleep(1500)
+    client.resume()
+    const after = await insert('rows_a', 1)
+    await waitFor(() => ids(started.sink.on('rows_a')).includes(after[0]!), 'the row after the pause')
+    // Several status ticks after each hold, with Postgres answering each.
+    await sleep(500)
+    expect(disconnects).toEqual([])
+  })
+
   it('stops with protocol_violation on a copy message it does not know, instead of skipping it', async () => {
     const started = startClient(cluster, names, { durableLsn: () => 0n, connection: through(proxy.port) })
     client = started.client
