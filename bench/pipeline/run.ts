@@ -79,6 +79,8 @@ const PARTIAL =
   process.env.BENCH_REPS !== undefined ||
   process.env.BENCH_NODE_ARGS !== undefined ||
   process.env.BENCH_TX !== undefined ||
+  process.env.BENCH_KEEPUP_SECONDS !== undefined ||
+  process.env.BENCH_TAIL_BUDGET !== undefined ||
   KEEPUP_CORES.length < KEEPUP_VARIANTS.length
 /** Longest wait for outside CPU load to settle before each timed run. */
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 20_000))
@@ -150,6 +152,8 @@ const TX_SIZES = process.env.BENCH_TX === undefined ? undefined : process.env.BE
 const SETTINGS: Settings = {
   ...BASE_SETTINGS,
   ...(process.env.BENCH_REPS === undefined ? {} : { reps: Number(process.env.BENCH_REPS) }),
+  // A longer load shows whether the lag stays bounded over several checkpoint cycles (partial results).
+  ...(process.env.BENCH_KEEPUP_SECONDS === undefined ? {} : { keepUpSeconds: Number(process.env.BENCH_KEEPUP_SECONDS) }),
   ...(TX_SIZES === undefined ? {} : { txSizes: BASE_SETTINGS.txSizes.filter((t) => TX_SIZES.includes(t)) }),
 }
 
