@@ -177,16 +177,12 @@ export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
 export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
 // Bounds how long a quiet store keeps a journal to replay (up to 10x with many logs).
 export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
-// Large enough that a segment's own size, not memory, ends it: a stream to
-// 100k logs holds ~220 MiB of tails when a segment of the default size closes,
-// and up to ~370 MiB while its checkpoint runs (bench:pipeline keep-up). The
-// budget decides how many changes a log gathers between two write-backs, and
-// each write-back costs two opens, writes and closes: at 256 MiB the segment
-// closed early at half of it (~2 changes a log), 100k write-backs took a
-// checkpoint ~80 s on two cores shared with a saturated Postgres, the tails
-// passed the budget before it ended, and the stream was held back for half a
-// minute at a time (lag 7 MiB -> 117 MiB). With this budget the same load
-// kept up (lag 7.5 -> 8.9 MiB, never held). With fewer logs the tails stay
+// Large enough that a segment's own size, not memory, ends it (a stream to
+// 100k logs holds ~220 MiB of tails then, ~370 MiB while its checkpoint runs):
+// the budget decides how many changes a log gathers between two write-backs,
+// each of which costs system calls on two files. Sealing early at half of a
+// smaller budget wrote back ~2 changes per log and lost the keep-up load on
+// shared cores (storage README, write-behind). With fewer logs the tails stay
 // near what a segment holds, far below it.
 export const DEFAULT_TAIL_BUDGET_BYTES = 1024 * 1024 * 1024
 // The default reserve follows the budget up to here; a bigger budget grows the arena in slabs past it.
