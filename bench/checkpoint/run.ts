@@ -15,8 +15,12 @@
  *    checkpoint's time. Once per write-back path (WRITE_BACK=thread,pool:
  *    the store's write-back thread, or the thread pool), on the same logs.
  *
+ * With COLD=1 the store part drops the kernel's page cache (root only)
+ * before each reopen, as after a reboot: a write into the last block of a
+ * file whose pages are not cached reads that block first.
+ *
  * Usage: `pnpm --filter @sluice/bench run bench:checkpoint` (ONLY=files|store,
- * N=100000, RATE=8000, SECONDS=120, WRITE_BACK=thread,pool, BENCH_DIR: where the data goes, default the
+ * N=100000, RATE=8000, SECONDS=120, WRITE_BACK=thread,pool, COLD=1, BENCH_DIR: where the data goes, default the
  * OS temp dir; the store part needs about 3 minutes to create 100k logs).
  * Figures go to stdout only: machine-dependent diagnosis, not a report.
  */
@@ -34,6 +38,7 @@ const SECONDS = Number(process.env.SECONDS ?? 120)
 const ONLY = new Set((process.env.ONLY ?? 'files,store').split(','))
 // How the store part's checkpoints write back: its write-back thread, or the thread pool (writeBackThread: false).
 const WRITE_BACKS = (process.env.WRITE_BACK ?? 'thread,pool').split(',')
+const COLD = process.env.COLD === '1'
 const root = fs.mkdtempSync(join(process.env.BENCH_DIR ?? tmpdir(), 'sluice-checkpoint-bench-'))
 
 const done = (fd: number): Promise<void> => new Promise((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve())))
@@ -123,8 +128,20 @@ async function store(): Promise<void> {
   let lsn = 1000n
   // Each variant reopens the same store, so they write back the same logs one after the other.
   for (const how of WRITE_BACKS) {
+    if (COLD) dropPageCache()
     const s = await openFileLogStore({ dir, writeBackThread: how === 'thread' })
     lsn = await feedStore(s, how, lsn)
+  }
+}
+
+/** Empties the kernel's page cache (dirty pages written first); says so when not allowed. */
+function dropPageCache(): void {
+  execFileSync('sync')
+  try {
+    fs.writeFileSync('/proc/sys/vm/drop_caches', '1')
+    console.log('store: page cache dropped')
+  } catch (err) {
+    console.log(`store: cannot drop the page cache (${(err as Error).message}): the run is warm`)
   }
 }
 
