@@ -13,6 +13,8 @@ const SAFE_HIGH = 2 ** 21
  */
 export class ByteReader {
   private pos: number
+  /** Where the message ends: the buffer may hold more after it (a socket chunk holds many messages). */
+  private limit: number
 
   /** Reads `buf` from `start` to its end (a message inside a larger buffer needs no view of its own). */
   constructor(
@@ -22,14 +24,16 @@ export class ByteReader {
     private start = 0,
   ) {
     this.pos = start
+    this.limit = buf.length
   }
 
-  /** Reads another message with the same reader (the decoder reuses one rather than make one per message). */
-  reset(buf: Buffer, messageType: string, start: number): this {
+  /** Reads another message, `buf` from `start` to `end`, with the same reader (the decoder reuses one rather than make one per message). */
+  reset(buf: Buffer, messageType: string, start: number, end = buf.length): this {
     this.buf = buf
     this.messageType = messageType
     this.start = start
     this.pos = start
+    this.limit = end
     return this
   }
 
@@ -39,7 +43,7 @@ export class ByteReader {
   }
 
   get remaining(): number {
-    return this.buf.length - this.pos
+    return this.limit - this.pos
   }
 
   u8(field: string): number {
@@ -94,22 +98,26 @@ export class ByteReader {
   /** A NUL-terminated UTF-8 string. */
   cstring(field: string): string {
     const end = this.buf.indexOf(NUL, this.pos)
-    if (end < 0) throw this.truncated(`${field} has no terminating NUL`)
+    if (end < 0 || end >= this.limit) throw this.truncated(`${field} has no terminating NUL`)
     const value = this.buf.toString('utf8', this.pos, end)
     this.pos = end + 1
     return value
   }
 
   /**
-   * A tuple's value: `length` bytes decoded as UTF-8. The column's number names
-   * it only in an error: a field name built for every value of every row was
-   * the decoder's largest allocation.
+   * Moves past a tuple's value of `length` bytes and returns where it starts,
+   * for a caller that decodes a run of values at once (`text`).
    */
-  columnText(length: number, column: number): string {
-    if (length < 0 || this.buf.length - this.pos < length) this.need(length, `value of column ${column}`)
-    const value = this.buf.toString('utf8', this.pos, this.pos + length)
+  skipValue(length: number, column: number): number {
+    if (length < 0 || this.limit - this.pos < length) this.need(length, `value of column ${column}`)
+    const at = this.pos
     this.pos += length
-    return value
+    return at
+  }
+
+  /** The bytes from `from` to `to` (positions in the buffer, already read past) decoded as UTF-8. */
+  text(from: number, to: number): string {
+    return this.buf.toString('utf8', from, to)
   }
 
   /** `length` bytes, copied (the caller's buffer may be reused after decoding). */
@@ -127,8 +135,8 @@ export class ByteReader {
 
   /** Fails unless the whole message was consumed: trailing bytes mean we misread it. */
   end(): void {
-    if (this.pos !== this.buf.length) {
-      throw new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${this.buf.length - this.pos} unexpected trailing byte(s) at offset ${this.offset}`)
+    if (this.pos !== this.limit) {
+      throw new PgoutputDecodeError('pgoutput_malformed', this.messageType, `${this.limit - this.pos} unexpected trailing byte(s) at offset ${this.offset}`)
     }
   }
 
@@ -138,8 +146,8 @@ export class ByteReader {
 
   private need(length: number, field: string): void {
     if (length < 0) throw this.malformed(`negative length ${length} for ${field}`)
-    if (this.buf.length - this.pos < length) {
-      throw this.truncated(`${field} needs ${length} byte(s) at offset ${this.offset}, ${this.buf.length - this.pos} left`)
+    if (this.limit - this.pos < length) {
+      throw this.truncated(`${field} needs ${length} byte(s) at offset ${this.offset}, ${this.limit - this.pos} left`)
     }
   }
 

@@ -75,17 +75,18 @@ export interface DecodeContext {
 const OUTSIDE_STREAM: DecodeContext = { inStream: false }
 
 /**
- * Decodes one pgoutput message: `buf` from `start` to its end. Throws
- * `PgoutputDecodeError` on any malformed input.
+ * Decodes one pgoutput message: `buf` from `start` to `end` (its end by
+ * default). Throws `PgoutputDecodeError` on any malformed input.
  */
-export function decodePgoutput(buf: Buffer, context: DecodeContext = OUTSIDE_STREAM, start = 0): PgoutputMessage {
-  if (buf.length <= start) throw new PgoutputDecodeError('pgoutput_truncated', '', 'no message type byte')
+export function decodePgoutput(buf: Buffer, context: DecodeContext = OUTSIDE_STREAM, start = 0, end = buf.length): PgoutputMessage {
+  if (end > buf.length || start > end) throw new RangeError(`message bounds ${start}..${end} outside a buffer of ${buf.length} bytes`)
+  if (end <= start) throw new PgoutputDecodeError('pgoutput_truncated', '', 'no message type byte')
   const kind = buf[start] as number
   // One reader for every message: decoding is synchronous and never re-entered.
-  const r = reader.reset(buf, String.fromCharCode(kind), start)
+  const r = reader.reset(buf, String.fromCharCode(kind), start, end)
   try {
     r.skip(1, 'type')
-    const message = decodeBody(kind, r, context.inStream, buf.length - start)
+    const message = decodeBody(kind, r, context.inStream, end - start)
     r.end()
     return message
   } finally {
@@ -240,16 +241,24 @@ function readRelation(r: ByteReader): Relation {
   return { id, schema, table, replicaIdentity, columns, keyColumns }
 }
 
+/** Where readTuple found each text value: reused, one tuple is read at a time. */
+const textAt: number[] = []
+const textLength: number[] = []
+const textColumn: number[] = []
+
 function readTuple(r: ByteReader): Tuple {
   const count = r.i16('tuple column count')
   if (count < 0) throw r.malformed(`negative tuple column count ${count}`)
   const values: Tuple = new Array(count)
+  let texts = 0
   for (let i = 0; i < count; i++) {
     const kind = r.u8('value kind')
     switch (kind) {
       case Marker.Text: {
         const length = r.i32('value length')
-        values[i] = r.columnText(length, i)
+        textAt[texts] = r.skipValue(length, i)
+        textLength[texts] = length
+        textColumn[texts++] = i
         break
       }
       case Marker.Null:
@@ -264,7 +273,37 @@ function readTuple(r: ByteReader): Tuple {
         throw r.malformed(`unknown value kind ${describeByte(kind)} for column ${i}`)
     }
   }
+  if (texts > 0) decodeTexts(r, values, texts)
   return values
+}
+
+/**
+ * The tuple's text values, decoded in one piece when that gives each value
+ * exactly: a decode per value was a call into C++ for every column of every
+ * row. The run from the first value to the end of the last (the column
+ * headers between them included) decodes to one UTF-16 unit per byte only
+ * when no byte in it is part of a multi-byte character, and then every
+ * value's text sits at its byte offsets and equals its own decoding (ASCII
+ * as itself, any stray byte as U+FFFD either way). Anything else, one value
+ * at a time.
+ */
+/** Past this a row's values are decoded one by one: no string as long as two huge values together (V8 caps a string's length). */
+const MAX_RUN_BYTES = 64 * 1024
+
+function decodeTexts(r: ByteReader, values: Tuple, texts: number): void {
+  const from = textAt[0]!
+  const to = textAt[texts - 1]! + textLength[texts - 1]!
+  if (texts > 1 && to - from <= MAX_RUN_BYTES) {
+    const run = r.text(from, to)
+    if (run.length === to - from) {
+      for (let t = 0; t < texts; t++) {
+        const at = textAt[t]! - from
+        values[textColumn[t]!] = run.slice(at, at + textLength[t]!)
+      }
+      return
+    }
+  }
+  for (let t = 0; t < texts; t++) values[textColumn[t]!] = r.text(textAt[t]!, textAt[t]! + textLength[t]!)
 }
 
 /**
@@ -279,9 +318,9 @@ export class PgoutputDecoder {
     return this.inStream
   }
 
-  /** Decodes the message in `buf` from `start` on. */
-  decode(buf: Buffer, start = 0): PgoutputMessage {
-    const message = decodePgoutput(buf, this.inStream ? INSIDE_STREAM : OUTSIDE_STREAM, start)
+  /** Decodes the message in `buf` from `start` to `end`. */
+  decode(buf: Buffer, start = 0, end = buf.length): PgoutputMessage {
+    const message = decodePgoutput(buf, this.inStream ? INSIDE_STREAM : OUTSIDE_STREAM, start, end)
     if (message.tag === 'stream-start') this.inStream = true
     else if (message.tag === 'stream-stop') this.inStream = false
     return message

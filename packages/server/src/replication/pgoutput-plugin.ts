@@ -99,10 +99,10 @@ export class SluicePgoutputPlugin {
    * escape as an uncaught exception: failures are returned as a value and the
    * client ends the connection on them.
    */
-  parse(buffer: Buffer, start = 0): PgoutputMessage | DecodeFailure {
+  parse(buffer: Buffer, start = 0, end = buffer.length): PgoutputMessage | DecodeFailure {
     this.count++
     try {
-      return this.decoder.decode(buffer, start)
+      return this.decoder.decode(buffer, start, end)
     } catch (error) {
       return { tag: 'decode-failure', error }
     }

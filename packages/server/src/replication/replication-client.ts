@@ -398,7 +398,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     try {
       await connection.connect({
         started: () => this.onStart(stream),
-        data: (chunk, start) => this.receive(stream, plugin.parse(chunk, start)),
+        data: (chunk, start, end) => this.receive(stream, plugin.parse(chunk, start, end)),
         keepalive: (walEnd, replyRequested) => this.onKeepalive(stream, walEnd, replyRequested),
       })
       // Resolves when the stream ends.

@@ -1,4 +1,5 @@
 import pg from 'pg'
+import { CopyDataFramer } from './copy-data-framer.js'
 import { ReplicationError } from './replication-errors.js'
 
 /** Called synchronously from the socket's data handler, in stream order. */
@@ -7,18 +8,23 @@ export interface WalHandlers {
   started(): void
   /**
    * An XLogData message: its payload (a pgoutput message) is `chunk` from
-   * `start` on, valid only during the call. Not a view of its own: that was an
-   * object per message.
+   * `start` to `end`, valid only during the call. Not a view of its own: that
+   * was an object per message.
    */
-  data(chunk: Buffer, start: number): void
+  data(chunk: Buffer, start: number, end: number): void
   /** A primary keepalive: the server's WAL end, and whether it asks for a status now. */
   keepalive(walEnd: bigint, replyRequested: boolean): void
 }
 
 /** The parts of pg's Connection (its protocol layer, under `Client`) that streaming uses. */
 interface PgConnection {
-  readonly stream: { pause(): void; resume(): void }
-  on(event: 'copyData', listener: (message: { chunk: Buffer }) => void): void
+  readonly stream: {
+    pause(): void
+    resume(): void
+    listeners(event: 'data'): Array<(chunk: Buffer) => void>
+    removeListener(event: 'data', listener: (chunk: Buffer) => void): void
+    on(event: 'data', listener: (chunk: Buffer) => void): void
+  }
   removeAllListeners(event: 'copyData'): void
   on(event: 'replicationStart' | 'copyDone' | 'end', listener: () => void): void
   once(event: 'copyDone' | 'end', listener: () => void): void
@@ -50,8 +56,10 @@ const PG_EPOCH_MS = Date.UTC(2000, 0, 1)
  * it only warns about a copy message it does not know; and per message it made
  * an LSN string, an emit through its own emitter and a promise, none of which
  * the pipeline used (a few percent of the pipeline's CPU at 100k shapes).
- * What this uses of pg beyond its public API is its Connection's copy events
- * and writes, the same as that package did (pinned versions, see package.json).
+ * What this uses of pg beyond its public API: its Connection's events and
+ * copy writes, as that package did, and its socket, where a CopyDataFramer
+ * takes the place of pg's parser and passes on what is not CopyData (pinned
+ * versions, see package.json).
  */
 export class WalConnection {
   private readonly client: pg.Client
@@ -80,15 +88,37 @@ export class WalConnection {
       this.streaming = true
       handlers.started()
     })
-    // The only copyData listener: pg's Client has one too, which hands the
-    // message to the active query (START_REPLICATION's ignores it) and, with
-    // two listeners, makes every emit copy the listener list. Ours handles
-    // every copy message, including one that comes with no query running.
+    // Copy messages never reach pg: the framer below takes them off the
+    // socket (each one there was a message object, a Buffer view and an
+    // event). pg's Client would hand them to the active query, which
+    // START_REPLICATION's ignores; its listener goes too, so a stray one
+    // could not reach it.
     connection.removeAllListeners('copyData')
-    connection.on('copyData', (message) => this.receive(message.chunk))
     connection.on('end', () => {
       this.ended = true
     })
+    this.frameCopyData(connection)
+  }
+
+  /**
+   * Puts a CopyDataFramer between the socket and pg's parser. Done once
+   * connected: startup is over (an SSL reply is a single unframed byte), and
+   * after ReadyForQuery the server sends nothing until asked, so pg's parser
+   * holds no partial message to lose.
+   */
+  private frameCopyData(connection: PgConnection): void {
+    const socket = connection.stream
+    const readers = socket.listeners('data')
+    if (readers.length !== 1) {
+      throw new ReplicationError('protocol_violation', `pg's connection has ${readers.length} socket readers, expected its parser alone (an unsupported pg version?)`)
+    }
+    const parser = readers[0]!
+    socket.removeListener('data', parser)
+    const framer = new CopyDataFramer({
+      copyData: (buf, start, end) => this.receive(buf, start, end),
+      other: (bytes) => parser(bytes),
+    })
+    socket.on('data', (chunk) => framer.push(chunk))
   }
 
   /**
@@ -100,17 +130,18 @@ export class WalConnection {
     return this.client.query(text)
   }
 
-  private receive(chunk: Buffer): void {
-    const kind = chunk[0]
-    if (kind === XLOG_DATA && chunk.length >= XLOG_HEADER_BYTES) {
-      this.handlers!.data(chunk, XLOG_HEADER_BYTES)
+  private receive(buf: Buffer, start: number, end: number): void {
+    const length = end - start
+    const kind = length > 0 ? buf[start] : undefined
+    if (kind === XLOG_DATA && length >= XLOG_HEADER_BYTES) {
+      this.handlers!.data(buf, start + XLOG_HEADER_BYTES, end)
       return
     }
-    if (kind === KEEPALIVE && chunk.length >= KEEPALIVE_BYTES) {
-      this.handlers!.keepalive(chunk.readBigUInt64BE(1), chunk[17] !== 0)
+    if (kind === KEEPALIVE && length >= KEEPALIVE_BYTES) {
+      this.handlers!.keepalive(buf.readBigUInt64BE(start + 1), buf[start + 17] !== 0)
       return
     }
-    this.onError(new ReplicationError('protocol_violation', `the walsender sent a copy message Sluice does not know (type ${kind ?? 'none'}, ${chunk.length} bytes)`))
+    this.onError(new ReplicationError('protocol_violation', `the walsender sent a copy message Sluice does not know (type ${kind ?? 'none'}, ${length} bytes)`))
   }
 
   /**

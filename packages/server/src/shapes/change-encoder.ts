@@ -117,8 +117,15 @@ const NULL = ascii('null')
 /** Room for the fixed parts of a line and its numbers (the relation and key are counted apart). */
 const LINE_OVERHEAD = 256
 
+/** From this many bytes a copy is `set`'s (about 45 ns for 68 bytes, against 200 by hand here). */
+const SET_BYTES = 32
+
 function putBytes(buf: Buffer, at: number, bytes: Uint8Array): number {
-  // A loop, not buf.set: these are a few bytes each, below what a native copy pays to start.
+  if (bytes.length >= SET_BYTES) {
+    buf.set(bytes, at)
+    return at + bytes.length
+  }
+  // A loop below that: names and the line's short fixed parts, under what a native copy pays to start.
   for (let i = 0; i < bytes.length; i++) buf[at + i] = bytes[i]!
   return at + bytes.length
 }
@@ -139,11 +146,33 @@ function putUint(buf: Buffer, at: number, n: number): number {
   return at + digits
 }
 
+/** A character JSON escapes, or one outside ASCII (printable ASCII and DEL are written as they are). */
+const NOT_PLAIN = /["\\\u0000-\u001f\u0080-\uffff]/
+/** From this length a plain string is checked by the regex and copied natively, not byte by byte. */
+const NATIVE_COPY_UNITS = 24
+
 /** `s` as a JSON string, exactly as JSON.stringify writes it, UTF-8 encoded. */
 function putJsonString(buf: Buffer, at: number, s: string): number {
-  const start = at
-  buf[at++] = QUOTE
-  for (let i = 0; i < s.length; i++) {
+  if (s.length >= NATIVE_COPY_UNITS && !NOT_PLAIN.test(s)) {
+    // A long value (a payload, a timestamp): the per-character loop cost several ns a byte.
+    buf[at] = QUOTE
+    at += 1 + buf.write(s, at + 1, 'latin1')
+    buf[at] = QUOTE
+    return at + 1
+  }
+  buf[at] = QUOTE
+  const end = putEscaped(buf, at + 1, s, 0)
+  // Non-ASCII (and maybe a lone surrogate to escape): JSON.stringify's text, encoded.
+  return end >= 0 ? end : at + buf.write(JSON.stringify(s), at, 'utf8')
+}
+
+/**
+ * `s` from unit `from` on, escaped as in a JSON string, then the closing
+ * quote; -1 at the first unit past ASCII (the caller writes the whole string
+ * another way).
+ */
+function putEscaped(buf: Buffer, at: number, s: string, from: number): number {
+  for (let i = from; i < s.length; i++) {
     const c = s.charCodeAt(i)
     if (c >= 0x20 && c < 0x80) {
       if (c === QUOTE || c === BACKSLASH) buf[at++] = BACKSLASH
@@ -151,8 +180,7 @@ function putJsonString(buf: Buffer, at: number, s: string): number {
     } else if (c < 0x20) {
       at = putBytes(buf, at, CONTROL_ESCAPES[c]!)
     } else {
-      // Non-ASCII (and maybe a lone surrogate to escape): JSON.stringify's text, encoded.
-      return start + buf.write(JSON.stringify(s), start, 'utf8')
+      return -1
     }
   }
   buf[at++] = QUOTE
@@ -224,7 +252,11 @@ export class ChangeEncoder {
   readonly replica: ReplicaMode
   readonly #relation: RelationName
   readonly #keyPrefix: string
-  /** `,"relation":["schema","table"]`, UTF-8 */
+  /** The opening quote and the key prefix as a JSON string writes them: the same in every key of the table. */
+  readonly #keyPrefixJson: Uint8Array
+  /** `,"headers":{"operation":"<op>","relation":["schema","table"]` per operation, UTF-8 */
+  readonly #headers: Readonly<Record<Operation, Uint8Array>>
+  /** `,"relation":["schema","table"]`, UTF-8: its length bounds a line's */
   readonly #relationJson: Uint8Array
   /** Projected column indexes, in table order. */
   readonly #projected: readonly number[]
@@ -242,6 +274,9 @@ export class ChangeEncoder {
     this.#relation = { schema: table.schema, name: table.name }
     this.#keyPrefix = rowKeyPrefix(this.#relation)
     this.#relationJson = Buffer.from(`,"relation":${JSON.stringify([table.schema, table.name])}`, 'utf8')
+    this.#keyPrefixJson = Buffer.from(JSON.stringify(this.#keyPrefix).slice(0, -1), 'utf8')
+    const headers = (operation: Operation): Uint8Array => Buffer.concat([HEADERS, OPERATIONS[operation], this.#relationJson])
+    this.#headers = { insert: headers('insert'), update: headers('update'), delete: headers('delete') }
     this.#names = table.columns.map((name) => Buffer.from(`${JSON.stringify(name)}:`, 'utf8'))
     this.#namesBytes = this.#names.reduce((sum, n) => sum + n.length, 0)
 
@@ -359,16 +394,14 @@ export class ChangeEncoder {
     const into = scratch ?? (ownScratch ??= new LineScratch())
     const buf = into.open(worst)
     let at = putBytes(buf, into.start, KEY_OPEN)
-    at = putJsonString(buf, at, key)
+    at = this.#putKey(buf, at, key)
     at = putBytes(buf, at, VALUE)
     at = this.#object(buf, at, value)
     if (oldValue !== undefined) {
       at = putBytes(buf, at, OLD_VALUE)
       at = this.#object(buf, at, oldValue)
     }
-    at = putBytes(buf, at, HEADERS)
-    at = putBytes(buf, at, OPERATIONS[operation])
-    at = putBytes(buf, at, this.#relationJson)
+    at = putBytes(buf, at, this.#headers[operation])
     if (keyChange !== undefined) {
       at = putBytes(buf, at, keyChange.to ? KEY_CHANGE_TO : KEY_CHANGE_FROM)
       at = putJsonString(buf, at, keyChange.key)
@@ -394,6 +427,16 @@ export class ChangeEncoder {
     if (typeof lsn !== 'bigint' || lsn < 0n || lsn > U64_MAX) throw new ChangeEncodingError('invalid_position', `LSN out of range: ${String(lsn)}`)
     if (!Number.isSafeInteger(op) || op < 0) throw new ChangeEncodingError('invalid_position', `invalid op position: ${op}`)
     if (!Number.isInteger(txid) || txid < 0 || txid > MAX_XID) throw new ChangeEncodingError('invalid_position', `xid is not a 32-bit xid: ${txid}`)
+  }
+
+  /** A row key as a JSON string: the table's prefix from bytes made once, the rest escaped. */
+  #putKey(buf: Buffer, at: number, key: string): number {
+    const prefix = this.#keyPrefix
+    if (key.startsWith(prefix)) {
+      const end = putEscaped(buf, putBytes(buf, at, this.#keyPrefixJson), key, prefix.length)
+      if (end >= 0) return end
+    }
+    return putJsonString(buf, at, key)
   }
 
   /** `{"name":value,…}` for the part's columns. */

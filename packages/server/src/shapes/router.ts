@@ -11,12 +11,12 @@ import type {
   StreamCommit,
   StreamedChange,
   Transaction,
-  TupleValue,
   UpdateChange,
 } from '../replication/index.js'
 import type { WhereClause } from '../where/index.js'
 import { ChangeEncoder, type EncodedLine } from './change-encoder.js'
 import { LineScratch } from './line-scratch.js'
+import { type RowMaker, rowMaker } from './row-maker.js'
 import { ShapeIndex } from './shape-index.js'
 import { type TableInfo, matchesRelation, tableDescription } from './table-catalog.js'
 
@@ -164,9 +164,10 @@ interface TableRoute {
   readonly index: ShapeIndex<RoutedShape>
   readonly encoders: Map<string, { encoder: ChangeEncoder; users: number }>
   readonly shapes: Set<RoutedShape>
-  /** Column names of the relation the cached `names` were taken from. */
+  /** Column names of the relation the cached `names` and `makeRow` were taken from. */
   relation: Relation | undefined
   names: readonly string[]
+  makeRow: RowMaker
 }
 
 type Variant = 'insert' | 'update' | 'delete'
@@ -281,7 +282,12 @@ export class ShapeRouter implements ChangeSink {
   /** `schema\0name` → table oid, to notice a dropped and recreated table. */
   private readonly byName = new Map<string, number>()
   private readonly shapes = new Map<string, RoutedShape>()
+  /**
+   * The last `recentLimit` xids routed, a ring: `recentNext` is where the next goes. Not an
+   * array trimmed with shift(): at 256 entries that moved them all on every transaction.
+   */
   private readonly recent: number[] = []
+  private recentNext = 0
   private readonly recentLimit: number
   private busy = 0
   private boundaryWaiters: Array<() => void> = []
@@ -291,7 +297,7 @@ export class ShapeRouter implements ChangeSink {
   private readonly idle: TxnRouting[] = []
 
   constructor(private readonly options: ShapeRouterOptions) {
-    this.recentLimit = options.recentXids ?? 256
+    this.recentLimit = Math.max(1, options.recentXids ?? 256)
   }
 
   /** Number of shapes routed to. */
@@ -304,7 +310,13 @@ export class ShapeRouter implements ChangeSink {
    * snapshot taken after this call must see every one of them.
    */
   get recentXids(): readonly number[] {
-    return [...this.recent]
+    return this.recentInOrder()
+  }
+
+  /** The ring's xids, oldest first. */
+  private recentInOrder(): number[] {
+    const { recent, recentNext } = this
+    return recent.length < this.recentLimit ? [...recent] : [...recent.slice(recentNext), ...recent.slice(0, recentNext)]
   }
 
   /** Commit LSN of the last transaction routed. */
@@ -329,7 +341,7 @@ export class ShapeRouter implements ChangeSink {
     await this.boundary()
     if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
     this.add(spec, target)
-    return { recentXids: [...this.recent], lastRoutedLsn: this.lastLsn }
+    return { recentXids: this.recentInOrder(), lastRoutedLsn: this.lastLsn }
   }
 
   /** Adds a shape at once (restoring at startup, before replication runs). */
@@ -491,18 +503,19 @@ export class ShapeRouter implements ChangeSink {
   }
 
   private routeChange(txn: TxnRouting, route: TableRoute, change: InsertChange | UpdateChange | DeleteChange, op: number): void {
-    const names = this.namesFor(route, change.relation)
+    this.followRelation(route, change.relation)
+    const { names, makeRow } = route
     const hits = this.hits
     if (change.kind === 'insert' || change.kind === 'delete') {
       const insert = change.kind === 'insert'
-      const count = route.index.collect(toRow(names, insert ? change.newTuple : change.oldTuple), hits)
+      const count = route.index.collect(makeRow(insert ? change.newTuple : change.oldTuple), hits)
       if (count === 0) return
       const item = new Item(change, insert ? 'insert' : 'delete', op)
       for (let i = 0; i < count; i++) this.take(txn, hits[i]!, item)
       return
     }
-    const newRow = toRow(names, change.newTuple)
-    const oldRow = oldRowOf(names, change, newRow)
+    const newRow = makeRow(change.newTuple)
+    const oldRow = oldRowOf(names, makeRow, change, newRow)
     const inNew = route.index.collect(newRow, hits)
     if (oldRow === newRow) {
       if (inNew === 0) return
@@ -680,8 +693,8 @@ export class ShapeRouter implements ChangeSink {
   }
 
   private finish(txn: TxnRouting): void {
-    this.recent.push(txn.xid)
-    if (this.recent.length > this.recentLimit) this.recent.shift()
+    this.recent[this.recentNext] = txn.xid
+    this.recentNext = this.recentNext + 1 === this.recentLimit ? 0 : this.recentNext + 1
     if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
     this.routedTransactions++
     this.options.advance(txn.lsn)
@@ -699,25 +712,27 @@ export class ShapeRouter implements ChangeSink {
   private routeFor(info: TableInfo): TableRoute {
     const existing = this.tables.get(info.oid)
     if (existing !== undefined) return existing
+    const names = info.columns.map((c) => c.name)
     const route: TableRoute = {
       info,
       index: new ShapeIndex(),
       encoders: new Map(),
       shapes: new Set(),
       relation: undefined,
-      names: info.columns.map((c) => c.name),
+      names,
+      makeRow: rowMaker(names),
     }
     this.tables.set(info.oid, route)
     this.byName.set(nameKey(info.schema, info.name), info.oid)
     return route
   }
 
-  private namesFor(route: TableRoute, relation: Relation): readonly string[] {
-    if (route.relation !== relation) {
-      route.relation = relation
-      route.names = relation.columns.map((c) => c.name)
-    }
-    return route.names
+  /** Takes the column names (and the row maker) from the relation the change names, when it is a new one. */
+  private followRelation(route: TableRoute, relation: Relation): void {
+    if (route.relation === relation) return
+    route.relation = relation
+    route.names = relation.columns.map((c) => c.name)
+    route.makeRow = rowMaker(route.names)
   }
 
   /** Runs `work` as if it were a transaction: registrations wait for it. */
@@ -762,26 +777,16 @@ function qualified(schema: string, name: string): string {
   return `${JSON.stringify(schema)}.${JSON.stringify(name)}`
 }
 
-/** Column name → text for the where clauses. An unchanged-TOAST marker reads as NULL here; the encoder refuses it. */
-function toRow(names: readonly string[], tuple: readonly TupleValue[]): RowValues {
-  const row: Record<string, string | null> = {}
-  for (let i = 0; i < names.length; i++) {
-    const value = tuple[i]
-    row[names[i] as string] = typeof value === 'string' ? value : null
-  }
-  return row
-}
-
 /**
  * The row before an update, for deciding which shapes held it. With a full old
  * row (REPLICA IDENTITY FULL, which Sluice sets) that is it; with only the key
  * logged, the new row with the old key; with nothing logged (the key did not
  * change), the new row.
  */
-function oldRowOf(names: readonly string[], change: UpdateChange, newRow: RowValues): RowValues {
+function oldRowOf(names: readonly string[], makeRow: RowMaker, change: UpdateChange, newRow: RowValues): RowValues {
   const old = change.oldTuple
   if (old === undefined) return newRow
-  if (change.oldTupleKind === 'full') return toRow(names, old)
+  if (change.oldTupleKind === 'full') return makeRow(old)
   const row: Record<string, string | null> = { ...newRow }
   change.relation.keyColumns.forEach((i) => {
     const value = old[i]

@@ -12,6 +12,7 @@ export {
 } from './where-clause.js'
 export { loadWhereParser } from './parse-clause.js'
 export type { IndexableConjunct } from './conjuncts.js'
+export { isCanonicalInt } from './conjuncts.js'
 export { DEFAULT_WHERE_LIMITS, type WhereLimits } from './limits.js'
 export {
   type EvaluationErrorCode,

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import fc from 'fast-check'
 import {
   PgoutputDecodeError,
   PgoutputDecoder,
@@ -309,6 +310,39 @@ describe('decodePgoutput', () => {
     const bytes = Wire.of('I').u32(1).char('N').tuple([huge, 'tail']).build()
     const message = decodePgoutput(bytes)
     expect(message.tag === 'insert' && message.newTuple).toEqual([huge, 'tail'])
+  })
+
+  it('decodes each text value as its own bytes would decode, whatever its neighbours (random rows)', () => {
+    // Values are raw bytes: valid and broken UTF-8, lengths whose header bytes are not ASCII (128+), nulls and
+    // unchanged markers between them; the tuple is decoded in one piece only when that is exact (decodeTexts).
+    const byte = fc.oneof(fc.integer({ min: 0x20, max: 0x7e }), fc.integer({ min: 0, max: 255 }))
+    const text = fc.oneof(
+      fc.string({ unit: 'grapheme', maxLength: 40 }).map((s) => Buffer.from(s, 'utf8')),
+      fc.uint8Array({ maxLength: 40 }).map((b) => Buffer.from(b)),
+      fc.array(byte, { minLength: 120, maxLength: 400 }).map((b) => Buffer.from(b)),
+    )
+    const cell = fc.oneof({ weight: 6, arbitrary: text }, { weight: 1, arbitrary: fc.constantFrom<null | 'UNCHANGED'>(null, 'UNCHANGED') })
+    fc.assert(
+      fc.property(fc.array(cell, { maxLength: 12 }), (cells) => {
+        const wire = Wire.of('I').u32(1).char('N').i16(cells.length)
+        for (const c of cells) {
+          if (c === null) wire.char('n')
+          else if (c === 'UNCHANGED') wire.char('u')
+          else wire.char('t').i32(c.length).raw(c)
+        }
+        const message = decodePgoutput(wire.build())
+        const expected = cells.map((c) => (c === null ? null : c === 'UNCHANGED' ? UNCHANGED_TOAST : c.toString('utf8')))
+        expect(message.tag === 'insert' && message.newTuple).toEqual(expected)
+      }),
+      { numRuns: process.env.SOAK === '1' ? 20_000 : 1_000 },
+    )
+  })
+
+  it('decodes a row of two values too long to join into one string', () => {
+    const big = 'y'.repeat(70 * 1024)
+    const bytes = Wire.of('I').u32(1).char('N').tuple([big, 'ä', big]).build()
+    const message = decodePgoutput(bytes)
+    expect(message.tag === 'insert' && message.newTuple).toEqual([big, 'ä', big])
   })
 
   it('copies message content out of the input buffer (the connection reuses it)', () => {

@@ -1,4 +1,6 @@
+import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { rowKeyFromValue, rowKeyPrefix } from '@sluice/protocol'
 import { UNCHANGED_TOAST, UnchangedToastError } from '../../src/replication/index.js'
 import type { Change, Relation } from '../../src/replication/index.js'
 import { ChangeEncoder, ChangeEncodingError } from '../../src/shapes/index.js'
@@ -219,6 +221,36 @@ describe('ChangeEncoder', () => {
       const expected = { key: '"public"."items"/"1"', value: { id: '1', title: s, note: null }, headers: { operation: 'insert', relation: ['public', 'items'], lsn: '23456789', op_position: 4, txids: [770] } }
       expect(text(line)).toBe(JSON.stringify(expected))
     }
+  })
+
+  it('escapes long and short values exactly like JSON.stringify (random strings, both copy paths)', () => {
+    // Values of 24+ units with nothing to escape are copied natively; one escape or non-ASCII unit anywhere
+    // sends the value through the per-character path. Mostly plain text, so both paths are taken often.
+    const encoder = new ChangeEncoder({ table: items, replica: 'default' })
+    const plain = fc.string({ unit: fc.constantFrom(...'abcXYZ019 -:./~\u007f'.split('')), maxLength: 60 })
+    const special = fc.constantFrom('"', '\\', '\n', '\u0000', '\u001f', 'é', '€', '\u2028', '\ud83d\ude00', '\ud800', '\udfff')
+    const value = fc.oneof(
+      { weight: 3, arbitrary: plain },
+      { weight: 2, arbitrary: fc.tuple(plain, special, plain).map(([a, b, c]) => a + b + c) },
+      { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 80 }) },
+    )
+    const weird = new ChangeEncoder({ table: odd, replica: 'default' })
+    const keyOf = (table: TableDescription, id: string): string => rowKeyFromValue(rowKeyPrefix({ schema: table.schema, name: table.name }), id)
+    fc.assert(
+      fc.property(value, value, value, fc.boolean(), (id, title, note, odder) => {
+        const table = odder ? odd : items
+        const [line] = (odder ? weird : encoder).encode({ kind: 'insert', newTuple: [id, title, note] }, pos)
+        const [c1, c2, c3] = table.columns as [string, string, string]
+        const expected = {
+          key: keyOf(table, id),
+          value: { [c1]: id, [c2]: title, [c3]: note },
+          headers: { operation: 'insert', relation: [table.schema, table.name], lsn: '23456789', op_position: 4, txids: [770] },
+        }
+        expect(text(line!)).toBe(JSON.stringify(expected))
+        expect(line!.key).toBe(keyOf(table, id))
+      }),
+      { numRuns: process.env.SOAK === '1' ? 50_000 : 2_000 },
+    )
   })
 
   it.each([

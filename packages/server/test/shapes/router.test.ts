@@ -263,4 +263,17 @@ describe('ShapeRouter', () => {
     expect(ticket.recentXids).toEqual([11, 12])
     await add('y')
   })
+
+  it('remembers only the last recentXids xids, oldest first, however many were routed', async () => {
+    const router = new ShapeRouter({ advance: () => {}, streams: new ArrayStreams(), invalidate: async () => {}, recentXids: 3 })
+    expect(router.recentXids).toEqual([])
+    const seen: number[] = []
+    for (let xid = 100; xid < 108; xid++) {
+      await router.onTransaction(txn([], xid))
+      seen.push(xid)
+      expect(router.recentXids).toEqual(seen.slice(-3))
+    }
+    const ticket = await router.register({ handle: 'x', table: ITEMS, where: undefined, columns: undefined, replica: 'default' }, new Collector())
+    expect(ticket.recentXids).toEqual([105, 106, 107])
+  })
 })

@@ -235,3 +235,37 @@ describe('ShapeIndex', () => {
     expect(counter.calls).toBe(0)
   })
 })
+
+describe('ShapeIndex keys that read as integers', () => {
+  // The index holds canonical integer text as numbers (mapKey): text and int8 shapes must find exactly what equality finds.
+  const KEY_COLUMNS: readonly WhereColumn[] = [
+    { name: 't', type: 'text' },
+    { name: 'n', type: 'int8' },
+  ]
+  const clause = (source: string): WhereClause => compileWhereSync(source, { columns: KEY_COLUMNS, params: [] })
+  const quote = (text: string): string => `'${text.replace(/'/g, "''")}'`
+  const ids = (found: Set<{ id: string }>): string[] => [...found].map((s) => s.id)
+
+  it('keeps integer text, other text and long digit strings apart, as equality on the text does', () => {
+    const index = new ShapeIndex<{ id: string }>()
+    const values = ['42', '042', '-7', '-0', '0', '+1', ' 1', '1e3', '9007199254740993', '999999999999999', '-999999999999999', '1000000000000000', 'abc', '']
+    const shapes = values.map((v) => ({ id: v }))
+    shapes.forEach((shape) => index.add(shape, clause(`t = ${quote(shape.id)}`)))
+    for (const v of [...values, '43', '7', '9007199254740992']) {
+      expect(ids(index.affected({ t: v, n: null }))).toEqual(values.includes(v) ? [v] : [])
+    }
+    // Removal finds what was filed the same way.
+    shapes.forEach((shape) => index.remove(shape))
+    for (const v of values) expect(index.affected({ t: v, n: null }).size).toBe(0)
+  })
+
+  it('finds int8 shapes by value past 2^53 and at its edges', () => {
+    const index = new ShapeIndex<{ id: string }>()
+    const values = ['9007199254740991', '9007199254740992', '9007199254740993', '-9223372036854775808', '9223372036854775807', '123456789012345', '-123456789012345', '0', '-1']
+    values.forEach((v) => index.add({ id: v }, clause(`n = ${v}`)))
+    for (const v of values) expect(ids(index.affected({ t: null, n: v }))).toEqual([v])
+    expect(index.affected({ t: null, n: '9007199254740994' }).size).toBe(0)
+    // Non-canonical row text (a cast's output never looks like this, but the evaluator path must agree).
+    expect(ids(index.affected({ t: null, n: '-0' }))).toEqual(['0'])
+  })
+})
