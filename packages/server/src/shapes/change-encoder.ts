@@ -73,7 +73,6 @@ export interface EncodedLine {
   /** Op offset of this line: `op`, or `op + 1` for the insert half of a PK change. */
   readonly op: number
   readonly operation: Operation
-  readonly key: string
   readonly bytes: Uint8Array
 }
 
@@ -95,6 +94,7 @@ type Row = readonly (string | null)[]
 
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
+const SLASH = 0x2f
 /** JSON.stringify's escape of each control character, as bytes. */
 const CONTROL_ESCAPES: readonly Uint8Array[] = Array.from({ length: 0x20 }, (_, c) => Buffer.from(JSON.stringify(String.fromCharCode(c)).slice(1, -1), 'latin1'))
 /** Worst UTF-8 bytes per UTF-16 unit of a string once escaped: `\u001f` for a control character or a lone surrogate. */
@@ -184,6 +184,32 @@ function putEscaped(buf: Buffer, at: number, s: string, from: number): number {
     }
   }
   buf[at++] = QUOTE
+  return at
+}
+
+/** A row key's value parts inside the key's JSON string: `/"…"` (the quotes escaped) and `/_` for NULL. */
+const PART_OPEN = ascii('/\\"')
+const PART_CLOSE = ascii('\\"')
+const NULL_PART = ascii('/_')
+
+/**
+ * A key value inside a row key inside a JSON string: `/` doubled (the key's
+ * own escaping), then JSON's. -1 at a unit past ASCII (the caller takes the
+ * key string instead).
+ */
+function putKeyValue(buf: Buffer, at: number, s: string): number {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c >= 0x20 && c < 0x80) {
+      if (c === QUOTE || c === BACKSLASH) buf[at++] = BACKSLASH
+      else if (c === SLASH) buf[at++] = SLASH
+      buf[at++] = c
+    } else if (c < 0x20) {
+      at = putBytes(buf, at, CONTROL_ESCAPES[c]!)
+    } else {
+      return -1
+    }
+  }
   return at
 }
 
@@ -315,13 +341,11 @@ export class ChangeEncoder {
     switch (change.kind) {
       case 'insert': {
         const row = this.#row(change.newTuple)
-        const key = this.#key(row)
-        return [this.#line('insert', key, { row, columns: this.#projected }, undefined, undefined, position.lsn, position.op, position.txid, position.last, scratch)]
+        return [this.#line('insert', row, { row, columns: this.#projected }, undefined, undefined, position.lsn, position.op, position.txid, position.last, scratch)]
       }
       case 'delete': {
         const row = this.#row(change.oldTuple)
-        const key = this.#key(row)
-        return [this.#line('delete', key, this.#deleteValue(row, change.oldTupleKind), undefined, undefined, position.lsn, position.op, position.txid, position.last, scratch)]
+        return [this.#line('delete', row, this.#deleteValue(row, change.oldTupleKind), undefined, undefined, position.lsn, position.op, position.txid, position.last, scratch)]
       }
       case 'update':
         return this.#update(change.newTuple, change.oldTuple, change.oldTupleKind, position, scratch)
@@ -339,28 +363,30 @@ export class ChangeEncoder {
     const prev = oldTuple === undefined ? undefined : this.#row(oldTuple)
     // Without a logged old row (REPLICA IDENTITY DEFAULT and the key unchanged) Postgres says nothing about the old values.
     const prevIsFull = prev !== undefined && oldKind !== 'key'
-    const key = this.#key(next)
-    const oldKey = prev === undefined ? key : this.#key(prev)
     const { lsn, op, txid, last } = position
 
-    if (oldKey !== key) {
-      // §3.2: a key change is a delete of the old key then an insert of the new one.
-      // Electric puts `last` only on the insert half: the delete is never the transaction's last line.
-      if (prev === undefined) throw new Error('unreachable: a changed key implies an old tuple')
-      return [
-        this.#line('delete', oldKey, this.#deleteValue(prev, oldKind), undefined, { to: true, key }, lsn, op, txid, false, scratch),
-        this.#line('insert', key, { row: next, columns: this.#projected }, undefined, { to: false, key: oldKey }, lsn, op + 1, txid, last, scratch),
-      ]
+    // Equal key values make equal keys; only when they differ are the keys built to compare.
+    if (prev !== undefined && !this.#sameKeyValues(prev, next)) {
+      const key = this.#key(next)
+      const oldKey = this.#key(prev)
+      if (oldKey !== key) {
+        // §3.2: a key change is a delete of the old key then an insert of the new one.
+        // Electric puts `last` only on the insert half: the delete is never the transaction's last line.
+        return [
+          this.#line('delete', oldKey, this.#deleteValue(prev, oldKind), undefined, { to: true, key }, lsn, op, txid, false, scratch),
+          this.#line('insert', key, { row: next, columns: this.#projected }, undefined, { to: false, key: oldKey }, lsn, op + 1, txid, last, scratch),
+        ]
+      }
     }
 
     // Unknown old values count as changed, so the client never misses a new value.
     const changed = this.#projected.filter((i) => !prevIsFull || prev[i] !== next[i])
     if (this.replica === 'default') {
       const columns = this.#projected.filter((i) => this.#isPk[i] === true || changed.includes(i))
-      return [this.#line('update', key, { row: next, columns }, undefined, undefined, lsn, op, txid, last, scratch)]
+      return [this.#line('update', next, { row: next, columns }, undefined, undefined, lsn, op, txid, last, scratch)]
     }
     if (!prevIsFull) throw this.#missingOldRow('update')
-    return [this.#line('update', key, { row: next, columns: this.#projected }, { row: prev, columns: changed }, undefined, lsn, op, txid, last, scratch)]
+    return [this.#line('update', next, { row: next, columns: this.#projected }, { row: prev, columns: changed }, undefined, lsn, op, txid, last, scratch)]
   }
 
   #deleteValue(row: Row, kind: OldTupleKind | undefined): RowPart {
@@ -371,9 +397,10 @@ export class ChangeEncoder {
     return { row, columns: this.#pk.length > 0 ? this.#projected.filter((i) => this.#isPk[i] === true) : this.#projected }
   }
 
+  /** `key`: the line's row key, or the row to write it from (see #putRowKey). */
   #line(
     operation: Operation,
-    key: string,
+    key: string | Row,
     value: RowPart,
     oldValue: RowPart | undefined,
     keyChange: KeyChange | undefined,
@@ -387,14 +414,14 @@ export class ChangeEncoder {
       LINE_OVERHEAD +
       MAX_U64_DIGITS +
       this.#relationJson.length +
-      jsonBound(key) +
+      (typeof key === 'string' ? jsonBound(key) : this.#keyBound(key)) +
       (keyChange === undefined ? 0 : jsonBound(keyChange.key)) +
       this.#objectBound(value.row) +
       (oldValue === undefined ? 0 : this.#objectBound(oldValue.row))
     const into = scratch ?? (ownScratch ??= new LineScratch())
     const buf = into.open(worst)
     let at = putBytes(buf, into.start, KEY_OPEN)
-    at = this.#putKey(buf, at, key)
+    at = typeof key === 'string' ? this.#putKey(buf, at, key) : this.#putRowKey(buf, at, key)
     at = putBytes(buf, at, VALUE)
     at = this.#object(buf, at, value)
     if (oldValue !== undefined) {
@@ -417,9 +444,9 @@ export class ChangeEncoder {
     if (scratch === undefined) {
       // Lines of their own: the shared scratch is reused by the next call.
       into.reset()
-      return { op, operation, key, bytes: new Uint8Array(line) }
+      return { op, operation, bytes: new Uint8Array(line) }
     }
-    return { op, operation, key, bytes: line }
+    return { op, operation, bytes: line }
   }
 
   #checkPosition(position: ChangePosition): void {
@@ -427,6 +454,54 @@ export class ChangeEncoder {
     if (typeof lsn !== 'bigint' || lsn < 0n || lsn > U64_MAX) throw new ChangeEncodingError('invalid_position', `LSN out of range: ${String(lsn)}`)
     if (!Number.isSafeInteger(op) || op < 0) throw new ChangeEncodingError('invalid_position', `invalid op position: ${op}`)
     if (!Number.isInteger(txid) || txid < 0 || txid > MAX_XID) throw new ChangeEncodingError('invalid_position', `xid is not a 32-bit xid: ${txid}`)
+  }
+
+  /**
+   * The row's key as a JSON string, written from its key values: no key
+   * string is built (a concatenation per change, then flattened to be
+   * escaped). Each value part is `/"value"` with `/` doubled, `/_` for NULL
+   * (rowKeyFromValues); a value past ASCII, or a table without a key, takes
+   * the key string.
+   */
+  #putRowKey(buf: Buffer, at: number, row: Row): number {
+    const pk = this.#pk
+    if (pk.length === 0) return this.#putKey(buf, at, this.#key(row))
+    const start = at
+    at = putBytes(buf, at, this.#keyPrefixJson)
+    for (let k = 0; k < pk.length; k++) {
+      const value = row[pk[k]!]
+      if (value === null || value === undefined) {
+        at = putBytes(buf, at, NULL_PART)
+        continue
+      }
+      at = putBytes(buf, at, PART_OPEN)
+      at = putKeyValue(buf, at, value)
+      if (at < 0) return this.#putKey(buf, start, this.#key(row))
+      at = putBytes(buf, at, PART_CLOSE)
+    }
+    buf[at] = QUOTE
+    return at + 1
+  }
+
+  /** Bytes #putRowKey can take: the prefix, and per key value its part's fixed bytes and the value escaped with every unit doubled. */
+  #keyBound(row: Row): number {
+    if (this.#pk.length === 0) return jsonBound(this.#key(row))
+    let n = this.#keyPrefixJson.length + 1
+    for (const i of this.#pk) {
+      const value = row[i]
+      n += PART_OPEN.length + PART_CLOSE.length + (value === null || value === undefined ? 0 : 2 * jsonBound(value))
+    }
+    return n
+  }
+
+  /** Whether two rows have the same key values (the same key: see #key). */
+  #sameKeyValues(a: Row, b: Row): boolean {
+    if (this.#pk.length === 0) {
+      for (let i = 0; i < this.table.columns.length; i++) if ((a[i] ?? null) !== (b[i] ?? null)) return false
+      return true
+    }
+    for (const i of this.#pk) if ((a[i] ?? null) !== (b[i] ?? null)) return false
+    return true
   }
 
   /** A row key as a JSON string: the table's prefix from bytes made once, the rest escaped. */

@@ -338,6 +338,21 @@ describe('decodePgoutput', () => {
     )
   })
 
+  it('reads every LSN and timestamp right when messages repeat them or not (random sequences)', () => {
+    // u64/i64 hand a repeated value the BigInt they made for it last: repeats, near misses (same high or low
+    // half) and values past 2^53 must all come out exact.
+    const lsns = [0n, 1n, 2n ** 32n, 2n ** 32n + 1n, 2n ** 53n + 1n, 2n ** 64n - 1n, 0x16_b374_d848n]
+    const times = [0n, -1n, -(2n ** 32n), 2n ** 32n, 2n ** 53n + 3n, -(2n ** 63n), 2n ** 63n - 1n, 781_234_567_890_123n]
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.constantFrom(...lsns), fc.constantFrom(...times)), { maxLength: 20 }), (pairs) => {
+        for (const [lsn, time] of pairs) {
+          const message = decodePgoutput(Wire.of('B').u64(lsn).i64(time).u32(7).build())
+          expect(message).toEqual({ tag: 'begin', finalLsn: lsn, commitTime: time, xid: 7 })
+        }
+      }),
+    )
+  })
+
   it('decodes a row of two values too long to join into one string', () => {
     const big = 'y'.repeat(70 * 1024)
     const bytes = Wire.of('I').u32(1).char('N').tuple([big, 'ä', big]).build()
