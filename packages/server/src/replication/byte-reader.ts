@@ -133,7 +133,9 @@ export class ByteReader {
 
   /**
    * Moves past a tuple's value of `length` bytes and returns where it starts,
-   * for a caller that decodes a run of values at once (`text`).
+   * for a caller that decodes a run of values at once (`text`). The column's
+   * number names it only in an error: a field name built for every value of
+   * every row was once the decoder's largest allocation.
    */
   skipValue(length: number, column: number): number {
     if (length < 0 || this.limit - this.pos < length) this.need(length, `value of column ${column}`)

@@ -69,8 +69,13 @@ export class CopyDataFramer {
     let othersFrom = -1
     while (length - at >= HEADER_BYTES) {
       const size = buf.readUInt32BE(at + 1)
-      // A length below its own four bytes is not a message: pg's parser gets the rest and reports it.
-      if (size < 4) break
+      if (size < 4) {
+        // A length below its own four bytes is not a message: this and all after it go to pg's parser untouched, for it to report.
+        this.broken = true
+        if (othersFrom < 0) othersFrom = at
+        at = length
+        break
+      }
       const end = at + 1 + size
       if (end > length) break
       if (buf[at] === COPY_DATA) {
@@ -83,12 +88,6 @@ export class CopyDataFramer {
         othersFrom = at
       }
       at = end
-    }
-    if (length - at >= HEADER_BYTES && buf.readUInt32BE(at + 1) < 4) {
-      // Garbage: everything from here goes on untouched, and nothing is framed after it.
-      if (othersFrom < 0) othersFrom = at
-      at = length
-      this.broken = true
     }
     if (othersFrom >= 0) this.sink.other(buf.subarray(othersFrom, at))
     return at

@@ -277,6 +277,9 @@ function readTuple(r: ByteReader): Tuple {
   return values
 }
 
+/** Past this a row's values are decoded one by one: no string as long as two huge values together (V8 caps a string's length). */
+const MAX_RUN_BYTES = 64 * 1024
+
 /**
  * The tuple's text values, decoded in one piece when that gives each value
  * exactly: a decode per value was a call into C++ for every column of every
@@ -287,9 +290,6 @@ function readTuple(r: ByteReader): Tuple {
  * as itself, any stray byte as U+FFFD either way). Anything else, one value
  * at a time.
  */
-/** Past this a row's values are decoded one by one: no string as long as two huge values together (V8 caps a string's length). */
-const MAX_RUN_BYTES = 64 * 1024
-
 function decodeTexts(r: ByteReader, values: Tuple, texts: number): void {
   const from = textAt[0]!
   const to = textAt[texts - 1]! + textLength[texts - 1]!

@@ -297,7 +297,7 @@ export class ShapeRouter implements ChangeSink {
   private readonly idle: TxnRouting[] = []
 
   constructor(private readonly options: ShapeRouterOptions) {
-    this.recentLimit = Math.max(1, options.recentXids ?? 256)
+    this.recentLimit = Math.max(0, options.recentXids ?? 256)
   }
 
   /** Number of shapes routed to. */
@@ -693,8 +693,10 @@ export class ShapeRouter implements ChangeSink {
   }
 
   private finish(txn: TxnRouting): void {
-    this.recent[this.recentNext] = txn.xid
-    this.recentNext = this.recentNext + 1 === this.recentLimit ? 0 : this.recentNext + 1
+    if (this.recentLimit > 0) {
+      this.recent[this.recentNext] = txn.xid
+      this.recentNext = this.recentNext + 1 === this.recentLimit ? 0 : this.recentNext + 1
+    }
     if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
     this.routedTransactions++
     this.options.advance(txn.lsn)
