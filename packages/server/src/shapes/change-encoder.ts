@@ -161,21 +161,26 @@ function putJsonString(buf: Buffer, at: number, s: string): number {
     return at + 1
   }
   buf[at] = QUOTE
-  const end = putEscaped(buf, at + 1, s, 0)
-  // Non-ASCII (and maybe a lone surrogate to escape): JSON.stringify's text, encoded.
-  return end >= 0 ? end : at + buf.write(JSON.stringify(s), at, 'utf8')
+  const end = putEscaped(buf, at + 1, s, false)
+  if (end < 0) {
+    // Non-ASCII (and maybe a lone surrogate to escape): JSON.stringify's text, encoded.
+    return at + buf.write(JSON.stringify(s), at, 'utf8')
+  }
+  buf[end] = QUOTE
+  return end + 1
 }
 
 /**
- * `s` from unit `from` on, escaped as in a JSON string, then the closing
- * quote; -1 at the first unit past ASCII (the caller writes the whole string
- * another way).
+ * `s` escaped as inside a JSON string (with `slashes`,
+ * each `/` doubled first: a key value's own escaping inside a row key); -1 at
+ * the first unit past ASCII (the caller writes the whole string another way).
  */
-function putEscaped(buf: Buffer, at: number, s: string, from: number): number {
-  for (let i = from; i < s.length; i++) {
+function putEscaped(buf: Buffer, at: number, s: string, slashes: boolean): number {
+  for (let i = 0; i < s.length; i++) {
     const c = s.charCodeAt(i)
     if (c >= 0x20 && c < 0x80) {
       if (c === QUOTE || c === BACKSLASH) buf[at++] = BACKSLASH
+      else if (slashes && c === SLASH) buf[at++] = SLASH
       buf[at++] = c
     } else if (c < 0x20) {
       at = putBytes(buf, at, CONTROL_ESCAPES[c]!)
@@ -183,7 +188,6 @@ function putEscaped(buf: Buffer, at: number, s: string, from: number): number {
       return -1
     }
   }
-  buf[at++] = QUOTE
   return at
 }
 
@@ -191,27 +195,6 @@ function putEscaped(buf: Buffer, at: number, s: string, from: number): number {
 const PART_OPEN = ascii('/\\"')
 const PART_CLOSE = ascii('\\"')
 const NULL_PART = ascii('/_')
-
-/**
- * A key value inside a row key inside a JSON string: `/` doubled (the key's
- * own escaping), then JSON's. -1 at a unit past ASCII (the caller takes the
- * key string instead).
- */
-function putKeyValue(buf: Buffer, at: number, s: string): number {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i)
-    if (c >= 0x20 && c < 0x80) {
-      if (c === QUOTE || c === BACKSLASH) buf[at++] = BACKSLASH
-      else if (c === SLASH) buf[at++] = SLASH
-      buf[at++] = c
-    } else if (c < 0x20) {
-      at = putBytes(buf, at, CONTROL_ESCAPES[c]!)
-    } else {
-      return -1
-    }
-  }
-  return at
-}
 
 /** Past this many UTF-16 units a string's room is counted exactly, not at the worst case (six times its length). */
 const EXACT_BOUND_UNITS = 1024
@@ -278,7 +261,7 @@ export class ChangeEncoder {
   readonly replica: ReplicaMode
   readonly #relation: RelationName
   readonly #keyPrefix: string
-  /** The opening quote and the key prefix as a JSON string writes them: the same in every key of the table. */
+  /** The opening quote and the key prefix as a JSON string writes them: the same in every key of the table (#putRowKey). */
   readonly #keyPrefixJson: Uint8Array
   /** `,"headers":{"operation":"<op>","relation":["schema","table"]` per operation, UTF-8 */
   readonly #headers: Readonly<Record<Operation, Uint8Array>>
@@ -421,7 +404,7 @@ export class ChangeEncoder {
     const into = scratch ?? (ownScratch ??= new LineScratch())
     const buf = into.open(worst)
     let at = putBytes(buf, into.start, KEY_OPEN)
-    at = typeof key === 'string' ? this.#putKey(buf, at, key) : this.#putRowKey(buf, at, key)
+    at = typeof key === 'string' ? putJsonString(buf, at, key) : this.#putRowKey(buf, at, key)
     at = putBytes(buf, at, VALUE)
     at = this.#object(buf, at, value)
     if (oldValue !== undefined) {
@@ -465,7 +448,7 @@ export class ChangeEncoder {
    */
   #putRowKey(buf: Buffer, at: number, row: Row): number {
     const pk = this.#pk
-    if (pk.length === 0) return this.#putKey(buf, at, this.#key(row))
+    if (pk.length === 0) return putJsonString(buf, at, this.#key(row))
     const start = at
     at = putBytes(buf, at, this.#keyPrefixJson)
     for (let k = 0; k < pk.length; k++) {
@@ -475,8 +458,8 @@ export class ChangeEncoder {
         continue
       }
       at = putBytes(buf, at, PART_OPEN)
-      at = putKeyValue(buf, at, value)
-      if (at < 0) return this.#putKey(buf, start, this.#key(row))
+      at = putEscaped(buf, at, value, true)
+      if (at < 0) return putJsonString(buf, start, this.#key(row))
       at = putBytes(buf, at, PART_CLOSE)
     }
     buf[at] = QUOTE
@@ -502,16 +485,6 @@ export class ChangeEncoder {
     }
     for (const i of this.#pk) if ((a[i] ?? null) !== (b[i] ?? null)) return false
     return true
-  }
-
-  /** A row key as a JSON string: the table's prefix from bytes made once, the rest escaped. */
-  #putKey(buf: Buffer, at: number, key: string): number {
-    const prefix = this.#keyPrefix
-    if (key.startsWith(prefix)) {
-      const end = putEscaped(buf, putBytes(buf, at, this.#keyPrefixJson), key, prefix.length)
-      if (end >= 0) return end
-    }
-    return putJsonString(buf, at, key)
   }
 
   /** `{"name":value,…}` for the part's columns. */
