@@ -125,7 +125,18 @@ export interface ShapeRouterOptions {
   readonly invalidate: (handles: readonly string[], reason: Invalidation) => Promise<void>
   /** How many recently routed xids to remember for the snapshot race check (see `RegistrationTicket`). */
   readonly recentXids?: number
+  /** Where transaction and change numbers start again at 1 (MARK_WRAP; smaller only in tests). */
+  readonly markWrap?: number
 }
+
+/**
+ * Transaction and change numbers (a shape's marks) start again at 1 here, well
+ * inside V8's small-integer range (below 2^30 with pointer compression). A
+ * mark past it would be a heap number: every shape object's layout would
+ * change on its next mark (100k migrations, and a boxed number per field from
+ * then on), about 10^9 transactions into a server's life.
+ */
+export const MARK_WRAP = 2 ** 29
 
 /**
  * Given when a registration takes effect. `recentXids` are the last
@@ -276,6 +287,7 @@ export class ShapeRouter implements ChangeSink {
   private readonly oldHits: RoutedShape[] = []
   private stamp = 0
   private txnCount = 0
+  private readonly markWrap: number
   /** A part's entries, refilled for every shape (see TransactionPart). */
   private readonly ops: number[] = []
   private readonly jsons: Uint8Array[] = []
@@ -298,6 +310,7 @@ export class ShapeRouter implements ChangeSink {
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recentLimit = Math.max(0, options.recentXids ?? 256)
+    this.markWrap = options.markWrap ?? MARK_WRAP
   }
 
   /** Number of shapes routed to. */
@@ -527,6 +540,7 @@ export class ShapeRouter implements ChangeSink {
     const inOld = route.index.collect(oldRow, oldHits)
     if (inNew === 0 && inOld === 0) return
     // Membership by stamp: the shapes of both sides marked with this change's number.
+    if (this.stamp >= this.markWrap) this.restartStamps()
     const stamp = ++this.stamp
     for (let i = 0; i < inOld; i++) oldHits[i]!.oldRowMark = stamp
     let update: Item | undefined
@@ -748,7 +762,21 @@ export class ShapeRouter implements ChangeSink {
   }
 
   private begin(lsn: bigint, xid: number): TxnRouting {
+    // Only while no other routing is under way: its shapes' marks still name it.
+    if (this.txnCount >= this.markWrap && this.busy === 1) {
+      for (const shape of this.shapes.values()) shape.txnMark = 0
+      this.txnCount = 0
+    }
     return (this.idle.pop() ?? new TxnRouting()).start(++this.txnCount, lsn, xid)
+  }
+
+  /** A stamp means something only within one change: any moment between two is a safe one to restart them. */
+  private restartStamps(): void {
+    for (const shape of this.shapes.values()) {
+      shape.oldRowMark = 0
+      shape.newRowMark = 0
+    }
+    this.stamp = 0
   }
 
   /** Ends routing work; a transaction's lines die with it. */
