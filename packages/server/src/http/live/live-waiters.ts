@@ -79,6 +79,9 @@ export class LiveWaiters {
     this.resolutionMs = resolutionMs
     this.clock = options.now ?? (() => performance.now())
     this.unsubscribe = options.store.onFlush((result) => {
+      // A flush names every log it published (thousands of them with 100k busy shapes), and each
+      // lookup hashes an id that has left the CPU's caches: nothing to do while nobody waits.
+      if (this.count === 0) return
       for (const id of result.advanced) this.wake(id, 'advanced')
     })
   }
