@@ -329,7 +329,7 @@ export function markdown(report: Report): string {
   out.push(`| date | ${m.date} |`)
   out.push('')
   out.push(
-    'The machine is shared: another agent ran Postgres-heavy test suites on it during the run. Load averages (1, 5, 15 min) as the run went:',
+    "The machine is a shared VM: its host and other tenants add load the benchmark does not control (the host takes CPU time from it, Linux's *steal*), and the load averages also count the benchmark's own processes (pgbench's 8 clients in the keep-up phases). Load averages (1, 5, 15 min) as the run went:",
   )
   out.push('')
   out.push('| point | load average |')
@@ -337,7 +337,7 @@ export function markdown(report: Report): string {
   for (const l of report.loads) out.push(`| ${l.label} (${l.at.slice(11, 19)} UTC) | ${l.loadavg.map((x) => x.toFixed(2)).join(', ')} |`)
   out.push('')
   out.push(
-    `Each timed run waited up to ${QUIET_NOTE} for the machine's CPU pressure to settle, and records the share of its wall time in which some task waited for a CPU (Linux PSI: *CPU pressure* below); on 2 cores the benchmark's own processes (Postgres's walsender and backends, the pipeline, pgbench) raise it too.`,
+    `Each timed run waited up to ${quietWait(s)} for the machine's CPU pressure to settle, and records the share of its wall time in which some task waited for a CPU (Linux PSI: *CPU pressure* below); on 2 cores the benchmark's own processes (Postgres's walsender and backends, the pipeline, pgbench) raise it too.`,
   )
   out.push('')
   out.push('## Postgres settings')
@@ -535,7 +535,11 @@ function keepUpSection(report: Report, variants: readonly KeepUpResult[]): strin
   return out
 }
 
-let QUIET_NOTE = '20 s'
+/** The run's wait for a quiet machine (recorded in its settings; runs from before that used the default, 20 s). */
+function quietWait(settings: Record<string, unknown>): string {
+  const ms = typeof settings['quietWaitMs'] === 'number' ? settings['quietWaitMs'] : 20_000
+  return `${(ms / 1000).toFixed(0)} s`
+}
 
 function fmt(v: unknown): string {
   return typeof v === 'boolean' ? (v ? 'on' : 'off') : String(v)
@@ -570,10 +574,6 @@ function METHOD(report: Report, s: Record<string, unknown>): string[] {
     '- **Keeping up.** See its section. **Memory.** `process.memoryUsage()` in the pipeline process after two forced GCs (`--expose-gc`).',
     '- tinybench is not used here: every measurement is one multi-second run of several processes, timed once from outside the measured work, not a micro-operation to repeat in a loop.',
   ]
-}
-
-export function setQuietNote(text: string): void {
-  QUIET_NOTE = text
 }
 
 /** `node --import tsx pipeline/report.ts results/pipeline.json`: renders the markdown again from a run's JSON (same data, current wording). */

@@ -55,7 +55,7 @@ import type { GeneratedWorkload } from './pg.js'
 import { BENCH_SOURCE, PipelineWorker, type SchedTimes, cpusAllowed, processCpuMs, runTimed, schedStat, setTreeCpus, treeCpuMs, twoCpus } from './proc.js'
 import { summariseDir } from './profile-summary.js'
 import { type CpuGroups, cpuGroups, dropGroups, joinGroup, joinGroupTree } from './cpu-groups.js'
-import { KEEPUP_VARIANTS, type Report, setQuietNote, writeReport } from './report.js'
+import { KEEPUP_VARIANTS, type Report, writeReport } from './report.js'
 import type { ConcurrentResult, KeepUpCores, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult, SchedShare } from './report.js'
 import { CpuWatch, median, quantile } from './stats.js'
 import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
@@ -926,7 +926,7 @@ async function main(): Promise<void> {
     machine: machineInfo(root),
     postgres: { version: cluster.version, binDir: cluster.binDir, settings: BENCH_PG_SETTINGS },
     protoVersion: PROTO_VERSION,
-    settings: { ...SETTINGS, keepUpCores: KEEPUP_CORES },
+    settings: { ...SETTINGS, keepUpCores: KEEPUP_CORES, quietWaitMs: QUIET_WAIT_MS },
     runSeconds: (performance.now() - runStarted) / 1000,
     loads,
     registrations,
@@ -938,7 +938,6 @@ async function main(): Promise<void> {
     keepUpServices: keepUpServices ?? null,
     ...(keepUpServicesSkipped === undefined ? {} : { keepUpServicesSkipped }),
   }
-  setQuietNote(`${(QUIET_WAIT_MS / 1000).toFixed(0)} s`)
   const name = QUICK ? 'pipeline.quick' : PARTIAL ? 'pipeline.partial' : 'pipeline'
   mkdirSync(resultsDir, { recursive: true })
   writeReport(report, join(resultsDir, name))
