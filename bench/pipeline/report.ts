@@ -329,7 +329,7 @@ export function markdown(report: Report): string {
   out.push(`| date | ${m.date} |`)
   out.push('')
   out.push(
-    "The machine is a shared VM: its host and other tenants add load the benchmark does not control (the host takes CPU time from it, Linux's *steal*), and the load averages also count the benchmark's own processes (pgbench's 8 clients in the keep-up phases). Load averages (1, 5, 15 min) as the run went:",
+    "The machine is a shared VM: its host and other work on it add load the benchmark does not control, and the load averages also count the benchmark's own processes (pgbench's 8 clients in the keep-up phases). Load averages (1, 5, 15 min) as the run went:",
   )
   out.push('')
   out.push('| point | load average |')

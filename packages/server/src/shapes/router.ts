@@ -763,11 +763,13 @@ export class ShapeRouter implements ChangeSink {
 
   private begin(lsn: bigint, xid: number): TxnRouting {
     // Only while no other routing is under way: its shapes' marks still name it.
-    if (this.txnCount >= this.markWrap && this.busy === 1) {
-      for (const shape of this.shapes.values()) shape.txnMark = 0
-      this.txnCount = 0
-    }
+    if (this.txnCount >= this.markWrap && this.busy === 1) this.restartTxnMarks()
     return (this.idle.pop() ?? new TxnRouting()).start(++this.txnCount, lsn, xid)
+  }
+
+  private restartTxnMarks(): void {
+    for (const shape of this.shapes.values()) shape.txnMark = 0
+    this.txnCount = 0
   }
 
   /** A stamp means something only within one change: any moment between two is a safe one to restart them. */
