@@ -222,10 +222,12 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   /** Sizes to cut the files back to before the next append, after a failed truncate. */
   private pendingCut: HeadState | undefined
   /**
-   * Index records are not written per append: they are staged here and written
-   * by `writeIndex()` when a flush syncs this log, just before the sync. Readers only
-   * ever see published entries, and publishing follows the flush, so every
-   * record a reader can ask for is on disk by then.
+   * Entry records are staged here. With the journal, each append also puts
+   * its records in the journal (`journalRecords`), and a write-back takes them
+   * to entries.idx. Writing through, `writeIndex()` writes them to the file
+   * when a flush syncs this log, just before the sync. Readers only ever see
+   * published entries, and publishing follows the flush, so every record a
+   * reader can ask for is durable by then.
    */
   private readonly staged: RecordStage
   /** Entry records and chunk records already in their files. */
@@ -380,28 +382,42 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    */
   writeIndex(): void {
     const journal = this.journal
-    if (journal) {
-      // Write-behind: into the journal only; a write-back puts them in the file.
-      const total = this.recordsOnDisk + this.staged.count
-      if (this.recordsJournaled < total) {
-        // Straight from the stage's blocks (the journal copies them anyway), a
-        // run per block. A loop, not a callback: this runs for every dirty log
-        // of every flush, and a closure here cost each call a context.
-        const stage = this.staged
-        let at = HEADER_BYTES + this.recordsJournaled * ENTRY_RECORD_BYTES
-        for (let i = this.recordsJournaled - this.recordsOnDisk; i < stage.count; ) {
-          const end = stage.runEnd(i, stage.count)
-          const bytes = (end - i) * ENTRY_RECORD_BYTES
-          journal.write(this, this.journalId, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
-          at += bytes
-          i = end
-        }
-        this.recordsJournaled = total
-      }
-    } else if (this.staged.count > 0) {
-      this.writeRecordsThrough()
-    }
+    if (journal) this.journalRecords(journal)
+    else if (this.staged.count > 0) this.writeRecordsThrough()
     if (this.chunksOnDisk < this.appendedClosed) this.writeChunkRecords()
+  }
+
+  /** With the journal: records wait for the flush's `writeIndex` (entry records of later appends in a group, chunk records). */
+  get indexDue(): boolean {
+    return this.chunksOnDisk < this.appendedClosed || this.recordsJournaled < this.recordsOnDisk + this.staged.count
+  }
+
+  /**
+   * Write-behind: the staged entry records not yet in the journal go into it
+   * (a write-back puts them in the file). A log's first append in a journal
+   * group does this at once, while the log is in the CPU's caches: left to
+   * the flush, it was a second visit to each log appended since the last
+   * flush, which with 100k logs had left the caches by then (in a storage-only
+   * loop of one-line appends to 100k logs, 9.5-9.9 µs per append before,
+   * 6.8-7.7 after). Its later appends in the group leave theirs to the flush,
+   * which writes them with one record head (a log taking many appends per
+   * flush is in the caches anyway).
+   */
+  private journalRecords(journal: Journal<FileShapeLog>): void {
+    const total = this.recordsOnDisk + this.staged.count
+    if (this.recordsJournaled >= total) return
+    // Straight from the stage's blocks (the journal copies them anyway), a run
+    // per block. A loop, not a callback: a closure here cost each call a context.
+    const stage = this.staged
+    let at = HEADER_BYTES + this.recordsJournaled * ENTRY_RECORD_BYTES
+    for (let i = this.recordsJournaled - this.recordsOnDisk; i < stage.count; ) {
+      const end = stage.runEnd(i, stage.count)
+      const bytes = (end - i) * ENTRY_RECORD_BYTES
+      journal.write(this, this.journalId, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
+      at += bytes
+      i = end
+    }
+    this.recordsJournaled = total
   }
 
   /** Write-through: the staged entry records go to log.entries at once. */
@@ -1053,6 +1069,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       // journal records them from there (one copy fewer than staging them).
       // Otherwise staged into pieces of at most STAGE_BYTES written to the file.
       const journal = this.journal
+      const firstInGroup = journal !== undefined && !journal.inGroup(this)
       if (journal) {
         const tail = this.tailRoom(pos - beforeDataEnd)
         // Positions in `tail`, the buffer the tail's block lies in.
@@ -1100,7 +1117,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
       this.appendedClosed = closed
       this.appendedSnapshotChunks = snapshotChunks
       this.appendedSeq = this.host.nextSeq()
-      if (this.journal) {
+      if (journal) {
+        if (firstInGroup) this.journalRecords(journal)
         this.startWriteBackIfDue()
       } else if (this.staged.count * ENTRY_RECORD_BYTES >= STAGE_BYTES) {
         // A huge transaction must not hold its whole index in memory.

@@ -2,13 +2,16 @@
  * The file engine's store: shape directories, snapshots, group commit and the
  * durable watermark. Layout and byte formats: `format.ts`.
  *
- * Group commit. Appends only write to the page cache and mark their log dirty.
- * A flush, driven by an interval and by a dirty-byte threshold (or called
- * directly), runs one pass:
+ * Group commit. With the journal, an append records its bytes and entry
+ * records in the journal's group being built and keeps them in memory (the
+ * log's tail); without it, appends write to the page cache and mark their log
+ * dirty. A flush, driven by an interval and by a dirty-byte threshold (or
+ * called directly), runs one pass:
  *
  *   1. note the target watermark (the caller's `advance`, capped below any
  *      transaction whose append failed) and the append sequence number;
- *   2. write every dirty log's staged index records and commit the journal
+ *   2. write the chunk records of logs that closed a chunk (and, without the
+ *      journal, every dirty log's staged entry records) and commit the journal
  *      with the target watermark in the same group (`journal.ts`: one write
  *      and one fdatasync for all of them and the watermark; with `journal:
  *      false`, fdatasync every dirty log's files in one concurrent pass
@@ -1283,7 +1286,9 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     if (!log.dirtyMark) {
       // A log being built is synced by the flush that finishes it, not by one before.
       if (!log.registered) return
-      this.listDirty(log)
+      // With the journal a log's first append in a group journals its entry records at once
+      // (FileShapeLog.journalRecords): the flush visits only logs with records left to write.
+      if (this.journal === undefined || log.indexDue) this.listDirty(log)
     }
     this.dirtyBytes += bytes
     if (this.dirtyBytes >= this.flushBytes) this.schedule(true)
@@ -1372,7 +1377,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
         // Keep retrying while there is work; a cleared fault then resumes by itself.
         // Failures back off, so a full disk reports an error a few times a second, not a hundred.
         if (this.closed || this.timer) return
-        if (!(this.dirtyCount > 0 || this.finishing.length > 0 || this.cappedTarget() > this.durable)) return
+        if (!(this.dirtyCount > 0 || this.dirtyBytes > 0 || this.finishing.length > 0 || this.cappedTarget() > this.durable)) return
         if (this.failedFlushes === 0) return this.schedule(false)
         const delay = Math.min(MAX_RETRY_MS, this.flushIntervalMs * 2 ** Math.min(this.failedFlushes, 16))
         this.timer = setTimeout(this.onTimer, delay)

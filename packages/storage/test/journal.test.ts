@@ -592,6 +592,31 @@ describe('journal segment closing', () => {
     j.close()
   })
 
+  it('lists each owner of a group in the segment the group goes to, though the open one was sealed while the group was built', async () => {
+    const j = await journalIn('journal-listed-as-written')
+    const synced: number[] = []
+    const steps = { sync: async (o: Owner) => void synced.push(o.n), concurrency: 1, keep: async () => undefined }
+    await group(j, 0, 2)
+    // Owner 5 writes while segment 1 is open (listed there as it writes); 6 after the seal (no open segment).
+    j.write(owner(5), ID, FILE_DATA, 0, ONE, 0, 1)
+    expect(j.seal()).toBe(true)
+    j.write(owner(6), ID, FILE_DATA, 0, ONE, 0, 1)
+    // A write during a commit belongs to the next group, listed in the segment the commit writes to.
+    const writing = j.commit()
+    j.write(owner(7), ID, FILE_DATA, 0, ONE, 0, 1)
+    await writing
+    await j.commit()
+    expect(j.segmentCount).toBe(2)
+    await j.checkpoint(false, steps)
+    // Segment 1 holds only the records of 0 and 1; naming 5 too costs a write-back, nothing else.
+    expect(synced.sort((a, b) => a - b)).toEqual([0, 1, 5])
+    synced.length = 0
+    expect(j.seal()).toBe(true)
+    await j.checkpoint(false, steps)
+    expect(synced.sort((a, b) => a - b)).toEqual([5, 6, 7])
+    j.close()
+  })
+
   it('lists an owner once per group and once per segment, however often it writes', async () => {
     const j = await journalIn('journal-owner-marks')
     for (let i = 0; i < 5; i++) j.write(owner(1), ID, FILE_DATA, i, ONE, 0, 1)
