@@ -119,7 +119,8 @@ async function start(args: Record<string, unknown>): Promise<object> {
       for (const w of reachedWaiters) w()
       reachedWaiters = []
     }
-  })
+    // As the pipeline's own listeners: an HTTP server asks for `advanced` only while clients wait.
+  }, { advanced: false })
   return {
     startMs: startedAt - t0,
     shapes: p.shapes.size,

@@ -176,7 +176,7 @@ export class ServerMetrics {
   /** Records every flush that published something, with the duration the store measured. */
   private timeFlushes(): void {
     const histogram = this.flushSeconds
-    const off = this.options.pipeline.store.onFlush((result) => histogram.observe(result.durationMs / 1000))
+    const off = this.options.pipeline.store.onFlush((result) => histogram.observe(result.durationMs / 1000), { advanced: false })
     this.cleanup.push(off)
   }
 

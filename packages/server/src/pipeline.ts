@@ -197,7 +197,7 @@ export class Pipeline {
         idle.cancel,
         // Tails past their budget wait for a checkpoint, which needs the event loop the stream would take.
         store.onPressure(holdForStore),
-        store.onFlush((result) => void client.acknowledge(result.durableLsn)),
+        store.onFlush((result) => void client.acknowledge(result.durableLsn), { advanced: false }),
         store.onError((error: StorageError) => {
           options.logger?.error({ err: error }, 'storage error')
           // Accepted but unsynced entries were rolled back: have Postgres send them again.

@@ -182,7 +182,12 @@ export interface SnapshotWriter {
 export interface FlushResult {
   /** The durable watermark after this flush. */
   readonly durableLsn: bigint
-  /** Ids of logs whose published head moved. */
+  /**
+   * Ids of logs whose published head moved. Filled for a `flush()` call and
+   * whenever a listener registered without `{ advanced: false }`; a store may
+   * leave it empty for a flush of its own that no such listener hears (it
+   * then publishes the logs lazily, as they are next read or appended to).
+   */
   readonly advanced: readonly string[]
   /** How long the flush took, from its start to its publication (for latency metrics). */
   readonly durationMs: number
@@ -208,9 +213,18 @@ export interface ShapeLogStore {
   advance(lsn: bigint): void
   /** Group commit now: sync every dirty log once, publish the watermark. */
   flush(): Promise<FlushResult>
-  /** Called after every flush that published something. */
-  onFlush(listener: (result: FlushResult) => void): () => void
+  /**
+   * Called after every flush that published something. `advanced: false`: the
+   * listener never reads `FlushResult.advanced` (finding which logs moved
+   * costs a visit to every log appended since the last flush).
+   */
+  onFlush(listener: (result: FlushResult) => void, options?: FlushListenerOptions): () => void
   close(): Promise<void>
+}
+
+export interface FlushListenerOptions {
+  /** Whether the listener reads `FlushResult.advanced`; default true. */
+  readonly advanced?: boolean
 }
 
 /** Reads a `LogRead` into one buffer. For tests, tools and the benchmark. */

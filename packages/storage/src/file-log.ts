@@ -55,6 +55,9 @@ export interface LogHost {
   readonly arena: TailArena
   /** A number that increases with every append across the store. */
   nextSeq(): number
+  /** The last successful flush's watermark and sequence number (see `FileShapeLog.catchUp`). */
+  readonly publishedLsn: bigint
+  readonly publishedSeq: number
   markDirty(log: FileShapeLog, bytes: number): void
   /** The log has a transaction boundary waiting to be published. */
   markUnpublished(log: FileShapeLog): void
@@ -468,6 +471,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   }
 
   head(): LogHead {
+    this.catchUp()
     const h = this.published
     return { lastOffset: h.last, entryCount: h.entries, closedChunks: h.closedChunks, snapshotChunks: h.snapshotChunks }
   }
@@ -480,6 +484,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    */
   cleanState(): { head: HeadState; chunks: readonly ChunkInfo[] } | undefined {
     if (this.deleted || this.open || this.pendingCut !== undefined || this.flight !== undefined) return undefined
+    this.catchUp()
     if (!this.publishedIsAppended() || this.hasUnpublished() || this.pendLen !== 0 || this.staged.count !== 0) return undefined
     const head = this.published
     if (this.dataOnDisk !== head.dataEnd || this.recordsOnDisk !== head.entries || this.chunksOnDisk !== head.closedChunks) return undefined
@@ -531,6 +536,7 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
 
   read(after: LogOffset): LogRead {
     if (this.deleted) throw new StorageError('shape_deleted', `shape ${this.id} was deleted`)
+    this.catchUp()
     return readRange(
       {
         id: this.id,
@@ -855,6 +861,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     this.open = more
     // Its transaction end waits for a flush to publish it: in the end fields, or an object behind them.
     if (!more) {
+      // Ends that flushes made durable since the last visit leave first: they would keep this one behind them in an object.
+      this.catchUp()
       if (this.endSeq === 0) {
         this.setEnd(this.appendedEntries, this.appendedDataEnd, txHi, txLo, this.appendedOp, this.appendedClosed, this.appendedSnapshotChunks, this.appendedSeq)
       } else {
@@ -902,6 +910,17 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
     if (this.endSeq > seq) return compareU64(this.endTxHi, this.endTxLo, splitHi, splitLo) <= 0
     for (let b = this.firstLater; b !== undefined; b = b.next) if (b.seq > seq) return b.tx <= lsn
     return false
+  }
+
+  /**
+   * Publishes what the store's flushes made durable since one last visited
+   * this log. A flush nobody asks about (see FileLogStore.publish) leaves
+   * its logs alone, so every reader of the published head, and the append
+   * that queues a transaction end behind the ones waiting, comes here first.
+   * A log being built is published by the flush that finishes it, not here.
+   */
+  private catchUp(): void {
+    if (this.endSeq !== 0 && this.registered) this.publish(this.host.publishedLsn, this.host.publishedSeq)
   }
 
   /**
@@ -1011,6 +1030,8 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
    * may have dropped those pages) and cuts the files back to match.
    */
   rollbackToPublished(): void {
+    // What earlier flushes made durable stays: only what none covered goes.
+    this.catchUp()
     this.dropUnpublished()
     this.open = false
     this.cutTo(this.published)

@@ -1,5 +1,6 @@
 export type {
   AppendOptions,
+  FlushListenerOptions,
   FlushResult,
   LogEntryInput,
   LogHead,

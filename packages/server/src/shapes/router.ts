@@ -268,9 +268,13 @@ class TxnRouting {
   clear(): void {
     this.nextIndex = 0
     const n = this.count
-    this.touched.fill(undefined, 0, n)
-    this.held.fill(undefined, 0, n)
-    this.pending.fill(undefined, 0, n)
+    const { touched, held, pending } = this
+    // A loop, not fill(): with one row per transaction n is 1, and three builtin calls per transaction were 1.6% of the main thread (eq1 profile).
+    for (let i = 0; i < n; i++) {
+      touched[i] = undefined
+      held[i] = undefined
+      pending[i] = undefined
+    }
     this.count = 0
     this.invalidations.length = 0
     this.lines.reset()
