@@ -225,12 +225,13 @@ export class FileShapeLog implements ShapeLog, JournalOwner {
   /** Sizes to cut the files back to before the next append, after a failed truncate. */
   private pendingCut: HeadState | undefined
   /**
-   * Entry records are staged here. With the journal, each append also puts
-   * its records in the journal (`journalRecords`), and a write-back takes them
-   * to entries.idx. Writing through, `writeIndex()` writes them to the file
-   * when a flush syncs this log, just before the sync. Readers only ever see
-   * published entries, and publishing follows the flush, so every record a
-   * reader can ask for is durable by then.
+   * Entry records are staged here. With the journal, they also go into the
+   * journal (`journalRecords`: at a log's first append in a group, else at the
+   * flush's `writeIndex`), and a write-back takes them to entries.idx. Writing
+   * through, `writeIndex()` writes them to the file when a flush syncs this
+   * log, just before the sync. Readers only ever see published entries, and
+   * publishing follows the flush, so every record a reader can ask for is
+   * durable by then.
    */
   private readonly staged: RecordStage
   /** Entry records and chunk records already in their files. */

@@ -21,7 +21,10 @@
  *      watermark file itself moves at checkpoints); without it, publish the
  *      watermark file atomically;
  *   4. move each log's published head to its last transaction covered by the
- *      watermark and appended before step 1, and tell listeners.
+ *      watermark and appended before step 1, and tell listeners. Lazily
+ *      unless a listener or the caller of `flush()` asks which logs moved:
+ *      the flush then only records its watermark and sequence number, and
+ *      each log catches up when it is next read or appended to.
  *
  * New logs. A log being built lives in tmp/ and is not in the dirty or
  * unpublished sets: the flush that finishes it syncs it (everything appended
@@ -283,12 +286,12 @@ export class FileLogStore implements ShapeLogStore, LogHost {
   private advancedListeners = 0
   /**
    * The last successful flush's watermark and append sequence number: a log
-   * publishes every transaction end appended no later than `publishedSeq` at
-   * or below `publishedLsn` (FileShapeLog.catchUp), whether or not a flush
-   * has visited it since.
+   * publishes every transaction end appended no later than the latter at or
+   * below the former (FileShapeLog.catchUp), whether or not a flush has
+   * visited it since.
    */
-  publishedLsn: bigint
-  publishedSeq = 0
+  private lastPublishedLsn: bigint
+  private lastPublishedSeq = 0
   private readonly errorListeners = new Set<(err: StorageError) => void>()
   private readonly pressureListeners = new Set<(held: boolean) => void>()
   private readonly tailBudget: number
@@ -351,7 +354,7 @@ export class FileLogStore implements ShapeLogStore, LogHost {
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
     this.flushBytes = options.flushBytes ?? DEFAULT_FLUSH_BYTES
     this.durable = watermark.lsn
-    this.publishedLsn = watermark.lsn
+    this.lastPublishedLsn = watermark.lsn
     this.advanced = watermark.lsn
     this.sequence = watermark.sequence
   }
@@ -879,10 +882,10 @@ export class FileLogStore implements ShapeLogStore, LogHost {
       this.live?.write({ lsn: target, sequence: this.sequence })
     }
 
-    const lastLsn = this.publishedLsn
-    const lastSeq = this.publishedSeq
-    this.publishedLsn = this.durable
-    this.publishedSeq = seq
+    const lastLsn = this.lastPublishedLsn
+    const lastSeq = this.lastPublishedSeq
+    this.lastPublishedLsn = this.durable
+    this.lastPublishedSeq = seq
     const advanced: string[] = []
     for (const c of created) {
       // Their later appends count from their own sync, which came after `seq`.
@@ -1318,6 +1321,14 @@ export class FileLogStore implements ShapeLogStore, LogHost {
 
   nextSeq(): number {
     return ++this.seq
+  }
+
+  get publishedLsn(): bigint {
+    return this.lastPublishedLsn
+  }
+
+  get publishedSeq(): number {
+    return this.lastPublishedSeq
   }
 
   markDirty(log: FileShapeLog, bytes: number): void {

@@ -112,7 +112,7 @@ describe('lazy publishing', () => {
     expect(rule.hits).toBe(1)
     expect(error).toBeInstanceOf(FlushError)
     expect(s.durableLsn).toBe(10n)
-    expect(formatOffset(a.appendedHead().last)).toBe('10_0')
+    expect(formatOffset(s.get('a')!.appendedHead().last)).toBe('10_0')
     expect(formatOffset(a.head().lastOffset)).toBe('10_0')
     expect(body(a.read(parseOffset('0_0')))).toHaveLength(1)
     // The replay goes in after the durable one.
