@@ -121,6 +121,13 @@ export class Journal<T extends JournalOwner> {
   private sequence = 0
   /** The last write to the current segment failed: start a new one. */
   private broken = false
+  /**
+   * The segment the next commit appends to unless it is due to close: the
+   * last one, while it is neither sealed nor left broken by a failed write.
+   */
+  private openSegment: Segment<T> | undefined = undefined
+  /** The open segment every owner of the group being built was listed in (undefined: not one segment for all). */
+  private groupSegment: Segment<T> | undefined = undefined
   private checkpointing: Promise<void> | undefined
   /** A group is being written and synced: its segment must not be sealed under it. */
   private committingNow = false
@@ -169,14 +176,6 @@ export class Journal<T extends JournalOwner> {
       seg.owners.push(owner)
     }
   }
-
-  /**
-   * The segment the next commit appends to unless it is due to close: the
-   * last one, while it is neither sealed nor left broken by a failed write.
-   */
-  private openSegment: Segment<T> | undefined = undefined
-  /** The open segment every owner of the group being built was listed in (undefined: not one segment for all). */
-  private groupSegment: Segment<T> | undefined = undefined
 
   /** The log under `id` was deleted: on replay, its earlier records are skipped. */
   tombstone(id: string): void {
