@@ -96,6 +96,9 @@ export const ParamMessage = {
   orderByRequired: 'order_by is required when limit or offset is present',
   subsetParamsNotJson: 'params must be valid JSON',
   subsetParamsNotObject: 'params must be a JSON object',
+  notInBody: "can't be set in a request body: the shape and the request's position come from the URL; a body carries subset parameters only",
+  inUrlAndBody: 'is given both in the URL and in the request body',
+  twiceInBody: 'is given twice in the request body',
 } as const
 
 /** What identifies a shape, as far as it can be known without a database. */
@@ -148,7 +151,7 @@ export interface ShapeRequestOptions {
   /**
    * A POST body, already parsed to an object. Its subset keys (`where`,
    * `params`, `limit`, `offset`, `order_by`, or a `subset` object) join the
-   * query's `subset__*` values; its other keys override query parameters.
+   * query's `subset__*` values; any other key is refused (see `mergeBody`).
    */
   readonly body?: Readonly<Record<string, unknown>>
 }
@@ -158,8 +161,9 @@ type Fields = Record<string, unknown>
 
 /** Parses and validates a GET or POST `/v1/shape` request. */
 export function parseShapeRequest(query: Input, options: ShapeRequestOptions = {}): ParamsResult<ShapeRequest> {
-  const all = mergeBody(extractSubset(toFields(query)), options.body)
   const errors = new ErrorMap()
+  const all = mergeBody(extractSubset(toFields(query)), options.body, errors)
+  if (!errors.empty) return errors.result()
 
   // Electric rewrites these two before casting; see the module comment.
   all[QueryParam.live] = has(all, QueryParam.live) ? all[QueryParam.live] !== 'false' : false
@@ -529,27 +533,43 @@ function extractSubset(all: Fields): Fields {
   return all
 }
 
+/** The keys a POST body may carry (§6): subset parameters, bare or in a `subset` object. */
 const BODY_SUBSET_KEYS = new Set(['where', 'order_by', 'limit', 'offset', 'params', 'where_expr', 'order_by_expr'])
 
-function mergeBody(all: Fields, body: Readonly<Record<string, unknown>> | undefined): Fields {
+/**
+ * Joins a POST body's subset parameters to the query's `subset__*` ones.
+ *
+ * The shape itself (table, where, columns, params, replica, log) and the
+ * request's position come from the URL alone: an auth proxy that pins them
+ * there must not be bypassed by a body. Electric merges every body key into the
+ * query params; we refuse any key that is not a subset parameter, and a subset
+ * parameter given twice (in the URL and the body, or bare and in `subset`), with
+ * a 400 that names it.
+ */
+function mergeBody(all: Fields, body: Readonly<Record<string, unknown>> | undefined, errors: ErrorMap): Fields {
   if (body === undefined || Object.keys(body).length === 0) return all
-  const existing = isPlainObject(all['subset']) ? all['subset'] : emptyRecord<unknown>()
-  const bodySubset = body['subset']
-  if (isPlainObject(bodySubset)) {
-    copyInto(all, body)
-    all['subset'] = copyInto(copyInto(emptyRecord<unknown>(), existing), bodySubset)
-    return all
+  const merged = isPlainObject(all['subset']) ? copyInto(emptyRecord<unknown>(), all['subset']) : emptyRecord<unknown>()
+  const fromUrl = new Set(Object.keys(merged))
+  const twice = new ErrorMap()
+  const take = (key: string, value: unknown): void => {
+    if (has(merged, key)) twice.add(key, fromUrl.has(key) ? ParamMessage.inUrlAndBody : ParamMessage.twiceInBody)
+    merged[key] = value
   }
-  const subsetPart = emptyRecord<unknown>()
-  const rest = emptyRecord<unknown>()
   for (const [key, value] of Object.entries(body)) {
-    if (BODY_SUBSET_KEYS.has(key)) subsetPart[key] = value
-    else rest[key] = value
+    if (key === 'subset' && isPlainObject(value)) {
+      for (const [inner, innerValue] of Object.entries(value)) take(inner, innerValue)
+    } else if (key === 'subset') {
+      // Not an object: stage 8 reports it as the subset's type error.
+      merged['subset'] = value
+    } else if (BODY_SUBSET_KEYS.has(key)) {
+      take(key, value)
+    } else {
+      errors.add(key, ParamMessage.notInBody)
+    }
   }
-  copyInto(all, rest)
-  if (Object.keys(subsetPart).length > 0) {
-    all['subset'] = copyInto(copyInto(emptyRecord<unknown>(), existing), subsetPart)
-  }
+  if (!twice.empty) errors.nest('subset', twice.toObject())
+  if (has(merged, 'subset')) all['subset'] = merged['subset']
+  else if (Object.keys(merged).length > 0) all['subset'] = merged
   return all
 }
 

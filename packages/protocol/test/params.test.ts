@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest'
 import {
   BEFORE_ALL,
   LAST_VIRTUAL,
+  ParamMessage,
   type ParamErrors,
   type ShapeRequest,
   decodeQueryString,
@@ -356,15 +357,36 @@ describe('parseShapeRequest: subset snapshots', () => {
     })
   })
 
-  it('accepts a {"subset": {...}} wrapper and lets other body keys override the query', () => {
-    const request = ok(`${B}&replica=default`, { body: { subset: { limit: 3, order_by: 'id' }, replica: 'full' } })
+  it('accepts a {"subset": {...}} wrapper', () => {
+    const request = ok(`${B}&replica=full`, { body: { subset: { limit: 3, order_by: 'id' } } })
     expect(request.subset).toEqual({ params: {}, limit: 3, orderBy: 'id' })
     expect(request.shape?.replica).toBe('full')
   })
 
-  it('leaves a body without subset keys to the shape', () => {
-    expect(ok(B, { body: { columns: 'id,name' } }).shape?.columns).toEqual(['id', 'name'])
+  it('leaves an empty body to the shape', () => {
     expect(ok(B, { body: {} }).subset).toBeUndefined()
+  })
+
+  // The shape and the position come from the URL alone, so an auth proxy that pins them there cannot be bypassed.
+  const notInBody = ParamMessage.notInBody
+  // (`where` and `params` in a body are the subset's, ANDed with the shape's own where clause.)
+  const urlKeys = ['table', 'columns', 'replica', 'log', 'queryable_columns', 'handle', 'live', 'live_sse', 'cursor', 'secret', 'expired_handle', 'anything']
+  it.each(urlKeys)('refuses %s in a body, beside a subset or alone', (key) => {
+    expect(errors(B, { body: { [key]: 'x' } })).toEqual({ [key]: [notInBody] })
+    expect(errors(B, { body: { where: 'a > 1', [key]: 'x' } })).toEqual({ [key]: [notInBody] })
+    expect(errors(B, { body: { subset: { where: 'a > 1' }, [key]: 'x' } })).toEqual({ [key]: [notInBody] })
+  })
+
+  it('refuses a body that would replace the shape named in the URL, naming every key', () => {
+    expect(errors(`${T}&where=id%3D1&offset=-1&log=changes_only`, { body: { table: 'secrets', where: 'true', subset: { where: 'true' } } })).toEqual({
+      table: [notInBody],
+      subset: { where: [ParamMessage.twiceInBody] },
+    })
+  })
+
+  it('refuses a subset parameter given twice', () => {
+    expect(errors(`${B}&subset__where=a%3E1`, { body: { where: 'a > 2' } })).toEqual({ subset: { where: [ParamMessage.inUrlAndBody] } })
+    expect(errors(B, { body: { limit: 1, subset: { limit: 2, order_by: 'a' } } })).toEqual({ subset: { limit: [ParamMessage.twiceInBody] } })
   })
 
   it('rejects a subset that is not an object', () => {

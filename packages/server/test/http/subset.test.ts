@@ -101,8 +101,8 @@ describe('subset over GET and POST (§6)', () => {
     expect(flat.header('electric-handle')).toBe(wrapped.header('electric-handle'))
   })
 
-  it('POST: other body keys merge into the query parameters (columns), subset__* in the query join the body', async () => {
-    const res = await post(shapeUrl({ table: 'people', offset: '-1', subset__order_by: 'id DESC' }), { columns: 'id,name', where: 'id <= 3' })
+  it('POST: subset__* in the query join the body; the URL’s columns apply', async () => {
+    const res = await post(shapeUrl({ table: 'people', offset: '-1', columns: 'id,name', subset__order_by: 'id DESC' }), { where: 'id <= 3' })
     expect(res.status).toBe(200)
     const body = res.json() as Subset
     expect(body.data.map((r) => r.value)).toEqual([
@@ -111,6 +111,57 @@ describe('subset over GET and POST (§6)', () => {
       { id: '1', name: 'p1' },
     ])
     expect(Object.keys(JSON.parse(res.header('electric-schema')!))).toEqual(['id', 'name'])
+  })
+
+  describe('a POST body cannot replace the shape pinned in the URL', () => {
+    beforeAll(async () => {
+      await cluster.query(`CREATE TABLE secrets (id int4 PRIMARY KEY, token text); INSERT INTO secrets VALUES (1, 'hunter2')`)
+    })
+
+    const pinned = shapeUrl({ table: 'people', where: 'id = 1', offset: '-1', log: 'changes_only' })
+    const notInBody = "can't be set in a request body: the shape and the request's position come from the URL; a body carries subset parameters only"
+
+    it('the probe’s request (table and where in the body) is a 400 naming table, and no secret row leaves', async () => {
+      const res = await post(pinned, { table: 'secrets', where: 'true' })
+      expect(res.status).toBe(400)
+      expect(res.json()).toEqual(invalid({ table: [notInBody] }))
+      expect(res.text).not.toContain('hunter2')
+    })
+
+    const shapeKeys: Array<[string, unknown]> = [
+      ['table', 'secrets'],
+      ['columns', 'id,token'],
+      ['replica', 'full'],
+      ['log', 'full'],
+      ['queryable_columns', 'id'],
+      ['handle', '1-2'],
+      ['live', 'true'],
+      ['live_sse', 'true'],
+      ['cursor', '1'],
+      ['secret', 'x'],
+      ['expired_handle', '1-2'],
+    ]
+    it.each(shapeKeys)('%s in a body, bare or beside a {"subset"} wrapper, is a 400 naming it', async (key, value) => {
+      for (const body of [{ [key]: value, where: 'id > 0' }, { [key]: value, subset: { where: 'true' } }, { [key]: value }]) {
+        const res = await post(pinned, body)
+        expect(res.status).toBe(400)
+        expect(res.json()).toEqual(invalid({ [key]: [notInBody] }))
+      }
+    })
+
+    it('a subset where in the body is ANDed with the pinned where, never in its place', async () => {
+      for (const body of [{ where: 'true' }, { subset: { where: 'true' } }, { where: 'id > 0 OR true' }]) {
+        const res = await post(pinned, body)
+        expect(res.status).toBe(200)
+        expect(ids(res)).toEqual([1])
+      }
+    })
+
+    it('a subset key given both in the URL and the body is a 400 naming it', async () => {
+      const res = await post(shapeUrl({ table: 'people', where: 'id = 1', offset: '-1', log: 'changes_only', subset__where: 'id > 0' }), { where: 'true' })
+      expect(res.status).toBe(400)
+      expect(res.json()).toEqual(invalid({ subset: { where: ['is given both in the URL and in the request body'] } }))
+    })
   })
 
   it('bad POST bodies: invalid JSON, not an object, no subset', async () => {
