@@ -12,6 +12,7 @@ import { createRequire } from 'node:module'
 import { createServer as createNetServer } from 'node:net'
 import { dirname, join, resolve, sep } from 'node:path'
 import { pathToFileURL } from 'node:url'
+import { ServerError } from './errors.js'
 
 export interface OsUser {
   readonly name: string
@@ -51,8 +52,11 @@ export interface EmbeddedPostgres {
   stop(): Promise<void>
 }
 
-export class EmbeddedPostgresError extends Error {
-  override name = 'EmbeddedPostgresError'
+export class EmbeddedPostgresError extends ServerError<'embedded_postgres_failed'> {
+  override readonly name = 'EmbeddedPostgresError'
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('embedded_postgres_failed', message, options)
+  }
 }
 
 const REQUIRED = ['postgres', 'initdb', 'pg_ctl'] as const

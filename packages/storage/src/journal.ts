@@ -72,6 +72,8 @@ interface Segment<T> {
 /** A commit failed: nothing of its group may be trusted, for any of these owners. */
 export class JournalCommitError<T> extends Error {
   override readonly name = 'JournalCommitError'
+  /** Never leaves the engine: the store turns it into a StorageError (`io_error` or `disk_full`) of its cause. */
+  readonly code = 'journal_commit_failed'
   constructor(
     override readonly cause: unknown,
     readonly owners: readonly T[],

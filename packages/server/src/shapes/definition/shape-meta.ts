@@ -1,6 +1,7 @@
 import { LOG_MODES, REPLICA_MODES } from '@sluice/protocol'
 import type { LogMode, ReplicaMode } from '@sluice/protocol'
 import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/pg-snapshot.js'
+import { ServerError } from '../../errors.js'
 import { isValidHandle } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
 import { freezeDefinition } from './shape-definition.js'
@@ -58,11 +59,10 @@ export interface TableSignature {
   readonly columns: ReadonlyArray<readonly [name: string, typeOid: number, typeMod: number]>
 }
 
-export class ShapeMetaError extends Error {
-  readonly code = 'invalid_shape_meta'
+export class ShapeMetaError extends ServerError<'invalid_shape_meta'> {
+  override readonly name = 'ShapeMetaError'
   constructor(message: string) {
-    super(message)
-    this.name = 'ShapeMetaError'
+    super('invalid_shape_meta', message)
   }
 }
 
