@@ -1,33 +1,6 @@
-import { spawnSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { type OsUser, lookupUser } from '@sluice/server/postgres-binaries'
 
-export interface OsUser {
-  readonly name: string
-  readonly uid: number
-  readonly gid: number
-}
-
-function parsePasswdLine(line: string): OsUser | undefined {
-  const [name, , uid, gid] = line.split(':')
-  if (name === undefined || uid === undefined || gid === undefined) return undefined
-  return { name, uid: Number(uid), gid: Number(gid) }
-}
-
-/** Looks a user up through NSS (`getent`), falling back to /etc/passwd. */
-export function lookupUser(name: string): OsUser | undefined {
-  const getent = spawnSync('getent', ['passwd', name], { encoding: 'utf8' })
-  if (getent.error === undefined) {
-    return getent.status === 0 ? parsePasswdLine(getent.stdout.trim()) : undefined
-  }
-  try {
-    const line = readFileSync('/etc/passwd', 'utf8')
-      .split('\n')
-      .find((l) => l.startsWith(`${name}:`))
-    return line === undefined ? undefined : parsePasswdLine(line)
-  } catch {
-    return undefined
-  }
-}
+export type { OsUser } from '@sluice/server/postgres-binaries'
 
 /**
  * The user the Postgres binaries must run as: undefined means "as ourselves".
