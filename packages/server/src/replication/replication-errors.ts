@@ -163,8 +163,9 @@ export class TableNotFoundError extends ReplicationError {
   constructor(
     readonly schema: string,
     readonly table: string,
+    options?: { cause?: unknown },
   ) {
-    super('table_not_found', `Table ${quote(schema)}.${quote(table)} does not exist`)
+    super('table_not_found', `Table ${quote(schema)}.${quote(table)} does not exist`, options)
   }
 }
 

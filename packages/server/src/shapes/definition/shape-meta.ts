@@ -61,8 +61,8 @@ export interface TableSignature {
 
 export class ShapeMetaError extends ServerError<'invalid_shape_meta'> {
   override readonly name = 'ShapeMetaError'
-  constructor(message: string) {
-    super('invalid_shape_meta', message)
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('invalid_shape_meta', message, options)
   }
 }
 
@@ -101,7 +101,7 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   try {
     raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes))
   } catch (error) {
-    throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`)
+    throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`, { cause: error })
   }
   if (!isRecord(raw)) throw new ShapeMetaError('shape meta is not a JSON object')
   if (raw['v'] !== SHAPE_META_VERSION) {
