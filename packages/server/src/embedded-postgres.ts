@@ -7,7 +7,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { appendFile, chmod, chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { createServer as createNetServer } from 'node:net'
 import { dirname, join, resolve, sep } from 'node:path'
-import { EmbeddedPostgresError, type OsUser, type PostgresBinaries, findPostgresBinaries, lookupUser, runAs as run, runAsSync as runSync } from './postgres-binaries.js'
+import { EmbeddedPostgresError, type OsUser, type PostgresBinaries, findPostgresBinaries, postgresOsUser, runAs as run, runAsSync as runSync } from './postgres-binaries.js'
 
 export { EmbeddedPostgresError, type OsUser, type PostgresBinaries } from './postgres-binaries.js'
 
@@ -49,19 +49,6 @@ const CLUSTER_SETTINGS: Readonly<Record<string, string | number>> = {
   max_slot_wal_keep_size: '4GB',
   timezone: 'UTC',
   log_timezone: 'UTC',
-}
-
-/** undefined: run Postgres as ourselves. As root: the `postgres` user, which must exist. */
-export function postgresOsUser(): OsUser | undefined {
-  if (process.getuid?.() !== 0) return undefined
-  const user = lookupUser('postgres')
-  if (user === undefined) {
-    throw new EmbeddedPostgresError(
-      'running as root, but Postgres refuses to run as root and there is no `postgres` OS user to run it as: ' +
-        'create one (e.g. `useradd --system --user-group postgres`), run Sluice as another user, or pass --database-url',
-    )
-  }
-  return user
 }
 
 function formatSetting(value: string | number): string {
@@ -128,7 +115,7 @@ function checkTraversable(dir: string, as: OsUser): void {
  * sluice is an error.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
-  const as = postgresOsUser()
+  const as = postgresOsUser('create one (e.g. `useradd --system --user-group postgres`), run Sluice as another user, or pass --database-url')
   const dir = resolve(options.dir)
   const dataDir = join(dir, 'data')
   const logFile = join(dir, 'postgres.log')

@@ -81,6 +81,20 @@ export function lookupUser(name: string): OsUser | undefined {
   return { name: user, uid: Number(uid), gid: Number(gid) }
 }
 
+/**
+ * The user Postgres must run as: undefined means "as ourselves". Postgres
+ * refuses to run as root, so root hands the work to the `postgres` user, which
+ * must exist; `remedy` ends the error when it does not.
+ */
+export function postgresOsUser(remedy: string): OsUser | undefined {
+  if (process.getuid?.() !== 0) return undefined
+  const user = lookupUser('postgres')
+  if (user === undefined) {
+    throw new EmbeddedPostgresError(`running as root, but Postgres refuses to run as root and there is no \`postgres\` OS user to run it as: ${remedy}`)
+  }
+  return user
+}
+
 export interface RunResult {
   readonly code: number
   readonly output: string
