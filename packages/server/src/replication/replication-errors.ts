@@ -49,10 +49,6 @@ const FATAL_CODES: ReadonlySet<ReplicationErrorCode> = new Set<ReplicationErrorC
 export class ReplicationError extends ServerError<ReplicationErrorCode> {
   override readonly name: string = 'ReplicationError'
 
-  constructor(code: ReplicationErrorCode, message?: string, options?: { cause?: unknown }) {
-    super(code, message, options)
-  }
-
   /** Whether retrying (reconnecting) cannot help. */
   get fatal(): boolean {
     return FATAL_CODES.has(this.code)
