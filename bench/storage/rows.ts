@@ -5,6 +5,7 @@
  * within a run, store the same bytes.
  */
 import type { LogEntryInput } from '@sluice/storage'
+import { seededRandom as prng } from '@sluice/test-utils'
 
 /** Target mean size of one JSON line, in bytes (the brief's ~200-byte rows). */
 export const ROW_BYTES = 200
@@ -12,17 +13,8 @@ export const ROW_BYTES = 200
 /** Distinct rows in the pool; appends cycle through it. Large enough that no engine sees a tiny repeating set. */
 const POOL_ROWS = 4096
 
-/** Small deterministic PRNG (mulberry32): benchmarks must not depend on Math.random. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
+/** Benchmarks must not depend on Math.random: the workloads' one seeded generator. */
+export { prng }
 
 const WORDS = ['alpha', 'bravo', 'cedar', 'delta', 'ember', 'fjord', 'gale', 'harbor', 'iris', 'juniper', 'kiln', 'lumen']
 

@@ -156,3 +156,10 @@ export class InvalidOptionsError extends ClientError {
     super(message)
   }
 }
+
+/** Network failures, 5xx and 429 are retried; everything else stops the stream. */
+export function isRetryable(error: unknown): boolean {
+  if (error instanceof NetworkError) return true
+  if (error instanceof FetchError) return error.status >= 500 || error.status === 429
+  return false
+}

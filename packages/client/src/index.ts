@@ -4,14 +4,13 @@ export {
   type Dynamic,
   type RetryOptions,
   type ShapeParams,
-  ShapeStream,
   type ShapeStreamOptions,
-  type Subscriber,
   type Timers,
   type WhereParams,
-  isRetryable,
   realTimers,
-} from './shape-stream.js'
+} from './stream-options.js'
+export { ShapeStream, type Subscriber } from './shape-stream.js'
+export { isRetryable } from './errors.js'
 export { type OpenShapeOptions, Shape, type ShapeData, type ShapeOptions, defaultStorageKey } from './shape.js'
 export {
   type AbortEvent,

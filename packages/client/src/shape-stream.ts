@@ -1,10 +1,22 @@
-import { type LogMode, QueryParam, type ReplicaMode, ResponseHeader, type ShapeSchema, quoteIdentifier } from '@sluice/protocol'
+import { ResponseHeader, type ShapeSchema } from '@sluice/protocol'
 import { type BackoffOptions, DEFAULT_BACKOFF, backoffDelay, parseRetryAfter } from './backoff.js'
-import { FetchError, InvalidOptionsError, InvalidResponseError, MissingHeadersError, NetworkError } from './errors.js'
-import { type Message, isChangeMessage, isUpToDateMessage, parseBody, parseMessage } from './messages.js'
-import { readSseEvents } from './sse-reader.js'
+import { FetchError, InvalidOptionsError, MissingHeadersError, NetworkError, isRetryable } from './errors.js'
+import { type Message, isUpToDateMessage, parseBody, parseMessage } from './messages.js'
+import { requestHeaders, requestUrl } from './request-url.js'
+import { lastChangeOffset, parseSchema, readText, sseEvents } from './response-reading.js'
+import {
+  DEFAULT_LIVE_REQUEST_TIMEOUT_MS,
+  DEFAULT_MIN_SSE_CONNECTION_MS,
+  type Dynamic,
+  type RetryOptions,
+  type ShapeParams,
+  type ShapeStreamOptions,
+  type Timers,
+  realTimers,
+  validateParams,
+} from './stream-options.js'
 import { type StreamEvent, type StreamState, initialState, transition } from './stream-state.js'
-import { type Parsers, type Row, type RowParser, createRowParser } from './value-parser.js'
+import { type Row, type RowParser, createRowParser } from './value-parser.js'
 
 /**
  * A shape's log, followed over HTTP (PROTOCOL.md): `-1`, then chunk after
@@ -17,105 +29,6 @@ import { type Parsers, type Row, type RowParser, createRowParser } from './value
  * lives in an immutable value driven by the transition table of
  * `stream-state.ts` (SPEC.md); this class does the I/O around it.
  */
-
-/** A value, or a function computing it afresh for each request. */
-export type Dynamic<T> = T | (() => T | Promise<T>)
-
-/** Positional where-clause values (`$1` is the first), or `{1: …, 2: …}`. */
-export type WhereParams = readonly string[] | Readonly<Record<number | string, string>>
-
-export interface ShapeParams {
-  /** `table` or `schema.table`, quoted where case or special characters matter. */
-  readonly table: Dynamic<string>
-  readonly where?: Dynamic<string | undefined>
-  /** Values for `$n` placeholders in `where`. */
-  readonly params?: Dynamic<WhereParams | undefined>
-  /** Column names, exactly as in the table (each is quoted on the wire). */
-  readonly columns?: Dynamic<readonly string[] | undefined>
-  readonly replica?: Dynamic<ReplicaMode | undefined>
-  /** Anything else is sent as a query parameter of its own (e.g. for an auth proxy). */
-  readonly [custom: string]: Dynamic<string | readonly string[] | WhereParams | undefined>
-}
-
-/** What `onError` may return to keep the stream going: options merged over the current ones. */
-export interface RetryOptions {
-  readonly params?: Partial<ShapeParams>
-  readonly headers?: Readonly<Record<string, Dynamic<string>>>
-}
-
-export interface ShapeStreamOptions {
-  /** The shape endpoint, e.g. `http://localhost:3000/v1/shape`. */
-  readonly url: string
-  readonly params: ShapeParams
-  /** `changes_only` skips the initial snapshot (PROTOCOL.md §2). Default `full`. */
-  readonly log?: LogMode
-  readonly headers?: Readonly<Record<string, Dynamic<string>>>
-  /** Where to start: `-1` (default), `now`, or an offset saved earlier (with `handle`). */
-  readonly offset?: string
-  readonly handle?: string
-  /** Use server-sent events for live updates, falling back to long-poll when they fail. */
-  readonly liveSse?: boolean
-  readonly fetch?: typeof fetch
-  readonly signal?: AbortSignal
-  /** Parsers by type name, over the defaults (`value-parser.ts`). */
-  readonly parser?: Parsers
-  /**
-   * Called with an error that stops the stream (a 4xx other than 409/429, an
-   * unusable response, a parse error). Return new params/headers to retry
-   * with them; return nothing to let the stream stop.
-   */
-  readonly onError?: (error: Error) => void | RetryOptions | Promise<void | RetryOptions>
-  readonly backoff?: Partial<BackoffOptions>
-  /** A live long-poll with no answer after this long is abandoned and retried (server holds ~20 s). */
-  readonly liveRequestTimeoutMs?: number
-  /** An SSE connection shorter than this that delivered nothing counts towards the fallback. */
-  readonly minSseConnectionMs?: number
-  /** The clock and the wait between retries; real ones by default (a port for tests). */
-  readonly timers?: Timers
-  /** Randomness for jitter and cache busters; `Math.random` by default. */
-  readonly random?: () => number
-}
-
-export interface Timers {
-  now(): number
-  /** Resolves after `ms`, or rejects when `signal` aborts. */
-  sleep(ms: number, signal: AbortSignal): Promise<void>
-}
-
-export const realTimers: Timers = {
-  now: () => Date.now(),
-  sleep: (ms, signal) =>
-    new Promise<void>((resolve, reject) => {
-      if (signal.aborted) return reject(signal.reason)
-      const timer = setTimeout(() => {
-        signal.removeEventListener('abort', onAbort)
-        resolve()
-      }, ms)
-      const onAbort = (): void => {
-        clearTimeout(timer)
-        reject(signal.reason)
-      }
-      signal.addEventListener('abort', onAbort, { once: true })
-    }),
-}
-
-/** The official client's watchdog: comfortably above the server's 20 s hold (§4.4). */
-export const DEFAULT_LIVE_REQUEST_TIMEOUT_MS = 45_000
-/** §5.5: connections shorter than this are suspicious. */
-export const DEFAULT_MIN_SSE_CONNECTION_MS = 1_000
-
-/** Query parameters the stream owns; a custom param may not use them. */
-const RESERVED_PARAMS: ReadonlySet<string> = new Set([
-  QueryParam.offset,
-  QueryParam.handle,
-  QueryParam.live,
-  QueryParam.liveSse,
-  QueryParam.experimentalLiveSse,
-  QueryParam.cursor,
-  QueryParam.log,
-  QueryParam.cacheBuster,
-  QueryParam.expiredHandle,
-])
 
 export type Subscriber<T extends Row> = (messages: ReadonlyArray<Message<T>>) => void | Promise<void>
 
@@ -454,104 +367,13 @@ export class ShapeStream<T extends Row = Row> {
     return this.#parser.parse
   }
 
-  async #url(state: StreamState, sse: boolean): Promise<string> {
-    const url = new URL(this.options.url)
-    const query = url.searchParams
-    for (const [name, value] of Object.entries(this.#params)) {
-      const resolved = typeof value === 'function' ? await value() : value
-      if (resolved === undefined) continue
-      appendParam(query, name, resolved)
-    }
-    query.set(QueryParam.log, this.options.log ?? 'full')
-    query.set(QueryParam.offset, state.offset)
-    if (state.handle !== undefined) query.set(QueryParam.handle, state.handle)
-    if (state.kind === 'live') {
-      query.set(QueryParam.live, 'true')
-      query.set(QueryParam.cursor, state.cursor ?? '')
-      if (sse) {
-        query.set(QueryParam.liveSse, 'true')
-        query.set(QueryParam.experimentalLiveSse, 'true')
-      }
-    }
-    if (state.cacheBuster !== undefined) query.set(QueryParam.cacheBuster, state.cacheBuster)
-    // A stable order keeps URLs identical across clients, so HTTP caches can share them.
-    query.sort()
-    return url.toString()
+  #url(state: StreamState, sse: boolean): Promise<string> {
+    return requestUrl({ url: this.options.url, params: this.#params, log: this.options.log ?? 'full' }, state, sse)
   }
 
-  async #requestHeaders(sse: boolean): Promise<Record<string, string>> {
-    const out: Record<string, string> = {}
-    for (const [name, value] of Object.entries(this.#headers)) out[name] = typeof value === 'function' ? await value() : value
-    if (sse) out.accept = 'text/event-stream'
-    return out
+  #requestHeaders(sse: boolean): Promise<Record<string, string>> {
+    return requestHeaders(this.#headers, sse)
   }
-}
-
-function appendParam(query: URLSearchParams, name: string, value: string | readonly string[] | WhereParams): void {
-  if (name === QueryParam.columns && Array.isArray(value)) {
-    query.set(name, (value as readonly string[]).map(quoteIdentifier).join(','))
-  } else if (name === QueryParam.params && typeof value === 'object') {
-    // Plug-style nesting: params[1]=a&params[2]=b (PROTOCOL.md §2).
-    const entries = Array.isArray(value) ? value.map((v, i) => [String(i + 1), v] as const) : Object.entries(value)
-    for (const [key, v] of entries) query.set(`${QueryParam.params}[${key}]`, String(v))
-  } else if (Array.isArray(value)) {
-    query.set(name, value.join(','))
-  } else {
-    query.set(name, String(value))
-  }
-}
-
-function validateParams(params: ShapeParams): void {
-  if (params.table === undefined) throw new InvalidOptionsError('params.table is required')
-  for (const name of Object.keys(params)) {
-    if (RESERVED_PARAMS.has(name)) throw new InvalidOptionsError(`"${name}" is managed by the stream and cannot be set in params`)
-  }
-}
-
-function parseSchema(text: string): ShapeSchema {
-  try {
-    const schema: unknown = JSON.parse(text)
-    if (typeof schema === 'object' && schema !== null && !Array.isArray(schema)) return schema as ShapeSchema
-  } catch {
-    // Reported below.
-  }
-  throw new InvalidResponseError(`electric-schema header is not a JSON object: ${text.slice(0, 200)}`)
-}
-
-/** The SSE reader, with a broken connection reported as the network failure it is. */
-async function* sseEvents(body: ReadableStream<Uint8Array>, url: string): AsyncGenerator<string, void, undefined> {
-  try {
-    yield* readSseEvents(body)
-  } catch (error) {
-    throw new NetworkError(url, error)
-  }
-}
-
-async function readText(response: Response, url: string): Promise<string> {
-  try {
-    return await response.text()
-  } catch (error) {
-    // The connection broke mid-body: a network failure, retried like one.
-    throw new NetworkError(url, error)
-  }
-}
-
-/** `<lsn>_<op_position>` of the last change in a batch (the offset to resume after it). */
-function lastChangeOffset(batch: ReadonlyArray<Message<Row>>): string | undefined {
-  for (let i = batch.length - 1; i >= 0; i--) {
-    const message = batch[i]!
-    if (!isChangeMessage(message)) continue
-    const { lsn, op_position: op } = message.headers
-    if (lsn !== undefined && op !== undefined) return `${lsn}_${op}`
-  }
-  return undefined
-}
-
-/** Network failures, 5xx and 429 are retried; everything else stops the stream. */
-export function isRetryable(error: unknown): boolean {
-  if (error instanceof NetworkError) return true
-  if (error instanceof FetchError) return error.status >= 500 || error.status === 429
-  return false
 }
 
 function randomToken(random: () => number): string {

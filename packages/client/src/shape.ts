@@ -1,4 +1,5 @@
-import { type ShapeStreamOptions, ShapeStream } from './shape-stream.js'
+import { ShapeStream } from './shape-stream.js'
+import type { ShapeStreamOptions } from './stream-options.js'
 import { AbortedError, InvalidOptionsError } from './errors.js'
 import { type Message, isChangeMessage, isControlMessage } from './messages.js'
 import { MemoryShapeStorage, PERSISTED_SHAPE_VERSION, type PersistedShape, type ShapeStorage } from './storage.js'

@@ -1,13 +1,23 @@
 import type { ParamErrors } from './errors.js'
-import { type RelationName, parseColumnList, parseRelation } from './identifiers.js'
+import { type RelationName, parseRelation } from './identifiers.js'
+import { InvalidOffsetError, type RequestOffset, isBeforeAll, parseRequestOffset } from './offset.js'
 import {
-  INVALID_OFFSET_MESSAGE,
-  InvalidOffsetError,
-  type RequestOffset,
-  isBeforeAll,
-  parseRequestOffset,
-} from './offset.js'
+  type Cast,
+  ErrorMap,
+  INTEGER,
+  castBoolean,
+  castColumns,
+  castEnum,
+  castString,
+  castStringMap,
+  copyInto,
+  emptyRecord,
+  has,
+  isBlank,
+} from './param-casts.js'
+import { LOG_MODES, type LogMode, ParamMessage, QueryParam, REPLICA_MODES, type ReplicaMode } from './param-names.js'
 import { type QueryObject, decodeQueryString } from './query-string.js'
+import { type SubsetRequest, castSubset, extractSubset, mergeBody } from './subset-params.js'
 
 /**
  * Query parameters of `/v1/shape` (PROTOCOL.md §2) and their validation.
@@ -42,64 +52,8 @@ import { type QueryObject, decodeQueryString } from './query-string.js'
  * - Parameters not listed here are ignored.
  */
 
-export const QueryParam = {
-  table: 'table',
-  offset: 'offset',
-  handle: 'handle',
-  live: 'live',
-  liveSse: 'live_sse',
-  experimentalLiveSse: 'experimental_live_sse',
-  cursor: 'cursor',
-  where: 'where',
-  params: 'params',
-  columns: 'columns',
-  queryableColumns: 'queryable_columns',
-  replica: 'replica',
-  log: 'log',
-  secret: 'secret',
-  apiSecret: 'api_secret',
-  cacheBuster: 'cache-buster',
-  expiredHandle: 'expired_handle',
-  subsetWhere: 'subset__where',
-  subsetParams: 'subset__params',
-  subsetLimit: 'subset__limit',
-  subsetOffset: 'subset__offset',
-  subsetOrderBy: 'subset__order_by',
-  subsetWhereExpr: 'subset__where_expr',
-  subsetOrderByExpr: 'subset__order_by_expr',
-} as const
-
-/** Any query key with this prefix turns a request into a subset snapshot (§6). */
-export const SUBSET_PREFIX = 'subset__'
-
-export const REPLICA_MODES = ['default', 'full'] as const
-export type ReplicaMode = (typeof REPLICA_MODES)[number]
-
-export const LOG_MODES = ['full', 'changes_only'] as const
-export type LogMode = (typeof LOG_MODES)[number]
-
-/** Error texts that reach clients; Electric's wording. */
-export const ParamMessage = {
-  blank: "can't be blank",
-  invalid: 'is invalid',
-  invalidOffset: INVALID_OFFSET_MESSAGE,
-  handleRequired: "can't be blank when offset != -1",
-  handleOrShapeRequired: "can't be blank when shape definition is missing",
-  liveWithBeforeAll: "can't be true when offset == -1",
-  liveWithNow: "can't be true when offset is 'now'",
-  liveSseWithoutLive: "can't be true unless live is also true",
-  paramKeysNotNumbers: 'Parameters can only use numbers as keys',
-  paramKeysNotSequential: 'Parameters must be numbered sequentially, starting from 1',
-  zeroLengthColumn: 'Invalid zero-length identifier',
-  limitNotPositive: 'must be greater than 0',
-  offsetNegative: 'must be greater than or equal to 0',
-  orderByRequired: 'order_by is required when limit or offset is present',
-  subsetParamsNotJson: 'params must be valid JSON',
-  subsetParamsNotObject: 'params must be a JSON object',
-  notInBody: "can't be set in a request body: the shape and the request's position come from the URL; a body carries subset parameters only",
-  inUrlAndBody: 'is given both in the URL and in the request body',
-  twiceInBody: 'is given twice in the request body',
-} as const
+export { LOG_MODES, type LogMode, ParamMessage, QueryParam, REPLICA_MODES, type ReplicaMode, SUBSET_PREFIX } from './param-names.js'
+export type { SubsetRequest } from './subset-params.js'
 
 /** What identifies a shape, as far as it can be known without a database. */
 export interface ShapeDefinitionParams {
@@ -112,15 +66,6 @@ export interface ShapeDefinitionParams {
   readonly queryableColumns?: readonly string[]
   readonly replica: ReplicaMode
   readonly log: LogMode
-}
-
-export interface SubsetRequest {
-  readonly where?: string
-  /** Keyed as sent (`"1"`, `"2"`, ...); numbers and booleans arrive as their text. */
-  readonly params: Readonly<Record<string, string>>
-  readonly limit?: number
-  readonly offset?: number
-  readonly orderBy?: string
 }
 
 export interface ShapeRequest {
@@ -259,8 +204,6 @@ export function readSecret(query: Input): string | undefined {
   return typeof secret === 'string' ? secret : undefined
 }
 
-// ---------------------------------------------------------------------------
-
 interface CastResult {
   readonly table?: string
   readonly offset?: string
@@ -331,8 +274,6 @@ function defineShape(cast: CastResult, errors: ErrorMap): ShapeDefinitionParams 
   }
 }
 
-const INTEGER = /^[+-]?[0-9]+$/
-
 /**
  * `{ "1": a, "2": b }` → `[a, b]`. Keys are integers as Elixir reads them
  * (`01` and `+1` are 1) and must be exactly 1..n. Electric means the same rule
@@ -352,240 +293,7 @@ function orderParams(params: Readonly<Record<string, string>>): string[] | strin
   return numbered.map(([, value]) => value)
 }
 
-/** Stage 8. */
-function castSubset(raw: unknown, errors: ErrorMap): SubsetRequest | undefined {
-  if (!isPlainObject(raw)) {
-    errors.add('subset', ParamMessage.invalid)
-    return undefined
-  }
-  const sub = new ErrorMap()
-  const take = <T>(field: string, cast: (value: unknown) => Cast<T>): T | undefined => {
-    const result = cast(raw[field])
-    if (result.kind === 'invalid') sub.add(field, result.message)
-    return result.kind === 'ok' ? result.value : undefined
-  }
-  const where = take('where', castString)
-  const orderBy = take('order_by', castString)
-  const limit = take('limit', castInteger)
-  const offset = take('offset', castInteger)
-  const params = take('params', castSubsetParams)
-
-  if (limit !== undefined && limit <= 0) sub.add('limit', ParamMessage.limitNotPositive)
-  if (offset !== undefined && offset < 0) sub.add('offset', ParamMessage.offsetNegative)
-  if ((limit !== undefined || offset !== undefined) && orderBy === undefined && !sub.has('order_by')) {
-    sub.add('order_by', ParamMessage.orderByRequired)
-  }
-  if (!sub.empty) {
-    errors.nest('subset', sub.toObject())
-    return undefined
-  }
-  return {
-    ...(where === undefined ? {} : { where }),
-    params: params ?? emptyRecord(),
-    ...(limit === undefined ? {} : { limit }),
-    ...(offset === undefined ? {} : { offset }),
-    ...(orderBy === undefined ? {} : { orderBy }),
-  }
-}
-
-// --- Ecto-style casts ---------------------------------------------------------
-
-type Cast<T> =
-  | { readonly kind: 'absent' }
-  | { readonly kind: 'ok'; readonly value: T }
-  | { readonly kind: 'invalid'; readonly message: string }
-
-const ABSENT: Cast<never> = { kind: 'absent' }
-const INVALID: Cast<never> = { kind: 'invalid', message: ParamMessage.invalid }
-const okCast = <T>(value: T): Cast<T> => ({ kind: 'ok', value })
-const invalidCast = (message: string): Cast<never> => ({ kind: 'invalid', message })
-
-function isBlank(value: unknown): boolean {
-  return value === undefined || value === null || (typeof value === 'string' && value.trim() === '')
-}
-
-function castString(value: unknown): Cast<string> {
-  if (isBlank(value)) return ABSENT
-  return typeof value === 'string' ? okCast(value) : INVALID
-}
-
-function castBoolean(value: unknown): Cast<boolean> {
-  if (isBlank(value)) return ABSENT
-  if (value === true || value === 'true' || value === '1') return okCast(true)
-  if (value === false || value === 'false' || value === '0') return okCast(false)
-  return INVALID
-}
-
-function castEnum<const T extends string>(values: readonly T[]): (value: unknown) => Cast<T> {
-  return (value) => {
-    if (isBlank(value)) return ABSENT
-    return typeof value === 'string' && (values as readonly string[]).includes(value) ? okCast(value as T) : INVALID
-  }
-}
-
-function castInteger(value: unknown): Cast<number> {
-  if (isBlank(value)) return ABSENT
-  if (typeof value === 'number') return Number.isSafeInteger(value) ? okCast(value) : INVALID
-  if (typeof value === 'string' && INTEGER.test(value)) {
-    const parsed = Number(value)
-    return Number.isSafeInteger(parsed) ? okCast(parsed) : INVALID
-  }
-  return INVALID
-}
-
-function castColumns(value: unknown): Cast<readonly string[]> {
-  if (isBlank(value)) return ABSENT
-  if (typeof value === 'string') {
-    const parsed = parseColumnList(value)
-    return parsed.ok ? okCast(parsed.value) : invalidCast(parsed.error)
-  }
-  // `columns[]=a&columns[]=b`: names taken verbatim, as Electric does.
-  if (Array.isArray(value) && value.length > 0) {
-    if (!value.every((column): column is string => typeof column === 'string')) return INVALID
-    return value.includes('') ? invalidCast(ParamMessage.zeroLengthColumn) : okCast(value)
-  }
-  return INVALID
-}
-
-function castStringMap(value: unknown): Cast<Readonly<Record<string, string>>> {
-  if (isBlank(value)) return ABSENT
-  if (!isPlainObject(value)) return INVALID
-  const out = emptyRecord()
-  for (const [key, entry] of Object.entries(value)) {
-    if (typeof entry !== 'string') return INVALID
-    out[key] = entry
-  }
-  return okCast(out)
-}
-
-/** `subset__params`: a JSON object string, or a bracketed map; scalar values become text. */
-function castSubsetParams(value: unknown): Cast<Readonly<Record<string, string>>> {
-  if (isBlank(value)) return ABSENT
-  let decoded: unknown = value
-  if (typeof value === 'string') {
-    try {
-      decoded = JSON.parse(value)
-    } catch {
-      return invalidCast(ParamMessage.subsetParamsNotJson)
-    }
-    if (!isPlainObject(decoded)) return invalidCast(ParamMessage.subsetParamsNotObject)
-  }
-  if (!isPlainObject(decoded)) return INVALID
-  const out = emptyRecord()
-  for (const [key, entry] of Object.entries(decoded)) {
-    if (typeof entry === 'string') out[key] = entry
-    else if (typeof entry === 'number' || typeof entry === 'boolean') out[key] = String(entry)
-    else if (entry === null) out[key] = ''
-    else return INVALID
-  }
-  return okCast(out)
-}
-
-// --- plumbing -----------------------------------------------------------------
-
-class ErrorMap {
-  private readonly fields = new Map<string, string[] | ParamErrors>()
-
-  get empty(): boolean {
-    return this.fields.size === 0
-  }
-
-  has(field: string): boolean {
-    return this.fields.has(field)
-  }
-
-  add(field: string, message: string): this {
-    const existing = this.fields.get(field)
-    if (Array.isArray(existing)) existing.push(message)
-    else this.fields.set(field, [message])
-    return this
-  }
-
-  nest(field: string, errors: ParamErrors): this {
-    this.fields.set(field, errors)
-    return this
-  }
-
-  toObject(): ParamErrors {
-    return Object.fromEntries(this.fields)
-  }
-
-  result(): { readonly ok: false; readonly errors: ParamErrors } {
-    return { ok: false, errors: this.toObject() }
-  }
-}
-
 function toFields(query: Input): Fields {
   const source = typeof query === 'string' ? decodeQueryString(query) : query
   return copyInto(emptyRecord<unknown>(), source)
-}
-
-/** `subset__where=x` → `subset: { where: 'x' }`; an explicit `subset[...]` key wins. */
-function extractSubset(all: Fields): Fields {
-  let subset: Fields | undefined
-  for (const key of Object.keys(all)) {
-    if (!key.startsWith(SUBSET_PREFIX)) continue
-    subset ??= emptyRecord<unknown>()
-    subset[key.slice(SUBSET_PREFIX.length)] = all[key]
-    delete all[key]
-  }
-  if (subset !== undefined && !has(all, 'subset')) all['subset'] = subset
-  return all
-}
-
-/** The keys a POST body may carry (§6): subset parameters, bare or in a `subset` object. */
-const BODY_SUBSET_KEYS = new Set(['where', 'order_by', 'limit', 'offset', 'params', 'where_expr', 'order_by_expr'])
-
-/**
- * Joins a POST body's subset parameters to the query's `subset__*` ones.
- *
- * The shape itself (table, where, columns, params, replica, log) and the
- * request's position come from the URL alone: an auth proxy that pins them
- * there must not be bypassed by a body. Electric merges every body key into the
- * query params; we refuse any key that is not a subset parameter, and a subset
- * parameter given twice (in the URL and the body, or bare and in `subset`), with
- * a 400 that names it.
- */
-function mergeBody(all: Fields, body: Readonly<Record<string, unknown>> | undefined, errors: ErrorMap): Fields {
-  if (body === undefined || Object.keys(body).length === 0) return all
-  const merged = isPlainObject(all['subset']) ? copyInto(emptyRecord<unknown>(), all['subset']) : emptyRecord<unknown>()
-  const fromUrl = new Set(Object.keys(merged))
-  const twice = new ErrorMap()
-  const take = (key: string, value: unknown): void => {
-    if (has(merged, key)) twice.add(key, fromUrl.has(key) ? ParamMessage.inUrlAndBody : ParamMessage.twiceInBody)
-    merged[key] = value
-  }
-  for (const [key, value] of Object.entries(body)) {
-    if (key === 'subset' && isPlainObject(value)) {
-      for (const [inner, innerValue] of Object.entries(value)) take(inner, innerValue)
-    } else if (key === 'subset') {
-      // Not an object: stage 8 reports it as the subset's type error.
-      merged['subset'] = value
-    } else if (BODY_SUBSET_KEYS.has(key)) {
-      take(key, value)
-    } else {
-      errors.add(key, ParamMessage.notInBody)
-    }
-  }
-  if (!twice.empty) errors.nest('subset', twice.toObject())
-  if (has(merged, 'subset')) all['subset'] = merged['subset']
-  else if (Object.keys(merged).length > 0) all['subset'] = merged
-  return all
-}
-
-function copyInto<T>(target: Record<string, T>, source: Readonly<Record<string, T>>): Record<string, T> {
-  for (const [key, value] of Object.entries(source)) target[key] = value
-  return target
-}
-
-function emptyRecord<T = string>(): Record<string, T> {
-  return Object.create(null) as Record<string, T>
-}
-
-function has(fields: Readonly<Record<string, unknown>>, key: string): boolean {
-  return Object.hasOwn(fields, key)
-}
-
-function isPlainObject(value: unknown): value is Readonly<Record<string, unknown>> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
 }

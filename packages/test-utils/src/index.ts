@@ -6,6 +6,7 @@ export type { FindPostgresBinariesOptions, PostgresBinaries, PostgresBinarySourc
 export { TEST_CLUSTER_SETTINGS } from './pg-settings.js'
 export type { PostgresSettings, PostgresSettingValue } from './pg-settings.js'
 export { freePort } from './free-port.js'
+export { SeededRandom, seededRandom } from './seeded-random.js'
 export { tempDir, makeTempDirSync } from './temp-dir.js'
 export type { TempDir } from './temp-dir.js'
 export { useTempDir } from './use-temp-dir.js'

@@ -1,13 +1,14 @@
-import { type ParamErrors, SluiceError, invalidRequest } from '@sluice/protocol'
+import { SluiceError, invalidRequest } from '@sluice/protocol'
 import type { RelationName } from '@sluice/protocol'
-import { ShapeError } from '../shapes/shape-error.js'
-import { TableCatalogError, TableNotSupportedError } from '../shapes/table-catalog.js'
-import { SnapshotError } from '../shapes/snapshot/index.js'
+import { SERVER_ERRORS, ServerError } from '../errors.js'
+import type { ShapeError } from '../shapes/shape-error.js'
 
 /**
  * Maps whatever a request handler throws to the `SluiceError` whose status and
- * body the client gets (PROTOCOL.md §2, §5.4). Anything unknown is a 500 with
- * Electric's generic body; the original error goes to the log, never the wire.
+ * body the client gets (PROTOCOL.md §2, §5.4). A server error maps by its code
+ * through the one table in src/errors.ts; anything else is a 500 with
+ * Electric's generic body, unless it says Postgres cannot be reached or is one
+ * of fastify's own 4xx. The original error goes to the log, never the wire.
  */
 
 /** Electric's texts for shape definitions the table cannot satisfy (`SS/shapes/shape.ex`). */
@@ -28,10 +29,7 @@ export interface ErrorContext {
 
 export function toSluiceError(error: unknown, context: ErrorContext = {}): SluiceError {
   if (error instanceof SluiceError) return error
-  if (error instanceof ShapeError) return fromShapeError(error, context)
-  if (error instanceof TableNotSupportedError) return invalidRequest({ table: [error.message] })
-  if (error instanceof TableCatalogError) return new SluiceError('internal', { cause: error })
-  if (error instanceof SnapshotError) return new SluiceError('snapshot_failed', { cause: error })
+  if (error instanceof ServerError) return fromServerError(error, context)
   const code = (error as { code?: unknown } | null)?.code
   if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) return new SluiceError('database_unreachable', { cause: error })
   // fastify's own errors (body parsing, content type, limits) carry their status.
@@ -43,22 +41,29 @@ export function toSluiceError(error: unknown, context: ErrorContext = {}): Sluic
   return new SluiceError('internal', { cause: error })
 }
 
-function fromShapeError(error: ShapeError, context: ErrorContext): SluiceError {
+function fromServerError(error: ServerError, context: ErrorContext): SluiceError {
+  const spec: { readonly wire: SluiceError['code']; readonly field?: string; readonly wireMessage?: string } = SERVER_ERRORS[error.code]
+  if (spec.field !== undefined) return invalidRequest({ [spec.field]: [fieldText(error, context)] })
+  if (error.code === 'snapshot_failed') {
+    const refused = whereRefusal(error)
+    if (refused !== undefined) return refused
+  }
+  return new SluiceError(spec.wire, spec.wireMessage === undefined ? { cause: error } : { message: spec.wireMessage, cause: error })
+}
+
+/** The text filed under the request field an error names: the error's message, unless the wire words it otherwise. */
+function fieldText(error: ServerError, context: ErrorContext): string {
   switch (error.code) {
     case 'table_not_found':
-      return invalidRequest({ table: [context.relation === undefined ? error.message : missingTableMessage(context.relation)] })
-    case 'unsupported_table':
-      return invalidRequest({ table: [error.message] })
-    case 'invalid_columns':
-      return invalidRequest(columnErrors(error.message))
-    case 'snapshot_failed':
-      return fromSnapshotFailure(error)
-    case 'shape_invalidated':
-      return new SluiceError('must_refetch', { cause: error })
-    case 'too_many_shapes':
-      return new SluiceError('stack_not_ready', { message: 'Too many shapes, please retry later', cause: error })
-    case 'shutting_down':
-      return new SluiceError('stack_not_ready', { message: 'Server is shutting down', cause: error })
+      return context.relation === undefined ? error.message : missingTableMessage(context.relation)
+    case 'invalid_columns': {
+      // Only a ShapeError carries this code; it names the columns as data.
+      const problem = (error as ShapeError).columnProblem
+      if (problem === undefined) return error.message
+      return (problem.kind === 'missing_primary_key' ? MISSING_PK_COLUMNS : UNKNOWN_COLUMNS) + problem.columns.join(', ')
+    }
+    default:
+      return error.message
   }
 }
 
@@ -68,23 +73,11 @@ function fromShapeError(error: ShapeError, context: ErrorContext): SluiceError {
  * not plan) fails every retry the same way: a 400 naming `where`, not the 503
  * that tells clients to retry forever. The shape was already dropped.
  */
-function fromSnapshotFailure(error: ShapeError): SluiceError {
+function whereRefusal(error: ServerError): SluiceError | undefined {
   const cause = error.cause
-  if (cause instanceof SnapshotError && (cause.code === 'evaluation_error' || cause.code === 'invalid_query')) {
-    const postgres = cause.cause instanceof Error ? cause.cause.message : cause.message
-    return invalidRequest({ where: [`The where clause failed on the table's rows: ${postgres}`] })
-  }
-  return new SluiceError('snapshot_failed', { cause: error })
-}
-
-/**
- * The shape manager words column problems its own way, naming each column as a
- * JSON string; the wire gets Electric's sentences with the names joined by ", ".
- */
-function columnErrors(message: string): ParamErrors {
-  const names = [...message.matchAll(/"(?:[^"\\]|\\.)*"/g)].map((m) => JSON.parse(m[0]) as string)
-  const text = message.includes('primary key') ? MISSING_PK_COLUMNS : UNKNOWN_COLUMNS
-  return { columns: [text + names.join(', ')] }
+  if (!(cause instanceof ServerError) || (cause.code !== 'evaluation_error' && cause.code !== 'invalid_query')) return undefined
+  const postgres = cause.cause instanceof Error ? cause.cause.message : cause.message
+  return invalidRequest({ where: [`The where clause failed on the table's rows: ${postgres}`] })
 }
 
 function quote(identifier: string): string {

@@ -170,7 +170,7 @@ export class PublicationManager {
     try {
       await this.db.query(sql)
     } catch (error) {
-      if (sqlState(error) === SqlState.undefinedTable) throw new TableNotFoundError(relation.schema, relation.name)
+      if (sqlState(error) === SqlState.undefinedTable) throw new TableNotFoundError(relation.schema, relation.name, { cause: error })
       if (!isPrivilegeError(error)) throw error
       const { role } = await this.whoAmI()
       const table = formatRelation(relation)

@@ -1,30 +1,33 @@
+import { ServerError, codeTable } from '../errors.js'
+
 /**
  * Errors of the replication stage. Every one is a `ReplicationError` with a
- * stable `code`; callers branch on the code (or the class), never on the message.
+ * stable `code` (defined in src/errors.ts); callers branch on the code (or the
+ * class), never on the message.
  *
  * `fatal` says whether retrying can help: a decoding or privilege problem comes
  * back on every reconnect, so the replication client stops on it instead of
  * looping; a dropped connection or a failing consumer is retried.
  */
-export const REPLICATION_ERROR_CODES = {
-  pgoutput_truncated: 'A pgoutput message ended before all of its fields',
-  pgoutput_malformed: 'A pgoutput message has an invalid field',
-  pgoutput_unsupported: 'A pgoutput message or value kind that Sluice does not handle',
-  binary_tuple_value: 'A tuple value arrived in binary format; Sluice only requests text',
-  unknown_relation: 'A change refers to a relation that was never described',
-  protocol_violation: 'The replication stream broke the order pgoutput guarantees',
-  unchanged_toast: 'An unchanged TOAST value could not be filled from an old tuple',
-  insufficient_privilege: 'The database role lacks a privilege Sluice needs',
-  slot_not_found: 'The replication slot does not exist',
-  slot_mismatch: 'A replication slot with this name exists but is not a pgoutput slot of this database',
-  publication_not_found: 'The publication does not exist',
-  table_not_found: 'The table does not exist',
-  server_configuration: 'The Postgres server is not configured for logical replication',
-  invalid_name: 'An invalid slot or publication name',
-  client_stopped: 'The replication client was stopped',
-  already_started: 'The replication client was started already; create a new one to start again',
-  connection_lost: 'The replication connection was lost',
-} as const
+export const REPLICATION_ERROR_CODES = codeTable(
+  'pgoutput_truncated',
+  'pgoutput_malformed',
+  'pgoutput_unsupported',
+  'binary_tuple_value',
+  'unknown_relation',
+  'protocol_violation',
+  'unchanged_toast',
+  'insufficient_privilege',
+  'slot_not_found',
+  'slot_mismatch',
+  'publication_not_found',
+  'table_not_found',
+  'server_configuration',
+  'invalid_name',
+  'client_stopped',
+  'already_started',
+  'connection_lost',
+)
 
 export type ReplicationErrorCode = keyof typeof REPLICATION_ERROR_CODES
 
@@ -43,14 +46,8 @@ const FATAL_CODES: ReadonlySet<ReplicationErrorCode> = new Set<ReplicationErrorC
   'invalid_name',
 ])
 
-export class ReplicationError extends Error {
+export class ReplicationError extends ServerError<ReplicationErrorCode> {
   override readonly name: string = 'ReplicationError'
-  readonly code: ReplicationErrorCode
-
-  constructor(code: ReplicationErrorCode, message: string = REPLICATION_ERROR_CODES[code], options?: { cause?: unknown }) {
-    super(message, options)
-    this.code = code
-  }
 
   /** Whether retrying (reconnecting) cannot help. */
   get fatal(): boolean {
@@ -162,8 +159,9 @@ export class TableNotFoundError extends ReplicationError {
   constructor(
     readonly schema: string,
     readonly table: string,
+    options?: { cause?: unknown },
   ) {
-    super('table_not_found', `Table ${quote(schema)}.${quote(table)} does not exist`)
+    super('table_not_found', `Table ${quote(schema)}.${quote(table)} does not exist`, options)
   }
 }
 

@@ -1,5 +1,6 @@
 import { U64_MAX, buildRowKey, rowKeyFromValue, rowKeyFromValues, rowKeyPrefix } from '@sluice/protocol'
 import type { Operation, RelationName, ReplicaMode } from '@sluice/protocol'
+import { ServerError } from '../errors.js'
 import { UnchangedToastError } from '../replication/index.js'
 import type { OldTupleKind, TupleValue } from '../replication/index.js'
 import { LineScratch } from './line-scratch.js'
@@ -78,14 +79,8 @@ export interface EncodedLine {
 
 export type ChangeEncodingErrorCode = 'invalid_table' | 'invalid_position' | 'invalid_tuple' | 'missing_old_row'
 
-export class ChangeEncodingError extends Error {
+export class ChangeEncodingError extends ServerError<ChangeEncodingErrorCode> {
   override readonly name = 'ChangeEncodingError'
-  constructor(
-    readonly code: ChangeEncodingErrorCode,
-    message: string,
-  ) {
-    super(message)
-  }
 }
 
 const MAX_XID = 0xffff_ffff

@@ -1,26 +1,34 @@
+import { ServerError, codeTable } from '../errors.js'
+
 /**
- * Why a shape cannot be created or served. Stable codes: the HTTP layer maps
- * them to statuses and bodies, callers branch on `code`, never on the message.
+ * Why a shape cannot be created or served. The codes are defined in the
+ * server's one error table (src/errors.ts), which also decides the response.
  */
-export const SHAPE_ERROR_CODES = {
-  table_not_found: 'The table does not exist (or is not visible to the Sluice role)',
-  unsupported_table: 'The relation is not a table Sluice can replicate',
-  invalid_columns: 'The selected columns are not valid for the table',
-  snapshot_failed: 'The initial snapshot failed',
-  shape_invalidated: 'The shape was invalidated while it was being created',
-  too_many_shapes: 'The shape limit is reached',
-  shutting_down: 'The server is shutting down',
-} as const
+export const SHAPE_ERROR_CODES = codeTable(
+  'table_not_found',
+  'unsupported_table',
+  'invalid_columns',
+  'snapshot_failed',
+  'shape_invalidated',
+  'too_many_shapes',
+  'shutting_down',
+)
 
 export type ShapeErrorCode = keyof typeof SHAPE_ERROR_CODES
 
-export class ShapeError extends Error {
+/** Which selected columns are wrong, and how: the wire names them, so they travel as data. */
+export interface ColumnProblem {
+  readonly kind: 'unknown' | 'missing_primary_key'
+  readonly columns: readonly string[]
+}
+
+export class ShapeError extends ServerError<ShapeErrorCode> {
   override readonly name = 'ShapeError'
-  constructor(
-    readonly code: ShapeErrorCode,
-    message: string = SHAPE_ERROR_CODES[code],
-    options?: { cause?: unknown },
-  ) {
-    super(message, options)
+  /** Set for `invalid_columns`. */
+  readonly columnProblem: ColumnProblem | undefined
+
+  constructor(code: ShapeErrorCode, message?: string, options?: { cause?: unknown; columnProblem?: ColumnProblem }) {
+    super(code, message, options)
+    this.columnProblem = options?.columnProblem
   }
 }

@@ -689,11 +689,11 @@ function checkColumns(info: TableInfo, columns: readonly string[] | undefined): 
   const known = new Set(info.columns.map((c) => c.name))
   const unknown = columns.filter((c) => !known.has(c))
   if (unknown.length > 0) {
-    throw new ShapeError('invalid_columns', `unknown column${unknown.length > 1 ? 's' : ''}: ${unknown.map((c) => JSON.stringify(c)).join(', ')}`)
+    throw new ShapeError('invalid_columns', `unknown column${unknown.length > 1 ? 's' : ''}: ${unknown.map((c) => JSON.stringify(c)).join(', ')}`, { columnProblem: { kind: 'unknown', columns: unknown } })
   }
   const missing = info.primaryKey.filter((c) => !columns.includes(c))
   if (missing.length > 0) {
-    throw new ShapeError('invalid_columns', `the selected columns must include the primary key; missing: ${missing.map((c) => JSON.stringify(c)).join(', ')}`)
+    throw new ShapeError('invalid_columns', `the selected columns must include the primary key; missing: ${missing.map((c) => JSON.stringify(c)).join(', ')}`, { columnProblem: { kind: 'missing_primary_key', columns: missing } })
   }
 }
 

@@ -1,3 +1,4 @@
+import { ServerError } from '../errors.js'
 import type { Queryable } from '../replication/queryable.js'
 import type { Relation } from '../replication/pgoutput-messages.js'
 import type { WhereColumn } from '../where/index.js'
@@ -64,14 +65,10 @@ export interface TableInfo {
 
 export type TableCatalogErrorCode = 'unsupported_relation' | 'catalog_inconsistent'
 
-export class TableCatalogError extends Error {
+export class TableCatalogError extends ServerError<TableCatalogErrorCode> {
   override readonly name: string = 'TableCatalogError'
-  constructor(
-    readonly code: TableCatalogErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options)
+  constructor(code: TableCatalogErrorCode, message: string, options?: { cause?: unknown }) {
+    super(code, message, options)
   }
 }
 

@@ -136,12 +136,13 @@ function parseUncached(clause: string, limits: WhereLimits): RawNode {
     if (details !== undefined) {
       throw new WhereClauseError('syntax_error', `At location ${details.cursorPosition}: ${details.message}`, {
         position: details.cursorPosition,
+        cause: error,
       })
     }
     if (error instanceof RangeError) {
-      throw new WhereClauseError('limit_exceeded', 'The where clause is nested too deeply')
+      throw new WhereClauseError('limit_exceeded', 'The where clause is nested too deeply', { cause: error })
     }
-    throw new WhereClauseError('syntax_error', `Invalid where clause: ${(error as Error).message}`)
+    throw new WhereClauseError('syntax_error', `Invalid where clause: ${(error as Error).message}`, { cause: error })
   }
   const statements = result.stmts ?? []
   const first = statements[0]

@@ -1,3 +1,4 @@
+import { ServerError } from '../errors.js'
 import { SluiceError } from '@sluice/protocol'
 
 /**
@@ -80,13 +81,11 @@ export type EvaluationErrorCode =
  * catches it and returns an {@link EvaluationFailure}; the compiler turns it into
  * a {@link WhereClauseError} when it happens while folding constants.
  */
-export class EvaluationError extends Error {
+export class EvaluationError extends ServerError<EvaluationErrorCode> {
   override readonly name = 'EvaluationError'
-  readonly code: EvaluationErrorCode
 
   constructor(code: EvaluationErrorCode, message: string) {
-    super(message)
-    this.code = code
+    super(code, message)
   }
 }
 

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { type NginxServer, startNginx, usePostgres, useTempDir } from '@sluice/test-utils'
+import { type NginxServer, seededRandom as prng, startNginx, usePostgres, useTempDir } from '@sluice/test-utils'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Pipeline } from '../../src/pipeline.js'
 import { caughtUp, startPipeline } from '../pipeline/harness.js'
@@ -49,18 +49,6 @@ afterAll(async () => {
   await origin?.close()
   await pipeline?.stop()
 })
-
-/** A tiny deterministic generator (mulberry32), so a failing run can be replayed from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 async function postgresRows(table: string): Promise<Array<Record<string, string | null>>> {
   const { rows } = await cluster.query<Record<string, string | null>>(`SELECT id::text AS id, title, n::text AS n FROM ${table} ORDER BY ${table}.id`)

@@ -1,6 +1,6 @@
 import type { Message, Row } from '@electric-sql/client'
 import { isChangeMessage, isControlMessage } from '@electric-sql/client'
-import { useTempDir, usePostgres } from '@sluice/test-utils'
+import { seededRandom as prng, useTempDir, usePostgres } from '@sluice/test-utils'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isDeepStrictEqual } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -39,18 +39,6 @@ const SCHEMA: Record<string, SchemaEntry> = {
   b: { type: 'bool' },
   tags: { type: 'text', dims: 1 },
   doc: { type: 'jsonb' },
-}
-
-/** mulberry32: small, seedable, good enough to pick operations. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 beforeAll(async () => {

@@ -17,67 +17,13 @@
  * concurrent writers the interleaving is Postgres's, so a seed reproduces the
  * mix of transactions and shapes, not the exact schedule.
  */
+import { SeededRandom as Rng } from '@sluice/test-utils'
 import pg from 'pg'
 
 // ---- PRNG -------------------------------------------------------------------
 
-/** sfc32: small, fast, good enough; seeded from one 32-bit number. */
-export class Rng {
-  private a: number
-  private b: number
-  private c: number
-  private d: number
-
-  constructor(readonly seed: number) {
-    this.a = 0x9e3779b9
-    this.b = 0x243f6a88
-    this.c = 0xb7e15162
-    this.d = seed >>> 0
-    for (let i = 0; i < 15; i++) this.next()
-  }
-
-  /** Uniform in [0, 1). */
-  next(): number {
-    this.a >>>= 0
-    this.b >>>= 0
-    this.c >>>= 0
-    this.d >>>= 0
-    const t = (((this.a + this.b) | 0) + this.d) | 0
-    this.d = (this.d + 1) | 0
-    this.a = this.b ^ (this.b >>> 9)
-    this.b = (this.c + (this.c << 3)) | 0
-    this.c = (this.c << 21) | (this.c >>> 11)
-    this.c = (this.c + t) | 0
-    return (t >>> 0) / 4294967296
-  }
-
-  /** Integer in [min, max]. */
-  int(min: number, max: number): number {
-    return min + Math.floor(this.next() * (max - min + 1))
-  }
-
-  chance(p: number): boolean {
-    return this.next() < p
-  }
-
-  pick<T>(items: readonly T[]): T {
-    return items[Math.floor(this.next() * items.length)] as T
-  }
-
-  /** A few distinct items, in random order. */
-  some<T>(items: readonly T[], min: number, max: number): T[] {
-    const pool = [...items]
-    const n = this.int(min, Math.min(max, pool.length))
-    const out: T[] = []
-    for (let i = 0; i < n; i++) out.push(pool.splice(Math.floor(this.next() * pool.length), 1)[0] as T)
-    return out
-  }
-
-  /** A child generator (for one writer), deterministic from this one. */
-  fork(): Rng {
-    return new Rng(Math.floor(this.next() * 2 ** 32))
-  }
-}
+/** The workloads' one seeded generator, with its helpers (int, chance, pick, some, fork). */
+export { Rng }
 
 export function seedFromEnv(name: string): number {
   const text = process.env[name]

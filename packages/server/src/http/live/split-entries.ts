@@ -20,6 +20,8 @@
  * cannot hold one), which is what lets each entry be one SSE `data:` line.
  */
 
+import { ServerError } from '../../errors.js'
+
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
 const COMMA = 0x2c
@@ -28,8 +30,11 @@ const OPEN_BRACKET = 0x5b
 const CLOSE_BRACE = 0x7d
 const CLOSE_BRACKET = 0x5d
 
-export class MalformedEntriesError extends Error {
+export class MalformedEntriesError extends ServerError<'malformed_entries'> {
   override readonly name = 'MalformedEntriesError'
+  constructor(message: string) {
+    super('malformed_entries', message)
+  }
 }
 
 /**

@@ -1,6 +1,7 @@
 import { LOG_MODES, REPLICA_MODES } from '@sluice/protocol'
 import type { LogMode, ReplicaMode } from '@sluice/protocol'
 import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/pg-snapshot.js'
+import { ServerError } from '../../errors.js'
 import { isValidHandle } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
 import { freezeDefinition } from './shape-definition.js'
@@ -58,11 +59,10 @@ export interface TableSignature {
   readonly columns: ReadonlyArray<readonly [name: string, typeOid: number, typeMod: number]>
 }
 
-export class ShapeMetaError extends Error {
-  readonly code = 'invalid_shape_meta'
-  constructor(message: string) {
-    super(message)
-    this.name = 'ShapeMetaError'
+export class ShapeMetaError extends ServerError<'invalid_shape_meta'> {
+  override readonly name = 'ShapeMetaError'
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('invalid_shape_meta', message, options)
   }
 }
 
@@ -101,7 +101,7 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   try {
     raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes))
   } catch (error) {
-    throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`)
+    throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`, { cause: error })
   }
   if (!isRecord(raw)) throw new ShapeMetaError('shape meta is not a JSON object')
   if (raw['v'] !== SHAPE_META_VERSION) {

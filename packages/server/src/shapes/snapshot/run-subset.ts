@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { ServerError } from '../../errors.js'
 import type { TableInfo } from '../table-catalog.js'
 import { isVisibleInSnapshot } from './pg-snapshot.js'
 import type { PgSnapshot } from './pg-snapshot.js'
@@ -54,8 +55,11 @@ export interface SubsetSink<P> {
 /** Attempts at a snapshot that raced a commit before giving up (the race is microseconds wide). */
 export const MAX_SUBSET_ATTEMPTS = 5
 
-class RacedCommit extends Error {
+class RacedCommit extends ServerError<'raced_commit'> {
   override readonly name = 'RacedCommit'
+  constructor(message: string) {
+    super('raced_commit', message)
+  }
 }
 
 export async function runSubsetSnapshot<P>(pool: pg.Pool, request: SubsetRunRequest<P>, sink: SubsetSink<P>): Promise<SnapshotResult> {

@@ -1,24 +1,27 @@
+import { ServerError, codeTable } from '../../errors.js'
+
 /**
- * Every failure of a snapshot, with a stable `code`. Callers branch on the
- * code (or `retryable`), never on the message; the Postgres error, when there
- * was one, is the `cause` and its SQLSTATE is in `sqlState`.
+ * Every failure of a snapshot, with a stable `code` (defined in src/errors.ts).
+ * Callers branch on the code (or `retryable`), never on the message; the
+ * Postgres error, when there was one, is the `cause` and its SQLSTATE is in
+ * `sqlState`.
  */
-export const SNAPSHOT_ERROR_CODES = {
-  aborted: 'The snapshot was aborted by its caller',
-  invalid_request: 'The snapshot request is invalid (unknown or missing columns, bad options)',
-  table_not_found: 'The table (or its schema) does not exist any more',
-  table_changed: 'The table was dropped and re-created, or its columns or primary key changed, since it was loaded',
-  insufficient_privilege: 'The database role may not read the table',
-  statement_timeout: 'The snapshot ran longer than statement_timeout',
-  lock_timeout: 'The table lock could not be taken within lock_timeout',
-  canceled: 'The snapshot query was canceled by someone else (pg_cancel_backend)',
-  connection_failed: 'No connection, or the connection was lost',
-  invalid_query: 'Postgres rejected the snapshot query (the where clause or its parameters)',
-  evaluation_error: 'The where clause raised an error on some row (division by zero, an invalid parameter value…)',
-  sink_failed: 'The sink rejected a batch of rows',
-  protocol_error: 'Postgres answered something unexpected',
-  query_failed: 'The snapshot query failed',
-} as const
+export const SNAPSHOT_ERROR_CODES = codeTable(
+  'aborted',
+  'invalid_request',
+  'table_not_found',
+  'table_changed',
+  'insufficient_privilege',
+  'statement_timeout',
+  'lock_timeout',
+  'canceled',
+  'connection_failed',
+  'invalid_query',
+  'evaluation_error',
+  'sink_failed',
+  'protocol_error',
+  'query_failed',
+)
 
 export type SnapshotErrorCode = keyof typeof SNAPSHOT_ERROR_CODES
 
@@ -30,15 +33,13 @@ const RETRYABLE: ReadonlySet<SnapshotErrorCode> = new Set<SnapshotErrorCode>([
   'connection_failed',
 ])
 
-export class SnapshotError extends Error {
+export class SnapshotError extends ServerError<SnapshotErrorCode> {
   override readonly name = 'SnapshotError'
-  readonly code: SnapshotErrorCode
   /** SQLSTATE of the Postgres error behind this one, if any. */
   readonly sqlState: string | undefined
 
-  constructor(code: SnapshotErrorCode, message: string = SNAPSHOT_ERROR_CODES[code], options?: { cause?: unknown; sqlState?: string | undefined }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause })
-    this.code = code
+  constructor(code: SnapshotErrorCode, message?: string, options?: { cause?: unknown; sqlState?: string | undefined }) {
+    super(code, message, options)
     this.sqlState = options?.sqlState
   }
 

@@ -1,31 +1,29 @@
+import { ServerError, codeTable } from '../../errors.js'
+
 /**
  * Spill errors. Everything the spill buffers raise is a `SpillError` with a
- * stable `code`; callers branch on the code (and on `errno` for the system
- * error underneath, e.g. 'ENOSPC'), never on the message.
+ * stable `code` (defined in src/errors.ts); callers branch on the code (and on
+ * `errno` for the system error underneath, e.g. 'ENOSPC'), never on the message.
  */
-export const SPILL_ERROR_CODES = {
-  spill_open_failed: 'Creating, opening or cleaning the spill directory or a spill file failed',
-  spill_write_failed: 'Writing a spill file failed',
-  spill_read_failed: 'Reading a spill file back failed',
-  spill_transaction_failed: 'An earlier spill write of this transaction failed; the transaction can only be dropped',
-  spill_corrupt: 'A spill file holds bytes that do not decode',
-  spill_invalid_item: 'A change or queue item cannot be encoded',
-  spill_closed: 'The spill buffer or queue is closed',
-} as const
+export const SPILL_ERROR_CODES = codeTable(
+  'spill_open_failed',
+  'spill_write_failed',
+  'spill_read_failed',
+  'spill_transaction_failed',
+  'spill_corrupt',
+  'spill_invalid_item',
+  'spill_closed',
+)
 
 export type SpillErrorCode = keyof typeof SPILL_ERROR_CODES
 
-export class SpillError extends Error {
+export class SpillError extends ServerError<SpillErrorCode> {
   override readonly name = 'SpillError'
   /** The system error code underneath ('ENOSPC', 'EIO', ...), when there is one. */
   readonly errno: string | undefined
 
-  constructor(
-    readonly code: SpillErrorCode,
-    message: string = SPILL_ERROR_CODES[code],
-    options?: { cause?: unknown },
-  ) {
-    super(message, options)
+  constructor(code: SpillErrorCode, message?: string, options?: { cause?: unknown }) {
+    super(code, message, options)
     this.errno = errnoOf(options?.cause)
   }
 

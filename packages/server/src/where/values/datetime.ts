@@ -1,3 +1,4 @@
+import { ServerError } from '../../errors.js'
 import { EvaluationError, invalidSyntax } from '../where-error.js'
 
 /**
@@ -31,8 +32,11 @@ export const TIMESTAMP_NOBEGIN = -9_223_372_036_854_775_808n
 export const TIMESTAMP_NOEND = 9_223_372_036_854_775_807n
 
 /** An input Postgres might accept that we do not interpret (e.g. 'now', a named zone). */
-export class UnsupportedDateTimeError extends Error {
+export class UnsupportedDateTimeError extends ServerError<'unsupported_datetime'> {
   override readonly name = 'UnsupportedDateTimeError'
+  constructor(message: string) {
+    super('unsupported_datetime', message)
+  }
 }
 
 export type DateTimeKind = 'date' | 'time' | 'timestamp' | 'timestamptz'

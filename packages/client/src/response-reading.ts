@@ -1,0 +1,50 @@
+import type { ShapeSchema } from '@sluice/protocol'
+import { InvalidResponseError, NetworkError } from './errors.js'
+import { type Message, isChangeMessage } from './messages.js'
+import { readSseEvents } from './sse-reader.js'
+import type { Row } from './value-parser.js'
+
+/**
+ * Reading a response's parts: the schema header, the body as text or as SSE
+ * events (a broken connection is the network failure it is, and is retried as
+ * one), and the offset to resume an SSE stream after.
+ */
+
+export function parseSchema(text: string): ShapeSchema {
+  try {
+    const schema: unknown = JSON.parse(text)
+    if (typeof schema === 'object' && schema !== null && !Array.isArray(schema)) return schema as ShapeSchema
+  } catch {
+    // Reported below.
+  }
+  throw new InvalidResponseError(`electric-schema header is not a JSON object: ${text.slice(0, 200)}`)
+}
+
+/** The SSE reader, with a broken connection reported as the network failure it is. */
+export async function* sseEvents(body: ReadableStream<Uint8Array>, url: string): AsyncGenerator<string, void, undefined> {
+  try {
+    yield* readSseEvents(body)
+  } catch (error) {
+    throw new NetworkError(url, error)
+  }
+}
+
+export async function readText(response: Response, url: string): Promise<string> {
+  try {
+    return await response.text()
+  } catch (error) {
+    // The connection broke mid-body: a network failure, retried like one.
+    throw new NetworkError(url, error)
+  }
+}
+
+/** `<lsn>_<op_position>` of the last change in a batch (the offset to resume after it). */
+export function lastChangeOffset(batch: ReadonlyArray<Message<Row>>): string | undefined {
+  for (let i = batch.length - 1; i >= 0; i--) {
+    const message = batch[i]!
+    if (!isChangeMessage(message)) continue
+    const { lsn, op_position: op } = message.headers
+    if (lsn !== undefined && op !== undefined) return `${lsn}_${op}`
+  }
+  return undefined
+}
