@@ -8,7 +8,7 @@
 // Arguments and SLUICE_* variables are Sluice's own settings (`sluice --help`);
 // TODO_PORT (default 4000) and TODO_HOST (default: Sluice's --host) place the app.
 import { fileURLToPath } from 'node:url'
-import { ConfigError, createServer, loadConfig } from '@sluice/server'
+import { ConfigError, createServer, loadConfig, onShutdownSignals } from '@sluice/server'
 import pg from 'pg'
 import { buildTodoApi } from './api.js'
 import { migrate } from './schema.js'
@@ -56,20 +56,20 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<vo
     throw error
   }
 
-  let stopping = false
-  const onSignal = (): void => {
-    if (stopping) process.exit(130)
-    stopping = true
-    stop().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        process.stderr.write(`demo: shutdown failed: ${String(error)}\n`)
-        process.exit(1)
-      },
-    )
-  }
-  process.on('SIGINT', onSignal)
-  process.on('SIGTERM', onSignal)
+  // A repeat within a second (a group kill, npm passing it on) is the same request; a later one exits at once,
+  // and the embedded Postgres goes with the process either way (its exit hook).
+  onShutdownSignals({
+    stop: () => {
+      stop().then(
+        () => process.exit(0),
+        (error: unknown) => {
+          process.stderr.write(`demo: shutdown failed: ${String(error)}\n`)
+          process.exit(1)
+        },
+      )
+    },
+    force: () => process.exit(130),
+  })
 }
 
 main(process.argv.slice(2), process.env).catch((error: unknown) => {

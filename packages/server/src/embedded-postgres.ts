@@ -176,6 +176,12 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     const out = await run(pgCtl, ['start', '-D', dataDir, '-l', logFile, '-w', '-t', '60', '-s', '-o', `-p ${port}`], as)
     if (out.code === 0) {
       let stopping: Promise<void> | undefined
+      // Whatever way this process exits (a forced exit on a repeated signal, a fatal error), the
+      // cluster goes with it: pg_ctl detaches it into its own session, so nothing else would stop it.
+      const stopAtExit = (): void => {
+        runSync(pgCtl, ['stop', '-D', dataDir, '-m', 'fast', '-w', '-t', '30', '-s'], as)
+      }
+      process.once('exit', stopAtExit)
       return {
         url: `postgresql://postgres@127.0.0.1:${port}/postgres`,
         port,
@@ -189,6 +195,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
             if (res.code !== 0 && existsSync(join(dataDir, 'postmaster.pid'))) {
               throw new EmbeddedPostgresError(`pg_ctl stop failed: ${res.output.trim()}`)
             }
+            process.off('exit', stopAtExit)
             await writeFile(join(dir, STATE_FILE), JSON.stringify({ port } satisfies State)).catch(() => {})
           })()),
       }

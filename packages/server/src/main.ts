@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { type SluiceConfig, helpText, parseCli } from './config.js'
 import { createLogger, redactUrl } from './logger.js'
 import { type SluiceServer, createServer } from './server.js'
+import { onShutdownSignals } from './shutdown-signals.js'
 import { configureYoungGc } from './young-gc.js'
 
 function version(): string {
@@ -51,19 +52,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   logger.info(configureYoungGc(), 'young-generation collections')
 
   let server: SluiceServer | undefined
-  let signals = 0
   let stopping = false
-  const onSignal = (signal: NodeJS.Signals): void => {
-    signals++
-    if (signals > 1) {
-      process.stderr.write(`sluice: ${signal} again, exiting at once\n`)
-      process.exit(130)
-    }
-    stopping = true
-    logger.info({ signal }, 'shutting down (send the signal again to exit at once)')
-    if (server === undefined) return // still starting: the start-up path below shuts down
-    void stop(server)
-  }
   const stop = async (running: SluiceServer): Promise<void> => {
     const t0 = performance.now()
     try {
@@ -75,8 +64,19 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       process.exit(1)
     }
   }
-  process.on('SIGTERM', onSignal)
-  process.on('SIGINT', onSignal)
+  onShutdownSignals({
+    stop: (signal) => {
+      stopping = true
+      logger.info({ signal }, 'shutting down (a repeat within a second counts once; send the signal again later to exit at once)')
+      if (server !== undefined) void stop(server) // else the start-up path below shuts down
+    },
+    repeated: (signal) => logger.debug({ signal }, 'signal repeated within the window: still shutting down'),
+    force: (signal) => {
+      // The embedded Postgres, if any, is stopped by its own exit hook.
+      process.stderr.write(`sluice: ${signal} again, exiting at once\n`)
+      process.exit(130)
+    },
+  })
 
   try {
     server = await createServer(config, { logger })

@@ -9,6 +9,7 @@ import { usePostgres, useTempDir } from '@sluice/test-utils'
 import pg from 'pg'
 import { afterEach, describe, expect, it } from 'vitest'
 import { SETTINGS } from '../../src/config.js'
+import { REPEAT_WINDOW_MS } from '../../src/shutdown-signals.js'
 
 const BIN = fileURLToPath(new URL('../../bin/sluice.js', import.meta.url))
 const dirs = useTempDir('cli')
@@ -34,8 +35,14 @@ function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { ...env, ...extra }
 }
 
-function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string> } = {}): Run {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: options.cwd ?? process.cwd(), env: cleanEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
+function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string>; detached?: boolean } = {}): Run {
+  // detached: a process group of its own, as a supervisor or a terminal would start it.
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: options.cwd ?? process.cwd(),
+    env: cleanEnv(options.env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.detached === true,
+  })
   children.push(child)
   const run: Run = {
     child,
@@ -193,14 +200,47 @@ describe('sluice CLI', () => {
     socket.write('POST /v1/shape?table=t&offset=-1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"where":')
     await new Promise((r) => setTimeout(r, 200))
     run.child.kill('SIGTERM')
-    // Signals of one kind do not queue: the second is sent once the first has been taken.
+    // Signals of one kind do not queue: the second is sent once the first has been taken, and after
+    // the window in which a repeat counts as the same request (REPEAT_WINDOW_MS).
     await run.waitFor(/shutting down/)
-    await new Promise((r) => setTimeout(r, 200))
+    await new Promise((r) => setTimeout(r, REPEAT_WINDOW_MS + 200))
     expect(run.child.exitCode).toBeNull()
     run.child.kill('SIGTERM')
     expect(await run.exited).toEqual({ code: 130, signal: null })
     expect(run.stderr).toContain('SIGTERM again, exiting at once')
     socket.destroy()
     await cluster.dropReplicationSlots()
+  })
+  it('one SIGTERM to the whole process group, delivered again by wrappers, drains once; a later one forces the exit; embedded Postgres stops either way', async () => {
+    const dir = await storageDir()
+    const postmasterPid = join(dir, '.sluice', 'postgres', 'data', 'postmaster.pid')
+    const start = (): Run => sluice(['start', '--port', '0', '--log-level', 'debug'], { cwd: dir, detached: true })
+
+    // A supervisor signals the group, and npm and scripts/run.mjs pass the signal on: three within milliseconds.
+    const burst = start()
+    await burst.waitFor(/HTTP: +http:\/\/127\.0\.0\.1:\d+/)
+    expect(existsSync(postmasterPid)).toBe(true)
+    for (let i = 0; i < 3; i++) process.kill(-burst.child.pid!, 'SIGTERM')
+    expect(await burst.exited).toEqual({ code: 0, signal: null })
+    expect(burst.stderr).not.toContain('exiting at once')
+    expect(logs(burst).map((l) => l['msg'])).toContain('stopped')
+    expect(existsSync(postmasterPid)).toBe(false)
+
+    // A drain held up by a request body that never ends; the user signals again later: exit at once, Postgres stopped all the same.
+    const forced = start()
+    const port = Number((await forced.waitFor(/HTTP: +http:\/\/127\.0\.0\.1:(\d+)/))[1])
+    const socket = connect(port, '127.0.0.1')
+    await new Promise((r) => socket.once('connect', r))
+    socket.on('error', () => {})
+    socket.write('POST /v1/shape?table=t&offset=-1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{')
+    await new Promise((r) => setTimeout(r, 200))
+    process.kill(-forced.child.pid!, 'SIGTERM')
+    await forced.waitFor(/shutting down/)
+    await new Promise((r) => setTimeout(r, REPEAT_WINDOW_MS + 200))
+    expect(forced.child.exitCode).toBeNull()
+    process.kill(-forced.child.pid!, 'SIGTERM')
+    expect(await forced.exited).toEqual({ code: 130, signal: null })
+    expect(existsSync(postmasterPid)).toBe(false)
+    socket.destroy()
   })
 })
