@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -122,9 +122,17 @@ ensurePnpm()
 ensureDependencies()
 
 switch (task) {
-  case 'test': {
+  case 'test':
+  case 'test:unit': {
     clearReports()
-    const status = run(pnpmBin, ['exec', 'turbo', 'run', 'test', '--concurrency=1', '--continue', '--output-logs=full'])
+    // Loose env mode: turbo's default (strict) hands a task only declared variables, and the tests take
+    // many knobs (SOAK=1 for long randomised runs, seeds, SLUICE_PG_BIN, ...); strict mode dropped them.
+    // test:unit runs only tests that need no Postgres, browser or nginx: those are named *.pg.test.ts, and
+    // test-utils refuses to start any of them under SLUICE_TEST_SCOPE=unit, so a misnamed test fails loudly.
+    const unit = task === 'test:unit'
+    const status = run(pnpmBin, ['exec', 'turbo', 'run', 'test', '--env-mode=loose', `--concurrency=${unit ? 2 : 1}`, '--continue', '--output-logs=full'], {
+      env: unit ? { ...env, SLUICE_TEST_SCOPE: 'unit' } : env,
+    })
     const { passed, failed, failures: failedTests } = summariseTests()
     printFailures(failedTests)
     const failures = failed + (status !== 0 && failed === 0 ? 1 : 0)
@@ -165,6 +173,6 @@ switch (task) {
   case 'bench:client':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|demo|bench:storage|bench:pipeline|bench:http|bench:client>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench:storage|bench:pipeline|bench:http|bench:client>`)
     process.exit(2)
 }

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs'
 import { withFileLock } from './file-lock.js'
 import { runCommand, runCommandSync, type RunResult } from './run-command.js'
+import { assertServiceAllowed } from './test-scope.js'
 
 export interface ChromiumBinary {
   readonly path: string
@@ -107,6 +108,7 @@ const found = new Map<string, Promise<ChromiumBinary>>()
  * (about 50 s). Memoised per process.
  */
 export function findChromium(options: FindChromiumOptions = {}): Promise<ChromiumBinary> {
+  assertServiceAllowed('Chromium')
   const key = JSON.stringify([options.binary, options.provision, process.env['SLUICE_CHROMIUM']])
   let pending = found.get(key)
   if (pending === undefined) {

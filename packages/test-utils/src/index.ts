@@ -1,4 +1,5 @@
 export { startPostgres } from './start-postgres.js'
+export { assertServiceAllowed } from './test-scope.js'
 export type { PostgresCluster, StartPostgresOptions, StopReport } from './start-postgres.js'
 export { usePostgres } from './use-postgres.js'
 export { findPostgresBinaries } from './pg-binaries.js'

@@ -7,6 +7,7 @@ import { onProcessExit } from './exit-hooks.js'
 import { freePort } from './free-port.js'
 import { findNginx, type NginxBinary } from './nginx-binary.js'
 import { tempDir, type TempDir } from './temp-dir.js'
+import { assertServiceAllowed } from './test-scope.js'
 
 /** What a configuration is written against: this instance's port and directories. */
 export interface NginxConfigContext {
@@ -265,6 +266,7 @@ class Nginx implements NginxServer {
  * test process is killed.
  */
 export async function startNginx(options: StartNginxOptions): Promise<NginxServer> {
+  assertServiceAllowed('nginx')
   const binary = await findNginx(options.binary === undefined ? {} : { binary: options.binary })
   let failure = ''
   for (let attempt = 0; attempt < START_ATTEMPTS; attempt++) {

@@ -12,6 +12,7 @@ import { findPostgresBinaries, type PostgresBinaries, type PostgresBinarySource 
 import { formatSettings, type PostgresSettings } from './pg-settings.js'
 import { ensureTemplate } from './pg-template.js'
 import { mustRun, runCommand, runCommandSync } from './run-command.js'
+import { assertServiceAllowed } from './test-scope.js'
 
 export interface StartPostgresOptions {
   /** Extra server settings for this cluster, on top of the test defaults (which they may override). */
@@ -318,6 +319,7 @@ class Cluster implements PostgresCluster {
  * first, it is stopped anyway.
  */
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<PostgresCluster> {
+  assertServiceAllowed('Postgres')
   const as = postgresOsUser()
   const binaries = await findPostgresBinaries({
     ...(options.binDir === undefined ? {} : { binDir: options.binDir }),
