@@ -23,12 +23,12 @@ export {
   DEFAULT_TAIL_BUDGET_BYTES,
   FileLogStore,
   openFileLogStore,
-} from './file-store.js'
-export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file-store.js'
-export type { FileShapeLog } from './file-log.js'
-export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js'
-export type { ReadOnlyStoreOptions } from './read-only-store.js'
-export { MemoryLogStore } from './memory-store.js'
+} from './file/file-store.js'
+export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file/file-store.js'
+export type { FileShapeLog } from './file/file-log.js'
+export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './file/read-only-store.js'
+export type { ReadOnlyStoreOptions } from './file/read-only-store.js'
+export { MemoryLogStore } from './memory/memory-store.js'
 export { entriesFromLines } from './entries-from-lines.js'
-export type { MemoryStoreOptions } from './memory-store.js'
+export type { MemoryStoreOptions } from './memory/memory-store.js'
 export { readSpans, readSpansAsync, readSpansInto, readSpansIntoAsync } from './read-spans.js'

@@ -23,11 +23,11 @@
  * the journal, and the next write starts a new thread.
  */
 import { Worker } from 'node:worker_threads'
-import { forEachConcurrently } from './concurrently.js'
-import { StorageError } from './errors.js'
+import { forEachConcurrently } from '../concurrently.js'
+import { StorageError } from '../errors.js'
 import type { FdCache, FileRef } from './fd-cache.js'
-import type { FsPort } from './fs-port.js'
-import { writeFullyAsync } from './fs-port.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFullyAsync } from '../fs-port.js'
 
 /** Bytes for a log's file, at a position. */
 export interface FileWrite {

@@ -19,12 +19,12 @@
  */
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES, GroupBuilder, segmentName } from './journal-format.js'
 import type { JournalFile } from './journal-format.js'
-import { encodeHeader } from './format.js'
-import type { Watermark } from './format.js'
-import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
+import { encodeHeader } from '../format.js'
+import type { Watermark } from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFully } from '../fs-port.js'
 import { syncDirectory } from './watermark.js'
-import { forEachConcurrently } from './concurrently.js'
+import { forEachConcurrently } from '../concurrently.js'
 
 export { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES }
 

@@ -51,8 +51,8 @@
  * group deliberately and started a new segment, so reading goes on there.
  */
 import { crc32 } from 'node:zlib'
-import { HEADER_BYTES, TWO_32 } from './format.js'
-import type { Watermark } from './format.js'
+import { HEADER_BYTES, TWO_32 } from '../format.js'
+import type { Watermark } from '../format.js'
 
 export const GROUP_HEADER_BYTES = 24
 export const GROUP_CHECK_BYTES = 4

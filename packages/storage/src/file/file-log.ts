@@ -14,8 +14,8 @@
  * append, if truncating failed too) and which recovery would cut anyway.
  */
 import type { LogOffset } from '@sluice/protocol'
-import type { LogEntryInput, LogHead, LogRead, ShapeLog } from './contract.js'
-import { StorageError, fromSystemError } from './errors.js'
+import type { LogEntryInput, LogHead, LogRead, ShapeLog } from '../contract.js'
+import { StorageError, fromSystemError } from '../errors.js'
 import type { FdCache } from './fd-cache.js'
 import { FileRef } from './fd-cache.js'
 import {
@@ -32,9 +32,9 @@ import {
   joinU64,
   writeEntryRecordFast,
   readEntryRecord,
-} from './format.js'
-import type { FsPort } from './fs-port.js'
-import { readFully, writeFully } from './fs-port.js'
+} from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import { readFully, writeFully } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import type { MemoryTail } from './log-reader.js'

@@ -30,9 +30,9 @@
  */
 import { crc32 } from 'node:zlib'
 import type { LogOffset } from '@sluice/protocol'
-import { StorageError, fromSystemError } from './errors.js'
-import { checkHeader, encodeHeader } from './format.js'
-import type { FsPort } from './fs-port.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import { checkHeader, encodeHeader } from '../format.js'
+import type { FsPort } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { replaceFileDurably, syncDirectory } from './watermark.js'
 
