@@ -21,8 +21,7 @@
  * to scan, and promoted the BigInt itself.
  */
 import type { LogOffset } from '@sluice/protocol'
-import { joinU64, splitU64 } from '../format.js'
-import { HEADER_BYTES } from '../format.js'
+import { HEADER_BYTES, joinU64, splitU64 } from '../format.js'
 import { DOUBLE_FIELD } from './double-field.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 
