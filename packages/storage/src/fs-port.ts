@@ -24,8 +24,8 @@ export interface FsPort {
   fsync(fd: number): Promise<void>
   /**
    * Optional: makes every write to files under `dir` durable in one call
-   * (syncfs(2) on the filesystem that holds it). A checkpoint of 100k logs
-   * takes it over one fdatasync per file, which cost a journal commit each.
+   * (syncfs(2) on the filesystem that holds it). A checkpoint of many logs
+   * takes it over one fdatasync per file, which costs a journal commit each.
    * Rejects with code ENOTSUP where the system has no way to do it, EIO when
    * the sync failed, or another code when it could not be attempted.
    */

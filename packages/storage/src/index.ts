@@ -1,3 +1,5 @@
+// The package's public surface. Shared pieces at src/, the file engine in
+// src/file/, the memory engine in src/memory/.
 export type {
   AppendOptions,
   FlushListenerOptions,
@@ -15,20 +17,19 @@ export type { StorageErrorCode } from './errors.js'
 export type { FsPort } from './fs-port.js'
 export { nodeFs } from './fs-port.js'
 export { forEachConcurrently } from './concurrently.js'
-export { DEFAULT_CHUNK_BYTES } from './defaults.js'
 export {
+  DEFAULT_CHUNK_BYTES,
   DEFAULT_FLUSH_BYTES,
   DEFAULT_FLUSH_INTERVAL_MS,
   DEFAULT_MAX_OPEN_FILES,
   DEFAULT_TAIL_BUDGET_BYTES,
-  FileLogStore,
-  openFileLogStore,
-} from './file-store.js'
-export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file-store.js'
-export type { FileShapeLog } from './file-log.js'
-export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './read-only-store.js'
-export type { ReadOnlyStoreOptions } from './read-only-store.js'
-export { MemoryLogStore } from './memory-store.js'
+} from './defaults.js'
+export { FileLogStore, openFileLogStore } from './file/file-store.js'
+export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file/store-options.js'
+export type { FileShapeLog } from './file/file-log.js'
+export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './file/read-only-store.js'
+export type { ReadOnlyStoreOptions } from './file/read-only-store.js'
+export { MemoryLogStore } from './memory/memory-store.js'
 export { entriesFromLines } from './entries-from-lines.js'
-export type { MemoryStoreOptions } from './memory-store.js'
+export type { MemoryStoreOptions } from './memory/memory-store.js'
 export { readSpans, readSpansAsync, readSpansInto, readSpansIntoAsync } from './read-spans.js'

@@ -51,7 +51,7 @@
  * CRASH_PREWARM, CRASH_SEED override; CRASH_DEBUG=1 prints per-kill timings.
  */
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs'
-import { parseSegment } from '../src/journal-format.js'
+import { parseSegment } from '../src/file/journal-format.js'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { formatOffset } from '@sluice/protocol'

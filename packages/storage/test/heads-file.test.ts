@@ -8,7 +8,7 @@
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
-import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/heads-file.js'
+import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest'
 import { encodeHeader } from '../src/format.js'
-import { FILE_DATA, FILE_ENTRIES, GroupBuilder, RECORD_WATERMARK, groupCheck, parseGroup } from '../src/journal-format.js'
-import { readSegmentGroups } from '../src/journal-replay.js'
+import { FILE_DATA, FILE_ENTRIES, GroupBuilder, RECORD_WATERMARK, groupCheck, parseGroup } from '../src/file/journal-format.js'
+import { readSegmentGroups } from '../src/file/journal-replay.js'
 
 const id = 'shape-1'
 

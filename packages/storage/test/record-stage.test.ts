@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { ENTRY_RECORD_BYTES } from '../src/format.js'
-import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from '../src/record-stage.js'
-import { TailArena } from '../src/tail-arena.js'
+import { RECORDS_PER_BLOCK, RECORDS_PER_BLOCK_SHIFT, RecordStage } from '../src/file/record-stage.js'
+import { TailArena } from '../src/file/tail-arena.js'
 
 /** Writes record i's index into its slot the way file-log does, so the drained bytes can be checked. */
 function stageRecords(stage: RecordStage, n: number): void {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { TailArena } from '../src/tail-arena.js'
+import { TailArena } from '../src/file/tail-arena.js'
 
 describe('TailArena', () => {
   it('hands out power-of-two blocks of at least the size asked, from 256 bytes', () => {

@@ -8,9 +8,9 @@ import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'no
 import { parseOffset } from '@sluice/protocol'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
-import { FileRef } from '../src/fd-cache.js'
+import { FileRef } from '../src/file/fd-cache.js'
 import { openFileLogStore } from '../src/index.js'
-import { WriteBackThread } from '../src/write-back.js'
+import { WriteBackThread } from '../src/file/write-back.js'
 import { body, change, makeShape } from './contract-suite.js'
 
 const tempDirs = useTempDir()

@@ -14,8 +14,8 @@ import type { FsPort, ShapeLog, StorageError } from '../src/index.js'
 import { body, change, makeShape, row } from './contract-suite.js'
 import { onFile } from './fixtures/fd-match.js'
 import { until } from './fixtures/until.js'
-import { FileRef } from '../src/fd-cache.js'
-import { writeBackThread } from '../src/write-back.js'
+import { FileRef } from '../src/file/fd-cache.js'
+import { writeBackThread } from '../src/file/write-back.js'
 
 const tempDirs = useTempDir()
 const enc = new TextEncoder()

@@ -1,6 +1,6 @@
 import type { LogOffset } from '@sluice/protocol'
 import { BEFORE_ALL } from '@sluice/protocol'
-import { HEADER_BYTES } from './format.js'
+import { HEADER_BYTES } from '../format.js'
 
 /** A closed chunk, as kept in memory (one per chunks.idx record). */
 export interface ChunkInfo {

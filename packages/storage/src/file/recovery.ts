@@ -14,7 +14,7 @@
  */
 import type { FdCache } from './fd-cache.js'
 import type { FileRef } from './fd-cache.js'
-import { StorageError, fromSystemError } from './errors.js'
+import { StorageError, fromSystemError } from '../errors.js'
 import {
   CHUNK_RECORD_BYTES,
   CHUNK_SNAPSHOT,
@@ -25,10 +25,10 @@ import {
   checkHeader,
   readChunkRecord,
   readEntryRecord,
-} from './format.js'
-import type { EntryRecord, FileKind } from './format.js'
-import type { FsPort } from './fs-port.js'
-import { readFully } from './fs-port.js'
+} from '../format.js'
+import type { EntryRecord, FileKind } from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import { readFully } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { EMPTY_HEAD } from './log-state.js'
 

@@ -9,11 +9,11 @@
  * the segments. Applying the same operations again over any state a crash left
  * part-way gives the same files, so a crash during replay just replays again.
  */
-import { StorageError, fromSystemError } from './errors.js'
-import { checkHeader } from './format.js'
-import type { Watermark } from './format.js'
-import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import { checkHeader } from '../format.js'
+import type { Watermark } from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFully } from '../fs-port.js'
 import { JOURNAL_FILES, RECORD_TOMBSTONE, RECORD_WRITE, parseSegment, segmentGeneration } from './journal-format.js'
 import type { JournalFile, JournalRecord, ParsedGroup } from './journal-format.js'
 import { publishWatermark, syncDirectory } from './watermark.js'

@@ -6,13 +6,11 @@
  *
  * Why a thread: with 100k logs every checkpoint writes back nearly every log,
  * most with a few hundred bytes to a couple of KiB, and each write-back is an
- * open, a write and a close of two files. On the event loop (the engine did
- * that before) it took the writer's one thread away from the replication
- * stream: under a saturating Postgres on the same two cores, the loop wrote
- * back ~300 logs a second while the stream ran, a checkpoint of 100k logs
- * outlasted the interval at which checkpoints fell due, and the stream was
- * held back behind it (bench:pipeline keep-up). On the libuv pool each write
- * queued behind the journal's fdatasyncs (2-5 logs a second). A thread that
+ * open, a write and a close of two files. On the event loop that takes the
+ * writer's one thread away from the replication stream: under a saturating
+ * Postgres on the same cores a checkpoint of many logs outlasts the interval
+ * at which checkpoints fall due, and the stream is held back behind it. On
+ * the libuv pool each write queues behind the journal's fdatasyncs. A thread that
  * does nothing else takes its own share of the CPUs, does the system calls
  * back to back, and leaves the loop the copy of the bytes and the bookkeeping.
  *
@@ -23,11 +21,11 @@
  * the journal, and the next write starts a new thread.
  */
 import { Worker } from 'node:worker_threads'
-import { forEachConcurrently } from './concurrently.js'
-import { StorageError } from './errors.js'
+import { forEachConcurrently } from '../concurrently.js'
+import { StorageError } from '../errors.js'
 import type { FdCache, FileRef } from './fd-cache.js'
-import type { FsPort } from './fs-port.js'
-import { writeFullyAsync } from './fs-port.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFullyAsync } from '../fs-port.js'
 
 /** Bytes for a log's file, at a position. */
 export interface FileWrite {
@@ -170,9 +168,8 @@ const BATCH_JOBS = 256
 export class WriteBackThread implements FileWriter {
   // Enough to keep two batches queued behind the one the thread writes. Not
   // more: each write-back's plan and promise live until it lands, and with
-  // thousands waiting (~1k landed a second under bench:pipeline's keep-up
-  // load) they outlived young-generation collections and were left for full
-  // collections of the writer's heap.
+  // thousands waiting under load they outlive young-generation collections
+  // and are left for full collections of the writer's heap.
   readonly concurrency = 3 * BATCH_JOBS
   private worker: Worker | undefined
   private queue: Job[] = []

@@ -16,9 +16,9 @@
  * extend the last one in place (amortised doubling), which is what almost
  * every journaled write is.
  */
-import { fromSystemError } from './errors.js'
-import type { FsPort } from './fs-port.js'
-import { readFully } from './fs-port.js'
+import { fromSystemError } from '../errors.js'
+import type { FsPort } from '../fs-port.js'
+import { readFully } from '../fs-port.js'
 import { JOURNAL_FILES, RECORD_TOMBSTONE, RECORD_WRITE, parseSegment } from './journal-format.js'
 import type { JournalFile, JournalRecord } from './journal-format.js'
 import { listSegments, readSegmentGroups } from './journal-replay.js'

@@ -9,9 +9,7 @@
  * 2 GiB, or a whole number that arithmetic left as a double) changes its
  * class's layout, and every object made before is migrated on its next use:
  * a runtime call and a fresh heap number per such field, stored into an old
- * object for the next scavenges to find. With 100k logs that was every log's
- * first append after an open (~28 µs each in a storage-only test; in
- * `bench:pipeline`'s 100k-shape runs the scavenges of the first seconds took
- * 3-4x as long as later ones).
+ * object for the next scavenges to find. With many logs that would be every
+ * log's first append after an open.
  */
 export const DOUBLE_FIELD = -0

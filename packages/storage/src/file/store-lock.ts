@@ -4,9 +4,9 @@
  * (Choosing the writer among machines sharing a disk is the server's job,
  * through a Postgres advisory lock; this only stops two local writers.)
  */
-import { StorageError, fromSystemError } from './errors.js'
-import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFully } from '../fs-port.js'
 
 function alive(pid: number): boolean {
   try {

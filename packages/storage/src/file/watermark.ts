@@ -3,11 +3,11 @@
  * rename it over the old one, sync the directory), so a reader, or the writer
  * after a crash, sees either the old value or the new one, never a torn one.
  */
-import { StorageError, fromSystemError } from './errors.js'
-import { decodeWatermark, encodeWatermark } from './format.js'
-import type { Watermark } from './format.js'
-import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import { decodeWatermark, encodeWatermark } from '../format.js'
+import type { Watermark } from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFully } from '../fs-port.js'
 
 export const WATERMARK_FILE = 'watermark'
 export const LIVE_WATERMARK_FILE = 'watermark.live'

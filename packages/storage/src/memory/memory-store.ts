@@ -15,11 +15,11 @@
  */
 import type { LogOffset } from '@sluice/protocol'
 import { BEFORE_ALL, compareOffsets } from '@sluice/protocol'
-import type { FlushResult, LogEntryInput, LogHead, LogRead, ShapeLog, ShapeLogStore, SnapshotWriter } from './contract.js'
-import { StorageError } from './errors.js'
-import { DEFAULT_CHUNK_BYTES, checkShapeId } from './defaults.js'
-import { entriesFromLines } from './entries-from-lines.js'
-import { SEPARATOR } from './format.js'
+import type { FlushResult, LogEntryInput, LogHead, LogRead, ShapeLog, ShapeLogStore, SnapshotWriter } from '../contract.js'
+import { StorageError } from '../errors.js'
+import { DEFAULT_CHUNK_BYTES, checkShapeId } from '../defaults.js'
+import { entriesFromLines } from '../entries-from-lines.js'
+import { SEPARATOR } from '../format.js'
 
 interface Entry {
   readonly offset: LogOffset

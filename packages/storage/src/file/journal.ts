@@ -19,12 +19,12 @@
  */
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES, GroupBuilder, segmentName } from './journal-format.js'
 import type { JournalFile } from './journal-format.js'
-import { encodeHeader } from './format.js'
-import type { Watermark } from './format.js'
-import type { FsPort } from './fs-port.js'
-import { writeFully } from './fs-port.js'
+import { encodeHeader } from '../format.js'
+import type { Watermark } from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import { writeFully } from '../fs-port.js'
 import { syncDirectory } from './watermark.js'
-import { forEachConcurrently } from './concurrently.js'
+import { forEachConcurrently } from '../concurrently.js'
 
 export { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES }
 
@@ -250,7 +250,7 @@ export class Journal<T extends JournalOwner> {
 
   /**
    * A checkpoint costs about one write-back per owner, however little each
-   * wrote, so a segment naming many
+   * wrote (system calls on two files each), so a segment naming many
    * owners stays open longer: past `segmentBytes` or `segmentAgeMs` it closes
    * only once it holds `segmentBytes / OWNERS_PER_SEGMENT` bytes per owner
    * (2 KiB at the default 64 MiB), and at SEGMENT_GROWTH times the size or
@@ -321,7 +321,7 @@ export class Journal<T extends JournalOwner> {
       const upto = all ? this.segments.length : this.closedSegments
       if (upto <= 0) return
       const done = this.segments.slice(0, upto)
-      // A segment lists each owner once, so one segment (the usual case) needs no Set: with 100k owners its table was ~7 MB, promoted, per checkpoint.
+      // A segment lists each owner once, so one segment (the usual case) needs no Set: with many owners its table would be promoted, per checkpoint.
       const list = done.length === 1 ? done[0]!.owners.slice() : [...new Set(done.flatMap((seg) => seg.owners))]
       how.start?.(list.length)
       // The first failure fails the checkpoint: the other workers stop too.

@@ -4,8 +4,8 @@
  *
  * Why: opening a log after a crash means finding its durable prefix (recovery.ts):
  * open and stat three files, read records and meta.bin, a dozen system calls per
- * log. With 100k logs that was most of a 40 s start (`bench:pipeline`, restore
- * column), paid on every restart, crash or not. After a clean close nothing
+ * log. With 100k logs that is most of the start-up time, paid on every
+ * restart, crash or not. After a clean close nothing
  * needs finding: every log is synced and ends where its head says.
  *
  * The file is only ever trusted by the open that immediately follows the close
@@ -30,9 +30,9 @@
  */
 import { crc32 } from 'node:zlib'
 import type { LogOffset } from '@sluice/protocol'
-import { StorageError, fromSystemError } from './errors.js'
-import { checkHeader, encodeHeader } from './format.js'
-import type { FsPort } from './fs-port.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import { checkHeader, encodeHeader } from '../format.js'
+import type { FsPort } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { replaceFileDurably, syncDirectory } from './watermark.js'
 

@@ -7,17 +7,16 @@
  * collection passes its limit (a few tens of MiB) it starts a full
  * mark-compact of the whole heap. With 100k shapes the heap holds hundreds of
  * MiB of shape state, so each such collection costs most of a second of the
- * main thread, and write-behind tails, which live until a checkpoint, used to
+ * main thread, and write-behind tails, which live until a checkpoint, would
  * set one off every few seconds of a busy stream. Blocks here are carved from
  * slabs that are never given back: after the first checkpoint the store
  * allocates nothing external for its tails. The first slab is reserved at
  * open; zero-filled memory from the allocator is only address space until a
  * page is touched, so an idle store's RSS does not grow with it. The store
  * reserves its whole tail budget (file-store.ts): a restarted writer with
- * 100k logs fills a couple of hundred MiB of tails before its first
- * checkpoint, and growing a 64 MiB reserve slab by slab set off a full
- * collection of a ~700 MiB heap in nearly every 200k-change run of
- * bench:pipeline (1-row transactions, 100k shapes).
+ * many logs fills a large part of it before its first checkpoint, and
+ * growing a smaller reserve slab by slab would set off full collections of
+ * the whole heap while it does.
  *
  * Blocks come in power-of-two sizes (256 B to 1 MiB), each size with its own
  * free list and no merging: the free lists hold at most what the peak held.
@@ -30,10 +29,10 @@
  * fills the same tails again before the next checkpoint, keeps its memory,
  * and what a burst added goes one checkpoint after the burst. Why keep it:
  * memory given back is fresh again when taken anew, and each first touch of a
- * page costs a fault (about 15 µs per 4 KiB on the benchmark VM, whose host
- * backs guest memory lazily and takes freed pages back; `bench:pipeline`
- * counts them): giving the tails back after every checkpoint made a steady
- * stream fault in every byte of them again each cycle.
+ * page costs a fault (costly where a virtual machine's host backs guest
+ * memory lazily and takes freed pages back): giving the tails back after
+ * every checkpoint would make a steady stream fault in every byte of them
+ * again each cycle.
  *
  * A released block is reused at once, so nothing may keep a view of it:
  * readers copy what they take from a tail, and a log defers releasing a block
@@ -42,9 +41,9 @@
  * A block is a number, not an object: its slab, its offset in the slab and its
  * size class packed into a handle (`bufOf`, `baseOf`, `sizeOf` take it
  * apart). With 100k logs each holding a tail block and a block of staged
- * records, an object per block (with its Buffer view and DataView) was about
- * 200k long-lived objects made while a fresh store warmed up: they outlived
- * scavenges, were promoted, and the full collections of the heap traced them.
+ * records, an object per block (with its Buffer view and DataView) would be
+ * two long-lived objects per log made while a fresh store warms up: they
+ * outlive scavenges, are promoted, and full collections of the heap trace them.
  * Each slab has one Buffer and one DataView, shared by its blocks.
  */
 

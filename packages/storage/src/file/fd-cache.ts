@@ -10,8 +10,8 @@
  * Files are named by `FileRef`, not by path, because a finished snapshot's
  * directory is renamed into place while its descriptors stay valid.
  */
-import type { FsPort } from './fs-port.js'
-import { StorageError, fromSystemError } from './errors.js'
+import type { FsPort } from '../fs-port.js'
+import { StorageError, fromSystemError } from '../errors.js'
 
 export class FileRef {
   fd = -1

@@ -5,7 +5,7 @@
  * the blocks are reused rather than left to the garbage collector.
  */
 import { DOUBLE_FIELD } from './double-field.js'
-import { ENTRY_RECORD_BYTES } from './format.js'
+import { ENTRY_RECORD_BYTES } from '../format.js'
 import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
 

@@ -1,0 +1,339 @@
+/**
+ * The file engine's store: the registry of logs and the store's life (open,
+ * create, delete, close). It composes the parts that do the work:
+ *
+ *   GroupCommit       group-commit.ts       appends to durable watermark: flush, publish, listeners
+ *   SnapshotFinisher  snapshot-finisher.ts  new logs synced and renamed into shapes/ by a flush
+ *   Checkpointer      checkpointer.ts       journal checkpoints and tail-budget back-pressure
+ *   store-directory.ts                      opening every log at open, the heads file at close
+ *   snapshot-writer.ts                      a shape being built in tmp/
+ *
+ * Layout and byte formats: `format.ts`. The logs themselves: `file-log.ts`.
+ */
+import { randomBytes } from 'node:crypto'
+import type { FlushListenerOptions, FlushResult, ShapeLogStore, SnapshotWriter } from '../contract.js'
+import {
+  DEFAULT_CHUNK_BYTES,
+  DEFAULT_FLUSH_BYTES,
+  DEFAULT_FLUSH_INTERVAL_MS,
+  DEFAULT_JOURNAL_SEGMENT_AGE_MS,
+  DEFAULT_JOURNAL_SEGMENT_BYTES,
+  DEFAULT_MAX_OPEN_FILES,
+  DEFAULT_TAIL_BUDGET_BYTES,
+  checkShapeId,
+} from '../defaults.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import type { FsPort } from '../fs-port.js'
+import { nodeFs } from '../fs-port.js'
+import { Checkpointer } from './checkpointer.js'
+import { FdCache } from './fd-cache.js'
+import type { FileShapeLog } from './file-log.js'
+import { GroupCommit } from './group-commit.js'
+import { takeHeads } from './heads-file.js'
+import type { CleanLog } from './heads-file.js'
+import { Journal } from './journal.js'
+import { listSegments, replayJournal } from './journal-replay.js'
+import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
+import type { SnapshotHost } from './snapshot-writer.js'
+import { acquireStoreLock } from './store-lock.js'
+import { loadLogs, writeCleanHeads } from './store-directory.js'
+import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
+import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
+import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
+import { PortWriter, writeBackThread } from './write-back.js'
+import type { FileWriter } from './write-back.js'
+
+// The default reserve follows the budget up to here; a bigger budget grows the arena in slabs past it.
+const MAX_TAIL_RESERVE_BYTES = 1024 * 1024 * 1024
+/** What `prefaultTails` touches per log (see there). */
+const PREFAULT_PER_LOG_BYTES = 1280
+
+export class FileLogStore implements ShapeLogStore {
+  readonly readOnly = false
+  readonly fds: FdCache
+  readonly writer: FileWriter
+  readonly chunkBytes: number
+  readonly arena: TailArena
+  readonly journal: Journal<FileShapeLog> | undefined
+  private readonly commit: GroupCommit
+  private readonly checkpointer: Checkpointer
+  private logs = new Map<string, FileShapeLog>()
+  /** Ids of shapes being built (in tmp/): taken, but not served by `get` yet. */
+  private readonly creating = new Set<string>()
+  private readonly errorListeners = new Set<(err: StorageError) => void>()
+  private readonly snapshotHost: SnapshotHost
+  private closed = false
+  private closing: Promise<void> | undefined
+  private tmpCounter = 0
+  /** Logs opened from the heads file a clean close left, without scanning their files. */
+  cleanOpened = 0
+  /** Ids of logs that failed to open and were moved to quarantine/. */
+  readonly quarantined: string[] = []
+
+  private constructor(
+    readonly fs: FsPort,
+    readonly root: string,
+    options: FileStoreOptions,
+    watermark: { lsn: bigint; sequence: bigint },
+    private readonly unlock: () => void,
+    nextGeneration: number,
+  ) {
+    this.journal =
+      options.journal === false
+        ? undefined
+        : new Journal(fs, root, nextGeneration, {
+            segmentBytes: options.journalSegmentBytes ?? DEFAULT_JOURNAL_SEGMENT_BYTES,
+            segmentAgeMs: options.journalSegmentAgeMs ?? DEFAULT_JOURNAL_SEGMENT_AGE_MS,
+          })
+    this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
+    this.writer = (options.writeBackThread ?? fs === nodeFs) ? writeBackThread() : new PortWriter(fs, this.fds)
+    const tailBudget = options.tailBudgetBytes ?? DEFAULT_TAIL_BUDGET_BYTES
+    // Without the journal nothing waits for a write-back: only staged records use the arena.
+    this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? Math.min(Math.max(DEFAULT_ARENA_RESERVE_BYTES, tailBudget), MAX_TAIL_RESERVE_BYTES) : 0))
+    this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
+    const emitError = (err: StorageError): void => this.emitError(err)
+    const env = { fs, root, fds: this.fds, arena: this.arena, journal: this.journal, writer: this.writer }
+    this.checkpointer = new Checkpointer({ ...env, tailBudget, emitError })
+    this.commit = new GroupCommit(
+      {
+        ...env,
+        chunkBytes: this.chunkBytes,
+        flushIntervalMs: options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS,
+        flushBytes: options.flushBytes ?? DEFAULT_FLUSH_BYTES,
+      },
+      watermark,
+      { emitError, maintainJournal: () => this.checkpointer.maintain(), reveal: (log) => this.reveal(log) },
+    )
+    this.snapshotHost = {
+      fs,
+      commit: this.commit,
+      dropped: (log) => {
+        this.creating.delete(log.id)
+        this.commit.forget(log)
+      },
+      isRegistered: (log) => this.logs.get(log.id) === log,
+      deleteShape: (id) => this.deleteShape(id),
+    }
+  }
+
+  static async open(options: FileStoreOptions): Promise<FileLogStore> {
+    const fs = options.fs ?? nodeFs
+    const root = options.dir
+    if (options.chunkBytes !== undefined && !(options.chunkBytes >= 1)) throw new RangeError('chunkBytes must be at least 1')
+    try {
+      for (const sub of ['', '/shapes', '/tmp', '/trash', '/quarantine', '/journal']) fs.mkdirSync(`${root}${sub}`, { recursive: true })
+    } catch (err) {
+      throw fromSystemError(err, `create store directory ${root}`)
+    }
+    const unlock = acquireStoreLock(fs, root)
+    try {
+      let watermark = readWatermark(fs, root)
+      if (!watermark) {
+        watermark = { lsn: 0n, sequence: 0n }
+        await publishWatermark(fs, root, watermark)
+      }
+      // Taken (and removed for good) before anything changes a log, replay included.
+      const heads = await takeHeads(fs, root, watermark.lsn)
+      // Before any log is opened: recovery's cut relies on the files holding
+      // everything the watermark covers. Replayed whatever `journal` says now,
+      // since the last run may have journaled.
+      const segments = listSegments(fs, root).length
+      const replay = await replayJournal(fs, root, watermark)
+      const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
+      // A clean close leaves no journal: with one, the heads file does not describe these files.
+      await store.load(segments === 0 ? heads : undefined)
+      if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
+      store.commit.live?.write(replay.watermark)
+      return store
+    } catch (err) {
+      unlock()
+      throw err
+    }
+  }
+
+  private async load(clean: Map<string, CleanLog> | undefined): Promise<void> {
+    const loaded = await loadLogs(
+      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, emitError: (err) => this.emitError(err) },
+      clean,
+    )
+    this.logs = loaded.logs
+    this.quarantined.push(...loaded.quarantined)
+    this.cleanOpened = loaded.cleanOpened
+  }
+
+  get durableLsn(): bigint {
+    return this.commit.durableLsn
+  }
+
+  /** Logs currently open in the writer. */
+  get size(): number {
+    return this.logs.size
+  }
+
+  /** The last flush error, cleared by the next successful flush. */
+  get lastError(): StorageError | undefined {
+    return this.commit.lastError
+  }
+
+  createShape(id: string, options?: { meta?: Uint8Array }): SnapshotWriter {
+    this.ensureOpen()
+    checkShapeId(id)
+    if (this.logs.has(id) || this.creating.has(id)) throw new StorageError('shape_exists', `shape ${id} already exists`)
+    const tmpDir = `${this.root}/tmp/${id}.${process.pid}.${++this.tmpCounter}.${randomBytes(3).toString('hex')}`
+    const meta = options?.meta ?? new Uint8Array()
+    makeShapeDir(this.fs, tmpDir, id, meta)
+    this.creating.add(id)
+    return snapshotWriter(this.snapshotHost, id, tmpDir, meta)
+  }
+
+  /** Makes a registered new log visible to `get` and `ids`. */
+  private reveal(log: FileShapeLog): void {
+    if (!this.creating.delete(log.id)) return
+    this.logs.set(log.id, log)
+  }
+
+  get(id: string): FileShapeLog | undefined {
+    return this.logs.get(id)
+  }
+
+  ids(): string[] {
+    return [...this.logs.keys()]
+  }
+
+  async deleteShape(id: string): Promise<boolean> {
+    this.ensureOpen()
+    const log = this.logs.get(id)
+    if (!log) return false
+    this.logs.delete(id)
+    if (log.registered) this.journal?.tombstone(log.journalId)
+    log.deleted = true
+    this.commit.forget(log)
+    log.retire()
+    const trashed = `${this.root}/trash/${id}.${Date.now()}.${randomBytes(3).toString('hex')}`
+    try {
+      this.fs.renameSync(log.dir, trashed)
+      await syncDirectory(this.fs, `${this.root}/shapes`)
+    } catch (err) {
+      throw fromSystemError(err, `delete shape ${id}`)
+    }
+    this.fs.rm(trashed, { recursive: true, force: true }).catch((err: unknown) => {
+      this.emitError(fromSystemError(err, `remove deleted shape ${id}`))
+    })
+    return true
+  }
+
+  advance(lsn: bigint): void {
+    this.commit.advance(lsn)
+  }
+
+  onFlush(listener: (result: FlushResult) => void, options?: FlushListenerOptions): () => void {
+    return this.commit.onFlush(listener, options)
+  }
+
+  async flush(): Promise<FlushResult> {
+    this.ensureOpen()
+    return this.commit.flush(true)
+  }
+
+  /** Errors of background work (timed flushes, trash removal, quarantined logs). */
+  onError(listener: (err: StorageError) => void): () => void {
+    this.errorListeners.add(listener)
+    return () => this.errorListeners.delete(listener)
+  }
+
+  private emitError(err: StorageError): void {
+    for (const listener of this.errorListeners) listener(err)
+  }
+
+  /**
+   * Called with true when the write-behind tails pass `tailBudgetBytes`: the
+   * writer should stop appending (a replication stream pauses) while a
+   * checkpoint writes them back, and with false once they are under half of
+   * it. Appends are still taken meanwhile; this is advice, not a refusal.
+   */
+  onPressure(listener: (held: boolean) => void): () => void {
+    return this.checkpointer.onPressure(listener)
+  }
+
+  /** Whether the writer is asked to hold back now (see `onPressure`). */
+  get underPressure(): boolean {
+    return this.checkpointer.underPressure
+  }
+
+  /** The checkpoint running now, or else the last one. */
+  get checkpointStats(): Readonly<CheckpointStats> {
+    return this.checkpointer.stats
+  }
+
+  stats(): FileStoreStats {
+    return {
+      logs: this.logs.size,
+      journalSegments: this.journal?.segmentCount ?? 0,
+      tailBytes: this.arena.bytesInUse,
+      tailMemoryBytes: this.arena.slabBytes,
+      underPressure: this.checkpointer.underPressure,
+      pressures: this.checkpointer.pressures,
+      checkpoint: this.checkpointer.stats,
+    }
+  }
+
+  private ensureOpen(): void {
+    if (this.closed) throw new StorageError('store_closed')
+  }
+
+  /**
+   * Flushes, checkpoints, writes the heads file and releases the store. A
+   * later call waits for the first (and, as before, does not repeat its error):
+   * two closes side by side would both write the heads file, the second
+   * possibly after a new writer had taken it.
+   */
+  close(): Promise<void> {
+    if (this.closing !== undefined) return this.closing.then(() => undefined, () => undefined)
+    this.closing = this.closeOnce()
+    return this.closing
+  }
+
+  private async closeOnce(): Promise<void> {
+    if (this.closed) return
+    let error: unknown
+    try {
+      await this.commit.flush()
+    } catch (err) {
+      error = err
+    }
+    // No timed flush may write the journal while the checkpoint below deletes it.
+    this.closed = true
+    this.commit.stop()
+    // Nothing is appended any more: whoever was held back need not wait.
+    this.checkpointer.stop()
+    if (this.journal) {
+      // A clean shutdown leaves nothing to replay.
+      try {
+        await this.journal.running?.catch(() => undefined)
+        await this.checkpointer.checkpoint(true)
+      } catch (err) {
+        error ??= err
+      }
+      this.journal.close()
+      await this.commit.live?.close()
+    }
+    this.commit.snapshots.rejectAll(new StorageError('store_closed'))
+    if (error === undefined) {
+      // Last: the next open trusts these heads only because nothing came after them.
+      try {
+        await writeCleanHeads(this.fs, this.root, this.commit.durableLsn, this.logs.values())
+      } catch (err) {
+        error = err
+      }
+    }
+    for (const log of this.logs.values()) log.retire()
+    this.logs.clear()
+    this.unlock()
+    if (error) throw error
+  }
+}
+
+/** Opens (creating if needed) a file store for writing. */
+export function openFileLogStore(options: FileStoreOptions): Promise<FileLogStore> {
+  return FileLogStore.open(options)
+}

@@ -1,0 +1,157 @@
+/**
+ * The store's directory at open and at close: leftovers of the last run
+ * removed (tmp/, trash/), every log in shapes/ opened (from the heads file a
+ * clean close left, or by recovery's scan), a damaged log moved to
+ * quarantine/, and at close the heads file written for the next open.
+ */
+import { LOG_FILES, checkShapeId } from '../defaults.js'
+import { StorageError, fromSystemError } from '../errors.js'
+import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, decodeMeta } from '../format.js'
+import type { FsPort } from '../fs-port.js'
+import type { FdCache } from './fd-cache.js'
+import { FileShapeLog } from './file-log.js'
+import type { CleanLog } from './heads-file.js'
+import { writeHeads } from './heads-file.js'
+import type { LogHost } from './log-host.js'
+import { EMPTY_HEAD } from './log-state.js'
+import type { HeadState } from './log-state.js'
+import { recoverLog } from './recovery.js'
+
+/** What opening the logs needs. */
+export interface DirectoryContext {
+  readonly fs: FsPort
+  readonly root: string
+  readonly fds: FdCache
+  /** The durable watermark: recovery cuts what lies past it. */
+  readonly durable: bigint
+  readonly logHost: LogHost
+  emitError(err: StorageError): void
+}
+
+/** The logs an open found. */
+export interface LoadedLogs {
+  readonly logs: Map<string, FileShapeLog>
+  /** Ids of logs that failed to open and were moved to quarantine/. */
+  readonly quarantined: string[]
+  /** Logs opened from the heads file a clean close left, without scanning their files. */
+  cleanOpened: number
+}
+
+/** The inode of each of a log's files, as a stat at open found them. */
+interface FileInodes {
+  readonly data: number
+  readonly entries: number
+  readonly chunks: number
+}
+
+/** `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files. */
+export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined): Promise<LoadedLogs> {
+  const { fs, root } = ctx
+  const loaded: LoadedLogs = { logs: new Map(), quarantined: [], cleanOpened: 0 }
+  // Unfinished snapshots never became shapes: drop them.
+  for (const name of fs.readdirSync(`${root}/tmp`)) {
+    await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
+  }
+  emptyTrash(ctx)
+  for (const id of fs.readdirSync(`${root}/shapes`)) {
+    const dir = `${root}/shapes/${id}`
+    try {
+      checkShapeId(id)
+      const known = clean?.get(id)
+      const inodes = known === undefined ? undefined : cleanInodes(fs, known.head, dir)
+      if (inodes !== undefined) {
+        loaded.logs.set(id, openClean(ctx, known!, dir, inodes))
+        loaded.cleanOpened++
+      } else {
+        loaded.logs.set(id, await openLog(ctx, id, dir))
+      }
+    } catch (err) {
+      if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
+        throw err
+      }
+      // A damaged log must not stop every other shape from being served; keep
+      // it aside for inspection and let the server recreate the shape.
+      fs.renameSync(dir, `${root}/quarantine/${id}.${Date.now()}`)
+      loaded.quarantined.push(id)
+      ctx.emitError(err)
+    }
+  }
+  return loaded
+}
+
+async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<FileShapeLog> {
+  let meta: Buffer
+  try {
+    const decoded = decodeMeta(ctx.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
+    if (typeof decoded === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${decoded})`)
+    meta = decoded
+  } catch (err) {
+    if (err instanceof StorageError) throw err
+    throw new StorageError('corrupt_log', `shape ${id}: cannot read meta.bin`, { cause: err })
+  }
+  const log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
+  try {
+    const found = await recoverLog(ctx.fs, ctx.fds, id, dir, ctx.durable, {
+      data: log.data,
+      entries: log.entries,
+      chunks: log.chunkFile,
+    })
+    log.restore(found.head, found.chunks)
+    log.registered = true
+    return log
+  } catch (err) {
+    log.retire()
+    throw err
+  }
+}
+
+/**
+ * The inodes of the log's files when they are the sizes its clean head gives
+ * (else undefined): a stat per file, no open. Catches a file truncated,
+ * replaced or restored from a backup while the server was down (the log is
+ * then scanned like after a crash, and set aside if damaged); bytes rewritten
+ * in place at the same size are not looked for here, as a scan would look
+ * only at headers and the last records.
+ */
+function cleanInodes(fs: FsPort, head: HeadState, dir: string): FileInodes | undefined {
+  try {
+    const data = fs.statSync(`${dir}/${LOG_FILES.data}`)
+    const entries = fs.statSync(`${dir}/${LOG_FILES.entries}`)
+    const chunks = fs.statSync(`${dir}/${LOG_FILES.chunks}`)
+    const match =
+      data.size === head.dataEnd &&
+      entries.size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
+      chunks.size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+    return match ? { data: data.ino, entries: entries.ino, chunks: chunks.ino } : undefined
+  } catch {
+    return undefined
+  }
+}
+
+function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
+  const log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, [...known.chunks], known.head)
+  // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
+  log.data.ino = inodes.data
+  log.entries.ino = inodes.entries
+  log.chunkFile.ino = inodes.chunks
+  log.registered = true
+  return log
+}
+
+function emptyTrash(ctx: DirectoryContext): void {
+  for (const name of ctx.fs.readdirSync(`${ctx.root}/trash`)) {
+    ctx.fs.rm(`${ctx.root}/trash/${name}`, { recursive: true, force: true }).catch((err: unknown) => {
+      ctx.emitError(fromSystemError(err, `remove ${name} from trash`))
+    })
+  }
+}
+
+/** Writes every log's head for the next open (heads-file.ts); logs that cannot vouch for their files are left out. */
+export async function writeCleanHeads(fs: FsPort, root: string, durable: bigint, logs: Iterable<FileShapeLog>): Promise<void> {
+  const clean: CleanLog[] = []
+  for (const log of logs) {
+    const state = log.cleanState()
+    if (state !== undefined) clean.push({ id: log.id, meta: log.meta, head: state.head, chunks: state.chunks })
+  }
+  await writeHeads(fs, root, durable, clean)
+}
