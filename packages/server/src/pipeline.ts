@@ -69,10 +69,10 @@ export interface ReplicationGap {
 
 /**
  * Idle positions (see ReplicationClientOptions.promiseIdle) reach the store at
- * most this often. Each costs a flush, a journal sync, and under a busy
- * workload on unpublished tables keepalives come once per flush: 99 flushes a
- * second were measured at the default 10 ms interval. Releasing that WAL a
- * quarter of a second later costs nothing.
+ * most this often. Each costs a flush and a journal sync, and under a busy
+ * workload on unpublished tables keepalives come once per flush, so unpaced
+ * they would keep the store flushing at its flush interval for WAL no shape
+ * reads. Releasing that WAL a quarter of a second later costs nothing.
  */
 const IDLE_PROMISE_INTERVAL_MS = 250
 
