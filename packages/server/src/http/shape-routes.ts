@@ -33,6 +33,7 @@ import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import { logBody } from './log-body.js'
+import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
@@ -342,11 +343,6 @@ class ShapeResponder {
     if (!this.reply.raw.destroyed) this.reply.raw.destroy()
     return this.reply
   }
-}
-
-export function rawQuery(url: string): string {
-  const at = url.indexOf('?')
-  return at < 0 ? '' : url.slice(at + 1)
 }
 
 function sameSecret(given: Buffer, expected: Buffer): boolean {

@@ -22,6 +22,7 @@ import type { Admission } from './admission.js'
 import { toSluiceError } from './http-errors.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
+import { rawQuery } from './raw-query.js'
 import { schemaHeader } from './schema-header.js'
 
 /**
@@ -261,8 +262,3 @@ class BodyWriter {
 }
 
 const COMMA = Buffer.from(',')
-
-function rawQuery(url: string): string {
-  const at = url.indexOf('?')
-  return at < 0 ? '' : url.slice(at + 1)
-}
