@@ -20,7 +20,7 @@ const reps = Number(process.argv[3] ?? 5)
 const cluster = await startPostgres()
 const dir = await mkdtemp(join(tmpdir(), 'client-bench-'))
 const pipeline = await Pipeline.start({ connectionString: cluster.url, storageDir: dir })
-const app = buildApp({ pipeline, http: {} })
+const app = buildApp({ shapes: pipeline.shapeService, http: {} })
 await app.listen({ port: 0, host: '127.0.0.1' })
 const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/v1/shape`
 try {

@@ -31,7 +31,7 @@ export function useSluice(http: Partial<BuildAppOptions['http']> = {}): Sluice {
   beforeAll(async () => {
     box.cluster = cluster
     box.pipeline = await Pipeline.start({ connectionString: cluster.url, storageDir: await dirs.make('store'), flushIntervalMs: 5, chunkBytes: CHUNK_BYTES })
-    box.app = buildApp({ pipeline: box.pipeline, http: { longPollTimeoutMs: LONG_POLL_MS, allowDelete: true, sseTimeoutMs: 10_000, ...http } })
+    box.app = buildApp({ shapes: box.pipeline.shapeService, http: { longPollTimeoutMs: LONG_POLL_MS, allowDelete: true, sseTimeoutMs: 10_000, ...http } })
     await box.app.listen({ port: 0, host: '127.0.0.1' })
     const port = (box.app.server.address() as AddressInfo).port
     box.serverUrl = `http://127.0.0.1:${port}`

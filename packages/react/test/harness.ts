@@ -37,7 +37,7 @@ export function useSluice(): Sluice {
   let shapeUrl: string | undefined
   beforeAll(async () => {
     pipeline = await Pipeline.start({ connectionString: cluster.url, storageDir: await dirs.make('store'), flushIntervalMs: 5, chunkBytes: 2048 })
-    app = buildApp({ pipeline, http: { longPollTimeoutMs: LONG_POLL_MS } })
+    app = buildApp({ shapes: pipeline.shapeService, http: { longPollTimeoutMs: LONG_POLL_MS } })
     app.addHook('onRequest', async (request) => {
       const url = new URL(request.url, 'http://sluice')
       requests.push({ method: request.method, url })

@@ -2,10 +2,11 @@
 // Most values are read from the pipeline when scraped; Postgres-side figures
 // (WAL position, slot retention, walsender lag) come from one query whose answer
 // is cached briefly, so a scrape storm costs Postgres one query per interval.
+import { parseLsn } from '@sluice/protocol'
 import pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { HttpMetrics } from './http/http-metrics.js'
 import type { Pipeline } from './pipeline.js'
-import { parseLsn } from '@sluice/protocol'
 
 export interface MetricsOptions {
   readonly pipeline: Pipeline
@@ -37,8 +38,8 @@ SELECT pg_current_wal_lsn()::text AS current,
           FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
          WHERE s.slot_name = $1) AS flush_lag`
 
-/** The metrics of one server; the HTTP layer reaches them through `serverMetrics(pipeline)`. */
-export class ServerMetrics {
+/** The metrics of one server; `buildApp` is given it as the HTTP layer's `metrics`. */
+export class ServerMetrics implements HttpMetrics {
   readonly registry = new Registry()
   /** Bytes of response bodies sent for shape requests: the HTTP layer increments it. */
   readonly bytesServed: Counter
@@ -170,7 +171,16 @@ export class ServerMetrics {
     })
 
     this.timeFlushes()
-    registry.set(pipeline, this)
+  }
+
+  /** For the HTTP layer: bytes of a shape response body sent. */
+  addBytesServed(bytes: number): void {
+    if (bytes > 0) this.bytesServed.inc(bytes)
+  }
+
+  /** For the HTTP layer: the number of live requests currently waiting. */
+  setLiveWaiters(count: number): void {
+    this.liveWaiters.set(count)
   }
 
   /** Records every flush that published something, with the duration the store measured. */
@@ -215,25 +225,7 @@ export class ServerMetrics {
     if (this.closed) return
     this.closed = true
     for (const off of this.cleanup) off()
-    registry.delete(this.options.pipeline)
     await this.sampling
     await this.pool.end().catch(() => {})
   }
-}
-
-const registry = new WeakMap<Pipeline, ServerMetrics>()
-
-/** The metrics of the server running this pipeline, if it keeps any. */
-export function serverMetrics(pipeline: Pipeline): ServerMetrics | undefined {
-  return registry.get(pipeline)
-}
-
-/** For the HTTP layer: count bytes of shape response bodies sent. */
-export function addBytesServed(pipeline: Pipeline, bytes: number): void {
-  if (bytes > 0) registry.get(pipeline)?.bytesServed.inc(bytes)
-}
-
-/** For the HTTP layer: the number of live requests currently waiting. */
-export function setLiveWaiters(pipeline: Pipeline, count: number): void {
-  registry.get(pipeline)?.liveWaiters.set(count)
 }

@@ -10,6 +10,8 @@ import {
   type ReplicationClientOptions,
   SlotManager,
 } from './replication/index.js'
+import { PipelineShapeService } from './pipeline-shape-service.js'
+import type { ShapeService } from './shape-service.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
 import { SpillDir, SpillStreamBuffer } from './shapes/spill/index.js'
@@ -18,7 +20,7 @@ import { SpillDir, SpillStreamBuffer } from './shapes/spill/index.js'
  * The sync pipeline, wired (DESIGN.md §2): the replication client feeds the
  * router, the router appends to the storage engine, each flush of the engine
  * acknowledges its durable watermark to Postgres, and the shape manager brings
- * shapes in and out. The HTTP layer reads through `shapes` and `store`.
+ * shapes in and out. The HTTP layer reaches all of it through `shapeService`.
  */
 export interface PipelineOptions {
   /** Postgres connection string; the role needs REPLICATION (and to own the published tables). */
@@ -67,45 +69,60 @@ export interface ReplicationGap {
 
 /**
  * Idle positions (see ReplicationClientOptions.promiseIdle) reach the store at
- * most this often. Each costs a flush, a journal sync, and under a busy
- * workload on unpublished tables keepalives come once per flush: 99 flushes a
- * second were measured at the default 10 ms interval. Releasing that WAL a
- * quarter of a second later costs nothing.
+ * most this often. Each costs a flush and a journal sync, and under a busy
+ * workload on unpublished tables keepalives come once per flush, so unpaced
+ * they would keep the store flushing at its flush interval for WAL no shape
+ * reads. Releasing that WAL a quarter of a second later costs nothing.
  */
 const IDLE_PROMISE_INTERVAL_MS = 250
 
 /** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
 export const DEFAULT_SUBSET_CONNECTIONS = 2
 
+/** What `Pipeline.start` wires together; the pipeline keeps them for `stop`. */
+interface PipelineParts {
+  readonly store: FileLogStore
+  readonly shapes: ShapeManager
+  readonly router: ShapeRouter
+  readonly replication: ReplicationClient
+  readonly shapeService: ShapeService
+  /** Every Postgres pool (catalog, snapshots, subsets), ended on stop. */
+  readonly pools: readonly pg.Pool[]
+  readonly streams: SpillStreamBuffer
+  /** Listeners on the store, removed on stop. */
+  readonly unsubscribe: ReadonlyArray<() => void>
+  readonly replicationGap: ReplicationGap | undefined
+}
+
 export class Pipeline {
+  readonly store: FileLogStore
+  readonly shapes: ShapeManager
+  readonly router: ShapeRouter
+  readonly replication: ReplicationClient
+  /** The port the HTTP layer is built on (`buildApp({ shapes: pipeline.shapeService })`). */
+  readonly shapeService: ShapeService
+  /** Set when the restored shapes had to go because the slot was ahead of the store (see `start`). */
+  readonly replicationGap: ReplicationGap | undefined
+  private readonly pools: readonly pg.Pool[]
+  private readonly streams: SpillStreamBuffer
+  private readonly unsubscribe: ReadonlyArray<() => void>
   private stopping: Promise<void> | undefined
 
-  private constructor(
-    readonly store: FileLogStore,
-    readonly shapes: ShapeManager,
-    readonly router: ShapeRouter,
-    readonly replication: ReplicationClient,
-    /** Runs subset snapshots; its size bounds how many run at once (more wait for a connection). */
-    readonly subsetPool: pg.Pool,
-    private readonly pools: readonly pg.Pool[],
-    private readonly streams: SpillStreamBuffer,
-    private readonly unsubscribe: Array<() => void>,
-    /** Set when the restored shapes had to go because the slot was ahead of the store (see `start`). */
-    readonly replicationGap: ReplicationGap | undefined,
-    private readonly routed: { lsn: bigint },
-  ) {}
+  private constructor(parts: PipelineParts) {
+    this.store = parts.store
+    this.shapes = parts.shapes
+    this.router = parts.router
+    this.replication = parts.replication
+    this.shapeService = parts.shapeService
+    this.replicationGap = parts.replicationGap
+    this.pools = parts.pools
+    this.streams = parts.streams
+    this.unsubscribe = parts.unsubscribe
+  }
 
-  /**
-   * The global last-processed LSN of PROTOCOL.md §3.4: the commit LSN of the
-   * last replicated transaction the store has made durable. Not the store's
-   * watermark itself, which also moves over WAL no shape subscribes to (idle
-   * positions, see ReplicationClientOptions.promiseIdle): up-to-date answers
-   * would then change with unrelated WAL, and repeat requests would stop being
-   * byte-identical.
-   */
+  /** The global last-processed LSN of PROTOCOL.md §3.4 (see `ShapeService.lastSeenLsn`). */
   get lastSeenLsn(): bigint {
-    const durable = this.store.durableLsn
-    return this.routed.lsn < durable ? this.routed.lsn : durable
+    return this.shapeService.lastSeenLsn
   }
 
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
@@ -206,7 +223,8 @@ export class Pipeline {
       ]
       client.on('disconnected', (info) => options.logger?.warn({ err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected'))
       await client.start()
-      return new Pipeline(store, shapes, router, client, subsetPool, pools, streams, unsubscribe, replicationGap, routed)
+      const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed })
+      return new Pipeline({ store, shapes, router, replication: client, shapeService, pools, streams, unsubscribe, replicationGap })
     } catch (error) {
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))

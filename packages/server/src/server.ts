@@ -127,7 +127,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     })
 
     metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot })
-    app = buildApp({ pipeline, http: httpOptions(config), logger: logger as FastifyBaseLogger })
+    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics })
     app.register(metricsRoute, { metrics })
     const address = await app.listen({ port: config.port, host: config.host })
     const port = Number(new URL(address).port)

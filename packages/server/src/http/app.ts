@@ -8,14 +8,14 @@ import {
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
-import type { Pipeline } from '../pipeline.js'
+import type { ShapeService } from '../shape-service.js'
 import { Admission } from './admission.js'
 import { setCors } from './cors.js'
 import { toSluiceError } from './http-errors.js'
+import type { HttpMetrics } from './http-metrics.js'
 import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 import { type ShapeWaiters, shapeRoutes } from './shape-routes.js'
-import { setLiveWaiters } from '../metrics.js'
 
 /**
  * The HTTP app (DESIGN.md §5), built apart from `listen()`: the caller (or a
@@ -24,12 +24,15 @@ import { setLiveWaiters } from '../metrics.js'
  */
 
 export interface BuildAppOptions {
-  readonly pipeline: Pipeline
+  /** Everything the routes need of the rest of the server (a running pipeline's `shapeService`). */
+  readonly shapes: ShapeService
   readonly http?: Partial<HttpOptions>
   /** A pino-compatible logger (fastify's `loggerInstance`); none by default. */
   readonly logger?: FastifyBaseLogger
-  /** Shape waiters to use instead of a `LiveWaiters` on the pipeline's store (the app then does not close them). */
+  /** Shape waiters to use instead of a `LiveWaiters` on the service's flushes (the app then does not close them). */
   readonly waiters?: ShapeWaiters
+  /** Where bytes served and waiting requests are counted (the server's `ServerMetrics`); none by default. */
+  readonly metrics?: HttpMetrics
 }
 
 /** Paths the server answers; anything else is a plain 404. */
@@ -50,17 +53,17 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   app.server.on('connect', refuseConnect)
   app.server.on('checkExpectation', refuseExpectation)
 
+  const { shapes, metrics } = options
   const ownWaiters = options.waiters === undefined
-  const waiters = options.waiters ?? new LiveWaiters({ store: options.pipeline.store })
+  const waiters = options.waiters ?? new LiveWaiters({ store: shapes })
   const admission = new Admission({ initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting })
-  const onInvalidated = ({ handle }: { handle: string }): void => waiters.invalidate(handle)
-  options.pipeline.shapes.on('invalidated', onInvalidated)
+  const stopInvalidating = shapes.onInvalidated((handle) => waiters.invalidate(handle))
   // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
   app.addHook('preClose', async () => {
     if (ownWaiters) waiters.close()
   })
   app.addHook('onClose', async () => {
-    options.pipeline.shapes.off('invalidated', onInvalidated)
+    stopInvalidating()
   })
 
   app.addHook('onRequest', async (_request, reply) => {
@@ -80,11 +83,13 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   )
 
   app.register(rootRoutes)
-  // The metrics gauge follows the waiter count at each request's start and end: no timer of its own.
-  const countWaiters = async (): Promise<void> => setLiveWaiters(options.pipeline, waiters.size)
-  app.addHook('onRequest', countWaiters)
-  app.addHook('onResponse', countWaiters)
-  app.register(shapeRoutes, { pipeline: options.pipeline, http, waiters, admission })
+  if (metrics !== undefined) {
+    // The gauge follows the waiter count at each request's start and end: no timer of its own.
+    const countWaiters = async (): Promise<void> => metrics.setLiveWaiters(waiters.size)
+    app.addHook('onRequest', countWaiters)
+    app.addHook('onResponse', countWaiters)
+  }
+  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics })
   return app
 }
 

@@ -1,6 +1,7 @@
-// The HTTP layer's public API (PROTOCOL.md; issue 4 items 1, 2, 5).
+// The HTTP layer's public API (PROTOCOL.md): the app, its settings, and the pieces its tests and embedders use.
 export { type BuildAppOptions, buildApp, normalizeUrl, sendError } from './app.js'
 export { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
+export type { HttpMetrics } from './http-metrics.js'
 export { Admission, type RequestKind } from './admission.js'
 export { type LogBody, POOLED_BUFFER_BYTES, logBody } from './log-body.js'
 export { columnSchema, schemaHeader, shapeSchema } from './schema-header.js'

@@ -1,5 +1,5 @@
 import type { ColumnSchema, IntervalFields, ShapeSchema } from '@sluice/protocol'
-import type { TableColumn, TableInfo } from '../shapes/table-catalog.js'
+import type { TableColumn, TableInfo } from '../shape-service.js'
 
 /**
  * The `electric-schema` header (PROTOCOL.md §7) from the catalog's TableInfo:

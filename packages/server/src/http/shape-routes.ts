@@ -2,12 +2,10 @@ import { timingSafeEqual } from 'node:crypto'
 import {
   CacheControl,
   JSON_CONTENT_TYPE,
-  LAST_VIRTUAL,
   type LogOffset,
   MUST_REFETCH_BODY,
   RequestHeader,
   ResponseHeader,
-  type ShapeDefinitionParams,
   type ShapeRequest,
   SluiceError,
   UP_TO_DATE_VALUE,
@@ -19,7 +17,6 @@ import {
   ifNoneMatchIncludes,
   invalidRequest,
   isBeforeAll,
-  isVirtual,
   nextCursor,
   nonLiveCacheControl,
   offsetOutOfBounds,
@@ -30,20 +27,17 @@ import {
 } from '@sluice/protocol'
 import type { LogRead, ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Pipeline } from '../pipeline.js'
-import { compileDefinition } from '../shapes/definition/index.js'
-import { ShapeError } from '../shapes/shape-error.js'
-import type { ResolvedShape } from '../shapes/shape-manager.js'
-import { whereColumns } from '../shapes/table-catalog.js'
+import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
 import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
-import { toSluiceError } from './http-errors.js'
-import { type LiveWaiters, readFromStore, serveSse } from './live/index.js'
+import type { HttpMetrics } from './http-metrics.js'
+import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import { logBody } from './log-body.js'
+import { rawQuery } from './raw-query.js'
+import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
-import { addBytesServed } from '../metrics.js'
 
 /**
  * `/v1/shape` (PROTOCOL.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS, and
@@ -68,18 +62,39 @@ import { addBytesServed } from '../metrics.js'
 export type ShapeWaiters = LiveWaiters
 
 export interface ShapeRoutesOptions {
-  readonly pipeline: Pipeline
+  readonly shapes: ShapeService
   readonly http: HttpOptions
   readonly waiters: ShapeWaiters
   readonly admission: Admission
+  readonly metrics: HttpMetrics | undefined
+}
+
+/** What every GET of one app shares: made once in `shapeRoutes`, not per request. */
+interface ShapeReadContext {
+  readonly shapes: ShapeService
+  readonly http: HttpOptions
+  readonly waiters: ShapeWaiters
+  readonly metrics: HttpMetrics | undefined
+  /** `waitForData` for a long-poll: data after the offset, while the shape stays active. */
+  readonly untilData: WaitForDataOptions
+  /** `waitForData` for an offset past the head: the head reaching it. */
+  readonly untilReached: WaitForDataOptions
 }
 
 const SHAPE_PATH = '/v1/shape'
 
 export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOptions): Promise<void> {
-  const { pipeline, http, waiters, admission } = options
+  const { shapes, http, waiters, admission, metrics } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
-  const subset: SubsetRouteOptions = { pipeline, http, admission, path: SHAPE_PATH, headOffset }
+  const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
+  const context: ShapeReadContext = {
+    shapes,
+    http,
+    waiters,
+    metrics,
+    untilData: Object.freeze({ until: 'past', shapes }),
+    untilReached: Object.freeze({ until: 'reach', shapes }),
+  }
 
   app.addHook('onRequest', async (request, reply) => {
     setCors(request, reply, true)
@@ -101,7 +116,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     const onClose = (): void => gone.abort()
     reply.raw.once('close', onClose)
     try {
-      return await new ShapeResponder(pipeline, http, waiters, request, reply, req, gone.signal).serve()
+      return await new ShapeResponder(context, request, reply, req, gone.signal).serve()
     } finally {
       permit()
       reply.raw.off('close', onClose)
@@ -119,69 +134,45 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     const { handle, shape } = parsed.value
     let target = handle
     if (shape !== undefined) {
-      const found = await lookupDefinition(pipeline, shape)
+      const found = await shapes.find(shape)
       if (handle !== undefined && found !== undefined && found !== handle) throw new SluiceError('shape_definition_mismatch')
       target = found
     }
-    if (target === undefined || !(await pipeline.shapes.delete(target))) throw new SluiceError('not_found')
+    if (target === undefined || !(await shapes.delete(target))) throw new SluiceError('not_found')
     return reply.code(202).send()
   })
 }
 
-/**
- * The handle registered for a definition, without creating a shape: the
- * definition is normalised against the table info of a shape already on that
- * table (no shape on the table means no match, and no catalog query).
- */
-async function lookupDefinition(pipeline: Pipeline, params: ShapeDefinitionParams): Promise<string | undefined> {
-  for (const handle of pipeline.shapes.handles()) {
-    const def = pipeline.shapes.definition(handle)
-    const table = pipeline.shapes.table(handle)
-    if (def === undefined || table === undefined) continue
-    if (def.schema !== params.table.schema || def.table !== params.table.name) continue
-    const { definition } = await compileDefinition(params, whereColumns(table))
-    return pipeline.shapes.lookup(definition)
-  }
-  return undefined
-}
-
 class ShapeResponder {
   private readonly requestOffset: string
+  private readonly shapes: ShapeService
+  private readonly http: HttpOptions
 
   constructor(
-    private readonly pipeline: Pipeline,
-    private readonly http: HttpOptions,
-    private readonly waiters: ShapeWaiters,
+    private readonly context: ShapeReadContext,
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
     private readonly gone: AbortSignal,
   ) {
     this.requestOffset = formatRequestOffset(req.offset)
+    this.shapes = context.shapes
+    this.http = context.http
   }
 
   async serve(): Promise<FastifyReply> {
     const params = this.req.shape
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
-    let shape = await this.resolve(params)
-    if (this.req.handle !== undefined && this.req.handle !== shape.handle) return this.mustRefetch(shape.handle)
-    let log: ShapeLog
-    try {
-      log = await this.pipeline.shapes.ready(shape.handle)
-    } catch (error) {
-      if (!(error instanceof ShapeError && error.code === 'shape_invalidated')) throw toSluiceError(error)
-      // Invalidated while its snapshot ran: a request without a handle simply gets the next one.
-      if (this.req.handle !== undefined) return this.rotated(shape)
-      shape = await this.resolve(params)
-      log = await this.pipeline.shapes.ready(shape.handle).catch((e: unknown) => {
-        throw toSluiceError(e)
-      })
-    }
+    const resolved = await resolveShape(this.shapes, params)
+    if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
+    const ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined)
+    if (ready === undefined) return this.rotated(resolved)
+    const { shape, log } = ready
 
     if (this.req.offset === 'now') return this.sendNoChanges(shape, headOffset(log))
     const after = this.req.offset
     if (!isBeforeAll(after) && compareOffsets(after, headOffset(log)) > 0) {
-      const reached = await this.waitFor(shape, log, after)
+      const reached = await this.waitToReach(shape, log, after)
       if (reached !== true) return reached
     }
     if (!this.req.live) return this.sendRead(shape, log.read(after))
@@ -197,7 +188,7 @@ class ShapeResponder {
    * ending in the snapshot region reports the watermark instead.
    */
   private async streamSse(shape: ResolvedShape, after: LogOffset): Promise<FastifyReply> {
-    const shapes = this.pipeline.shapes
+    const shapes = this.shapes
     if (shapes.status(shape.handle) !== 'active') return this.rotated(shape)
     const headers: Record<string, string | number | string[]> = {}
     for (const [name, value] of Object.entries(this.reply.getHeaders())) {
@@ -213,9 +204,9 @@ class ShapeResponder {
         headers,
         handle: shape.handle,
         after,
-        read: readFromStore(this.pipeline.store, shape.handle),
-        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : this.pipeline.lastSeenLsn),
-        waiters: this.waiters,
+        read: readFromStore(shapes, shape.handle),
+        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
+        waiters: this.context.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
         timeoutMs: this.http.sseTimeoutMs,
         signal: this.gone,
@@ -227,48 +218,29 @@ class ShapeResponder {
     return this.reply
   }
 
-  private async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
-    try {
-      return await this.pipeline.shapes.resolve(params)
-    } catch (error) {
-      throw toSluiceError(error, { relation: params.table })
-    }
-  }
-
   /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
-  private async waitFor(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
-    const deadline = performance.now() + this.http.longPollTimeoutMs / 2
-    for (;;) {
-      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      if (compareOffsets(after, headOffset(log)) <= 0) return true
-      const remaining = deadline - performance.now()
-      if (remaining <= 0) throw offsetOutOfBounds()
-      const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
-      if (result === 'aborted') {
-        if (this.gone.aborted) return this.abandon()
-        throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
-      }
-      if (result === 'invalidated') return this.rotated(shape)
-      if (result === 'timeout') throw offsetOutOfBounds()
-    }
+  private async waitToReach(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
+    const { waiters, untilReached } = this.context
+    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
+    if (result === 'data') return true
+    if (result === 'invalidated') return this.rotated(shape)
+    if (result === 'timeout') throw offsetOutOfBounds()
+    if (this.gone.aborted) return this.abandon()
+    throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
   }
 
   private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
-    const deadline = performance.now() + this.http.longPollTimeoutMs
-    for (;;) {
-      if (this.pipeline.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      // Read and wait in one synchronous step: a flush in between cannot be missed.
-      const read = log.read(after)
-      if (read.entryCount > 0) return this.sendRead(shape, read)
-      read.release()
-      const remaining = deadline - performance.now()
-      if (remaining <= 0) return this.sendNoChanges(shape, after)
-      const result = await this.waiters.wait(shape.handle, { timeoutMs: remaining, signal: this.gone })
-      // Aborted without the client leaving: the server is closing, so answer as a timeout would.
-      if (result === 'aborted') return this.gone.aborted ? this.abandon() : this.sendNoChanges(shape, after)
-      if (result === 'invalidated') return this.rotated(shape)
-      if (result === 'timeout') return this.sendNoChanges(shape, after)
+    const { waiters, untilData } = this.context
+    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
+    if (result === 'data') {
+      // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
+      if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
+      return this.sendRead(shape, log.read(after))
     }
+    if (result === 'invalidated') return this.rotated(shape)
+    // Aborted without the client leaving: the server is closing, so answer as a timeout would.
+    if (result === 'aborted' && this.gone.aborted) return this.abandon()
+    return this.sendNoChanges(shape, after)
   }
 
   /** A range of the log: 304 if the client holds it, else its stored bytes. */
@@ -285,12 +257,12 @@ class ShapeResponder {
       return this.reply.code(304).send()
     }
     if (upToDate) this.reply.header(ResponseHeader.upToDate, UP_TO_DATE_VALUE)
-    const durable = this.pipeline.lastSeenLsn
+    const durable = this.shapes.lastSeenLsn
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const body = await logBody(read, upToDate ? upToDateMessage(lsn) : undefined)
     this.reply.raw.once('close', body.done)
-    if (this.request.method !== 'HEAD') addBytesServed(this.pipeline, body.bytes.length)
+    if (this.request.method !== 'HEAD') this.context.metrics?.addBytesServed(body.bytes.length)
     return this.reply.code(200).send(body.bytes)
   }
 
@@ -305,7 +277,7 @@ class ShapeResponder {
     })
     this.commonHeaders(shape, responseOffset, etag, false)
     this.reply.header(ResponseHeader.upToDate, UP_TO_DATE_VALUE)
-    return this.reply.code(200).send(`[${upToDateMessage(this.pipeline.lastSeenLsn)}]`)
+    return this.reply.code(200).send(`[${upToDateMessage(this.shapes.lastSeenLsn)}]`)
   }
 
   private commonHeaders(shape: ResolvedShape, responseOffset: string, etag: string, hasData: boolean): void {
@@ -345,9 +317,9 @@ class ShapeResponder {
    * gone, say) the 409 carries none.
    */
   private async rotated(shape: ResolvedShape): Promise<FastifyReply> {
-    let handle = this.pipeline.shapes.lookup(shape.definition)
+    let handle = this.shapes.lookup(shape.definition)
     if (handle === undefined && this.req.shape !== undefined) {
-      handle = await this.pipeline.shapes.resolve(this.req.shape).then(
+      handle = await this.shapes.resolve(this.req.shape).then(
         (next) => next.handle,
         () => undefined,
       )
@@ -371,21 +343,6 @@ class ShapeResponder {
     if (!this.reply.raw.destroyed) this.reply.raw.destroy()
     return this.reply
   }
-}
-
-/**
- * Where a reader stands at the head of a log: its last offset, or `0_inf` while
- * it holds only the snapshot (every virtual offset is then in bounds, and a
- * shape with no real entries reports `0_inf` for `offset=now`, §4.1).
- */
-function headOffset(log: ShapeLog): LogOffset {
-  const last = log.head().lastOffset
-  return isBeforeAll(last) || isVirtual(last) ? LAST_VIRTUAL : last
-}
-
-export function rawQuery(url: string): string {
-  const at = url.indexOf('?')
-  return at < 0 ? '' : url.slice(at + 1)
 }
 
 function sameSecret(given: Buffer, expected: Buffer): boolean {

@@ -17,24 +17,23 @@ import {
 } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Pipeline } from '../pipeline.js'
-import { ShapeError } from '../shapes/shape-error.js'
-import type { ResolvedShape } from '../shapes/shape-manager.js'
-import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from '../shapes/snapshot/index.js'
+import type { CompiledSubset, ResolvedShape, ShapeService } from '../shape-service.js'
 import type { Admission } from './admission.js'
 import { toSluiceError } from './http-errors.js'
+import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
+import { rawQuery } from './raw-query.js'
 import { schemaHeader } from './schema-header.js'
 
 /**
  * Subset snapshots (PROTOCOL.md §6): `GET /v1/shape?…&subset__where=…` and
  * `POST /v1/shape` with the subset in a JSON body. One query in its own
- * REPEATABLE READ READ ONLY transaction on the pipeline's subset pool, answered
+ * REPEATABLE READ READ ONLY transaction (`ShapeService.runSubset`), answered
  * as `{"metadata":{…},"data":[…]}` with `electric-snapshot: true` and
  * `cache-control: no-cache`, never cached, never 304.
  *
  * `electric-offset` is the shape log's head when the snapshot was taken (it
- * sees everything up to there, see run-subset.ts): the official client moves
+ * sees everything up to there): the official client moves
  * its stream there and filters later changes to the snapshot's keys by the
  * snapshot's visibility (`txids` against xmin/xmax/xip, until a change or
  * up-to-date reaches `database_lsn`).
@@ -46,18 +45,14 @@ import { schemaHeader } from './schema-header.js'
  */
 
 export interface SubsetRouteOptions {
-  readonly pipeline: Pipeline
+  readonly shapes: ShapeService
   readonly http: HttpOptions
   readonly admission: Admission
   readonly path: string
-  /** The head offset of a log, as the shape routes report it (`0_inf` before any real entry). */
-  readonly headOffset: (log: ShapeLog) => LogOffset
 }
 
 /** Responses up to this size are sent whole; larger ones stream. */
 const BUFFER_BYTES = 1024 * 1024
-/** One subset query, row streaming included, may take this long before Postgres cancels it. */
-export const SUBSET_STATEMENT_TIMEOUT_MS = 60_000
 /** POST bodies above this are refused with 413: a subset is a where clause, a few params and numbers. */
 const BODY_LIMIT_BYTES = 1024 * 1024
 /** `snapshot_mark` is a random non-negative 31-bit integer, as Electric draws it. */
@@ -114,7 +109,7 @@ export async function serveSubset(options: SubsetRouteOptions, request: FastifyR
 }
 
 class SubsetResponder {
-  private readonly shapes: Pipeline['shapes']
+  private readonly shapes: ShapeService
 
   constructor(
     private readonly options: SubsetRouteOptions,
@@ -123,31 +118,19 @@ class SubsetResponder {
     private readonly req: ShapeRequest,
     private readonly params: ShapeDefinitionParams,
   ) {
-    this.shapes = options.pipeline.shapes
+    this.shapes = options.shapes
   }
 
   async serve(subset: NonNullable<ShapeRequest['subset']>): Promise<FastifyReply> {
-    let shape = await this.resolve()
-    if (this.req.handle !== undefined && this.req.handle !== shape.handle) return this.mustRefetch(shape.handle)
-    const compiled = await compileSubset(subset, shape.table)
-    let log: ShapeLog
-    try {
-      log = await this.shapes.ready(shape.handle)
-    } catch (error) {
-      if (!(error instanceof ShapeError && error.code === 'shape_invalidated')) throw toSluiceError(error)
-      if (this.req.handle !== undefined) return this.mustRefetch(this.shapes.lookup(shape.definition))
-      shape = await this.resolve()
-      log = await this.shapes.ready(shape.handle).catch((e: unknown) => {
-        throw toSluiceError(e)
-      })
-    }
-    const mark = randomInt(0, MARK_LIMIT)
-    const query = buildSubsetQuery({ table: shape.table, definition: shape.definition, subset: compiled, snapshotMark: mark })
-    return this.run(shape, log, query, mark)
+    const resolved = await resolveShape(this.shapes, this.params)
+    if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
+    const compiled = await this.shapes.compileSubset(subset, resolved.table)
+    const ready = await awaitReady(this.shapes, resolved, this.params, this.req.handle !== undefined)
+    if (ready === undefined) return this.mustRefetch(this.shapes.lookup(resolved.definition))
+    return this.run(ready.shape, ready.log, compiled, randomInt(0, MARK_LIMIT))
   }
 
-  private async run(shape: ResolvedShape, log: ShapeLog, query: ReturnType<typeof buildSubsetQuery>, mark: number): Promise<FastifyReply> {
-    const { pipeline, headOffset } = this.options
+  private async run(shape: ResolvedShape, log: ShapeLog, subset: CompiledSubset, mark: number): Promise<FastifyReply> {
     const gone = new AbortController()
     const onClose = (): void => {
       if (!this.reply.raw.writableFinished) gone.abort(new Error('the client went away'))
@@ -155,15 +138,8 @@ class SubsetResponder {
     this.reply.raw.once('close', onClose)
     const body = new BodyWriter(this.reply, gone.signal)
     try {
-      await runSubsetSnapshot(
-        pipeline.subsetPool,
-        {
-          table: shape.table,
-          query,
-          fix: () => ({ recentXids: pipeline.router.recentXids, position: headOffset(log) }),
-          signal: gone.signal,
-          statementTimeoutMs: SUBSET_STATEMENT_TIMEOUT_MS,
-        },
+      await this.shapes.runSubset(
+        { shape, log, subset, snapshotMark: mark, signal: gone.signal },
         {
           start: ({ snapshot, insertLsn, position }) => {
             this.setHeaders(shape, position)
@@ -177,7 +153,7 @@ class SubsetResponder {
       )
     } catch (error) {
       if (gone.signal.aborted) return body.abandon()
-      const mapped = mapRunError(error)
+      const mapped = toSluiceError(error)
       if (!body.streaming) {
         this.reply.removeHeader(ResponseHeader.snapshot)
         throw mapped
@@ -200,14 +176,6 @@ class SubsetResponder {
     reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
   }
 
-  private async resolve(): Promise<ResolvedShape> {
-    try {
-      return await this.shapes.resolve(this.params)
-    } catch (error) {
-      throw toSluiceError(error, { relation: this.params.table })
-    }
-  }
-
   /** 409 must-refetch (§5.4); a POST keeps `no-cache` (§5.2: the method decides first). */
   private mustRefetch(handle: string | undefined): FastifyReply {
     const reply = this.reply
@@ -216,27 +184,6 @@ class SubsetResponder {
     reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
     return reply.code(409).send(MUST_REFETCH_BODY)
   }
-}
-
-/**
- * Failures of the query as 4xx/5xx: what Postgres refused in the query as built
- * (an order_by column of a type without ordering, say) is the request's fault;
- * an error raised on some row likewise, reported by SQLSTATE only, since its
- * message may quote values of rows outside the shape.
- */
-function mapRunError(error: unknown): SluiceError {
-  if (error instanceof SnapshotError) {
-    if (error.code === 'invalid_query') return new SubsetError('invalid_query', postgresMessage(error), { cause: error })
-    if (error.code === 'evaluation_error') {
-      return new SubsetError('evaluation_error', `Postgres raised an error evaluating the subset on some row (SQLSTATE ${error.sqlState ?? 'unknown'})`, { cause: error })
-    }
-  }
-  return toSluiceError(error)
-}
-
-function postgresMessage(error: SnapshotError): string {
-  const cause = error.cause
-  return cause instanceof Error ? cause.message : error.message
 }
 
 /**
@@ -315,8 +262,3 @@ class BodyWriter {
 }
 
 const COMMA = Buffer.from(',')
-
-function rawQuery(url: string): string {
-  const at = url.indexOf('?')
-  return at < 0 ? '' : url.slice(at + 1)
-}

@@ -51,7 +51,7 @@ export interface CountingOrigin {
 }
 
 export async function startCountingOrigin(pipeline: Pipeline, http: BuildAppOptions['http']): Promise<CountingOrigin> {
-  const app = buildApp({ pipeline, http: http ?? {} })
+  const app = buildApp({ shapes: pipeline.shapeService, http: http ?? {} })
   const requests: OriginRequest[] = []
   const open = new Map<string, number>()
   const sseWrites = new Map<string, string[]>()

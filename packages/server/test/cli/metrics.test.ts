@@ -3,7 +3,7 @@ import { usePostgres, useTempDir } from '@sluice/test-utils'
 import Fastify from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
 import { metricsRoute } from '../../src/http/metrics-route.js'
-import { ServerMetrics, addBytesServed, serverMetrics, setLiveWaiters } from '../../src/metrics.js'
+import { ServerMetrics } from '../../src/metrics.js'
 import type { Pipeline } from '../../src/pipeline.js'
 import { caughtUp, shapeParams, startPipeline } from '../pipeline/harness.js'
 
@@ -72,10 +72,9 @@ describe('/metrics', () => {
     for (let i = 0; i < 5; i++) await cluster.query('INSERT INTO metric_items VALUES ($1, $2)', [i, `v${i}`])
     await caughtUp(pipeline, cluster)
 
-    addBytesServed(pipeline, 1234)
-    addBytesServed(pipeline, 66)
-    setLiveWaiters(pipeline, 7)
-    expect(serverMetrics(pipeline)).toBe(metrics)
+    metrics.addBytesServed(1234)
+    metrics.addBytesServed(66)
+    metrics.setLiveWaiters(7)
     const durableBefore = Number(pipeline.store.durableLsn)
     const after = await scrape()
     expect(after.get('sluice_shapes')).toBe(1)

@@ -27,7 +27,7 @@ const SCHEMA: Record<string, SchemaEntry> = {
 
 async function start(storageDir: string, port: number): Promise<{ app: FastifyInstance; pipeline: Pipeline; port: number }> {
   const pipeline = await startPipeline(cluster, storageDir)
-  const app = buildApp({ pipeline, http: { longPollTimeoutMs: 2000 } })
+  const app = buildApp({ shapes: pipeline.shapeService, http: { longPollTimeoutMs: 2000 } })
   await app.listen({ port, host: '127.0.0.1' })
   running.push({ app, pipeline })
   return { app, pipeline, port: (app.server.address() as AddressInfo).port }

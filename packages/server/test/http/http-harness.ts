@@ -12,7 +12,7 @@ export interface TestServer {
 }
 
 export async function startServer(pipeline: Pipeline, http: BuildAppOptions['http'] = {}): Promise<TestServer> {
-  const app = buildApp({ pipeline, http })
+  const app = buildApp({ shapes: pipeline.shapeService, http })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const port = (app.server.address() as AddressInfo).port
   return { app, port, close: () => app.close() }

@@ -10,7 +10,7 @@ export {
   type WaitOptions,
   type WaitResult,
 } from './live-waiters.js'
-export { type LongPollResult, waitForData } from './wait-for-data.js'
+export { type LongPollResult, type ShapeStatusSource, type WaitForDataOptions, waitForData } from './wait-for-data.js'
 export {
   DEFAULT_SSE_KEEP_ALIVE_MS,
   DEFAULT_SSE_TIMEOUT_MS,

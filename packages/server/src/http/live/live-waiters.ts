@@ -1,6 +1,6 @@
 /**
  * Live waiters: long-polls and SSE streams parked until their shape's durable
- * data moves (PROTOCOL.md §4.4, issue 4 item 3).
+ * data moves (PROTOCOL.md §4.4).
  *
  * Waking
  * ------
@@ -9,8 +9,8 @@
  * the waiters of exactly those shapes resolve with `'advanced'`. Nothing
  * polls: a waiter costs nothing until its shape advances or its deadline
  * passes. While nobody waits the listener is off: finding which logs moved
- * costs the store a visit to every log appended since the last flush, and
- * with 100k busy shapes that visit was ~5% of the pipeline's main thread.
+ * costs the store a visit to every log appended since the last flush, which
+ * with many busy shapes is a visible share of the pipeline's main thread.
  *
  * Deadlines: a coarse timer wheel
  * -------------------------------

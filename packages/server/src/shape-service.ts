@@ -1,0 +1,113 @@
+// The one door between the HTTP layer and the rest of the server. `http/` sees
+// shapes, their logs and subset snapshots only through `ShapeService`; it runs
+// no SQL, reads no pipeline field and imports nothing from `shapes/`. The port
+// sits beside `pipeline.ts`, not inside a stage, because what it offers spans
+// stages: the shape registry and snapshots (`shapes/`), the logs (storage), the
+// router's recent transactions and the pipeline's own subset pool.
+// `PipelineShapeService` (pipeline-shape-service.ts) is the implementation.
+import { LAST_VIRTUAL, type LogOffset, type ShapeDefinitionParams, type SubsetRequest, isBeforeAll, isVirtual } from '@sluice/protocol'
+import type { ShapeLog } from '@sluice/storage'
+import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo } from './shapes/index.js'
+import { ShapeError } from './shapes/shape-error.js'
+
+export type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo }
+
+/** A request's definition resolved to its current shape (what HTTP needs of ShapeManager's answer). */
+export interface ResolvedShape {
+  readonly handle: string
+  /** The definition as normalised against the table: equal definitions have the same handle. */
+  readonly definition: ShapeDefinition
+  readonly table: TableInfo
+}
+
+/** 'active' (ready or being created), 'expired' (invalidated or deleted) or 'unknown'. */
+export type ShapeStatus = 'active' | 'expired' | 'unknown'
+
+/** What a subset snapshot reports before its rows (PROTOCOL.md §6). */
+export interface SubsetStart {
+  readonly snapshot: PgSnapshot
+  /** `pg_current_wal_insert_lsn()` after the snapshot: above the commit LSN of everything it sees. */
+  readonly insertLsn: bigint
+  /** The shape log's head (see `headOffset`) that the snapshot is known to cover. */
+  readonly position: LogOffset
+}
+
+/** Receives a subset snapshot as it is read; `rows` may return a promise to apply back-pressure. */
+export interface SubsetSink {
+  /** Once, before any rows. */
+  start(info: SubsetStart): void | Promise<void>
+  rows(lines: Uint8Array[]): void | Promise<void>
+}
+
+export interface SubsetRun {
+  readonly shape: ResolvedShape
+  /** The shape's ready log: its head is the position the response reports. */
+  readonly log: ShapeLog
+  readonly subset: CompiledSubset
+  /** The response's `snapshot_mark`, echoed in the rows' headers. */
+  readonly snapshotMark: number
+  /** Cancels the query (the client went away). */
+  readonly signal: AbortSignal
+}
+
+/** The flushes that advanced logs: what live waiters wake on (see http/live). */
+export type FlushListener = (result: { durableLsn: bigint; advanced: readonly string[] }) => void
+
+export interface ShapeService {
+  /**
+   * The shape for a definition: the existing one, or a new one whose snapshot
+   * starts in the background. Throws for a definition that cannot be a shape
+   * (`toSluiceError` maps it).
+   */
+  resolve(params: ShapeDefinitionParams): Promise<ResolvedShape>
+  /**
+   * The shape's log once its snapshot is published. Rejects when it never will
+   * be: `isShapeInvalidated(error)` when the shape was invalidated meanwhile.
+   */
+  ready(handle: string): Promise<ShapeLog>
+  status(handle: string): ShapeStatus
+  /** The active handle for a definition, without creating a shape. */
+  lookup(definition: ShapeDefinition): string | undefined
+  /**
+   * The active handle for a request's definition, without creating a shape:
+   * normalised against the table of a shape already on it (no shape on the
+   * table means no match, and no catalog query).
+   */
+  find(params: ShapeDefinitionParams): Promise<string | undefined>
+  /** Deletes a shape (HTTP DELETE); false if there is none. */
+  delete(handle: string): Promise<boolean>
+  /** The shape's log as the store holds it, until the shape is deleted: what SSE streams read. */
+  get(handle: string): ShapeLog | undefined
+  /** Listens to flushes that publish data; returns the unsubscribe. Called when the first live request waits, not per request. */
+  onFlush(listener: FlushListener): () => void
+  /** Listens to shapes being invalidated (rotated, truncated, deleted); returns the unsubscribe. */
+  onInvalidated(listener: (handle: string) => void): () => void
+  /**
+   * The global last-processed LSN of PROTOCOL.md §3.4: the commit LSN of the
+   * last replicated transaction the store has made durable.
+   */
+  readonly lastSeenLsn: bigint
+  /** Checks a subset against the shape's table. Throws `SubsetError` (a 400) for a subset that cannot run. */
+  compileSubset(subset: SubsetRequest, table: TableInfo): Promise<CompiledSubset>
+  /**
+   * Runs a subset snapshot in its own REPEATABLE READ transaction, streaming its
+   * rows to the sink. What Postgres refuses in the query as built is thrown as
+   * `SubsetError` (a 400); other failures as they come.
+   */
+  runSubset(run: SubsetRun, sink: SubsetSink): Promise<void>
+}
+
+/**
+ * Where a reader stands at the head of a log: its last offset, or `0_inf` while
+ * it holds only the snapshot (every virtual offset is then in bounds, and a
+ * shape with no real entries reports `0_inf` for `offset=now`, PROTOCOL.md §4.1).
+ */
+export function headOffset(log: ShapeLog): LogOffset {
+  const last = log.head().lastOffset
+  return isBeforeAll(last) || isVirtual(last) ? LAST_VIRTUAL : last
+}
+
+/** Whether `ready` failed because the shape was invalidated before its snapshot was published. */
+export function isShapeInvalidated(error: unknown): boolean {
+  return error instanceof ShapeError && error.code === 'shape_invalidated'
+}
