@@ -11,6 +11,8 @@ import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInf
 import { ShapeError } from './shapes/shape-error.js'
 
 export type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo }
+/** The shape errors the HTTP layer maps to wire errors (an `invalid_columns` one names its columns as data). */
+export type { ShapeError }
 
 /** A request's definition resolved to its current shape (what HTTP needs of ShapeManager's answer). */
 export interface ResolvedShape {

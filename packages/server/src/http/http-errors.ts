@@ -1,7 +1,7 @@
 import { SluiceError, invalidRequest } from '@sluice/protocol'
 import type { RelationName } from '@sluice/protocol'
 import { SERVER_ERRORS, ServerError } from '../errors.js'
-import type { ShapeError } from '../shapes/shape-error.js'
+import type { ShapeError } from '../shape-service.js'
 
 /**
  * Maps whatever a request handler throws to the `SluiceError` whose status and
