@@ -10,6 +10,7 @@ import {
   type ReplicationClientOptions,
   SlotManager,
 } from './replication/index.js'
+import { DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
 import { SpillDir, SpillStreamBuffer } from './shapes/spill/index.js'
@@ -36,10 +37,7 @@ export interface PipelineOptions {
   /** Postgres connections for subset snapshots (PROTOCOL.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
-  /**
-   * How long a table's catalog answer is reused by `resolve` (default 0: every
-   * request reads the catalog). See ShapeManagerOptions.tableCacheMs.
-   */
+  /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
   readonly tableCacheMs?: number
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
@@ -74,8 +72,7 @@ export interface ReplicationGap {
  */
 const IDLE_PROMISE_INTERVAL_MS = 250
 
-/** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
-export const DEFAULT_SUBSET_CONNECTIONS = 2
+export { DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
 
 export class Pipeline {
   private stopping: Promise<void> | undefined
@@ -110,7 +107,7 @@ export class Pipeline {
 
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
   static async start(options: PipelineOptions): Promise<Pipeline> {
-    const memoryBudgetBytes = options.memoryBudgetBytes ?? 256 * 1024 * 1024
+    const memoryBudgetBytes = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
     const store = await openFileLogStore({
       dir: join(options.storageDir, 'logs'),
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
@@ -121,7 +118,7 @@ export class Pipeline {
       prefaultTails: true,
     })
     const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
-    const snapshotConnections = options.snapshotConnections ?? 4
+    const snapshotConnections = options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS
     const snapshotPool = new pg.Pool({
       connectionString: options.connectionString,
       max: snapshotConnections,

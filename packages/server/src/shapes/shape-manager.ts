@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events'
 import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { AppendOptions, ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
 import type pg from 'pg'
+import { DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../defaults.js'
 import type { PublicationManager, Queryable } from '../replication/index.js'
 import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/index.js'
 import {
@@ -68,7 +69,7 @@ export interface ShapeManagerOptions {
   /** Called with true when replication must pause for memory, false when it may resume. */
   readonly onPressure?: (paused: boolean) => void
   readonly maxShapes?: number
-  /** How long a finished catalog lookup is reused (default 0: only lookups in flight are shared). */
+  /** How long a finished catalog lookup is reused (0: only lookups in flight are shared). Default DEFAULT_TABLE_CACHE_MS. */
   readonly tableCacheMs?: number
   readonly logger?: ShapeLogger
 }
@@ -125,10 +126,6 @@ export interface ShapeManagerStats {
   readonly paused: boolean
 }
 
-export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024
-export const DEFAULT_SNAPSHOT_CONNECTIONS = 4
-export const DEFAULT_MAX_SHAPES = 1_000_000
-
 /** Attempts at a snapshot that raced a commit (see RegistrationTicket) before giving up. */
 const MAX_SNAPSHOT_ATTEMPTS = 5
 const DRAIN_BATCH = 512
@@ -161,9 +158,9 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   /**
    * Catalog lookups in flight, shared by the requests that arrive meanwhile, so
    * a burst of requests for one table costs one catalog query. With
-   * `tableCacheMs` answers are also reused for that long after they arrive;
-   * off by default, because a table dropped and created again within that
-   * window would still be answered with its old shapes.
+   * `tableCacheMs` answers are also reused for that long after they arrive
+   * (kept short: a table dropped and created again within that window is
+   * still answered with its old shapes).
    */
   private readonly tableCache = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
   private readonly tableCacheMs: number
@@ -186,7 +183,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     this.semaphore = new SnapshotSemaphore(options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS)
     this.budget = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
     this.maxShapes = options.maxShapes ?? DEFAULT_MAX_SHAPES
-    this.tableCacheMs = options.tableCacheMs ?? 0
+    this.tableCacheMs = options.tableCacheMs ?? DEFAULT_TABLE_CACHE_MS
   }
 
   /**
