@@ -3,17 +3,19 @@ import { formatLsn } from '@sluice/protocol'
 import { type FileLogStore, FlushError, type FsPort, type StorageError, openFileLogStore } from '@sluice/storage'
 import pg from 'pg'
 import {
+  BufferingSink,
   DEFAULT_PUBLICATION_NAME,
   DEFAULT_SLOT_NAME,
   PublicationManager,
   ReplicationClient,
   type ReplicationClientOptions,
   SlotManager,
+  SpillDir,
+  SpillStreamBuffer,
 } from './replication/index.js'
 import { DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
-import { SpillDir, SpillStreamBuffer } from './shapes/spill/index.js'
 
 /**
  * The sync pipeline, wired (DESIGN.md §2): the replication client feeds the
@@ -151,7 +153,6 @@ export class Pipeline {
           routed.lsn = lsn
           store.advance(lsn)
         },
-        streams,
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
         },
@@ -177,7 +178,8 @@ export class Pipeline {
       if (slotLsn > 0n) store.advance(slotLsn - 1n)
       replication = new ReplicationClient({
         connection: options.connectionString,
-        sink: router,
+        // Streamed and oversized transactions wait in the spill buffer until they commit.
+        sink: new BufferingSink(streams, router),
         durableLsn: () => store.durableLsn,
         // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
         promiseIdle: idle.advance,

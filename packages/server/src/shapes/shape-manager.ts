@@ -3,7 +3,7 @@ import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { AppendOptions, ShapeLog, ShapeLogStore, SnapshotWriter } from '@sluice/storage'
 import type pg from 'pg'
 import { DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../defaults.js'
-import type { PublicationManager, Queryable } from '../replication/index.js'
+import { type PublicationManager, type Queryable, type SpillDir, SpillQueue } from '../replication/index.js'
 import { type WhereClause, compileWhereSync, loadWhereParser } from '../where/index.js'
 import {
   type CompiledDefinition,
@@ -16,14 +16,14 @@ import {
   encodeShapeMeta,
   paramList,
 } from './definition/index.js'
-import { MORE_PARTS } from './router.js'
-import type { Invalidation, ShapeRouter, ShapeTarget, TransactionPart } from './router.js'
+import { type Invalidation, MORE_PARTS, type ShapeTarget, type TransactionPart } from './route-contracts.js'
+import type { ShapeRouter } from './router.js'
 import { ShapeError } from './shape-error.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
-import { type SpillDir, SpillQueue, transactionPartCodec } from './spill/index.js'
 import { renumberParams } from './snapshot/renumber-params.js'
 import { type TableInfo, loadTable, loadTableByOid, whereColumns } from './table-catalog.js'
+import { transactionPartCodec } from './transaction-part-codec.js'
 
 /**
  * Shapes from request to live log (DESIGN.md §2, issue 3 items 5, 8, 9, 10).

@@ -1,9 +1,9 @@
-import type { Change, StreamAbort, StreamedChange } from '../../replication/change-sink.js'
-import type { Relation } from '../../replication/pgoutput-messages.js'
+import type { FsPort } from '@sluice/storage'
+import type { Change, StreamAbort, StreamedChange } from '../change-sink.js'
+import type { Relation } from '../pgoutput-messages.js'
 import { SpillError, spillError } from './errors.js'
 import { ByteSink, RECORD_PREFIX_BYTES, SPILL_HEADER_BYTES, checkHeader, decodeChange, encodeChange } from './format.js'
-import { SpillDir, type SpillFile } from './spill-dir.js'
-import { type SpillFs, readFully, writeFully } from './spill-fs.js'
+import { SpillDir, type SpillFile, readFully, writeFully } from './spill-dir.js'
 
 export const DEFAULT_SPILL_MEMORY_BYTES = 1024 * 1024
 export const DEFAULT_SPILL_BATCH_CHANGES = 1000
@@ -23,7 +23,7 @@ export interface SpillStreamBufferOptions {
   /** Size of the buffer a commit reads its file through (grown for a bigger record). Default 1 MiB. */
   readonly readBytes?: number
   /** Filesystem port (tests inject faults through it); ignored when a SpillDir is given. */
-  readonly fs?: SpillFs
+  readonly fs?: FsPort
 }
 
 interface XidState {
@@ -80,7 +80,7 @@ export class SpillStreamBuffer {
   private readonly committing = new Set<XidState>()
   /** Files that could not be deleted; retried on close (and wiped by the next SpillDir.open). */
   private readonly orphans: string[] = []
-  private readonly fs: SpillFs
+  private readonly fs: FsPort
   private readonly memoryBytes: number
   private readonly batchChanges: number
   private readonly batchBytes: number
@@ -200,7 +200,13 @@ export class SpillStreamBuffer {
     this.open.clear()
     await Promise.all(states.map((state) => run(state, () => this.discard(state))))
     this.committing.clear()
-    for (const path of this.orphans.splice(0)) await this.fs.unlink(path).catch(noop)
+    for (const path of this.orphans.splice(0)) {
+      try {
+        this.fs.unlinkSync(path)
+      } catch {
+        // Still there: the next SpillDir.open wipes it.
+      }
+    }
   }
 
   private async appendNow(state: XidState, changes: readonly StreamedChange[]): Promise<void> {
@@ -258,7 +264,7 @@ export class SpillStreamBuffer {
     state.fileLength = start
     if (state.file === undefined) return
     try {
-      await this.fs.ftruncate(state.file.fd, SPILL_HEADER_BYTES + start)
+      this.fs.ftruncateSync(state.file.fd, SPILL_HEADER_BYTES + start)
       state.diskBytes = SPILL_HEADER_BYTES + start
     } catch {
       // Truncation only gives the space back: reads stop at the tracked length
