@@ -68,9 +68,9 @@ export interface ReplicationGap {
 /**
  * Idle positions (see ReplicationClientOptions.promiseIdle) reach the store at
  * most this often. Each costs a flush, a journal sync, and under a busy
- * workload on unpublished tables keepalives come once per flush: 99 flushes a
- * second were measured at the default 10 ms interval. Releasing that WAL a
- * quarter of a second later costs nothing.
+ * workload on unpublished tables keepalives come once per flush, so at the
+ * flush interval they would cost a flush each. Releasing that WAL a quarter
+ * of a second later costs nothing.
  */
 const IDLE_PROMISE_INTERVAL_MS = 250
 
