@@ -182,8 +182,7 @@ describe('the sync pipeline on real Postgres', () => {
   it('invalidates shapes when their table changes shape or is dropped and created again', async () => {
     await cluster.query(`CREATE TABLE ddl_t (id int4 PRIMARY KEY, v text); INSERT INTO ddl_t VALUES (1, 'a');
                          CREATE TABLE ddl_r (id int4 PRIMARY KEY, v text); INSERT INTO ddl_r VALUES (1, 'a')`)
-    // No catalog cache: the recreated table is noticed on the very next request (with the default, within a second).
-    const { pipeline } = await start({ tableCacheMs: 0 })
+    const { pipeline } = await start()
     const events: ShapeInvalidated[] = []
     pipeline.shapes.on('invalidated', (e) => events.push(e))
     const t = await pipeline.shapes.resolve(shapeParams('public', 'ddl_t'))

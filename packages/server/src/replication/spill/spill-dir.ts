@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import { type FsPort, nodeFs } from '@sluice/storage'
+import { type FsPort, nodeFs, writeFullyAsync } from '@sluice/storage'
 import { spillError } from './errors.js'
 import { SPILL_HEADER_BYTES, encodeHeader, type SpillFileKind } from './format.js'
 
@@ -78,7 +78,7 @@ export class SpillDir {
       throw spillError('spill_open_failed', `creating spill file ${path}`, err)
     }
     try {
-      await writeFully(this.fs, fd, encodeHeader(kind), SPILL_HEADER_BYTES, 0)
+      await writeFullyAsync(this.fs, fd, encodeHeader(kind), SPILL_HEADER_BYTES, 0)
     } catch (err) {
       await this.removeFile({ path, fd })
       throw spillError('spill_write_failed', `writing the header of spill file ${path}`, err)
@@ -104,16 +104,6 @@ export class SpillDir {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') ok = false
     }
     return ok
-  }
-}
-
-/** Writes `length` bytes of `buf` at `position` through the port's asynchronous write, looping over short writes. */
-export async function writeFully(port: FsPort, fd: number, buf: Uint8Array, length: number, position: number): Promise<void> {
-  let done = 0
-  while (done < length) {
-    const n = await port.write(fd, buf, done, length - done, position + done)
-    if (n <= 0) throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' })
-    done += n
   }
 }
 

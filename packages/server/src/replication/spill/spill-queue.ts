@@ -1,7 +1,7 @@
-import type { FsPort } from '@sluice/storage'
+import { type FsPort, writeFullyAsync } from '@sluice/storage'
 import { SpillError, spillError } from './errors.js'
 import { RECORD_PREFIX_BYTES, SPILL_HEADER_BYTES } from './format.js'
-import { SpillDir, type SpillFile, readFully, writeFully } from './spill-dir.js'
+import { SpillDir, type SpillFile, readFully } from './spill-dir.js'
 
 /** How a SpillQueue turns its items into bytes and back. */
 export interface QueueCodec<T> {
@@ -318,7 +318,7 @@ export class SpillQueue<T> {
         bytes += item.byteLength
       }
       try {
-        await writeFully(this.fs, this.file.fd, out, size, SPILL_HEADER_BYTES + this.fileEnd)
+        await writeFullyAsync(this.fs, this.file.fd, out, size, SPILL_HEADER_BYTES + this.fileEnd)
       } catch (err) {
         throw spillError('spill_write_failed', `spilling queue ${this.name}`, err)
       }

@@ -1,9 +1,9 @@
-import type { FsPort } from '@sluice/storage'
+import { type FsPort, writeFullyAsync } from '@sluice/storage'
 import type { Change, StreamAbort, StreamedChange } from '../change-sink.js'
 import type { Relation } from '../pgoutput-messages.js'
 import { SpillError, spillError } from './errors.js'
 import { ByteSink, RECORD_PREFIX_BYTES, SPILL_HEADER_BYTES, checkHeader, decodeChange, encodeChange } from './format.js'
-import { SpillDir, type SpillFile, readFully, writeFully } from './spill-dir.js'
+import { SpillDir, type SpillFile, readFully } from './spill-dir.js'
 
 export const DEFAULT_SPILL_MEMORY_BYTES = 1024 * 1024
 export const DEFAULT_SPILL_BATCH_CHANGES = 1000
@@ -239,7 +239,7 @@ export class SpillStreamBuffer {
         state.file = await this.dir.createFile(`stream-${state.xid}`, 'stream')
         state.diskBytes = SPILL_HEADER_BYTES
       }
-      await writeFully(this.fs, state.file.fd, tail.buf, tail.len, SPILL_HEADER_BYTES + state.fileLength)
+      await writeFullyAsync(this.fs, state.file.fd, tail.buf, tail.len, SPILL_HEADER_BYTES + state.fileLength)
     } catch (err) {
       const error = spillError('spill_write_failed', `spilling ${tail.len} bytes of xid ${state.xid}`, err)
       await this.fail(state, error)
