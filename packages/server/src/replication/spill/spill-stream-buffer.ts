@@ -1,6 +1,7 @@
 import { type FsPort, writeFullyAsync } from '@sluice/storage'
 import type { Change, StreamAbort, StreamedChange } from '../change-sink.js'
 import type { Relation } from '../pgoutput-messages.js'
+import type { StreamBuffer } from '../stream-buffer.js'
 import { SpillError, spillError } from './errors.js'
 import { ByteSink, RECORD_PREFIX_BYTES, SPILL_HEADER_BYTES, checkHeader, decodeChange, encodeChange } from './format.js'
 import { SpillDir, type SpillFile, readFully } from './spill-dir.js'
@@ -61,8 +62,8 @@ const INITIAL_TAIL_BYTES = 4096
 const noop = (): void => {}
 
 /**
- * The disk-backed twin of `MemoryStreamBuffer` (see the streamed-transaction
- * comment on `ChangeSink`): buffers the changes of streamed transactions per
+ * The disk-backed twin of `MemoryStreamBuffer` (see the rules on
+ * `StreamBuffer`): buffers the changes of streamed transactions per
  * top-level xid, keeps at most `memoryBytes` of each in memory and appends the
  * rest to one spill file per xid, cuts a subtransaction out on its abort, and
  * hands a committed transaction back in bounded batches, never whole.
@@ -74,7 +75,7 @@ const noop = (): void => {}
  * `spill_transaction_failed` until it is dropped with `abort`, and every other
  * xid keeps working. Nothing is fsynced: spill files are scratch.
  */
-export class SpillStreamBuffer {
+export class SpillStreamBuffer implements StreamBuffer {
   private readonly open = new Map<number, XidState>()
   /** Committed transactions whose read-back has not finished (and so whose file still exists). */
   private readonly committing = new Set<XidState>()
