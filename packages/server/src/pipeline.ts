@@ -3,18 +3,21 @@ import { formatLsn } from '@sluice/protocol'
 import { type FileLogStore, FlushError, type FsPort, type StorageError, openFileLogStore } from '@sluice/storage'
 import pg from 'pg'
 import {
+  BufferingSink,
   DEFAULT_PUBLICATION_NAME,
   DEFAULT_SLOT_NAME,
   PublicationManager,
   ReplicationClient,
   type ReplicationClientOptions,
   SlotManager,
+  SpillDir,
+  SpillStreamBuffer,
 } from './replication/index.js'
 import { PipelineShapeService } from './pipeline-shape-service.js'
 import type { ShapeService } from './shape-service.js'
+import { DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
-import { SpillDir, SpillStreamBuffer } from './shapes/spill/index.js'
 
 /**
  * The sync pipeline, wired (DESIGN.md §2): the replication client feeds the
@@ -38,10 +41,7 @@ export interface PipelineOptions {
   /** Postgres connections for subset snapshots (PROTOCOL.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
-  /**
-   * How long a table's catalog answer is reused by `resolve` (default 0: every
-   * request reads the catalog). See ShapeManagerOptions.tableCacheMs.
-   */
+  /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
   readonly tableCacheMs?: number
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
@@ -76,8 +76,7 @@ export interface ReplicationGap {
  */
 const IDLE_PROMISE_INTERVAL_MS = 250
 
-/** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
-export const DEFAULT_SUBSET_CONNECTIONS = 2
+export { DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
 
 /** What `Pipeline.start` wires together; the pipeline keeps them for `stop`. */
 interface PipelineParts {
@@ -127,7 +126,7 @@ export class Pipeline {
 
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
   static async start(options: PipelineOptions): Promise<Pipeline> {
-    const memoryBudgetBytes = options.memoryBudgetBytes ?? 256 * 1024 * 1024
+    const memoryBudgetBytes = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
     const store = await openFileLogStore({
       dir: join(options.storageDir, 'logs'),
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
@@ -138,7 +137,7 @@ export class Pipeline {
       prefaultTails: true,
     })
     const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
-    const snapshotConnections = options.snapshotConnections ?? 4
+    const snapshotConnections = options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS
     const snapshotPool = new pg.Pool({
       connectionString: options.connectionString,
       max: snapshotConnections,
@@ -171,7 +170,6 @@ export class Pipeline {
           routed.lsn = lsn
           store.advance(lsn)
         },
-        streams,
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
         },
@@ -197,7 +195,8 @@ export class Pipeline {
       if (slotLsn > 0n) store.advance(slotLsn - 1n)
       replication = new ReplicationClient({
         connection: options.connectionString,
-        sink: router,
+        // Streamed and oversized transactions wait in the spill buffer until they commit.
+        sink: new BufferingSink(streams, router),
         durableLsn: () => store.durableLsn,
         // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
         promiseIdle: idle.advance,

@@ -7,7 +7,7 @@ import { toSluiceError } from '../src/http/http-errors.js'
 import { REPLICATION_ERROR_CODES } from '../src/replication/replication-errors.js'
 import { SHAPE_ERROR_CODES, ShapeError } from '../src/shapes/shape-error.js'
 import { SNAPSHOT_ERROR_CODES, SnapshotError } from '../src/shapes/snapshot/snapshot-error.js'
-import { SPILL_ERROR_CODES, SpillError } from '../src/shapes/spill/errors.js'
+import { SPILL_ERROR_CODES, SpillError } from '../src/replication/spill/errors.js'
 import { EvaluationError } from '../src/where/where-error.js'
 
 describe('the server error table', () => {

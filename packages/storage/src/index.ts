@@ -15,7 +15,7 @@ export type {
 export { STORAGE_ERROR_CODES, StorageError, FlushError } from './errors.js'
 export type { StorageErrorCode } from './errors.js'
 export type { FsPort } from './fs-port.js'
-export { nodeFs } from './fs-port.js'
+export { nodeFs, writeFullyAsync } from './fs-port.js'
 export { forEachConcurrently } from './concurrently.js'
 export {
   DEFAULT_CHUNK_BYTES,

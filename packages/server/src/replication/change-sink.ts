@@ -120,17 +120,9 @@ export type Awaitable = void | Promise<void>
  *   and any number of onStreamAbort({ xid, subxid }) with subxid !== xid
  *   before that: a subtransaction rolled back.
  *
- * How to buffer (the router spills to disk): keep one append-only file per
- * open xid; before appending the first change of a `subxid` not seen yet for
- * that xid, remember the file length as that subxid's start. A subtransaction
- * abort truncates the file at its start (if it has one): everything after the
- * first change of an aborted subtransaction belongs to it or to its own
- * children, because changes are streamed in WAL order and Postgres's own apply
- * worker relies on the same fact. On commit, read the file back in order as
- * one transaction at `lsn`; the transactions delivered whole before the commit
- * have smaller LSNs and those after larger ones, so commit order still holds.
- * `MemoryStreamBuffer` implements exactly this in memory, for tests and as a
- * reference.
+ * A `StreamBuffer` keeps those changes until the commit or abort (see
+ * stream-buffer.ts); `BufferingSink` is the ChangeSink that does this and hands
+ * on only committed transactions, to a `TransactionSink`.
  */
 export interface ChangeSink {
   onTransaction(transaction: Transaction): Awaitable
@@ -144,5 +136,32 @@ export interface ChangeSink {
    */
   onRelation?(relation: Relation, previous: Relation | undefined): Awaitable
   /** A logical decoding message (only when the client asked for `messages`). */
+  onLogicalMessage?(message: LogicalMessage): Awaitable
+}
+
+/**
+ * A committed transaction too big to hold whole (streamed by Postgres, or
+ * outgrowing the assembler's `maxTransactionBytes`), read back from its
+ * `StreamBuffer` in batches, in order. Iterate `batches` once; the buffer frees
+ * the transaction's memory and files when the iteration ends, fails or stops.
+ */
+export interface BufferedTransaction {
+  readonly xid: number
+  readonly lsn: bigint
+  readonly endLsn: bigint
+  readonly commitTime: bigint
+  readonly batches: AsyncIterable<readonly Change[]>
+}
+
+/**
+ * The consumer of committed transactions (the shape router), in commit order:
+ * small ones whole as an array, big ones as a sequence of batches. Whoever
+ * delivers awaits every returned promise before the next transaction.
+ */
+export interface TransactionSink {
+  onTransaction(transaction: Transaction): Awaitable
+  onBufferedTransaction(transaction: BufferedTransaction): Promise<void>
+  /** As `ChangeSink.onRelation`. */
+  onRelation?(relation: Relation, previous: Relation | undefined): Awaitable
   onLogicalMessage?(message: LogicalMessage): Awaitable
 }

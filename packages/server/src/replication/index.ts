@@ -1,10 +1,13 @@
 // The replication stage: pgoutput over a replication connection, decoded to raw
-// text tuples, assembled into transactions for a ChangeSink (DESIGN.md §2).
+// text tuples, assembled into transactions for a ChangeSink (DESIGN.md §2);
+// streamed transactions wait in a StreamBuffer (in memory, or spilled to disk)
+// until BufferingSink hands them on, committed, to a TransactionSink.
 export { assertNoUnchangedToast } from './assert-no-unchanged-toast.js'
 export { DEFAULT_BACKOFF, backoffDelay } from './backoff.js'
 export type { BackoffPolicy } from './backoff.js'
 export type {
   Awaitable,
+  BufferedTransaction,
   Change,
   ChangeSink,
   DeleteChange,
@@ -14,6 +17,7 @@ export type {
   StreamCommit,
   StreamedChange,
   Transaction,
+  TransactionSink,
   TruncateChange,
   UpdateChange,
 } from './change-sink.js'
@@ -78,6 +82,24 @@ export {
 } from './replication-errors.js'
 export type { ReplicationErrorCode } from './replication-errors.js'
 export { SLOT_PLUGIN, SlotManager } from './slot-manager.js'
+export {
+  DEFAULT_QUEUE_FLUSH_BYTES,
+  DEFAULT_QUEUE_READ_BYTES,
+  DEFAULT_SPILL_BATCH_BYTES,
+  DEFAULT_SPILL_BATCH_CHANGES,
+  DEFAULT_SPILL_MEMORY_BYTES,
+  DEFAULT_SPILL_READ_BYTES,
+  SPILL_ERROR_CODES,
+  SPILL_FILE_SUFFIX,
+  SPILL_FORMAT_VERSION,
+  SpillDir,
+  SpillError,
+  SpillQueue,
+  SpillStreamBuffer,
+} from './spill/index.js'
+export type { QueueCodec, SpillDirOptions, SpillErrorCode, SpillFile, SpillQueueOptions, SpillStreamBufferOptions } from './spill/index.js'
+export { BufferingSink, wholeTransactions } from './stream-buffer.js'
+export type { StreamBuffer } from './stream-buffer.js'
 export type { EnsureSlotResult, SlotInfo, SlotManagerOptions } from './slot-manager.js'
 export { DEFAULT_MAX_TRANSACTION_BYTES, DEFAULT_STREAM_BATCH_SIZE, TransactionAssembler } from './transaction-assembler.js'
 export type { TransactionAssemblerOptions } from './transaction-assembler.js'

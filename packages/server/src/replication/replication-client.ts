@@ -2,38 +2,17 @@ import { EventEmitter } from 'node:events'
 import type pg from 'pg'
 import { type BackoffPolicy, DEFAULT_BACKOFF, backoffDelay } from './backoff.js'
 import type { ChangeSink } from './change-sink.js'
-import { DISPLAY_SETTINGS, startupOptions } from './display-settings.js'
-import { SqlState, configurationError, errorMessage, replicationRoleError, sqlState } from './pg-error-mapping.js'
+import { buildClientConfig, translateStreamError } from './client-config.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './pg-names.js'
 import type { PgoutputMessage } from './pgoutput-messages.js'
-import { type DecodeFailure, type ProtoVersion, SluicePgoutputPlugin } from './pgoutput-plugin.js'
+import type { DecodeFailure, ProtoVersion } from './pgoutput-plugin.js'
 import type { RelationCache } from './relation-cache.js'
-import { PublicationNotFoundError, ReplicationError, SlotNotFoundError } from './replication-errors.js'
+import { ReplicationError } from './replication-errors.js'
+import { ReplicationStream as Stream, toError } from './replication-stream.js'
+import { DEFAULT_LIVENESS_TIMEOUT_MS, DEFAULT_STATUS_INTERVAL_MS, StandbyStatus } from './standby-status.js'
 import { TransactionAssembler } from './transaction-assembler.js'
-import { WalConnection } from './wal-connection.js'
 
-/**
- * Status updates (with a reply request) are sent this often. Well under
- * Postgres's default wal_sender_timeout (60 s) so the walsender never
- * considers us gone, and often enough that the slot follows the durable
- * watermark closely.
- */
-export const DEFAULT_STATUS_INTERVAL_MS = 10_000
-
-/**
- * Silence from the server for this long (while we are not busy or paused)
- * means the connection is dead even if TCP has not noticed: every status
- * update asks for a reply, so a live server always says something.
- */
-export const DEFAULT_LIVENESS_TIMEOUT_MS = 45_000
-
-/**
- * Replies to reply requests that carry no news are spaced at least this far
- * apart. A walsender shutting down asks again as soon as we answer, until we
- * confirm its last position; without a floor that is a tight ping-pong for as
- * long as the durable watermark lags.
- */
-const MIN_IDLE_REPLY_INTERVAL_MS = 50
+export { DEFAULT_LIVENESS_TIMEOUT_MS, DEFAULT_STATUS_INTERVAL_MS } from './standby-status.js'
 
 export interface ReplicationClientOptions {
   /** Connection string or pg config; the role needs the REPLICATION attribute. */
@@ -102,45 +81,6 @@ export interface ReplicationClientEvents {
   error: [Error]
 }
 
-/** One replication connection: the connection, its plugin and what we track about it. */
-class Stream {
-  readonly connection: WalConnection
-  readonly plugin: SluicePgoutputPlugin
-  processed = 0
-  started = false
-  failure: Error | undefined
-  lastHeardAt: number
-  /** The server's WAL position from its latest keepalive. */
-  walEnd = 0n
-  lastStatusAt = 0
-  statusTimer: NodeJS.Timeout | undefined
-  replyTimer: NodeJS.Timeout | undefined
-  /** Stopping: the final status is sent; incoming messages are dropped. */
-  closing = false
-  /** A message's handling is pending; later messages wait in `backlog`, in order. */
-  busy = false
-  readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
-  backlogAt = 0
-
-  constructor(config: pg.ClientConfig, options: ConstructorParameters<typeof SluicePgoutputPlugin>[0], now: number) {
-    this.connection = new WalConnection(config, (error) => this.fail(error))
-    this.plugin = new SluicePgoutputPlugin(options)
-    this.lastHeardAt = now
-  }
-
-  /** Every received message has been handled (nothing queued in our backlog or in the sink). */
-  get drained(): boolean {
-    return this.plugin.received === this.processed
-  }
-
-  fail(error: unknown): void {
-    this.failure ??= toError(error)
-    clearInterval(this.statusTimer)
-    clearTimeout(this.replyTimer)
-    void this.connection.close().catch(() => {})
-  }
-}
-
 interface Gate {
   readonly promise: Promise<void>
   readonly open: () => void
@@ -150,10 +90,8 @@ interface Gate {
  * Streams a logical replication slot into a `ChangeSink`, on our
  * `WalConnection` (pg) with our pgoutput plugin.
  *
- * Acknowledgement: we confirm `durableLsn()` on keepalives, every status
- * interval and on `acknowledge()`, never more, never less than already
- * confirmed; the only exception is the idle case of `advanceWhenIdle`. (Never
- * what was merely received: that loses data on a crash.)
+ * Acknowledgement, keepalives and liveness: `StandbyStatus` (we confirm the
+ * durable watermark, never what was merely received).
  *
  * Flow: messages are handled as they arrive; while the handling of one is
  * pending (the sink awaits, or `pause()`) the socket is paused and later
@@ -176,9 +114,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   readonly publicationNames: readonly string[]
   private readonly assembler: TransactionAssembler
   private readonly clientConfig: pg.ClientConfig
-  private readonly statusIntervalMs: number
-  private readonly livenessTimeoutMs: number
-  private readonly advanceWhenIdle: boolean
+  private readonly status: StandbyStatus
   private readonly random: () => number
   private readonly now: () => number
 
@@ -186,7 +122,6 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   private loop: Promise<void> | undefined
   private stopping = false
   private replayRequested = false
-  private lastConfirmed = 0n
   private gate: Gate | undefined
   private readonly pausedFor = new Set<string>()
   private wake: (() => void) | undefined
@@ -199,9 +134,6 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     super()
     this.slotName = validateSlotName(options.slotName ?? DEFAULT_SLOT_NAME)
     this.publicationNames = (options.publicationNames ?? [DEFAULT_PUBLICATION_NAME]).map(validatePublicationName)
-    this.statusIntervalMs = options.statusIntervalMs ?? DEFAULT_STATUS_INTERVAL_MS
-    this.livenessTimeoutMs = options.livenessTimeoutMs ?? DEFAULT_LIVENESS_TIMEOUT_MS
-    this.advanceWhenIdle = options.advanceWhenIdle ?? true
     this.random = options.random ?? Math.random
     this.now = options.now ?? Date.now
     this.assembler = new TransactionAssembler(options.sink, {
@@ -209,6 +141,16 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       ...(options.relations === undefined ? {} : { relations: options.relations }),
       ...(options.maxTransactionBytes === undefined ? {} : { maxTransactionBytes: options.maxTransactionBytes }),
       ...(options.streamBatchSize === undefined ? {} : { streamBatchSize: options.streamBatchSize }),
+    })
+    this.status = new StandbyStatus({
+      durableLsn: options.durableLsn,
+      promiseIdle: options.promiseIdle,
+      advanceWhenIdle: options.advanceWhenIdle ?? true,
+      statusIntervalMs: options.statusIntervalMs ?? DEFAULT_STATUS_INTERVAL_MS,
+      livenessTimeoutMs: options.livenessTimeoutMs ?? DEFAULT_LIVENESS_TIMEOUT_MS,
+      now: this.now,
+      assembler: this.assembler,
+      paused: () => this.gate !== undefined,
     })
     this.clientConfig = buildClientConfig(options)
     this.stoppedPromise = new Promise((resolve) => {
@@ -232,7 +174,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
 
   /** The highest LSN confirmed to Postgres. */
   get confirmedLsn(): bigint {
-    return this.lastConfirmed
+    return this.status.lastConfirmed
   }
 
   get paused(): boolean {
@@ -265,11 +207,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   acknowledge(lsn: bigint): boolean {
     const stream = this.stream
     if (stream === undefined || !stream.started || stream.failure !== undefined) return false
-    const durable = this.options.durableLsn()
-    const target = this.ackPosition(stream, lsn < durable ? lsn : durable)
-    if (target <= this.lastConfirmed) return false
-    this.sendStatus(stream, target, false)
-    return true
+    return this.status.acknowledge(stream, lsn)
   }
 
   /**
@@ -357,8 +295,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       this.stream = stream
       const reason = await this.runStream(stream)
       this.stream = undefined
-      clearInterval(stream.statusTimer)
-      clearTimeout(stream.replyTimer)
+      stream.stopTimers()
       await stream.connection.close().catch(() => {})
       let resetFailure: Error | undefined
       try {
@@ -399,14 +336,14 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       await connection.connect({
         started: () => this.onStart(stream),
         data: (chunk, start, end) => this.receive(stream, plugin.parse(chunk, start, end)),
-        keepalive: (walEnd, replyRequested) => this.onKeepalive(stream, walEnd, replyRequested),
+        keepalive: (walEnd, replyRequested) => this.status.onKeepalive(stream, walEnd, replyRequested),
       })
       // Resolves when the stream ends.
       await plugin.start(connection, this.slotName)
     } catch (error) {
       stream.fail(error)
     }
-    return this.translate(stream.failure ?? new ReplicationError('connection_lost', 'Postgres ended the replication stream'))
+    return translateStreamError(stream.failure ?? new ReplicationError('connection_lost', 'Postgres ended the replication stream'), this.clientConfig, this.publicationNames, this.slotName)
   }
 
   private onStart(stream: Stream): void {
@@ -414,14 +351,9 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     stream.started = true
     stream.lastHeardAt = this.now()
     if (setup !== undefined) {
-      // Never confirm below the slot's position: on some Postgres versions that moves it backwards.
-      if (setup.confirmedFlushLsn > this.lastConfirmed) this.lastConfirmed = setup.confirmedFlushLsn
       this.info = { serverVersionNum: setup.serverVersionNum, protoVersion: setup.protoVersion, confirmedFlushLsn: setup.confirmedFlushLsn }
     }
-    stream.statusTimer = setInterval(() => this.onStatusTimer(stream), this.statusIntervalMs)
-    stream.statusTimer.unref()
-    const ack = this.ackPosition(stream)
-    if (ack > this.lastConfirmed) this.sendStatus(stream, ack, false)
+    this.status.startAt(stream, setup?.confirmedFlushLsn)
     if (this.info !== undefined) this.emit('connected', this.info)
     this.firstConnect?.resolve()
     this.firstConnect = undefined
@@ -431,9 +363,8 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    * Our own flow control. Most messages are handled synchronously; when one is
    * not (the sink awaits storage or memory, or `pause()` holds the gate), the
    * socket is paused and the messages its last chunk still yields wait in the
-   * backlog, handled in order once the pending one settles. (The service's
-   * flowControl option does the same, but awaits a promise chain per message:
-   * a third of the pipeline's allocations.)
+   * backlog, handled in order once the pending one settles: no promise per
+   * message on the synchronous path.
    */
   private receive(stream: Stream, message: PgoutputMessage | DecodeFailure): void {
     // Stopping: what still arrives is read (see finalStatus) and dropped; replay after a restart delivers it.
@@ -524,92 +455,8 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    */
   private async finalStatus(stream: Stream): Promise<void> {
     stream.closing = true
-    this.sendStatus(stream, this.ackPosition(stream), false)
+    this.status.sendFinal(stream)
     await stream.connection.endStream(FINAL_STATUS_WAIT_MS)
-  }
-
-  private onKeepalive(stream: Stream, end: bigint, shouldRespond: boolean): void {
-    if (stream.failure !== undefined || !stream.started || stream.closing) return
-    stream.lastHeardAt = this.now()
-    if (end > stream.walEnd) stream.walEnd = end
-    const promise = this.options.promiseIdle
-    if (promise !== undefined && this.isIdle(stream) && stream.walEnd - 1n > this.options.durableLsn()) promise(stream.walEnd - 1n)
-    const ack = this.ackPosition(stream)
-    if (ack > this.lastConfirmed) {
-      this.sendStatus(stream, ack, false)
-      return
-    }
-    // Nothing new to confirm: answer only when asked (the walsender also pings
-    // unasked whenever our position trails its own), and not in a tight loop.
-    if (!shouldRespond || stream.replyTimer !== undefined) return
-    const wait = stream.lastStatusAt + MIN_IDLE_REPLY_INTERVAL_MS - this.now()
-    if (wait <= 0) {
-      this.sendStatus(stream, ack, false)
-      return
-    }
-    stream.replyTimer = setTimeout(() => {
-      stream.replyTimer = undefined
-      if (stream.failure === undefined) this.sendStatus(stream, this.ackPosition(stream), false)
-    }, wait)
-  }
-
-  private onStatusTimer(stream: Stream): void {
-    if (stream.failure !== undefined) return
-    const quiet = this.now() - stream.lastHeardAt
-    // Busy or paused, we are not reading the socket, so silence proves nothing.
-    if (this.livenessTimeoutMs > 0 && this.gate === undefined && stream.drained && quiet > this.livenessTimeoutMs) {
-      stream.fail(new ReplicationError('connection_lost', `No message from Postgres for ${quiet} ms`))
-      return
-    }
-    this.sendStatus(stream, this.ackPosition(stream), true)
-  }
-
-  /**
-   * The position to confirm: the durable watermark (or `cap`, lower), or, when
-   * idle, the server's WAL end from its latest keepalive. Idle means every
-   * received message is handled, no transaction is open or partially
-   * streamed, and every commit seen is durable; then every transaction
-   * committed below that WAL end reached us before the keepalive did and is
-   * durable, and any later one commits above it. Postgres's own apply worker
-   * uses the same rule (with no pending transactions it reports the last
-   * received position as flushed). With `promiseIdle`, only once the durable
-   * watermark covers every commit below that WAL end. Never below what was
-   * confirmed already.
-   */
-  private ackPosition(stream: Stream, cap?: bigint): bigint {
-    const durable = this.options.durableLsn()
-    let target = cap ?? durable
-    if (
-      stream.walEnd > target &&
-      this.isIdle(stream) &&
-      (this.options.promiseIdle === undefined || durable >= stream.walEnd - 1n)
-    ) {
-      target = stream.walEnd
-    }
-    return target > this.lastConfirmed ? target : this.lastConfirmed
-  }
-
-  /** Everything received is handled and durable, and no transaction is open (see ackPosition). */
-  private isIdle(stream: Stream): boolean {
-    return (
-      this.advanceWhenIdle &&
-      stream.drained &&
-      this.gate === undefined &&
-      !this.assembler.busy &&
-      this.options.durableLsn() >= this.assembler.lastCommitLsn
-    )
-  }
-
-  private sendStatus(stream: Stream, lsn: bigint, requestReply: boolean): void {
-    if (lsn <= 0n) return
-    try {
-      if (!stream.connection.sendStatus(lsn, requestReply)) return
-    } catch (error) {
-      stream.fail(error)
-      return
-    }
-    stream.lastStatusAt = this.now()
-    if (lsn > this.lastConfirmed) this.lastConfirmed = lsn
   }
 
   private emitDisconnected(reason: Error, retryInMs: number | undefined): void {
@@ -628,53 +475,10 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       this.wake = done
     })
   }
-
-  /** Server errors that name a cause get our typed, actionable errors. */
-  private translate(error: Error): Error {
-    if (error instanceof ReplicationError) return error
-    const state = sqlState(error)
-    const message = errorMessage(error)
-    if (state === SqlState.insufficientPrivilege) return replicationRoleError('open a replication connection', roleOf(this.clientConfig), error)
-    if (state === SqlState.undefinedObject && /publication/i.test(message)) {
-      return new PublicationNotFoundError(this.publicationNames.join(', '), message)
-    }
-    if (state === SqlState.undefinedObject && /replication slot/i.test(message)) return new SlotNotFoundError(this.slotName)
-    return toError(configurationError(error))
-  }
 }
 
 function isFatal(error: Error): boolean {
   return error instanceof ReplicationError && error.fatal
-}
-
-function toError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error))
-}
-
-/** The session settings go in the `options` startup parameter, after any the caller set. */
-function buildClientConfig(options: ReplicationClientOptions): pg.ClientConfig {
-  const base: pg.ClientConfig = typeof options.connection === 'string' ? { connectionString: options.connection } : { ...options.connection }
-  const settings = startupOptions({ ...DISPLAY_SETTINGS, ...options.settings })
-  return {
-    ...base,
-    options: base.options === undefined ? settings : `${base.options} ${settings}`,
-    application_name: options.applicationName ?? base.application_name ?? 'sluice_replication',
-    // A dead peer is noticed by TCP too, not only by our liveness check.
-    keepAlive: true,
-  }
-}
-
-function roleOf(config: pg.ClientConfig): string {
-  if (config.user !== undefined) return config.user
-  if (config.connectionString !== undefined) {
-    try {
-      const user = decodeURIComponent(new URL(config.connectionString).username)
-      if (user !== '') return user
-    } catch {
-      // Not a URL (a key=value string): fall through.
-    }
-  }
-  return 'the replication role'
 }
 
 /** Counts the message once the sink's promise for it settles, or fails the stream. */

@@ -166,11 +166,6 @@ export class TransactionAssembler {
   }
 
   /**
-   * Forgets everything in flight (the connection ended). Every transaction the
-   * sink holds partially is aborted with reason 'disconnected'; Postgres sends
-   * those again from the slot's position after a reconnect.
-   */
-  /**
    * Forgets which transactions the sink accepted, so that after the next
    * reconnect everything above the durable watermark is delivered again. For a
    * sink that lost accepted data it had not yet made durable (a failed flush
@@ -180,6 +175,11 @@ export class TransactionAssembler {
     this.lastDelivered = 0n
   }
 
+  /**
+   * Forgets everything in flight (the connection ended). Every transaction the
+   * sink holds partially is aborted with reason 'disconnected'; Postgres sends
+   * those again from the slot's position after a reconnect.
+   */
   async reset(): Promise<void> {
     const voided = new Set(this.openStreams)
     if (this.current?.spilled === true) voided.add(this.current.xid)

@@ -131,10 +131,10 @@ describe('consistency oracle', () => {
       pipeline = p
       // Observation only: count the transactions that reached the router through the streaming path.
       let streamedCommits = 0
-      const onStreamCommit = p.router.onStreamCommit.bind(p.router)
-      p.router.onStreamCommit = (commit) => {
+      const onBufferedTransaction = p.router.onBufferedTransaction.bind(p.router)
+      p.router.onBufferedTransaction = (transaction) => {
         streamedCommits++
-        return onStreamCommit(commit)
+        return onBufferedTransaction(transaction)
       }
 
       const writers = new Writers({ connectionString: cluster.url, writers: WRITERS, rng: rng.fork(), firstItemId: SEED_ROWS + 1, maxItems: SEED_ROWS * 2 })

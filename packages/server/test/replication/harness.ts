@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { PostgresCluster } from '@sluice/test-utils'
 import pg from 'pg'
 import {
+  BufferingSink,
   type ChangeSink,
   DISPLAY_SETTINGS,
   type LogicalMessage,
@@ -17,6 +18,7 @@ import {
   type StreamCommit,
   type Transaction,
   startupOptions,
+  wholeTransactions,
 } from '../../src/replication/index.js'
 
 /** Polls `check` until it returns something other than undefined/false. */
@@ -41,7 +43,10 @@ export class CollectingSink implements ChangeSink {
   readonly streamCommits: StreamCommit[] = []
   readonly streamAborts: StreamAbort[] = []
   readonly messages: LogicalMessage[] = []
-  private readonly buffer = new MemoryStreamBuffer((tx) => void this.transactions.push(tx))
+  private readonly buffer = new BufferingSink(
+    new MemoryStreamBuffer(),
+    wholeTransactions((tx) => void this.transactions.push(tx)),
+  )
 
   onTransaction(tx: Transaction): void {
     this.transactions.push(tx)
@@ -50,9 +55,9 @@ export class CollectingSink implements ChangeSink {
     this.streamedBatches.push({ xid, count: changes.length })
     void this.buffer.onStreamedChanges(xid, changes)
   }
-  onStreamCommit(commit: StreamCommit): void {
+  onStreamCommit(commit: StreamCommit): Promise<void> | void {
     this.streamCommits.push(commit)
-    void this.buffer.onStreamCommit(commit)
+    return this.buffer.onStreamCommit(commit)
   }
   onStreamAbort(abort: StreamAbort): void {
     this.streamAborts.push(abort)

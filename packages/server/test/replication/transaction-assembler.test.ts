@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import {
+  BufferingSink,
   type ChangeSink,
   MemoryStreamBuffer,
   type PgoutputMessage,
@@ -17,6 +18,7 @@ import {
   UnknownRelationError,
   assertNoUnchangedToast,
   relationChanged,
+  wholeTransactions,
 } from '../../src/replication/index.js'
 
 const REL: Relation = {
@@ -313,8 +315,8 @@ describe('TransactionAssembler: transactions larger than maxTransactionBytes', (
 describe('MemoryStreamBuffer', () => {
   async function replay(messages: readonly PgoutputMessage[], options: TransactionAssemblerOptions = {}): Promise<Transaction[]> {
     const out: Transaction[] = []
-    const buffer = new MemoryStreamBuffer((tx) => void out.push(tx))
-    await feed(new TransactionAssembler(buffer, options), messages)
+    const buffer = new MemoryStreamBuffer()
+    await feed(new TransactionAssembler(new BufferingSink(buffer, wholeTransactions((tx) => void out.push(tx))), options), messages)
     expect(buffer.openXids).toEqual([])
     return out
   }

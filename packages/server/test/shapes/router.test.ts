@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest'
-import type { Change, Relation, StreamAbort, StreamedChange, Transaction } from '../../src/replication/index.js'
+import type { Change, Relation, StreamAbort, StreamBuffer, StreamedChange, Transaction } from '../../src/replication/index.js'
 import { UNCHANGED_TOAST } from '../../src/replication/index.js'
 import type { AppendOptions } from '@sluice/storage'
-import { type Invalidation, ShapeRouter, type ShapeTarget, type StreamStore, type TransactionPart } from '../../src/shapes/router.js'
+import { type Invalidation, ShapeRouter, type ShapeTarget, type TransactionPart } from '../../src/shapes/router.js'
 import type { TableInfo } from '../../src/shapes/table-catalog.js'
 import { compileWhere, loadWhereParser } from '../../src/where/index.js'
 
@@ -68,8 +68,11 @@ class Collector implements ShapeTarget {
 }
 
 /** Streamed transactions kept in memory, read back in batches of two (so batch boundaries fall inside transactions). */
-class ArrayStreams implements StreamStore {
+class ArrayStreams implements StreamBuffer {
   readonly open = new Map<number, Change[]>()
+  get openXids(): number[] {
+    return [...this.open.keys()]
+  }
   async append(xid: number, changes: readonly StreamedChange[]): Promise<void> {
     const list = this.open.get(xid) ?? []
     list.push(...changes.map((c) => c.change))
@@ -94,7 +97,6 @@ function setup(options: { markWrap?: number } = {}) {
   let gate: Promise<void> = Promise.resolve()
   const router = new ShapeRouter({
     advance: (lsn) => advanced.push(lsn),
-    streams: new ArrayStreams(),
     invalidate: async (handles, reason) => {
       invalidations.push({ handles, reason })
       await gate
@@ -235,9 +237,10 @@ describe('ShapeRouter', () => {
     const ann = await add('ann', "owner = 'ann'")
     const bob = await add('bob', "owner = 'bob'")
     const changes = [insert(1, 'ann', 1), insert(2, 'ann', 1), insert(3, 'ann', 1), insert(4, 'bob', 1), insert(5, 'ann', 1)]
-    await router.onStreamedChanges(99, changes.map((change) => ({ subxid: 99, change })))
+    const streams = new ArrayStreams()
+    await streams.append(99, changes.map((change) => ({ subxid: 99, change })))
     // A shape registered while the commit is being routed joins after it.
-    const commit = router.onStreamCommit({ xid: 99, lsn: 5000n, endLsn: 5001n, commitTime: 0n })
+    const commit = router.onBufferedTransaction({ xid: 99, lsn: 5000n, endLsn: 5001n, commitTime: 0n, batches: streams.commit(99) })
     const late = add('late')
     await commit
     const lateTarget = await late
@@ -266,7 +269,7 @@ describe('ShapeRouter', () => {
   })
 
   it('remembers only the last recentXids xids, oldest first, however many were routed', async () => {
-    const router = new ShapeRouter({ advance: () => {}, streams: new ArrayStreams(), invalidate: async () => {}, recentXids: 3 })
+    const router = new ShapeRouter({ advance: () => {}, invalidate: async () => {}, recentXids: 3 })
     expect(router.recentXids).toEqual([])
     const seen: number[] = []
     for (let xid = 100; xid < 108; xid++) {

@@ -1,4 +1,4 @@
-// Shape definitions, handles and the registry that maps one to the other (issue 3 item 5).
+// Shape definitions, handles and the registry that maps one to the other.
 export {
   type CompiledDefinition,
   DEFINITION_KEY_VERSION,

@@ -1,14 +1,20 @@
 import { join } from 'node:path'
+import { type FsPort, nodeFs, writeFullyAsync } from '@sluice/storage'
 import { spillError } from './errors.js'
 import { SPILL_HEADER_BYTES, encodeHeader, type SpillFileKind } from './format.js'
-import { type SpillFs, nodeSpillFs, writeFully } from './spill-fs.js'
 
 /** Every spill file ends with this; nothing else in a spill directory is ever touched. */
 export const SPILL_FILE_SUFFIX = '.spill'
 
 export interface SpillDirOptions {
-  /** The filesystem port; node:fs by default. */
-  readonly fs?: SpillFs | undefined
+  /**
+   * The storage engine's filesystem port (tests inject faults through it);
+   * node:fs by default. Spill files are read and written through its
+   * asynchronous `read` and `write` (the thread pool: spill I/O is batched, tens
+   * of KiB and more per call, and runs next to replication); opening, closing,
+   * truncating and deleting a file are the quick synchronous calls.
+   */
+  readonly fs?: FsPort | undefined
 }
 
 /** Per process, so two SpillDir objects for one path never hand out the same name. */
@@ -27,23 +33,19 @@ export interface SpillFile {
  * startup and hand the same SpillDir to every buffer and queue.
  */
 export class SpillDir {
-  private created: Promise<void> | undefined
-
   private constructor(
     readonly path: string,
-    readonly fs: SpillFs,
-    created: boolean,
-  ) {
-    if (created) this.created = Promise.resolve()
-  }
+    readonly fs: FsPort,
+    private created: boolean,
+  ) {}
 
   /** Creates the directory if missing and deletes stale spill files in it. */
   static async open(path: string, options: SpillDirOptions = {}): Promise<SpillDir> {
-    const fs = options.fs ?? nodeSpillFs
+    const fs = options.fs ?? nodeFs
     try {
-      await fs.mkdir(path, { recursive: true })
-      for (const name of await fs.readdir(path)) {
-        if (name.endsWith(SPILL_FILE_SUFFIX)) await fs.unlink(join(path, name))
+      fs.mkdirSync(path, { recursive: true })
+      for (const name of fs.readdirSync(path)) {
+        if (name.endsWith(SPILL_FILE_SUFFIX)) fs.unlinkSync(join(path, name))
       }
     } catch (err) {
       throw spillError('spill_open_failed', `opening spill directory ${path}`, err)
@@ -56,7 +58,7 @@ export class SpillDir {
    * use. For a component handed a bare path: prefer `open` once at startup.
    */
   static at(path: string, options: SpillDirOptions = {}): SpillDir {
-    return new SpillDir(path, options.fs ?? nodeSpillFs, false)
+    return new SpillDir(path, options.fs ?? nodeFs, false)
   }
 
   /**
@@ -64,23 +66,19 @@ export class SpillDir {
    * Rejects with `spill_open_failed` (nothing left behind) or `spill_write_failed`.
    */
   async createFile(prefix: string, kind: SpillFileKind): Promise<SpillFile> {
-    this.created ??= this.fs.mkdir(this.path, { recursive: true }).then(
-      () => undefined,
-      (err: unknown) => {
-        this.created = undefined
-        throw err
-      },
-    )
     const path = join(this.path, `${safeName(prefix)}.${++fileCounter}${SPILL_FILE_SUFFIX}`)
     let fd: number
     try {
-      await this.created
-      fd = await this.fs.open(path, 'w+', 0o600)
+      if (!this.created) {
+        this.fs.mkdirSync(this.path, { recursive: true })
+        this.created = true
+      }
+      fd = this.fs.openSync(path, 'w+', 0o600)
     } catch (err) {
       throw spillError('spill_open_failed', `creating spill file ${path}`, err)
     }
     try {
-      await writeFully(this.fs, fd, encodeHeader(kind), SPILL_HEADER_BYTES, 0)
+      await writeFullyAsync(this.fs, fd, encodeHeader(kind), SPILL_HEADER_BYTES, 0)
     } catch (err) {
       await this.removeFile({ path, fd })
       throw spillError('spill_write_failed', `writing the header of spill file ${path}`, err)
@@ -96,17 +94,28 @@ export class SpillDir {
   async removeFile(file: SpillFile): Promise<boolean> {
     let ok = true
     try {
-      await this.fs.close(file.fd)
+      this.fs.closeSync(file.fd)
     } catch {
       ok = false
     }
     try {
-      await this.fs.unlink(file.path)
+      this.fs.unlinkSync(file.path)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') ok = false
     }
     return ok
   }
+}
+
+/** Reads `length` bytes at `position` into `buf[offset..]` through the port's asynchronous read; fewer only at end of file. Returns the count. */
+export async function readFully(port: FsPort, fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
+  let done = 0
+  while (done < length) {
+    const n = await port.read(fd, buf, offset + done, length - done, position + done)
+    if (n === 0) break
+    done += n
+  }
+  return done
 }
 
 /** File-name-safe, bounded: names come from xids and shape handles. */

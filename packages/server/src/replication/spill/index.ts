@@ -1,12 +1,11 @@
-// Spilling to disk: the router's bounded-memory buffers (DESIGN.md §7).
+// Spilling to disk: bounded-memory buffers for streamed transactions and for
+// queues of routed parts (DESIGN.md §7). Files go through the storage engine's FsPort.
 export { SPILL_ERROR_CODES, SpillError } from './errors.js'
 export type { SpillErrorCode } from './errors.js'
 export { SPILL_FORMAT_VERSION, SPILL_HEADER_BYTES, SPILL_MAGIC } from './format.js'
 export type { SpillFileKind } from './format.js'
 export { SPILL_FILE_SUFFIX, SpillDir } from './spill-dir.js'
 export type { SpillDirOptions, SpillFile } from './spill-dir.js'
-export { nodeSpillFs } from './spill-fs.js'
-export type { SpillFs } from './spill-fs.js'
 export { DEFAULT_QUEUE_FLUSH_BYTES, DEFAULT_QUEUE_READ_BYTES, SpillQueue } from './spill-queue.js'
 export type { QueueCodec, SpillQueueOptions } from './spill-queue.js'
 export {
@@ -17,5 +16,3 @@ export {
   SpillStreamBuffer,
 } from './spill-stream-buffer.js'
 export type { SpillStreamBufferOptions } from './spill-stream-buffer.js'
-export { TRANSACTION_PART_VERSION, transactionPartCodec } from './transaction-part-codec.js'
-export type { TransactionPart } from './transaction-part-codec.js'

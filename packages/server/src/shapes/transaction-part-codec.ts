@@ -1,22 +1,5 @@
-import type { QueueCodec } from './spill-queue.js'
-
-/**
- * A piece of one transaction's shape-log entries, as the router queues it for
- * a shape whose initial snapshot is not finished (structurally the router's
- * `TransactionPart`): `more` says further parts of the same transaction follow,
- * as `appendLines`' `more` option.
- */
-export interface TransactionPart {
-  /** Commit LSN of the transaction: every entry sits at `<lsn>_<op>`. */
-  readonly lsn: bigint
-  /** 32-bit top-level xid (snapshot stitching decides visibility by it). */
-  readonly xid: number
-  /** The entries are the first `count` of `ops` (increasing) and `jsons` (JSON lines, no separator). */
-  readonly ops: readonly number[]
-  readonly jsons: readonly Uint8Array[]
-  readonly count: number
-  readonly more: boolean
-}
+import type { QueueCodec } from '../replication/index.js'
+import type { TransactionPart } from './route-contracts.js'
 
 /**
  * Item bytes of `transactionPartCodec` (little-endian):

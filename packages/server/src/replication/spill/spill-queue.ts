@@ -1,7 +1,7 @@
+import { type FsPort, writeFullyAsync } from '@sluice/storage'
 import { SpillError, spillError } from './errors.js'
 import { RECORD_PREFIX_BYTES, SPILL_HEADER_BYTES } from './format.js'
-import { SpillDir, type SpillFile } from './spill-dir.js'
-import { type SpillFs, readFully, writeFully } from './spill-fs.js'
+import { SpillDir, type SpillFile, readFully } from './spill-dir.js'
 
 /** How a SpillQueue turns its items into bytes and back. */
 export interface QueueCodec<T> {
@@ -29,7 +29,7 @@ export interface SpillQueueOptions {
   /** Bytes per read when shifting items back from the file (grown for a bigger item). Default 256 KiB. */
   readonly readBytes?: number
   /** Filesystem port when `dir` is a path; ignored when a SpillDir is given. */
-  readonly fs?: SpillFs
+  readonly fs?: FsPort
 }
 
 const noop = (): void => {}
@@ -50,7 +50,7 @@ const noop = (): void => {}
  */
 export class SpillQueue<T> {
   readonly dir: SpillDir
-  private readonly fs: SpillFs
+  private readonly fs: FsPort
   private readonly flushBytes: number
   private readonly readBytes: number
 
@@ -281,7 +281,7 @@ export class SpillQueue<T> {
     this.fileEnd = 0
     if (this.file === undefined || this.diskBytes <= TRUNCATE_DRAINED_ABOVE) return
     try {
-      await this.fs.ftruncate(this.file.fd, SPILL_HEADER_BYTES)
+      this.fs.ftruncateSync(this.file.fd, SPILL_HEADER_BYTES)
       this.diskBytes = SPILL_HEADER_BYTES
     } catch {
       // Only space: writes go at the tracked end and overwrite the stale bytes.
@@ -318,7 +318,7 @@ export class SpillQueue<T> {
         bytes += item.byteLength
       }
       try {
-        await writeFully(this.fs, this.file.fd, out, size, SPILL_HEADER_BYTES + this.fileEnd)
+        await writeFullyAsync(this.fs, this.file.fd, out, size, SPILL_HEADER_BYTES + this.fileEnd)
       } catch (err) {
         throw spillError('spill_write_failed', `spilling queue ${this.name}`, err)
       }

@@ -2,14 +2,14 @@ import { join } from 'node:path'
 import { useTempDir } from '@sluice/test-utils'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import type { Change, StreamAbortReason, StreamedChange, Transaction } from '../../../src/replication/index.js'
+import type { Change, StreamAbortReason, StreamedChange } from '../../../src/replication/index.js'
 import { MemoryStreamBuffer } from '../../../src/replication/index.js'
-import { SpillStreamBuffer, type SpillStreamBufferOptions } from '../../../src/shapes/spill/index.js'
+import { SpillStreamBuffer, type SpillStreamBufferOptions } from '../../../src/replication/spill/index.js'
 import { SOAK, changeArb, collect, sameRelations, spillFiles, totalSize } from './helpers.js'
 
 /**
  * SpillStreamBuffer against MemoryStreamBuffer (the reference of the
- * ChangeSink buffering rules): random interleavings of appends for several
+ * StreamBuffer rules): random interleavings of appends for several
  * xids and their subtransactions, subtransaction aborts, whole aborts and
  * commits must yield the same committed change sequences, with the very same
  * Relation objects, for every memory threshold.
@@ -70,36 +70,30 @@ describe.each([
         const dir = join(root, `run-${run++}`)
         const opts = options(memoryBytes, tuning)
         const buffer = await SpillStreamBuffer.open(dir, opts)
-        const committed: Transaction[] = []
-        const oracle = new MemoryStreamBuffer((t) => {
-          committed.push(t)
-        })
+        const oracle = new MemoryStreamBuffer()
         try {
-          let lsn = 0n
           for (const op of ops) {
             switch (op.op) {
               case 'append': {
                 const changes = toStreamed(op.xid, op.items)
-                oracle.onStreamedChanges(op.xid, changes)
+                oracle.append(op.xid, changes)
                 await buffer.append(op.xid, changes)
                 break
               }
               case 'abortSub': {
                 const abort = { xid: op.xid, subxid: subxidOf(op.xid, op.sub), reason: 'aborted' as const }
-                oracle.onStreamAbort(abort)
+                oracle.abort(abort)
                 await buffer.abort(abort)
                 break
               }
               case 'abortAll': {
                 const abort = { xid: op.xid, subxid: op.xid, reason: op.reason }
-                oracle.onStreamAbort(abort)
+                oracle.abort(abort)
                 await buffer.abort(abort)
                 break
               }
               case 'commit': {
-                lsn += 16n
-                await oracle.onStreamCommit({ xid: op.xid, lsn, endLsn: lsn + 8n, commitTime: 0n })
-                const want = committed[committed.length - 1]!.changes
+                const want = (await collect(oracle.commit(op.xid))).items
                 const { items, batches } = await collect(buffer.commit(op.xid))
                 expect(items).toStrictEqual(want)
                 expect(sameRelations(items, want)).toBe(true)
@@ -131,26 +125,20 @@ describe.each([
       fc.asyncProperty(fc.array(opArb, { maxLength: 60, size: 'max' }), tuningArb, async (ops, tuning) => {
         const dir = join(root, `run-${run++}`)
         const buffer = await SpillStreamBuffer.open(dir, options(memoryBytes, tuning))
-        const committed: Transaction[] = []
-        const oracle = new MemoryStreamBuffer((t) => {
-          committed.push(t)
-        })
+        const oracle = new MemoryStreamBuffer()
         const fired: Promise<void>[] = []
         try {
-          let lsn = 0n
           for (const op of ops) {
             if (op.op === 'append') {
               const changes = toStreamed(op.xid, op.items)
-              oracle.onStreamedChanges(op.xid, changes)
+              oracle.append(op.xid, changes)
               fired.push(buffer.append(op.xid, changes))
             } else if (op.op === 'abortSub' || op.op === 'abortAll') {
               const abort = { xid: op.xid, subxid: op.op === 'abortSub' ? subxidOf(op.xid, op.sub) : op.xid, reason: op.op === 'abortSub' ? ('aborted' as const) : op.reason }
-              oracle.onStreamAbort(abort)
+              oracle.abort(abort)
               fired.push(buffer.abort(abort))
             } else {
-              lsn += 16n
-              await oracle.onStreamCommit({ xid: op.xid, lsn, endLsn: lsn + 8n, commitTime: 0n })
-              const want = committed[committed.length - 1]!.changes
+              const want = (await collect(oracle.commit(op.xid))).items
               const { items } = await collect(buffer.commit(op.xid))
               expect(items).toStrictEqual(want)
               expect(sameRelations(items, want)).toBe(true)

@@ -1,9 +1,10 @@
-import type { Change, StreamAbort, StreamedChange } from '../../replication/change-sink.js'
-import type { Relation } from '../../replication/pgoutput-messages.js'
+import { type FsPort, writeFullyAsync } from '@sluice/storage'
+import type { Change, StreamAbort, StreamedChange } from '../change-sink.js'
+import type { Relation } from '../pgoutput-messages.js'
+import type { StreamBuffer } from '../stream-buffer.js'
 import { SpillError, spillError } from './errors.js'
 import { ByteSink, RECORD_PREFIX_BYTES, SPILL_HEADER_BYTES, checkHeader, decodeChange, encodeChange } from './format.js'
-import { SpillDir, type SpillFile } from './spill-dir.js'
-import { type SpillFs, readFully, writeFully } from './spill-fs.js'
+import { SpillDir, type SpillFile, readFully } from './spill-dir.js'
 
 export const DEFAULT_SPILL_MEMORY_BYTES = 1024 * 1024
 export const DEFAULT_SPILL_BATCH_CHANGES = 1000
@@ -23,7 +24,7 @@ export interface SpillStreamBufferOptions {
   /** Size of the buffer a commit reads its file through (grown for a bigger record). Default 1 MiB. */
   readonly readBytes?: number
   /** Filesystem port (tests inject faults through it); ignored when a SpillDir is given. */
-  readonly fs?: SpillFs
+  readonly fs?: FsPort
 }
 
 interface XidState {
@@ -61,8 +62,8 @@ const INITIAL_TAIL_BYTES = 4096
 const noop = (): void => {}
 
 /**
- * The disk-backed twin of `MemoryStreamBuffer` (see the streamed-transaction
- * comment on `ChangeSink`): buffers the changes of streamed transactions per
+ * The disk-backed twin of `MemoryStreamBuffer` (see the rules on
+ * `StreamBuffer`): buffers the changes of streamed transactions per
  * top-level xid, keeps at most `memoryBytes` of each in memory and appends the
  * rest to one spill file per xid, cuts a subtransaction out on its abort, and
  * hands a committed transaction back in bounded batches, never whole.
@@ -74,13 +75,13 @@ const noop = (): void => {}
  * `spill_transaction_failed` until it is dropped with `abort`, and every other
  * xid keeps working. Nothing is fsynced: spill files are scratch.
  */
-export class SpillStreamBuffer {
+export class SpillStreamBuffer implements StreamBuffer {
   private readonly open = new Map<number, XidState>()
   /** Committed transactions whose read-back has not finished (and so whose file still exists). */
   private readonly committing = new Set<XidState>()
   /** Files that could not be deleted; retried on close (and wiped by the next SpillDir.open). */
   private readonly orphans: string[] = []
-  private readonly fs: SpillFs
+  private readonly fs: FsPort
   private readonly memoryBytes: number
   private readonly batchChanges: number
   private readonly batchBytes: number
@@ -200,7 +201,13 @@ export class SpillStreamBuffer {
     this.open.clear()
     await Promise.all(states.map((state) => run(state, () => this.discard(state))))
     this.committing.clear()
-    for (const path of this.orphans.splice(0)) await this.fs.unlink(path).catch(noop)
+    for (const path of this.orphans.splice(0)) {
+      try {
+        this.fs.unlinkSync(path)
+      } catch {
+        // Still there: the next SpillDir.open wipes it.
+      }
+    }
   }
 
   private async appendNow(state: XidState, changes: readonly StreamedChange[]): Promise<void> {
@@ -233,7 +240,7 @@ export class SpillStreamBuffer {
         state.file = await this.dir.createFile(`stream-${state.xid}`, 'stream')
         state.diskBytes = SPILL_HEADER_BYTES
       }
-      await writeFully(this.fs, state.file.fd, tail.buf, tail.len, SPILL_HEADER_BYTES + state.fileLength)
+      await writeFullyAsync(this.fs, state.file.fd, tail.buf, tail.len, SPILL_HEADER_BYTES + state.fileLength)
     } catch (err) {
       const error = spillError('spill_write_failed', `spilling ${tail.len} bytes of xid ${state.xid}`, err)
       await this.fail(state, error)
@@ -258,7 +265,7 @@ export class SpillStreamBuffer {
     state.fileLength = start
     if (state.file === undefined) return
     try {
-      await this.fs.ftruncate(state.file.fd, SPILL_HEADER_BYTES + start)
+      this.fs.ftruncateSync(state.file.fd, SPILL_HEADER_BYTES + start)
       state.diskBytes = SPILL_HEADER_BYTES + start
     } catch {
       // Truncation only gives the space back: reads stop at the tracked length

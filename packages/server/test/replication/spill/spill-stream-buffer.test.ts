@@ -2,11 +2,12 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 
 import { join } from 'node:path'
 import { runInNewContext } from 'node:vm'
 import { setFlagsFromString } from 'node:v8'
+import { type FsPort, nodeFs } from '@sluice/storage'
 import { type FaultRules, createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import type { Change, StreamedChange, TupleValue } from '../../../src/replication/index.js'
 import { UNCHANGED_TOAST } from '../../../src/replication/index.js'
-import { SPILL_HEADER_BYTES, SpillDir, SpillError, type SpillFs, SpillStreamBuffer, nodeSpillFs } from '../../../src/shapes/spill/index.js'
+import { SPILL_HEADER_BYTES, SpillDir, SpillError, SpillStreamBuffer } from '../../../src/replication/spill/index.js'
 import { EMPTY, ITEMS_V1, ITEMS_V2, TAGS, collect, insert, sameRelations, spillFiles, streamed, totalSize } from './helpers.js'
 
 const tmp = useTempDir('spill-stream')
@@ -305,7 +306,7 @@ describe('SpillStreamBuffer memory bound', () => {
 describe('SpillStreamBuffer under disk faults', () => {
   async function faulty(memoryBytes = 0, extra: { readBytes?: number; batchChanges?: number } = {}) {
     const dir = await tmp.make()
-    const { fs, rules } = createFaultyFs(nodeSpillFs)
+    const { fs, rules } = createFaultyFs(nodeFs)
     const buffer = await SpillStreamBuffer.open(dir, { memoryBytes, fs, ...extra })
     return { dir, rules, buffer }
   }
@@ -314,9 +315,9 @@ describe('SpillStreamBuffer under disk faults', () => {
   const b = (i: number): Change => insert(TAGS, `b${i}`, 'beta')
 
   it.each([
-    { fault: 'ENOSPC', inject: (r: FaultRules<SpillFs>) => r.failNext('write', { code: 'ENOSPC' }) },
-    { fault: 'EIO', inject: (r: FaultRules<SpillFs>) => r.failNext('write', { code: 'EIO' }) },
-    { fault: 'a torn write', inject: (r: FaultRules<SpillFs>) => r.tornWrite({ code: 'ENOSPC' }) },
+    { fault: 'ENOSPC', inject: (r: FaultRules<FsPort>) => r.failNext('write', { code: 'ENOSPC' }) },
+    { fault: 'EIO', inject: (r: FaultRules<FsPort>) => r.failNext('write', { code: 'EIO' }) },
+    { fault: 'a torn write', inject: (r: FaultRules<FsPort>) => r.tornWrite({ code: 'ENOSPC' }) },
   ])('$fault mid-append: typed error, that xid dropped cleanly, other xids unaffected', async ({ inject }) => {
     const { dir, rules, buffer } = await faulty()
     await buffer.append(1, streamed(1, [a(0)]))
@@ -356,7 +357,7 @@ describe('SpillStreamBuffer under disk faults', () => {
 
   it('cannot create the spill file: spill_open_failed, nothing left behind', async () => {
     const { dir, rules, buffer } = await faulty()
-    rules.failNext('open', { code: 'EMFILE' })
+    rules.failNext('openSync', { code: 'EMFILE' })
     await expect(buffer.append(1, streamed(1, [a(0)]))).rejects.toMatchObject({ code: 'spill_open_failed', errno: 'EMFILE' })
     expect(spillFiles(dir).size).toBe(0)
     await buffer.abort({ xid: 1, subxid: 1, reason: 'aborted' })
@@ -388,7 +389,7 @@ describe('SpillStreamBuffer under disk faults', () => {
     const { dir, rules, buffer } = await faulty()
     await buffer.append(1, streamed(1, [a(0)]))
     await buffer.append(1, streamed(11, [a(1), a(2), a(3)]))
-    rules.failNext('ftruncate', { code: 'EIO' })
+    rules.failNext('ftruncateSync', { code: 'EIO' })
     await buffer.abort({ xid: 1, subxid: 11, reason: 'aborted' })
     await buffer.append(1, streamed(12, [a(4)]))
     expect((await collect(buffer.commit(1))).items).toStrictEqual([a(0), a(4)])
@@ -399,7 +400,7 @@ describe('SpillStreamBuffer under disk faults', () => {
   it('a file that cannot be deleted is retried at close', async () => {
     const { dir, rules, buffer } = await faulty()
     await buffer.append(1, streamed(1, [a(0)]))
-    rules.failNext('unlink', { code: 'EIO' })
+    rules.failNext('unlinkSync', { code: 'EIO' })
     await buffer.abort({ xid: 1, subxid: 1, reason: 'aborted' })
     expect(spillFiles(dir).size).toBe(1)
     expect(buffer.bytesOnDisk).toBe(0)
@@ -408,8 +409,8 @@ describe('SpillStreamBuffer under disk faults', () => {
   })
 
   it('opening a directory that cannot be created rejects with spill_open_failed', async () => {
-    const { fs, rules } = createFaultyFs(nodeSpillFs)
-    rules.failNext('mkdir', { code: 'EACCES' })
+    const { fs, rules } = createFaultyFs(nodeFs)
+    rules.failNext('mkdirSync', { code: 'EACCES' })
     await expect(SpillDir.open(join(await tmp.make(), 'x'), { fs })).rejects.toMatchObject({ code: 'spill_open_failed', errno: 'EACCES' })
   })
 })

@@ -71,9 +71,9 @@
  * The transaction-part item codec (`transactionPartCodec`) documents its own
  * bytes in transaction-part-codec.ts.
  */
-import type { Change } from '../../replication/change-sink.js'
-import type { OldTupleKind, Relation, TupleValue } from '../../replication/pgoutput-messages.js'
-import { UNCHANGED_TOAST } from '../../replication/pgoutput-messages.js'
+import type { Change } from '../change-sink.js'
+import type { OldTupleKind, Relation, TupleValue } from '../pgoutput-messages.js'
+import { UNCHANGED_TOAST } from '../pgoutput-messages.js'
 import { SpillError } from './errors.js'
 
 export const SPILL_FORMAT_VERSION = 1

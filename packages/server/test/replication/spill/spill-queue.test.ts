@@ -1,20 +1,12 @@
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { type FsPort, nodeFs } from '@sluice/storage'
 import { type FaultRules, createFaultyFs, useTempDir } from '@sluice/test-utils'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import {
-  type QueueCodec,
-  SpillDir,
-  SpillError,
-  SpillQueue,
-  type SpillFs,
-  type SpillQueueOptions,
-  TRANSACTION_PART_VERSION,
-  type TransactionPart,
-  nodeSpillFs,
-  transactionPartCodec,
-} from '../../../src/shapes/spill/index.js'
+import { type QueueCodec, SpillDir, SpillError, SpillQueue, type SpillQueueOptions } from '../../../src/replication/spill/index.js'
+import type { TransactionPart } from '../../../src/shapes/route-contracts.js'
+import { TRANSACTION_PART_VERSION, transactionPartCodec } from '../../../src/shapes/transaction-part-codec.js'
 import { SOAK, spillFiles } from './helpers.js'
 
 const tmp = useTempDir('spill-queue')
@@ -238,15 +230,15 @@ describe('SpillQueue', () => {
 
 describe('SpillQueue under disk faults', () => {
   function faultyQueue(dir: string, options: SpillQueueOptions = {}) {
-    const { fs, rules } = createFaultyFs(nodeSpillFs)
+    const { fs, rules } = createFaultyFs(nodeFs)
     return { rules, queue: new SpillQueue(dir, 'q', transactionPartCodec, { ...options, fs }) }
   }
   const items = (from: number, to: number): TransactionPart[] => Array.from({ length: to - from }, (_, i) => part(from + i))
 
   it.each([
-    { fault: 'ENOSPC', inject: (r: FaultRules<SpillFs>) => r.failNext('write', { code: 'ENOSPC' }) },
-    { fault: 'a torn write', inject: (r: FaultRules<SpillFs>) => r.tornWrite({ code: 'EIO' }) },
-    { fault: 'a failed open', inject: (r: FaultRules<SpillFs>) => r.failNext('open', { code: 'EACCES' }) },
+    { fault: 'ENOSPC', inject: (r: FaultRules<FsPort>) => r.failNext('write', { code: 'ENOSPC' }) },
+    { fault: 'a torn write', inject: (r: FaultRules<FsPort>) => r.tornWrite({ code: 'EIO' }) },
+    { fault: 'a failed open', inject: (r: FaultRules<FsPort>) => r.failNext('openSync', { code: 'EACCES' }) },
   ])('$fault during spill(): typed error, nothing lost, a later spill retries', async ({ inject }) => {
     const dir = await tmp.make()
     const { rules, queue } = faultyQueue(dir)
@@ -287,7 +279,7 @@ describe('SpillQueue under disk faults', () => {
   it('a failed background flush surfaces from the next spill() too', async () => {
     const { rules, queue } = faultyQueue(await tmp.make(), { flushBytes: 1 })
     await queue.spill()
-    rules.failNext('open', { code: 'EMFILE' })
+    rules.failNext('openSync', { code: 'EMFILE' })
     queue.push(part(0))
     await new Promise((resolve) => setTimeout(resolve, 20))
     await expect(queue.spill()).rejects.toMatchObject({ code: 'spill_open_failed', errno: 'EMFILE' })
@@ -318,7 +310,7 @@ describe('SpillQueue under disk faults', () => {
     const { rules, queue } = faultyQueue(dir)
     queue.push(part(0))
     await queue.spill()
-    rules.failNext('unlink', { code: 'EIO' })
+    rules.failNext('unlinkSync', { code: 'EIO' })
     await expect(queue.dispose()).rejects.toMatchObject({ code: 'spill_open_failed' })
     expect(queue.length).toBe(0)
   })

@@ -1,0 +1,36 @@
+/**
+ * Defaults of the settings that both the config schema (`config.ts`, what the
+ * CLI and `--help` show) and the modules that use them (`Pipeline`,
+ * `ShapeManager`, the HTTP admission control) fall back to. Each is defined
+ * here once, so an embedder that leaves a setting out gets what the CLI gives.
+ */
+
+/**
+ * Memory for routed transactions held for shapes still being created; past it
+ * their queues spill to disk and replication pauses. A transaction bigger than
+ * an eighth of it is routed from disk.
+ */
+export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024
+
+/** Postgres connections for initial shape snapshots, and so snapshots running at once. */
+export const DEFAULT_SNAPSHOT_CONNECTIONS = 4
+
+/** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
+export const DEFAULT_SUBSET_CONNECTIONS = 2
+
+/** Most shapes kept at once; a request for a new shape beyond it is refused. */
+export const DEFAULT_MAX_SHAPES = 1_000_000
+
+/**
+ * How long a table's catalog answer serves shape requests before Postgres is
+ * asked again. Within it a table dropped, recreated or altered without shapes
+ * is noticed late; a table whose shapes the replication stream invalidated is
+ * asked again at once.
+ */
+export const DEFAULT_TABLE_CACHE_MS = 1000
+
+/** Admission control: `offset=-1` requests served at once; more get 503 + retry-after. */
+export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
+
+/** Admission control: other shape requests (live waiters included) served at once. */
+export const DEFAULT_MAX_CONCURRENT_EXISTING = 10_000

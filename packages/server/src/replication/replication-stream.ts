@@ -1,0 +1,54 @@
+import type pg from 'pg'
+import type { PgoutputMessage } from './pgoutput-messages.js'
+import { type DecodeFailure, SluicePgoutputPlugin } from './pgoutput-plugin.js'
+import { WalConnection } from './wal-connection.js'
+
+/**
+ * One replication connection of a `ReplicationClient`: the connection, its
+ * plugin and what the client tracks about it. A reconnect makes a new one.
+ */
+export class ReplicationStream {
+  readonly connection: WalConnection
+  readonly plugin: SluicePgoutputPlugin
+  processed = 0
+  started = false
+  failure: Error | undefined
+  lastHeardAt: number
+  /** The server's WAL position from its latest keepalive. */
+  walEnd = 0n
+  lastStatusAt = 0
+  statusTimer: NodeJS.Timeout | undefined
+  replyTimer: NodeJS.Timeout | undefined
+  /** Stopping: the final status is sent; incoming messages are dropped. */
+  closing = false
+  /** A message's handling is pending; later messages wait in `backlog`, in order. */
+  busy = false
+  readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
+  backlogAt = 0
+
+  constructor(config: pg.ClientConfig, options: ConstructorParameters<typeof SluicePgoutputPlugin>[0], now: number) {
+    this.connection = new WalConnection(config, (error) => this.fail(error))
+    this.plugin = new SluicePgoutputPlugin(options)
+    this.lastHeardAt = now
+  }
+
+  /** Every received message has been handled (nothing queued in our backlog or in the sink). */
+  get drained(): boolean {
+    return this.plugin.received === this.processed
+  }
+
+  fail(error: unknown): void {
+    this.failure ??= toError(error)
+    this.stopTimers()
+    void this.connection.close().catch(() => {})
+  }
+
+  stopTimers(): void {
+    clearInterval(this.statusTimer)
+    clearTimeout(this.replyTimer)
+  }
+}
+
+export function toError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error))
+}

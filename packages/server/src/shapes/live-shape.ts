@@ -1,0 +1,44 @@
+import type { ShapeLog } from '@sluice/storage'
+import type { SpillQueue } from '../replication/index.js'
+import type { WhereClause } from '../where/index.js'
+import type { ShapeDefinition } from './definition/index.js'
+import type { Invalidation, RouteSpec, TransactionPart } from './route-contracts.js'
+import type { TableInfo } from './table-catalog.js'
+
+/** A shape retired by something other than a replicated transaction. */
+export interface ShapeRemoval {
+  /**
+   * 'deleted': on request, or restored but no longer matching its table;
+   * 'replication_gap': restored, but the slot had moved past the store's
+   * watermark, so its log misses changes (see Pipeline.start).
+   */
+  readonly kind: 'deleted' | 'replication_gap'
+  readonly detail: string
+}
+
+/** A shape the manager holds: ready (restored or created) or still being created. */
+export interface LiveShape {
+  readonly handle: string
+  readonly definition: ShapeDefinition
+  readonly where: WhereClause | undefined
+  readonly table: TableInfo
+  /** Resolves with the log once the snapshot is finished and published. */
+  readonly ready: Promise<ShapeLog>
+  log: ShapeLog | undefined
+  /** Set when invalidated while the snapshot runs: the creation stops and cleans up. */
+  cancelled: Invalidation | ShapeRemoval | undefined
+  /** Only while the shape is being created (an idle controller costs ~300 bytes per shape). */
+  abort: AbortController | undefined
+  queue: SpillQueue<TransactionPart> | undefined
+}
+
+/** How the router knows the shape. */
+export function routeSpec(shape: LiveShape): RouteSpec {
+  return {
+    handle: shape.handle,
+    table: shape.table,
+    where: shape.where,
+    columns: shape.definition.columns,
+    replica: shape.definition.replica,
+  }
+}

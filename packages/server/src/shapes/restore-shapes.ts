@@ -1,0 +1,78 @@
+import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
+import { compileWhereSync } from '../where/index.js'
+import { type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
+import type { LiveShape } from './live-shape.js'
+import type { ShapeTarget } from './route-contracts.js'
+import { signatureOf } from './shape-builder.js'
+import type { ShapeLogger } from './shape-manager.js'
+import { restoredTarget } from './shape-targets.js'
+import { type TableInfo, whereColumns } from './table-catalog.js'
+
+/*
+ * Restore on start: the shapes a previous process left in the store come back
+ * if their table is still the one they were made for.
+ */
+
+/** A shape's log in the store and what its meta says. */
+export interface StoredShape {
+  readonly meta: ShapeMeta
+  readonly log: ShapeLog
+}
+
+/** The store's shapes; `broken` lists the logs whose meta cannot be read (to be deleted). */
+export function readStoredShapes(store: ShapeLogStore, logger: ShapeLogger | undefined): { stored: StoredShape[]; broken: string[] } {
+  const stored: StoredShape[] = []
+  const broken: string[] = []
+  for (const id of store.ids()) {
+    const log = store.get(id)
+    if (log === undefined) continue
+    try {
+      stored.push({ meta: decodeShapeMeta(log.meta), log })
+    } catch (error) {
+      logger?.error({ handle: id, err: error }, 'shape meta unreadable; deleting the shape')
+      broken.push(id)
+    }
+  }
+  return { stored, broken }
+}
+
+/** A stored shape back to life with the router target it needs, or why it cannot come back. */
+export type Revival = { readonly shape: LiveShape; readonly target: ShapeTarget; readonly problem?: undefined } | { readonly problem: string }
+
+/** Checks a stored shape against its table as the catalog describes it now (`info`, undefined when it is gone). */
+export function revive(stored: StoredShape, info: TableInfo | undefined, durableLsn: bigint): Revival {
+  const { meta, log } = stored
+  const def = meta.definition
+  const problem = restoreProblem(info, meta.table)
+  if (problem !== undefined || info === undefined) return { problem: problem ?? 'its table is gone' }
+  let where
+  try {
+    where = def.where === undefined ? undefined : compileWhereSync(def.where, { columns: whereColumns(info), params: paramList(def) })
+  } catch (error) {
+    return { problem: `its where clause no longer compiles: ${String(error)}` }
+  }
+  const shape: LiveShape = {
+    handle: meta.handle,
+    definition: def,
+    where,
+    table: info,
+    ready: Promise.resolve(log),
+    log,
+    cancelled: undefined,
+    abort: undefined,
+    queue: undefined,
+  }
+  return { shape, target: restoredTarget(log, meta.stitch, durableLsn) }
+}
+
+function restoreProblem(info: TableInfo | undefined, stored: TableSignature | undefined): string | undefined {
+  if (info === undefined) return 'its table is gone'
+  if (stored === undefined) return undefined
+  if (stored.oid !== info.oid) return 'its table was dropped and created again'
+  const now = signatureOf(info).columns
+  const same = now.length === stored.columns.length && now.every((c, i) => {
+    const s = stored.columns[i]
+    return s !== undefined && s[0] === c[0] && s[1] === c[1] && s[2] === c[2]
+  })
+  return same ? undefined : "its table's columns changed"
+}

@@ -1,0 +1,131 @@
+import type { ShapeDefinitionParams } from '@sluice/protocol'
+import type { PublicationManager, Queryable } from '../replication/index.js'
+import { type CompiledDefinition, compileDefinition } from './definition/index.js'
+import { ShapeError } from './shape-error.js'
+import { type TableInfo, loadTable, whereColumns } from './table-catalog.js'
+
+/** Compiled request definitions remembered per table version. */
+const MAX_COMPILED_PER_TABLE = 10_000
+
+/**
+ * The shape manager's catalog cache: tables as the catalog describes them
+ * (one object per table version), the definitions compiled against each
+ * version, and which tables are known to be in the publication.
+ */
+export class TableCache {
+  /**
+   * Catalog lookups in flight, shared by the requests that arrive meanwhile, so
+   * a burst of requests for one table costs one catalog query. With
+   * `cacheMs` answers are also reused for that long after they arrive
+   * (kept short: a table dropped and created again within that window is
+   * still answered with its old shapes).
+   */
+  private readonly lookups = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
+  private readonly versions = new Map<number, { readonly text: string; readonly info: TableInfo }>()
+  private readonly compiledDefinitions = new WeakMap<TableInfo, Map<string, CompiledDefinition>>()
+  /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
+  private readonly published = new Set<number>()
+  private readonly tableAdds = new Map<string, Promise<unknown>>()
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly publication: PublicationManager,
+    private readonly cacheMs: number,
+  ) {}
+
+  /** The table, from the cache or the catalog; undefined when it does not exist (then nothing is kept for it). */
+  async load(schema: string, name: string): Promise<TableInfo | undefined> {
+    const key = tableKey(schema, name)
+    const now = Date.now()
+    let cached = this.lookups.get(key)
+    if (cached === undefined || (cached.done && now - cached.at >= this.cacheMs)) {
+      const entry = { at: now, done: false, info: loadTable(this.db, { schema, name }) }
+      cached = entry
+      this.lookups.set(key, entry)
+      entry.info.then(
+        () => {
+          entry.done = true
+          if (this.cacheMs <= 0 && this.lookups.get(key) === entry) this.lookups.delete(key)
+        },
+        // A failed load is not worth remembering.
+        () => this.lookups.get(key) === entry && this.lookups.delete(key),
+      )
+    }
+    const loaded = await cached.info
+    const info = loaded === undefined ? undefined : this.intern(loaded)
+    if (info === undefined) this.lookups.delete(key)
+    return info
+  }
+
+  /**
+   * The request's definition and where clause compiled against this version of
+   * the table, remembered per version (TableInfo objects are interned, see
+   * `intern`): a client following a shape sends the same parameters on every
+   * request, and parsing its where clause each time costs more than serving
+   * the response.
+   */
+  async compiled(info: TableInfo, params: ShapeDefinitionParams): Promise<CompiledDefinition> {
+    const key = JSON.stringify([params.where ?? null, params.params, params.columns ?? null, params.queryableColumns ?? null, params.replica, params.log])
+    let known = this.compiledDefinitions.get(info)
+    const hit = known?.get(key)
+    if (hit !== undefined) return hit
+    const result = await compileDefinition(params, whereColumns(info))
+    checkColumns(info, result.definition.columns)
+    if (known === undefined) {
+      known = new Map()
+      this.compiledDefinitions.set(info, known)
+    }
+    // Bounded: hostile clients can send endless distinct clauses.
+    if (known.size >= MAX_COMPILED_PER_TABLE) known.clear()
+    known.set(key, result)
+    return result
+  }
+
+  /** Adds the table to the publication once per table at a time (concurrent creations share the call). */
+  async addToPublication(info: TableInfo): Promise<void> {
+    if (this.published.has(info.oid)) return
+    const key = String(info.oid)
+    const pending = this.tableAdds.get(key) ?? this.publication.addTable(info.schema, info.name).finally(() => this.tableAdds.delete(key))
+    this.tableAdds.set(key, pending)
+    await pending
+    this.published.add(info.oid)
+  }
+
+  /** After a table's shapes were invalidated (DDL, TRUNCATE, a replaced table): ask the catalog again next time. */
+  forget(info: TableInfo): void {
+    this.lookups.delete(tableKey(info.schema, info.name))
+    this.versions.delete(info.oid)
+    this.published.delete(info.oid)
+  }
+
+  /**
+   * One TableInfo object per table version, shared by all its shapes: each
+   * catalog answer is a fresh object graph (and pg's row objects give each
+   * answer hidden classes of its own), which would cost every shape about a
+   * kilobyte. Any difference in what was loaded makes a new version.
+   */
+  private intern(info: TableInfo): TableInfo {
+    const text = JSON.stringify(info)
+    const known = this.versions.get(info.oid)
+    if (known !== undefined && known.text === text) return known.info
+    this.versions.set(info.oid, { text, info })
+    return info
+  }
+}
+
+function tableKey(schema: string, name: string): string {
+  return `${schema}\u0000${name}`
+}
+
+function checkColumns(info: TableInfo, columns: readonly string[] | undefined): void {
+  if (columns === undefined) return
+  const known = new Set(info.columns.map((c) => c.name))
+  const unknown = columns.filter((c) => !known.has(c))
+  if (unknown.length > 0) {
+    throw new ShapeError('invalid_columns', `unknown column${unknown.length > 1 ? 's' : ''}: ${unknown.map((c) => JSON.stringify(c)).join(', ')}`, { columnProblem: { kind: 'unknown', columns: unknown } })
+  }
+  const missing = info.primaryKey.filter((c) => !columns.includes(c))
+  if (missing.length > 0) {
+    throw new ShapeError('invalid_columns', `the selected columns must include the primary key; missing: ${missing.map((c) => JSON.stringify(c)).join(', ')}`, { columnProblem: { kind: 'missing_primary_key', columns: missing } })
+  }
+}
