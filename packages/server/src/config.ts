@@ -11,6 +11,7 @@ import {
   DEFAULT_MAX_SHAPES,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SNAPSHOT_CONNECTIONS,
+  DEFAULT_SSE_TIMEOUT_MS,
   DEFAULT_TABLE_CACHE_MS,
 } from './defaults.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
@@ -97,7 +98,7 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'longPollTimeoutMs', flag: 'long-poll-timeout', env: 'SLUICE_LONG_POLL_TIMEOUT', type: 'duration', default: `${DEFAULT_LONG_POLL_TIMEOUT_MS / 1000}s`, min: 100, max: 3_600_000, description: 'How long a live request waits for new data before answering up-to-date.' },
   { key: 'cacheMaxAge', flag: 'cache-max-age', env: 'SLUICE_CACHE_MAX_AGE', type: 'duration', default: `${DEFAULT_MAX_AGE_SECONDS}s`, wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'max-age of cacheable non-live responses (whole seconds).' },
   { key: 'cacheStaleAge', flag: 'cache-stale-age', env: 'SLUICE_CACHE_STALE_AGE', type: 'duration', default: `${DEFAULT_STALE_AGE_SECONDS}s`, wholeSeconds: true, min: 0, max: 31_536_000_000, description: 'stale-while-revalidate of cacheable non-live responses (whole seconds).' },
-  { key: 'sseTimeoutMs', flag: 'sse-timeout', env: 'SLUICE_SSE_TIMEOUT', type: 'duration', default: '60s', min: 2_000, max: 3_600_000, description: 'How long one server-sent-events stream stays open.' },
+  { key: 'sseTimeoutMs', flag: 'sse-timeout', env: 'SLUICE_SSE_TIMEOUT', type: 'duration', default: `${DEFAULT_SSE_TIMEOUT_MS / 1000}s`, min: 2_000, max: 3_600_000, description: 'How long one server-sent-events stream stays open.' },
   { key: 'flushIntervalMs', flag: 'flush-interval', env: 'SLUICE_FLUSH_INTERVAL', type: 'duration', default: '10ms', min: 1, max: 60_000, description: 'Group commit: longest wait before appended changes are made durable.' },
   { key: 'memoryBudgetBytes', flag: 'memory-budget', env: 'SLUICE_MEMORY_BUDGET', type: 'bytes', default: `${DEFAULT_MEMORY_BUDGET_BYTES / 1024 ** 2}MiB`, min: 16 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for transactions in flight and queues of shapes being created; above it they spill to disk and replication pauses.' },
   { key: 'tailBudgetBytes', flag: 'tail-budget', env: 'SLUICE_TAIL_BUDGET', type: 'bytes', default: `${DEFAULT_TAIL_BUDGET_BYTES / 1024 ** 3}GiB`, min: 4 * 1024 * 1024, max: 1024 ** 4, description: 'Memory for changes written to the journal and not yet to their shape logs; above it replication pauses while a checkpoint writes them out.' },

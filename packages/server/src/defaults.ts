@@ -34,3 +34,6 @@ export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
 
 /** Admission control: other shape requests (live waiters included) served at once. */
 export const DEFAULT_MAX_CONCURRENT_EXISTING = 10_000
+
+/** How long one server-sent-events stream stays open (it also sets the SSE responses' cache lifetime). */
+export const DEFAULT_SSE_TIMEOUT_MS = 60_000

@@ -1,4 +1,5 @@
 import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AGE_SECONDS } from '@sluice/protocol'
+import { DEFAULT_MAX_CONCURRENT_EXISTING, DEFAULT_MAX_CONCURRENT_INITIAL, DEFAULT_SSE_TIMEOUT_MS } from '../defaults.js'
 
 /**
  * Settings of the HTTP layer. The config schema (`src/config.ts`) maps flags and
@@ -29,9 +30,9 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   maxAge: DEFAULT_MAX_AGE_SECONDS,
   staleAge: DEFAULT_STALE_AGE_SECONDS,
   allowDelete: false,
-  maxConcurrentInitial: 300,
-  maxConcurrentExisting: 10_000,
-  sseTimeoutMs: 60_000,
+  maxConcurrentInitial: DEFAULT_MAX_CONCURRENT_INITIAL,
+  maxConcurrentExisting: DEFAULT_MAX_CONCURRENT_EXISTING,
+  sseTimeoutMs: DEFAULT_SSE_TIMEOUT_MS,
 })
 
 /**

@@ -1,6 +1,10 @@
 import { resolve } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
 import { SETTINGS, type SluiceConfig, helpText, loadConfig, parseBytes, parseCli, parseDuration } from '../../src/config.js'
+import { DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../../src/defaults.js'
+import { DEFAULT_HTTP_OPTIONS } from '../../src/http/options.js'
+import { httpOptions } from '../../src/server.js'
 
 const DEFAULTS: Partial<SluiceConfig> = {
   databaseUrl: undefined,
@@ -56,6 +60,17 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
 }
 
 describe('config schema', () => {
+  it('gives an embedder that leaves a setting out what the CLI gives (one constant each)', () => {
+    const cli = loadConfig([], {})
+    expect(httpOptions(cli)).toEqual({ ...DEFAULT_HTTP_OPTIONS, secret: undefined })
+    expect(cli.memoryBudgetBytes).toBe(DEFAULT_MEMORY_BUDGET_BYTES)
+    expect(cli.snapshotConnections).toBe(DEFAULT_SNAPSHOT_CONNECTIONS)
+    expect(cli.maxShapes).toBe(DEFAULT_MAX_SHAPES)
+    expect(cli.tableCacheMs).toBe(DEFAULT_TABLE_CACHE_MS)
+    expect(cli.tailBudgetBytes).toBe(DEFAULT_TAIL_BUDGET_BYTES)
+    expect(cli.chunkBytes).toBe(DEFAULT_CHUNK_BYTES)
+  })
+
   it('has one sample per setting, each env var SLUICE_* (DATABASE_URL excepted) and each flag unique', () => {
     expect(new Set(SETTINGS.map((s) => s.key))).toEqual(new Set(Object.keys(SAMPLES)))
     expect(new Set(SETTINGS.map((s) => s.flag)).size).toBe(SETTINGS.length)
