@@ -2,7 +2,7 @@
  * Turning a `LogRead` into bytes in memory, the way the benchmark's readers do.
  *
  * By default a reader copies each range into its own reusable buffer, as the
- * server does for ranges it does not sendfile (DESIGN.md §2: "pread into a
+ * server does for ranges it does not sendfile (docs/architecture.md §2: "pread into a
  * pooled buffer"). `readSpans`/`readSpansAsync` from `@sluice/storage` allocate
  * a fresh buffer per range instead; with 10 MiB ranges a read's time then hinges
  * on whether the allocator hands back recycled or fresh, page-faulting memory,

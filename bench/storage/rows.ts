@@ -1,6 +1,6 @@
 /**
  * The rows every engine stores: change lines shaped like the ones the server
- * encodes (PROTOCOL.md), pre-encoded once, so the timed loops measure storage
+ * encodes (docs/protocol.md), pre-encoded once, so the timed loops measure storage
  * and not JSON encoding. A seeded generator makes every run, and every engine
  * within a run, store the same bytes.
  */

@@ -17,7 +17,7 @@ export interface BackoffOptions {
   readonly maxRetries: number
 }
 
-/** 1 s doubling to 32 s, as PROTOCOL.md §5.4 describes the official client. */
+/** 1 s doubling to 32 s, as docs/protocol.md §5.4 describes the official client. */
 export const DEFAULT_BACKOFF: BackoffOptions = Object.freeze({
   initialDelayMs: 1_000,
   maxDelayMs: 32_000,

@@ -4,7 +4,7 @@ import type { Row, RowParser } from './value-parser.js'
 
 /**
  * Messages as subscribers receive them: change messages with parsed values,
- * control and event messages as the server sent them (PROTOCOL.md §3).
+ * control and event messages as the server sent them (docs/protocol.md §3).
  * The stream also publishes a `must-refetch` control message of its own when
  * a 409 resets it, so a subscriber knows to drop what it holds.
  */

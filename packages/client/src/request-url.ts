@@ -3,7 +3,7 @@ import type { Dynamic, ShapeParams, WhereParams } from './stream-options.js'
 import type { StreamState } from './stream-state.js'
 
 /**
- * The URL and headers of a stream's next request (PROTOCOL.md §2): the shape's
+ * The URL and headers of a stream's next request (docs/protocol.md §2): the shape's
  * params resolved afresh, then the protocol's own (offset, handle, live,
  * cursor, cache buster) from the state, in a stable order.
  */
@@ -50,7 +50,7 @@ function appendParam(query: URLSearchParams, name: string, value: string | reado
   if (name === QueryParam.columns && Array.isArray(value)) {
     query.set(name, (value as readonly string[]).map(quoteIdentifier).join(','))
   } else if (name === QueryParam.params && typeof value === 'object') {
-    // Plug-style nesting: params[1]=a&params[2]=b (PROTOCOL.md §2).
+    // Plug-style nesting: params[1]=a&params[2]=b (docs/protocol.md §2).
     const entries = Array.isArray(value) ? value.map((v, i) => [String(i + 1), v] as const) : Object.entries(value)
     for (const [key, v] of entries) query.set(`${QueryParam.params}[${key}]`, String(v))
   } else if (Array.isArray(value)) {

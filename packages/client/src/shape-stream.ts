@@ -19,7 +19,7 @@ import { type StreamEvent, type StreamState, initialState, transition } from './
 import { type Row, type RowParser, createRowParser } from './value-parser.js'
 
 /**
- * A shape's log, followed over HTTP (PROTOCOL.md): `-1`, then chunk after
+ * A shape's log, followed over HTTP (docs/protocol.md): `-1`, then chunk after
  * chunk until up to date, then live requests (long-poll, or SSE with a
  * fallback to long-poll), through 409 resets, retries and backoff.
  *

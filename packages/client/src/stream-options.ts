@@ -38,7 +38,7 @@ export interface ShapeStreamOptions {
   /** The shape endpoint, e.g. `http://localhost:3000/v1/shape`. */
   readonly url: string
   readonly params: ShapeParams
-  /** `changes_only` skips the initial snapshot (PROTOCOL.md §2). Default `full`. */
+  /** `changes_only` skips the initial snapshot (docs/protocol.md §2). Default `full`. */
   readonly log?: LogMode
   readonly headers?: Readonly<Record<string, Dynamic<string>>>
   /** Where to start: `-1` (default), `now`, or an offset saved earlier (with `handle`). */

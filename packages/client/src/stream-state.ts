@@ -21,7 +21,7 @@ interface Position {
   readonly handle: string | undefined
   /** Offset of the next request: `-1`, `now`, or one the server returned. */
   readonly offset: string
-  /** The first schema seen since the last reset (PROTOCOL.md §7: later ones are the same). */
+  /** The first schema seen since the last reset (docs/protocol.md §7: later ones are the same). */
   readonly schema: ShapeSchema | undefined
   /** The last `electric-cursor`; echoed by live requests so their URLs move on (§4.4). */
   readonly cursor: string | undefined

@@ -9,7 +9,7 @@
  *
  * A write that committed before the shape's snapshot never appears as a
  * change: it is in the snapshot rows. `snapshot-end` carries the snapshot's
- * visibility (xmin, xmax, xip_list as xid8 strings, PROTOCOL.md §3.4); a
+ * visibility (xmin, xmax, xip_list as xid8 strings, docs/protocol.md §3.4); a
  * transaction is visible in it when it is below xmin, or below xmax and not
  * in xip_list.
  */

@@ -4,7 +4,7 @@ import { ParserNullValueError } from './errors.js'
 
 /**
  * Turns the Postgres text values of a change message into JavaScript values,
- * column by column, guided by the `electric-schema` header (PROTOCOL.md §7.1):
+ * column by column, guided by the `electric-schema` header (docs/protocol.md §7.1):
  *
  *   int2, int4, float4, float8   number (`Number()`, so NaN, Infinity, -Infinity survive)
  *   int8                         bigint

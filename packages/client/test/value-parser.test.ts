@@ -4,7 +4,7 @@ import { InvalidArrayLiteralError, ParserNullValueError, columnParser, createRow
 
 const col = (type: string, extra: Partial<ColumnSchema> = {}): ColumnSchema => ({ type, ...extra })
 
-describe('scalar values by type (PROTOCOL.md §7.1)', () => {
+describe('scalar values by type (docs/protocol.md §7.1)', () => {
   const cases: Array<[string, ColumnSchema, string | null, unknown]> = [
     ['int2', col('int2'), '-32768', -32768],
     ['int4', col('int4'), '2147483647', 2147483647],

@@ -1,5 +1,5 @@
 /**
- * The live cursor (PROTOCOL.md §4.4), sent as `electric-cursor` on every
+ * The live cursor (docs/protocol.md §4.4), sent as `electric-cursor` on every
  * `live=true` response and echoed back by clients as `cursor=`.
  *
  * Time is cut into windows as long as the long-poll timeout, counted from a

@@ -1,5 +1,5 @@
 /**
- * Error codes of the Shape API (PROTOCOL.md §5.4).
+ * Error codes of the Shape API (docs/protocol.md §5.4).
  *
  * One table maps each stable `code` to its HTTP status, its body shape and its
  * default wire text. The body shapes are not uniform because Electric's are not:
@@ -9,7 +9,7 @@
  * CDN-cached error responses identical to Electric's.
  *
  * Key order inside a body is fixed here (insertion order, which `JSON.stringify`
- * keeps): `message`/`error` first, then `errors`/`details`, as PROTOCOL.md writes
+ * keeps): `message`/`error` first, then `errors`/`details`, as docs/protocol.md writes
  * them. Electric serialises Erlang maps, whose key order its source does not
  * determine, and JSON clients do not depend on it.
  */

@@ -1,5 +1,5 @@
 /**
- * ETags of shape responses (PROTOCOL.md §5.1, §5.3).
+ * ETags of shape responses (docs/protocol.md §5.1, §5.3).
  *
  * The tag is `"<handle>:<request offset>:<response offset>"`, known before the
  * body is read, so a 304 costs no log access. A response with no changes (a

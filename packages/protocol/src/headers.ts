@@ -1,5 +1,5 @@
 /**
- * Header names and fixed header values of the Shape API (PROTOCOL.md §5.1, §5.2, §8).
+ * Header names and fixed header values of the Shape API (docs/protocol.md §5.1, §5.2, §8).
  *
  * Names are lower case: Node and fetch both normalise to it, and the official
  * client reads them with `Headers.get`, which is case-insensitive anyway.

@@ -1,6 +1,6 @@
 /**
  * Postgres identifiers as the Shape API accepts them in `table` and `columns`
- * (PROTOCOL.md §2). Syntax only: whether the table or column exists is the
+ * (docs/protocol.md §2). Syntax only: whether the table or column exists is the
  * server's question.
  *
  *   foo          unquoted: a letter or `_`, then letters, marks, digits, `_`, `$`;

@@ -1,7 +1,7 @@
 import { U64_MAX } from './offset.js'
 
 /**
- * Messages of a shape log body (PROTOCOL.md §3).
+ * Messages of a shape log body (docs/protocol.md §3).
  *
  * A body is a JSON array of change messages, control messages and (for
  * subquery shapes) event messages. Change lines are encoded by the server once
@@ -115,7 +115,7 @@ export function upToDateMessage(globalLastSeenLsn: bigint): string {
 
 /**
  * The line after the initial snapshot's rows: the snapshot's visibility, for
- * stitching. Keys in PROTOCOL.md's order; the values are xid8s.
+ * stitching. Keys in the order of docs/protocol.md; the values are xid8s.
  */
 export function snapshotEndMessage(xmin: bigint, xmax: bigint, xipList: readonly bigint[]): string {
   const xip = xipList.map((xid) => `"${u64(xid, 'xid')}"`).join(',')

@@ -1,7 +1,7 @@
 import { SluiceError } from './errors.js'
 
 /**
- * Log offsets (PROTOCOL.md §4.1).
+ * Log offsets (docs/protocol.md §4.1).
  *
  * An offset is the pair `(tx, op)` compared lexicographically as unsigned 64-bit
  * integers, with two points outside that space:

@@ -1,7 +1,7 @@
 import { INVALID_OFFSET_MESSAGE } from './offset.js'
 
 /**
- * The vocabulary of `/v1/shape`'s query (PROTOCOL.md §2): parameter names, the
+ * The vocabulary of `/v1/shape`'s query (docs/protocol.md §2): parameter names, the
  * values of the enumerated ones, and the error texts clients see, in Electric's
  * wording. The parser (params.ts) and its casts and subset handling share them.
  */

@@ -20,7 +20,7 @@ import { type QueryObject, decodeQueryString } from './query-string.js'
 import { type SubsetRequest, castSubset, extractSubset, mergeBody } from './subset-params.js'
 
 /**
- * Query parameters of `/v1/shape` (PROTOCOL.md §2) and their validation.
+ * Query parameters of `/v1/shape` (docs/protocol.md §2) and their validation.
  *
  * The parser reproduces what a client sees from Electric, down to the error
  * texts, without touching a database: whether the table, its columns and the

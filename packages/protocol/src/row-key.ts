@@ -2,7 +2,7 @@ import type { RelationName } from './identifiers.js'
 import type { RowValues } from './messages.js'
 
 /**
- * Row keys (PROTOCOL.md §3.3). Clients compare keys as strings, so every
+ * Row keys (docs/protocol.md §3.3). Clients compare keys as strings, so every
  * server and every snapshot query must build exactly these bytes:
  *
  *   "<schema>"."<table>"/"<v1>"/"<v2>"…

@@ -1,5 +1,5 @@
 /**
- * The `electric-schema` header (PROTOCOL.md §7): a JSON object over the selected
+ * The `electric-schema` header (docs/protocol.md §7): a JSON object over the selected
  * columns, sent with every non-live 200. Clients parse values with it, so it
  * must be right: `not_null` on a column that can be null makes the official
  * client throw on the first null it sees.

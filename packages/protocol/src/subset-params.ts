@@ -2,7 +2,7 @@ import { type Cast, ErrorMap, castInteger, castString, castSubsetParams, copyInt
 import { ParamMessage, SUBSET_PREFIX } from './param-names.js'
 
 /**
- * The subset part of a `/v1/shape` request (PROTOCOL.md §6): its `subset__*`
+ * The subset part of a `/v1/shape` request (docs/protocol.md §6): its `subset__*`
  * query keys or a POST body, gathered under `subset` and cast (stage 8 of the
  * parser in params.ts).
  */

@@ -15,7 +15,7 @@ import {
 
 const body = (error: SluiceError): string => JSON.stringify(error.toBody())
 
-describe('error bodies (PROTOCOL.md §5.4)', () => {
+describe('error bodies (docs/protocol.md §5.4)', () => {
   const cases: Array<[ErrorCode, number, string]> = [
     ['invalid_request', 400, '{"message":"Invalid request"}'],
     [

@@ -20,7 +20,7 @@ import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
 
 /**
- * The sync pipeline, wired (DESIGN.md §2): the replication client feeds the
+ * The sync pipeline, wired (docs/architecture.md §2): the replication client feeds the
  * router, the router appends to the storage engine, each flush of the engine
  * acknowledges its durable watermark to Postgres, and the shape manager brings
  * shapes in and out. The HTTP layer reaches all of it through `shapeService`.
@@ -38,7 +38,7 @@ export interface PipelineOptions {
   /** The store's budget for changes journaled but not yet in their logs' files (FileStoreOptions.tailBudgetBytes). */
   readonly tailBudgetBytes?: number
   readonly snapshotConnections?: number
-  /** Postgres connections for subset snapshots (PROTOCOL.md §6), apart from the snapshot pool so they never delay shape creation. */
+  /** Postgres connections for subset snapshots (docs/protocol.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
   /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
@@ -119,7 +119,7 @@ export class Pipeline {
     this.unsubscribe = parts.unsubscribe
   }
 
-  /** The global last-processed LSN of PROTOCOL.md §3.4 (see `ShapeService.lastSeenLsn`). */
+  /** The global last-processed LSN of docs/protocol.md §3.4 (see `ShapeService.lastSeenLsn`). */
   get lastSeenLsn(): bigint {
     return this.shapeService.lastSeenLsn
   }

@@ -25,7 +25,7 @@ export interface ResolvedShape {
 /** 'active' (ready or being created), 'expired' (invalidated or deleted) or 'unknown'. */
 export type ShapeStatus = 'active' | 'expired' | 'unknown'
 
-/** What a subset snapshot reports before its rows (PROTOCOL.md §6). */
+/** What a subset snapshot reports before its rows (docs/protocol.md §6). */
 export interface SubsetStart {
   readonly snapshot: PgSnapshot
   /** `pg_current_wal_insert_lsn()` after the snapshot: above the commit LSN of everything it sees. */
@@ -85,7 +85,7 @@ export interface ShapeService {
   /** Listens to shapes being invalidated (rotated, truncated, deleted); returns the unsubscribe. */
   onInvalidated(listener: (handle: string) => void): () => void
   /**
-   * The global last-processed LSN of PROTOCOL.md §3.4: the commit LSN of the
+   * The global last-processed LSN of docs/protocol.md §3.4: the commit LSN of the
    * last replicated transaction the store has made durable.
    */
   readonly lastSeenLsn: bigint
@@ -102,7 +102,7 @@ export interface ShapeService {
 /**
  * Where a reader stands at the head of a log: its last offset, or `0_inf` while
  * it holds only the snapshot (every virtual offset is then in bounds, and a
- * shape with no real entries reports `0_inf` for `offset=now`, PROTOCOL.md §4.1).
+ * shape with no real entries reports `0_inf` for `offset=now`, docs/protocol.md §4.1).
  */
 export function headOffset(log: ShapeLog): LogOffset {
   const last = log.head().lastOffset

@@ -1,7 +1,7 @@
 import { concurrentRequestLimitExceeded, type SluiceError } from '@sluice/protocol'
 
 /**
- * Admission control (PROTOCOL.md §5.4): a count of in-flight requests per kind.
+ * Admission control (docs/protocol.md §5.4): a count of in-flight requests per kind.
  * `offset=-1` requests can each start a snapshot, so they get a small limit of
  * their own; every other `/v1/shape` request, long-polls included, counts
  * against the large one. Over the limit the request is refused at once with a

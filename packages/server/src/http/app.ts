@@ -18,7 +18,7 @@ import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from '.
 import { type ShapeWaiters, shapeRoutes } from './shape-routes.js'
 
 /**
- * The HTTP app (DESIGN.md §5), built apart from `listen()`: the caller (or a
+ * The HTTP app (docs/architecture.md §5), built apart from `listen()`: the caller (or a
  * test) decides where it listens. Route groups are encapsulated plugins; the
  * error handler, the 404 handler and `electric-server` are app-wide.
  */
@@ -201,7 +201,7 @@ function refuseExpectation(request: IncomingMessage, response: ServerResponse): 
 
 /**
  * Electric matches routes after normalising the path: `/v1/shape/`, `/v1//shape`
- * and `/v1/%73hape` are all `/v1/shape` (PROTOCOL.md §1). The query is kept
+ * and `/v1/%73hape` are all `/v1/shape` (docs/protocol.md §1). The query is kept
  * byte for byte; unknown paths are left alone for the 404 handler.
  */
 export function normalizeUrl(url: string): string {

@@ -10,7 +10,7 @@ import {
 import type { FastifyReply, FastifyRequest } from 'fastify'
 
 /**
- * CORS (PROTOCOL.md §8): the request's Origin echoed (or `*`), the methods of
+ * CORS (docs/protocol.md §8): the request's Origin echoed (or `*`), the methods of
  * the route, and the electric-* headers exposed so a browser client can read
  * them. An echoed origin adds `vary: origin`, so an HTTP cache never hands one
  * origin's answer to another.

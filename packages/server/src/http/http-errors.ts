@@ -5,7 +5,7 @@ import type { ShapeError } from '../shape-service.js'
 
 /**
  * Maps whatever a request handler throws to the `SluiceError` whose status and
- * body the client gets (PROTOCOL.md §2, §5.4). A server error maps by its code
+ * body the client gets (docs/protocol.md §2, §5.4). A server error maps by its code
  * through the one table in src/errors.ts; anything else is a 500 with
  * Electric's generic body, unless it says Postgres cannot be reached or is one
  * of fastify's own 4xx. The original error goes to the log, never the wire.

@@ -1,4 +1,4 @@
-// The HTTP layer's public API (PROTOCOL.md): the app, its settings, and the pieces its tests and embedders use.
+// The HTTP layer's public API (docs/protocol.md): the app, its settings, and the pieces its tests and embedders use.
 export { type BuildAppOptions, buildApp, normalizeUrl, sendError } from './app.js'
 export { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 export type { HttpMetrics } from './http-metrics.js'

@@ -2,7 +2,7 @@ import type { LogRead } from '@sluice/storage'
 import { readSpansInto, readSpansIntoAsync } from '@sluice/storage'
 
 /**
- * Response bodies straight from stored bytes (DESIGN.md §3).
+ * Response bodies straight from stored bytes (docs/architecture.md §3).
  *
  * The store keeps each entry as `json,`, so a range's body is
  *

@@ -6,7 +6,7 @@ import { DEFAULT_MAX_CONCURRENT_EXISTING, DEFAULT_MAX_CONCURRENT_INITIAL, DEFAUL
  * env vars onto these; nothing here reads the environment.
  */
 export interface HttpOptions {
-  /** How long a `live=true` request is held without new data (PROTOCOL.md §4.4). */
+  /** How long a `live=true` request is held without new data (docs/protocol.md §4.4). */
   readonly longPollTimeoutMs: number
   /** `max-age` of non-live, non-initial responses (§5.2). */
   readonly maxAge: number
@@ -24,7 +24,7 @@ export interface HttpOptions {
   readonly sseTimeoutMs: number
 }
 
-/** Electric's defaults, except where PROTOCOL.md says otherwise. */
+/** Electric's defaults, except where docs/protocol.md says otherwise. */
 export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   longPollTimeoutMs: DEFAULT_LONG_POLL_TIMEOUT_MS,
   maxAge: DEFAULT_MAX_AGE_SECONDS,
@@ -36,8 +36,8 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
 })
 
 /**
- * `electric-server` on every response (PROTOCOL.md §1). The version is the
+ * `electric-server` on every response (docs/protocol.md §1). The version is the
  * Electric sync-service release whose behaviour this server reproduces
- * (PROTOCOL.md's source snapshot), not Sluice's own.
+ * (the release docs/protocol.md describes), not Sluice's own.
  */
 export const ELECTRIC_SERVER_VALUE = 'ElectricSQL/1.7.12'

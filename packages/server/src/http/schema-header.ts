@@ -2,7 +2,7 @@ import type { ColumnSchema, IntervalFields, ShapeSchema } from '@sluice/protocol
 import type { TableColumn, TableInfo } from '../shape-service.js'
 
 /**
- * The `electric-schema` header (PROTOCOL.md §7) from the catalog's TableInfo:
+ * The `electric-schema` header (docs/protocol.md §7) from the catalog's TableInfo:
  * selected columns in table order, array columns by element type with `dims`,
  * `pk_index`, `not_null`, and the type modifier decoded as Postgres's
  * `format_type` reads it. Cached per (table info, column list): a TableInfo is

@@ -40,7 +40,7 @@ import { schemaHeader } from './schema-header.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 
 /**
- * `/v1/shape` (PROTOCOL.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS, and
+ * `/v1/shape` (docs/protocol.md §2-§5, §8): GET/HEAD reads, DELETE, OPTIONS, and
  * subset snapshots (§6, GET `subset__*` or POST; `subset-route.ts`). One
  * encapsulated plugin; the secret check and CORS headers are its hooks.
  *

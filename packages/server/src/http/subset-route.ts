@@ -26,7 +26,7 @@ import { rawQuery } from './raw-query.js'
 import { schemaHeader } from './schema-header.js'
 
 /**
- * Subset snapshots (PROTOCOL.md §6): `GET /v1/shape?…&subset__where=…` and
+ * Subset snapshots (docs/protocol.md §6): `GET /v1/shape?…&subset__where=…` and
  * `POST /v1/shape` with the subset in a JSON body. One query in its own
  * REPEATABLE READ READ ONLY transaction (`ShapeService.runSubset`), answered
  * as `{"metadata":{…},"data":[…]}` with `electric-snapshot: true` and

@@ -1,5 +1,5 @@
 /**
- * The session settings that decide how values print as text (PROTOCOL.md §3.5).
+ * The session settings that decide how values print as text (docs/protocol.md §3.5).
  * pgoutput prints every value with the type's output function inside the
  * walsender, using that session's settings, so the replication connection must
  * carry the same ones as the snapshot queries or a row would read differently

@@ -1,5 +1,5 @@
 // The replication stage: pgoutput over a replication connection, decoded to raw
-// text tuples, assembled into transactions for a ChangeSink (DESIGN.md §2);
+// text tuples, assembled into transactions for a ChangeSink (docs/architecture.md §2);
 // streamed transactions wait in a StreamBuffer (in memory, or spilled to disk)
 // until BufferingSink hands them on, committed, to a TransactionSink.
 export { assertNoUnchangedToast } from './assert-no-unchanged-toast.js'

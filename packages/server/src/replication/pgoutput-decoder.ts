@@ -14,7 +14,7 @@ import { PgoutputDecodeError } from './replication-errors.js'
  * A pure decoder of pgoutput messages (protocol versions 1 and 2): the payload
  * of one XLogData message in, one typed message out, no I/O.
  *
- * Every tuple value stays Postgres text (PROTOCOL.md §3.5): a sync server must
+ * Every tuple value stays Postgres text (docs/protocol.md §3.5): a sync server must
  * echo exactly what the type's output function printed, so nothing goes through
  * a type parser. Binary values are refused: we never ask for them.
  *

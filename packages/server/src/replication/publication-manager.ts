@@ -26,7 +26,7 @@ const IDENTITY_FULL = 'f'
  *
  * Every published table is REPLICA IDENTITY FULL: updates and deletes then carry
  * the whole old row, which the router needs to tell whether a row left a shape
- * and to fill unchanged TOAST values (PROTOCOL.md §3.2, §9). It is set before
+ * and to fill unchanged TOAST values (docs/protocol.md §3.2, §9). It is set before
  * the table joins the publication, so no change of a published table ever
  * arrives without its old row.
  *

@@ -18,7 +18,7 @@ import { LineScratch } from './line-scratch.js'
 
 /**
  * Encodes one replicated row change into the JSON line(s) of a shape log
- * (PROTOCOL.md §3.1–3.3, 3.5). Pure: tuples in, bytes out.
+ * (docs/protocol.md §3.1–3.3, 3.5). Pure: tuples in, bytes out.
  *
  * Line layout (no whitespace, no trailing comma):
  *
@@ -26,7 +26,7 @@ import { LineScratch } from './line-scratch.js'
  *     [,"key_change_to"|"key_change_from":K2],"lsn":"<decimal>","op_position":N,"txids":[X][,"last":true]}}
  *
  * Key order: clients read lines with JSON.parse, so order carries no meaning;
- * PROTOCOL.md does not fix it. We use the order of Electric's `log_items.ex`
+ * docs/protocol.md does not fix it. We use the order of Electric's `log_items.ex`
  * literals (key, value, old_value, headers; operation, relation first) rather
  * than what Jason emits for small Elixir maps (sorted keys), because it is
  * the readable one and nothing depends on it. Within `value`/`old_value`
@@ -73,7 +73,7 @@ export type EncodableChange =
 export interface ChangePosition {
   /** Commit LSN of the transaction (the offset's tx part). */
   readonly lsn: bigint
-  /** Op offset of the change; a PK-changing update also takes `op + 1` (ops count by 2, PROTOCOL.md §4.1). */
+  /** Op offset of the change; a PK-changing update also takes `op + 1` (ops count by 2, docs/protocol.md §4.1). */
   readonly op: number
   /** 32-bit xid from Begin, sent as a JSON number. */
   readonly txid: number

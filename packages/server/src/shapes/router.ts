@@ -38,7 +38,7 @@ export type {
 const NO_LINE = new Uint8Array(0)
 
 /**
- * The shape router (DESIGN.md §2): the TransactionSink that turns committed
+ * The shape router (docs/architecture.md §2): the TransactionSink that turns committed
  * transactions into shape-log appends.
  *
  * For each change it finds the affected shapes through one `ShapeIndex` per

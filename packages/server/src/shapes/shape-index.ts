@@ -3,7 +3,7 @@ import { type IndexableConjunct, type WhereClause, isCanonicalInt } from '../whe
 
 /**
  * Finds the shapes of ONE table that a row belongs to, without evaluating
- * every shape's where clause (DESIGN.md §4, issue 3 item 6).
+ * every shape's where clause (docs/architecture.md §4).
  *
  * Keep one `ShapeIndex` per table: conjunct domains name a key function of
  * columns, not of a relation, so shapes of two tables must not share one.
@@ -180,7 +180,7 @@ export class ShapeIndex<S> {
   /**
    * For an update: the shapes holding the row before (`inOld`) and after
    * (`inNew`). In both → update for that shape; only old → delete; only new →
-   * insert (PROTOCOL.md §3.2). `oldRow` must carry every column the clauses
+   * insert (docs/protocol.md §3.2). `oldRow` must carry every column the clauses
    * read (replica identity full, or the new row overlaid with the old key),
    * or old-side membership is unknown.
    */

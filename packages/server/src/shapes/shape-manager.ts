@@ -20,7 +20,7 @@ import { type TableInfo, loadTable } from './table-catalog.js'
 export type { ShapeRemoval } from './live-shape.js'
 
 /**
- * Shapes from request to live log (DESIGN.md §2): the registry of shapes and
+ * Shapes from request to live log (docs/architecture.md §2): the registry of shapes and
  * their handles, and the door the HTTP layer comes through.
  *
  * Resolving a request: the table is loaded from the catalog (`TableCache`),

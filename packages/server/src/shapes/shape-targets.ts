@@ -59,7 +59,7 @@ export class QueueTarget implements ShapeTarget {
 }
 
 /**
- * Drops the transactions a snapshot already contains (PROTOCOL.md §9
+ * Drops the transactions a snapshot already contains (docs/protocol.md §9
  * stitching). Until the snapshot is known everything passes to the inner
  * target (the queue). Afterwards a part is dropped when its transaction is
  * visible in the snapshot; a commit at or above the snapshot's WAL insert

@@ -24,7 +24,7 @@ export interface TableColumn {
   readonly elementTypeName?: string
   /** When the array element is a domain: the element's base typname, recursively resolved. */
   readonly elementBaseTypeName?: string
-  /** 0 for non-arrays; for arrays max(attndims, 1) (attndims is 0 for a domain over an array, PROTOCOL.md §7's caveat). */
+  /** 0 for non-arrays; for arrays max(attndims, 1) (attndims is 0 for a domain over an array, docs/protocol.md §7's caveat). */
   readonly dims: number
   readonly notNull: boolean
   /** 0-based position in the primary key. */

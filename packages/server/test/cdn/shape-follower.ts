@@ -1,5 +1,5 @@
 /**
- * A minimal client that follows one shape by PROTOCOL.md alone: `offset=-1`,
+ * A minimal client that follows one shape by docs/protocol.md alone: `offset=-1`,
  * then each response's electric-offset and electric-handle, then `live=true`
  * with the last electric-cursor once up-to-date; a 409 restarts from `-1`
  * with the new handle (which the server ignores at `-1` but which makes the

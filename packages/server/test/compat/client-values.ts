@@ -3,14 +3,14 @@ import pg from 'pg'
 
 /**
  * What the official client should hold for a row, worked out from Postgres
- * itself and the client's documented parsing rules (PROTOCOL.md §7.1), never
+ * itself and the client's documented parsing rules (docs/protocol.md §7.1), never
  * from Sluice's output: Postgres prints each value under the display settings
  * of §3.5, and the text goes through the rule for the column's schema type.
  * Array literals are split by node-postgres's own text[] parser, a separate
  * implementation from the client's.
  */
 
-/** PROTOCOL.md §3.5: the session settings every value is printed under. */
+/** docs/protocol.md §3.5: the session settings every value is printed under. */
 const PROTOCOL_DISPLAY_SETTINGS: ReadonlyArray<[string, string]> = [
   ['bytea_output', 'hex'],
   ['DateStyle', 'ISO, DMY'],
@@ -19,7 +19,7 @@ const PROTOCOL_DISPLAY_SETTINGS: ReadonlyArray<[string, string]> = [
   ['IntervalStyle', 'iso_8601'],
 ]
 
-/** One column as the `electric-schema` header describes it (PROTOCOL.md §7). */
+/** One column as the `electric-schema` header describes it (docs/protocol.md §7). */
 export interface SchemaEntry {
   readonly type: string
   readonly dims?: number

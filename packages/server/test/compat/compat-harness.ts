@@ -123,7 +123,7 @@ export function shapeOf(stream: ShapeStream<Row>): Shape<Row> {
   return new Shape(stream as unknown as ShapeStreamInterface<Row>)
 }
 
-/** The row key the protocol specifies (PROTOCOL.md §3.3) for a plain relation and primary key. */
+/** The row key the protocol specifies (docs/protocol.md §3.3) for a plain relation and primary key. */
 export function rowKey(schema: string, table: string, ...pk: string[]): string {
   return `"${schema}"."${table}"` + pk.map((v) => `/"${v.replaceAll('/', '//')}"`).join('')
 }

@@ -1,8 +1,8 @@
 import fc from 'fast-check'
 
 /**
- * Hostile requests for the HTTP fuzz test (fuzz.test.ts): query strings built
- * from every PROTOCOL.md §2 parameter with values meant to break parsers and
+ * Hostile requests for the HTTP fuzz test (fuzz.pg.test.ts): query strings built
+ * from every docs/protocol.md §2 parameter with values meant to break parsers and
  * resource limits, odd paths, methods, headers and bodies, all as raw bytes.
  *
  * A case also says what a well-behaved server may do besides answering with
@@ -14,7 +14,7 @@ import fc from 'fast-check'
 
 /** The fuzzed table: every oracle clause is over these columns. */
 export const FUZZ_TABLE = 'fuzz_items'
-/** Rows 1..FUZZ_ROWS; see fuzz.test.ts for their values. */
+/** Rows 1..FUZZ_ROWS; see fuzz.pg.test.ts for their values. */
 export const FUZZ_ROWS = 60
 
 /** Stands for the handle of the known-good shape (table=fuzz_items, no where), filled in when the case runs. */

@@ -89,7 +89,7 @@ export async function compareShape(
   const def = pipeline.shapes.definition(handle)!
   const lines = readLog(log)
   const actual = materialize(lines, { strict: options.strict ?? true })
-  // Values print as the pipeline's sessions print them (PROTOCOL.md §3.5).
+  // Values print as the pipeline's sessions print them (docs/protocol.md §3.5).
   const client = await cluster.connect()
   let expected: Map<string, Record<string, string | null>>
   try {

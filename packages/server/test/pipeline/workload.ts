@@ -1,6 +1,6 @@
 /**
  * A random concurrent write workload and a random shape generator, shared by
- * the consistency oracle (oracle.test.ts) and the crash test (crash.test.ts).
+ * the consistency oracle (oracle.pg.test.ts) and the crash test (crash.pg.test.ts).
  *
  * Tables (created by `SCHEMA_SQL`, seeded by `seedSql`):
  *   o_items  int8 key; int4, text, numeric, bool, timestamptz, jsonb, text[] and a text body

@@ -118,7 +118,7 @@ export function startClient(
 
 /**
  * A normal (non-replication) session with the display settings of
- * PROTOCOL.md §3.5 whose results stay raw text: what each type's output
+ * docs/protocol.md §3.5 whose results stay raw text: what each type's output
  * function printed, the same function pgoutput calls.
  */
 export async function displaySession(cluster: PostgresCluster): Promise<pg.Client> {

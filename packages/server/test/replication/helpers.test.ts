@@ -38,7 +38,7 @@ describe('startupOptions', () => {
     expect(startupOptions({ DateStyle: 'ISO, DMY', a: 'b\\c' })).toBe('-c DateStyle=ISO,\\ DMY -c a=b\\\\c')
   })
 
-  it('carries every display setting of PROTOCOL.md §3.5', () => {
+  it('carries every display setting of docs/protocol.md §3.5', () => {
     expect(startupOptions(DISPLAY_SETTINGS)).toBe(
       '-c bytea_output=hex -c DateStyle=ISO,\\ DMY -c TimeZone=UTC -c extra_float_digits=1 -c IntervalStyle=iso_8601',
     )

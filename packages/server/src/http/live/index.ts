@@ -1,5 +1,5 @@
 /**
- * Live mode for `/v1/shape`: long-poll waiting and SSE streaming (PROTOCOL.md
+ * Live mode for `/v1/shape`: long-poll waiting and SSE streaming (docs/protocol.md
  * §4.4, §5.5). Independent of fastify; the route wires it in.
  */
 export {

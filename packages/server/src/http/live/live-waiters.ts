@@ -1,6 +1,6 @@
 /**
  * Live waiters: long-polls and SSE streams parked until their shape's durable
- * data moves (PROTOCOL.md §4.4).
+ * data moves (docs/protocol.md §4.4).
  *
  * Waking
  * ------

@@ -1,5 +1,5 @@
 /**
- * Server-sent events for `live=true&live_sse=true` (PROTOCOL.md §5.5), on a
+ * Server-sent events for `live=true&live_sse=true` (docs/protocol.md §5.5), on a
  * bare `node:http` response so it does not depend on fastify (the route hands
  * over `reply.raw` after `reply.hijack()`).
  *

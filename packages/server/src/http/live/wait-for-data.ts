@@ -1,5 +1,5 @@
 /**
- * The long-poll wait (PROTOCOL.md §4.4), the one loop `/v1/shape` waits in:
+ * The long-poll wait (docs/protocol.md §4.4), the one loop `/v1/shape` waits in:
  * answer at once if the log already holds what the request waits for, else
  * park on `LiveWaiters` until it does, the timeout passes, the shape is
  * invalidated or the request goes away.

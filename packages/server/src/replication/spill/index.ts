@@ -1,5 +1,5 @@
 // Spilling to disk: bounded-memory buffers for streamed transactions and for
-// queues of routed parts (DESIGN.md §7). Files go through the storage engine's FsPort.
+// queues of routed parts (docs/architecture.md §2; the limits in docs/protocol.md §11). Files go through the storage engine's FsPort.
 export { SPILL_ERROR_CODES, SpillError } from './errors.js'
 export type { SpillErrorCode } from './errors.js'
 export { SPILL_FORMAT_VERSION, SPILL_HEADER_BYTES, SPILL_MAGIC } from './format.js'

@@ -1,5 +1,5 @@
 /**
- * Shape handles: `<hash>-<unix microseconds>` (PROTOCOL.md §2), e.g.
+ * Shape handles: `<hash>-<unix microseconds>` (docs/protocol.md §2), e.g.
  * `4121856423567898134-1763837400123456`.
  *
  * Handles are never reused, even across restarts: a client that saw a handle

@@ -4,7 +4,7 @@ import type { WhereClause, WhereColumn } from '../../where/index.js'
 import { compileWhere } from '../../where/index.js'
 
 /**
- * What makes a shape a shape (PROTOCOL.md §2, "Shape identity"), in one
+ * What makes a shape a shape (docs/protocol.md §2, "Shape identity"), in one
  * normalised spelling: two requests share a shape (and a handle) exactly when
  * their definitions are equal, which {@link definitionKey} reduces to string
  * equality.
@@ -20,7 +20,7 @@ import { compileWhere } from '../../where/index.js'
  *   binaries) and deduplicated; `undefined` means every column and is a
  *   different shape from an explicit full list, as in Electric.
  *
- * Not yet part of the identity: `queryable_columns` (PROTOCOL.md §2 lists it);
+ * Not yet part of the identity: `queryable_columns` (docs/protocol.md §2 lists it);
  * the HTTP layer does not use it yet.
  */
 export interface ShapeDefinition {

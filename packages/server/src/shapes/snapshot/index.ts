@@ -1,4 +1,4 @@
-// Initial snapshots of shapes (PROTOCOL.md §9, DESIGN.md §2) and subset snapshots (§6): the row query built in SQL,
+// Initial snapshots of shapes (docs/protocol.md §9, docs/architecture.md §2) and subset snapshots (§6): the row query built in SQL,
 // the REPEATABLE READ run that streams it, and the snapshot's visibility rules for stitching.
 export {
   encodeSnapshotEnd,

@@ -87,7 +87,7 @@ const ROLLBACK_TIMEOUT_MS = 5_000
 const utf8 = new TextEncoder()
 
 /**
- * Runs the initial snapshot of a shape (PROTOCOL.md §9, DESIGN.md §2) on a
+ * Runs the initial snapshot of a shape (docs/protocol.md §9, docs/architecture.md §2) on a
  * connection from `pool` (the caller sizes it: a bounded pool shared by all
  * the snapshots that start at once) and streams its rows to `sink`.
  *

@@ -8,7 +8,7 @@ import { SnapshotError } from './snapshot-error.js'
 import type { SubsetQuery } from './subset-query.js'
 
 /**
- * Runs a subset snapshot (PROTOCOL.md §6): the query from `buildSubsetQuery`
+ * Runs a subset snapshot (docs/protocol.md §6): the query from `buildSubsetQuery`
  * in its own REPEATABLE READ READ ONLY transaction (`runSnapshot`: display
  * settings, ACCESS SHARE lock, catalog check, cursor), on a pool the caller
  * bounds.

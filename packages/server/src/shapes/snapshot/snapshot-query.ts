@@ -11,13 +11,13 @@ export interface SnapshotQueryOptions {
   readonly where?: string | undefined
   /** Selected columns; undefined means all. Must include every primary-key column. */
   readonly columns?: readonly string[] | undefined
-  /** A subset snapshot's mark (PROTOCOL.md §6): added to every row's headers as `snapshot_mark`. */
+  /** A subset snapshot's mark (docs/protocol.md §6): added to every row's headers as `snapshot_mark`. */
   readonly snapshotMark?: number | undefined
 }
 
 /**
  * One SELECT whose single text column is each row's complete shape-log line
- * (PROTOCOL.md §3.1, §9), built in Postgres so rows stream through as bytes:
+ * (docs/protocol.md §3.1, §9), built in Postgres so rows stream through as bytes:
  *
  *   {"key":K,"value":{"c1":V1,…},"headers":{"operation":"insert","relation":["schema","table"]}}
  *

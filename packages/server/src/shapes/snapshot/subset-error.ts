@@ -1,7 +1,7 @@
 import { SluiceError } from '@sluice/protocol'
 
 /**
- * Why a subset snapshot (PROTOCOL.md §6) was refused. Stable: tests and logs
+ * Why a subset snapshot (docs/protocol.md §6) was refused. Stable: tests and logs
  * branch on it; the message may improve.
  */
 export type SubsetErrorReason =

@@ -5,7 +5,7 @@ import type { TableInfo } from '../table-catalog.js'
 import { SubsetError } from './subset-error.js'
 
 /**
- * A subset's `order_by` (PROTOCOL.md §6). The text goes to Postgres's own
+ * A subset's `order_by` (docs/protocol.md §6). The text goes to Postgres's own
  * parser as `SELECT 1 ORDER BY <text>`, and only a statement of exactly that
  * shape is accepted, whose sort keys are bare names of the table's columns with
  * an optional direction and NULLS placement. Everything else is refused with a

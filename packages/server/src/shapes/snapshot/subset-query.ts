@@ -8,7 +8,7 @@ import { SubsetError } from './subset-error.js'
 import { type OrderByKey, orderBySql, parseOrderBy } from './subset-order-by.js'
 
 /**
- * A subset snapshot's query (PROTOCOL.md §6): the shape's snapshot query (same
+ * A subset snapshot's query (docs/protocol.md §6): the shape's snapshot query (same
  * projection, same row JSON) restricted by `(shape where) AND (subset where)`,
  * then ORDER BY / LIMIT / OFFSET. Every piece that reaches Postgres is either
  * printed by us from a checked parse tree (both where clauses are canonical

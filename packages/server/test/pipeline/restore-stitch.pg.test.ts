@@ -1,5 +1,5 @@
 /**
- * Regression test (found by crash.test.ts): a shape restored after a crash
+ * Regression test (found by crash.pg.test.ts): a shape restored after a crash
  * must not take again a transaction its snapshot already holds.
  *
  * The snapshot can see a transaction that the router has not reached yet

@@ -10,7 +10,7 @@ import { type RecordedExchange, StreamLog, eventually, openStream, rowKey, shape
 /**
  * The official client's parser against every common Postgres type: the
  * `electric-schema` header the client receives must describe each column as
- * PROTOCOL.md §7 says, and the rows the client materialises (through its own
+ * docs/protocol.md §7 says, and the rows the client materialises (through its own
  * parser, driven by that header) must equal Postgres's own values mapped
  * through the documented rules (§7.1): from the initial snapshot and from
  * replicated inserts and updates alike (the two print booleans differently).
@@ -67,7 +67,7 @@ const COLUMNS: ReadonlyArray<[string, string, SchemaEntry]> = [
   ['a_tstz', 'timestamptz[]', { type: 'timestamptz', dims: 1 }],
   ['a_d', 'date[]', { type: 'date', dims: 1 }],
   // A domain over an array has attndims 0: Electric then sends the domain's name and no dims, so its
-  // client keeps the raw literal. Sluice knowingly sends the element type with dims 1 (PROTOCOL.md §7's
+  // client keeps the raw literal. Sluice knowingly sends the element type with dims 1 (docs/protocol.md §7's
   // caveat), so the client parses the array.
   ['dom_arr', 'int_list', { type: 'int4', dims: 1 }],
 ]
@@ -206,7 +206,7 @@ describe('every common type through the official client', () => {
       const expected = await expectedClientRows(cluster, 'every_type', SCHEMA, keyOf)
       expect(expected.size).toBe(3)
       expect(new Map(rows)).toEqual(expected)
-      // A second oracle, by hand from PROTOCOL.md §7.1, for the values most likely to go wrong.
+      // A second oracle, by hand from docs/protocol.md §7.1, for the values most likely to go wrong.
       const full = rows.get(keyOf({ id: '1' }))!
       expect(full.i8).toBe(9223372036854775807n)
       expect(full.f8).toBe(Infinity)

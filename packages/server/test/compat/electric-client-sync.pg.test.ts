@@ -71,7 +71,7 @@ describe('the official client syncing from Sluice', () => {
     const log = new StreamLog(stream)
     try {
       expect(new Map(await shape.value)).toEqual(await expected('live_items'))
-      // offset=-1 never carries up-to-date (PROTOCOL.md §12.1): the client needed a second request.
+      // offset=-1 never carries up-to-date (docs/protocol.md §12.1): the client needed a second request.
       expect(exchanges[0]!.url.searchParams.get('offset')).toBe('-1')
       expect(exchanges[0]!.headers.has('electric-up-to-date')).toBe(false)
       // The client walked the snapshot chunk by chunk (each a non-live 200 with its schema) before up-to-date.
@@ -265,7 +265,7 @@ describe('the official client syncing from Sluice', () => {
       await caughtUp(pipeline, cluster)
       await eventually(() => shape.currentValue.has(rowKey('public', 'sse_items', '6')), 'the first SSE change')
       // Outlive one SSE stream (the server ends it after SSE_TIMEOUT_MS) so the client reconnects
-      // at the offset it derived from global_last_seen_lsn (PROTOCOL.md §5.5), then change more.
+      // at the offset it derived from global_last_seen_lsn (docs/protocol.md §5.5), then change more.
       const sseBefore = exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length
       await eventually(() => exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length > sseBefore, 'an SSE reconnect')
       await cluster.query(`

@@ -378,7 +378,7 @@ describe('what passes through', () => {
     const reader = new ShapeFollower({ baseUrl: nginx.url, table: 'sse_items', done: () => true })
     await reader.run()
     const base = { table: 'sse_items', offset: reader.offset, handle: reader.handle!, live: 'true', cursor: '' }
-    // Every spelling the map in deploy/nginx.conf must recognise (PROTOCOL.md §2, §5.5).
+    // Every spelling the map in deploy/nginx.conf must recognise (docs/protocol.md §2, §5.5).
     const variants = [{ live_sse: 'true' }, { live_sse: 'true', experimental_live_sse: 'true' }, { live_sse: '' }, { experimental_live_sse: '1' }]
     const controller = new AbortController()
     try {

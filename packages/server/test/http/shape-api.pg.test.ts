@@ -13,7 +13,7 @@ import { caughtUp, startPipeline } from '../pipeline/harness.js'
 import { type Res, type TestServer, call, messages, shapeUrl, startServer } from './http-harness.js'
 
 /**
- * PROTOCOL.md's tables, row by row, against a real server on a real pipeline
+ * docs/protocol.md's tables, row by row, against a real server on a real pipeline
  * and a real Postgres. One pipeline (small chunks, a 2 s long-poll) serves every
  * test; tables are per test where a test changes them.
  */

@@ -100,7 +100,7 @@ describe('decoding real traffic', () => {
       expect(change.newTuple).toEqual(rows[i])
     }
     // `col::text` (what a snapshot builds its JSON from) agrees too, booleans aside;
-    // bpchar::text drops trailing spaces, which is why snapshots use concat() for it (PROTOCOL.md §3.5).
+    // bpchar::text drops trailing spaces, which is why snapshots use concat() for it (docs/protocol.md §3.5).
     const names = (txs[0]?.changes[0] as { relation: { columns: ReadonlyArray<{ name: string }> } }).relation.columns.map((c) => c.name)
     const casts = names.map((n) => (n === 'bp' ? 'concat(bp)' : `${n}::text`)).join(', ')
     const asText = await display.query({ text: `SELECT ${casts} FROM ${quoted} ORDER BY id`, rowMode: 'array' })

@@ -23,7 +23,7 @@
  * to Postgres row for row, each log still starting with exactly the bytes it
  * held at the previous check (a full re-read), and
  * each shape checked at every transaction against its table's history (the
- * mirror shapes of oracle.test.ts, made before the first kill), so a change
+ * mirror shapes of oracle.pg.test.ts, made before the first kill), so a change
  * lost or doubled by a restart shows even if a later one hides it.
  * At the end the slot must release WAL: once idle, confirmed_flush_lsn reaches
  * the current WAL position and stays there after more writes.

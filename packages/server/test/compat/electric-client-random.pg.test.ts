@@ -57,7 +57,7 @@ afterAll(async () => {
   await pipeline?.stop()
 })
 
-/** Applies messages to a map the way the client's Shape does in full mode (PROTOCOL.md §3.2). */
+/** Applies messages to a map the way the client's Shape does in full mode (docs/protocol.md §3.2). */
 function apply(rows: Map<string, Row>, messages: ReadonlyArray<Message<Row>>): void {
   for (const m of messages) {
     if (isChangeMessage(m)) {
@@ -192,7 +192,7 @@ describe(`a random workload followed by official clients (seed ${SEED}, ${TRANSA
       expect(resuming.errors).toEqual([])
       expect(resuming.restarts).toBeGreaterThan(0)
       // Under a steady stream of commits each SSE request finds data already waiting, which the server
-      // sends and then ends the response, as Electric does (PROTOCOL.md §5.5); after three such short
+      // sends and then ends the response, as Electric does (docs/protocol.md §5.5); after three such short
       // connections the client switches to long-polling for good and says so. Allowed here, nothing else.
       expect(captured.warnings.filter((w) => !w.startsWith('[Electric] SSE connections are closing immediately'))).toEqual([])
       for (const s of Object.values(shapes)) expect(s.error).toBe(false)

@@ -8,7 +8,7 @@ import { caughtUp, startPipeline } from '../pipeline/harness.js'
 import { type Res, type TestServer, call, messages, shapeUrl, startServer } from './http-harness.js'
 
 /**
- * Subset snapshots (PROTOCOL.md §6) on a real server, pipeline and Postgres:
+ * Subset snapshots (docs/protocol.md §6) on a real server, pipeline and Postgres:
  * the GET and POST forms, validation texts, ORDER BY / LIMIT / OFFSET against
  * Postgres's own ordering, hostile order_by and where texts (400, table
  * intact), and the metadata a `log=changes_only` client filters the live stream

@@ -97,7 +97,7 @@ beforeAll(async () => {
     socket.once('close', () => sockets.delete(socket))
   })
   server.app.server.on('request', (request: IncomingMessage) => lastRequest.set(request.socket, `${request.method} ${request.url?.slice(0, 200)} ${JSON.stringify(request.headers).slice(0, 300)}`))
-  console.log(`fuzz: seed=${SEED} runs=${RUNS} (replay: FUZZ_SEED=${SEED} FUZZ_RUNS=${RUNS} npx vitest run test/http/fuzz.test.ts)`)
+  console.log(`fuzz: seed=${SEED} runs=${RUNS} (replay: FUZZ_SEED=${SEED} FUZZ_RUNS=${RUNS} npx vitest run test/http/fuzz.pg.test.ts)`)
 })
 
 afterAll(async () => {
@@ -203,7 +203,7 @@ function problemWith(c: FuzzCase, res: RawResponse, ex: RawExchange, first: bool
   if (res.status >= 500) return `status ${res.status}: ${text.slice(0, 500)}`
   if (!res.complete) return c.parserMayReject || c.bodyMayNotArrive ? undefined : 'truncated response'
   if (res.status >= 400) {
-    // PROTOCOL.md §1: an unknown route is a plain-text 404.
+    // docs/protocol.md §1: an unknown route is a plain-text 404.
     if (res.status === 404 && text === (c.method === 'HEAD' ? '' : 'Not found') && type.startsWith('text/plain')) return undefined
     // Node answers an HTTP/1.1 request without a Host itself, with an empty 400. Everything else its parser
     // refuses reaches the app's clientErrorHandler and gets JSON like any other 4xx.
