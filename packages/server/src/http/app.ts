@@ -15,6 +15,7 @@ import { toSluiceError } from './http-errors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
+import { urlForLog } from './raw-query.js'
 import { type ShapeWaiters, shapeRoutes } from './shape-routes.js'
 
 /**
@@ -70,7 +71,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
   })
   app.addHook('onResponse', async (request, reply) => {
-    request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+    request.log.debug({ method: request.method, url: urlForLog(request.url), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
   })
 
   app.setErrorHandler(async (error, request, reply) => {

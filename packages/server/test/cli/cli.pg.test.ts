@@ -243,4 +243,34 @@ describe('sluice CLI', () => {
     expect(existsSync(postmasterPid)).toBe(false)
     socket.destroy()
   })
+  it('neither the secret (right or wrong) nor the database password reaches a log, at any level, across a lost replication connection', async () => {
+    const dir = await storageDir()
+    const password = 'pw-never-logged-7f3a'
+    const secret = 'secret-never-logged-91c2'
+    const wrong = 'wrong-guess-never-logged-5d'
+    await cluster.query('CREATE TABLE logged_items (id int PRIMARY KEY, title text)')
+    const url = cluster.url.replace('postgres://postgres@', `postgres://postgres:${password}@`)
+    const run = sluice(['start', '--port', '0', '--log-level', 'trace', '--slot', 'cli_log_slot', '--publication', 'cli_log_pub', '--secret', secret], {
+      cwd: dir,
+      env: { DATABASE_URL: url },
+    })
+    const [, base] = await run.waitFor(/HTTP: +(http:\/\/127\.0\.0\.1:\d+)/)
+    const shape = (key: string, value: string): Promise<number> =>
+      fetch(`${base}/v1/shape?table=logged_items&offset=-1&${key}=${encodeURIComponent(value)}`).then(async (r) => (await r.arrayBuffer(), r.status))
+    expect(await shape('secret', secret)).toBe(200)
+    expect(await shape('secret', wrong)).toBe(401)
+    expect(await shape('api_secret', wrong)).toBe(401)
+    expect(await shape('se%63ret', wrong)).toBe(401)
+    // The replication connection is cut: the reconnect path logs its errors.
+    await cluster.query("SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name <> ''")
+    await cluster.query('SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL', ['cli_log_slot'])
+    await new Promise((r) => setTimeout(r, 1500))
+    run.child.kill('SIGTERM')
+    expect((await run.exited).code).toBe(0)
+    const all = run.stdout + run.stderr
+    expect(logs(run).filter((l) => l['msg'] === 'request')).toHaveLength(4)
+    expect(logs(run).some((l) => l['msg'] === 'replication disconnected')).toBe(true)
+    for (const hidden of [password, secret, wrong]) expect(all).not.toContain(hidden)
+    await cluster.dropReplicationSlots()
+  })
 })
