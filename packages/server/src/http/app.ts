@@ -170,6 +170,12 @@ function refuseMalformed(error: Error & { code?: string; reason?: string }, sock
   // Garbage pipelined behind a valid request: that request's answer may be on the wire already (Node keeps it
   // as the socket's `_httpMessage`), and nothing may be written into it. It finishes, then the socket closes.
   const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage
+  // The request being read is itself the malformed one (a broken chunked body): answer it now, before its route,
+  // which is waiting for that body, could hold the socket until it times out. The route then sees the body cut.
+  if (inFlight != null && !inFlight.headersSent && !inFlight.req.complete) {
+    answerRaw(socket, 400, 'Bad Request', malformedMessage(error))
+    return
+  }
   if (inFlight != null && !inFlight.writableFinished) {
     socket.on('error', () => {})
     const linger = setTimeout(() => socket.destroy(), RAW_LINGER_MS)
@@ -178,14 +184,18 @@ function refuseMalformed(error: Error & { code?: string; reason?: string }, sock
     inFlight.once('finish', () => socket.end())
     return
   }
-  const reason = typeof error.reason === 'string' && error.reason !== '' ? error.reason : error.message
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     answerRaw(socket, 431, 'Request Header Fields Too Large', 'The request line and headers are too large (the limit is 16 KiB)')
   } else if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     answerRaw(socket, 408, 'Request Timeout', 'The request did not arrive in time')
   } else {
-    answerRaw(socket, 400, 'Bad Request', `Malformed HTTP request: ${reason}${error.code === undefined ? '' : ` (${error.code})`}`)
+    answerRaw(socket, 400, 'Bad Request', malformedMessage(error))
   }
+}
+
+function malformedMessage(error: Error & { code?: string; reason?: string }): string {
+  const reason = typeof error.reason === 'string' && error.reason !== '' ? error.reason : error.message
+  return `Malformed HTTP request: ${reason}${error.code === undefined ? '' : ` (${error.code})`}`
 }
 
 /** An `Expect` other than 100-continue: Node's own answer would be a 417 with no body. */

@@ -30,14 +30,15 @@ export interface ErrorContext {
 export function toSluiceError(error: unknown, context: ErrorContext = {}): SluiceError {
   if (error instanceof SluiceError) return error
   if (error instanceof ServerError) return fromServerError(error, context)
-  const code = (error as { code?: unknown } | null)?.code
-  if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) return new SluiceError('database_unreachable', { cause: error })
-  // fastify's own errors (body parsing, content type, limits) carry their status.
+  // fastify's own errors (body parsing, content type, limits) carry their status. First: a request body cut
+  // off mid-read has a socket's code (ECONNRESET), and it is the client's doing, not the database's.
   const status = (error as { statusCode?: unknown } | null)?.statusCode
   if (typeof status === 'number' && status >= 400 && status < 500) {
     if (status === 413) return new SluiceError('body_too_large', { cause: error })
     return new SluiceError('invalid_request', { cause: error, errors: { request: [String((error as Error).message)] } })
   }
+  const code = (error as { code?: unknown } | null)?.code
+  if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) return new SluiceError('database_unreachable', { cause: error })
   return new SluiceError('internal', { cause: error })
 }
 
