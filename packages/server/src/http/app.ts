@@ -3,7 +3,7 @@ import {
   JSON_CONTENT_TYPE,
   ROUTE_NOT_FOUND_TEXT,
   ResponseHeader,
-  type SluiceError,
+  SluiceError,
 } from '@sluice/protocol'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
 import type { IncomingMessage, ServerResponse } from 'node:http'
@@ -16,7 +16,7 @@ import type { HttpMetrics } from './http-metrics.js'
 import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 import { urlForLog } from './raw-query.js'
-import { type ShapeWaiters, shapeRoutes } from './shape-routes.js'
+import { SHAPE_PATH, type ShapeWaiters, shapeRoutes } from './shape-routes.js'
 
 /**
  * The HTTP app (docs/architecture.md §5), built apart from `listen()`: the caller (or a
@@ -46,7 +46,8 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     // One debug line per request is logged below instead of fastify's two at info.
     logController: new LogController({ disableRequestLogging: true }),
     rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),
-    return503OnClosing: true,
+    // Our own 503 while closing (below): fastify's has no retry-after and no CORS headers.
+    return503OnClosing: false,
     clientErrorHandler: refuseMalformed,
   })
 
@@ -60,15 +61,23 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   const admission = new Admission({ initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting })
   const stopInvalidating = shapes.onInvalidated((handle) => waiters.invalidate(handle))
   // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
+  let closing = false
   app.addHook('preClose', async () => {
+    closing = true
     if (ownWaiters) waiters.close()
   })
   app.addHook('onClose', async () => {
     stopInvalidating()
   })
 
-  app.addHook('onRequest', async (_request, reply) => {
+  app.addHook('onRequest', async (request, reply) => {
     reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
+    if (!closing) return
+    // A request that reaches a closing server (on a connection that was busy when close began): a 503 the
+    // client retries elsewhere, readable by a browser, on a connection that then closes.
+    setCors(request, reply, request.routeOptions.url === SHAPE_PATH)
+    reply.header(ResponseHeader.connection, 'close')
+    throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
   })
   app.addHook('onResponse', async (request, reply) => {
     request.log.debug({ method: request.method, url: urlForLog(request.url), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')

@@ -81,7 +81,7 @@ interface ShapeReadContext {
   readonly untilReached: WaitForDataOptions
 }
 
-const SHAPE_PATH = '/v1/shape'
+export const SHAPE_PATH = '/v1/shape'
 
 export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOptions): Promise<void> {
   const { shapes, http, waiters, admission, metrics } = options

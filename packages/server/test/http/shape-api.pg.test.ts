@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import {
   CacheControl,
   EXPOSE_HEADERS_VALUE,
@@ -11,6 +13,7 @@ import { ELECTRIC_SERVER_VALUE } from '../../src/http/index.js'
 import type { Pipeline } from '../../src/pipeline.js'
 import { caughtUp, startPipeline } from '../pipeline/harness.js'
 import { type Res, type TestServer, call, messages, shapeUrl, startServer } from './http-harness.js'
+import { parseResponses } from './raw-http.js'
 
 /**
  * docs/protocol.md's tables, row by row, against a real server on a real pipeline
@@ -533,7 +536,7 @@ describe('admission control (§5.4)', () => {
   })
 })
 
-describe('SSE and shutdown (§5.5, issue 4 item 8)', () => {
+describe('SSE and shutdown (§5.5)', () => {
   it('live_sse streams one event per message and an up-to-date event, with the SSE headers', async () => {
     await cluster.query('CREATE TABLE ssev (id int4 PRIMARY KEY, v text)')
     const [, up] = await syncAll('ssev')
@@ -590,5 +593,32 @@ describe('SSE and shutdown (§5.5, issue 4 item 8)', () => {
     expect(res.status).toBe(200)
     expect(res.header('electric-has-data')).toBe('false')
     expect(res.header('electric-up-to-date')).toBe('')
+  })
+  it('a request that reaches a closing app gets a 503 with retry-after, CORS headers and connection: close (was fastify\'s bare 503)', async () => {
+    const own = await startServer(pipeline, { longPollTimeoutMs: 20_000 })
+    const origin = 'https://app.example'
+    const request = `GET ${shapeUrl({ table: 'items', offset: '-1' })} HTTP/1.1\r\nHost: x\r\nOrigin: ${origin}\r\n\r\n`
+    // A request whose headers are still arriving when close() begins: its connection is not idle, so it is read.
+    const socket = connect(own.port, '127.0.0.1')
+    await once(socket, 'connect')
+    let received = Buffer.alloc(0)
+    socket.on('data', (chunk: Buffer) => (received = Buffer.concat([received, chunk])))
+    socket.on('error', () => {})
+    socket.write(request.slice(0, -2))
+    await new Promise((r) => setTimeout(r, 100))
+    const closed = own.close()
+    await new Promise((r) => setTimeout(r, 50))
+    socket.write('\r\n')
+    await Promise.race([once(socket, 'close'), new Promise((r) => setTimeout(r, 10_000))])
+    await closed
+    const { responses } = parseResponses(received, [false], true)
+    expect(responses.map((r) => r.status)).toEqual([503])
+    const refused = responses[0]!
+    expect(refused.headers['retry-after']).toBe('5')
+    expect(refused.headers['access-control-allow-origin']).toBe(origin)
+    expect(refused.headers['access-control-expose-headers']).toBe(EXPOSE_HEADERS_VALUE)
+    expect(refused.headers['connection']).toBe('close')
+    expect(refused.headers['content-type']).toBe('application/json; charset=utf-8')
+    expect(JSON.parse(refused.body.toString('utf8'))).toEqual({ message: 'Server is shutting down' })
   })
 })
