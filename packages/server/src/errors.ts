@@ -64,7 +64,8 @@ export const SERVER_ERRORS = {
   },
   insufficient_privilege: {
     description: 'The database role lacks a privilege Sluice needs (to read a table, replicate, or manage the publication)',
-    wire: 'snapshot_failed',
+    wire: 'invalid_request',
+    field: 'table',
   },
   statement_timeout: { description: 'The snapshot ran longer than statement_timeout', wire: 'snapshot_failed' },
   lock_timeout: { description: 'The table lock could not be taken within lock_timeout', wire: 'snapshot_failed' },

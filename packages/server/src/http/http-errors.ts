@@ -46,7 +46,7 @@ function fromServerError(error: ServerError, context: ErrorContext): SluiceError
   const spec: { readonly wire: SluiceError['code']; readonly field?: string; readonly wireMessage?: string } = SERVER_ERRORS[error.code]
   if (spec.field !== undefined) return invalidRequest({ [spec.field]: [fieldText(error, context)] })
   if (error.code === 'snapshot_failed') {
-    const refused = whereRefusal(error)
+    const refused = whereRefusal(error) ?? readRefusal(error)
     if (refused !== undefined) return refused
   }
   return new SluiceError(spec.wire, spec.wireMessage === undefined ? { cause: error } : { message: spec.wireMessage, cause: error })
@@ -66,6 +66,18 @@ function fieldText(error: ServerError, context: ErrorContext): string {
     default:
       return error.message
   }
+}
+
+/**
+ * The role may not read the table: a 400 naming the privilege, which only an
+ * administrator can grant (a 503 would have clients retry, each retry failing
+ * the same way).
+ */
+function readRefusal(error: ServerError): SluiceError | undefined {
+  const cause = error.cause
+  if (!(cause instanceof ServerError) || cause.code !== 'insufficient_privilege') return undefined
+  const postgres = cause.cause instanceof Error ? cause.cause.message : cause.message
+  return invalidRequest({ table: [`The database role Sluice connects as cannot read the table (${postgres}): an administrator must GRANT SELECT on it to that role`] })
 }
 
 /**

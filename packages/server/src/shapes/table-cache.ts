@@ -8,6 +8,14 @@ import { type TableInfo, loadTable, whereColumns } from './table-catalog.js'
 const MAX_COMPILED_PER_TABLE = 10_000
 
 /**
+ * How long a table the role may not publish (not its owner, say) is answered
+ * from memory. Only an administrator can fix that, and every client that asks
+ * meanwhile would otherwise run the refused ALTER again; after this long (or a
+ * DDL change to the table) it is tried again, so a fix is noticed soon.
+ */
+const PRIVILEGE_REFUSAL_MS = 30_000
+
+/**
  * The shape manager's catalog cache: tables as the catalog describes them
  * (one object per table version), the definitions compiled against each
  * version, and which tables are known to be in the publication.
@@ -26,6 +34,8 @@ export class TableCache {
   /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
   private readonly published = new Set<number>()
   private readonly tableAdds = new Map<string, Promise<unknown>>()
+  /** Tables whose publishing Postgres refused for want of a privilege, with when. */
+  private readonly refused = new Map<number, { readonly error: unknown; readonly at: number }>()
 
   constructor(
     private readonly db: Queryable,
@@ -84,10 +94,18 @@ export class TableCache {
   /** Adds the table to the publication once per table at a time (concurrent creations share the call). */
   async addToPublication(info: TableInfo): Promise<void> {
     if (this.published.has(info.oid)) return
+    const refusal = this.refused.get(info.oid)
+    if (refusal !== undefined && Date.now() - refusal.at < PRIVILEGE_REFUSAL_MS) throw refusal.error
     const key = String(info.oid)
     const pending = this.tableAdds.get(key) ?? this.publication.addTable(info.schema, info.name).finally(() => this.tableAdds.delete(key))
     this.tableAdds.set(key, pending)
-    await pending
+    try {
+      await pending
+    } catch (error) {
+      if ((error as { code?: unknown }).code === 'insufficient_privilege') this.refused.set(info.oid, { error, at: Date.now() })
+      throw error
+    }
+    this.refused.delete(info.oid)
     this.published.add(info.oid)
   }
 
@@ -96,6 +114,7 @@ export class TableCache {
     this.lookups.delete(tableKey(info.schema, info.name))
     this.versions.delete(info.oid)
     this.published.delete(info.oid)
+    this.refused.delete(info.oid)
   }
 
   /**
