@@ -9,7 +9,7 @@ import { eventually, openStream, shapeOf } from '../compat/compat-harness.js'
 import { ShapeFollower } from './shape-follower.js'
 
 /**
- * A real nginx, configured by the very file the README documents
+ * A real nginx, configured by the very file docs/operations.md documents
  * (deploy/nginx.conf), in front of a real Sluice on a real Postgres. The origin
  * counts every request that reaches it; nginx's access log says how each
  * client request was served. Many clients following one shape must cost the
@@ -74,10 +74,10 @@ function histogram(counts: Iterable<number>): Record<number, number> {
 }
 
 describe('the documented configuration', () => {
-  it('is the one the README shows, and the one running here', async () => {
+  it('is the one the operations guide shows, and the one running here', async () => {
     const file = readFileSync(DEPLOY_CONFIG_PATH, 'utf8')
-    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
-    const block = /```nginx\n([\s\S]*?)```/.exec(readme.slice(readme.indexOf('### A CDN in front')))
+    const guide = readFileSync(new URL('../../../../docs/operations.md', import.meta.url), 'utf8')
+    const block = /```nginx\n([\s\S]*?)```/.exec(guide.slice(guide.indexOf('## An HTTP cache in front')))
     expect(block?.[1]).toBe(file)
     expect(readFileSync(`${nginx.dir}/nginx.conf`, 'utf8')).toContain(deployConfig({ port: nginx.port, upstreamPort: origin.port, dir: nginx.dir, cacheDir: `${nginx.dir}/cache` }))
   })
