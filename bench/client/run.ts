@@ -3,7 +3,7 @@
  * one (`Shape` of @electric-sql/client 1.5.28), in the same run against the
  * same Sluice server, each measurement in a fresh Node process of its own.
  *
- * Measures (issue 5 item 14): time and peak memory to sync and materialise a
+ * Measures: time and peak memory to sync and materialise a
  * 100k-row and a 1M-row shape (already on the server and warm); lag, client CPU
  * and peak memory while a 100k-row Shape takes 10k row updates/s.
  * Does not measure: the server's snapshot of a new shape, browsers, SSE, an

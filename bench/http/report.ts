@@ -159,7 +159,7 @@ export function renderMarkdown(report: Report): string {
   out.push(`# HTTP benchmark${report.quick ? ' (QUICK smoke run: short runs, one repetition; not figures to quote)' : report.partial ? ' (partial run)' : ''}`)
   out.push('')
   out.push(
-    'Initial sync of a 500-row shape by 1, 100 and 2,000 concurrent clients (requests/s and latency), and write-to-client latency with 1, 1k and 10k independent shapes each with one live long-poll client; each next to a bare fastify server that answers the same requests from memory, the ceiling for this stack. Issue 4 item 15.',
+    'Initial sync of a 500-row shape by 1, 100 and 2,000 concurrent clients (requests/s and latency), and write-to-client latency with 1, 1k and 10k independent shapes each with one live long-poll client; each next to a bare fastify server that answers the same requests from memory, the ceiling for this stack.',
   )
   out.push('')
   out.push('**Measures:** the Sluice server process (`sluice start`, HTTP layer, shape lookup, storage reads, long-poll wake-ups; for live changes also replication, routing, encoding and the durable append) as HTTP clients see it, on one machine. **Does not measure:** an HTTP cache or CDN in front (which is how Sluice is meant to fan out initial syncs), TLS, compression, networks between machines, browsers, SSE, shapes larger than one chunk.')

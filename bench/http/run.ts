@@ -3,7 +3,7 @@
  * server doing the least possible for the same requests (the ceiling), each in
  * its own process, with the load generators in theirs.
  *
- * Measures (issue 4 item 15):
+ * Measures:
  * - initial sync: requests/s and latency p50/p95/p99 of `offset=-1` on a
  *   500-row shape by 1, 100 and 2,000 concurrent keep-alive clients (wrk);
  * - write-to-client latency p50/p95/p99/max with 1, 1k and 10k independent

@@ -1,4 +1,4 @@
-// The browser flows of the todo app (issue 5, items 10, 11 and 13), written
+// The browser flows of the todo app, written
 // once and run twice: with the app reading shapes from Sluice directly, and
 // through nginx as a caching CDN in front of it (item 12).
 import { mkdirSync, writeFileSync } from 'node:fs'

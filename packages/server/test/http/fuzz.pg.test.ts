@@ -10,7 +10,7 @@ import { type TestServer, startServer } from './http-harness.js'
 import { type RawExchange, type RawRequest, type RawResponse, encodeRequest, exchange } from './raw-http.js'
 
 /**
- * Hostile input (issue 4 item 14): fast-check throws random and hostile query
+ * Hostile input: fast-check throws random and hostile query
  * strings, paths, methods, headers and bodies at a real server on a real
  * pipeline and Postgres, as raw bytes on a TCP socket. Every response must be a
  * JSON 4xx naming the problem or a correct 2xx/3xx (clean reads are checked

@@ -8,7 +8,7 @@ import type { RowInput } from './oracle-arbitraries.js'
 import { clauseArbitrary, COLUMNS, ENUM_LABELS, rowArbitrary, valueExpressionArbitrary, WHERE_COLUMNS } from './oracle-arbitraries.js'
 
 /**
- * The where-clause oracle (issue 3, item 4): random rows and random clauses
+ * The where-clause oracle: random rows and random clauses
  * over every supported type; for every (clause, row) pair Sluice's evaluation
  * must equal Postgres's own, run on a real server in a session with the
  * display settings replication uses.
