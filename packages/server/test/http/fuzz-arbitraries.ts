@@ -39,6 +39,21 @@ export interface FuzzCase {
   readonly label: string
 }
 
+/** The keys a POST body may carry (docs/protocol.md §6); any other key in a JSON object body is a 400. */
+const BODY_KEYS = new Set(['where', 'params', 'limit', 'offset', 'order_by', 'where_expr', 'order_by_expr', 'subset'])
+
+/** Whether a body is a JSON object with a key a body may not carry (a shape key, say). */
+export function bodyNamesForbiddenKey(body: Buffer | undefined): boolean {
+  if (body === undefined) return false
+  let value: unknown
+  try {
+    value = JSON.parse(body.toString('utf8'))
+  } catch {
+    return false
+  }
+  return typeof value === 'object' && value !== null && !Array.isArray(value) && Object.keys(value).some((key) => !BODY_KEYS.has(key))
+}
+
 /** `arbitrary` with probability `p`, else null (fc.option's `freq` counts the other way round). */
 function sometimes<T>(arbitrary: fc.Arbitrary<T>, p: number): fc.Arbitrary<T | null> {
   const scale = 100
@@ -410,6 +425,14 @@ const bodyText: fc.Arbitrary<Buffer> = fc.oneof(
         subset: fc.constantFrom({ where: 'id = 1' }, null, 'x', [1]),
         table: tableValue,
         offset_text: offsetValue,
+        // Keys that define the shape or the request's position belong in the URL only: a body naming one is a 400.
+        columns: fc.constantFrom('id', 'id,title', 'id,secret'),
+        replica: fc.constantFrom('full', 'default'),
+        log: fc.constantFrom('full', 'changes_only'),
+        handle: fc.constantFrom(KNOWN_HANDLE, '1-2'),
+        live: fc.constantFrom('true', true),
+        cursor: fc.constantFrom('1', ''),
+        secret: fc.constantFrom('guess', ''),
       },
       { requiredKeys: [] },
     )
