@@ -46,7 +46,7 @@ function fromServerError(error: ServerError, context: ErrorContext): SluiceError
   const spec: { readonly wire: SluiceError['code']; readonly field?: string; readonly wireMessage?: string } = SERVER_ERRORS[error.code]
   if (spec.field !== undefined) return invalidRequest({ [spec.field]: [fieldText(error, context)] })
   if (error.code === 'snapshot_failed') {
-    const refused = whereRefusal(error) ?? readRefusal(error)
+    const refused = snapshotRefusal(error)
     if (refused !== undefined) return refused
   }
   return new SluiceError(spec.wire, spec.wireMessage === undefined ? { cause: error } : { message: spec.wireMessage, cause: error })
@@ -69,28 +69,27 @@ function fieldText(error: ServerError, context: ErrorContext): string {
 }
 
 /**
- * The role may not read the table: a 400 naming the privilege, which only an
- * administrator can grant (a 503 would have clients retry, each retry failing
- * the same way).
+ * Snapshot failures no retry can fix, as a 400 naming the request field at
+ * fault rather than the 503 that tells clients to retry forever (the shape was
+ * already dropped):
+ * - Postgres refusing the query for the clause itself (a data exception on some
+ *   row, `n + 2147483647 > 0` or `title::int4 > 0`, or a clause it would not
+ *   plan): `where`;
+ * - the role may not read the table, which only an administrator can grant: `table`.
  */
-function readRefusal(error: ServerError): SluiceError | undefined {
+function snapshotRefusal(error: ServerError): SluiceError | undefined {
   const cause = error.cause
-  if (!(cause instanceof ServerError) || cause.code !== 'insufficient_privilege') return undefined
+  if (!(cause instanceof ServerError)) return undefined
   const postgres = cause.cause instanceof Error ? cause.cause.message : cause.message
-  return invalidRequest({ table: [`The database role Sluice connects as cannot read the table (${postgres}): an administrator must GRANT SELECT on it to that role`] })
-}
-
-/**
- * Postgres refusing the snapshot query for the clause itself (a data exception
- * on some row, `n + 2147483647 > 0` or `title::int4 > 0`, or a clause it would
- * not plan) fails every retry the same way: a 400 naming `where`, not the 503
- * that tells clients to retry forever. The shape was already dropped.
- */
-function whereRefusal(error: ServerError): SluiceError | undefined {
-  const cause = error.cause
-  if (!(cause instanceof ServerError) || (cause.code !== 'evaluation_error' && cause.code !== 'invalid_query')) return undefined
-  const postgres = cause.cause instanceof Error ? cause.cause.message : cause.message
-  return invalidRequest({ where: [`The where clause failed on the table's rows: ${postgres}`] })
+  switch (cause.code) {
+    case 'evaluation_error':
+    case 'invalid_query':
+      return invalidRequest({ where: [`The where clause failed on the table's rows: ${postgres}`] })
+    case 'insufficient_privilege':
+      return invalidRequest({ table: [`The database role Sluice connects as cannot read the table (${postgres}): an administrator must GRANT SELECT on it to that role`] })
+    default:
+      return undefined
+  }
 }
 
 function quote(identifier: string): string {

@@ -1,3 +1,5 @@
+import { decodeQueryString } from '@sluice/protocol'
+
 /** The query string of a request URL, byte for byte (no decoding): the protocol parsers read it raw. */
 export function rawQuery(url: string): string {
   const at = url.indexOf('?')
@@ -9,7 +11,9 @@ const SECRET_KEYS = new Set(['secret', 'api_secret'])
 
 /**
  * The URL as logs may show it: the value of every `secret`/`api_secret`
- * parameter (however its key is encoded or bracketed) replaced, right or wrong.
+ * parameter replaced, right or wrong. Each key is decoded by the same parser
+ * the secret check reads the query with (percent-encoding, `+`, brackets), so
+ * whatever that check takes for the secret is hidden too.
  */
 export function urlForLog(url: string): string {
   const at = url.indexOf('?')
@@ -18,17 +22,9 @@ export function urlForLog(url: string): string {
   for (let i = 0; i < parts.length; i++) {
     const part = parts[i]!
     const eq = part.indexOf('=')
-    const key = decodeKey(eq < 0 ? part : part.slice(0, eq))
-    const bracket = key.indexOf('[')
-    if (SECRET_KEYS.has(bracket < 0 ? key : key.slice(0, bracket))) parts[i] = `${eq < 0 ? part : part.slice(0, eq)}=[redacted]`
+    const key = eq < 0 ? part : part.slice(0, eq)
+    const names = Object.keys(decodeQueryString(`${key}=`))
+    if (names.some((name) => SECRET_KEYS.has(name.trim().toLowerCase()))) parts[i] = `${key}=[redacted]`
   }
   return `${url.slice(0, at)}?${parts.join('&')}`
-}
-
-function decodeKey(key: string): string {
-  try {
-    return decodeURIComponent(key.replaceAll('+', ' ')).trim().toLowerCase()
-  } catch {
-    return key.toLowerCase()
-  }
 }
