@@ -70,12 +70,15 @@ describe('volume', () => {
     const pipeline = await start({ memoryBudgetBytes: 256 * 1024 })
     // A large snapshot takes seconds; meanwhile the table keeps changing.
     const creating = pipeline.shapes.resolve(shapeParams('public', 'big', { where: 'k >= 0' }))
+    // Each update alone queues more than the whole budget (5,000 changes of over 100 bytes), so any one
+    // committed while the snapshot runs must spill, however fast this machine takes the snapshot.
+    const BATCH = 5_000
     let writing = true
     let writes = 0
     const writer = (async () => {
       while (writing) {
-        const from = 1 + ((writes * 500) % (ROWS - 500))
-        await cluster.query(`UPDATE big SET payload = payload || '.' WHERE id BETWEEN $1 AND $2`, [from, from + 499])
+        const from = 1 + ((writes * BATCH) % (ROWS - BATCH))
+        await cluster.query(`UPDATE big SET payload = payload || '.' WHERE id BETWEEN $1 AND $2`, [from, from + BATCH - 1])
         writes++
       }
     })()
