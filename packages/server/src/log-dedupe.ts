@@ -104,10 +104,16 @@ export class LogDedupe {
 /**
  * The key of an error line: the message and what identifies the error (its
  * class, code and text). Fields that vary between otherwise identical
- * occurrences (a retry delay, a timestamp) are data, not key.
+ * occurrences (a retry delay, a timestamp) are data, not key; so are the
+ * numbers in the text: a retry that fails the same way names the next
+ * journal segment, or a watermark that moved in between.
  */
 export function errorKey(message: string, err: unknown): string {
-  if (!(err instanceof Error)) return `${message}\0${String(err)}`
+  if (!(err instanceof Error)) return `${message}\0${withoutNumbers(String(err))}`
   const code = (err as { code?: unknown }).code
-  return `${message}\0${err.name}\0${code === undefined ? '' : String(code)}\0${err.message}`
+  return `${message}\0${err.name}\0${code === undefined ? '' : String(code)}\0${withoutNumbers(err.message)}`
+}
+
+function withoutNumbers(text: string): string {
+  return text.replace(/\d+/g, '#')
 }

@@ -159,6 +159,7 @@ describe('config schema', () => {
     [['--max-concurrent-initial', '0'], {}, '--max-concurrent-initial: expected an integer from 1 to 1000000, got "0"'],
     [['--max-concurrent-existing', 'x'], {}, '--max-concurrent-existing: expected an integer from 1 to 10000000, got "x"'],
     [['--log-level', 'loud'], {}, '--log-level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
+    [[], { SLUICE_HEALTH_REPLICATION_TIMEOUT: '2h' }, 'SLUICE_HEALTH_REPLICATION_TIMEOUT (environment): expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--postgres-bin='], {}, '--postgres-bin: expected a non-empty value, got ""'],
     [['--bogus'], {}, 'unknown option --bogus (see sluice --help)'],
     [['-x'], {}, 'unknown option -x (see sluice --help)'],
