@@ -67,11 +67,6 @@ export class PipelineHealth {
     return this.failures
   }
 
-  /** When the store's commits began failing, while they fail. */
-  get commitFailingSince(): number | undefined {
-    return this.store.lastError === undefined ? undefined : (this.failingSince ?? this.now())
-  }
-
   report(): HealthReport {
     const now = this.now()
     const reasons: HealthReason[] = []
