@@ -243,9 +243,10 @@ export class Pipeline {
         store.onFlush((result) => void client.acknowledge(result.durableLsn), { advanced: false }),
         store.onError((error: StorageError) => {
           if (logger !== undefined) dedupe.log(errorKey('storage error', error), (data, msg) => logger.error(data, msg), { err: error }, 'storage error')
-          if (error instanceof FlushError) failingSince ??= Date.now()
+          if (!(error instanceof FlushError)) return
+          failingSince ??= Date.now()
           // Accepted but unsynced entries were rolled back: have Postgres send them again.
-          if (error instanceof FlushError) client.replayFromDurable(error)
+          client.replayFromDurable(error)
         }),
         store.onFlush(() => {
           if (failingSince === undefined) return

@@ -35,18 +35,24 @@ export async function until<T>(what: string, check: () => Promise<T | undefined>
   }
 }
 
-/** Health once it answers with `status`; its body. */
-export function healthBecomes(port: number, status: 200 | 503, code?: string, timeoutMs?: number): Promise<HealthBody> {
-  return until(
-    `/v1/health to answer ${status}${code === undefined ? '' : ` ${code}`}`,
-    async () => {
-      const h = await health(port)
-      if (h.status !== status) return undefined
-      if (code !== undefined && !h.body.reasons?.some((r) => r.code === code)) return undefined
-      return h.body
-    },
-    timeoutMs,
-  )
+/** Health once it answers with `status` (and names `code`); its body. A timeout names the last answer seen. */
+export async function healthBecomes(port: number, status: 200 | 503, code?: string, timeoutMs?: number): Promise<HealthBody> {
+  let last: { status: number; body: HealthBody } | undefined
+  try {
+    return await until(
+      `/v1/health to answer ${status}${code === undefined ? '' : ` ${code}`}`,
+      async () => {
+        const h = await health(port)
+        last = { status: h.status, body: h.body }
+        if (h.status !== status) return undefined
+        if (code !== undefined && !h.body.reasons?.some((r) => r.code === code)) return undefined
+        return h.body
+      },
+      timeoutMs,
+    )
+  } catch (error) {
+    throw new Error(`${(error as Error).message}; it last answered ${JSON.stringify(last)}`)
+  }
 }
 
 type Row = Record<string, unknown>
@@ -64,13 +70,15 @@ export class ShapeClient {
   constructor(
     private readonly port: number,
     private readonly table: string,
+    /** Further shape parameters (`where`, `columns`...). */
+    private readonly params: Readonly<Record<string, string>> = {},
   ) {}
 
   /** Requests until up-to-date; returns how many requests it made. */
   async catchUp(): Promise<number> {
     for (let requests = 1; ; requests++) {
       if (requests > 500) throw new Error(`shape ${this.table} never became up-to-date`)
-      const params: Record<string, string> = { table: this.table, offset: this.offset }
+      const params: Record<string, string> = { ...this.params, table: this.table, offset: this.offset }
       if (this.handle !== undefined) params['handle'] = this.handle
       const res = await call(this.port, shapeUrl(params))
       if (res.status === 409) {
@@ -99,9 +107,9 @@ export class ShapeClient {
   }
 }
 
-/** `SELECT id, v` of a table as text, sorted by id: what a client of the whole table must end up with. */
-export async function selectRows(cluster: PostgresCluster, table: string): Promise<Array<[string, unknown]>> {
-  const { rows } = await cluster.query<{ id: string; v: string | null }>(`SELECT id::text AS id, v FROM ${table}`)
+/** `SELECT id, v` of a table (where `where`) as text, sorted by id: what a client of that shape must end up with. */
+export async function selectRows(cluster: PostgresCluster, table: string, where = 'true'): Promise<Array<[string, unknown]>> {
+  const { rows } = await cluster.query<{ id: string; v: string | null }>(`SELECT id::text AS id, v FROM ${table} WHERE ${where}`)
   return rows.map((r): [string, unknown] => [r.id, r.v]).sort(byId)
 }
 

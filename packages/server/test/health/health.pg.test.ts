@@ -93,23 +93,50 @@ describe('/v1/health', () => {
   it('answers 503 storage_paused while write-back fails and the tails pass their budget, 200 once a checkpoint writes them out', { timeout: 120_000 }, async () => {
     const { fs, journalFds } = journalAwareFs()
     const faulty = createFaultyFs<FsPort>(fs)
-    const { pipeline, port } = await start({ storageFs: faulty.fs, tailBudgetBytes: 256 * 1024 })
+    const logged: Array<{ level: string; message: string; err?: Error }> = []
+    const logger = {
+      info: (data: object, message: string) => logged.push({ level: 'info', message, ...data }),
+      warn: (data: object, message: string) => logged.push({ level: 'warn', message, ...data }),
+      error: (data: object, message: string) => logged.push({ level: 'error', message, ...data }),
+    }
+    const { pipeline, port } = await start({ storageFs: faulty.fs, tailBudgetBytes: 256 * 1024, logger, logDedupeWindowMs: 600_000 })
     const client = new ShapeClient(port, 'tail_rows')
     await client.catchUp()
+    // More shapes, each with its own log to write back and a client to converge.
+    const filtered = ['id % 2 = 0', 'id % 3 = 0', 'id % 5 = 0'].map((where) => ({ where, client: new ShapeClient(port, 'tail_rows', { where }) }))
+    for (const f of filtered) await f.client.catchUp()
     // Shape logs' files refuse writes (a full disk would too); the journal, which commits, still takes them.
-    const rule = faulty.rules.failAlways('writeSync', { code: 'ENOSPC', match: (args) => !journalFds.has(args[0] as number) })
+    const rules = [
+      // Write-back goes through the port's thread-pool write; the journal writes synchronously, only to its own segments.
+      faulty.rules.failAlways('write', { code: 'ENOSPC' }),
+      faulty.rules.failAlways('writeSync', { code: 'ENOSPC', match: (args) => !journalFds.has(args[0] as number) }),
+    ]
     for (let i = 0; i < 4 && !pipeline.store.underPressure; i++) {
       await cluster.query(`INSERT INTO tail_rows SELECT g, repeat('x', 500) FROM generate_series($1::int * 1000 + 1, $1::int * 1000 + 1000) g`, [i])
     }
-    const down = await healthBecomes(port, 503, 'storage_paused')
+    const down = await healthBecomes(port, 503, 'storage_paused').catch((error: Error) => {
+      throw new Error(`${error.message}; store: ${JSON.stringify(pipeline.store.stats())}; routed ${pipeline.router.lastRoutedLsn}, durable ${pipeline.store.durableLsn}`)
+    })
     expect(down.reasons!.map((r) => r.code)).toContain('storage_paused')
+    // Nothing can be written back, so the pause lasts: it is still on now.
     expect(pipeline.replication.pauseReasons).toContain('storage_tails')
+    expect(pipeline.store.underPressure).toBe(true)
 
-    rule.remove()
-    await healthBecomes(port, 200)
+    for (const rule of rules) rule.remove()
+    await healthBecomes(port, 200).catch((error: Error) => {
+      throw new Error(`${error.message}; store: ${JSON.stringify(pipeline.store.stats())}; logged: ${JSON.stringify(logged.map((l) => [l.message, l.err?.message]))}`)
+    })
     await caughtUp(pipeline, cluster)
     await client.catchUp()
     expect(client.sorted()).toEqual(await selectRows(cluster, 'tail_rows'))
+    for (const f of filtered) {
+      await f.client.catchUp()
+      expect(f.client.sorted()).toEqual(await selectRows(cluster, 'tail_rows', f.where))
+    }
+    // Whatever failed while the disk refused (the live watermark file, write-backs), each distinct error is one line.
+    const errorLines = logged.filter((l) => l.message === 'storage error').map((l) => l.err?.message?.replace(/\d+/g, '#'))
+    expect(new Set(errorLines).size).toBe(errorLines.length)
+    expect(errorLines.some((m) => m?.startsWith('write back shape'))).toBe(true)
   })
 
   it('answers 503 replication_disconnected once Postgres has been gone longer than the timeout, 200 when it streams again', { timeout: 180_000 }, async () => {
