@@ -52,6 +52,17 @@ function checkTags(svg: string): string {
   return root ?? ''
 }
 
+/**
+ * Two real results files of one benchmark, older first. Full and partial runs
+ * share a schema, so either can stand in for the other: the tests need one
+ * older and one newer, whichever the committed results are.
+ */
+function byDate(a: string, b: string): [string, string] {
+  const date = (f: string) => json<{ machine: { date: string } }>(f).machine.date
+  expect(date(a)).not.toBe(date(b))
+  return date(a) < date(b) ? [a, b] : [b, a]
+}
+
 function textOf(svg: string): string[] {
   return [...svg.matchAll(/<text[^>]*>([^<]*)<\/text>/g)].map((m) => m[1]!)
 }
@@ -139,25 +150,49 @@ describe('the benchmark report from bench/results', () => {
     expect(report.markdown).toContain('a partial run')
     const partial = json<HttpReport>('http.partial.json')
     for (const r of partial.live) row(report.markdown, num(r.shapes), 'Sluice', ms(r.sluice.median.p50Ms))
-    // That run measured no initial syncs: no empty table, no empty chart.
-    expect(partial.initial).toEqual([])
-    expect(report.markdown).not.toContain('Initial sync (500-row shape')
-    expect(report.charts.map((c) => c.spec.id)).toEqual(['http-live-latency'])
+    // A partial run leaves out cases (the committed one, the initial syncs): what it lacks gets no empty table and no empty chart.
+    expect(partial.initial.length === 0 || partial.live.length === 0).toBe(true)
+    expect(report.markdown.includes('### HTTP: Initial sync (')).toBe(partial.initial.length > 0)
+    expect(report.markdown.includes('### HTTP: Write-to-client latency (')).toBe(partial.live.length > 0)
+    expect(report.charts.map((c) => c.spec.id)).toEqual([
+      ...(partial.initial.length > 0 ? ['http-initial-throughput', 'http-initial-latency'] : []),
+      ...(partial.live.length > 0 ? ['http-live-latency'] : []),
+    ])
     expect(report.missing.map((s) => s.id)).toEqual(sections.filter((s) => s.id !== 'http').map((s) => s.id))
     expect(report.markdown).toContain('## Not in this report')
   })
 
-  it('prefers the full file and names the other variants present; a QUICK build prefers the smoke run', async () => {
+  it('prefers the full file and names an older partial one; a QUICK build prefers the smoke run', async () => {
     const dir = await temp.make()
-    for (const f of ['client.json', 'client.partial.json']) copyFileSync(join(resultsDir, f), join(dir, f))
+    const [older, newer] = byDate('pipeline.json', 'pipeline.partial.json')
+    copyFileSync(join(resultsDir, older), join(dir, 'pipeline.partial.json'))
+    copyFileSync(join(resultsDir, newer), join(dir, 'pipeline.json'))
     const full = await build(dir)
     expect(full.sections[0]!.file.kind).toBe('full')
-    expect(full.markdown).toMatch(/Also present, not shown here: \[`client\.partial\.json`\]\([^)]*\) \(partial, 2026-/)
+    expect(full.sections[0]!.newer).toBeUndefined()
+    expect(full.markdown).toMatch(/Also present, not shown here: \[`pipeline\.partial\.json`\]\([^)]*\) \(partial, 2026-/)
+    expect(full.markdown).not.toContain('a newer partial run')
 
-    copyFileSync(join(resultsDir, 'client.json'), join(dir, 'client.quick.json'))
+    copyFileSync(join(resultsDir, newer), join(dir, 'pipeline.quick.json'))
     const quick = await build(dir, true)
     expect(quick.sections[0]!.file.kind).toBe('quick')
     expect(quick.markdown).toContain('QUICK smoke run')
+  })
+
+  it('shows a partial run newer than the full one after it, tables and charts included', async () => {
+    const dir = await temp.make()
+    const [older, newer] = byDate('http.json', 'http.partial.json')
+    copyFileSync(join(resultsDir, older), join(dir, 'http.json'))
+    copyFileSync(join(resultsDir, newer), join(dir, 'http.partial.json'))
+    const partial = json<HttpReport>(newer)
+    const report = await build(dir)
+    expect(report.sections[0]!.file.kind).toBe('full')
+    expect(report.sections[0]!.newer?.file.file).toBe('http.partial.json')
+    expect(report.markdown).toContain(`### HTTP: a newer partial run (${partial.machine.date.slice(0, 10)})`)
+    const after = report.markdown.slice(report.markdown.indexOf('a newer partial run'))
+    for (const r of partial.live) row(after, num(r.shapes), 'Sluice', ms(r.sluice.median.p50Ms))
+    expect(report.charts.map((c) => c.spec.id)).toContain('http-live-latency-partial')
+    expect(report.markdown).toContain('newer partial run of 2026-')
   })
 })
 

@@ -7,7 +7,7 @@ import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { renderSvg, type ChartSpec } from './chart.js'
 import { anchor, markdownTable } from './markdown.js'
-import { findResults, type ResultsFile, type ResultsKind } from './results-file.js'
+import { findResults, newerPartial, type ResultsFile, type ResultsKind } from './results-file.js'
 import type { ReportSection, SectionContent } from './section.js'
 
 export interface BuildOptions {
@@ -26,6 +26,8 @@ export interface BuiltSection {
   readonly section: ReportSection
   readonly file: ResultsFile
   readonly content: SectionContent
+  /** A partial run newer than the full one, shown after it. */
+  readonly newer?: { readonly file: Omit<ResultsFile, 'others'>; readonly content: SectionContent }
 }
 
 export interface BuiltReport {
@@ -52,12 +54,22 @@ export async function buildReport(options: BuildOptions): Promise<BuiltReport> {
   for (const section of options.sections) {
     const file = findResults(options.resultsDir, section.stem, options.quick)
     if (file === undefined) missing.push(section)
-    else built.push({ section, file, content: section.render(file) })
+    else {
+      const newer = newerPartial(file)
+      const content = section.render(file)
+      if (newer === undefined) built.push({ section, file, content })
+      else {
+        const later = section.render({ ...newer, others: [] })
+        // Its charts sit beside the full run's: same ids, marked as the partial run's.
+        const charts = later.charts.map((c) => ({ ...c, id: `${c.id}-partial`, title: `${c.title} (partial run, ${day(newer.date)})` }))
+        built.push({ section, file, content, newer: { file: newer, content: { ...later, charts } } })
+      }
+    }
   }
   const ids = new Set<string>()
   const charts: { file: string; spec: ChartSpec; svg: string }[] = []
-  for (const { content } of built) {
-    for (const spec of content.charts) {
+  for (const { content, newer } of built) {
+    for (const spec of [...content.charts, ...(newer?.content.charts ?? [])]) {
       if (ids.has(spec.id)) throw new Error(`two charts are named ${spec.id}`)
       ids.add(spec.id)
       charts.push({ file: `${spec.id}.svg`, spec, svg: await renderSvg(spec) })
@@ -74,8 +86,10 @@ export async function buildReport(options: BuildOptions): Promise<BuiltReport> {
   out.push('')
   out.push('## Headline figures')
   out.push('')
-  for (const { section, content } of built) {
-    for (const line of content.headline) out.push(`- ${line} ([${section.title.split(':')[0]}](#${anchor(section.title)}))`)
+  for (const { section, file, content, newer } of built) {
+    const to = `[${section.title.split(':')[0]}](#${anchor(section.title)})`
+    for (const line of content.headline) out.push(`- ${line} (${to}, ${file.kind} run of ${day(file.date)})`)
+    for (const line of newer?.content.headline ?? []) out.push(`- ${line} (${to}, newer partial run of ${day(newer!.file.date)})`)
   }
   out.push('')
   out.push('| benchmark | results file | from | run started |')
@@ -83,10 +97,10 @@ export async function buildReport(options: BuildOptions): Promise<BuiltReport> {
   for (const { section, file } of built) out.push(`| [${section.title}](#${anchor(section.title)}) | [\`${file.file}\`](${link(file.file)}) | ${file.kind} run | ${day(file.date)} |`)
   for (const section of missing) out.push(`| ${section.title} | none: not run yet | | |`)
   out.push('')
-  for (const { section, file, content } of built) {
+  for (const { section, file, content, newer } of built) {
     out.push(`## ${section.title}`)
     out.push('')
-    const others = file.others.map((o) => `[\`${o.file}\`](${link(o.file)}) (${o.kind}, ${day(o.date)})`)
+    const others = file.others.filter((o) => o.file !== newer?.file.file).map((o) => `[\`${o.file}\`](${link(o.file)}) (${o.kind}, ${day(o.date)})`)
     out.push(
       `*From [\`${file.file}\`](${link(file.file)}), ${KIND_TEXT[file.kind]}, started ${day(file.date)}; the benchmark's own report with every run is [\`${file.file.replace(/\.json$/, '.md')}\`](${link(file.file.replace(/\.json$/, '.md'))}).${others.length > 0 ? ` Also present, not shown here: ${others.join(', ')}.` : ''}*`,
     )
@@ -107,19 +121,21 @@ export async function buildReport(options: BuildOptions): Promise<BuiltReport> {
       out.push(...content.headline.map((h) => `- **${h}**`))
       out.push('')
     }
-    for (const table of content.tables) {
-      out.push(`### ${section.title.split(':')[0]}: ${table.title}`)
+    out.push(...figures(section, content, options.chartsDir, ''))
+    if (newer !== undefined) {
+      out.push(`### ${section.title.split(':')[0]}: a newer partial run (${day(newer.file.date)})`)
       out.push('')
-      out.push(...markdownTable(table))
+      out.push(
+        `*From [\`${newer.file.file}\`](${link(newer.file.file)}), ${KIND_TEXT.partial}, started ${day(newer.file.date)}: the cases it re-ran, on the code of its day.*`,
+      )
       out.push('')
-      if (table.note !== undefined) {
-        out.push(table.note)
+      out.push(...[...newer.content.machine, ...newer.content.load].map((m) => `- ${m}`))
+      out.push('')
+      if (newer.content.headline.length > 0) {
+        out.push(...newer.content.headline.map((h) => `- **${h}**`))
         out.push('')
       }
-    }
-    for (const spec of content.charts) {
-      out.push(`![${spec.title}](${options.chartsDir}/${spec.id}.svg)`)
-      out.push('')
+      out.push(...figures(section, newer.content, options.chartsDir, ' (newer partial run)'))
     }
   }
   if (missing.length > 0) {
@@ -129,6 +145,26 @@ export async function buildReport(options: BuildOptions): Promise<BuiltReport> {
     out.push('')
   }
   return { markdown: out.join('\n'), charts, sections: built, missing }
+}
+
+/** A section's tables, each with its note, then its charts. */
+function figures(section: ReportSection, content: SectionContent, chartsDir: string, suffix: string): string[] {
+  const out: string[] = []
+  for (const table of content.tables) {
+    out.push(`### ${section.title.split(':')[0]}: ${table.title}${suffix}`)
+    out.push('')
+    out.push(...markdownTable(table))
+    out.push('')
+    if (table.note !== undefined) {
+      out.push(table.note)
+      out.push('')
+    }
+  }
+  for (const spec of content.charts) {
+    out.push(`![${spec.title}](${chartsDir}/${spec.id}.svg)`)
+    out.push('')
+  }
+  return out
 }
 
 /** Writes `REPORT.md` and the charts; SVGs left in the chart directory by an earlier build are removed. */

@@ -64,7 +64,7 @@ export function machineLines(m: Machine, extra: readonly string[] = []): string[
 /** Load averages at the moments a run noted, as one line. */
 export function loadLine(loads: readonly LoadNote[]): string {
   if (loads.length === 0) return 'load averages: not recorded'
-  return `load average (1 min) ${loads.map((l) => `${l.loadavg[0]?.toFixed(1) ?? '-'} at ${l.label}`).join(', ')}`
+  return `load average (1 min): ${loads.map((l) => `${l.loadavg[0]?.toFixed(1) ?? '-'} (${l.label})`).join(', ')}`
 }
 
 /** CPU pressure (Linux PSI: share of wall time some task waited for a CPU) over the timed runs, as one line. */

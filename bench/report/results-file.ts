@@ -3,7 +3,7 @@
  * without it, a partial run's, then a smoke (QUICK) run's. A QUICK report
  * prefers the smoke run's file, since that is what the run it follows wrote.
  * The report says which file each section used and names the others, with
- * their dates, so a newer partial run beside an older full one is visible.
+ * their dates; a partial run newer than the full one is shown too (`newerPartial`).
  */
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -20,8 +20,18 @@ export interface ResultsFile {
   /** When the run started, from its JSON (`machine.date`), if it says. */
   readonly date: string | undefined
   readonly data: unknown
-  /** The other variants present, which the section did not use. */
-  readonly others: readonly { readonly kind: ResultsKind; readonly file: string; readonly date: string | undefined }[]
+  /** The other variants present, beside the one chosen. */
+  readonly others: readonly Omit<ResultsFile, 'others'>[]
+}
+
+/**
+ * A partial run newer than the chosen full one: a later re-run of some cases
+ * (after a change, say), which the report shows after the full run's figures
+ * rather than hiding behind them.
+ */
+export function newerPartial(file: ResultsFile): Omit<ResultsFile, 'others'> | undefined {
+  if (file.kind !== 'full' || file.date === undefined) return undefined
+  return file.others.find((o) => o.kind === 'partial' && o.date !== undefined && o.date > file.date!)
 }
 
 export function preference(quick: boolean): readonly ResultsKind[] {
@@ -48,6 +58,6 @@ export function findResults(resultsDir: string, stem: string, quick: boolean): R
     file: chosen.file,
     date: dateOf(chosen.data),
     data: chosen.data,
-    others: rest.map((r) => ({ kind: r.kind, file: r.file, date: dateOf(r.data) })),
+    others: rest.map((r) => ({ stem, kind: r.kind, file: r.file, date: dateOf(r.data), data: r.data })),
   }
 }

@@ -9,7 +9,7 @@ const CEILING = 'ceiling (bare fastify)'
 
 function render(report: Report): SectionContent {
   const initialTable: Table = {
-    title: 'Initial sync (500-row shape, `offset=-1`, about 143 KB)',
+    title: `Initial sync (${num(report.initialResponse.rows)}-row shape, \`offset=-1\`, ${num(report.initialResponse.bodyBytes / 1000)} KB)`,
     headers: ['clients', 'server', 'req/s (median)', 'req/s runs (min – max)', 'p50', 'p99', 'p99 runs (min – max)', 'Sluice / ceiling req/s', 'Sluice / ceiling p99'],
     align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows: report.initial.flatMap((row) =>
@@ -77,7 +77,7 @@ function render(report: Report): SectionContent {
   const busiest = report.initial.at(-1)
   if (busiest !== undefined) {
     headline.push(
-      `Initial sync of a 143 KB shape, ${plural(busiest.clients, 'client')}: Sluice ${num(busiest.sluice.median.requestsPerSec)} req/s, ${ratio(busiest.sluice.median.requestsPerSec / busiest.ceiling.median.requestsPerSec)} the throughput of a bare fastify server sending the same bytes from memory (${num(busiest.ceiling.median.requestsPerSec)} req/s).`,
+      `Initial sync of a ${num(report.initialResponse.bodyBytes / 1000)} KB shape, ${plural(busiest.clients, 'client')}: Sluice ${num(busiest.sluice.median.requestsPerSec)} req/s, ${ratio(busiest.sluice.median.requestsPerSec / busiest.ceiling.median.requestsPerSec)} the throughput of a bare fastify server sending the same bytes from memory (${num(busiest.ceiling.median.requestsPerSec)} req/s).`,
     )
   }
   const one = report.live[0]
@@ -89,8 +89,7 @@ function render(report: Report): SectionContent {
   const runs = [...report.initial, ...report.live].flatMap((r) => [...r.sluice.runs, ...r.ceiling.runs])
   const s = report.settings
   return {
-    measures:
-      'The Sluice server process (`sluice start`) as HTTP clients see it: requests/s and latency of the initial sync of a 500-row shape (one chunk, about 143 KB) by 1 to 2,000 concurrent keep-alive clients, and write-to-client latency with 1 to 10,000 independent shapes, each with one live long-poll client, under 40 single-row commits a second.',
+    measures: `The Sluice server process (\`sluice start\`) as HTTP clients see it: requests/s and latency of the initial sync of a ${num(report.initialResponse.rows)}-row shape (one chunk, ${num(report.initialResponse.bodyBytes / 1000)} KB) by ${counts(s.initialClients)} concurrent keep-alive clients, and write-to-client latency with ${counts(s.liveShapes)} independent shapes, each with one live long-poll client, under ${String(s.writeRate ?? '?')} single-row commits a second.`,
     doesNotMeasure:
       'An HTTP cache or CDN in front (the way Sluice is meant to fan initial syncs out), TLS, compression, SSE, shapes of many chunks, networks between machines, browsers.',
     method: [
@@ -105,6 +104,13 @@ function render(report: Report): SectionContent {
     charts,
     headline,
   }
+}
+
+/** "1, 100 and 2,000" from a settings list. */
+function counts(list: unknown): string {
+  if (!Array.isArray(list) || list.length === 0) return 'several'
+  const items = list.map((x) => num(Number(x)))
+  return items.length === 1 ? items[0]! : `${items.slice(0, -1).join(', ')} and ${items.at(-1)!}`
 }
 
 interface LatencyRow {

@@ -35,7 +35,7 @@ function render(report: Report): SectionContent {
         spread(set.runs.map((r) => r.changesPerSec), compact),
         compact(phase.ceiling.medianChangesPerSec),
         spread(phase.ceiling.runs.map((r) => r.changesPerSec), compact),
-        percent(set.ratioToCeiling * 100),
+        percent(set.ratioToCeiling * 100, set.ratioToCeiling < 0.1 ? 1 : 0),
       ]),
     ),
     note: 'The ceiling is Postgres decoding the same WAL with the same protocol options into /dev/null (`pg_recvlogical`); each contender replays exactly the same WAL from its own slot.',
