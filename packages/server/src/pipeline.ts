@@ -18,6 +18,8 @@ import type { ShapeService } from './shape-service.js'
 import { DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
+import { catalogChanged } from './shapes/invalidation.js'
+import { loadTableStates } from './shapes/table-catalog.js'
 
 /**
  * The sync pipeline, wired (docs/architecture.md §2): the replication client feeds the
@@ -43,6 +45,8 @@ export interface PipelineOptions {
   readonly maxShapes?: number
   /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
   readonly tableCacheMs?: number
+  /** How often the catalog is checked for DDL on tables with shapes (default DEFAULT_CATALOG_CHECK_MS; 0: never). See ShapeManagerOptions.catalogCheckMs. */
+  readonly catalogCheckMs?: number
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
   readonly protoVersion?: ReplicationClientOptions['protoVersion']
@@ -173,6 +177,15 @@ export class Pipeline {
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
         },
+        verifyTable: async (info) => {
+          try {
+            return catalogChanged(info, (await loadTableStates(db, [info.oid])).get(info.oid))
+          } catch (err) {
+            // The catalog watch asks again within a second.
+            options.logger?.warn({ err, table: `${info.schema}.${info.name}` }, 'checking a table against the catalog failed')
+            return undefined
+          }
+        },
       })
       shapes = await ShapeManager.open({
         store,
@@ -185,6 +198,7 @@ export class Pipeline {
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
+        ...(options.catalogCheckMs === undefined ? {} : { catalogCheckMs: options.catalogCheckMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
         onPressure: (paused) => (paused ? replication?.pause('shape_memory') : replication?.resume('shape_memory')),
       })
