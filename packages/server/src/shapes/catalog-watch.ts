@@ -10,18 +10,20 @@ import { type TableInfo, loadTableStates } from './table-catalog.js'
  * and then with a description that for a new key under REPLICA IDENTITY FULL
  * is the very same as before. So the catalog is asked instead: every
  * `intervalMs`, one query for all the tables that have shapes (no event
- * trigger: that needs a superuser), and each shape whose table is no longer
- * the one it was made for is invalidated, and its waiting requests get their
- * 409 then, not at their long-poll timeout.
+ * trigger: that needs a superuser; the table versions in use are a handful
+ * whatever the number of shapes, which the manager keeps indexed by version),
+ * and each shape whose table is no longer the one it was made for is
+ * invalidated: its waiting requests get their 409 then, not at their
+ * long-poll timeout.
  */
 
 export interface CatalogWatchOptions {
   readonly db: Queryable
   readonly intervalMs: number
-  /** The shapes to check: each table version they were made for, with their handles. */
-  readonly shapes: () => Map<TableInfo, string[]>
-  /** Invalidates those of `handles` still made for `info`. */
-  readonly invalidate: (info: TableInfo, handles: readonly string[], reason: Invalidation) => Promise<void>
+  /** Each table version (TableInfo object) some shape was made for. */
+  readonly tables: () => readonly TableInfo[]
+  /** Invalidates the shapes made for `info`. */
+  readonly invalidate: (info: TableInfo, reason: Invalidation) => Promise<void>
   readonly onError: (error: unknown) => void
 }
 
@@ -43,18 +45,17 @@ export class CatalogWatch {
   }
 
   /**
-   * One check. The shapes are listed before the query is sent, so a shape
-   * created from a catalog answer newer than this one is never judged by it.
+   * One check. The table versions are listed before the query is sent, so a
+   * version loaded from a catalog answer newer than this one is never judged
+   * by it; shapes made meanwhile for a listed version share its fate, rightly.
    */
   async check(): Promise<void> {
-    const shapes = this.options.shapes()
-    if (shapes.size === 0) return
-    const oids = new Set<number>()
-    for (const info of shapes.keys()) oids.add(info.oid)
-    const states = await loadTableStates(this.options.db, [...oids])
-    for (const [info, handles] of shapes) {
+    const tables = this.options.tables()
+    if (tables.length === 0) return
+    const states = await loadTableStates(this.options.db, [...new Set(tables.map((info) => info.oid))])
+    for (const info of tables) {
       const reason = catalogChanged(info, states.get(info.oid))
-      if (reason !== undefined) await this.options.invalidate(info, handles, reason)
+      if (reason !== undefined) await this.options.invalidate(info, reason)
     }
   }
 

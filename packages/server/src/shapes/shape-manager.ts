@@ -116,6 +116,8 @@ export interface ShapeManagerStats {
 export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly registry: ShapeRegistry
   private readonly shapes = new Map<string, LiveShape>()
+  /** The handles of the shapes made for each table version (TableInfo object): what the catalog watch checks. */
+  private readonly byTable = new Map<TableInfo, Set<string>>()
   private readonly maxShapes: number
   private readonly tables: TableCache
   private readonly queues: QueueBudget
@@ -146,8 +148,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     this.watch = new CatalogWatch({
       db: options.db,
       intervalMs: options.catalogCheckMs ?? DEFAULT_CATALOG_CHECK_MS,
-      shapes: () => this.byTable(),
-      invalidate: (info, handles, reason) => this.invalidateHandles(handles.filter((h) => this.shapes.get(h)?.table === info), reason),
+      tables: () => [...this.byTable.keys()],
+      invalidate: (info, reason) => this.invalidateHandles(this.handlesFor(info), reason),
       onError: (error) => options.logger?.warn({ err: error }, 'checking the catalog for DDL failed'),
     })
   }
@@ -180,7 +182,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         await manager.dropRestored(meta.handle, def, revived.problem)
         continue
       }
-      manager.shapes.set(meta.handle, revived.shape)
+      manager.add(revived.shape)
       options.router.add(routeSpec(revived.shape), revived.target)
     }
     options.logger?.info({ shapes: manager.shapes.size }, 'shapes restored')
@@ -291,7 +293,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       if (shape !== undefined) this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
       if (shape === undefined || definition === undefined) continue
-      this.shapes.delete(handle)
+      this.drop(shape)
       shape.cancelled = reason
       shape.abort?.abort(new ShapeError('shape_invalidated', reason.detail))
       if (shape.log !== undefined) {
@@ -334,7 +336,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       abort: new AbortController(),
       queue: undefined,
     }
-    this.shapes.set(handle, shape)
+    this.add(shape)
     this.builder.build(shape).then(
       (log) => {
         shape.log = log
@@ -346,7 +348,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       async (error: unknown) => {
         this.options.router.remove(handle)
         if (this.shapes.get(handle) === shape) {
-          this.shapes.delete(handle)
+          this.drop(shape)
           this.registry.invalidate(handle)
         }
         this.registry.forget(handle)
@@ -383,14 +385,14 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   /** Invalidates the shapes made for an older version of this table than `now`, or for a table of its name that is gone. */
   private async invalidateStale(now: TableInfo): Promise<void> {
     const state = tableStateOf(now)
-    for (const [info, handles] of this.byTable()) {
+    for (const info of [...this.byTable.keys()]) {
       if (info === now) continue
       let reason: Invalidation | undefined
       if (info.oid === now.oid) reason = catalogChanged(info, state)
       else if (info.schema === now.schema && info.name === now.name) {
         reason = { kind: 'table_replaced', schema: now.schema, table: now.name, detail: `${now.schema}.${now.name} was dropped and created again` }
       }
-      if (reason !== undefined) await this.invalidateHandles(handles, reason)
+      if (reason !== undefined) await this.invalidateHandles(this.handlesFor(info), reason)
     }
   }
 
@@ -410,15 +412,21 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     return tableNotFound(info.schema, info.name, error)
   }
 
-  /** Every shape by the table version it was made for. */
-  private byTable(): Map<TableInfo, string[]> {
-    const tables = new Map<TableInfo, string[]>()
-    for (const shape of this.shapes.values()) {
-      const handles = tables.get(shape.table)
-      if (handles === undefined) tables.set(shape.table, [shape.handle])
-      else handles.push(shape.handle)
-    }
-    return tables
+  private add(shape: LiveShape): void {
+    this.shapes.set(shape.handle, shape)
+    const handles = this.byTable.get(shape.table)
+    if (handles === undefined) this.byTable.set(shape.table, new Set([shape.handle]))
+    else handles.add(shape.handle)
+  }
+
+  private drop(shape: LiveShape): void {
+    this.shapes.delete(shape.handle)
+    const handles = this.byTable.get(shape.table)
+    if (handles !== undefined && handles.delete(shape.handle) && handles.size === 0) this.byTable.delete(shape.table)
+  }
+
+  private handlesFor(info: TableInfo): string[] {
+    return [...(this.byTable.get(info) ?? [])]
   }
 
   private async dropRestored(handle: string, definition: ShapeDefinition, why: string): Promise<void> {
