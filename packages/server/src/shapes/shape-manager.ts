@@ -174,7 +174,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       const key = `${def.schema}\u0000${def.table}`
       let table = tables.get(key)
       if (table === undefined) {
-        table = loadTable(options.db, { schema: def.schema, name: def.table }).catch(() => undefined)
+        // Interned as requests' answers are, so a request finds its restored shape's table by identity.
+        table = loadTable(options.db, { schema: def.schema, name: def.table }).then(
+          (info) => (info === undefined ? undefined : manager.tables.adopt(info)),
+          () => undefined,
+        )
         tables.set(key, table)
       }
       const revived = revive(shape, await table, options.store.durableLsn)
@@ -353,7 +357,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         }
         this.registry.forget(handle)
         const cause = creationError(shape, error)
-        const failure = shape.cancelled === undefined ? await this.unlessTableGone(table, cause) : cause
+        // Only a snapshot that failed may have failed for want of its table (not an invalidation or a shutdown).
+        const failure = cause instanceof ShapeError && cause.code === 'snapshot_failed' ? await this.unlessTableGone(table, cause) : cause
         this.options.logger?.warn({ handle, err: failure }, 'shape creation failed')
         rejectReady(failure)
       },
@@ -403,6 +408,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * server's.
    */
   private async unlessTableGone<E>(info: TableInfo, error: E): Promise<E | ShapeError> {
+    if (this.closed) return error
     const now = await loadTableStates(this.options.db, [info.oid]).then(
       (states) => states.get(info.oid),
       () => null,

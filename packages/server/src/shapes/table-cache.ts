@@ -67,6 +67,11 @@ export class TableCache {
     return info
   }
 
+  /** The one object for this table version (see `intern`), for a table loaded elsewhere. */
+  adopt(info: TableInfo): TableInfo {
+    return this.intern(info)
+  }
+
   /** The table from the catalog, not the cache (what `load` answers from then on). */
   reload(schema: string, name: string): Promise<TableInfo | undefined> {
     this.lookups.delete(tableKey(schema, name))
