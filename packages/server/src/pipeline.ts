@@ -156,6 +156,7 @@ export class Pipeline {
     // Idle pooled connections can die with Postgres; the pool replaces them, this keeps the process alive.
     for (const pool of pools) pool.on('error', (err) => options.logger?.warn({ err }, 'idle Postgres connection failed'))
     let streams: SpillStreamBuffer | undefined
+    let shapes: ShapeManager | undefined
     try {
       const publication = new PublicationManager(db, { name: options.publicationName ?? DEFAULT_PUBLICATION_NAME })
       await publication.ensure()
@@ -168,7 +169,6 @@ export class Pipeline {
       let replication: ReplicationClient | undefined
       const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
       const routed = { lsn: store.durableLsn }
-      let shapes: ShapeManager | undefined
       const router = new ShapeRouter({
         advance: (lsn) => {
           routed.lsn = lsn
@@ -239,6 +239,8 @@ export class Pipeline {
       const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed })
       return new Pipeline({ store, shapes, router, replication: client, shapeService, pools, streams, unsubscribe, replicationGap })
     } catch (error) {
+      // Its catalog watch would otherwise go on asking a closed pool.
+      await shapes?.close().catch(() => {})
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))
       await store.close().catch(() => {})
