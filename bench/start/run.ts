@@ -15,7 +15,7 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { cpus, tmpdir, totalmem } from 'node:os'
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
@@ -47,6 +47,8 @@ interface Run {
   readonly cpuMs: number
   /** SIGTERM to exit. */
   readonly stopMs: number
+  /** The machine's one-minute load average at the start of the run (2 cores here: above 2, runs wait for a core). */
+  readonly load1: number
 }
 
 /** User + system CPU time of a live process, from /proc (clock ticks of 10 ms). */
@@ -85,6 +87,7 @@ async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promis
   for (const k of Object.keys(env)) if (k.startsWith('SLUICE_') || k === 'NODE_OPTIONS') delete env[k]
   if (mode === 'source') env['SLUICE_FROM_SOURCE'] = '1'
   const args = [...NODE_ARGS, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', `start_${fixture.shapes}`]
+  const load1 = loadavg()[0]!
   const t0 = performance.now()
   const child: ChildProcess = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
@@ -110,7 +113,7 @@ async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promis
   if (!/"shapes restored"/.test(out) || !new RegExp(`"shapes":${fixture.shapes}\\b`).test(out)) {
     throw new Error(`sluice did not restore ${fixture.shapes} shapes:\n${out.slice(0, 4000)}\n${err}`)
   }
-  return { mode, shapes: fixture.shapes, healthyMs, serverMs: m === null ? Number.NaN : Number(m[1]), cpuMs, stopMs }
+  return { mode, shapes: fixture.shapes, healthyMs, serverMs: m === null ? Number.NaN : Number(m[1]), cpuMs, stopMs, load1 }
 }
 
 function fmt(ms: number): string {
@@ -152,10 +155,20 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
     }
     const c = byMode.get('compiled')
     const s = byMode.get('source')
-    if (c !== undefined && s !== undefined) lines.push(`| ${shapes.toLocaleString('en-US')} | source / compiled | | ${(s / c).toFixed(2)}× | | | | | | | |`)
+    const cpu = (mode: Mode): number => median(runs.filter((r) => r.shapes === shapes && r.mode === mode).map((r) => r.cpuMs))
+    if (c !== undefined && s !== undefined) {
+      lines.push(`| ${shapes.toLocaleString('en-US')} | source / compiled | | ${(s / c).toFixed(2)}× | | | | ${(cpu('source') / cpu('compiled')).toFixed(2)}× | | | |`)
+    }
   }
-  lines.push('', 'Every run (ms, healthy / server / CPU at healthy / stop):', '')
-  for (const r of runs) lines.push(`- ${r.shapes} ${r.mode}: ${Math.round(r.healthyMs)} / ${r.serverMs} / ${r.cpuMs} / ${Math.round(r.stopMs)}`)
+  const loads = runs.map((r) => r.load1)
+  lines.push(
+    '',
+    `Load average (1 min) at the runs' starts: median ${median(loads).toFixed(1)}, ${Math.min(...loads).toFixed(1)} to ${Math.max(...loads).toFixed(1)}, on ${cpus().length} cores: above that, a start waits for a core and wall times grow while CPU times stay.`,
+    '',
+    'Every run (ms, healthy / server / CPU at healthy / stop; load average):',
+    '',
+  )
+  for (const r of runs) lines.push(`- ${r.shapes} ${r.mode}: ${Math.round(r.healthyMs)} / ${r.serverMs} / ${r.cpuMs} / ${Math.round(r.stopMs)}; ${r.load1.toFixed(1)}`)
   return `${lines.join('\n')}\n`
 }
 
@@ -183,7 +196,7 @@ async function main(): Promise<void> {
         for (const mode of i % 2 === 0 ? MODES : [...MODES].reverse()) {
           const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
           runs.push(run)
-          process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, stop ${Math.round(run.stopMs)} ms)\n`)
+          process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, stop ${Math.round(run.stopMs)} ms, load ${run.load1.toFixed(1)})\n`)
         }
       }
     }
