@@ -37,3 +37,11 @@ export const DEFAULT_MAX_CONCURRENT_EXISTING = 10_000
 
 /** How long one server-sent-events stream stays open (it also sets the SSE responses' cache lifetime). */
 export const DEFAULT_SSE_TIMEOUT_MS = 60_000
+
+/**
+ * How long the replication connection may be down before `/v1/health` answers
+ * 503. Long enough for a Postgres restart and the first reconnect attempts
+ * (which back off from 250 ms), short enough that a load balancer stops
+ * sending clients to a server whose answers have gone stale.
+ */
+export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
