@@ -327,7 +327,19 @@ function buildInfo(raw: RawInfo): TableInfo {
  * array of a domain) with `dims`. The exception is a domain over an enum (or
  * an array of one), which Postgres cannot compare at all: it is left opaque.
  */
-export function whereColumns(info: TableInfo): WhereColumn[] {
+/** One frozen list per table description: a restart compiles every stored shape of a table against it (see compileWhereSync). */
+const whereColumnsOf = new WeakMap<TableInfo, readonly WhereColumn[]>()
+
+export function whereColumns(info: TableInfo): readonly WhereColumn[] {
+  let list = whereColumnsOf.get(info)
+  if (list === undefined) {
+    list = Object.freeze(whereColumnsUncached(info))
+    whereColumnsOf.set(info, list)
+  }
+  return list
+}
+
+function whereColumnsUncached(info: TableInfo): WhereColumn[] {
   return info.columns.map((column): WhereColumn => {
     const isArray = column.dims > 0
     // Postgres cannot compare a domain over an enum with anything (`d = 'x'`,

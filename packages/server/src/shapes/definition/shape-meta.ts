@@ -104,11 +104,14 @@ export function encodeShapeMeta(
   return new TextEncoder().encode(JSON.stringify(record))
 }
 
+/** One for every decode: a restart decodes every shape's meta, and making a decoder costs more than using one. */
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
 /** Decodes and validates; throws ShapeMetaError on anything malformed or of another version. */
 export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   let raw: unknown
   try {
-    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes))
+    raw = JSON.parse(utf8.decode(bytes))
   } catch (error) {
     throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`, { cause: error })
   }
