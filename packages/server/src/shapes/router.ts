@@ -208,6 +208,7 @@ export class ShapeRouter implements TransactionSink {
       for await (const batch of transaction.batches) {
         this.routeBatch(txn, batch)
         this.emitAllButLast(txn)
+        txn.reuseLines()
       }
       this.emitLast(txn)
       await this.settle(txn)
