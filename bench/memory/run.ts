@@ -79,7 +79,8 @@ interface Run {
   readonly rowsReceived: number
   readonly ceilingS: number
   readonly atPeak: MetricsSample | undefined
-  /** At the end of the run (60 s after the last row). */
+  /** Before the transaction, and at the end of the run (60 s after the last row). */
+  readonly start: { mallocHeapMiB: number; otherAnonMiB: number }
   readonly end: { mallocHeapMiB: number; otherAnonMiB: number }
   readonly load: string
   /** RSS (MiB) once a second from the INSERT on, with the seconds since the commit. */
@@ -164,6 +165,7 @@ function follow(base: string, onRows: (total: number) => void): { stop: () => vo
       offset = header(r.headers, 'electric-offset') ?? offset
       cursor = header(r.headers, 'electric-cursor') ?? cursor
       total += countInserts(r.body)
+      if (process.env.BENCH_TRACE_CLIENT === '1') console.log(`  client ${(performance.now() / 1000).toFixed(2)} s: ${r.body.length} bytes, ${total} rows, live ${live}`)
       onRows(total)
       if (header(r.headers, 'electric-up-to-date') !== undefined) live = true
     }
@@ -257,11 +259,13 @@ async function oneRun(rep: number): Promise<Run> {
       await sleep(5_000)
       const pre = samples.filter((s) => s.t >= performance.now() - 2_000).map((s) => s.rssMiB)
       const preMiB = median(pre)
+      const start = residentParts(sluice.pid)
       const lsn0 = await walLsn(cluster)
       const sent = performance.now()
       console.log(`  rep ${rep}: inserting ${ROWS.toLocaleString('en')} rows (server RSS ${preMiB.toFixed(0)} MiB)`)
       await cluster.query(insertSql(1, ROWS))
       const commitAt = performance.now()
+      if (process.env.BENCH_TRACE_CLIENT === '1') console.log(`  commit at ${(commitAt / 1000).toFixed(2)} s`)
       const walBytes = Number((await walLsn(cluster)) - lsn0)
       const deadline = commitAt + 15 * 60_000
       while (Number.isNaN(lastRowAt) && performance.now() < deadline) await sleep(50)
@@ -299,6 +303,7 @@ async function oneRun(rep: number): Promise<Run> {
         rowsReceived: rows,
         ceilingS,
         atPeak,
+        start,
         end,
         load,
         timeline,
@@ -366,11 +371,11 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
     '',
     '### Every run',
     '',
-    '| run | WAL | INSERT took | before | peak (at s after commit) | heap used / external at peak | +60 s after commit | +60 s after last row | of which malloc heap / other anonymous | last row | rows | ceiling | load (1, 5, 15 min) |',
+    '| run | WAL | INSERT took | before | peak (at s after commit) | heap used / external at peak | +60 s after commit | +60 s after last row | malloc heap / other anonymous, before → end | last row | rows | ceiling | load (1, 5, 15 min) |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...runs.map(
       (r) =>
-        `| ${r.rep} | ${(r.walBytes / 1e9).toFixed(2)} GB | ${f1(r.commitS)} s | ${f0(r.preMiB)} MiB | ${f0(r.peakMiB)} MiB (${f1(r.peakAtS)}) | ${mib(r.atPeak?.heapUsed)} / ${mib(r.atPeak?.external)} MiB | ${f0(r.afterCommitMiB)} MiB | ${f0(r.afterLastRowMiB)} MiB | ${f0(r.end.mallocHeapMiB)} / ${f0(r.end.otherAnonMiB)} MiB | ${f1(r.lastRowS)} s | ${r.rowsReceived.toLocaleString('en')} | ${f1(r.ceilingS)} s | ${r.load} |`,
+        `| ${r.rep} | ${(r.walBytes / 1e9).toFixed(2)} GB | ${f1(r.commitS)} s | ${f0(r.preMiB)} MiB | ${f0(r.peakMiB)} MiB (${f1(r.peakAtS)}) | ${mib(r.atPeak?.heapUsed)} / ${mib(r.atPeak?.external)} MiB | ${f0(r.afterCommitMiB)} MiB | ${f0(r.afterLastRowMiB)} MiB | ${f0(r.start.mallocHeapMiB)} / ${f0(r.start.otherAnonMiB)} → ${f0(r.end.mallocHeapMiB)} / ${f0(r.end.otherAnonMiB)} MiB | ${f1(r.lastRowS)} s | ${r.rowsReceived.toLocaleString('en')} | ${f1(r.ceilingS)} s | ${r.load} |`,
     ),
     '',
     `Reproduce: \`npm run bench:memory\` (or \`pnpm --filter @sluice/bench run bench:memory\`).`,
@@ -386,7 +391,7 @@ async function main(): Promise<void> {
   for (let rep = 1; rep <= REPS; rep++) {
     const run = await oneRun(rep)
     runs.push(run)
-    console.log(`  rep ${rep}: malloc heap ${f0(run.end.mallocHeapMiB)} MiB, other anonymous ${f0(run.end.otherAnonMiB)} MiB at the end`)
+    console.log(`  rep ${rep}: malloc heap ${f0(run.start.mallocHeapMiB)} → ${f0(run.end.mallocHeapMiB)} MiB, other anonymous ${f0(run.start.otherAnonMiB)} → ${f0(run.end.otherAnonMiB)} MiB`)
     console.log(`  rep ${rep}: before ${f0(run.preMiB)} MiB, peak ${f0(run.peakMiB)} MiB, +${AFTER_S} s after commit ${f0(run.afterCommitMiB)} MiB, after last row ${f0(run.afterLastRowMiB)} MiB; last row ${f1(run.lastRowS)} s; ceiling ${f1(run.ceilingS)} s`)
   }
   const text = report(runs, startedAt, (performance.now() - t0) / 1000)
