@@ -1,3 +1,4 @@
+import { setImmediate as turn } from 'node:timers/promises'
 import { type FsPort, writeFullyAsync } from '@sluice/storage'
 import type { Change, StreamAbort, StreamedChange } from '../change-sink.js'
 import type { Relation } from '../pgoutput-messages.js'
@@ -291,13 +292,19 @@ export class SpillStreamBuffer implements StreamBuffer {
           filePos: 0,
         }
         await run(state, () => this.readHeader(state, file, cursor))
-        // One batch read ahead: the file is read on the thread pool while the
-        // consumer routes the batch before it, instead of after.
-        let next = run(state, () => this.readFileBatch(state, file, cursor))
+        // One batch read ahead, after a turn of the event loop: reads do not
+        // wait for I/O (see readNow), and without the turn a whole transaction
+        // would be read back and routed in one run of microtasks, with no
+        // flush, write-back or request served until its end.
+        const read = async (): Promise<Change[]> => {
+          await turn()
+          return this.readFileBatch(state, file, cursor)
+        }
+        let next = run(state, read)
         for (;;) {
           const batch = await next
           if (batch.length === 0) break
-          next = run(state, () => this.readFileBatch(state, file, cursor))
+          next = run(state, read)
           // Settled through the chain if the consumer stops early (its failure is then nobody's).
           next.catch(noop)
           yield batch
