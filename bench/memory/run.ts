@@ -14,15 +14,17 @@
  * Records: RSS before the transaction (the median of the last 2 s), the peak,
  * RSS 60 s after the commit and 60 s after the last row arrived; the time from
  * the commit (the INSERT's reply) until the client had the last row. Beside
- * it, the ceiling for that time: pg_recvlogical decoding the same kind of
- * transaction to /dev/null on the same cluster (Postgres's own decoding, no
- * storage, no HTTP).
+ * it, the ceiling for that time: pg_recvlogical receiving the same kind of
+ * transaction to /dev/null on the same cluster with the options Sluice asks
+ * for (pgoutput protocol 2, streamed), so Postgres's part alone: no storage,
+ * no routing, no HTTP.
  *
  * Usage: `pnpm --filter @sluice/bench run bench:memory` (from the root:
  * `npm run bench:memory`). BENCH_REPS (3), BENCH_ROWS, BENCH_AFTER_S (60),
  * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_NODE_OPTIONS (for
  * the server process, e.g. --heap-prof), BENCH_RESULTS_DIR. Runs with any of
- * these changed write results/memory.partial.md.
+ * these changed write results/memory.partial.md. BENCH_TRACE_CLIENT=1 prints
+ * every response the client receives.
  */
 import { spawn } from 'node:child_process'
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
