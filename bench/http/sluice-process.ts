@@ -19,11 +19,11 @@ export interface SluiceProcess {
   stop(): Promise<void>
 }
 
-export async function startSluice(options: { databaseUrl: string; storageDir: string; flags: readonly string[] }): Promise<SluiceProcess> {
+export async function startSluice(options: { databaseUrl: string; storageDir: string; flags: readonly string[]; env?: NodeJS.ProcessEnv }): Promise<SluiceProcess> {
   const child: ChildProcess = spawn(
     process.execPath,
     [SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: process.env },
+    { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env },
   )
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
   let tail = ''

@@ -192,6 +192,7 @@ export class Pipeline {
           routed.lsn = lsn
           store.advance(lsn)
         },
+        holdBack: () => (store.underPressure ? untilPressureEnds(store) : undefined),
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
         },
@@ -305,6 +306,21 @@ export class Pipeline {
     await Promise.allSettled(this.pools.map((p) => p.end()))
     await this.store.close()
   }
+}
+
+/** Resolves once the store no longer asks its writer to hold back (its tails are back within their budget, or it closed). */
+function untilPressureEnds(store: FileLogStore): Promise<void> {
+  return new Promise((resolve) => {
+    const off = store.onPressure((held) => {
+      if (held) return
+      off()
+      resolve()
+    })
+    if (!store.underPressure) {
+      off()
+      resolve()
+    }
+  })
 }
 
 /** `store.advance` at most once per `intervalMs`, with the highest LSN given meanwhile. */

@@ -38,21 +38,46 @@ describe('TailArena', () => {
     expect(arena.baseOf(b) + arena.sizeOf(b)).toBeLessThanOrEqual(arena.bufOf(b).length)
   })
 
-  it('gives requests above 1 MiB a buffer of their own, never reused, and counts it in use until released', () => {
+  it('gives requests above 1 MiB a power-of-two slab of their own, counted in use until released', () => {
     const arena = new TailArena(0)
     const small = arena.alloc(1000)
     const big = arena.alloc(3_000_000)
-    expect(arena.sizeOf(big)).toBe(3_000_000)
+    expect(arena.sizeOf(big)).toBe(4 * 1024 * 1024)
     expect(arena.baseOf(big)).toBe(0)
-    const bigBuf = arena.bufOf(big)
-    expect(bigBuf.length).toBe(3_000_000)
-    expect(arena.bytesInUse).toBe(1024 + 3_000_000)
+    expect(arena.bufOf(big).length).toBe(4 * 1024 * 1024)
+    expect(arena.bytesInUse).toBe(1024 + 4 * 1024 * 1024)
     arena.release(big)
     expect(arena.bytesInUse).toBe(1024)
-    // Identity by ===: vitest's toBe on a failure would diff 3 MB buffers.
-    expect(arena.bufOf(arena.alloc(3_000_000)) === bigBuf).toBe(false)
     arena.release(small)
-    expect(arena.bytesInUse).toBe(3_000_000)
+    expect(arena.bytesInUse).toBe(0)
+  })
+
+  it('reuses a released big slab for the next big block of its size, and trim gives back those the last cycle did not need', () => {
+    const arena = new TailArena(0)
+    const MiB = 1024 * 1024
+    const a = arena.alloc(3 * MiB)
+    const aBuf = arena.bufOf(a)
+    arena.release(a)
+    // Identity by ===: vitest's toBe on a failure would diff 4 MiB buffers.
+    const again = arena.alloc(4 * MiB)
+    expect(arena.bufOf(again) === aBuf).toBe(true)
+    expect(arena.bufOf(arena.alloc(2 * MiB)) === aBuf).toBe(false)
+    arena.release(again)
+    // This cycle had 6 MiB in use at once: the free 4 MiB slab stays for the next one.
+    expect(arena.trim()).toBe(0)
+    expect(arena.bufOf(arena.alloc(4 * MiB)) === aBuf).toBe(true)
+  })
+
+  it('trim gives back free big slabs past what was in use at once since the last trim', () => {
+    const arena = new TailArena(0)
+    const MiB = 1024 * 1024
+    const a = arena.alloc(8 * MiB)
+    const aBuf = arena.bufOf(a)
+    arena.release(a)
+    expect(arena.trim()).toBe(0)
+    // A cycle that used no big block: the free one goes, and the next big block is a fresh slab.
+    expect(arena.trim()).toBe(8 * MiB)
+    expect(arena.bufOf(arena.alloc(8 * MiB)) === aBuf).toBe(false)
   })
 
   it('serves from the reserve before adding slabs', () => {

@@ -49,7 +49,7 @@ describe('write-back thread', () => {
         expect(got.subarray(at, at + 10 + (i % 50)).equals(fill(10 + (i % 50), i))).toBe(true)
         expect(got.subarray(0, 8).equals(Buffer.alloc(8, 0x2e))).toBe(true)
     })
-    // Writes bigger than a shared block travel on buffers of their own, also right after a closed log's.
+    // Writes bigger than a shared block travel in block-sized parts, also right after a closed log's.
     const big = file(dir, 'big', 0)
     const bigger = file(dir, 'bigger', 0)
     const closed = file(dir, 'closed', 0)
@@ -61,6 +61,17 @@ describe('write-back thread', () => {
     expect(readFileSync(big.path).equals(bytes)).toBe(true)
     expect(readFileSync(bigger.path).equals(more)).toBe(true)
     expect(readFileSync(refs[0]!.path).subarray(0, 4).equals(fill(4, 9))).toBe(true)
+    // A job of two big writes (a log's data and records) is cut across parts, each piece at its own position.
+    const data = file(dir, 'data', 0)
+    const records = file(dir, 'records', 0)
+    const dataBytes = fill(2 * 1024 * 1024 + 333, 7)
+    const recordBytes = fill(1024 * 1024 + 5, 8)
+    await t.writeAll([
+      { ref: data, bytes: dataBytes, position: 100 },
+      { ref: records, bytes: recordBytes, position: 7 },
+    ])
+    expect(readFileSync(data.path).subarray(100).equals(dataBytes)).toBe(true)
+    expect(readFileSync(records.path).subarray(7).equals(recordBytes)).toBe(true)
     })
   })
 

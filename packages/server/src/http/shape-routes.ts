@@ -33,7 +33,7 @@ import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import { toSluiceError } from './http-errors.js'
-import { logBody } from './log-body.js'
+import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady } from './open-shape.js'
 import type { HttpOptions } from './options.js'
@@ -288,7 +288,14 @@ class ShapeResponder {
     const durable = this.shapes.lastSeenLsn
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
-    const body = await logBody(read, upToDate ? upToDateMessage(lsn) : undefined)
+    const tail = upToDate ? upToDateMessage(lsn) : undefined
+    if (read.byteLength > POOLED_BUFFER_BYTES && this.request.method !== 'HEAD') {
+      const body = streamedLogBody(read, tail)
+      this.reply.raw.once('close', () => body.stream.destroy())
+      this.context.metrics?.addBytesServed(body.length)
+      return this.reply.code(200).header('content-length', body.length).send(body.stream)
+    }
+    const body = await logBody(read, tail)
     this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') this.context.metrics?.addBytesServed(body.bytes.length)
     return this.reply.code(200).send(body.bytes)

@@ -108,6 +108,15 @@ export interface ShapeRouterOptions {
   readonly recentXids?: number
   /** Where transaction and change numbers start again at 1 (MARK_WRAP; smaller only in tests). */
   readonly markWrap?: number
+  /**
+   * Between two batches of a buffered transaction: a promise to wait for before
+   * the next batch, or undefined to go on. The pipeline waits here while the
+   * store's tails are past their budget. Pausing the replication stream cannot
+   * hold such a transaction back (it is read from its spill file, not the
+   * stream), and routed faster than write-backs take its tails to the files,
+   * one log's tail grew to the whole transaction.
+   */
+  readonly holdBack?: () => Promise<void> | undefined
 }
 
 /**

@@ -213,8 +213,11 @@ export class ShapeRouter implements TransactionSink {
     const txn = this.begin(transaction.lsn, transaction.xid)
     try {
       for await (const batch of transaction.batches) {
+        const hold = this.options.holdBack?.()
+        if (hold !== undefined) await hold
         this.routeBatch(txn, batch)
         this.emitAllButLast(txn)
+        txn.reuseLines()
       }
       this.emitLast(txn)
       await this.settle(txn)

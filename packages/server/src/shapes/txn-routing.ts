@@ -47,6 +47,13 @@ export class Item {
     }
     return slot
   }
+
+  /** Drops the lines encoded so far (views of scratch memory about to be reused): the next `slotFor` starts afresh. */
+  forgetLines(): void {
+    this.encoder = undefined
+    this.slot = undefined
+    this.others = undefined
+  }
 }
 
 export const NO_ITEMS: readonly Item[] = []
@@ -89,7 +96,10 @@ export class TxnRouting {
   readonly pending: Array<Item[] | undefined> = []
   /** Tables truncated or otherwise invalidated by this transaction. */
   readonly invalidations: RouteInvalidation[] = []
-  /** Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy). */
+  /**
+   * Where its lines are encoded; reset once the transaction is done (no line outlives it: targets copy),
+   * and a buffered transaction's after each batch (`reuseLines`).
+   */
   readonly lines = new LineScratch()
 
   start(mark: number, lsn: bigint, xid: number): this {
@@ -97,6 +107,21 @@ export class TxnRouting {
     this.lsn = lsn
     this.xid = xid
     return this
+  }
+
+  /**
+   * Between two batches of a buffered transaction, once every part but each
+   * shape's held item has gone out: what was encoded is in the targets (they
+   * copy), so the scratch starts over. The held items forget the lines they
+   * may have cached for other shapes, and are encoded again when they go out.
+   * Without this a huge transaction's lines would fill the scratch to its
+   * bound and then take a buffer each, hundreds of MiB of garbage for a few
+   * million rows.
+   */
+  reuseLines(): void {
+    const { held } = this
+    for (let i = 0; i < this.count; i++) held[i]?.forgetLines()
+    this.lines.reset()
   }
 
   /** Forgets the transaction (and the shapes it touched, so a removed shape is not kept alive). */

@@ -137,16 +137,17 @@ export class RecordStage {
       return
     }
     const rest = this.count - n
-    const keep = Buffer.allocUnsafe(rest * ENTRY_RECORD_BYTES)
-    this.copyOut(n, this.count, keep, 0)
-    this.truncate(0)
-    this.reserve(rest)
-    this.count = rest
-    let at = 0
-    this.forEachRange(0, rest, (buf, start, end) => {
-      keep.copy(buf, start, at, at + (end - start))
-      at += end - start
-    })
+    // In place, run by run from the front: each record lands where one already
+    // moved or dropped was, so none is overwritten unread. (A copy through a
+    // buffer of its own was a fresh allocation per write-back of a busy log.)
+    for (let i = 0; i < rest; ) {
+      const from = i + n
+      const run = Math.min(this.runEnd(i, rest) - i, this.runEnd(from, this.count) - from)
+      const start = this.byteOf(from)
+      this.bufferOf(from).copy(this.bufferOf(i), this.byteOf(i), start, start + run * ENTRY_RECORD_BYTES)
+      i += run
+    }
+    this.truncate(rest)
   }
 
   /** Calls `write(bytes, length)` for each block in order, then empties the stage. */

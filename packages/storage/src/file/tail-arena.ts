@@ -20,7 +20,11 @@
  *
  * Blocks come in power-of-two sizes (256 B to 1 MiB), each size with its own
  * free list and no merging: the free lists hold at most what the peak held.
- * Bigger requests (a huge transaction's tail) get an ordinary Buffer. A burst
+ * Bigger requests (a huge transaction's tail) get a slab of their own, also a
+ * power of two, kept on a free list of its size when released: such a tail
+ * grows by doubling and is given up whenever a write-back empties it, many
+ * times over one transaction, and fresh slabs each time were hundreds of MiB
+ * of garbage per million rows, which V8 frees late and malloc keeps. A burst
  * (a backlog caught up with 100k logs, each holding its tail until a
  * checkpoint) can grow the arena to hundreds of MiB, so `trim` gives back
  * slabs past the reserve whose blocks are all free again: the store calls it
@@ -97,8 +101,12 @@ export class TailArena {
   private inUse = 0
   /** Bytes of blocks past the largest size, each a slab of its own (a huge transaction's tail). */
   private outside = 0
-  /** The most `inUse` reached since the last `trim`. */
+  /** Released slabs of their own, by size, for the next big block; and their bytes. */
+  private readonly ownFree = new Map<number, Slab[]>()
+  private ownFreeBytes = 0
+  /** The most `inUse` and `outside` reached since the last `trim`. */
   private peak = 0
+  private peakOutside = 0
 
   constructor(reserveBytes = DEFAULT_ARENA_RESERVE_BYTES) {
     const bytes = Math.max(reserveBytes, 1 << MAX_SHIFT)
@@ -130,8 +138,16 @@ export class TailArena {
     const c = classOf(Math.max(size, 1))
     if (c >= this.free.length) {
       // Offset 0 in a slab of its own: any size a Buffer can have fits the handle.
-      this.outside += size
-      const own = this.addSlab(size, true)
+      const bytes = 2 ** Math.ceil(Math.log2(size))
+      let own = this.ownFree.get(bytes)?.pop()
+      if (own !== undefined) {
+        own.free = 0
+        this.ownFreeBytes -= bytes
+      } else {
+        own = this.addSlab(bytes, true)
+      }
+      this.outside += bytes
+      if (this.outside > this.peakOutside) this.peakOutside = this.outside
       return own.index * SLAB_SPAN + OWN
     }
     const bytes = 1 << (c + MIN_SHIFT)
@@ -154,8 +170,13 @@ export class TailArena {
     const slab = this.slabOf(h)
     const c = h & 0xff
     if (c === OWN) {
-      this.outside -= slab.buf.length
-      this.dropSlab(slab)
+      const bytes = slab.buf.length
+      this.outside -= bytes
+      slab.free = bytes
+      let list = this.ownFree.get(bytes)
+      if (list === undefined) this.ownFree.set(bytes, (list = []))
+      list.push(slab)
+      this.ownFreeBytes += bytes
       return
     }
     const bytes = 1 << (c + MIN_SHIFT)
@@ -196,10 +217,12 @@ export class TailArena {
   /**
    * Gives back slabs past the reserve whose every block is free (the garbage
    * collector then frees their memory), keeping as many bytes of slabs as were
-   * in use at once since the previous call. Costs a pass over the free lists,
+   * in use at once since the previous call; the same for free slabs of their
+   * own (big blocks). Costs a pass over the free lists,
    * only when a slab goes. Returns the bytes given back.
    */
   trim(): number {
+    const own = this.trimOwn()
     const keep = this.peak
     this.peak = this.inUse
     const idle = new Set<number>()
@@ -210,7 +233,7 @@ export class TailArena {
       idle.add(slab.index)
       held -= slab.buf.length
     }
-    if (idle.size === 0) return 0
+    if (idle.size === 0) return own
     for (let c = 0; c < this.free.length; c++) {
       const list = this.free[c]!
       let kept = 0
@@ -226,7 +249,26 @@ export class TailArena {
       this.dropSlab(slab)
     }
     this.slabBytes -= bytes
-    return bytes
+    return bytes + own
+  }
+
+  /** Slabs of their own on the free lists past what was in use at once since the last `trim`, largest first, go. */
+  private trimOwn(): number {
+    const keep = this.peakOutside
+    this.peakOutside = this.outside
+    let held = this.outside + this.ownFreeBytes
+    let given = 0
+    for (const bytes of [...this.ownFree.keys()].sort((a, b) => b - a)) {
+      const list = this.ownFree.get(bytes)!
+      while (held > keep && list.length > 0) {
+        this.dropSlab(list.pop()!)
+        held -= bytes
+        given += bytes
+      }
+      if (list.length === 0) this.ownFree.delete(bytes)
+    }
+    this.ownFreeBytes -= given
+    return given
   }
 
   private slabOf(h: number): Slab {

@@ -131,10 +131,41 @@ interface JobGroup {
   readonly resolve: (failures: readonly (Error | undefined)[]) => void
 }
 
+/** A job's part is done; the job's first failure is what it reports. */
 function settle(job: Job, err: Error | undefined): void {
   const group = job.group
-  group.failures[job.index] = err
+  if (err !== undefined) group.failures[job.index] ??= err
   if (--group.left === 0) group.resolve(group.failures)
+}
+
+/**
+ * A job bigger than a block (a huge transaction's tail) as parts that each fit
+ * one: its writes cut at block boundaries, each piece at its own position. The
+ * parts may land in any order (the writes are positional, to ranges of their
+ * own). Why not a buffer of its own: a SharedArrayBuffer lives until the
+ * thread's heap lets go of it too, and the thread, which allocates next to
+ * nothing, collects its garbage rarely; each write-back of a big tail left its
+ * bytes behind, hundreds of MiB over a transaction of a few million rows.
+ */
+function blockSized(writes: readonly FileWrite[]): FileWrite[][] {
+  const parts: FileWrite[][] = []
+  let part: FileWrite[] = []
+  let used = 0
+  for (const w of writes) {
+    for (let at = 0; at < w.bytes.length; ) {
+      if (used === BLOCK_BYTES) {
+        parts.push(part)
+        part = []
+        used = 0
+      }
+      const n = Math.min(BLOCK_BYTES - used, w.bytes.length - at)
+      part.push({ ref: w.ref, bytes: w.bytes.subarray(at, at + n), position: w.position + at })
+      used += n
+      at += n
+    }
+  }
+  if (part.length > 0) parts.push(part)
+  return parts
 }
 
 interface SharedBlock {
@@ -146,8 +177,8 @@ interface Batch {
   readonly jobs: Job[]
   /** The files written, in the order sent. */
   readonly refs: FileRef[]
-  /** Given back to the free list when the batch returns; undefined for a one-off buffer (a job bigger than a block). */
-  readonly block: SharedBlock | undefined
+  /** Given back to the free list when the batch returns. */
+  readonly block: SharedBlock
 }
 
 interface BatchResult {
@@ -188,8 +219,20 @@ export class WriteBackThread implements FileWriter {
   writeJobs(jobs: readonly (readonly FileWrite[])[]): Promise<readonly (Error | undefined)[]> {
     if (jobs.length === 0) return Promise.resolve([])
     return new Promise((resolve) => {
-      const group: JobGroup = { failures: new Array<Error | undefined>(jobs.length).fill(undefined), left: jobs.length, resolve }
-      for (let i = 0; i < jobs.length; i++) this.queue.push({ writes: jobs[i]!, length: lengthOf(jobs[i]!), group, index: i })
+      const group: JobGroup = { failures: new Array<Error | undefined>(jobs.length).fill(undefined), left: 0, resolve }
+      for (let i = 0; i < jobs.length; i++) {
+        const writes = jobs[i]!
+        const length = lengthOf(writes)
+        if (length <= BLOCK_BYTES) {
+          group.left++
+          this.queue.push({ writes, length, group, index: i })
+        } else {
+          for (const part of blockSized(writes)) {
+            group.left++
+            this.queue.push({ writes: part, length: lengthOf(part), group, index: i })
+          }
+        }
+      }
       this.schedule()
     })
   }
@@ -207,12 +250,9 @@ export class WriteBackThread implements FileWriter {
   /** Posts what is queued, as long as there are blocks for it. */
   private post(): void {
     while (this.queueHead < this.queue.length) {
-      const first = this.queue[this.queueHead]!
-      const oneOff = first.length > BLOCK_BYTES
-      const block = oneOff ? undefined : this.takeBlock()
-      if (!oneOff && block === undefined) break // posted again when a batch returns
-      const buffer = block?.buffer ?? new SharedArrayBuffer(first.length)
-      const view = block?.view ?? new Uint8Array(buffer)
+      const block = this.takeBlock()
+      if (block === undefined) break // posted again when a batch returns
+      const { buffer, view } = block
       const jobs: Job[] = []
       const paths: string[] = []
       const inos: number[] = []
@@ -229,7 +269,7 @@ export class WriteBackThread implements FileWriter {
           settle(job, new StorageError('store_closed', `write to ${closed.ref.path}: the log is closed`))
           continue
         }
-        // One that does not fit goes first in the next batch (on a buffer of its own if bigger than a block).
+        // One that does not fit goes first in the next batch (every job fits an empty block: see blockSized).
         if (used + job.length > view.length) break
         this.queueHead++
         for (const w of job.writes) {
@@ -245,7 +285,7 @@ export class WriteBackThread implements FileWriter {
         jobs.push(job)
       }
       if (jobs.length === 0) {
-        if (block !== undefined) this.free.push(block)
+        this.free.push(block)
         continue
       }
       let worker: Worker
@@ -253,7 +293,7 @@ export class WriteBackThread implements FileWriter {
         worker = this.thread()
       } catch (err) {
         // No thread to be had (out of memory, threads): these fail, their bytes stay with their logs.
-        if (block !== undefined) this.free.push(block)
+        this.free.push(block)
         for (const job of jobs) settle(job, Object.assign(new Error(`no write-back thread: ${String(err)}`), { code: 'EIO' }))
         continue
       }
@@ -307,7 +347,7 @@ export class WriteBackThread implements FileWriter {
     const batch = this.inFlight.get(result.id)
     if (batch === undefined) return
     this.inFlight.delete(result.id)
-    if (batch.block !== undefined) this.free.push(batch.block)
+    this.free.push(batch.block)
     // From now on the thread, and the descriptor cache on reopen, refuse another file put at the same path.
     batch.refs.forEach((ref, i) => {
       if (ref.ino < 0 && result.found[i]! >= 0) ref.ino = result.found[i]!
@@ -332,7 +372,7 @@ export class WriteBackThread implements FileWriter {
     const batches = [...this.inFlight.values()]
     this.inFlight.clear()
     for (const batch of batches) {
-      if (batch.block !== undefined) this.free.push(batch.block)
+      this.free.push(batch.block)
       for (const job of batch.jobs) settle(job, Object.assign(new Error(`write-back thread lost: ${cause.message}`), { code: 'EIO' }))
     }
     if (this.queueHead < this.queue.length) this.post()

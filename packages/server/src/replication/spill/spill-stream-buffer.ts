@@ -1,3 +1,4 @@
+import { setImmediate as turn } from 'node:timers/promises'
 import { type FsPort, writeFullyAsync } from '@sluice/storage'
 import type { Change, StreamAbort, StreamedChange } from '../change-sink.js'
 import type { Relation } from '../pgoutput-messages.js'
@@ -291,9 +292,21 @@ export class SpillStreamBuffer implements StreamBuffer {
           filePos: 0,
         }
         await run(state, () => this.readHeader(state, file, cursor))
+        // One batch read ahead, after a turn of the event loop: reads do not
+        // wait for I/O (see readNow), and without the turn a whole transaction
+        // would be read back and routed in one run of microtasks, with no
+        // flush, write-back or request served until its end.
+        const read = async (): Promise<Change[]> => {
+          await turn()
+          return this.readFileBatch(state, file, cursor)
+        }
+        let next = run(state, read)
         for (;;) {
-          const batch = await run(state, () => this.readFileBatch(state, file, cursor))
+          const batch = await next
           if (batch.length === 0) break
+          next = run(state, read)
+          // Settled through the chain if the consumer stops early (its failure is then nobody's).
+          next.catch(noop)
           yield batch
         }
       }
@@ -370,7 +383,7 @@ export class SpillStreamBuffer implements StreamBuffer {
       const want = Math.min(cursor.buf.length - left, limit - cursor.filePos)
       let got: number
       try {
-        got = await readFully(this.fs, file.fd, cursor.buf, left, want, cursor.filePos)
+        got = this.readNow(file.fd, cursor.buf, left, want, cursor.filePos)
       } catch (err) {
         throw spillError('spill_read_failed', `reading back xid ${state.xid}`, err)
       }
@@ -379,6 +392,23 @@ export class SpillStreamBuffer implements StreamBuffer {
       cursor.filePos += got
     }
     return true
+  }
+
+  /**
+   * A read-back's read, on the event loop: the file was written moments ago
+   * and sits in the page cache, so a read is a copy of well under a
+   * millisecond, while one through the thread pool waited its turn behind the
+   * store's syncs and, on a busy machine, for a CPU, each time; routing a huge
+   * transaction spent about as long waiting for its next batch as routing it.
+   */
+  private readNow(fd: number, buf: Buffer, offset: number, length: number, position: number): number {
+    let done = 0
+    while (done < length) {
+      const n = this.fs.readSync(fd, buf, offset + done, length - done, position + done)
+      if (n === 0) break
+      done += n
+    }
+    return done
   }
 
   /** Marks the xid failed and frees its memory and file. */

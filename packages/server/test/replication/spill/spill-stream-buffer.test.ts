@@ -373,7 +373,7 @@ describe('SpillStreamBuffer under disk faults', () => {
     const first = await iterator.next()
     expect(first.done).toBe(false)
     expect(first.value).toStrictEqual(changes.slice(0, 10))
-    rules.failNext('read', { code })
+    rules.failNext('readSync', { code })
     const error = await collect({ [Symbol.asyncIterator]: () => iterator }).catch((e: unknown) => e)
     expect(error).toBeInstanceOf(SpillError)
     expect(error).toMatchObject({ code: 'spill_read_failed', errno: code })

@@ -1,0 +1,84 @@
+import { closeSync, openSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { LogRead, Span } from '@sluice/storage'
+import { useTempDir } from '@sluice/test-utils'
+import { describe, expect, it } from 'vitest'
+import { STREAM_PIECE_BYTES, logBody, streamedLogBody } from '../../src/http/log-body.js'
+
+const dirs = useTempDir('log-body')
+
+/** A read over real file spans and memory spans; counts its releases. */
+function readOf(spans: Span[]): LogRead & { releases: number } {
+  const read = {
+    spans,
+    byteLength: spans.reduce((n, s) => n + (s.kind === 'bytes' ? s.bytes.length : s.length), 0),
+    entryCount: 1,
+    nextOffset: { tx: 1n, op: 0 },
+    reachedHead: false,
+    releases: 0,
+    release() {
+      read.releases++
+    },
+  }
+  return read as unknown as LogRead & { releases: number }
+}
+
+async function collect(stream: NodeJS.ReadableStream): Promise<{ bytes: Buffer; pieces: number[] }> {
+  const pieces: number[] = []
+  const chunks: Buffer[] = []
+  for await (const c of stream) {
+    chunks.push(c as Buffer)
+    pieces.push((c as Buffer).length)
+  }
+  return { bytes: Buffer.concat(chunks), pieces }
+}
+
+describe('streamedLogBody', () => {
+  it('yields the bytes logBody builds, in pieces of at most STREAM_PIECE_BYTES, across file and memory spans, and releases the read once', async () => {
+    const dir = await dirs.make('files')
+    const path = join(dir, 'log.dat')
+    // Entries as the store keeps them (`json,`), with a span boundary inside a piece and ranges that are not piece-aligned.
+    const line = (i: number) => `{"key":"${i}","value":{"id":"${i}","payload":"${'x'.repeat(i % 97)}"}},`
+    const fileText = Array.from({ length: 3000 }, (_, i) => line(i)).join('')
+    writeFileSync(path, `garbage-before${fileText}`)
+    const memory = Buffer.from(Array.from({ length: 500 }, (_, i) => line(10_000 + i)).join(''))
+    const fd = openSync(path, 'r')
+    try {
+      for (const tail of [undefined, '{"headers":{"control":"up-to-date","global_last_seen_lsn":"7"}}']) {
+        const spans: Span[] = [
+          { kind: 'file', fd, position: 14, length: Buffer.byteLength(fileText) },
+          { kind: 'bytes', bytes: memory },
+        ]
+        const expected = await logBody(readOf(spans), tail)
+        const read = readOf(spans)
+        const body = streamedLogBody(read, tail)
+        const { bytes, pieces } = await collect(body.stream)
+        expect(bytes.equals(expected.bytes)).toBe(true)
+        expect(body.length).toBe(expected.bytes.length)
+        expect(Math.max(...pieces)).toBeLessThanOrEqual(STREAM_PIECE_BYTES)
+        expect(pieces.length).toBeGreaterThan(2)
+        expect(JSON.parse(bytes.toString('utf8'))).toHaveLength(3500 + (tail === undefined ? 0 : 1))
+        expect(read.releases).toBe(1)
+      }
+    } finally {
+      closeSync(fd)
+    }
+  })
+
+  it('an empty range is `[]` or `[up-to-date]`', async () => {
+    for (const tail of [undefined, '{"headers":{"control":"up-to-date"}}']) {
+      const read = readOf([])
+      const { bytes } = await collect(streamedLogBody(read, tail).stream)
+      expect(bytes.toString('utf8')).toBe(tail === undefined ? '[]' : `[${tail}]`)
+      expect(read.releases).toBe(1)
+    }
+  })
+
+  it('releases the read when the response goes before the body is read', async () => {
+    const read = readOf([{ kind: 'bytes', bytes: Buffer.alloc(4 * STREAM_PIECE_BYTES, 0x20) }])
+    const body = streamedLogBody(read, undefined)
+    body.stream.destroy()
+    await new Promise((r) => setImmediate(r))
+    expect(read.releases).toBe(1)
+  })
+})
