@@ -21,6 +21,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace {
@@ -38,17 +39,16 @@ class Sender;
 
 class SendTask : public Napi::AsyncWorker {
  public:
-  SendTask(Napi::Env env, Sender* sender, int out_fd, int in_fd, int64_t position, int64_t remaining, int preset_error)
+  SendTask(Napi::Env env, Sender* sender, int out_fd, int in_fd, int64_t position, int64_t remaining, bool after_poll_error)
       : Napi::AsyncWorker(env, "sluice.sendfile"),
         sender_(sender),
         out_fd_(out_fd),
         in_fd_(in_fd),
         position_(position),
         remaining_(remaining),
-        error_(preset_error) {}
+        after_poll_error_(after_poll_error) {}
 
   void Execute() override {
-    if (error_ != 0) return;
     int64_t budget = remaining_ < kMaxBytesPerTask ? remaining_ : kMaxBytesPerTask;
     while (budget > 0) {
       off_t offset = static_cast<off_t>(position_ + sent_);
@@ -67,6 +67,9 @@ class SendTask : public Napi::AsyncWorker {
       }
       if (errno == EINTR) continue;
       error_ = errno;
+      // libuv reports a socket error (EPOLLERR) as a failed poll; sendfile normally returns that
+      // error itself, but should it still say EAGAIN the socket's pending error is the answer.
+      if ((error_ == EAGAIN || error_ == EWOULDBLOCK) && after_poll_error_) error_ = PendingSocketError(out_fd_);
       break;
     }
   }
@@ -74,13 +77,21 @@ class SendTask : public Napi::AsyncWorker {
   void OnOK() override;
 
  private:
+  static int PendingSocketError(int fd) {
+    int error = 0;
+    socklen_t size = sizeof(error);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return errno;
+    return error != 0 ? error : EIO;
+  }
+
   Sender* const sender_;
   const int out_fd_;
   const int in_fd_;
   const int64_t position_;
   const int64_t remaining_;
+  const bool after_poll_error_;
   int64_t sent_ = 0;
-  int error_;
+  int error_ = 0;
 };
 
 class Sender : public Napi::ObjectWrap<Sender> {
@@ -164,7 +175,7 @@ class Sender : public Napi::ObjectWrap<Sender> {
     callback_ = Napi::Persistent(info[3].As<Napi::Function>());
     active_ = true;
     Ref();
-    StartTask(env, 0);
+    StartTask(env, false);
     return env.Undefined();
   }
 
@@ -195,7 +206,7 @@ class Sender : public Napi::ObjectWrap<Sender> {
     position_ += sent;
     remaining_ -= sent;
     if (error == 0 && remaining_ == 0) return Finish(0);
-    if (error == 0) return StartTask(env, 0);
+    if (error == 0) return StartTask(env, false);
     if (error != EAGAIN && error != EWOULDBLOCK) return Finish(error);
     int rc = uv_poll_start(poll_, UV_WRITABLE | UV_DISCONNECT, OnPoll);
     if (rc != 0) Finish(-rc);
@@ -207,13 +218,13 @@ class Sender : public Napi::ObjectWrap<Sender> {
     uv_poll_stop(handle);
     if (self->closed_) return;
     Napi::HandleScope scope(self->Env());
-    // A disconnect shows as writable (or as an error status): the next sendfile reports it.
-    self->StartTask(self->Env(), status < 0 ? -status : 0);
+    // A disconnect shows as writable or as a failed poll (EPOLLERR): the next sendfile reports it.
+    self->StartTask(self->Env(), status < 0);
   }
 
-  void StartTask(Napi::Env env, int preset_error) {
+  void StartTask(Napi::Env env, bool after_poll_error) {
     task_running_ = true;
-    auto* task = new SendTask(env, this, fd_, in_fd_, position_, remaining_, preset_error);
+    auto* task = new SendTask(env, this, fd_, in_fd_, position_, remaining_, after_poll_error);
     task->Queue();
   }
 
