@@ -25,6 +25,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   publication: 'sluice_publication',
   slot: 'sluice_slot',
   allowDelete: false,
+  sendfile: true,
   maxConcurrentInitial: 300,
   maxConcurrentExisting: 10_000,
   logLevel: 'info',
@@ -53,6 +54,7 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   publication: ['My Pub', 'My Pub'],
   slot: ['other_slot_2', 'other_slot_2'],
   allowDelete: ['true', true],
+  sendfile: ['false', false],
   maxConcurrentInitial: ['7', 7],
   maxConcurrentExisting: ['8', 8],
   logLevel: ['debug', 'debug'],
@@ -108,6 +110,9 @@ describe('config schema', () => {
     expect(loadConfig(['--no-allow-delete'], { SLUICE_ALLOW_DELETE: 'on' }).allowDelete).toBe(false)
     for (const t of ['true', '1', 'yes', 'on', 'TRUE']) expect(loadConfig([], { SLUICE_ALLOW_DELETE: t }).allowDelete).toBe(true)
     for (const f of ['false', '0', 'no', 'off']) expect(loadConfig([], { SLUICE_ALLOW_DELETE: f }).allowDelete).toBe(false)
+    // The benchmarking switch: on unless turned off.
+    expect(loadConfig([], {}).sendfile).toBe(true)
+    expect(loadConfig(['--no-sendfile'], {}).sendfile).toBe(false)
   })
 
   it('sizes and durations are parsed strictly', () => {

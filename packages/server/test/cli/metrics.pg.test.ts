@@ -72,8 +72,8 @@ describe('/metrics', () => {
     for (let i = 0; i < 5; i++) await cluster.query('INSERT INTO metric_items VALUES ($1, $2)', [i, `v${i}`])
     await caughtUp(pipeline, cluster)
 
-    metrics.addBytesServed(1234)
-    metrics.addBytesServed(66)
+    metrics.addBytesServed(1234, 'sendfile')
+    metrics.addBytesServed(66, 'pread')
     metrics.setLiveWaiters(7)
     const durableBefore = Number(pipeline.store.durableLsn)
     const after = await scrape()
