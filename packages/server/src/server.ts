@@ -8,7 +8,7 @@ import type { SluiceConfig } from './config.js'
 import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
-import { resolveBodyPath } from './http/body-path.js'
+import { type BodyPath, resolveBodyPath } from './http/body-path.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
 import { type SluiceLogger, createLogger } from './logger.js'
@@ -31,6 +31,8 @@ export interface SluiceServer {
   readonly pipeline: Pipeline
   readonly app: FastifyInstance
   readonly metrics: ServerMetrics
+  /** How large response bodies are sent (sendfile, or pread and why). */
+  readonly bodyPath: BodyPath
   readonly logger: SluiceLogger
   /** Milliseconds from createServer() to listening. */
   readonly startupMs: number
@@ -149,6 +151,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       pipeline,
       app,
       metrics,
+      bodyPath,
       logger,
       startupMs: Math.round(performance.now() - started),
       close: () => (closing ??= shutdown()),

@@ -158,6 +158,7 @@ describe('config schema', () => {
     [['--publication', 'x'.repeat(64)], {}, `--publication: expected a name of 1-63 bytes without NUL, got "${'x'.repeat(64)}"`],
     [['--slot', 'Bad-Slot'], {}, '--slot: expected 1-63 lower-case letters, digits or underscores, got "Bad-Slot"'],
     [['--allow-delete=maybe'], {}, '--allow-delete: expected true or false, got "maybe"'],
+    [[], { SLUICE_SENDFILE: 'sometimes' }, 'SLUICE_SENDFILE (environment): expected true or false, got "sometimes"'],
     [['--max-concurrent-initial', '0'], {}, '--max-concurrent-initial: expected an integer from 1 to 1000000, got "0"'],
     [['--max-concurrent-existing', 'x'], {}, '--max-concurrent-existing: expected an integer from 1 to 10000000, got "x"'],
     [['--log-level', 'loud'], {}, '--log-level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
