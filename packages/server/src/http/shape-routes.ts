@@ -274,8 +274,12 @@ class ShapeResponder {
       fileBytes(read) >= this.http.sendfileMinBytes &&
       canSendfile(bodyPath.sendfile, this.request.raw.socket)
     ) {
-      const { sent } = await sendfileBody(this.reply, read, tail, bodyPath.sendfile)
-      metrics?.addBytesServed(sent, 'sendfile')
+      // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
+      // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
+      sendfileBody(this.reply, read, tail, bodyPath.sendfile).then(
+        ({ sent }) => metrics?.addBytesServed(sent, 'sendfile'),
+        (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
+      )
       return this.reply
     }
     const body = await logBody(read, tail)
