@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -164,6 +164,12 @@ switch (task) {
   }
   case 'demo':
     process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo', join(root, '.sluice', 'storage-demo')]))
+  case 'bench':
+    // Every benchmark in turn, then bench/REPORT.md (QUICK=1: the smoke variants, report in bench/quick-report/).
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench']))
+  case 'bench:report':
+    // Only the report, from the results already in bench/results/.
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:report']))
   case 'bench:storage':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
   case 'bench:pipeline':
@@ -173,6 +179,6 @@ switch (task) {
   case 'bench:client':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench:storage|bench:pipeline|bench:http|bench:client>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:client>`)
     process.exit(2)
 }

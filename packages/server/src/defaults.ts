@@ -39,6 +39,14 @@ export const DEFAULT_MAX_CONCURRENT_EXISTING = 10_000
 export const DEFAULT_SSE_TIMEOUT_MS = 60_000
 
 /**
+ * How long the replication connection may be down before `/v1/health` answers
+ * 503. Long enough for a Postgres restart and the first reconnect attempts
+ * (which back off from 250 ms), short enough that a load balancer stops
+ * sending clients to a server whose answers have gone stale.
+ */
+export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
+
+/**
  * Bodies whose file-backed bytes reach this size go out by sendfile(2) when the
  * addon is loaded. Below it a pooled buffer (POOLED_BUFFER_BYTES, the same
  * size) serves without an allocation, and one pread plus one write costs less

@@ -25,6 +25,9 @@ export { REPEAT_WINDOW_MS, type ShutdownSignalHandlers, onShutdownSignals } from
 
 // The pipeline on its own (replication -> shapes -> storage), for an embedder with its own HTTP server.
 export { DEFAULT_SUBSET_CONNECTIONS, Pipeline, type PipelineOptions, type ReplicationGap } from './pipeline.js'
+export { PipelineHealth } from './pipeline-health.js'
+// What /v1/health reports: its stable reason codes and the body.
+export { HEALTH_REASONS, type HealthReason, type HealthReasonCode, type HealthReport, healthBody } from './health-report.js'
 export type { ShapeLogger } from './shapes/shape-manager.js'
 export { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME } from './replication/index.js'
 

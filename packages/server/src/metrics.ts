@@ -5,6 +5,7 @@
 import { parseLsn } from '@sluice/protocol'
 import pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { HEALTH_REASONS, type HealthReasonCode } from './health-report.js'
 import { type BodyPath, type BodyPathName, PREAD_PATH } from './http/body-path.js'
 import type { HttpMetrics } from './http/http-metrics.js'
 import type { Pipeline } from './pipeline.js'
@@ -156,6 +157,44 @@ export class ServerMetrics implements HttpMetrics {
     pipeline.shapes.on('invalidated', onInvalidated)
     this.cleanup.push(() => pipeline.shapes.off('ready', onReady), () => pipeline.shapes.off('invalidated', onInvalidated))
 
+    // What /v1/health answers, scrapeable: an alert can fire on the same reasons a load balancer acts on.
+    new Gauge({
+      name: 'sluice_healthy',
+      help: '1 when GET /v1/health answers 200; 0 when it answers 503 (sluice_health_reason says why).',
+      registers,
+      collect() {
+        this.set(pipeline.health.report().reasons.length === 0 ? 1 : 0)
+      },
+    })
+    new Gauge({
+      name: 'sluice_health_reason',
+      help: 'Per reason code of GET /v1/health: 1 while that reason makes it answer 503.',
+      labelNames: ['code'],
+      registers,
+      collect() {
+        const present = new Set(pipeline.health.report().reasons.map((r) => r.code))
+        for (const code of Object.keys(HEALTH_REASONS) as HealthReasonCode[]) this.set({ code }, present.has(code) ? 1 : 0)
+      },
+    })
+    let failuresSeen = 0
+    new Counter({
+      name: 'sluice_storage_commit_failures_total',
+      help: 'Store flushes (group commits) that failed; the changes they held are replayed from Postgres.',
+      registers,
+      collect() {
+        const now = pipeline.health.commitFailures
+        if (now > failuresSeen) this.inc(now - failuresSeen)
+        failuresSeen = now
+      },
+    })
+    new Gauge({
+      name: 'sluice_replication_connected',
+      help: '1 while the replication connection streams from Postgres.',
+      registers,
+      collect() {
+        this.set(pipeline.replication.disconnectedSince === undefined ? 1 : 0)
+      },
+    })
     new Gauge({
       name: 'sluice_durable_lsn',
       help: 'The storage engine durable watermark (an LSN as a number).',

@@ -5,6 +5,7 @@
 import type { LogOffset, ShapeDefinitionParams, SubsetRequest } from '@sluice/protocol'
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
 import type pg from 'pg'
+import type { HealthReport } from './health-report.js'
 import {
   type FlushListener,
   type ResolvedShape,
@@ -32,6 +33,8 @@ export interface PipelineShapeServiceParts {
   readonly subsetPool: pg.Pool
   /** The commit LSN of the last transaction routed, kept by the pipeline's router callback. */
   readonly routed: { readonly lsn: bigint }
+  /** The pipeline's health (PipelineHealth). */
+  readonly health: { report(): HealthReport }
 }
 
 export class PipelineShapeService implements ShapeService {
@@ -40,6 +43,7 @@ export class PipelineShapeService implements ShapeService {
   private readonly router: PipelineShapeServiceParts['router']
   private readonly subsetPool: pg.Pool
   private readonly routed: PipelineShapeServiceParts['routed']
+  private readonly pipelineHealth: PipelineShapeServiceParts['health']
 
   constructor(parts: PipelineShapeServiceParts) {
     this.shapes = parts.shapes
@@ -47,6 +51,11 @@ export class PipelineShapeService implements ShapeService {
     this.router = parts.router
     this.subsetPool = parts.subsetPool
     this.routed = parts.routed
+    this.pipelineHealth = parts.health
+  }
+
+  health(): HealthReport {
+    return this.pipelineHealth.report()
   }
 
   resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {

@@ -15,7 +15,14 @@ import {
 } from './replication/index.js'
 import { PipelineShapeService } from './pipeline-shape-service.js'
 import type { ShapeService } from './shape-service.js'
-import { DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_SUBSET_CONNECTIONS } from './defaults.js'
+import {
+  DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
+  DEFAULT_MEMORY_BUDGET_BYTES,
+  DEFAULT_SNAPSHOT_CONNECTIONS,
+  DEFAULT_SUBSET_CONNECTIONS,
+} from './defaults.js'
+import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe, errorKey } from './log-dedupe.js'
+import { PAUSE_SHAPE_MEMORY, PAUSE_STORAGE_TAILS, PipelineHealth } from './pipeline-health.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
 
@@ -51,6 +58,10 @@ export interface PipelineOptions {
   readonly logger?: ShapeLogger
   /** The storage engine's filesystem (a port for fault-injection tests). */
   readonly storageFs?: FsPort
+  /** How long replication may be disconnected before health reports it (default DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS). */
+  readonly healthReplicationTimeoutMs?: number
+  /** Repeats of one error line are summarised once per this many ms (default DEFAULT_DEDUPE_WINDOW_MS). */
+  readonly logDedupeWindowMs?: number
 }
 
 /**
@@ -85,6 +96,8 @@ interface PipelineParts {
   readonly router: ShapeRouter
   readonly replication: ReplicationClient
   readonly shapeService: ShapeService
+  readonly health: PipelineHealth
+  readonly dedupe: LogDedupe
   /** Every Postgres pool (catalog, snapshots, subsets), ended on stop. */
   readonly pools: readonly pg.Pool[]
   readonly streams: SpillStreamBuffer
@@ -100,8 +113,11 @@ export class Pipeline {
   readonly replication: ReplicationClient
   /** The port the HTTP layer is built on (`buildApp({ shapes: pipeline.shapeService })`). */
   readonly shapeService: ShapeService
+  /** Whether the store commits and replication streams (what `/v1/health` reports, through `shapeService`). */
+  readonly health: PipelineHealth
   /** Set when the restored shapes had to go because the slot was ahead of the store (see `start`). */
   readonly replicationGap: ReplicationGap | undefined
+  private readonly dedupe: LogDedupe
   private readonly pools: readonly pg.Pool[]
   private readonly streams: SpillStreamBuffer
   private readonly unsubscribe: ReadonlyArray<() => void>
@@ -113,6 +129,8 @@ export class Pipeline {
     this.router = parts.router
     this.replication = parts.replication
     this.shapeService = parts.shapeService
+    this.health = parts.health
+    this.dedupe = parts.dedupe
     this.replicationGap = parts.replicationGap
     this.pools = parts.pools
     this.streams = parts.streams
@@ -186,7 +204,7 @@ export class Pipeline {
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
-        onPressure: (paused) => (paused ? replication?.pause('shape_memory') : replication?.resume('shape_memory')),
+        onPressure: (paused) => (paused ? replication?.pause(PAUSE_SHAPE_MEMORY) : replication?.resume(PAUSE_SHAPE_MEMORY)),
       })
       const replicationGap = await discardIfSlotAhead(shapes, slotLsn, store.durableLsn, options.logger)
       // Now every log holds all commits below the slot's position (or there is no log): say so, so that a
@@ -207,23 +225,44 @@ export class Pipeline {
         ...(options.replicationSettings === undefined ? {} : { settings: options.replicationSettings }),
       })
       const client = replication
-      const holdForStore = (held: boolean): void => (held ? client.pause('storage_tails') : client.resume('storage_tails'))
+      const holdForStore = (held: boolean): void => (held ? client.pause(PAUSE_STORAGE_TAILS) : client.resume(PAUSE_STORAGE_TAILS))
       if (store.underPressure) holdForStore(true)
+      const health = new PipelineHealth({
+        store,
+        replication: client,
+        replicationTimeoutMs: options.healthReplicationTimeoutMs ?? DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
+      })
+      // A full disk fails every flush and every replay after it: one line per fault and window, not hundreds.
+      const dedupe = new LogDedupe({ windowMs: options.logDedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS })
+      const logger = options.logger
+      let failingSince: number | undefined
       const unsubscribe = [
         idle.cancel,
         // Tails past their budget wait for a checkpoint, which needs the event loop the stream would take.
         store.onPressure(holdForStore),
         store.onFlush((result) => void client.acknowledge(result.durableLsn), { advanced: false }),
         store.onError((error: StorageError) => {
-          options.logger?.error({ err: error }, 'storage error')
+          if (logger !== undefined) dedupe.log(errorKey('storage error', error), (data, msg) => logger.error(data, msg), { err: error }, 'storage error')
+          if (!(error instanceof FlushError)) return
+          failingSince ??= Date.now()
           // Accepted but unsynced entries were rolled back: have Postgres send them again.
-          if (error instanceof FlushError) client.replayFromDurable(error)
+          client.replayFromDurable(error)
         }),
+        store.onFlush(() => {
+          if (failingSince === undefined) return
+          // The summaries of what repeated while it failed come before the line that says it ended.
+          dedupe.flush()
+          logger?.info({ failedForMs: Date.now() - failingSince, failures: health.commitFailures }, 'storage commits again')
+          failingSince = undefined
+        }, { advanced: false }),
       ]
-      client.on('disconnected', (info) => options.logger?.warn({ err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected'))
+      client.on('disconnected', (info) => {
+        if (logger === undefined) return
+        dedupe.log(errorKey('replication disconnected', info.reason), (data, msg) => logger.warn(data, msg), { err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected')
+      })
       await client.start()
-      const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed })
-      return new Pipeline({ store, shapes, router, replication: client, shapeService, pools, streams, unsubscribe, replicationGap })
+      const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed, health })
+      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, unsubscribe, replicationGap })
     } catch (error) {
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))
@@ -244,6 +283,8 @@ export class Pipeline {
     if (flushed !== undefined) this.replication.acknowledge(flushed.durableLsn)
     await this.replication.stop()
     for (const off of this.unsubscribe) off()
+    this.health.close()
+    this.dedupe.flush()
     await this.streams.close().catch(() => {})
     await Promise.allSettled(this.pools.map((p) => p.end()))
     await this.store.close()

@@ -119,6 +119,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
       tableCacheMs: config.tableCacheMs,
+      healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
       logger: pipelineLogger(logger.child({ component: 'pipeline' })),
     })
     const shapes = pipeline.shapes

@@ -8,9 +8,11 @@
 import { LAST_VIRTUAL, type LogOffset, type ShapeDefinitionParams, type SubsetRequest, isBeforeAll, isVirtual } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
 import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo } from './shapes/index.js'
+import type { HealthReport } from './health-report.js'
 import { ShapeError } from './shapes/shape-error.js'
 
-export type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo }
+export { healthBody } from './health-report.js'
+export type { CompiledSubset, HealthReport, PgSnapshot, ShapeDefinition, TableColumn, TableInfo }
 /** The shape errors the HTTP layer maps to wire errors (an `invalid_columns` one names its columns as data). */
 export type { ShapeError }
 
@@ -97,6 +99,12 @@ export interface ShapeService {
    * `SubsetError` (a 400); other failures as they come.
    */
   runSubset(run: SubsetRun, sink: SubsetSink): Promise<void>
+  /**
+   * Whether clients can be kept up to date now (what `/v1/health` answers):
+   * empty reasons, or why not (the store cannot commit, replication is down,
+   * stopped or paused).
+   */
+  health(): HealthReport
 }
 
 /**

@@ -45,7 +45,7 @@ describe('fault injection', () => {
   async function setup(chunkBytes = 4096, journal = true) {
     const dir = await tempDir('faults')
     const faulty = createFaultyFs<FsPort>(nodeFs)
-    store = await openFileLogStore({ dir, chunkBytes, fs: faulty.fs, flushIntervalMs: 60_000, journal })
+    store = await openFileLogStore({ dir, chunkBytes, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false, journal })
     return { dir, rules: faulty.rules, store }
   }
 

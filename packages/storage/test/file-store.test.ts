@@ -24,7 +24,7 @@ describe('file engine', () => {
     for (const s of open.splice(0)) await s.close().catch(() => undefined)
   })
   const openStore = async (dir: string, chunkBytes = 2048, extra: { maxOpenFiles?: number; journal?: boolean } = {}) => {
-    const s = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, ...extra })
+    const s = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, flushWhenIdle: false, ...extra })
     open.push(s)
     return s
   }
@@ -229,7 +229,7 @@ describe('file engine', () => {
         await nodeFs.fdatasync(fd)
       },
     }
-    const s = await openFileLogStore({ dir, chunkBytes: 4096, flushIntervalMs: 60_000, fs })
+    const s = await openFileLogStore({ dir, chunkBytes: 4096, flushIntervalMs: 60_000, flushWhenIdle: false, fs })
     open.push(s)
     await makeShape(s, 'm', [])
     await makeShape(s, 'l', [])
@@ -350,7 +350,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
   async function setup(name: string, journal = true) {
     const dir = await tempDirs.make(name)
     const tracker = syncTracker()
-    const s = await openFileLogStore({ dir, chunkBytes: 1024, flushIntervalMs: 60_000, fs: tracker.fs, journal })
+    const s = await openFileLogStore({ dir, chunkBytes: 1024, flushIntervalMs: 60_000, flushWhenIdle: false, fs: tracker.fs, journal })
     open.push(s)
     // Another log takes the watermark to 50 while the new shape's snapshot "runs".
     const other = await makeShape(s, 'other', [])
@@ -434,7 +434,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
     await reader.close()
 
     writeFileSync(`${copy}/LOCK`, '999999999')
-    const recovered = await openFileLogStore({ dir: copy, chunkBytes: 1024, flushIntervalMs: 60_000 })
+    const recovered = await openFileLogStore({ dir: copy, chunkBytes: 1024, flushIntervalMs: 60_000, flushWhenIdle: false })
     open.push(recovered)
     expect(recovered.quarantined).toEqual([])
     expect(recovered.ids().sort()).toEqual(['n', 'other'])
@@ -459,12 +459,12 @@ describe('a new log finishing with live transactions (file engine)', () => {
     open.length = 0
 
     writeFileSync(`${copy}/LOCK`, '999999999')
-    const mid = await openFileLogStore({ dir: copy, flushIntervalMs: 60_000 })
+    const mid = await openFileLogStore({ dir: copy, flushIntervalMs: 60_000, flushWhenIdle: false })
     open.push(mid)
     expect(mid.ids()).toEqual(['other'])
     expect(readdirSync(`${copy}/tmp`)).toEqual([])
 
-    const again = await openFileLogStore({ dir, chunkBytes: 1024, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, chunkBytes: 1024, flushIntervalMs: 60_000, flushWhenIdle: false })
     open.push(again)
     expect(again.quarantined).toEqual([])
     expect(again.durableLsn).toBe(50n)

@@ -42,7 +42,7 @@ const IDS = ['a', 'b', 'c', 'd', 'e']
 
 /** Logs with snapshots, several chunks and transactions, all flushed. */
 async function populated(dir: string, fs: FsPort = nodeFs): Promise<FileLogStore> {
-  const s = await openFileLogStore({ dir, fs, flushIntervalMs: 60_000, chunkBytes: 300 })
+  const s = await openFileLogStore({ dir, fs, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
   for (const id of IDS) await makeShape(s, id, [row(1), row(2)])
   for (let tx = 1n; tx <= 12n; tx++) {
     IDS.forEach((id, i) => s.get(id)!.appendTransaction([change(tx, 0, i), change(tx, 1, i + 1)]))
@@ -84,7 +84,7 @@ describe('heads file', () => {
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
 
     const counting = countingFs()
-    const again = await openFileLogStore({ dir, fs: counting.fs, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const again = await openFileLogStore({ dir, fs: counting.fs, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(counting.opens()).toBe(0)
     expect(again.cleanOpened).toBe(IDS.length)
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
@@ -97,12 +97,12 @@ describe('heads file', () => {
     await again.close()
 
     // The same store scanned (no heads file) reads the same.
-    const scanned = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const scanned = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(scanned.cleanOpened).toBe(IDS.length)
     const viaHeads = snapshotOf(scanned)
     await scanned.close()
     writeFileSync(`${dir}/${HEADS_FILE}`, 'gone')
-    const full = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const full = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(full.cleanOpened).toBe(0)
     expect(snapshotOf(full)).toEqual(viaHeads)
     expect(entries(full.get('a')!).length).toBe(entries(full.get('b')!).length + 1)
@@ -115,7 +115,7 @@ describe('heads file', () => {
     const before = snapshotOf(s)
     await Promise.all([s.close(), s.close()])
     await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(again.cleanOpened).toBe(IDS.length)
     expect(snapshotOf(again)).toEqual(before)
     await again.close()
@@ -127,7 +127,7 @@ describe('heads file', () => {
     await s.close()
 
     // A clean open, then more work, then a power cut (nothing unsynced survives).
-    const again = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, chunkBytes: 300 })
+    const again = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(again.cleanOpened).toBe(IDS.length)
     for (let tx = 13n; tx <= 20n; tx++) {
       for (const id of IDS) again.get(id)!.appendTransaction([change(tx, 0, 1)])
@@ -139,7 +139,7 @@ describe('heads file', () => {
     powerCut(dir)
 
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
-    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(after.cleanOpened).toBe(0)
     expect(after.durableLsn).toBe(durable)
     expect(snapshotOf(after)).toEqual(kept)
@@ -154,7 +154,7 @@ describe('heads file', () => {
     s.get('c')!.appendTransaction([change(13n, 0, 1)], { more: true })
     await s.close()
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(again.cleanOpened).toBe(IDS.length - 1)
     expect(snapshotOf(again)).toEqual(before)
     // The whole of 13 arrives again (the replay) and is taken.
@@ -171,7 +171,7 @@ describe('heads file', () => {
     bytes[bytes.length >> 1]! ^= 0x10
     writeFileSync(`${dir}/${HEADS_FILE}`, bytes)
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(again.cleanOpened).toBe(0)
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
     expect(snapshotOf(again)).toEqual(before)
@@ -185,7 +185,7 @@ describe('heads file', () => {
     await s.close()
     writeFileSync(`${dir}/shapes/b/entries.idx`, 'not a sluice file')
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 300 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(again.cleanOpened).toBe(IDS.length - 1)
     expect(again.quarantined).toEqual(['b'])
     expect(readdirSync(`${dir}/quarantine`)).toHaveLength(1)

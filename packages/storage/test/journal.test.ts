@@ -72,7 +72,7 @@ const expectedLsns = (count: number): string[] => Array.from({ length: count }, 
 describe('journal', () => {
   it('replays every flush since the last checkpoint after a power cut, for many logs', async () => {
     const dir = await tempDirs.make('journal-power')
-    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, chunkBytes: 512 })
+    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 512 })
     const ids = Array.from({ length: 40 }, (_, i) => `l${i}`)
     for (const id of ids) await makeShape(s, id, [row(1)])
     await rounds(s, ids, 0, 6)
@@ -91,7 +91,7 @@ describe('journal', () => {
 
     // The journal carries the watermark: replay brings back the last flush's, and
     // publishes it to the file before deleting the segments.
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 512 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 512 })
     expect(segments(dir)).toEqual([])
     expect(again.durableLsn).toBe(w)
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(6))
@@ -107,7 +107,7 @@ describe('journal', () => {
   it('ignores a torn group at the tail: its flush failed and never published its watermark', async () => {
     const dir = await tempDirs.make('journal-torn')
     const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false })
     const ids = ['a', 'b', 'c']
     for (const id of ids) await makeShape(s, id, [])
     await rounds(s, ids, 0, 3)
@@ -121,7 +121,7 @@ describe('journal', () => {
     expect(s.durableLsn).toBe(w)
     powerCut(dir)
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.durableLsn).toBe(w)
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(3))
     await again.close()
@@ -130,7 +130,7 @@ describe('journal', () => {
   it('stops replay at a damaged group and leaves every log an untorn prefix', async () => {
     const dir = await tempDirs.make('journal-damaged')
     // Plain fs (a process crash, not a power cut): the page cache already holds every log's bytes.
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     const ids = ['a', 'b']
     for (const id of ids) await makeShape(s, id, [])
     await rounds(s, ids, 0, 4)
@@ -146,7 +146,7 @@ describe('journal', () => {
 
     // The watermark lives in the groups, so replay stops at the first group's:
     // every log is cut back to it, whole.
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.quarantined).toEqual([])
     expect(w).toBe(31n)
     expect(again.durableLsn).toBe(1n)
@@ -156,7 +156,7 @@ describe('journal', () => {
 
   it('skips the records of a deleted log when the same id is created again', async () => {
     const dir = await tempDirs.make('journal-tombstone')
-    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, flushWhenIdle: false })
     await makeShape(s, 'x', [row(1), row(2), row(3)])
     s.get('x')!.appendTransaction([change(5n, 0, 1), change(5n, 1, 2), change(5n, 2, 3)])
     s.advance(5n)
@@ -176,7 +176,7 @@ describe('journal', () => {
     const ro = openReadOnlyLogStore({ dir })
     expect(lsnsOf(ro.get('x')!)).toEqual(['7'])
     await ro.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.quarantined).toEqual([])
     expect(body(again.get('x')!.read(parseOffset('-1')))).toHaveLength(2) // row 9, snapshot-end
     expect(lsnsOf(again.get('x')!)).toEqual(['7'])
@@ -188,7 +188,7 @@ describe('journal', () => {
     const dir = await tempDirs.make(name)
     const faulty = createFaultyFs<FsPort>(port)
     const errors: StorageError[] = []
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 1024 })
     s.onError((e) => errors.push(e))
     return { dir, faulty, s, errors }
   }
@@ -202,7 +202,7 @@ describe('journal', () => {
     await checkpointsEnded(s)
     const w = s.durableLsn
     powerCut(dir)
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.durableLsn).toBe(w)
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(count))
     await again.close()
@@ -280,7 +280,7 @@ describe('journal', () => {
   it('close syncs file by file when its syncfs cannot start, and leaves nothing to replay', async () => {
     const dir = await tempDirs.make('journal-close-nospawn')
     const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false })
     const errors: StorageError[] = []
     s.onError((e) => errors.push(e))
     const ids = ['a', 'b', 'c']
@@ -306,7 +306,7 @@ describe('journal', () => {
     expect(segments(dir)).toEqual([])
     // Only synced bytes survive the cut: the per-file syncs made every log durable.
     powerCut(dir)
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.durableLsn).toBe(w)
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
     await again.close()
@@ -315,7 +315,7 @@ describe('journal', () => {
   it('close after a failed checkpoint sync reports it and leaves the journal to replay', async () => {
     const dir = await tempDirs.make('journal-close-broken')
     const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 1024 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 1024 })
     s.onError(() => undefined)
     const ids = ['a', 'b']
     for (const id of ids) await makeShape(s, id, [])
@@ -328,7 +328,7 @@ describe('journal', () => {
     expect(existsSync(`${dir}/heads`)).toBe(false)
     powerCut(dir)
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
     await again.close()
   })
@@ -337,7 +337,7 @@ describe('journal', () => {
     const MiB = 1024 * 1024
     const dir = await tempDirs.make('journal-reserve')
     // 96 MiB: past the 64 MiB floor. Segments close only on age here, so the tails stay until close.
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, tailBudgetBytes: 96 * MiB, prefaultTails: true })
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, tailBudgetBytes: 96 * MiB, prefaultTails: true })
     expect(s.stats().tailMemoryBytes).toBe(96 * MiB)
     const ids = Array.from({ length: 200 }, (_, i) => `log${i}`)
     for (const id of ids) await makeShape(s, id, [])
@@ -354,10 +354,10 @@ describe('journal', () => {
     expect(s.stats().tailMemoryBytes).toBe(96 * MiB)
     await s.close()
     // A small budget still gets the 64 MiB floor; an explicit reserve wins over both.
-    const small = await openFileLogStore({ dir, flushIntervalMs: 60_000, tailBudgetBytes: 8 * MiB })
+    const small = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, tailBudgetBytes: 8 * MiB })
     expect(small.stats().tailMemoryBytes).toBe(64 * MiB)
     await small.close()
-    const explicit = await openFileLogStore({ dir, flushIntervalMs: 60_000, tailReserveBytes: 2 * MiB })
+    const explicit = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, tailReserveBytes: 2 * MiB })
     expect(explicit.stats().tailMemoryBytes).toBe(2 * MiB)
     // The snapshot's end and the four rounds.
     for (const id of ids) expect(explicit.get(id)!.head().entryCount).toBe(5)
@@ -370,7 +370,7 @@ describe('journal', () => {
     async function budgetStore(name: string): Promise<{ dir: string; faulty: FaultyFs<FsPort>; s: FileLogStore; ids: string[]; errors: StorageError[]; held: boolean[] }> {
       const dir = await tempDirs.make(name)
       const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
-      const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, tailReserveBytes: 1024 * 1024, tailBudgetBytes: BUDGET })
+      const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false, tailReserveBytes: 1024 * 1024, tailBudgetBytes: BUDGET })
       const errors: StorageError[] = []
       const held: boolean[] = []
       s.onError((e) => errors.push(e))
@@ -436,7 +436,7 @@ describe('journal', () => {
       await s.close()
       expect(held.at(-1)).toBe(false)
       expect(s.underPressure).toBe(false)
-      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
       for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(burst))
       await again.close()
     })
@@ -473,7 +473,7 @@ describe('journal', () => {
       faulty.rules.clear()
       const w = s.durableLsn
       powerCut(dir)
-      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+      const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
       expect(again.durableLsn).toBe(w)
       for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(burst + 1))
       await again.close()
@@ -482,7 +482,7 @@ describe('journal', () => {
 
   it('replays again after a crash during replay', async () => {
     const dir = await tempDirs.make('journal-replay-crash')
-    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, flushWhenIdle: false })
     const ids = ['a', 'b', 'c']
     for (const id of ids) await makeShape(s, id, [])
     await rounds(s, ids, 0, 4)
@@ -492,11 +492,11 @@ describe('journal', () => {
     // The replay dies after a few of its writes (nothing it wrote was synced).
     const faulty = createFaultyFs<FsPort>(volatileFs(nodeFs))
     faulty.rules.failNext('writeSync', { code: 'EIO', match: (args) => readdirLink(args[0]).includes('/shapes/'), times: 1 })
-    await expect(openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })).rejects.toMatchObject({ code: 'io_error' })
+    await expect(openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false })).rejects.toMatchObject({ code: 'io_error' })
     powerCut(dir)
     expect(segments(dir).length).toBeGreaterThan(0)
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.durableLsn).toBe(w)
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(4))
     await again.close()
@@ -505,7 +505,7 @@ describe('journal', () => {
   it('a full disk under the journal fails the flush for every log in it, holds the watermark, and clears', async () => {
     const dir = await tempDirs.make('journal-enospc')
     const faulty = createFaultyFs<FsPort>(nodeFs)
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false })
     const ids = ['a', 'b']
     for (const id of ids) await makeShape(s, id, [])
     await rounds(s, ids, 0, 2)
@@ -527,7 +527,7 @@ describe('journal', () => {
     // The failed segment was closed; its checkpoint runs in this process (a real crash would stop it).
     await s.journal!.running
     powerCut(dir)
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     for (const id of ids) expect(lsnsOf(again.get(id)!)).toEqual(expectedLsns(3))
     await again.close()
   })
@@ -697,7 +697,7 @@ describe('journal segment closing', () => {
         return nodeFs.fdatasync(fd)
       },
     }
-    const s = await openFileLogStore({ dir, fs: gated, flushIntervalMs: 60_000 })
+    const s = await openFileLogStore({ dir, fs: gated, flushIntervalMs: 60_000, flushWhenIdle: false })
     await makeShape(s, 'a', [])
     await makeShape(s, 'b', [])
     gate = new Promise((r) => (open = r))

@@ -91,7 +91,7 @@ describe('file engine against the in-memory reference', () => {
         ]
         const dir = mkdtempSync(join(tmpdir(), 'sluice-model-'))
         const memory = new MemoryLogStore({ chunkBytes, flushIntervalMs: 60_000 })
-        let file: FileLogStore = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, flushBytes: 1 << 30 })
+        let file: FileLogStore = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, flushWhenIdle: false, flushBytes: 1 << 30 })
         let lsn = 0n
         // Per shape: every offset appended (for picking real offsets) and the txns for replays.
         const offsets = new Map<number, LogOffset[]>()
@@ -271,7 +271,7 @@ describe('file engine against the in-memory reference', () => {
                 pending.clear()
                 writers.clear() // writers of the closed store
                 openTx.clear() // cut by recovery, or gone with its log
-                file = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, flushBytes: 1 << 30 })
+                file = await openFileLogStore({ dir, chunkBytes, flushIntervalMs: 60_000, flushWhenIdle: false, flushBytes: 1 << 30 })
                 expect(file.durableLsn).toBe(memory.durableLsn)
                 // Replays re-append what the restart cut; keep only durable history for picking.
                 for (const s of live) {

@@ -177,7 +177,7 @@ describe('write-back thread', () => {
 
   it('is what a store on the real file system writes back through, and a reopen finds the files whole', async () => {
     const dir = await tempDirs.make('wbt-store')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, journalSegmentBytes: 4096 })
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 4096 })
     expect(s.writer).toBeInstanceOf(WriteBackThread)
     const logs = await Promise.all(Array.from({ length: 50 }, (_, i) => makeShape(s, `l${i}`, [])))
     for (let tx = 1n; tx <= 30n; tx++) {
@@ -189,7 +189,7 @@ describe('write-back thread', () => {
     // Moved aside, the journal cannot fill anything in: the files alone must hold every entry.
     renameSync(`${dir}/journal`, `${dir}/journal.aside`)
     mkdirSync(`${dir}/journal`)
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     for (const [i, _] of logs.entries()) {
       const entries = body(again.get(`l${i}`)!.read(parseOffset('0_inf')))
       expect(entries).toHaveLength(Array.from({ length: 30 }, (_, k) => k + 1).filter((tx) => (tx + i) % 3 === 0).length)

@@ -58,7 +58,7 @@ const sizeOf = (dir: string, id: string, file: string): number => statSync(`${di
 describe('write-behind', () => {
   it('serves appends from memory until WRITE_BACK_BYTES or a checkpoint, then from the files, byte for byte the same', async () => {
     const dir = await tempDirs.make('wb-serve')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 64 * 1024 })
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 64 * 1024 })
     const log = await makeShape(s, 'a', [row(1), row(2)])
     const dataAfterSnapshot = sizeOf(dir, 'a', 'log.dat')
     const entriesAfterSnapshot = sizeOf(dir, 'a', 'entries.idx')
@@ -86,14 +86,14 @@ describe('write-behind', () => {
 
     // Close checkpoints: everything reaches the files, and a reopen reads the same.
     await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 64 * 1024 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 64 * 1024 })
     expect(liveBytes(again.get('a')!).equals(all)).toBe(true)
     await again.close()
   })
 
   it("stitches a read across the files' end: the written-back part from the file, the rest from memory", async () => {
     const dir = await tempDirs.make('wb-straddle')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 1024 * 1024 })
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 1024 * 1024 })
     const log = await makeShape(s, 'd', [])
     const dataAfterSnapshot = sizeOf(dir, 'd', 'log.dat')
     for (let tx = 1n; tx <= 3n; tx++) log.appendTransaction([big(tx, 0, 100)])
@@ -112,7 +112,7 @@ describe('write-behind', () => {
     const before = liveBytes(log)
     expect(body(log.read(parseOffset('0_inf'))).map((m) => (m as { headers: { lsn: string } }).headers.lsn)).toEqual(['1', '2', '3', '4', '5', '6'])
     await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, chunkBytes: 1024 * 1024 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 1024 * 1024 })
     expect(liveBytes(again.get('d')!).equals(before)).toBe(true)
     await again.close()
   })
@@ -121,7 +121,7 @@ describe('write-behind', () => {
     const dir = await tempDirs.make('wb-full')
     const faulty = createFaultyFs<FsPort>(nodeFs)
     const errors: StorageError[] = []
-    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, journalSegmentBytes: 2048 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 2048 })
     s.onError((e) => errors.push(e))
     const log = await makeShape(s, 'b', [])
     // A port other than the real file system takes write-backs on the thread pool (write).
@@ -146,7 +146,7 @@ describe('write-behind', () => {
     expect(body(log.read(parseOffset('0_inf')))).toHaveLength(60)
     // A crash now: replay brings back whatever the files lack.
     writeFileSync(`${dir}/LOCK`, '999999999')
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.durableLsn).toBe(60n)
     expect(liveBytes(again.get('b')!).equals(expected)).toBe(true)
     await again.close()
@@ -171,7 +171,7 @@ describe('write-behind', () => {
     }
     const faulty = createFaultyFs<FsPort>(gated)
     const errors: StorageError[] = []
-    const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread: false, flushIntervalMs: 60_000, journalSegmentBytes: 2048, chunkBytes: 16 * 1024 })
+    const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread: false, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 2048, chunkBytes: 16 * 1024 })
     s.onError((e) => errors.push(e))
     const ids = ['a', 'b', 'c']
     const logs = await Promise.all(ids.map((id) => makeShape(s, id, [])))
@@ -202,7 +202,7 @@ describe('write-behind', () => {
     const expected = logs.map((log) => liveBytes(log))
     expect(logs.map((log) => entriesAfterSnapshot(log))).toEqual([24, 25, 24])
     await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     ids.forEach((id, i) => expect(liveBytes(again.get(id)!).equals(expected[i]!)).toBe(true))
     await again.close()
   })
@@ -248,7 +248,7 @@ describe('write-behind', () => {
  */
 async function cutWinsOverWaitingWriteBack(dir: string, base: FsPort, writeBackThread: boolean, hold: () => () => Promise<void>): Promise<void> {
   const faulty = createFaultyFs<FsPort>(base)
-  const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread, flushIntervalMs: 60_000 })
+  const s = await openFileLogStore({ dir, fs: faulty.fs, writeBackThread, flushIntervalMs: 60_000, flushWhenIdle: false })
   const log = await makeShape(s, 'c', [row(1)])
   log.appendTransaction([change(10n, 0, 1)])
   s.advance(10n)
@@ -274,7 +274,7 @@ async function cutWinsOverWaitingWriteBack(dir: string, base: FsPort, writeBackT
   const after = liveBytes(log)
   expect(after.length).toBeGreaterThan(300 * 1024)
   await s.close()
-  const again = await openFileLogStore({ dir, flushIntervalMs: 60_000 })
+  const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
   expect(liveBytes(again.get('c')!).equals(after)).toBe(true)
   await again.close()
 }

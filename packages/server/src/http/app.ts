@@ -8,7 +8,7 @@ import {
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
-import type { ShapeService } from '../shape-service.js'
+import { type ShapeService, healthBody } from '../shape-service.js'
 import { Admission } from './admission.js'
 import type { BodyPath } from './body-path.js'
 import { setCors } from './cors.js'
@@ -95,7 +95,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     reply.code(404).header(ResponseHeader.contentType, 'text/plain; charset=utf-8').send(ROUTE_NOT_FOUND_TEXT),
   )
 
-  app.register(rootRoutes)
+  app.register(rootRoutes, { shapes })
   if (metrics !== undefined) {
     // The gauge follows the waiter count at each request's start and end: no timer of its own.
     const countWaiters = async (): Promise<void> => metrics.setLiveWaiters(waiters.size)
@@ -106,16 +106,18 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   return app
 }
 
-async function rootRoutes(app: FastifyInstance): Promise<void> {
+async function rootRoutes(app: FastifyInstance, { shapes }: { shapes: ShapeService }): Promise<void> {
   app.addHook('onRequest', async (request, reply) => setCors(request, reply, false))
   app.get('/', async (_request, reply) => reply.code(200).send(''))
-  app.get('/v1/health', async (_request, reply) =>
-    reply
-      .code(200)
+  // 503 while clients cannot be kept up to date (docs/protocol.md §1): a load balancer then sends them elsewhere.
+  app.get('/v1/health', async (_request, reply) => {
+    const report = shapes.health()
+    return reply
+      .code(report.reasons.length === 0 ? 200 : 503)
       .header(ResponseHeader.cacheControl, CacheControl.health)
       .header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
-      .send('{"status":"active"}'),
-  )
+      .send(healthBody(report))
+  })
 }
 
 /** Every error body is JSON (§5.4); the cache-control of errors follows §5.2. */

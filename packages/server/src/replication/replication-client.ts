@@ -123,7 +123,11 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   private stopping = false
   private replayRequested = false
   private gate: Gate | undefined
-  private readonly pausedFor = new Set<string>()
+  /** Each reason the stream is paused for, with when it paused for it. */
+  private readonly pausedFor = new Map<string, number>()
+  /** When the connection was last lost (or, before the first, when the client started); undefined while streaming. */
+  private downSince: number | undefined
+  private fatal: Error | undefined
   private wake: (() => void) | undefined
   private info: ConnectedInfo | undefined
   private firstConnect: { resolve: () => void; reject: (error: Error) => void } | undefined
@@ -181,6 +185,19 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     return this.gate !== undefined
   }
 
+  /**
+   * Since when the client has had no streaming connection: set when one ends
+   * (and at start, before the first), cleared when the next starts streaming.
+   */
+  get disconnectedSince(): number | undefined {
+    return this.downSince
+  }
+
+  /** The error that stopped the client for good; undefined while it runs or retries, and after `stop()`. */
+  get fatalError(): Error | undefined {
+    return this.fatal
+  }
+
   /** Resolves when the client has stopped: with the fatal error, or undefined after `stop()`. */
   get stopped(): Promise<Error | undefined> {
     return this.stoppedPromise
@@ -230,7 +247,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
    * paused it has resumed.
    */
   pause(reason = 'manual'): void {
-    this.pausedFor.add(reason)
+    if (!this.pausedFor.has(reason)) this.pausedFor.set(reason, this.now())
     if (this.gate !== undefined) return
     let open!: () => void
     const promise = new Promise<void>((resolve) => {
@@ -246,7 +263,12 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
 
   /** Why the stream is paused now (empty when it streams). */
   get pauseReasons(): readonly string[] {
-    return [...this.pausedFor]
+    return [...this.pausedFor.keys()]
+  }
+
+  /** Each reason the stream is paused for now, with when it paused for it (ms since the epoch). */
+  get pausedSince(): ReadonlyMap<string, number> {
+    return this.pausedFor
   }
 
   private openGate(): void {
@@ -282,6 +304,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   private async run(): Promise<void> {
     let attempt = 0
     let fatal: Error | undefined
+    this.downSince = this.now()
     while (!this.stopping) {
       const stream = new Stream(
         this.clientConfig,
@@ -294,6 +317,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       )
       this.stream = stream
       const reason = await this.runStream(stream)
+      this.downSince ??= this.now()
       this.stream = undefined
       stream.stopTimers()
       await stream.connection.close().catch(() => {})
@@ -323,6 +347,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       await this.sleep(delay)
     }
     this.stopping = true
+    this.fatal = fatal
     if (fatal !== undefined && this.listenerCount('error') > 0) this.emit('error', fatal)
     this.firstConnect?.reject(fatal ?? new ReplicationError('client_stopped'))
     this.firstConnect = undefined
@@ -350,6 +375,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     const setup = stream.plugin.setup
     stream.started = true
     stream.lastHeardAt = this.now()
+    this.downSince = undefined
     if (setup !== undefined) {
       this.info = { serverVersionNum: setup.serverVersionNum, protoVersion: setup.protoVersion, confirmedFlushLsn: setup.confirmedFlushLsn }
     }

@@ -2,7 +2,7 @@ import { resolve } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
 import { SETTINGS, type SluiceConfig, helpText, loadConfig, parseBytes, parseCli, parseDuration } from '../../src/config.js'
-import { DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../../src/defaults.js'
+import { DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS, DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../../src/defaults.js'
 import { DEFAULT_HTTP_OPTIONS } from '../../src/http/options.js'
 import { httpOptions } from '../../src/server.js'
 
@@ -31,6 +31,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   logLevel: 'info',
   postgresBin: undefined,
   tableCacheMs: 1000,
+  healthReplicationTimeoutMs: 30_000,
 }
 
 /** A valid non-default value for each setting: [text, parsed]. */
@@ -58,6 +59,7 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   maxConcurrentInitial: ['7', 7],
   maxConcurrentExisting: ['8', 8],
   logLevel: ['debug', 'debug'],
+  healthReplicationTimeoutMs: ['0', 0],
   postgresBin: ['/opt/pg/bin', '/opt/pg/bin'],
 }
 
@@ -71,6 +73,7 @@ describe('config schema', () => {
     expect(cli.tableCacheMs).toBe(DEFAULT_TABLE_CACHE_MS)
     expect(cli.tailBudgetBytes).toBe(DEFAULT_TAIL_BUDGET_BYTES)
     expect(cli.chunkBytes).toBe(DEFAULT_CHUNK_BYTES)
+    expect(cli.healthReplicationTimeoutMs).toBe(DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS)
   })
 
   it('has one sample per setting, each env var SLUICE_* (DATABASE_URL excepted) and each flag unique', () => {
@@ -162,6 +165,7 @@ describe('config schema', () => {
     [['--max-concurrent-initial', '0'], {}, '--max-concurrent-initial: expected an integer from 1 to 1000000, got "0"'],
     [['--max-concurrent-existing', 'x'], {}, '--max-concurrent-existing: expected an integer from 1 to 10000000, got "x"'],
     [['--log-level', 'loud'], {}, '--log-level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
+    [[], { SLUICE_HEALTH_REPLICATION_TIMEOUT: '2h' }, 'SLUICE_HEALTH_REPLICATION_TIMEOUT (environment): expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--postgres-bin='], {}, '--postgres-bin: expected a non-empty value, got ""'],
     [['--bogus'], {}, 'unknown option --bogus (see sluice --help)'],
     [['-x'], {}, 'unknown option -x (see sluice --help)'],

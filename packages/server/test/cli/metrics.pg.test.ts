@@ -99,6 +99,10 @@ describe('/metrics', () => {
     expect(after.get('sluice_storage_journal_segments')).toBeGreaterThanOrEqual(1)
     expect(after.get('sluice_storage_paused')).toBe(0)
     expect(after.get('sluice_storage_pauses')).toBe(0)
+    expect(after.get('sluice_healthy')).toBe(1)
+    expect(after.get('sluice_health_reason{code="storage_disk_full"}')).toBe(0)
+    expect(after.get('sluice_storage_commit_failures_total')).toBe(0)
+    expect(after.get('sluice_replication_connected')).toBe(1)
     // Caught up: Postgres's current position is at most a few records past what is durable.
     const lag = after.get('sluice_replication_lag_bytes')!
     expect(lag).toBeGreaterThanOrEqual(0)
@@ -111,6 +115,9 @@ describe('/metrics', () => {
     const paused = await scrape()
     expect(paused.get('sluice_replication_lag_bytes')).toBeGreaterThan(100_000)
     expect(paused.get('sluice_slot_retained_wal_bytes')).toBeGreaterThan(100_000)
+    // A paused stream is what /v1/health reports too.
+    expect(paused.get('sluice_healthy')).toBe(0)
+    expect(paused.get('sluice_health_reason{code="replication_paused"}')).toBe(1)
     pipeline.replication.resume()
     await caughtUp(pipeline, cluster)
     expect((await scrape()).get('sluice_replication_lag_bytes')).toBeLessThan(64 * 1024)

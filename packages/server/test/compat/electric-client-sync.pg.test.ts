@@ -295,6 +295,37 @@ describe('the official client syncing from Sluice', () => {
     }
   })
 
+  it('SSE under a steady stream of commits: the client stays on SSE (a stream with data waiting does not end early)', async () => {
+    await createTable('sse_steady')
+    const exchanges: RecordedExchange[] = []
+    const { stream, abort } = open({ params: { table: 'sse_steady' }, liveSse: true }, exchanges)
+    const shape = shapeOf(stream)
+    const log = new StreamLog(stream)
+    const captured = captureWarnings()
+    try {
+      await shape.value
+      await eventually(() => exchanges.some((e) => e.url.searchParams.get('live_sse') === 'true'), 'an SSE request')
+      // Commits back to back across more than two SSE lifetimes: every reconnect finds data waiting. A
+      // stream that ended after sending it would be short each time, and after three in a row the client
+      // falls back to long-polling for good.
+      const sseBefore = exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length
+      let last = 0
+      for (const end = Date.now() + 2.5 * SSE_TIMEOUT_MS; Date.now() < end; ) {
+        await cluster.query('UPDATE sse_steady SET n = $1 WHERE id = 1', [++last])
+      }
+      await caughtUp(pipeline, cluster)
+      await eventually(() => shape.currentValue.get(rowKey('public', 'sse_steady', '1'))?.n === BigInt(last), 'the last update')
+      expect(exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length).toBeGreaterThan(sseBefore + 1)
+      expect(new Map(shape.currentValue)).toEqual(await expected('sse_steady'))
+      expect(exchanges.filter((e) => e.url.searchParams.get('live') === 'true' && e.url.searchParams.get('live_sse') !== 'true')).toEqual([])
+      expect(captured.warnings).toEqual([])
+      expect(log.errors).toEqual([])
+    } finally {
+      captured.restore()
+      abort.abort()
+    }
+  })
+
   it("offset: 'now' skips the existing rows and delivers exactly the later changes", async () => {
     await createTable('now_items')
     await caughtUp(pipeline, cluster)

@@ -21,7 +21,7 @@ import { type RawExchange, type RawRequest, type RawResponse, encodeRequest, exc
  *
  *   FUZZ_SEED=<n>   replay a run (the seed is printed)
  *   FUZZ_RUNS=<n>   number of cases (default 1000; SOAK=1 makes it 70 000, which with the locked
- *                   server's and the batches' cases is over 100 000 requests)
+ *                   and limited-role servers' and the batches' cases is over 100 000 requests)
  */
 
 const SOAK = process.env['SOAK'] === '1'
@@ -32,6 +32,12 @@ const SEED = process.env['FUZZ_SEED'] === undefined ? (Date.now() ^ Math.floor(M
 /** Cases sent to the secret-protected server. */
 const LOCKED_RUNS = Math.ceil(RUNS / 5)
 const LOCKED_SECRET = 'fuzz-secret-never-generated'
+/** Cases sent to the server whose role lacks privileges, and its tables. */
+const LIMITED_RUNS = Math.ceil(RUNS / 10)
+const LIMITED_ROLE = 'fuzz_limited'
+const LIMITED_SERVED = 'fuzz_priv.mine'
+/** Served; not owned (no REPLICA IDENTITY, no publication); owned but not readable; neither owned nor readable. */
+const LIMITED_TABLES = [LIMITED_SERVED, 'fuzz_priv.not_mine', 'fuzz_priv.unreadable', 'fuzz_priv.no_select'] as const
 /** Batches of cases sent at the same time: a few cases, each repeated, so one definition races itself. */
 const BATCH_RUNS = Math.ceil(RUNS / 20)
 const MAX_BATCH = 12
@@ -284,16 +290,23 @@ function problemWith(c: FuzzCase, res: RawResponse, ex: RawExchange, first: bool
   return undefined
 }
 
-/** Where a case is sent: the open server, or one that requires a secret the fuzz never guesses. */
+/**
+ * Where a case is sent: the open server, one that requires a secret the fuzz
+ * never guesses, or one whose database role lacks privileges (`table` then
+ * replaces the fuzzed table's name in the request, so the case names one of
+ * the tables of that role's test instead).
+ */
 interface Target {
   readonly port: number
   readonly locked: boolean
+  readonly limited?: { readonly table: string; readonly handles: Set<string> }
 }
 
 async function runCase(c: FuzzCase, target: Target): Promise<void> {
   const fill = (bytes: Buffer): Buffer => {
-    const text = bytes.toString('latin1')
-    return text.includes(KNOWN_HANDLE) ? Buffer.from(text.replaceAll(KNOWN_HANDLE, knownHandle), 'latin1') : bytes
+    let text = bytes.toString('latin1')
+    if (target.limited !== undefined) text = text.replaceAll(`public.${FUZZ_TABLE}`, target.limited.table).replaceAll(FUZZ_TABLE, target.limited.table)
+    return Buffer.from(text.replaceAll(KNOWN_HANDLE, knownHandle), 'latin1')
   }
   const request: RawRequest = {
     method: c.method,
@@ -326,7 +339,9 @@ async function runCase(c: FuzzCase, target: Target): Promise<void> {
     const handle = res.headers['electric-handle']
     if (handle !== undefined) {
       if (target.locked) fail(`a ${res.status} naming a shape without the secret`)
-      seen.handles.add(handle)
+      if (target.limited === undefined) seen.handles.add(handle)
+      else if (target.limited.table === LIMITED_SERVED) target.limited.handles.add(handle)
+      else fail(`a ${res.status} naming a shape of ${target.limited.table}, which the role may not publish or read`)
     }
     const problem = problemWith(c, res, ex, index === 0)
     if (problem !== undefined) fail(problem)
@@ -395,6 +410,52 @@ describe('hostile input: every answer is a JSON 4xx or a correct 2xx/3xx, never 
       expect(res.responses[0]?.status).toBe(200)
     } finally {
       await locked.close()
+    }
+    await checkHealthy()
+  })
+
+  it(`${LIMITED_RUNS} of them to a server whose role lacks privileges: a 4xx naming the privilege, never a 5xx or a shape`, { timeout: SOAK ? 3_600_000 : 600_000 }, async () => {
+    // Its own schema, so the fingerprint of public's tables is not this test's business.
+    await cluster.query(`
+      CREATE ROLE ${LIMITED_ROLE} LOGIN REPLICATION;
+      GRANT CREATE ON DATABASE postgres TO ${LIMITED_ROLE};
+      CREATE SCHEMA fuzz_priv;
+      GRANT USAGE ON SCHEMA fuzz_priv TO ${LIMITED_ROLE};
+      CREATE TABLE ${LIMITED_SERVED} (LIKE public.${FUZZ_TABLE} INCLUDING ALL);
+      INSERT INTO ${LIMITED_SERVED} SELECT * FROM public.${FUZZ_TABLE} WHERE id <= 50;
+      ALTER TABLE ${LIMITED_SERVED} OWNER TO ${LIMITED_ROLE};
+      CREATE TABLE fuzz_priv.not_mine (LIKE public.${FUZZ_TABLE} INCLUDING ALL);
+      GRANT SELECT ON fuzz_priv.not_mine TO ${LIMITED_ROLE};
+      CREATE TABLE fuzz_priv.unreadable (LIKE public.${FUZZ_TABLE} INCLUDING ALL);
+      ALTER TABLE fuzz_priv.unreadable OWNER TO ${LIMITED_ROLE};
+      REVOKE ALL ON fuzz_priv.unreadable FROM ${LIMITED_ROLE};
+      CREATE TABLE fuzz_priv.no_select (LIKE public.${FUZZ_TABLE} INCLUDING ALL);
+    `)
+    const url = new URL(cluster.url)
+    url.username = LIMITED_ROLE
+    const limitedPipeline = await startPipeline(cluster, await dirs.make('limited-store'), { connectionString: url.toString(), slotName: 'fuzz_limited_slot', publicationName: 'fuzz_limited_pub' })
+    const limited = await startServer(limitedPipeline, { longPollTimeoutMs: LONG_POLL_MS, sseTimeoutMs: LONG_POLL_MS, allowDelete: true })
+    const handles = new Set<string>()
+    const refused = new Map<string, number>()
+    try {
+      await fc.assert(
+        // Clean reads too (their rows are not checked: the oracle knows only the public table).
+        fc.asyncProperty(fc.oneof(fuzzCase, oracleCase.map(({ oracle: _, ...c }) => c)), fc.constantFrom(...LIMITED_TABLES), async (c, table) => runCase(c, { port: limited.port, locked: false, limited: { table, handles } })),
+        { seed: SEED, numRuns: LIMITED_RUNS },
+      )
+      // Not vacuous: each refused table is refused by name, and the one the role may use is served.
+      for (const table of LIMITED_TABLES) {
+        const ex = await send({ method: 'GET', target: Buffer.from(`/v1/shape?table=${table}&offset=-1`), headers: [header('Host', 'fuzz'), header('Connection', 'close')] }, ANSWER_TIMEOUT_MS, limited.port)
+        const res = ex.responses[0]!
+        refused.set(table, res.status)
+        if (table === LIMITED_SERVED) expect(res.status, res.body.toString()).toBe(200)
+        else expect((json(res) as { errors?: { table?: string[] } }).errors?.table?.[0], table).toMatch(/cannot set REPLICA IDENTITY FULL|cannot read the table|cannot add .* to the publication|permission denied/)
+      }
+      console.log(`fuzz: limited role: ${handles.size} shapes of ${LIMITED_SERVED} served; direct statuses ${JSON.stringify(Object.fromEntries(refused))}`)
+    } finally {
+      await limited.close()
+      await limitedPipeline.stop()
+      await cluster.query(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'fuzz_limited_slot'`)
     }
     await checkHealthy()
   })

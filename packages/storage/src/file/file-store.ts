@@ -100,6 +100,7 @@ export class FileLogStore implements ShapeLogStore {
         chunkBytes: this.chunkBytes,
         flushIntervalMs: options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS,
         flushBytes: options.flushBytes ?? DEFAULT_FLUSH_BYTES,
+        flushWhenIdle: options.flushWhenIdle ?? true,
       },
       watermark,
       { emitError, maintainJournal: () => this.checkpointer.maintain(), reveal: (log) => this.reveal(log) },

@@ -62,6 +62,7 @@ export interface CommitEnv {
   readonly writer: FileWriter
   readonly flushIntervalMs: number
   readonly flushBytes: number
+  readonly flushWhenIdle: boolean
 }
 
 /** What a flush needs from the rest of the store. */
@@ -85,6 +86,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   readonly snapshots: SnapshotFinisher
   private readonly flushIntervalMs: number
   private readonly flushBytes: number
+  private readonly flushWhenIdle: boolean
   private dirtyBytes = 0
   private seq = 0
   private advanced: bigint
@@ -97,7 +99,15 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
    * a context for `this`, used or not.
    */
   private readonly onTimer = (): void => this.timedFlush()
+  private readonly onImmediate = (): void => {
+    this.immediate = undefined
+    this.timedFlush()
+  }
   private flushing: Promise<FlushResult> | undefined
+  /** A flush queued for this turn of the event loop: an idle store's (see `schedule`). */
+  private immediate: NodeJS.Immediate | undefined
+  /** When `advance` last moved the target (performance.now()): a store not advanced for an interval is idle. */
+  private lastAdvance = Number.NEGATIVE_INFINITY
   private readonly listeners = new Set<(r: FlushResult) => void>()
   /** Listeners that read `FlushResult.advanced`: while there are none, timed flushes publish lazily (see `publish`). */
   private advancedListeners = 0
@@ -140,6 +150,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     this.journaled = env.journal !== undefined
     this.flushIntervalMs = env.flushIntervalMs
     this.flushBytes = env.flushBytes
+    this.flushWhenIdle = env.flushWhenIdle
     this.live = env.journal ? new LiveWatermark(env.fs, env.root, (err) => host.emitError(err)) : undefined
     this.snapshots = new SnapshotFinisher(this)
     this.durable = watermark.lsn
@@ -159,7 +170,22 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   advance(lsn: bigint): void {
     if (lsn <= this.advanced) return
     this.advanced = lsn
-    this.schedule(false)
+    if (!this.flushWhenIdle) return this.schedule(false)
+    const now = performance.now()
+    const idle = now - this.lastAdvance >= this.flushIntervalMs
+    this.lastAdvance = now
+    // Idle: nothing would share the wait for the interval, so the change is
+    // made durable (and sent) at once, after the rest of this turn's appends.
+    // Under load advances come closer together than the interval, or a flush
+    // is running: changes wait for the interval and share one fdatasync.
+    // (An interval timer the appends set is replaced; a failing store's backoff is not.)
+    if (idle && !this.immediate && !this.flushing && !this.stopped && this.failedFlushes === 0) {
+      const keepAlive = this.timer?.hasRef() ?? false
+      if (this.timer) clearTimeout(this.timer)
+      this.timer = undefined
+      this.immediate = setImmediate(this.onImmediate)
+      if (!keepAlive) this.immediate.unref()
+    } else this.schedule(false)
   }
 
   onFlush(listener: (result: FlushResult) => void, options?: FlushListenerOptions): () => void {
@@ -201,6 +227,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   stop(): void {
     this.stopped = true
     if (this.timer) clearTimeout(this.timer)
+    if (this.immediate) clearImmediate(this.immediate)
   }
 
   private async runFlush(named: boolean): Promise<FlushResult> {
@@ -208,6 +235,10 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     if (this.timer) {
       clearTimeout(this.timer)
       this.timer = undefined
+    }
+    if (this.immediate) {
+      clearImmediate(this.immediate)
+      this.immediate = undefined
     }
     const target = this.cappedTarget()
     const seq = this.seq
@@ -420,6 +451,11 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   /** `keepAlive`: someone awaits this flush (a snapshot carried over), though it need not run at once. */
   private schedule(now: boolean, keepAlive = false): void {
     if (this.stopped) return
+    if (this.immediate) {
+      // A flush runs this turn anyway; whoever waits on it keeps the process alive.
+      if (now || keepAlive) this.immediate.ref()
+      return
+    }
     if (now) {
       // Someone waits on this flush (a snapshot) or the threshold was hit: keep
       // the process alive for it.
@@ -448,7 +484,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
       .finally(() => {
         // Keep retrying while there is work; a cleared fault then resumes by itself.
         // Failures back off, so a full disk reports an error a few times a second, not a hundred.
-        if (this.stopped || this.timer) return
+        if (this.stopped || this.timer || this.immediate) return
         if (!(this.dirtyCount > 0 || this.dirtyBytes > 0 || this.snapshots.pending > 0 || this.cappedTarget() > this.durable)) return
         if (this.failedFlushes === 0) return this.schedule(false)
         const delay = Math.min(MAX_RETRY_MS, this.flushIntervalMs * 2 ** Math.min(this.failedFlushes, 16))

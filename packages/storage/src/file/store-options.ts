@@ -39,6 +39,14 @@ export interface FileStoreOptions {
   readonly chunkBytes?: number
   /** Longest time appended data waits for a flush. */
   readonly flushIntervalMs?: number
+  /**
+   * An advance that finds the store idle (no advance within the interval,
+   * no flush running) flushes at once instead of waiting out the interval, so
+   * a lone change costs one fdatasync of latency, not the interval too; under
+   * load changes still share one flush per interval. Default true; false
+   * leaves flushing to the interval, the byte threshold and `flush()`.
+   */
+  readonly flushWhenIdle?: boolean
   /** Dirty bytes that trigger a flush before the interval ends. */
   readonly flushBytes?: number
   /** Bound of the file-descriptor LRU (three files per log in use). */

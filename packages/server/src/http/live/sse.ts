@@ -6,11 +6,10 @@
  * - Headers go out at once: the caller's (electric-handle, -offset, -cursor,
  *   etag, CORS…) plus `content-type: text/event-stream`, `connection:
  *   keep-alive` and the SSE cache-control (`public, max-age=59` for 60 s).
- * - Data already past `after`: that one range (the same chunk a long-poll would
- *   answer) goes out as one `data: <json>\n\n` event per message, then an
- *   up-to-date event if the range reaches the head, and the stream ends.
- * - Otherwise the stream is held: each time the shape advances, the new entries
- *   are read chunk after chunk up to the head, framed one event per message, and
+ * - Data already past `after` goes out at once, chunk after chunk up to the
+ *   head, as one `data: <json>\n\n` event per message, then an up-to-date event.
+ * - The stream is then held: each time the shape advances, the new entries are
+ *   read chunk after chunk up to the head, framed one event per message, and
  *   closed by an up-to-date event. `: keep-alive\n\n` after `keepAliveMs` of
  *   silence; the stream ends after `timeoutMs`, or silently when the shape is
  *   invalidated (the next request gets the 409), or when the client goes away.
@@ -83,12 +82,12 @@ export type SseRead = ((after: LogOffset) => SseBatch | undefined | Promise<SseB
 }
 
 /**
- * How the stream ended: `'data'` data existed and was sent at once; `'timeout'`
+ * How the stream ended: `'timeout'`
  * the stream lifetime passed; `'invalidated'` the shape went away (silent end);
  * `'disconnected'` the client closed the connection; `'aborted'` the signal or
  * `waiters.close()` ended it.
  */
-export type SseOutcome = 'data' | 'timeout' | 'invalidated' | 'disconnected' | 'aborted'
+export type SseOutcome = 'timeout' | 'invalidated' | 'disconnected' | 'aborted'
 
 /**
  * Serves one SSE request to its end. Rejects only if `read` throws or the stored
@@ -105,16 +104,20 @@ export async function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
     raw.flushHeaders()
 
     let after = options.after
+    const deadline = waiters.now() + timeoutMs
+    let lastWrite = waiters.now()
+    // Data already waiting is sent at once and the stream stays open: ending it
+    // here would make every SSE request under a steady stream of commits a
+    // short one, which the official client takes for a proxy that buffers SSE
+    // and falls back to long-polling for good.
     const first = await options.read(after)
     if (first === undefined) return stream.gone ? 'disconnected' : 'invalidated'
     if (first.entryCount > 0) {
+      after = first.nextOffset
       await stream.write(framed(first))
       if (first.reachedHead) await stream.write(frameEvent(options.upToDate(first.nextOffset)))
-      return stream.gone ? 'disconnected' : 'data'
+      lastWrite = waiters.now()
     }
-
-    const deadline = waiters.now() + timeoutMs
-    let lastWrite = waiters.now()
     const signal = options.signal ? AbortSignal.any([options.signal, stream.closed]) : stream.closed
     /** Sends everything past `after` up to the head, chunk by chunk: `'gone'` when the shape is, `'empty'` when there was nothing. */
     const drain = async (): Promise<'sent' | 'empty' | 'gone'> => {

@@ -106,10 +106,10 @@ function liveWaiters(store: ShapeLogStore, resolutionMs = 10): LiveWaiters {
 }
 
 describe('serveSse on a real node:http server', () => {
-  it('data already past the offset: headers, one event per message, up-to-date, end', async () => {
+  it('data already past the offset: headers, one event per message, up-to-date, and the stream stays open for the next batch', async () => {
     const store = await memoryStore()
     const rows = [rowJson(1, { text: 'a,b},{"c' }), rowJson(2, { text: '\\"é😀' }), rowJson(3)]
-    await makeShape(store, 'h1', rows)
+    const log = await makeShape(store, 'h1', rows)
     const waiters = liveWaiters(store)
     const h = await startServer(() => ({
       headers: { [ResponseHeader.handle]: 'h1', [ResponseHeader.offset]: '0_0', [ResponseHeader.cursor]: '123', 'Cache-Control': 'overridden' },
@@ -118,6 +118,7 @@ describe('serveSse on a real node:http server', () => {
       read: readFromStore(store, 'h1'),
       upToDate,
       waiters,
+      timeoutMs: 60_000,
     }))
     const c = await connect(h.url)
     expect(c.status).toBe(200)
@@ -128,9 +129,16 @@ describe('serveSse on a real node:http server', () => {
     expect(c.headers['electric-handle']).toBe('h1')
     expect(c.headers['electric-offset']).toBe('0_0')
     expect(c.headers['electric-cursor']).toBe('123')
-    const body = await c.ended
-    expect(body).toBe([...rows, SNAPSHOT_END].map(ev).join('') + ev(upToDate({ tx: 0n, op: 0n })))
-    expect(await h.outcomes[0]).toBe('data')
+    const first = [...rows, SNAPSHOT_END].map(ev).join('') + ev(upToDate({ tx: 0n, op: 0n }))
+    await until(() => c.body() === first)
+    // Still open: it waits on the shape, and the next commit arrives on the same stream.
+    await until(() => waiters.size === 1)
+    const tx = [changeJson(10n, 0, 4)]
+    await commit(store, log, 10n, tx)
+    await until(() => c.body().length > first.length)
+    await until(() => c.body() === first + tx.map(ev).join('') + ev(upToDate({ tx: 10n, op: 0n })))
+    c.destroy()
+    expect(await h.outcomes[0]).toBe('disconnected')
     expect(waiters.size).toBe(0)
   })
 

@@ -1,0 +1,32 @@
+/**
+ * Every benchmark the combined run (`npm run bench`) runs and the report
+ * (`bench/REPORT.md`) shows, in the order of both. A new benchmark adds one
+ * entry: its package script, the environment of its quick variant, and its
+ * report section (`sections/<name>.ts`).
+ */
+import type { ReportSection } from './section.js'
+import { clientSection } from './sections/client.js'
+import { httpSection } from './sections/http.js'
+import { pipelineSection } from './sections/pipeline.js'
+import { storageSection } from './sections/storage.js'
+
+export interface Benchmark {
+  readonly name: string
+  /** The `@sluice/bench` script that runs it and writes `results/<stem>.*`. */
+  readonly script: string
+  /**
+   * Added to the environment under QUICK=1: a smoke-sized run. Each one is cut
+   * so that the whole QUICK suite takes a few minutes on a 2-core machine; a
+   * quick run writes `results/<stem>.quick.*`, which git ignores.
+   */
+  readonly quickEnv: Readonly<Record<string, string>>
+  readonly section: ReportSection
+}
+
+export const BENCHMARKS: readonly Benchmark[] = [
+  { name: 'storage', script: 'bench:storage', quickEnv: { QUICK: '1' }, section: storageSection },
+  // The pipeline's own QUICK run registers 3k shapes and runs every phase (8-15 min); the suite's smoke run keeps the throughput phases of up to 2k shapes.
+  { name: 'pipeline', script: 'bench:pipeline', quickEnv: { QUICK: '1', ONLY: 'throughput', SETS: 'eq1,eq1k,eq10k' }, section: pipelineSection },
+  { name: 'http', script: 'bench:http', quickEnv: { QUICK: '1' }, section: httpSection },
+  { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
+]

@@ -1,0 +1,81 @@
+/**
+ * Group commit at a quiet moment: a change that arrives when the store has not
+ * advanced for an interval is flushed at once (one fdatasync of latency, not
+ * the interval too), while changes that arrive during a flush or close behind
+ * another still wait for the interval and share one flush.
+ *
+ * The interval here is a minute, so "at once" and "after the interval" cannot
+ * be confused by a slow machine: the test's own timeout is far shorter.
+ */
+import { useTempDir } from '@sluice/test-utils'
+import { afterEach, describe, expect, it } from 'vitest'
+import { openFileLogStore } from '../src/index.js'
+import type { FileLogStore, FlushResult } from '../src/index.js'
+import { change, makeShape } from './contract-suite.js'
+
+const tempDirs = useTempDir()
+const MINUTE = 60_000
+
+function nextFlush(s: FileLogStore): Promise<FlushResult> {
+  return new Promise((resolve) => {
+    const off = s.onFlush((r) => {
+      off()
+      resolve(r)
+    })
+  })
+}
+
+/** A few turns of the event loop: long enough for an immediate flush to start, far shorter than the interval. */
+async function turns(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r))
+}
+
+describe('flushing an idle store at once', () => {
+  let store: FileLogStore | undefined
+  afterEach(async () => {
+    await store?.close().catch(() => undefined)
+    store = undefined
+  })
+
+  it('a lone change is made durable and published without waiting for the interval', { timeout: 10_000 }, async () => {
+    const s = (store = await openFileLogStore({ dir: await tempDirs.make('idle'), flushIntervalMs: MINUTE }))
+    const log = await makeShape(s, 'a', [])
+    const flushed = nextFlush(s)
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    const result = await flushed
+    expect(result.durableLsn).toBe(10n)
+    expect(s.durableLsn).toBe(10n)
+    expect(result.advanced).toEqual(['a'])
+  })
+
+  it('changes of one turn share the flush; a change that follows within the interval waits for it', { timeout: 10_000 }, async () => {
+    const s = (store = await openFileLogStore({ dir: await tempDirs.make('busy'), flushIntervalMs: MINUTE }))
+    const log = await makeShape(s, 'a', [])
+    const flushes: FlushResult[] = []
+    s.onFlush((r) => flushes.push(r))
+    for (let i = 1; i <= 5; i++) {
+      log.appendTransaction([change(BigInt(i * 10), 0, i)])
+      s.advance(BigInt(i * 10))
+    }
+    while (flushes.length === 0) await turns(1)
+    expect(flushes.map((f) => f.durableLsn)).toEqual([50n])
+    // Close behind: the store is busy, so this one waits for the interval (or an explicit flush).
+    log.appendTransaction([change(60n, 0, 6)])
+    s.advance(60n)
+    await turns(50)
+    expect(flushes).toHaveLength(1)
+    expect(s.durableLsn).toBe(50n)
+    expect((await s.flush()).durableLsn).toBe(60n)
+  })
+
+  it('flushWhenIdle: false leaves a lone change to the interval', { timeout: 10_000 }, async () => {
+    const s = (store = await openFileLogStore({ dir: await tempDirs.make('off'), flushIntervalMs: MINUTE, flushWhenIdle: false }))
+    const log = await makeShape(s, 'a', [])
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await turns(50)
+    expect(s.durableLsn).toBe(0n)
+    expect((await s.flush()).durableLsn).toBe(10n)
+  })
+})
