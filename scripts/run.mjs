@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:client`, `npm run bench:start`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -117,6 +117,15 @@ function forward(child) {
   child.on('exit', (code, signal) => process.exit(code ?? (signal === null ? 1 : 128)))
 }
 
+/**
+ * Compiles `pkg` and the workspace packages it depends on (turbo's cache: a
+ * second start with the same sources restores or keeps the outputs instead of
+ * compiling again), so a start runs JavaScript, not TypeScript through tsx.
+ */
+function build(pkg) {
+  must(pnpmBin, ['exec', 'turbo', 'run', 'build', `--filter=${pkg}...`, '--output-logs=errors-only', '--log-prefix=none'], `building ${pkg}`)
+}
+
 const task = process.argv[2]
 ensurePnpm()
 ensureDependencies()
@@ -140,11 +149,12 @@ switch (task) {
     process.exit(status === 0 && failures === 0 ? 0 : 1)
   }
   case 'start': {
-    // The whole demo: the todo app built once, then one process with Sluice (and its embedded
-    // Postgres unless DATABASE_URL is set, data in ./.sluice), the todo API and the built app,
+    // The whole demo: the todo app, Sluice and the demo's own server compiled (a cached build: nothing
+    // is rebuilt when nothing changed), then one process running the compiled JavaScript with Sluice (and
+    // its embedded Postgres unless DATABASE_URL is set, data in ./.sluice), the todo API and the built app,
     // printing the one URL to open. Extra arguments are Sluice settings (npm start -- --port 4001).
-    must(pnpmBin, ['--silent', '--filter', '@sluice/todo-app', 'exec', 'vite', 'build', '--logLevel', 'warn'], 'building the todo app')
-    forward(spawn(process.execPath, ['--import', 'tsx', '--conditions=sluice-source', join(root, 'apps', 'todo', 'server', 'demo.ts'), ...process.argv.slice(3)], {
+    build('@sluice/todo-app')
+    forward(spawn(process.execPath, [join(root, 'apps', 'todo', 'dist-server', 'demo.js'), ...process.argv.slice(3)], {
       cwd: root,
       env,
       stdio: 'inherit',
@@ -152,9 +162,10 @@ switch (task) {
     break
   }
   case 'server': {
-    // Only the server, from source (bin/sluice.js runs src/ through tsx in a checkout), with
+    // Only the server, compiled (bin/sluice.js runs dist/ once it is the build of the sources), with
     // its data in ./.sluice and an embedded Postgres unless DATABASE_URL is set.
     // Extra arguments go to `sluice start` (npm run start:server -- --port 4000).
+    build('@sluice/server')
     forward(spawn(process.execPath, [join(root, 'packages', 'server', 'bin', 'sluice.js'), 'start', ...process.argv.slice(3)], {
       cwd: root,
       env,
@@ -178,7 +189,9 @@ switch (task) {
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:http']))
   case 'bench:client':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
+  case 'bench:start':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:start']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:client>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:client|bench:start>`)
     process.exit(2)
 }

@@ -1,8 +1,8 @@
 /**
  * The Sluice server of the HTTP benchmark: the `sluice start` CLI of
- * `@sluice/server` (bin/sluice.js, which runs the sources through tsx in a
- * checkout, as every benchmark here does), in a process of its own, on a port
- * the kernel picks (read from its banner).
+ * `@sluice/server` (bin/sluice.js: the compiled dist/ when the build is
+ * current, else the sources through tsx; see docs/operations.md), in a
+ * process of its own, on a port the kernel picks (read from its banner).
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'

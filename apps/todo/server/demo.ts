@@ -2,8 +2,9 @@
 // its embedded Postgres when no DATABASE_URL is given), the todo schema, the
 // todo API and the built app. Prints the one URL to open.
 //
-//   npm start                      (from the repository root: builds the app, then runs this)
-//   node --import tsx --conditions=sluice-source apps/todo/server/demo.ts [sluice settings...]
+//   npm start                      (from the repository root: builds the app and compiles this, then runs it)
+//   node apps/todo/dist-server/demo.js [sluice settings...]      (after `pnpm --filter @sluice/todo-app build`)
+//   node --import tsx --conditions=sluice-source apps/todo/server/demo.ts [sluice settings...]   (from source)
 //
 // Arguments and SLUICE_* variables are Sluice's own settings (`sluice --help`);
 // TODO_PORT (default 4000) and TODO_HOST (default: Sluice's --host) place the app.

@@ -74,6 +74,13 @@ export interface ShapeRequest {
   readonly offset: RequestOffset
   /** Dropped when offset is `-1` or `now`: there it only busts caches. */
   readonly handle?: string
+  /**
+   * A handle the client followed before: `expired_handle`, else the `handle`
+   * dropped above. Not part of the shape; the server uses it only to tell a
+   * client whose shape's table went away from one naming a table that never
+   * existed (docs/protocol.md §5.4).
+   */
+  readonly expiredHandle?: string
   readonly live: boolean
   readonly liveSse: boolean
   /** Raw `cursor` value, for `nextCursor`. */
@@ -158,12 +165,15 @@ export function parseShapeRequest(query: Input, options: ShapeRequestOptions = {
   }
 
   const cursor = all[QueryParam.cursor]
+  const expired = all[QueryParam.expiredHandle]
+  const expiredHandle = typeof expired === 'string' && expired !== '' ? expired : initial ? cast.handle : undefined
   return {
     ok: true,
     value: {
       ...(shape === undefined ? {} : { shape }),
       offset,
       ...(initial || cast.handle === undefined ? {} : { handle: cast.handle }),
+      ...(expiredHandle === undefined ? {} : { expiredHandle }),
       live,
       liveSse,
       ...(typeof cursor === 'string' ? { cursor } : {}),

@@ -57,7 +57,16 @@ describe('parseShapeRequest: a valid initial request', () => {
     const request = ok(
       `${T}&offset=-1&cache-buster=123&expired_handle=h-1&custom=x&experimental_compaction=maybe&subset=`,
     )
-    expect(request).toEqual(ok(`${T}&offset=-1`))
+    // expired_handle is no part of the shape: it is kept apart, only to answer a client whose table went away.
+    expect(request).toEqual({ ...ok(`${T}&offset=-1`), expiredHandle: 'h-1' })
+  })
+
+  it('keeps the retired handle a refetch names (expired_handle, else the handle at -1 or now), apart from the shape', () => {
+    expect(ok(`${T}&offset=-1&expired_handle=1-2`).expiredHandle).toBe('1-2')
+    expect(ok(`${T}&offset=-1&handle=3-4`).expiredHandle).toBe('3-4')
+    expect(ok(`${T}&offset=now&handle=3-4&expired_handle=1-2`).expiredHandle).toBe('1-2')
+    expect(ok(`${T}&offset=0_0&handle=3-4`)).not.toHaveProperty('expiredHandle')
+    expect(ok(`${T}&offset=-1&expired_handle=`)).not.toHaveProperty('expiredHandle')
   })
 
   it('drops the handle at -1 and now, where it only busts caches', () => {

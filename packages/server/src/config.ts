@@ -8,6 +8,7 @@ import { ServerError } from './errors.js'
 import {
   DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
   DEFAULT_MAX_CONCURRENT_EXISTING,
+  DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_SHAPES,
   DEFAULT_MEMORY_BUDGET_BYTES,
@@ -44,6 +45,7 @@ export interface SluiceConfig {
   readonly snapshotConnections: number
   readonly maxShapes: number
   readonly tableCacheMs: number
+  readonly catalogCheckMs: number
   readonly publication: string
   readonly slot: string
   readonly allowDelete: boolean
@@ -118,6 +120,17 @@ export const SETTINGS: readonly Setting[] = [
     max: 3_600_000,
     description:
       "How long a table's catalog answer serves shape requests before Postgres is asked again (0: every request asks). A table dropped, recreated or altered is noticed by requests within this time.",
+  },
+  {
+    key: 'catalogCheckMs',
+    flag: 'catalog-check',
+    env: 'SLUICE_CATALOG_CHECK',
+    type: 'duration',
+    default: `${DEFAULT_CATALOG_CHECK_MS / 1000}s`,
+    min: 0,
+    max: 3_600_000,
+    description:
+      'How often the catalog is checked for DDL on tables with shapes that no write announces (a dropped or renamed table, a new primary key or replica identity): the longest a request waiting on such a shape waits for its 409 (0: never).',
   },
   { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },

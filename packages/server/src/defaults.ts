@@ -29,6 +29,15 @@ export const DEFAULT_MAX_SHAPES = 1_000_000
  */
 export const DEFAULT_TABLE_CACHE_MS = 1000
 
+/**
+ * How often the catalog is checked for DDL on tables with shapes that the
+ * replication stream does not announce (a dropped or renamed table, a new
+ * primary key or replica identity with no write after it): the longest a
+ * long-poll on such a table waits for its 409. One small query per check,
+ * whatever the number of shapes.
+ */
+export const DEFAULT_CATALOG_CHECK_MS = 1000
+
 /** Admission control: `offset=-1` requests served at once; more get 503 + retry-after. */
 export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
 

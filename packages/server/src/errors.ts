@@ -39,6 +39,11 @@ export const SERVER_ERRORS = {
     wire: 'invalid_request',
     field: 'table',
   },
+  table_gone: {
+    description: "The table of the shape the request followed is gone (dropped or renamed); a new shape is made once it exists again",
+    wire: 'stack_not_ready',
+    wireMessage: "The shape's table no longer exists, please retry later",
+  },
   unsupported_table: { description: 'The relation is not a table Sluice can replicate', wire: 'invalid_request', field: 'table' },
   invalid_columns: { description: 'The selected columns are not valid for the table', wire: 'invalid_request', field: 'columns' },
   snapshot_failed: { description: 'The initial snapshot failed', wire: 'snapshot_failed' },

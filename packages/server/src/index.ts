@@ -85,3 +85,5 @@ export {
   TableNotSupportedError,
 } from './shapes/index.js'
 export { WhereClauseError } from './where/index.js'
+// Catalog reads as the shape pipeline makes them (bench/catalog measures them).
+export { loadTable, loadTableStates, type TableState } from './shapes/table-catalog.js'

@@ -25,6 +25,8 @@ import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe, errorKey } from './log-dedupe.js'
 import { PAUSE_SHAPE_MEMORY, PAUSE_STORAGE_TAILS, PipelineHealth } from './pipeline-health.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
+import { catalogChanged } from './shapes/invalidation.js'
+import { loadTableStates } from './shapes/table-catalog.js'
 
 /**
  * The sync pipeline, wired (docs/architecture.md §2): the replication client feeds the
@@ -50,6 +52,8 @@ export interface PipelineOptions {
   readonly maxShapes?: number
   /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
   readonly tableCacheMs?: number
+  /** How often the catalog is checked for DDL on tables with shapes (default DEFAULT_CATALOG_CHECK_MS; 0: never). See ShapeManagerOptions.catalogCheckMs. */
+  readonly catalogCheckMs?: number
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
   readonly protoVersion?: ReplicationClientOptions['protoVersion']
@@ -170,6 +174,7 @@ export class Pipeline {
     // Idle pooled connections can die with Postgres; the pool replaces them, this keeps the process alive.
     for (const pool of pools) pool.on('error', (err) => options.logger?.warn({ err }, 'idle Postgres connection failed'))
     let streams: SpillStreamBuffer | undefined
+    let shapes: ShapeManager | undefined
     try {
       const publication = new PublicationManager(db, { name: options.publicationName ?? DEFAULT_PUBLICATION_NAME })
       await publication.ensure()
@@ -182,7 +187,6 @@ export class Pipeline {
       let replication: ReplicationClient | undefined
       const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
       const routed = { lsn: store.durableLsn }
-      let shapes: ShapeManager | undefined
       const router = new ShapeRouter({
         advance: (lsn) => {
           routed.lsn = lsn
@@ -190,6 +194,15 @@ export class Pipeline {
         },
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
+        },
+        verifyTable: async (info) => {
+          try {
+            return catalogChanged(info, (await loadTableStates(db, [info.oid])).get(info.oid))
+          } catch (err) {
+            // The catalog watch asks again within a second.
+            options.logger?.warn({ err, table: `${info.schema}.${info.name}` }, 'checking a table against the catalog failed')
+            return undefined
+          }
         },
       })
       shapes = await ShapeManager.open({
@@ -203,6 +216,7 @@ export class Pipeline {
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
+        ...(options.catalogCheckMs === undefined ? {} : { catalogCheckMs: options.catalogCheckMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
         onPressure: (paused) => (paused ? replication?.pause(PAUSE_SHAPE_MEMORY) : replication?.resume(PAUSE_SHAPE_MEMORY)),
       })
@@ -264,6 +278,8 @@ export class Pipeline {
       const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed, health })
       return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, unsubscribe, replicationGap })
     } catch (error) {
+      // Its catalog watch would otherwise go on asking a closed pool.
+      await shapes?.close().catch(() => {})
       await streams?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))
       await store.close().catch(() => {})

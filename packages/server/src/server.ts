@@ -120,6 +120,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       maxShapes: config.maxShapes,
       tableCacheMs: config.tableCacheMs,
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
+      catalogCheckMs: config.catalogCheckMs,
       logger: pipelineLogger(logger.child({ component: 'pipeline' })),
     })
     const shapes = pipeline.shapes

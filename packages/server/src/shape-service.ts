@@ -117,6 +117,20 @@ export function headOffset(log: ShapeLog): LogOffset {
   return isBeforeAll(last) || isVirtual(last) ? LAST_VIRTUAL : last
 }
 
+/** Whether `resolve` failed because the table does not exist (or no longer does). */
+export function isTableNotFound(error: unknown): boolean {
+  return error instanceof ShapeError && error.code === 'table_not_found'
+}
+
+/**
+ * The answer to a client that followed a shape (it names the shape's retired
+ * handle) whose table is gone: retry later, as its table may come back (a
+ * migration dropping and creating it again), rather than a 400 that stops it.
+ */
+export function shapeTableGone(schema: string, name: string, cause: unknown): ShapeError {
+  return new ShapeError('table_gone', `the table ${JSON.stringify(schema)}.${JSON.stringify(name)} of the shape no longer exists`, { cause })
+}
+
 /** Whether `ready` failed because the shape was invalidated before its snapshot was published. */
 export function isShapeInvalidated(error: unknown): boolean {
   return error instanceof ShapeError && error.code === 'shape_invalidated'

@@ -1,6 +1,6 @@
 import type { Relation } from '../replication/index.js'
 import type { Invalidation } from './route-contracts.js'
-import type { TableInfo } from './table-catalog.js'
+import { type TableInfo, type TableState, tableChange } from './table-catalog.js'
 
 /*
  * Why the router stops routing to a table's shapes: the reasons it reports to
@@ -20,6 +20,18 @@ export function tableReplaced(relation: Relation): Invalidation {
     table: relation.table,
     detail: `${qualified(relation.schema, relation.table)} was dropped and created again`,
   }
+}
+
+/**
+ * The catalog describes the table otherwise than the shapes were made for it:
+ * gone or renamed ('table_dropped'), or a change of its columns, primary key or
+ * replica identity ('schema_change'); undefined when nothing that matters changed.
+ */
+export function catalogChanged(info: TableInfo, now: TableState | undefined): Invalidation | undefined {
+  const detail = tableChange(info, now)
+  if (detail === undefined) return undefined
+  const gone = now === undefined || now.oid !== info.oid || now.schema !== info.schema || now.name !== info.name
+  return { kind: gone ? 'table_dropped' : 'schema_change', schema: info.schema, table: info.name, detail }
 }
 
 export function truncated(info: TableInfo, lsn: bigint): Invalidation {

@@ -74,5 +74,8 @@ function restoreProblem(info: TableInfo | undefined, stored: TableSignature | un
     const s = stored.columns[i]
     return s !== undefined && s[0] === c[0] && s[1] === c[1] && s[2] === c[2]
   })
-  return same ? undefined : "its table's columns changed"
+  if (!same) return "its table's columns changed"
+  if (stored.primaryKey !== undefined && stored.primaryKey.join('\u0000') !== info.primaryKey.join('\u0000')) return "its table's primary key changed"
+  if (stored.replicaIdentity !== undefined && stored.replicaIdentity !== info.replicaIdentity) return "its table's replica identity changed"
+  return undefined
 }

@@ -60,7 +60,8 @@ export interface RouteSpec {
   readonly replica: ReplicaMode
 }
 
-export type InvalidationKind = 'truncate' | 'schema_change' | 'table_replaced' | 'unroutable_change'
+/** 'table_dropped': the table was dropped or renamed (see catalogChanged). */
+export type InvalidationKind = 'truncate' | 'schema_change' | 'table_replaced' | 'table_dropped' | 'unroutable_change'
 
 export interface Invalidation {
   readonly kind: InvalidationKind
@@ -95,6 +96,14 @@ export interface ShapeRouterOptions {
    * resolves, so a crash before their removal is durable replays it.
    */
   readonly invalidate: (handles: readonly string[], reason: Invalidation) => Promise<void>
+  /**
+   * Asks the catalog whether a table the router routes for is still the one
+   * its shapes were made for, when a Relation message for it arrives that
+   * matches it (a primary-key change under REPLICA IDENTITY FULL sends the very
+   * same description): an invalidation when it is not. Routing waits for the
+   * answer, so the change that follows the message reaches no stale shape.
+   */
+  readonly verifyTable?: (info: TableInfo) => Promise<Invalidation | undefined>
   /** How many recently routed xids to remember for the snapshot race check (see `RegistrationTicket`). */
   readonly recentXids?: number
   /** Where transaction and change numbers start again at 1 (MARK_WRAP; smaller only in tests). */

@@ -172,11 +172,18 @@ export class ShapeRouter implements TransactionSink {
   onRelation(relation: Relation): Awaitable {
     const invalidations: RouteInvalidation[] = []
     const route = this.tables.get(relation.id)
-    if (route !== undefined && !matchesRelation(route.info, relation)) invalidations.push({ route, reason: schemaChanged(route.info) })
+    let unchanged: TableRoute | undefined
+    if (route !== undefined) {
+      if (matchesRelation(route.info, relation)) unchanged = route
+      else invalidations.push({ route, reason: schemaChanged(route.info) })
+    }
     // Same name, another oid: the table the shapes follow was dropped and this one created in its place.
     const oid = this.byName.get(nameKey(relation.schema, relation.table))
     const replaced = oid === undefined || oid === relation.id ? undefined : this.tables.get(oid)
     if (replaced !== undefined) invalidations.push({ route: replaced, reason: tableReplaced(relation) })
+    // The message matches, yet Postgres sent it again: some DDL touched the table (or the connection is new).
+    const verify = this.options.verifyTable
+    if (unchanged !== undefined && verify !== undefined) return this.exclusive(invalidations, { route: unchanged, verify })
     if (invalidations.length === 0) return undefined
     return this.exclusive(invalidations)
   }
@@ -405,10 +412,21 @@ export class ShapeRouter implements TransactionSink {
     await this.options.invalidate(handles, reason)
   }
 
-  /** Invalidates as if it were a transaction: registrations wait for it. */
-  private async exclusive(invalidations: readonly RouteInvalidation[]): Promise<void> {
+  /**
+   * Invalidates as if it were a transaction: registrations wait for it. With
+   * `check`, the catalog is asked first (see ShapeRouterOptions.verifyTable),
+   * inside the same exclusive stretch, so no shape joins the route meanwhile.
+   */
+  private async exclusive(
+    invalidations: RouteInvalidation[],
+    check?: { readonly route: TableRoute; readonly verify: NonNullable<ShapeRouterOptions['verifyTable']> },
+  ): Promise<void> {
     this.busy++
     try {
+      if (check !== undefined) {
+        const reason = await check.verify(check.route.info)
+        if (reason !== undefined && this.tables.get(check.route.info.oid) === check.route) invalidations.push({ route: check.route, reason })
+      }
       for (const { route, reason } of invalidations) await this.invalidateRoute(route, reason)
     } finally {
       this.release()

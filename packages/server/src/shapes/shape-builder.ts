@@ -156,7 +156,12 @@ export function creationError(shape: LiveShape, error: unknown): Error {
 
 /** What a shape's meta records of its table, to tell on restore whether the table is still the same. */
 export function signatureOf(info: TableInfo): TableSignature {
-  return { oid: info.oid, columns: info.columns.map((c) => [c.name, c.typeOid, c.typeMod] as const) }
+  return {
+    oid: info.oid,
+    columns: info.columns.map((c) => [c.name, c.typeOid, c.typeMod] as const),
+    primaryKey: info.primaryKey,
+    replicaIdentity: info.replicaIdentity,
+  }
 }
 
 /** The shape's where clause with only the parameters it uses, numbered densely (see renumberParams). */

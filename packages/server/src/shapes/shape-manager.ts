@@ -2,10 +2,18 @@ import { EventEmitter } from 'node:events'
 import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
 import type pg from 'pg'
-import { DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../defaults.js'
+import {
+  DEFAULT_CATALOG_CHECK_MS,
+  DEFAULT_MAX_SHAPES,
+  DEFAULT_MEMORY_BUDGET_BYTES,
+  DEFAULT_SNAPSHOT_CONNECTIONS,
+  DEFAULT_TABLE_CACHE_MS,
+} from '../defaults.js'
 import type { PublicationManager, Queryable, SpillDir } from '../replication/index.js'
 import { type WhereClause, loadWhereParser } from '../where/index.js'
+import { CatalogWatch } from './catalog-watch.js'
 import { type ShapeDefinition, ShapeRegistry } from './definition/index.js'
+import { catalogChanged } from './invalidation.js'
 import { type LiveShape, type ShapeRemoval, routeSpec } from './live-shape.js'
 import { QueueBudget } from './queue-budget.js'
 import { readStoredShapes, revive } from './restore-shapes.js'
@@ -15,7 +23,7 @@ import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { TableCache } from './table-cache.js'
-import { type TableInfo, loadTable } from './table-catalog.js'
+import { type TableInfo, loadTable, loadTableStates, tableStateOf } from './table-catalog.js'
 
 export type { ShapeRemoval } from './live-shape.js'
 
@@ -32,7 +40,11 @@ export type { ShapeRemoval } from './live-shape.js'
  * Invalidation (TRUNCATE, DDL, a replaced table, DELETE, a replication slot
  * found ahead of the store at start) retires the handle for good and deletes
  * the log; clients holding the handle get 409 from the HTTP layer and start
- * over with a new one.
+ * over with a new one. DDL is noticed three ways (docs/architecture.md §2): a
+ * Relation message the router does not expect (or, matching, that the catalog
+ * contradicts), a request whose catalog answer contradicts its shape's table,
+ * and `CatalogWatch` polling the catalog for what neither sees (a dropped or
+ * renamed table, a new key with no write after it).
  *
  * Memory: queues of shapes waiting for their snapshot are the only routed data
  * kept in memory, within `memoryBudgetBytes` (`QueueBudget`).
@@ -55,6 +67,8 @@ export interface ShapeManagerOptions {
   readonly maxShapes?: number
   /** How long a finished catalog lookup is reused (0: only lookups in flight are shared). Default DEFAULT_TABLE_CACHE_MS. */
   readonly tableCacheMs?: number
+  /** How often the catalog is checked for DDL on tables with shapes (0: never). Default DEFAULT_CATALOG_CHECK_MS. */
+  readonly catalogCheckMs?: number
   readonly logger?: ShapeLogger
 }
 
@@ -102,10 +116,13 @@ export interface ShapeManagerStats {
 export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly registry: ShapeRegistry
   private readonly shapes = new Map<string, LiveShape>()
+  /** The handles of the shapes made for each table version (TableInfo object): what the catalog watch checks. */
+  private readonly byTable = new Map<TableInfo, Set<string>>()
   private readonly maxShapes: number
   private readonly tables: TableCache
   private readonly queues: QueueBudget
   private readonly builder: ShapeBuilder
+  private readonly watch: CatalogWatch
   private closed = false
 
   private constructor(
@@ -127,6 +144,13 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       semaphore: new SnapshotSemaphore(options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS),
       queues: this.queues,
       closed: () => this.closed,
+    })
+    this.watch = new CatalogWatch({
+      db: options.db,
+      intervalMs: options.catalogCheckMs ?? DEFAULT_CATALOG_CHECK_MS,
+      tables: () => [...this.byTable.keys()],
+      invalidate: (info, reason) => this.invalidateHandles(this.handlesFor(info), reason),
+      onError: (error) => options.logger?.warn({ err: error }, 'checking the catalog for DDL failed'),
     })
   }
 
@@ -150,7 +174,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       const key = `${def.schema}\u0000${def.table}`
       let table = tables.get(key)
       if (table === undefined) {
-        table = loadTable(options.db, { schema: def.schema, name: def.table }).catch(() => undefined)
+        // Interned as requests' answers are, so a request finds its restored shape's table by identity.
+        table = loadTable(options.db, { schema: def.schema, name: def.table }).then(
+          (info) => (info === undefined ? undefined : manager.tables.adopt(info)),
+          () => undefined,
+        )
         tables.set(key, table)
       }
       const revived = revive(shape, await table, options.store.durableLsn)
@@ -158,10 +186,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         await manager.dropRestored(meta.handle, def, revived.problem)
         continue
       }
-      manager.shapes.set(meta.handle, revived.shape)
+      manager.add(revived.shape)
       options.router.add(routeSpec(revived.shape), revived.target)
     }
     options.logger?.info({ shapes: manager.shapes.size }, 'shapes restored')
+    manager.watch.start()
     return manager
   }
 
@@ -187,26 +216,28 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    */
   async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
     if (this.closed) throw new ShapeError('shutting_down')
-    const info = await this.loadTable(params.table.schema, params.table.name)
-    const { definition, where } = await this.tables.compiled(info, params)
+    let info = await this.loadTable(params.table.schema, params.table.name)
+    let { definition, where } = await this.tables.compiled(info, params)
     const existing = this.registry.lookup(definition)
     if (existing !== undefined) {
       const shape = this.shapes.get(existing)
-      if (shape !== undefined && shape.table.oid === info.oid) {
+      if (shape !== undefined && (shape.table === info || this.stillFollows(shape.table, info))) {
         return { handle: existing, definition, where: shape.where, table: shape.table, created: false }
       }
-      // Registered for a table of the same name that is gone: that shape is stale.
-      if (shape !== undefined) {
-        await this.invalidateHandles([existing], {
-          kind: 'table_replaced',
-          schema: info.schema,
-          table: info.name,
-          detail: `${info.schema}.${info.name} was dropped and created again`,
-        })
-      }
+      // Made for a table of the same name that is gone, or for another key or other columns: stale.
+      if (shape !== undefined) await this.invalidateStale(info)
     }
     if (this.shapes.size >= this.maxShapes) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
-    await this.tables.addToPublication(info)
+    try {
+      await this.tables.addToPublication(info)
+    } catch (error) {
+      throw await this.unlessTableGone(info, error)
+    }
+    if (info.replicaIdentity !== 'full') {
+      // Publishing set REPLICA IDENTITY FULL: the shape is made for the table as it is now.
+      info = await this.loadTable(params.table.schema, params.table.name, true)
+      ;({ definition, where } = await this.tables.compiled(info, params))
+    }
     const { handle, created } = this.registry.registerEntry(definition)
     if (!created) {
       // Another request created it while this one awaited.
@@ -266,7 +297,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       if (shape !== undefined) this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
       if (shape === undefined || definition === undefined) continue
-      this.shapes.delete(handle)
+      this.drop(shape)
       shape.cancelled = reason
       shape.abort?.abort(new ShapeError('shape_invalidated', reason.detail))
       if (shape.log !== undefined) {
@@ -280,6 +311,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   async close(): Promise<void> {
     this.closed = true
+    await this.watch.stop()
     for (const shape of this.shapes.values()) {
       if (shape.log === undefined) shape.abort?.abort(new ShapeError('shutting_down'))
     }
@@ -308,7 +340,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       abort: new AbortController(),
       queue: undefined,
     }
-    this.shapes.set(handle, shape)
+    this.add(shape)
     this.builder.build(shape).then(
       (log) => {
         shape.log = log
@@ -318,31 +350,89 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         this.emit('ready', handle)
       },
       async (error: unknown) => {
-        const failure = creationError(shape, error)
         this.options.router.remove(handle)
         if (this.shapes.get(handle) === shape) {
-          this.shapes.delete(handle)
+          this.drop(shape)
           this.registry.invalidate(handle)
         }
         this.registry.forget(handle)
+        const cause = creationError(shape, error)
+        // Only a snapshot that failed may have failed for want of its table (not an invalidation or a shutdown).
+        const failure = cause instanceof ShapeError && cause.code === 'snapshot_failed' ? await this.unlessTableGone(table, cause) : cause
         this.options.logger?.warn({ handle, err: failure }, 'shape creation failed')
         rejectReady(failure)
       },
     )
   }
 
-  /** The table, or `table_not_found`; a table that is gone takes its shapes with it. */
-  private async loadTable(schema: string, name: string): Promise<TableInfo> {
-    const info = await this.tables.load(schema, name)
+  /**
+   * The table, or `table_not_found`; a table that is gone takes its shapes with
+   * it. `fresh`: not from the cache.
+   */
+  private async loadTable(schema: string, name: string, fresh = false): Promise<TableInfo> {
+    const info = fresh ? await this.tables.reload(schema, name) : await this.tables.load(schema, name)
     if (info !== undefined) return info
     const stale = [...this.shapes.values()].filter((s) => s.table.schema === schema && s.table.name === name)
     if (stale.length > 0) {
       await this.invalidateHandles(
         stale.map((s) => s.handle),
-        { kind: 'table_replaced', schema, table: name, detail: `${schema}.${name} was dropped` },
+        { kind: 'table_dropped', schema, table: name, detail: `${schema}.${name} was dropped` },
       )
     }
-    throw new ShapeError('table_not_found', `table ${JSON.stringify(schema)}.${JSON.stringify(name)} does not exist`)
+    throw tableNotFound(schema, name)
+  }
+
+  /** Whether a shape made for `made` can go on serving requests for the table the catalog now describes as `now`. */
+  private stillFollows(made: TableInfo, now: TableInfo): boolean {
+    return made.oid === now.oid && catalogChanged(made, tableStateOf(now)) === undefined
+  }
+
+  /** Invalidates the shapes made for an older version of this table than `now`, or for a table of its name that is gone. */
+  private async invalidateStale(now: TableInfo): Promise<void> {
+    const state = tableStateOf(now)
+    for (const info of [...this.byTable.keys()]) {
+      if (info === now) continue
+      let reason: Invalidation | undefined
+      if (info.oid === now.oid) reason = catalogChanged(info, state)
+      else if (info.schema === now.schema && info.name === now.name) {
+        reason = { kind: 'table_replaced', schema: now.schema, table: now.name, detail: `${now.schema}.${now.name} was dropped and created again` }
+      }
+      if (reason !== undefined) await this.invalidateHandles(this.handlesFor(info), reason)
+    }
+  }
+
+  /**
+   * A failure while creating a shape, unless the table is gone (dropped or
+   * renamed meanwhile: Postgres then fails the ALTER or the snapshot in one of
+   * several ways), which is `table_not_found`, the request's fault, not the
+   * server's.
+   */
+  private async unlessTableGone<E>(info: TableInfo, error: E): Promise<E | ShapeError> {
+    if (this.closed) return error
+    const now = await loadTableStates(this.options.db, [info.oid]).then(
+      (states) => states.get(info.oid),
+      () => null,
+    )
+    if (now === null) return error
+    if (now !== undefined && now.schema === info.schema && now.name === info.name) return error
+    return tableNotFound(info.schema, info.name, error)
+  }
+
+  private add(shape: LiveShape): void {
+    this.shapes.set(shape.handle, shape)
+    const handles = this.byTable.get(shape.table)
+    if (handles === undefined) this.byTable.set(shape.table, new Set([shape.handle]))
+    else handles.add(shape.handle)
+  }
+
+  private drop(shape: LiveShape): void {
+    this.shapes.delete(shape.handle)
+    const handles = this.byTable.get(shape.table)
+    if (handles !== undefined && handles.delete(shape.handle) && handles.size === 0) this.byTable.delete(shape.table)
+  }
+
+  private handlesFor(info: TableInfo): string[] {
+    return [...(this.byTable.get(info) ?? [])]
   }
 
   private async dropRestored(handle: string, definition: ShapeDefinition, why: string): Promise<void> {
@@ -352,4 +442,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     this.registry.forget(handle)
     this.emit('invalidated', { handle, definition, reason: { kind: 'deleted', detail: why } })
   }
+}
+
+function tableNotFound(schema: string, name: string, cause?: unknown): ShapeError {
+  return new ShapeError('table_not_found', `table ${JSON.stringify(schema)}.${JSON.stringify(name)} does not exist`, cause === undefined ? undefined : { cause })
 }

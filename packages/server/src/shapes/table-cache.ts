@@ -67,6 +67,17 @@ export class TableCache {
     return info
   }
 
+  /** The one object for this table version (see `intern`), for a table loaded elsewhere. */
+  adopt(info: TableInfo): TableInfo {
+    return this.intern(info)
+  }
+
+  /** The table from the catalog, not the cache (what `load` answers from then on). */
+  reload(schema: string, name: string): Promise<TableInfo | undefined> {
+    this.lookups.delete(tableKey(schema, name))
+    return this.load(schema, name)
+  }
+
   /**
    * The request's definition and where clause compiled against this version of
    * the table, remembered per version (TableInfo objects are interned, see

@@ -327,7 +327,19 @@ function buildInfo(raw: RawInfo): TableInfo {
  * array of a domain) with `dims`. The exception is a domain over an enum (or
  * an array of one), which Postgres cannot compare at all: it is left opaque.
  */
-export function whereColumns(info: TableInfo): WhereColumn[] {
+/** One frozen list per table description: a restart compiles every stored shape of a table against it (see compileWhereSync). */
+const whereColumnsOf = new WeakMap<TableInfo, readonly WhereColumn[]>()
+
+export function whereColumns(info: TableInfo): readonly WhereColumn[] {
+  let list = whereColumnsOf.get(info)
+  if (list === undefined) {
+    list = Object.freeze(whereColumnsUncached(info))
+    whereColumnsOf.set(info, list)
+  }
+  return list
+}
+
+function whereColumnsUncached(info: TableInfo): WhereColumn[] {
   return info.columns.map((column): WhereColumn => {
     const isArray = column.dims > 0
     // Postgres cannot compare a domain over an enum with anything (`d = 'x'`,
@@ -379,3 +391,108 @@ export function matchesRelation(info: TableInfo, relation: Relation): boolean {
     return ours !== undefined && column.name === ours.name && column.typeOid === ours.typeOid && column.typeMod === ours.typeMod
   })
 }
+
+/**
+ * What a shape's rows depend on, beyond its where clause: the table's identity
+ * and name, the columns pgoutput sends (name, type, modifier, in order), the
+ * primary key (which makes each row's key) and the replica identity (which
+ * decides what an update or delete carries of the old row). Two descriptions
+ * with the same state make the same log; any difference means the shapes made
+ * for one cannot follow the other.
+ */
+export interface TableState {
+  readonly oid: number
+  readonly schema: string
+  readonly name: string
+  readonly replicaIdentity: ReplicaIdentitySetting
+  readonly columns: ReadonlyArray<readonly [name: string, typeOid: number, typeMod: number]>
+  readonly primaryKey: readonly string[]
+}
+
+export function tableStateOf(info: TableInfo): TableState {
+  return {
+    oid: info.oid,
+    schema: info.schema,
+    name: info.name,
+    replicaIdentity: info.replicaIdentity,
+    columns: info.columns.map((c) => [c.name, c.typeOid, c.typeMod] as const),
+    primaryKey: info.primaryKey,
+  }
+}
+
+/**
+ * How the table a shape was made for (`made`) differs from the table as the
+ * catalog describes it now (`now`, undefined when no table has its OID), in
+ * words for logs; undefined when it does not.
+ */
+export function tableChange(made: TableInfo, now: TableState | undefined): string | undefined {
+  const table = `${JSON.stringify(made.schema)}.${JSON.stringify(made.name)}`
+  if (now === undefined || now.oid !== made.oid) return `${table} was dropped`
+  if (now.schema !== made.schema || now.name !== made.name) return `${table} was renamed to ${JSON.stringify(now.schema)}.${JSON.stringify(now.name)}`
+  if (!sameColumns(made.columns, now.columns)) return `the columns of ${table} changed`
+  if (!sameList(made.primaryKey, now.primaryKey)) {
+    return `the primary key of ${table} changed from (${made.primaryKey.join(', ')}) to (${now.primaryKey.join(', ')})`
+  }
+  if (made.replicaIdentity !== now.replicaIdentity) return `the replica identity of ${table} changed to ${now.replicaIdentity}`
+  return undefined
+}
+
+function sameColumns(made: readonly TableColumn[], now: TableState['columns']): boolean {
+  if (made.length !== now.length) return false
+  return made.every((a, i) => {
+    const b = now[i]!
+    return a.name === b[0] && a.typeOid === b[1] && a.typeMod === b[2]
+  })
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i])
+}
+
+/**
+ * The state of each of these tables (by OID) in one catalog query; a table
+ * that is gone is missing from the map. Cheap enough to run every second over
+ * every table with shapes: no type closure, no enum labels.
+ */
+export async function loadTableStates(db: Queryable, oids: readonly number[]): Promise<Map<number, TableState>> {
+  const states = new Map<number, TableState>()
+  const valid = oids.filter(validOid)
+  if (valid.length === 0) return states
+  const { rows } = await db.query(TABLE_STATES, [valid.map(String)])
+  for (const row of rows) {
+    const raw = JSON.parse(String(row['state'])) as {
+      oid: number
+      schema: string
+      name: string
+      replident: string
+      columns: Array<[string, number, number]> | null
+      primary_key: string[] | null
+    }
+    states.set(raw.oid, {
+      oid: raw.oid,
+      schema: raw.schema,
+      name: raw.name,
+      replicaIdentity: REPLICA_IDENTITIES[raw.replident] ?? 'default',
+      columns: raw.columns ?? [],
+      primaryKey: raw.primary_key ?? [],
+    })
+  }
+  return states
+}
+
+/** The fields of `TableState`, chosen as `catalogQuery` chooses them (published columns, the primary key in key order). */
+const TABLE_STATES = `SELECT pg_catalog.json_build_object(
+  'oid', c.oid::pg_catalog.int8,
+  'schema', n.nspname,
+  'name', c.relname,
+  'replident', c.relreplident::pg_catalog.text,
+  'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(a.attname, a.atttypid::pg_catalog.int8, a.atttypmod) ORDER BY a.attnum)
+      FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''),
+  'primary_key', (SELECT pg_catalog.json_agg(a.attname ORDER BY k.ord)
+      FROM pg_catalog.pg_index i
+      CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+      WHERE i.indrelid = c.oid AND i.indisprimary)
+)::pg_catalog.text AS state
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = ANY ($1::pg_catalog.int8[]::pg_catalog.oid[])`

@@ -206,12 +206,27 @@ export const FUNCTIONS: readonly Signature[] = parseTable('fn', FUNCTIONS_TABLE,
 
 export const FUNCTION_NAMES: ReadonlySet<string> = new Set(FUNCTIONS.map((f) => f.name))
 
-export function operatorCandidates(name: string, arity: 1 | 2): Signature[] {
-  return OPERATORS.filter((o) => o.name === name && o.args.length === arity)
+// By name and arity, each list made once: binding a clause resolves each operator in it, and a restart
+// binds every stored shape's clause (100k of them), each of which would otherwise scan the whole table.
+const operatorLists = new Map<string, readonly Signature[]>()
+const functionLists = new Map<string, readonly Signature[]>()
+
+function candidates(lists: Map<string, readonly Signature[]>, all: readonly Signature[], name: string, arity: number): readonly Signature[] {
+  const key = `${arity}:${name}`
+  const known = lists.get(key)
+  if (known !== undefined) return known
+  const list = Object.freeze(all.filter((s) => s.name === name && s.args.length === arity))
+  // Only real signatures are kept: names and arities come from requests, and misses must not grow the map.
+  if (list.length > 0) lists.set(key, list)
+  return list
 }
 
-export function functionCandidates(name: string, arity: number): Signature[] {
-  return FUNCTIONS.filter((f) => f.name === name && f.args.length === arity)
+export function operatorCandidates(name: string, arity: 1 | 2): readonly Signature[] {
+  return candidates(operatorLists, OPERATORS, name, arity)
+}
+
+export function functionCandidates(name: string, arity: number): readonly Signature[] {
+  return candidates(functionLists, FUNCTIONS, name, arity)
 }
 
 /** Implicit casts (pg_cast castcontext 'i') among our scalar types. */

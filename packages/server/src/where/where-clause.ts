@@ -72,6 +72,25 @@ export interface WhereClause {
   matches(row: RowValues): boolean
 }
 
+/**
+ * The SQL types of a table's columns (and its enums), once per frozen columns
+ * array (whereColumns gives one per table): a restart compiles every stored
+ * shape's clause against the same few tables. The binder only looks them up.
+ */
+const typesOfColumns = new WeakMap<readonly WhereColumn[], { columns: ReadonlyMap<string, SqlType>; enums: ReadonlyMap<string, EnumType> }>()
+
+function columnTypes(list: readonly WhereColumn[]): { columns: ReadonlyMap<string, SqlType>; enums: ReadonlyMap<string, EnumType> } {
+  const known = typesOfColumns.get(list)
+  if (known !== undefined) return known
+  const enums = new Map<string, EnumType>()
+  const columns = new Map<string, SqlType>()
+  for (const column of list) columns.set(column.name, columnType(column, enums))
+  const types = { columns, enums }
+  // A list that could change under the cache is not cached.
+  if (Object.isFrozen(list)) typesOfColumns.set(list, types)
+  return types
+}
+
 function columnType(column: WhereColumn, enums: Map<string, EnumType>): SqlType {
   let name = column.type
   let isArray = (column.dims ?? 0) > 0
@@ -113,9 +132,7 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
     // Postgres's own words for a NUL in any text value; unrefused here, the snapshot query would fail with them.
     throw new WhereClauseError('invalid_value', `$${nul + 1}: invalid byte sequence for encoding "UTF8": 0x00`, { field: 'params' })
   }
-  const enums = new Map<string, EnumType>()
-  const columns = new Map<string, SqlType>()
-  for (const column of options.columns) columns.set(column.name, columnType(column, enums))
+  const { columns, enums } = columnTypes(options.columns)
 
   const tree = parseWhereClause(source, limits)
   const binder = new Binder({ columns, enums, params, limits })

@@ -28,11 +28,15 @@ afterEach(() => {
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL')
 })
 
-/** The environment without anything that would configure sluice. */
+/**
+ * The environment without anything that would configure sluice. The command runs from the sources
+ * (SLUICE_FROM_SOURCE=1), as every test here does, whether or not a build exists: start-compiled.pg.test.ts
+ * checks the compiled one.
+ */
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {}
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('SLUICE_') && k !== 'DATABASE_URL') env[k] = v
-  return { ...env, ...extra }
+  return { ...env, SLUICE_FROM_SOURCE: '1', ...extra }
 }
 
 function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string>; detached?: boolean } = {}): Run {

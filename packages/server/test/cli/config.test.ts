@@ -32,6 +32,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   postgresBin: undefined,
   tableCacheMs: 1000,
   healthReplicationTimeoutMs: 30_000,
+  catalogCheckMs: 1000,
 }
 
 /** A valid non-default value for each setting: [text, parsed]. */
@@ -52,6 +53,7 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   snapshotConnections: ['12', 12],
   maxShapes: ['500', 500],
   tableCacheMs: ['250ms', 250],
+  catalogCheckMs: ['5s', 5000],
   publication: ['My Pub', 'My Pub'],
   slot: ['other_slot_2', 'other_slot_2'],
   allowDelete: ['true', true],
@@ -158,6 +160,7 @@ describe('config schema', () => {
     [['--snapshot-connections', '0'], {}, '--snapshot-connections: expected an integer from 1 to 1000, got "0"'],
     [['--max-shapes', 'many'], {}, '--max-shapes: expected an integer from 1 to 100000000, got "many"'],
     [['--table-cache', '2h'], {}, '--table-cache: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
+    [['--catalog-check', '2h'], {}, '--catalog-check: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--publication', 'x'.repeat(64)], {}, `--publication: expected a name of 1-63 bytes without NUL, got "${'x'.repeat(64)}"`],
     [['--slot', 'Bad-Slot'], {}, '--slot: expected 1-63 lower-case letters, digits or underscores, got "Bad-Slot"'],
     [['--allow-delete=maybe'], {}, '--allow-delete: expected true or false, got "maybe"'],

@@ -11,7 +11,8 @@ import { type RecordedExchange, StreamLog, captureWarnings, eventually, openStre
 /**
  * The official client's sync lifecycle against a real Sluice server: initial
  * sync and live long-polls, resume from a saved (handle, offset), 409 rotation
- * by TRUNCATE and by DELETE, where clauses with params, `replica: 'full'`, SSE,
+ * by TRUNCATE and by DELETE, a table dropped under the client and created
+ * again, where clauses with params, `replica: 'full'`, SSE,
  * `offset: 'now'`, and `log: 'changes_only'` with `requestSnapshot`. Every end
  * state is compared with Postgres; where the protocol promises an exact message
  * sequence (resume, `now`), the messages themselves are compared.
@@ -203,6 +204,37 @@ describe('the official client syncing from Sluice', () => {
       }
     })
   }
+
+  it('a table dropped under a following client: must-refetch, then it waits without an error until the table is back', { timeout: 90_000 }, async () => {
+    await createTable('dropped_items', 3)
+    const exchanges: RecordedExchange[] = []
+    const { stream, abort } = open({ params: { table: 'dropped_items' } }, exchanges)
+    const shape = shapeOf(stream)
+    const log = new StreamLog(stream)
+    const captured = captureWarnings()
+    try {
+      await shape.value
+      const oldHandle = stream.shapeHandle!
+      await cluster.query('DROP TABLE dropped_items')
+      await log.until((l) => l.controls().includes('must-refetch'), 'the must-refetch')
+      // Its refetch names the retired handle; the table is gone, so: retry later, not a 400 that ends the stream.
+      await eventually(() => exchanges.some((e) => e.status === 503), 'a 503 for the refetch')
+      const waiting = exchanges.find((e) => e.status === 503)!
+      expect(waiting.url.searchParams.get('expired_handle')).toBe(oldHandle)
+      expect(Number(waiting.headers.get('retry-after'))).toBeGreaterThan(0)
+      expect(exchanges.some((e) => e.status === 400)).toBe(false)
+      await cluster.query(`CREATE TABLE dropped_items (id int4 PRIMARY KEY, cat text, n int8, flag bool, doc jsonb);
+                           INSERT INTO dropped_items VALUES (7, 'back', 70, true, '{}')`)
+      const want = await expected('dropped_items')
+      await eventually(() => shape.currentValue.size === 1 && shape.currentValue.has(rowKey('public', 'dropped_items', '7')), 'the table back', 60_000)
+      expect(new Map(shape.currentValue)).toEqual(want)
+      expect(stream.shapeHandle).not.toBe(oldHandle)
+      expect(log.errors).toEqual([])
+    } finally {
+      captured.restore()
+      abort.abort()
+    }
+  })
 
   it('where with params: rows move in and out as their values change', async () => {
     await createTable('where_items', 20)

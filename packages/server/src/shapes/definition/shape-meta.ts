@@ -27,6 +27,10 @@ import { freezeDefinition } from './shape-definition.js'
  *   table_columns [name, typeOid, typeMod][], optional
  *                                         its published columns then, in order: a table
  *                                         that differs on restart invalidates the shape
+ *   table_pk    string[], optional        its primary-key columns then, in key order
+ *   table_replident "default" | "nothing" | "full" | "index", optional
+ *                                         its replica identity then (both: a change on restart
+ *                                         invalidates the shape too; absent in older metas)
  *   snapshot    string, optional          the initial snapshot, as pg_current_snapshot() prints it
  *   insert_lsn  string, optional          decimal pg_current_wal_insert_lsn() just after it
  *                                         (with `snapshot`: a restored shape keeps dropping the
@@ -53,10 +57,13 @@ export interface SnapshotStitch {
   readonly insertLsn: bigint
 }
 
-/** What must stay the same for a shape to keep following its table: the oid and the published columns. */
+/** What must stay the same for a shape to keep following its table: the oid, the published columns, the key, the replica identity. */
 export interface TableSignature {
   readonly oid: number
   readonly columns: ReadonlyArray<readonly [name: string, typeOid: number, typeMod: number]>
+  /** Absent in metas written before it was recorded. */
+  readonly primaryKey?: readonly string[]
+  readonly replicaIdentity?: string
 }
 
 export class ShapeMetaError extends ServerError<'invalid_shape_meta'> {
@@ -87,6 +94,8 @@ export function encodeShapeMeta(
   if (options.table !== undefined) {
     record['table_oid'] = options.table.oid
     record['table_columns'] = options.table.columns
+    if (options.table.primaryKey !== undefined) record['table_pk'] = options.table.primaryKey
+    if (options.table.replicaIdentity !== undefined) record['table_replident'] = options.table.replicaIdentity
   }
   if (options.stitch !== undefined) {
     record['snapshot'] = formatPgSnapshot(options.stitch.snapshot)
@@ -95,11 +104,14 @@ export function encodeShapeMeta(
   return new TextEncoder().encode(JSON.stringify(record))
 }
 
+/** One for every decode: a restart decodes every shape's meta, and making a decoder costs more than using one. */
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
 /** Decodes and validates; throws ShapeMetaError on anything malformed or of another version. */
 export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   let raw: unknown
   try {
-    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes))
+    raw = JSON.parse(utf8.decode(bytes))
   } catch (error) {
     throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`, { cause: error })
   }
@@ -157,7 +169,16 @@ function tableSignature(raw: Record<string, unknown>): TableSignature | undefine
       (c) => Array.isArray(c) && c.length === 3 && typeof c[0] === 'string' && Number.isInteger(c[1]) && Number.isInteger(c[2]),
     )
   if (!valid) throw new ShapeMetaError('shape meta: bad table_columns')
-  return { oid, columns: columns as Array<[string, number, number]> }
+  const pk = raw['table_pk']
+  if (pk !== undefined && !(Array.isArray(pk) && pk.every((c) => typeof c === 'string'))) throw new ShapeMetaError('shape meta: bad table_pk')
+  const replident = raw['table_replident']
+  if (replident !== undefined && typeof replident !== 'string') throw new ShapeMetaError('shape meta: bad table_replident')
+  return {
+    oid,
+    columns: columns as Array<[string, number, number]>,
+    ...(pk === undefined ? {} : { primaryKey: pk as string[] }),
+    ...(replident === undefined ? {} : { replicaIdentity: replident }),
+  }
 }
 
 function snapshotStitch(raw: Record<string, unknown>): SnapshotStitch | undefined {

@@ -1,0 +1,214 @@
+/**
+ * The start benchmark: time from spawning `sluice start` to the first 200 of
+ * /v1/health, on a store a previous run left at a clean stop with 10 and with
+ * 100,000 shapes, for the compiled CLI (dist/, what `sluice start` and
+ * `npm start` run) side by side with the same CLI run from its TypeScript
+ * sources through tsx (SLUICE_FROM_SOURCE=1, the old way), runs interleaved.
+ *
+ * Environment: START_RUNS (runs per size and mode, default 7), START_SIZES
+ * (default 10,100000), START_FIXTURE=<dir> keeps the Postgres cluster and the
+ * stores there for the next run (making the 100k store takes a few minutes;
+ * default: a temp dir, deleted at the end), START_NODE_ARGS (Node flags for
+ * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output).
+ * Writes results/start.{json,md}
+ * (results/start.partial.* when START_SIZES or START_RUNS is set).
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
+import { join } from 'node:path'
+import { performance } from 'node:perf_hooks'
+import { fileURLToPath } from 'node:url'
+import { median } from '../pipeline/stats.js'
+import { type StartFixture, startFixture } from './fixture.js'
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url))
+const BIN = join(ROOT, 'packages/server/bin/sluice.js')
+const RUNS = Number(process.env.START_RUNS ?? 7)
+const SIZES = (process.env.START_SIZES ?? '10,100000').split(',').map(Number)
+/** START_NODE_ARGS: extra Node flags for the server (e.g. --cpu-prof --cpu-prof-dir=/tmp/p); makes the report partial. */
+const NODE_ARGS = (process.env.START_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
+/** START_LOG_DIR: keep each server's output there (with --trace-gc in START_NODE_ARGS, say). */
+const LOG_DIR = process.env.START_LOG_DIR
+const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || NODE_ARGS.length > 0
+const MODES = ['compiled', 'source'] as const
+type Mode = (typeof MODES)[number]
+/** The targets of the issue: time to healthy with 10 and with 100k shapes. */
+const TARGET_MS: Record<number, number> = { 10: 1000, 100000: 5000 }
+
+interface Run {
+  readonly mode: Mode
+  readonly shapes: number
+  /** Spawn to the first 200 of /v1/health. */
+  readonly healthyMs: number
+  /** What the banner says: createServer() to listening (so the rest of healthyMs is loading the code). */
+  readonly serverMs: number
+  /** CPU time (user + system, every thread) the server had used when it answered healthy: steadier than wall time on a busy machine. */
+  readonly cpuMs: number
+  /** SIGTERM to exit. */
+  readonly stopMs: number
+  /** The machine's one-minute load average at the start of the run (2 cores here: above 2, runs wait for a core). */
+  readonly load1: number
+}
+
+/** User + system CPU time of a live process, from /proc (clock ticks of 10 ms). */
+function cpuTimeMs(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return Number.NaN
+  }
+}
+
+function buildCompiled(): void {
+  // The same cached build `npm start` runs: a no-op when nothing changed.
+  const turbo = join(ROOT, 'node_modules/.bin/turbo')
+  const r = spawnSync(turbo, ['run', 'build', '--filter=@sluice/server...', '--output-logs=errors-only'], {
+    cwd: ROOT,
+    stdio: 'inherit',
+    env: { ...process.env, TURBO_TELEMETRY_DISABLED: '1' },
+  })
+  if (r.status !== 0) throw new Error(`build failed (exit ${r.status})`)
+}
+
+async function healthy(url: string): Promise<boolean> {
+  try {
+    const response = await fetch(url)
+    await response.arrayBuffer()
+    return response.status === 200
+  } catch {
+    return false
+  }
+}
+
+async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promise<Run> {
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  for (const k of Object.keys(env)) if (k.startsWith('SLUICE_') || k === 'NODE_OPTIONS') delete env[k]
+  if (mode === 'source') env['SLUICE_FROM_SOURCE'] = '1'
+  const args = [...NODE_ARGS, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', `start_${fixture.shapes}`]
+  const load1 = loadavg()[0]!
+  const t0 = performance.now()
+  const child: ChildProcess = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  let err = ''
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()))
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+  const url = `http://127.0.0.1:${port}/v1/health`
+  let healthyMs: number | undefined
+  while (healthyMs === undefined) {
+    if (child.exitCode !== null) throw new Error(`sluice exited (${child.exitCode}) before healthy:\n${out}\n${err}`)
+    if (await healthy(url)) healthyMs = performance.now() - t0
+    else await new Promise((r) => setTimeout(r, 5))
+    if (performance.now() - t0 > 300_000) throw new Error(`not healthy within 300 s:\n${out}\n${err}`)
+  }
+  const cpuMs = cpuTimeMs(child.pid!)
+  const m = /started in (\d+) ms/.exec(out)
+  if (LOG_DIR !== undefined) writeFileSync(join(LOG_DIR, `${fixture.shapes}-${mode}-${Date.now()}.log`), out + err)
+  const s0 = performance.now()
+  child.kill('SIGTERM')
+  await exited
+  const stopMs = performance.now() - s0
+  if (!/"shapes restored"/.test(out) || !new RegExp(`"shapes":${fixture.shapes}\\b`).test(out)) {
+    throw new Error(`sluice did not restore ${fixture.shapes} shapes:\n${out.slice(0, 4000)}\n${err}`)
+  }
+  return { mode, shapes: fixture.shapes, healthyMs, serverMs: m === null ? Number.NaN : Number(m[1]), cpuMs, stopMs, load1 }
+}
+
+function fmt(ms: number): string {
+  return ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`
+}
+
+function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): string {
+  const lines = [
+    '# Start benchmark',
+    '',
+    `Produced by \`npm run bench:start\` (\`pnpm --filter @sluice/bench run bench:start\`, \`bench/start/run.ts\`)${PARTIAL ? ' for a subset (START_SIZES / START_RUNS)' : ''} on ${new Date().toISOString().slice(0, 10)}; the run took ${(seconds / 60).toFixed(1)} minutes${fixtureReused ? ' (stores reused from START_FIXTURE)' : ''}.`,
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 1024 ** 3)} GiB, Node ${process.version}.`,
+    '',
+    '**Measures:** wall time from spawning `node packages/server/bin/sluice.js start --database-url … --storage-dir …` to the first',
+    '200 of `GET /v1/health` (polled every 5 ms), on a store a previous run closed cleanly, with Postgres already running.',
+    '`compiled` runs dist/ (what `sluice start` and `npm start` run); `source` runs src/ through tsx (`SLUICE_FROM_SOURCE=1`),',
+    'the way every start ran before. Runs alternate between the two. "server" is the banner\'s `started in` (createServer() to',
+    'listening: opening the store, restoring shapes, publication, slot, replication); the rest of "healthy" is Node starting and',
+    'loading the code. "CPU at healthy" is the server process\'s user + system time then (all threads, from /proc): on a machine',
+    'shared with other work, wall time includes waiting for a core, CPU time does not. **Does not measure:** an embedded Postgres starting (its own 1-2 s), a start after a crash (the journal',
+    'replay and the scan of every log), or building the sources (a no-op when nothing changed).',
+    '',
+    `| shapes | mode | runs | healthy (median) | min | max | server (median) | CPU at healthy (median) | stop (median) | target | |`,
+    '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+  ]
+  for (const shapes of SIZES) {
+    const byMode = new Map<Mode, number>()
+    for (const mode of MODES) {
+      const rs = runs.filter((r) => r.shapes === shapes && r.mode === mode)
+      if (rs.length === 0) continue
+      const h = rs.map((r) => r.healthyMs)
+      const med = median(h)
+      byMode.set(mode, med)
+      const target = TARGET_MS[shapes]
+      const verdict = mode !== 'compiled' || target === undefined ? '' : med <= target ? 'met' : 'missed'
+      lines.push(
+        `| ${shapes.toLocaleString('en-US')} | ${mode} | ${rs.length} | ${fmt(med)} | ${fmt(Math.min(...h))} | ${fmt(Math.max(...h))} | ${fmt(median(rs.map((r) => r.serverMs)))} | ${fmt(median(rs.map((r) => r.cpuMs)))} | ${fmt(median(rs.map((r) => r.stopMs)))} | ${mode === 'compiled' && target !== undefined ? `≤ ${fmt(target)}` : ''} | ${verdict} |`,
+      )
+    }
+    const c = byMode.get('compiled')
+    const s = byMode.get('source')
+    const cpu = (mode: Mode): number => median(runs.filter((r) => r.shapes === shapes && r.mode === mode).map((r) => r.cpuMs))
+    if (c !== undefined && s !== undefined) {
+      lines.push(`| ${shapes.toLocaleString('en-US')} | source / compiled | | ${(s / c).toFixed(2)}× | | | | ${(cpu('source') / cpu('compiled')).toFixed(2)}× | | | |`)
+    }
+  }
+  const loads = runs.map((r) => r.load1)
+  lines.push(
+    '',
+    `Load average (1 min) at the runs' starts: median ${median(loads).toFixed(1)}, ${Math.min(...loads).toFixed(1)} to ${Math.max(...loads).toFixed(1)}, on ${cpus().length} cores: above that, a start waits for a core and wall times grow while CPU times stay.`,
+    '',
+    'Every run (ms, healthy / server / CPU at healthy / stop; load average):',
+    '',
+  )
+  for (const r of runs) lines.push(`- ${r.shapes} ${r.mode}: ${Math.round(r.healthyMs)} / ${r.serverMs} / ${r.cpuMs} / ${Math.round(r.stopMs)}; ${r.load1.toFixed(1)}`)
+  return `${lines.join('\n')}\n`
+}
+
+async function main(): Promise<void> {
+  const t0 = performance.now()
+  buildCompiled()
+  const fixtureDir = process.env.START_FIXTURE ?? mkdtempSync(join(tmpdir(), 'sluice-start-'))
+  const runs: Run[] = []
+  let cluster: StartFixture['cluster'] | undefined
+  let reused = false
+  try {
+    for (const shapes of SIZES) {
+      const made = performance.now()
+      const fixture = await startFixture(fixtureDir, shapes, cluster)
+      cluster = fixture.cluster
+      const madeMs = performance.now() - made
+      if (madeMs > 5_000) process.stderr.write(`fixture of ${shapes} shapes made in ${fmt(madeMs)}\n`)
+      else reused ||= shapes > 1000
+      // One start of each mode first, not counted: the first after the fixture was made reads cold files.
+      for (const mode of MODES) {
+        const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
+        process.stderr.write(`${shapes} shapes, ${mode} (warm-up, not counted): healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms)\n`)
+      }
+      for (let i = 0; i < RUNS; i++) {
+        for (const mode of i % 2 === 0 ? MODES : [...MODES].reverse()) {
+          const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
+          runs.push(run)
+          process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, stop ${Math.round(run.stopMs)} ms, load ${run.load1.toFixed(1)})\n`)
+        }
+      }
+    }
+  } finally {
+    await cluster?.stop()
+    if (process.env.START_FIXTURE === undefined) rmSync(fixtureDir, { recursive: true, force: true })
+  }
+  const seconds = (performance.now() - t0) / 1000
+  const base = join(ROOT, 'bench/results', PARTIAL ? 'start.partial' : 'start')
+  writeFileSync(`${base}.json`, `${JSON.stringify({ date: new Date().toISOString(), runsPerMode: RUNS, sizes: SIZES, runs }, null, 2)}\n`)
+  writeFileSync(`${base}.md`, report(runs, seconds, reused))
+  process.stdout.write(report(runs, seconds, reused))
+}
+
+await main()

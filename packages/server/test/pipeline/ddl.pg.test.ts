@@ -1,0 +1,97 @@
+import { once } from 'node:events'
+import { useTempDir, usePostgres } from '@sluice/test-utils'
+import { afterEach, describe, expect, it } from 'vitest'
+import type { Pipeline } from '../../src/pipeline.js'
+import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
+import { caughtUp, parseLsnText, shapeParams, startPipeline } from './harness.js'
+
+/**
+ * The three ways the pipeline notices DDL on a table with shapes
+ * (docs/architecture.md §2), each on its own: the Relation message Postgres
+ * sends again before the table's next change, the check of restored shapes
+ * against their table, and the catalog watch.
+ */
+
+const cluster = usePostgres()
+const dirs = useTempDir('pipeline-ddl')
+let running: Pipeline[] = []
+
+async function start(options: Parameters<typeof startPipeline>[2] = {}, dir?: string): Promise<{ pipeline: Pipeline; dir: string }> {
+  const storageDir = dir ?? (await dirs.make('store'))
+  const pipeline = await startPipeline(cluster, storageDir, options)
+  running.push(pipeline)
+  return { pipeline, dir: storageDir }
+}
+
+afterEach(async () => {
+  for (const p of running) await p.stop()
+  running = []
+})
+
+describe('DDL that changes a row’s key', () => {
+  it('a new primary key under REPLICA IDENTITY FULL: the shapes go before the next change is routed', async () => {
+    await cluster.query(`CREATE TABLE rel_pk (id int4 PRIMARY KEY, a text NOT NULL); INSERT INTO rel_pk VALUES (1, 'x')`)
+    // No catalog watch: only the Relation message that precedes the insert can tell.
+    const { pipeline } = await start({ catalogCheckMs: 0 })
+    const events: Array<ShapeInvalidated & { routedBefore: bigint }> = []
+    pipeline.shapes.on('invalidated', (e) => events.push({ ...e, routedBefore: pipeline.router.lastRoutedLsn }))
+    const all = await pipeline.shapes.resolve(shapeParams('public', 'rel_pk'))
+    const some = await pipeline.shapes.resolve(shapeParams('public', 'rel_pk', { where: "a <> 'z'" }))
+    await Promise.all([all, some].map((s) => pipeline.shapes.ready(s.handle)))
+    await cluster.query(`ALTER TABLE rel_pk DROP CONSTRAINT rel_pk_pkey, ADD PRIMARY KEY (id, a)`)
+    // Under the old key this insert would update row 1; under the new one it is a second row.
+    const writer = await cluster.connect()
+    let insertAt: bigint
+    try {
+      await writer.query(`BEGIN; INSERT INTO rel_pk VALUES (1, 'y')`)
+      // Below the insert's commit LSN, which the walsender sends only after it.
+      const { rows } = await writer.query<{ lsn: string }>(`SELECT pg_current_wal_insert_lsn()::text AS lsn`)
+      insertAt = parseLsnText(rows[0]!.lsn)
+      await writer.query('COMMIT')
+    } finally {
+      await writer.end()
+    }
+    await caughtUp(pipeline, cluster)
+    expect(events.map((e) => e.handle).sort()).toEqual([all.handle, some.handle].sort())
+    for (const e of events) {
+      expect(e.reason.kind).toBe('schema_change')
+      expect(e.reason.detail).toContain('primary key')
+      expect(e.routedBefore).toBeLessThan(insertAt)
+    }
+    const fresh = await pipeline.shapes.resolve(shapeParams('public', 'rel_pk'))
+    expect(fresh.table.primaryKey).toEqual(['id', 'a'])
+  })
+
+  it('a shape whose table got a new primary key while the server was down is not restored', async () => {
+    await cluster.query(`CREATE TABLE down_pk (id int4 PRIMARY KEY, a text NOT NULL); INSERT INTO down_pk VALUES (1, 'x')`)
+    const { pipeline, dir } = await start({ catalogCheckMs: 0 })
+    const before = await pipeline.shapes.resolve(shapeParams('public', 'down_pk'))
+    await pipeline.shapes.ready(before.handle)
+    await caughtUp(pipeline, cluster)
+    await pipeline.stop()
+    running = running.filter((p) => p !== pipeline)
+    await cluster.query(`ALTER TABLE down_pk DROP CONSTRAINT down_pk_pkey, ADD PRIMARY KEY (a)`)
+    const { pipeline: second } = await start({ catalogCheckMs: 0 }, dir)
+    expect(second.shapes.status(before.handle)).not.toBe('active')
+    expect(second.store.get(before.handle)).toBeUndefined()
+    const after = await second.shapes.resolve(shapeParams('public', 'down_pk'))
+    expect(after.handle).not.toBe(before.handle)
+    expect(after.table.primaryKey).toEqual(['a'])
+  })
+})
+
+describe('the catalog watch', () => {
+  it('invalidates the shapes of a dropped table with no request and no change to tell it', async () => {
+    await cluster.query(`CREATE TABLE watched (id int4 PRIMARY KEY); INSERT INTO watched VALUES (1)`)
+    const { pipeline } = await start({ catalogCheckMs: 50 })
+    const shape = await pipeline.shapes.resolve(shapeParams('public', 'watched'))
+    await pipeline.shapes.ready(shape.handle)
+    const invalidated = once(pipeline.shapes, 'invalidated') as Promise<[ShapeInvalidated]>
+    await cluster.query(`DROP TABLE watched`)
+    const [event] = await invalidated
+    expect(event.handle).toBe(shape.handle)
+    expect(event.reason.kind).toBe('table_dropped')
+    expect(pipeline.shapes.status(shape.handle)).toBe('expired')
+    expect(pipeline.store.get(shape.handle)).toBeUndefined()
+  })
+})
