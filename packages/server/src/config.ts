@@ -49,6 +49,8 @@ export interface SluiceConfig {
   readonly publication: string
   readonly slot: string
   readonly allowDelete: boolean
+  /** Large bodies by sendfile(2) when the addon loaded; false: every body by pread. */
+  readonly sendfile: boolean
   readonly maxConcurrentInitial: number
   readonly maxConcurrentExisting: number
   readonly logLevel: LogLevel
@@ -134,6 +136,7 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
   { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
+  { key: 'sendfile', flag: 'sendfile', env: 'SLUICE_SENDFILE', type: 'boolean', default: 'true', description: 'Send large ranges of shape logs from file to socket with sendfile(2) when the @sluice/sendfile addon loaded; --no-sendfile reads every body with pread (to compare the two).' },
   { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
   { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_EXISTING), min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
   {

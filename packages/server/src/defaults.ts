@@ -54,3 +54,11 @@ export const DEFAULT_SSE_TIMEOUT_MS = 60_000
  * sending clients to a server whose answers have gone stale.
  */
 export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
+
+/**
+ * Bodies whose file-backed bytes reach this size go out by sendfile(2) when the
+ * addon is loaded. Below it a pooled buffer (POOLED_BUFFER_BYTES, the same
+ * size) serves without an allocation, and one pread plus one write costs less
+ * than a hand-off to the thread pool and back per range.
+ */
+export const DEFAULT_SENDFILE_MIN_BYTES = 64 * 1024

@@ -50,7 +50,17 @@ export {
 } from './shape-service.js'
 
 // The HTTP app (fastify), built apart from listen(), and the metrics it reports to.
-export { type BuildAppOptions, DEFAULT_HTTP_OPTIONS, type HttpMetrics, type HttpOptions, type ShapeWaiters, buildApp } from './http/index.js'
+export {
+  type BodyPath,
+  type BodyPathName,
+  type BuildAppOptions,
+  DEFAULT_HTTP_OPTIONS,
+  type HttpMetrics,
+  type HttpOptions,
+  type ShapeWaiters,
+  buildApp,
+  resolveBodyPath,
+} from './http/index.js'
 export { type MetricsOptions, ServerMetrics } from './metrics.js'
 
 // Errors an embedder can meet, each with a stable `code`; one table of every code, its status and wire body.

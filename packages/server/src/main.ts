@@ -2,6 +2,7 @@
 // (through the config schema) and installs signal handlers.
 import { readFileSync } from 'node:fs'
 import { type SluiceConfig, helpText, parseCli } from './config.js'
+import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { createLogger, redactUrl } from './logger.js'
 import { type SluiceServer, createServer } from './server.js'
 import { onShutdownSignals } from './shutdown-signals.js'
@@ -28,7 +29,10 @@ function banner(server: SluiceServer, config: SluiceConfig): string {
   } else {
     lines.push(`  Database:  ${redactUrl(server.databaseUrl)}`)
   }
-  lines.push(`  Storage:   ${config.storageDir}`, '  Stop with Ctrl-C (SIGINT) or SIGTERM.')
+  const path = server.bodyPath
+  lines.push(`  Storage:   ${config.storageDir}`)
+  lines.push(path.name === 'sendfile' ? `  Bodies:    sendfile(2) from ${DEFAULT_SENDFILE_MIN_BYTES / 1024} KiB of stored bytes, pread below` : `  Bodies:    pread only: ${path.reason}`)
+  lines.push('  Stop with Ctrl-C (SIGINT) or SIGTERM.')
   return `${lines.join('\n')}\n`
 }
 

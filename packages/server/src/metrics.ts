@@ -6,6 +6,7 @@ import { parseLsn } from '@sluice/protocol'
 import pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { HEALTH_REASONS, type HealthReasonCode } from './health-report.js'
+import { type BodyPath, type BodyPathName, PREAD_PATH } from './http/body-path.js'
 import type { HttpMetrics } from './http/http-metrics.js'
 import type { Pipeline } from './pipeline.js'
 
@@ -18,6 +19,8 @@ export interface MetricsOptions {
   readonly sampleMaxAgeMs?: number
   /** Node process metrics (process_*, nodejs_*); default true. */
   readonly defaultMetrics?: boolean
+  /** How large bodies are sent; default pread. */
+  readonly bodyPath?: BodyPath
 }
 
 interface PostgresSample {
@@ -44,6 +47,8 @@ export class ServerMetrics implements HttpMetrics {
   readonly registry = new Registry()
   /** Bytes of response bodies sent for shape requests: the HTTP layer increments it. */
   readonly bytesServed: Counter
+  /** The same bytes by the path that sent them (`path` = sendfile or pread). */
+  readonly bodyBytes: Counter<'path'>
   /** Requests held open waiting for new data (long-polls and SSE streams): the HTTP layer sets it. */
   readonly liveWaiters: Gauge
   readonly flushSeconds: Histogram
@@ -62,6 +67,37 @@ export class ServerMetrics implements HttpMetrics {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry })
 
     this.bytesServed = new Counter({ name: 'sluice_http_bytes_served_total', help: 'Bytes of shape response bodies sent.', registers })
+    this.bodyBytes = new Counter({
+      name: 'sluice_http_body_bytes_total',
+      help: 'Bytes of shape response bodies sent, by path: sendfile (file to socket in the kernel) or pread (read into a buffer, then written).',
+      labelNames: ['path'],
+      registers,
+    })
+    const bodyPath = options.bodyPath ?? PREAD_PATH
+    const pathGauge = new Gauge({
+      name: 'sluice_http_body_path',
+      help: 'How large shape response bodies are sent: 1 for the path in use (sendfile when the addon loaded and --no-sendfile is not given), 0 for the other.',
+      labelNames: ['path'],
+      registers,
+    })
+    for (const path of ['sendfile', 'pread'] as const) {
+      pathGauge.set({ path }, path === bodyPath.name ? 1 : 0)
+      this.bodyBytes.inc({ path }, 0)
+    }
+    const addon = bodyPath.sendfile
+    if (addon !== undefined) {
+      let callsSeen = addon.stats().calls
+      new Counter({
+        name: 'sluice_sendfile_calls_total',
+        help: 'sendfile(2) calls made (several per body when the socket buffer fills).',
+        registers,
+        collect() {
+          const now = addon.stats().calls
+          if (now > callsSeen) this.inc(now - callsSeen)
+          callsSeen = now
+        },
+      })
+    }
     this.liveWaiters = new Gauge({ name: 'sluice_live_waiters', help: 'Live requests (long-poll and SSE) waiting for new data.', registers })
     this.flushSeconds = new Histogram({
       name: 'sluice_storage_flush_duration_seconds',
@@ -213,8 +249,10 @@ export class ServerMetrics implements HttpMetrics {
   }
 
   /** For the HTTP layer: bytes of a shape response body sent. */
-  addBytesServed(bytes: number): void {
-    if (bytes > 0) this.bytesServed.inc(bytes)
+  addBytesServed(bytes: number, path: BodyPathName): void {
+    if (bytes <= 0) return
+    this.bytesServed.inc(bytes)
+    this.bodyBytes.inc({ path }, bytes)
   }
 
   /** For the HTTP layer: the number of live requests currently waiting. */

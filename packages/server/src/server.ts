@@ -5,8 +5,10 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import type { SluiceConfig } from './config.js'
+import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
+import { type BodyPath, resolveBodyPath } from './http/body-path.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
 import { type SluiceLogger, createLogger } from './logger.js'
@@ -29,6 +31,8 @@ export interface SluiceServer {
   readonly pipeline: Pipeline
   readonly app: FastifyInstance
   readonly metrics: ServerMetrics
+  /** How large response bodies are sent (sendfile, or pread and why). */
+  readonly bodyPath: BodyPath
   readonly logger: SluiceLogger
   /** Milliseconds from createServer() to listening. */
   readonly startupMs: number
@@ -54,6 +58,7 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     maxConcurrentInitial: config.maxConcurrentInitial,
     maxConcurrentExisting: config.maxConcurrentExisting,
     sseTimeoutMs: config.sseTimeoutMs,
+    sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
   }
 }
 
@@ -128,8 +133,11 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       shapeLog.info({ handle, table: `${definition.schema}.${definition.table}`, reason: reason.kind }, 'shape invalidated')
     })
 
-    metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot })
-    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics })
+    const bodyPath = await resolveBodyPath(config.sendfile)
+    if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
+    else logger.info({ bodyPath: 'pread', reason: bodyPath.reason }, 'response bodies are sent with pread (no sendfile)')
+    metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot, bodyPath })
+    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath })
     app.register(metricsRoute, { metrics })
     const address = await app.listen({ port: config.port, host: config.host })
     const port = Number(new URL(address).port)
@@ -145,6 +153,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       pipeline,
       app,
       metrics,
+      bodyPath,
       logger,
       startupMs: Math.round(performance.now() - started),
       close: () => (closing ??= shutdown()),

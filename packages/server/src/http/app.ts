@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import { type ShapeService, healthBody } from '../shape-service.js'
 import { Admission } from './admission.js'
+import type { BodyPath } from './body-path.js'
 import { setCors } from './cors.js'
 import { toSluiceError } from './http-errors.js'
 import type { HttpMetrics } from './http-metrics.js'
@@ -34,6 +35,8 @@ export interface BuildAppOptions {
   readonly waiters?: ShapeWaiters
   /** Where bytes served and waiting requests are counted (the server's `ServerMetrics`); none by default. */
   readonly metrics?: HttpMetrics
+  /** How large bodies are sent (`resolveBodyPath`); default pread. */
+  readonly bodyPath?: BodyPath
 }
 
 /** Paths the server answers; anything else is a plain 404. */
@@ -108,7 +111,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     app.addHook('onRequest', countWaiters)
     app.addHook('onResponse', countWaiters)
   }
-  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics })
+  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics, ...(options.bodyPath === undefined ? {} : { bodyPath: options.bodyPath }) })
   return app
 }
 

@@ -1,10 +1,12 @@
+import type { BodyPathName } from './body-path.js'
+
 /**
  * The figures the HTTP layer reports, given to `buildApp` as an object (the
  * server passes its `ServerMetrics`); without one nothing is counted.
  */
 export interface HttpMetrics {
-  /** Bytes of a shape response body sent (HEAD and 304 send none). */
-  addBytesServed(bytes: number): void
+  /** Bytes of a shape response body sent (HEAD and 304 send none), and which path sent them. */
+  addBytesServed(bytes: number, path: BodyPathName): void
   /** Live requests (long-polls and SSE streams) waiting for new data right now. */
   setLiveWaiters(count: number): void
 }

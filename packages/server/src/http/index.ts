@@ -4,6 +4,7 @@ export { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from '.
 export type { HttpMetrics } from './http-metrics.js'
 export { Admission, type RequestKind } from './admission.js'
 export { type LogBody, POOLED_BUFFER_BYTES, logBody } from './log-body.js'
+export { type BodyPath, type BodyPathName, PREAD_PATH, resolveBodyPath } from './body-path.js'
 export { columnSchema, schemaHeader, shapeSchema } from './schema-header.js'
 export { missingTableMessage, toSluiceError } from './http-errors.js'
 export type { ShapeWaiters } from './shape-routes.js'

@@ -13,8 +13,9 @@ import { nodeFs, readSpansInto, readSpansIntoAsync } from '@sluice/storage'
  *
  * No JSON is parsed. The bytes are pread into one buffer per response; buffers
  * up to POOLED_BUFFER_BYTES come from a free list and return to it when the
- * response is done with them. This module is the seam for a later sendfile path:
- * `logBody` is the one place that turns a LogRead into bytes for a reply.
+ * response is done with them. This is the pread path; large ranges go out by
+ * sendfile instead when the addon is loaded (`sendfile-body.ts`, chosen in
+ * shape-routes.ts), with the same layout and so the same bytes.
  */
 
 /** Responses up to this size reuse buffers (snapshot chunks in tests, most live batches). */

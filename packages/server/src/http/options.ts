@@ -1,5 +1,5 @@
 import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AGE_SECONDS } from '@sluice/protocol'
-import { DEFAULT_MAX_CONCURRENT_EXISTING, DEFAULT_MAX_CONCURRENT_INITIAL, DEFAULT_SSE_TIMEOUT_MS } from '../defaults.js'
+import { DEFAULT_MAX_CONCURRENT_EXISTING, DEFAULT_MAX_CONCURRENT_INITIAL, DEFAULT_SENDFILE_MIN_BYTES, DEFAULT_SSE_TIMEOUT_MS } from '../defaults.js'
 
 /**
  * Settings of the HTTP layer. The config schema (`src/config.ts`) maps flags and
@@ -22,6 +22,8 @@ export interface HttpOptions {
   readonly maxConcurrentExisting: number
   /** Lifetime of an SSE stream (§5.5); also sets the SSE cache lifetime. */
   readonly sseTimeoutMs: number
+  /** With a sendfile body path (`BuildAppOptions.bodyPath`): bodies with at least this many file-backed bytes use it. */
+  readonly sendfileMinBytes: number
 }
 
 /** Electric's defaults, except where docs/protocol.md says otherwise. */
@@ -33,6 +35,7 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   maxConcurrentInitial: DEFAULT_MAX_CONCURRENT_INITIAL,
   maxConcurrentExisting: DEFAULT_MAX_CONCURRENT_EXISTING,
   sseTimeoutMs: DEFAULT_SSE_TIMEOUT_MS,
+  sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
 })
 
 /**

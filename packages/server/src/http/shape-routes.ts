@@ -32,12 +32,14 @@ import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { toSluiceError } from './http-errors.js'
 import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
+import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 
 /**
@@ -68,6 +70,8 @@ export interface ShapeRoutesOptions {
   readonly waiters: ShapeWaiters
   readonly admission: Admission
   readonly metrics: HttpMetrics | undefined
+  /** How large bodies are sent; default pread. */
+  readonly bodyPath?: BodyPath
 }
 
 /** What every GET of one app shares: made once in `shapeRoutes`, not per request. */
@@ -76,6 +80,7 @@ interface ShapeReadContext {
   readonly http: HttpOptions
   readonly waiters: ShapeWaiters
   readonly metrics: HttpMetrics | undefined
+  readonly bodyPath: BodyPath
   /** `waitForData` for a long-poll: data after the offset, while the shape stays active. */
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
@@ -85,7 +90,7 @@ interface ShapeReadContext {
 export const SHAPE_PATH = '/v1/shape'
 
 export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOptions): Promise<void> {
-  const { shapes, http, waiters, admission, metrics } = options
+  const { shapes, http, waiters, admission, metrics, bodyPath = PREAD_PATH } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
   const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
   const context: ShapeReadContext = {
@@ -93,6 +98,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     http,
     waiters,
     metrics,
+    bodyPath,
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
   }
@@ -289,15 +295,31 @@ class ShapeResponder {
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const tail = upToDate ? upToDateMessage(lsn) : undefined
+    const { bodyPath, metrics } = this.context
+    if (
+      bodyPath.name === 'sendfile' &&
+      this.request.method === 'GET' &&
+      fileBytes(read) >= this.http.sendfileMinBytes &&
+      canSendfile(bodyPath.sendfile, this.request.raw.socket)
+    ) {
+      // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
+      // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
+      sendfileBody(this.reply, read, tail, bodyPath.sendfile).then(
+        ({ sent }) => metrics?.addBytesServed(sent, 'sendfile'),
+        (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
+      )
+      return this.reply
+    }
     if (read.byteLength > POOLED_BUFFER_BYTES && this.request.method !== 'HEAD') {
+      // Bigger than a pooled buffer: streamed in pieces, not read into one buffer the size of the range.
       const body = streamedLogBody(read, tail)
       this.reply.raw.once('close', () => body.stream.destroy())
-      this.context.metrics?.addBytesServed(body.length)
+      metrics?.addBytesServed(body.length, 'pread')
       return this.reply.code(200).header('content-length', body.length).send(body.stream)
     }
     const body = await logBody(read, tail)
     this.reply.raw.once('close', body.done)
-    if (this.request.method !== 'HEAD') this.context.metrics?.addBytesServed(body.bytes.length)
+    if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.reply.code(200).send(body.bytes)
   }
 

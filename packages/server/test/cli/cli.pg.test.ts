@@ -139,6 +139,13 @@ describe('sluice CLI', () => {
     const [, dbUrl] = await first.waitFor(/Database: +(postgresql:\/\/postgres@127\.0\.0\.1:\d+\/postgres)/)
     expect(first.stdout).toMatch(/Postgres: +embedded PostgreSQL \d+\.\d+ .*new data folder .*\.sluice\/postgres\/data/)
     expect(first.stdout).toContain('no --database-url / DATABASE_URL given')
+    // Where the addon built (it does here), large bodies go out by sendfile, and the banner, log and /metrics say so.
+    expect(first.stdout).toMatch(/Bodies: +sendfile\(2\) from 64 KiB/)
+    expect(logs(first).find((l) => l['bodyPath'] !== undefined)?.['bodyPath']).toBe('sendfile')
+    const firstMetrics = await (await fetch(`${url}/metrics`)).text()
+    expect(firstMetrics).toContain('sluice_http_body_path{path="sendfile"} 1')
+    expect(firstMetrics).toContain('sluice_http_body_path{path="pread"} 0')
+    expect(firstMetrics).toContain('# TYPE sluice_sendfile_calls_total counter')
 
     expect((await fetch(`${url}/v1/health`)).status).toBe(200)
     const db = new pg.Client({ connectionString: dbUrl })
@@ -189,8 +196,12 @@ describe('sluice CLI', () => {
   it('with --database-url it uses that database; a second signal exits at once', async () => {
     const dir = await storageDir()
     const url = cluster.url.replace('postgres://postgres@', 'postgres://postgres:hunter2@')
-    const run = sluice(['start', '--port', '0', '--slot', 'cli_test_slot', '--publication', 'cli_test_pub'], { cwd: dir, env: { DATABASE_URL: url } })
-    await run.waitFor(/HTTP: +http:\/\/127\.0\.0\.1:\d+/)
+    const run = sluice(['start', '--port', '0', '--slot', 'cli_test_slot', '--publication', 'cli_test_pub', '--no-sendfile'], { cwd: dir, env: { DATABASE_URL: url } })
+    const [, httpUrl] = await run.waitFor(/HTTP: +(http:\/\/127\.0\.0\.1:\d+)/)
+    // --no-sendfile: every body by pread, as the banner, the log and /metrics say.
+    expect(run.stdout).toMatch(/Bodies: +pread only: turned off \(--no-sendfile\)/)
+    expect(logs(run).find((l) => l['bodyPath'] !== undefined)?.['bodyPath']).toBe('pread')
+    expect(await (await fetch(`${httpUrl}/metrics`)).text()).toContain('sluice_http_body_path{path="pread"} 1')
     expect(run.stdout).toMatch(/Database: +postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:\d+\/postgres/)
     expect(run.stdout).not.toContain('hunter2')
     expect(existsSync(join(dir, '.sluice', 'postgres'))).toBe(false)

@@ -25,6 +25,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   publication: 'sluice_publication',
   slot: 'sluice_slot',
   allowDelete: false,
+  sendfile: true,
   maxConcurrentInitial: 300,
   maxConcurrentExisting: 10_000,
   logLevel: 'info',
@@ -56,6 +57,7 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   publication: ['My Pub', 'My Pub'],
   slot: ['other_slot_2', 'other_slot_2'],
   allowDelete: ['true', true],
+  sendfile: ['false', false],
   maxConcurrentInitial: ['7', 7],
   maxConcurrentExisting: ['8', 8],
   logLevel: ['debug', 'debug'],
@@ -113,6 +115,9 @@ describe('config schema', () => {
     expect(loadConfig(['--no-allow-delete'], { SLUICE_ALLOW_DELETE: 'on' }).allowDelete).toBe(false)
     for (const t of ['true', '1', 'yes', 'on', 'TRUE']) expect(loadConfig([], { SLUICE_ALLOW_DELETE: t }).allowDelete).toBe(true)
     for (const f of ['false', '0', 'no', 'off']) expect(loadConfig([], { SLUICE_ALLOW_DELETE: f }).allowDelete).toBe(false)
+    // The benchmarking switch: on unless turned off.
+    expect(loadConfig([], {}).sendfile).toBe(true)
+    expect(loadConfig(['--no-sendfile'], {}).sendfile).toBe(false)
   })
 
   it('sizes and durations are parsed strictly', () => {
@@ -159,6 +164,7 @@ describe('config schema', () => {
     [['--publication', 'x'.repeat(64)], {}, `--publication: expected a name of 1-63 bytes without NUL, got "${'x'.repeat(64)}"`],
     [['--slot', 'Bad-Slot'], {}, '--slot: expected 1-63 lower-case letters, digits or underscores, got "Bad-Slot"'],
     [['--allow-delete=maybe'], {}, '--allow-delete: expected true or false, got "maybe"'],
+    [[], { SLUICE_SENDFILE: 'sometimes' }, 'SLUICE_SENDFILE (environment): expected true or false, got "sometimes"'],
     [['--max-concurrent-initial', '0'], {}, '--max-concurrent-initial: expected an integer from 1 to 1000000, got "0"'],
     [['--max-concurrent-existing', 'x'], {}, '--max-concurrent-existing: expected an integer from 1 to 10000000, got "x"'],
     [['--log-level', 'loud'], {}, '--log-level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"'],

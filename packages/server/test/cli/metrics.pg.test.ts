@@ -72,8 +72,8 @@ describe('/metrics', () => {
     for (let i = 0; i < 5; i++) await cluster.query('INSERT INTO metric_items VALUES ($1, $2)', [i, `v${i}`])
     await caughtUp(pipeline, cluster)
 
-    metrics.addBytesServed(1234)
-    metrics.addBytesServed(66)
+    metrics.addBytesServed(1234, 'sendfile')
+    metrics.addBytesServed(66, 'pread')
     metrics.setLiveWaiters(7)
     const durableBefore = Number(pipeline.store.durableLsn)
     const after = await scrape()
@@ -84,6 +84,11 @@ describe('/metrics', () => {
     expect(after.get('sluice_transactions_routed_total')! - before.get('sluice_transactions_routed_total')!).toBeGreaterThanOrEqual(6)
     expect(after.get('sluice_transactions_routed_total')).toBe(pipeline.router.transactionsRouted)
     expect(after.get('sluice_http_bytes_served_total')).toBe(1300)
+    // By path; this ServerMetrics was given no body path, so pread is the one in use.
+    expect(after.get('sluice_http_body_bytes_total{path="sendfile"}')).toBe(1234)
+    expect(after.get('sluice_http_body_bytes_total{path="pread"}')).toBe(66)
+    expect(after.get('sluice_http_body_path{path="pread"}')).toBe(1)
+    expect(after.get('sluice_http_body_path{path="sendfile"}')).toBe(0)
     expect(after.get('sluice_live_waiters')).toBe(7)
     expect(after.get('sluice_storage_flush_duration_seconds_count')).toBeGreaterThan(0)
     expect(after.get('sluice_storage_flush_duration_seconds_sum')).toBeGreaterThan(0)

@@ -1,0 +1,284 @@
+// sendfile(2) from a file range to a connected, non-blocking socket, without
+// blocking the event loop (see README.md, "How a send runs").
+//
+// A `Sender` owns a dup() of the socket's descriptor: libuv refuses a second
+// poll handle on a descriptor it already watches (Node's own socket handle), and
+// the dup lets us poll for writability independently. Each burst of sendfile
+// calls runs on the libuv threadpool, so a page-cache miss stalls a pool thread,
+// never the loop; a burst ends at EAGAIN (the socket buffer is full) and the
+// next one is queued only once the socket is writable again, so a slow reader
+// holds a poll registration, never a pool thread.
+//
+// Lifetime: JS calls close() exactly once. If a burst is still running on the
+// pool then, the descriptor is closed when it returns (closing it under a
+// running sendfile could send into a reused descriptor number).
+#include <napi.h>
+#include <uv.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace {
+
+// One pool task sends at most this much before it gives its thread back, so a
+// fast reader of a huge range cannot keep a pool thread (which other clients'
+// file reads also need) for the whole transfer.
+constexpr int64_t kMaxBytesPerTask = 4 * 1024 * 1024;
+
+std::atomic<uint64_t> g_calls{0};
+std::atomic<uint64_t> g_bytes{0};
+std::atomic<int64_t> g_open_fds{0};
+
+class Sender;
+
+class SendTask : public Napi::AsyncWorker {
+ public:
+  SendTask(Napi::Env env, Sender* sender, int out_fd, int in_fd, int64_t position, int64_t remaining, bool after_poll_error)
+      : Napi::AsyncWorker(env, "sluice.sendfile"),
+        sender_(sender),
+        out_fd_(out_fd),
+        in_fd_(in_fd),
+        position_(position),
+        remaining_(remaining),
+        after_poll_error_(after_poll_error) {}
+
+  void Execute() override {
+    int64_t budget = remaining_ < kMaxBytesPerTask ? remaining_ : kMaxBytesPerTask;
+    while (budget > 0) {
+      off_t offset = static_cast<off_t>(position_ + sent_);
+      ssize_t n = ::sendfile(out_fd_, in_fd_, &offset, static_cast<size_t>(budget));
+      g_calls.fetch_add(1, std::memory_order_relaxed);
+      if (n > 0) {
+        sent_ += n;
+        budget -= n;
+        g_bytes.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        continue;
+      }
+      if (n == 0) {
+        // The file ends before the range does: the caller's span was wrong.
+        error_ = ENODATA;
+        break;
+      }
+      if (errno == EINTR) continue;
+      error_ = errno;
+      // libuv reports a socket error (EPOLLERR) as a failed poll; sendfile normally returns that
+      // error itself, but should it still say EAGAIN the socket's pending error is the answer.
+      if ((error_ == EAGAIN || error_ == EWOULDBLOCK) && after_poll_error_) error_ = PendingSocketError(out_fd_);
+      break;
+    }
+  }
+
+  void OnOK() override;
+
+ private:
+  static int PendingSocketError(int fd) {
+    int error = 0;
+    socklen_t size = sizeof(error);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return errno;
+    return error != 0 ? error : EIO;
+  }
+
+  Sender* const sender_;
+  const int out_fd_;
+  const int in_fd_;
+  const int64_t position_;
+  const int64_t remaining_;
+  const bool after_poll_error_;
+  int64_t sent_ = 0;
+  int error_ = 0;
+};
+
+class Sender : public Napi::ObjectWrap<Sender> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Sender", {InstanceMethod<&Sender::Send>("send"), InstanceMethod<&Sender::Close>("close")});
+  }
+
+  explicit Sender(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Sender>(info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsNumber()) {
+      Napi::TypeError::New(env, "Sender(socketFd): a descriptor number is required").ThrowAsJavaScriptException();
+      return;
+    }
+    int socket_fd = info[0].As<Napi::Number>().Int32Value();
+    int flags = fcntl(socket_fd, F_GETFL);
+    if (flags < 0) {
+      Napi::Error::New(env, std::string("fcntl(F_GETFL): ") + strerror(errno)).ThrowAsJavaScriptException();
+      return;
+    }
+    // A blocking socket would make a burst wait for the reader on a pool thread.
+    if ((flags & O_NONBLOCK) == 0) {
+      Napi::Error::New(env, "the socket is not in non-blocking mode").ThrowAsJavaScriptException();
+      return;
+    }
+    int fd = fcntl(socket_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      Napi::Error::New(env, std::string("dup: ") + strerror(errno)).ThrowAsJavaScriptException();
+      return;
+    }
+    uv_loop_t* loop = nullptr;
+    if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
+      ::close(fd);
+      Napi::Error::New(env, "no libuv loop").ThrowAsJavaScriptException();
+      return;
+    }
+    poll_ = new uv_poll_t;
+    int rc = uv_poll_init(loop, poll_, fd);
+    if (rc != 0) {
+      delete poll_;
+      poll_ = nullptr;
+      ::close(fd);
+      Napi::Error::New(env, std::string("uv_poll_init: ") + uv_strerror(rc)).ThrowAsJavaScriptException();
+      return;
+    }
+    poll_->data = this;
+    fd_ = fd;
+    g_open_fds.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  ~Sender() override {
+    // Reached only if JS dropped a sender without close(); nothing can be running then
+    // (a running send holds a reference).
+    ReleaseDescriptor();
+  }
+
+  // send(inFd, position, length, callback(errno)): errno 0 once every byte is sent.
+  Napi::Value Send(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 4 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsFunction()) {
+      Napi::TypeError::New(env, "send(inFd, position, length, callback)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    if (closed_ || fd_ < 0) {
+      Napi::Error::New(env, "the sender is closed").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    if (active_) {
+      Napi::Error::New(env, "a send is already in progress").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    double position = info[1].As<Napi::Number>().DoubleValue();
+    double length = info[2].As<Napi::Number>().DoubleValue();
+    if (position < 0 || length < 0) {
+      Napi::RangeError::New(env, "position and length must be at least 0").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    in_fd_ = info[0].As<Napi::Number>().Int32Value();
+    position_ = static_cast<int64_t>(position);
+    remaining_ = static_cast<int64_t>(length);
+    callback_ = Napi::Persistent(info[3].As<Napi::Function>());
+    active_ = true;
+    Ref();
+    StartTask(env, false);
+    return env.Undefined();
+  }
+
+  // close(): stops any send (its callback is never called) and closes the dup.
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    if (closed_) return info.Env().Undefined();
+    closed_ = true;
+    callback_.Reset();
+    if (poll_ != nullptr) uv_poll_stop(poll_);
+    if (!task_running_) {
+      ReleaseDescriptor();
+      if (active_) {
+        active_ = false;
+        Unref();
+      }
+    }
+    return info.Env().Undefined();
+  }
+
+  void TaskDone(Napi::Env env, int64_t sent, int error) {
+    task_running_ = false;
+    if (closed_) {
+      ReleaseDescriptor();
+      active_ = false;
+      Unref();
+      return;
+    }
+    position_ += sent;
+    remaining_ -= sent;
+    if (error == 0 && remaining_ == 0) return Finish(0);
+    if (error == 0) return StartTask(env, false);
+    if (error != EAGAIN && error != EWOULDBLOCK) return Finish(error);
+    int rc = uv_poll_start(poll_, UV_WRITABLE | UV_DISCONNECT, OnPoll);
+    if (rc != 0) Finish(-rc);
+  }
+
+ private:
+  static void OnPoll(uv_poll_t* handle, int status, int /*events*/) {
+    Sender* self = static_cast<Sender*>(handle->data);
+    uv_poll_stop(handle);
+    if (self->closed_) return;
+    Napi::HandleScope scope(self->Env());
+    // A disconnect shows as writable or as a failed poll (EPOLLERR): the next sendfile reports it.
+    self->StartTask(self->Env(), status < 0);
+  }
+
+  void StartTask(Napi::Env env, bool after_poll_error) {
+    task_running_ = true;
+    auto* task = new SendTask(env, this, fd_, in_fd_, position_, remaining_, after_poll_error);
+    task->Queue();
+  }
+
+  void Finish(int error) {
+    active_ = false;
+    Napi::FunctionReference callback = std::move(callback_);
+    Napi::Env env = Env();
+    if (!callback.IsEmpty()) callback.Call({Napi::Number::New(env, error)});
+    // After the call: the callback may start the next send, which takes its own reference.
+    Unref();
+  }
+
+  void ReleaseDescriptor() {
+    if (poll_ != nullptr) {
+      // uv_close stops the poll and takes the descriptor out of epoll at once; the
+      // handle's memory goes in its close callback.
+      uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+      poll_ = nullptr;
+    }
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      g_open_fds.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+  int fd_ = -1;
+  uv_poll_t* poll_ = nullptr;
+  bool closed_ = false;
+  bool active_ = false;
+  bool task_running_ = false;
+  int in_fd_ = -1;
+  int64_t position_ = 0;
+  int64_t remaining_ = 0;
+  Napi::FunctionReference callback_;
+};
+
+void SendTask::OnOK() { sender_->TaskDone(Env(), sent_, error_); }
+
+Napi::Value Stats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("calls", Napi::Number::New(env, static_cast<double>(g_calls.load())));
+  out.Set("bytes", Napi::Number::New(env, static_cast<double>(g_bytes.load())));
+  out.Set("openDescriptors", Napi::Number::New(env, static_cast<double>(g_open_fds.load())));
+  return out;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("Sender", Sender::Define(env));
+  exports.Set("stats", Napi::Function::New(env, Stats));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(sluice_sendfile, Init)

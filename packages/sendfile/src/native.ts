@@ -1,0 +1,20 @@
+/** The addon's own interface (native/sendfile.cc); wrapped by `Sendfile` and `FileSender`. */
+export interface NativeSender {
+  /** Calls back once with 0 when every byte is sent, or an errno. Never after `close()`. */
+  send(inFd: number, position: number, length: number, callback: (errno: number) => void): void
+  close(): void
+}
+
+export interface SendfileStats {
+  /** sendfile(2) calls made by this process. */
+  readonly calls: number
+  /** Bytes those calls sent. */
+  readonly bytes: number
+  /** Socket descriptor duplicates currently open (0 when no send is in progress). */
+  readonly openDescriptors: number
+}
+
+export interface NativeAddon {
+  readonly Sender: new (socketFd: number) => NativeSender
+  stats(): SendfileStats
+}

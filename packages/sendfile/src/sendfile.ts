@@ -1,0 +1,99 @@
+import type { Socket } from 'node:net'
+import { getSystemErrorName } from 'node:util'
+import type { NativeAddon, NativeSender, SendfileStats } from './native.js'
+
+/** An error of a send: `code` is the errno name (`EPIPE`, `ECONNRESET`...), or `ECANCELED` after `close()`. */
+export class SendfileError extends Error {
+  override readonly name = 'SendfileError'
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+/** The loaded addon (see `loadSendfile`). */
+export class Sendfile {
+  constructor(private readonly native: NativeAddon) {}
+
+  /**
+   * The descriptor sendfile(2) can write to, or undefined when the socket's
+   * bytes do not go straight to the kernel: TLS (encryption happens in
+   * user space), a socket with no handle yet or already closed, a pipe.
+   */
+  descriptorOf(socket: Socket): number | undefined {
+    if ((socket as Socket & { encrypted?: boolean }).encrypted === true) return undefined
+    if (socket.destroyed) return undefined
+    // Node keeps the descriptor on its internal handle; there is no public accessor.
+    const fd = (socket as Socket & { _handle?: { fd?: unknown } | null })._handle?.fd
+    return typeof fd === 'number' && fd >= 0 ? fd : undefined
+  }
+
+  /**
+   * A sender for one response on `socket`. The caller must have flushed all of
+   * Node's pending writes on it (`socket.writableLength === 0`) and must let
+   * nothing else write to it until each `send` has settled; then `close()` it.
+   */
+  open(socket: Socket): FileSender {
+    const fd = this.descriptorOf(socket)
+    if (fd === undefined) throw new SendfileError('EBADF', 'the socket has no descriptor sendfile can write to')
+    return new FileSender(new this.native.Sender(fd))
+  }
+
+  /** Process-wide counters: calls, bytes, and descriptors open (for leak checks). */
+  stats(): SendfileStats {
+    return this.native.stats()
+  }
+}
+
+/**
+ * Sends file ranges to one socket, one at a time. Holds a duplicate of the
+ * socket's descriptor from `open` to `close`, which keeps the connection open
+ * even after Node closes its own: always close it (`finally`).
+ */
+export class FileSender {
+  private pending: ((error: SendfileError | undefined) => void) | undefined
+  private closed = false
+
+  constructor(private readonly native: NativeSender) {}
+
+  /** Resolves once `length` bytes of `fd` from `position` are in the socket's kernel buffer. */
+  send(fd: number, position: number, length: number): Promise<void> {
+    if (this.closed) return Promise.reject(new SendfileError('ECANCELED', 'the sender is closed'))
+    if (this.pending !== undefined) return Promise.reject(new Error('a send is already in progress'))
+    if (length === 0) return Promise.resolve()
+    return new Promise((resolve, reject) => {
+      this.pending = (error) => (error === undefined ? resolve() : reject(error))
+      this.native.send(fd, position, length, (errno) => {
+        const settle = this.pending
+        this.pending = undefined
+        settle?.(errno === 0 ? undefined : systemError(errno))
+      })
+    })
+  }
+
+  /** Closes the duplicate descriptor; a send in progress rejects with `ECANCELED`. Idempotent. */
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.native.close()
+    const settle = this.pending
+    this.pending = undefined
+    settle?.(new SendfileError('ECANCELED', 'the sender was closed during a send'))
+  }
+}
+
+function systemError(errno: number): SendfileError {
+  if (errno === ENODATA) return new SendfileError('ENODATA', 'sendfile: the file ended before the range did')
+  let name: string
+  try {
+    name = getSystemErrorName(-errno)
+  } catch {
+    name = `E${errno}`
+  }
+  return new SendfileError(name, `sendfile: ${name}`)
+}
+
+/** Linux's ENODATA: the addon's answer when the file is shorter than the range. */
+const ENODATA = 61
