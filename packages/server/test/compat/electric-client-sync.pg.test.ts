@@ -283,23 +283,49 @@ describe('the official client syncing from Sluice', () => {
     }
   })
 
-  it('SSE: live updates arrive over server-sent events, across stream reconnects', async () => {
-    await createTable('sse_items')
+  /**
+   * Follows `table` with the official client in SSE mode through `run`, then
+   * checks it never fell back to long-polling: no live request without SSE,
+   * every SSE answer an event stream, no warning and no stream error.
+   */
+  async function followOverSse(
+    table: string,
+    run: (shape: ReturnType<typeof shapeOf>, sseRequests: () => number) => Promise<void>,
+  ): Promise<void> {
+    await createTable(table)
     const exchanges: RecordedExchange[] = []
-    const { stream, abort } = open({ params: { table: 'sse_items' }, liveSse: true }, exchanges)
+    const { stream, abort } = open({ params: { table }, liveSse: true }, exchanges)
     const shape = shapeOf(stream)
     const log = new StreamLog(stream)
     const captured = captureWarnings()
+    const sse = (): RecordedExchange[] => exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true')
     try {
       await shape.value
-      await eventually(() => exchanges.some((e) => e.url.searchParams.get('live_sse') === 'true'), 'an SSE request')
+      await eventually(() => sse().length > 0, 'an SSE request')
+      await run(shape, () => sse().length)
+      expect(new Map(shape.currentValue)).toEqual(await expected(table))
+      for (const e of sse()) {
+        expect(e.status).toBe(200)
+        expect(e.headers.get('content-type')).toMatch(/^text\/event-stream/)
+      }
+      expect(exchanges.filter((e) => e.url.searchParams.get('live') === 'true' && e.url.searchParams.get('live_sse') !== 'true')).toEqual([])
+      expect(captured.warnings).toEqual([])
+      expect(log.errors).toEqual([])
+    } finally {
+      captured.restore()
+      abort.abort()
+    }
+  }
+
+  it('SSE: live updates arrive over server-sent events, across stream reconnects', async () => {
+    await followOverSse('sse_items', async (shape, sseRequests) => {
       await cluster.query("INSERT INTO sse_items VALUES (6, 'sse', 6, true, '{\"sse\": 1}')")
       await caughtUp(pipeline, cluster)
       await eventually(() => shape.currentValue.has(rowKey('public', 'sse_items', '6')), 'the first SSE change')
       // Outlive one SSE stream (the server ends it after SSE_TIMEOUT_MS) so the client reconnects
       // at the offset it derived from global_last_seen_lsn (docs/protocol.md §5.5), then change more.
-      const sseBefore = exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length
-      await eventually(() => exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length > sseBefore, 'an SSE reconnect')
+      const before = sseRequests()
+      await eventually(() => sseRequests() > before, 'an SSE reconnect')
       await cluster.query(`
         BEGIN;
         INSERT INTO sse_items VALUES (7, 'sse', 7, NULL, NULL), (8, 'sse', 8, NULL, NULL);
@@ -308,54 +334,25 @@ describe('the official client syncing from Sluice', () => {
       `)
       await cluster.query('DELETE FROM sse_items WHERE id = 2')
       await caughtUp(pipeline, cluster)
-      const want = await expected('sse_items')
       await eventually(() => !shape.currentValue.has(rowKey('public', 'sse_items', '2')) && shape.currentValue.has(rowKey('public', 'sse_items', '8')), 'the later SSE changes')
       await eventually(() => shape.currentValue.get(rowKey('public', 'sse_items', '1'))?.n === -1n, 'the update')
-      expect(new Map(shape.currentValue)).toEqual(want)
-      const sse = exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true')
-      for (const e of sse) {
-        expect(e.status).toBe(200)
-        expect(e.headers.get('content-type')).toMatch(/^text\/event-stream/)
-      }
-      // Never fell back to long-polling: no live request without SSE, and no fallback warning.
-      expect(exchanges.filter((e) => e.url.searchParams.get('live') === 'true' && e.url.searchParams.get('live_sse') !== 'true')).toEqual([])
-      expect(captured.warnings).toEqual([])
-      expect(log.errors).toEqual([])
-    } finally {
-      captured.restore()
-      abort.abort()
-    }
+    })
   })
 
   it('SSE under a steady stream of commits: the client stays on SSE (a stream with data waiting does not end early)', async () => {
-    await createTable('sse_steady')
-    const exchanges: RecordedExchange[] = []
-    const { stream, abort } = open({ params: { table: 'sse_steady' }, liveSse: true }, exchanges)
-    const shape = shapeOf(stream)
-    const log = new StreamLog(stream)
-    const captured = captureWarnings()
-    try {
-      await shape.value
-      await eventually(() => exchanges.some((e) => e.url.searchParams.get('live_sse') === 'true'), 'an SSE request')
+    await followOverSse('sse_steady', async (shape, sseRequests) => {
       // Commits back to back across more than two SSE lifetimes: every reconnect finds data waiting. A
       // stream that ended after sending it would be short each time, and after three in a row the client
       // falls back to long-polling for good.
-      const sseBefore = exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length
+      const before = sseRequests()
       let last = 0
       for (const end = Date.now() + 2.5 * SSE_TIMEOUT_MS; Date.now() < end; ) {
         await cluster.query('UPDATE sse_steady SET n = $1 WHERE id = 1', [++last])
       }
       await caughtUp(pipeline, cluster)
       await eventually(() => shape.currentValue.get(rowKey('public', 'sse_steady', '1'))?.n === BigInt(last), 'the last update')
-      expect(exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true').length).toBeGreaterThan(sseBefore + 1)
-      expect(new Map(shape.currentValue)).toEqual(await expected('sse_steady'))
-      expect(exchanges.filter((e) => e.url.searchParams.get('live') === 'true' && e.url.searchParams.get('live_sse') !== 'true')).toEqual([])
-      expect(captured.warnings).toEqual([])
-      expect(log.errors).toEqual([])
-    } finally {
-      captured.restore()
-      abort.abort()
-    }
+      expect(sseRequests()).toBeGreaterThan(before + 1)
+    })
   })
 
   it("offset: 'now' skips the existing rows and delivers exactly the later changes", async () => {

@@ -1,9 +1,8 @@
 import { once } from 'node:events'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
-import { afterEach, describe, expect, it } from 'vitest'
-import type { Pipeline } from '../../src/pipeline.js'
+import { describe, expect, it } from 'vitest'
 import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
-import { caughtUp, parseLsnText, shapeParams, startPipeline } from './harness.js'
+import { caughtUp, parseLsnText, shapeParams, usePipelines } from './harness.js'
 
 /**
  * The three ways the pipeline notices DDL on a table with shapes
@@ -14,19 +13,7 @@ import { caughtUp, parseLsnText, shapeParams, startPipeline } from './harness.js
 
 const cluster = usePostgres()
 const dirs = useTempDir('pipeline-ddl')
-let running: Pipeline[] = []
-
-async function start(options: Parameters<typeof startPipeline>[2] = {}, dir?: string): Promise<{ pipeline: Pipeline; dir: string }> {
-  const storageDir = dir ?? (await dirs.make('store'))
-  const pipeline = await startPipeline(cluster, storageDir, options)
-  running.push(pipeline)
-  return { pipeline, dir: storageDir }
-}
-
-afterEach(async () => {
-  for (const p of running) await p.stop()
-  running = []
-})
+const { start, stop } = usePipelines(cluster, dirs)
 
 describe('DDL that changes a row’s key', () => {
   it('a new primary key under REPLICA IDENTITY FULL: the shapes go before the next change is routed', async () => {
@@ -68,8 +55,7 @@ describe('DDL that changes a row’s key', () => {
     const before = await pipeline.shapes.resolve(shapeParams('public', 'down_pk'))
     await pipeline.shapes.ready(before.handle)
     await caughtUp(pipeline, cluster)
-    await pipeline.stop()
-    running = running.filter((p) => p !== pipeline)
+    await stop(pipeline)
     await cluster.query(`ALTER TABLE down_pk DROP CONSTRAINT down_pk_pkey, ADD PRIMARY KEY (a)`)
     const { pipeline: second } = await start({ catalogCheckMs: 0 }, dir)
     expect(second.shapes.status(before.handle)).not.toBe('active')

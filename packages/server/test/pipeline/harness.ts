@@ -1,6 +1,7 @@
 import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
-import type { PostgresCluster } from '@sluice/test-utils'
+import type { PostgresCluster, TempDirFactory } from '@sluice/test-utils'
+import { afterEach } from 'vitest'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Pipeline, type PipelineOptions } from '../../src/pipeline.js'
 import { DISPLAY_SETTINGS } from '../../src/replication/index.js'
@@ -40,6 +41,36 @@ export function shapeParams(
  */
 export async function startPipeline(cluster: PostgresCluster, storageDir: string, options: Partial<PipelineOptions> = {}): Promise<Pipeline> {
   return Pipeline.start({ connectionString: cluster.url, storageDir, flushIntervalMs: 5, tableCacheMs: 0, ...options })
+}
+
+/**
+ * Pipelines a test file starts in fresh (or given) storage directories; each
+ * is stopped after its test, or earlier by `stop` (a restart test).
+ */
+export function usePipelines(
+  cluster: PostgresCluster,
+  dirs: TempDirFactory,
+): {
+  start(options?: Partial<PipelineOptions>, dir?: string): Promise<{ pipeline: Pipeline; dir: string }>
+  stop(pipeline: Pipeline): Promise<void>
+} {
+  let running: Pipeline[] = []
+  afterEach(async () => {
+    for (const p of running) await p.stop()
+    running = []
+  })
+  return {
+    async start(options = {}, dir) {
+      const storageDir = dir ?? (await dirs.make('store'))
+      const pipeline = await startPipeline(cluster, storageDir, options)
+      running.push(pipeline)
+      return { pipeline, dir: storageDir }
+    },
+    async stop(pipeline) {
+      running = running.filter((p) => p !== pipeline)
+      await pipeline.stop()
+    },
+  }
 }
 
 /**

@@ -1,27 +1,14 @@
 import { useTempDir, usePostgres } from '@sluice/test-utils'
-import { afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type { Pipeline } from '../../src/pipeline.js'
+import { beforeAll, describe, expect, it } from 'vitest'
 import { ShapeError } from '../../src/shapes/shape-error.js'
 import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
 import { WhereClauseError } from '../../src/where/index.js'
-import { caughtUp, compareShape, shapeParams, sorted, startPipeline } from './harness.js'
+import { caughtUp, compareShape, shapeParams, sorted, usePipelines } from './harness.js'
 import { type LogLine, readLog } from './log-replay.js'
 
 const cluster = usePostgres()
 const dirs = useTempDir('pipeline')
-let running: Pipeline[] = []
-
-async function start(options: Parameters<typeof startPipeline>[2] = {}, dir?: string): Promise<{ pipeline: Pipeline; dir: string }> {
-  const storageDir = dir ?? (await dirs.make('store'))
-  const pipeline = await startPipeline(cluster, storageDir, options)
-  running.push(pipeline)
-  return { pipeline, dir: storageDir }
-}
-
-afterEach(async () => {
-  for (const p of running) await p.stop()
-  running = []
-})
+const { start, stop } = usePipelines(cluster, dirs)
 
 beforeAll(async () => {
   await cluster.query(`
@@ -211,8 +198,7 @@ describe('the sync pipeline on real Postgres', () => {
     await Promise.all([s1, s2].map((s) => pipeline.shapes.ready(s.handle)))
     await cluster.query(`UPDATE items SET n = n + 1 WHERE owner = 'ann'`)
     await caughtUp(pipeline, cluster)
-    await pipeline.stop()
-    running = running.filter((p) => p !== pipeline)
+    await stop(pipeline)
     // Changes while Sluice is down arrive from the slot on restart.
     await cluster.query(`UPDATE items SET owner = 'ann' WHERE id IN (31, 32); INSERT INTO pairs VALUES ('down', 1, 'x')`)
     const { pipeline: second } = await start({}, dir)
