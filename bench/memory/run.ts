@@ -23,7 +23,8 @@
  * `npm run bench:memory`). BENCH_REPS (3), BENCH_ROWS, BENCH_AFTER_S (60),
  * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_NODE_OPTIONS (for
  * the server process, e.g. --heap-prof), BENCH_RESULTS_DIR. Runs with any of
- * these changed write results/memory.partial.md. BENCH_TRACE_CLIENT=1 prints
+ * these changed write results/memory.partial.md. QUICK=1: a smoke run (300,000
+ * rows, one run, 10 s after) into results/memory.quick.*. BENCH_TRACE_CLIENT=1 prints
  * every response the client receives.
  */
 import { spawn } from 'node:child_process'
@@ -38,18 +39,18 @@ import { type PostgresCluster, startPostgres } from '@sluice/test-utils'
 import { startSluice } from '../http/sluice-process.js'
 import { BENCH_PG_SETTINGS } from '../pipeline/pg.js'
 import { machineInfo } from '../storage/report.js'
+import { type MetricsSample, type Report, type Run, TARGET } from './report.js'
 
-const ROWS = Number(process.env.BENCH_ROWS ?? 3_000_000)
-const REPS = Number(process.env.BENCH_REPS ?? 3)
-const AFTER_S = Number(process.env.BENCH_AFTER_S ?? 60)
+const QUICK = process.env.QUICK === '1'
+const ROWS = Number(process.env.BENCH_ROWS ?? (QUICK ? 300_000 : 3_000_000))
+const REPS = Number(process.env.BENCH_REPS ?? (QUICK ? 1 : 3))
+const AFTER_S = Number(process.env.BENCH_AFTER_S ?? (QUICK ? 10 : 60))
 const BUDGET_FLAGS = (process.env.BENCH_SLUICE_FLAGS ?? '--memory-budget 64MiB --tail-budget 64MiB').split(' ').filter((a) => a !== '')
 const NODE_OPTIONS = process.env.BENCH_NODE_OPTIONS
 const PARTIAL = ['BENCH_ROWS', 'BENCH_REPS', 'BENCH_AFTER_S', 'BENCH_SLUICE_FLAGS', 'BENCH_NODE_OPTIONS'].some((k) => process.env[k] !== undefined)
 const RESULTS_DIR = process.env.BENCH_RESULTS_DIR ?? fileURLToPath(new URL('../results/', import.meta.url))
 const FLAGS = ['--log-level', 'warn', ...BUDGET_FLAGS]
 const MiB = 1024 * 1024
-/** The issue's targets. */
-const TARGET = { peakMiB: 350, afterRatio: 1.2, lastRowS: 20 }
 
 /** About 400 bytes of WAL a row with the table's index: 1.2 GB for 3M rows. */
 const TABLE_SQL = `CREATE TABLE big (id int8 PRIMARY KEY, k int4 NOT NULL, payload text NOT NULL)`
@@ -61,34 +62,6 @@ interface Sample {
   readonly t: number
   readonly rssMiB: number
 }
-interface MetricsSample {
-  readonly t: number
-  readonly rss: number
-  readonly heapUsed: number
-  readonly heapTotal: number
-  readonly external: number
-}
-interface Run {
-  readonly rep: number
-  readonly walBytes: number
-  readonly preMiB: number
-  readonly peakMiB: number
-  readonly peakAtS: number
-  readonly afterCommitMiB: number
-  readonly afterLastRowMiB: number
-  readonly commitS: number
-  readonly lastRowS: number
-  readonly rowsReceived: number
-  readonly ceilingS: number
-  readonly atPeak: MetricsSample | undefined
-  /** Before the transaction, and at the end of the run (60 s after the last row). */
-  readonly start: { mallocHeapMiB: number; otherAnonMiB: number }
-  readonly end: { mallocHeapMiB: number; otherAnonMiB: number }
-  readonly load: string
-  /** RSS (MiB) once a second from the INSERT on, with the seconds since the commit. */
-  readonly timeline: ReadonlyArray<readonly [number, number]>
-}
-
 /** Resident MiB of the process's malloc heap (the main arena's `[heap]` mapping) and of its other anonymous mappings. */
 function residentParts(pid: number): { mallocHeapMiB: number; otherAnonMiB: number } {
   let heap = 0
@@ -398,9 +371,10 @@ async function main(): Promise<void> {
   }
   const text = report(runs, startedAt, (performance.now() - t0) / 1000)
   mkdirSync(RESULTS_DIR, { recursive: true })
-  const file = join(RESULTS_DIR, PARTIAL ? 'memory.partial.md' : 'memory.md')
+  const file = join(RESULTS_DIR, QUICK ? 'memory.quick.md' : PARTIAL ? 'memory.partial.md' : 'memory.md')
   writeFileSync(file, text)
-  writeFileSync(file.replace(/\.md$/, '.json'), JSON.stringify({ rows: ROWS, flags: FLAGS, nodeOptions: NODE_OPTIONS, runs }, null, 2))
+  const results: Report = { machine: { ...machineInfo(process.env.BENCH_DIR ?? tmpdir()), date: startedAt.toISOString() }, rows: ROWS, afterS: AFTER_S, flags: FLAGS, nodeOptions: NODE_OPTIONS, runs }
+  writeFileSync(file.replace(/\.md$/, '.json'), JSON.stringify(results, null, 2))
   console.log(text)
   console.log(`wrote ${file}`)
 }

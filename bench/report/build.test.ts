@@ -12,11 +12,13 @@ import { describe, expect, it } from 'vitest'
 import { useTempDir } from '@sluice/test-utils'
 import type { Report as ClientReport } from '../client/report.js'
 import type { Report as HttpReport } from '../http/report.js'
+import { type Report as MemoryReport, TARGET as MEMORY_TARGET } from '../memory/report.js'
 import type { Report as PipelineReport } from '../pipeline/report.js'
+import { type Report as StartReport, TARGET_MS as START_TARGET_MS } from '../start/report.js'
 import type { Measurement } from '../storage/report.js'
 import { writeReport, type BuiltReport } from './build.js'
 import { drawable } from './chart.js'
-import { compact, ms, num } from './format.js'
+import { compact, median, ms, num, ratio } from './format.js'
 import { BENCHMARKS } from './registry.js'
 
 const resultsDir = join(dirname(fileURLToPath(import.meta.url)), '..', 'results')
@@ -80,7 +82,7 @@ describe('the benchmark report from bench/results', () => {
   it('has a section for every benchmark with a full results file, with what it measures, method, machine and load', async () => {
     const report = await build(resultsDir)
     const withResults = sections.filter((s) => existsSync(join(resultsDir, `${s.stem}.json`)))
-    expect(withResults.map((s) => s.id)).toEqual(expect.arrayContaining(['storage', 'pipeline', 'http', 'client']))
+    expect(withResults.map((s) => s.id)).toEqual(expect.arrayContaining(['storage', 'pipeline', 'http', 'client', 'start', 'memory']))
     for (const s of withResults) {
       const start = report.markdown.indexOf(`\n## ${s.title}\n`)
       expect(start, s.title).toBeGreaterThan(0)
@@ -119,12 +121,47 @@ describe('the benchmark report from bench/results', () => {
     const storage = json<{ results: Measurement[] }>('storage.json')
     const big = storage.results.find((m) => m.workload === 'append-1000' && m.engine === 'ours')!
     row(markdown, 'append 1000 rows/tx', 'Sluice storage', ms(big.medianMs), ms(big.p99Ms))
+
+    const start = json<StartReport>('start.json')
+    for (const shapes of start.sizes) {
+      for (const [mode, label] of [['compiled', 'compiled (dist/)'], ['source', 'from source (tsx)']] as const) {
+        const runs = start.runs.filter((r) => r.shapes === shapes && r.mode === mode)
+        const healthy = runs.map((r) => r.healthyMs)
+        const line = row(markdown, num(shapes), label, num(runs.length), ms(median(healthy)), `${ms(Math.min(...healthy))} – ${ms(Math.max(...healthy))}`)
+        const target = START_TARGET_MS[shapes]
+        if (mode === 'compiled' && target !== undefined) expect(line).toMatch(median(healthy) <= target ? /\| met \|$/ : /\| \*\*missed\*\* \|$/)
+      }
+    }
+
+    const memory = json<MemoryReport>('memory.json')
+    const mid = (pick: (r: MemoryReport['runs'][number]) => number) => median(memory.runs.map(pick))
+    const range = (pick: (r: MemoryReport['runs'][number]) => number, unit: string, digits = 0) => {
+      const xs = memory.runs.map(pick)
+      return `${num(Math.min(...xs), digits)} ${unit} – ${num(Math.max(...xs), digits)} ${unit}`
+    }
+    const peak = row(markdown, 'peak RSS')
+    expect(peak).toContain(`| ${num(mid((r) => r.peakMiB))} MiB (`)
+    expect(peak).toContain(range((r) => r.peakMiB, 'MiB'))
+    expect(peak).toMatch(mid((r) => r.peakMiB) < MEMORY_TARGET.peakMiB ? /\| met \|$/ : /\| \*\*missed\*\* \|$/)
+    const lastRow = row(markdown, 'commit to the last row at the client', `${num(mid((r) => r.lastRowS), 1)} s`, range((r) => r.lastRowS, 's', 1))
+    expect(lastRow).toMatch(mid((r) => r.lastRowS) < MEMORY_TARGET.lastRowS ? /\| met \|$/ : /\| \*\*missed\*\* \|$/)
+    row(markdown, 'RSS before the transaction', `${num(mid((r) => r.preMiB))} MiB`, range((r) => r.preMiB, 'MiB'))
+    expect(row(markdown, 'ceiling: pg_recvlogical receives it')).toContain(`| ${num(mid((r) => r.ceilingS), 1)} s (Sluice ${ratio(mid((r) => r.lastRowS) / mid((r) => r.ceilingS))}) |`)
+    for (const r of memory.runs) row(markdown, num(r.rep), `${num(r.walBytes / 1e9, 2)} GB`)
+  })
+
+  it('dates the start benchmark\'s results by its top-level date, which it writes without a machine block', async () => {
+    const report = await build(resultsDir)
+    const start = json<StartReport>('start.json')
+    const section = report.sections.find((s) => s.section.id === 'start')!
+    expect(section.file.date).toBe(start.machine?.date ?? start.date)
+    expect(report.markdown).toMatch(new RegExp(`\\| \\[\`start\\.json\`\\]\\([^)]*\\) \\| full run \\| ${(start.machine?.date ?? start.date).slice(0, 10)} \\|`))
   })
 
   it('writes one well-formed SVG chart per spec, naming every series, and links each from the markdown', async () => {
     const report = await build(resultsDir)
     expect(report.charts.map((c) => c.spec.id)).toEqual(
-      expect.arrayContaining(['storage-append', 'pipeline-throughput', 'http-initial-throughput', 'http-initial-latency', 'http-live-latency', 'client-sync-time']),
+      expect.arrayContaining(['storage-append', 'pipeline-throughput', 'http-initial-throughput', 'http-initial-latency', 'http-live-latency', 'client-sync-time', 'start-healthy', 'start-cpu', 'memory-rss']),
     )
     for (const chart of report.charts) {
       expect(checkTags(chart.svg), chart.file).toBe('svg')
@@ -135,11 +172,28 @@ describe('the benchmark report from bench/results', () => {
       const points = drawable(chart.spec)
       expect(points.length, chart.file).toBeGreaterThan(0)
       expect(chart.svg.match(/aria-roledescription="point"/g)?.length, chart.file).toBe(points.length)
-      for (const p of points) expect(chart.svg, chart.file).toContain(`series: ${p.series}; x: ${p.x}; y: ${p.y}"`)
+      // Vega writes negative numbers with a minus sign (U+2212), not a hyphen.
+      const text = (x: number) => String(x).replace('-', '\u2212')
+      for (const p of points) expect(chart.svg, chart.file).toContain(`series: ${p.series}; x: ${text(p.x)}; y: ${text(p.y)}"`)
       expect(report.markdown).toContain(`![${chart.spec.title}](charts/${chart.file})`)
     }
     const pipeline = report.charts.find((c) => c.spec.id === 'pipeline-throughput')!
     expect(pipeline.spec.series.map((s) => s.name)).toEqual(['Sluice, 1-row transactions', 'Sluice, 100-row transactions', 'ceiling (pg_recvlogical), 1-row', 'ceiling (pg_recvlogical), 100-row'])
+    // Start: one point per shape count and CLI, and the issue's target at each shape count that has one.
+    const start = json<StartReport>('start.json')
+    const healthy = report.charts.find((c) => c.spec.id === 'start-healthy')!
+    expect(healthy.spec.series.map((s) => s.name)).toEqual(['compiled (dist/)', 'from source (tsx)', 'issue target (compiled)'])
+    expect(healthy.spec.points.filter((p) => p.series === 'issue target (compiled)').map((p) => [p.x, p.y])).toEqual(
+      start.sizes.filter((n) => START_TARGET_MS[n] !== undefined).map((n) => [n, START_TARGET_MS[n]! / 1000]),
+    )
+    expect(healthy.spec.points).toContainEqual({ series: 'compiled (dist/)', x: 10, y: median(start.runs.filter((r) => r.shapes === 10 && r.mode === 'compiled').map((r) => r.healthyMs)) / 1000 })
+    // Memory: every run's RSS time line, and the 350 MiB target across it.
+    const memory = json<MemoryReport>('memory.json')
+    const rss = report.charts.find((c) => c.spec.id === 'memory-rss')!
+    for (const r of memory.runs) {
+      expect(rss.spec.points.filter((p) => p.series === `run ${r.rep}`).map((p) => [p.x, p.y])).toEqual(r.timeline.map(([t, mib]) => [t, mib]))
+    }
+    expect(rss.spec.points.filter((p) => p.series === `target: peak below ${MEMORY_TARGET.peakMiB} MiB`).map((p) => p.y)).toEqual([MEMORY_TARGET.peakMiB, MEMORY_TARGET.peakMiB])
   })
 
   it('falls back to a partial results file, says so, and lists the benchmarks without results', async () => {

@@ -11,6 +11,8 @@ export interface Axis {
   readonly title: string
   /** A log scale, for axes that span decades (1 to 10,000 shapes). */
   readonly log?: boolean
+  /** A continuous measure (seconds of a time line): Vega's own ticks rather than one at each measured value. */
+  readonly continuous?: boolean
 }
 
 export interface Series {
@@ -69,7 +71,7 @@ export function vegaLiteSpec(spec: ChartSpec): TopLevelSpec {
         title: spec.x.title,
         scale: spec.x.log ? { type: 'log' } : { zero: false },
         // Ticks at the measured values: a benchmark has few, and in-between ticks suggest measurements that were not made.
-        axis: { values: xs, format: '~s', labelOverlap: true },
+        axis: spec.x.continuous ? { format: '~s' } : { values: xs, format: '~s', labelOverlap: true },
       },
       y: {
         field: 'y',

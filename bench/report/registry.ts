@@ -7,7 +7,9 @@
 import type { ReportSection } from './section.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
+import { memorySection } from './sections/memory.js'
 import { pipelineSection } from './sections/pipeline.js'
+import { startSection } from './sections/start.js'
 import { storageSection } from './sections/storage.js'
 
 export interface Benchmark {
@@ -29,4 +31,8 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'pipeline', script: 'bench:pipeline', quickEnv: { QUICK: '1', ONLY: 'throughput', SETS: 'eq1,eq1k,eq10k' }, section: pipelineSection },
   { name: 'http', script: 'bench:http', quickEnv: { QUICK: '1' }, section: httpSection },
   { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
+  // QUICK: 2 runs each at 10 and 1,000 shapes (making the 100k store alone takes a few minutes).
+  { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
+  // QUICK: one 300,000-row transaction, RSS followed for 10 s after.
+  { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
 ]

@@ -38,9 +38,11 @@ export function preference(quick: boolean): readonly ResultsKind[] {
   return quick ? ['quick', 'full', 'partial'] : ['full', 'partial', 'quick']
 }
 
+/** The run's start from its machine block; else a top-level `date` (the start benchmark's, written at the run's end). */
 function dateOf(data: unknown): string | undefined {
-  const machine = (data as { machine?: { date?: unknown } } | null)?.machine
-  return typeof machine?.date === 'string' ? machine.date : undefined
+  const d = data as { machine?: { date?: unknown }; date?: unknown } | null
+  if (typeof d?.machine?.date === 'string') return d.machine.date
+  return typeof d?.date === 'string' ? d.date : undefined
 }
 
 export function findResults(resultsDir: string, stem: string, quick: boolean): ResultsFile | undefined {

@@ -6,7 +6,8 @@
  * sources through tsx (SLUICE_FROM_SOURCE=1, the old way), runs interleaved.
  *
  * Environment: START_RUNS (runs per size and mode, default 7), START_SIZES
- * (default 10,100000), START_FIXTURE=<dir> keeps the Postgres cluster and the
+ * (default 10,100000), QUICK=1 (a smoke run: 2 runs, 10 and 1,000 shapes,
+ * into results/start.quick.*), START_FIXTURE=<dir> keeps the Postgres cluster and the
  * stores there for the next run (making the 100k store takes a few minutes;
  * default: a temp dir, deleted at the end), START_NODE_ARGS (Node flags for
  * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output).
@@ -20,37 +21,20 @@ import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
 import { median } from '../pipeline/stats.js'
+import { machineInfo } from '../storage/report.js'
 import { type StartFixture, startFixture } from './fixture.js'
+import { MODES, type Mode, type Report, type Run, TARGET_MS } from './report.js'
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url))
 const BIN = join(ROOT, 'packages/server/bin/sluice.js')
-const RUNS = Number(process.env.START_RUNS ?? 7)
-const SIZES = (process.env.START_SIZES ?? '10,100000').split(',').map(Number)
+const QUICK = process.env.QUICK === '1'
+const RUNS = Number(process.env.START_RUNS ?? (QUICK ? 2 : 7))
+const SIZES = (process.env.START_SIZES ?? (QUICK ? '10,1000' : '10,100000')).split(',').map(Number)
 /** START_NODE_ARGS: extra Node flags for the server (e.g. --cpu-prof --cpu-prof-dir=/tmp/p); makes the report partial. */
 const NODE_ARGS = (process.env.START_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
 /** START_LOG_DIR: keep each server's output there (with --trace-gc in START_NODE_ARGS, say). */
 const LOG_DIR = process.env.START_LOG_DIR
 const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || NODE_ARGS.length > 0
-const MODES = ['compiled', 'source'] as const
-type Mode = (typeof MODES)[number]
-/** The targets of the issue: time to healthy with 10 and with 100k shapes. */
-const TARGET_MS: Record<number, number> = { 10: 1000, 100000: 5000 }
-
-interface Run {
-  readonly mode: Mode
-  readonly shapes: number
-  /** Spawn to the first 200 of /v1/health. */
-  readonly healthyMs: number
-  /** What the banner says: createServer() to listening (so the rest of healthyMs is loading the code). */
-  readonly serverMs: number
-  /** CPU time (user + system, every thread) the server had used when it answered healthy: steadier than wall time on a busy machine. */
-  readonly cpuMs: number
-  /** SIGTERM to exit. */
-  readonly stopMs: number
-  /** The machine's one-minute load average at the start of the run (2 cores here: above 2, runs wait for a core). */
-  readonly load1: number
-}
-
 /** User + system CPU time of a live process, from /proc (clock ticks of 10 ms). */
 function cpuTimeMs(pid: number): number {
   try {
@@ -176,6 +160,7 @@ async function main(): Promise<void> {
   const t0 = performance.now()
   buildCompiled()
   const fixtureDir = process.env.START_FIXTURE ?? mkdtempSync(join(tmpdir(), 'sluice-start-'))
+  const machine = machineInfo(fixtureDir)
   const runs: Run[] = []
   let cluster: StartFixture['cluster'] | undefined
   let reused = false
@@ -205,8 +190,9 @@ async function main(): Promise<void> {
     if (process.env.START_FIXTURE === undefined) rmSync(fixtureDir, { recursive: true, force: true })
   }
   const seconds = (performance.now() - t0) / 1000
-  const base = join(ROOT, 'bench/results', PARTIAL ? 'start.partial' : 'start')
-  writeFileSync(`${base}.json`, `${JSON.stringify({ date: new Date().toISOString(), runsPerMode: RUNS, sizes: SIZES, runs }, null, 2)}\n`)
+  const base = join(ROOT, 'bench/results', QUICK ? 'start.quick' : PARTIAL ? 'start.partial' : 'start')
+  const results: Report = { date: new Date().toISOString(), machine, runsPerMode: RUNS, sizes: SIZES, runs }
+  writeFileSync(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`)
   writeFileSync(`${base}.md`, report(runs, seconds, reused))
   process.stdout.write(report(runs, seconds, reused))
 }
