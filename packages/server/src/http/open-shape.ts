@@ -1,6 +1,6 @@
 import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
-import { type ResolvedShape, type ShapeService, isShapeInvalidated } from '../shape-service.js'
+import { type ResolvedShape, type ShapeService, isShapeInvalidated, isTableNotFound, shapeTableGone } from '../shape-service.js'
 import { toSluiceError } from './http-errors.js'
 
 /**
@@ -8,11 +8,34 @@ import { toSluiceError } from './http-errors.js'
  * as every `/v1/shape` read does (GET, HEAD and subset snapshots alike).
  */
 
-/** The shape for a definition (created if new), failures mapped to what the client gets. */
-export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams): Promise<ResolvedShape> {
+/** The handles a request names: the one it follows, and the one it was told is retired. */
+export interface FollowedHandles {
+  readonly handle?: string | undefined
+  readonly expiredHandle?: string | undefined
+}
+
+/**
+ * The shape for a definition (created if new), failures mapped to what the
+ * client gets. A client that followed a shape whose table is now gone
+ * (docs/protocol.md §5.4) is not told the table does not exist, a 400 that
+ * stops it: a request naming the shape's handle gets `'refetch'` (a 409 with
+ * no handle, as nothing can replace it), and the refetch naming it as retired
+ * gets 503 with `retry-after` until the table exists again. A handle the
+ * server never issued proves nothing.
+ */
+export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams): Promise<ResolvedShape>
+export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: FollowedHandles): Promise<ResolvedShape | 'refetch'>
+export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: FollowedHandles = {}): Promise<ResolvedShape | 'refetch'> {
   try {
     return await shapes.resolve(params)
   } catch (error) {
+    if (isTableNotFound(error)) {
+      const { handle, expiredHandle } = followed
+      if (handle !== undefined && shapes.status(handle) !== 'unknown') return 'refetch'
+      if (expiredHandle !== undefined && shapes.status(expiredHandle) !== 'unknown') {
+        throw toSluiceError(shapeTableGone(params.table.schema, params.table.name, error))
+      }
+    }
     throw toSluiceError(error, { relation: params.table })
   }
 }

@@ -27,16 +27,15 @@ import {
 } from '@sluice/protocol'
 import type { LogRead, ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { type ResolvedShape, type ShapeService, headOffset, isTableNotFound, shapeTableGone } from '../shape-service.js'
+import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
 import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { toSluiceError } from './http-errors.js'
 import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
 import { rawQuery } from './raw-query.js'
-import { awaitReady } from './open-shape.js'
+import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
@@ -170,8 +169,8 @@ class ShapeResponder {
   async serve(): Promise<FastifyReply> {
     const params = this.req.shape
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
-    const resolved = await this.resolve(params)
-    if (resolved === undefined) return this.reply
+    const resolved = await resolveShape(this.shapes, params, this.req)
+    if (resolved === 'refetch') return this.mustRefetch(undefined)
     if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
     const ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined)
     if (ready === undefined) return this.rotated(resolved)
@@ -186,32 +185,6 @@ class ShapeResponder {
     if (!this.req.live) return this.sendRead(shape, log.read(after))
     if (this.req.liveSse) return this.streamSse(shape, after)
     return this.longPoll(shape, log, after)
-  }
-
-  /**
-   * The request's shape. A client that followed a shape whose table is now
-   * gone (§5.4) is not told the table does not exist, a 400 that stops it: the
-   * shape's handle gets 409 (nothing can replace it, so with no handle), and
-   * the refetch naming it as retired gets 503 with `retry-after`, until the
-   * table exists again. A handle the server never issued proves nothing.
-   * Undefined when the reply is already made.
-   */
-  private async resolve(params: NonNullable<ShapeRequest['shape']>): Promise<ResolvedShape | undefined> {
-    try {
-      return await this.shapes.resolve(params)
-    } catch (error) {
-      if (isTableNotFound(error)) {
-        const { handle, expiredHandle } = this.req
-        if (handle !== undefined && this.shapes.status(handle) !== 'unknown') {
-          this.mustRefetch(undefined)
-          return undefined
-        }
-        if (expiredHandle !== undefined && this.shapes.status(expiredHandle) !== 'unknown') {
-          throw toSluiceError(shapeTableGone(params.table.schema, params.table.name, error))
-        }
-      }
-      throw toSluiceError(error, { relation: params.table })
-    }
   }
 
   /**

@@ -122,7 +122,8 @@ class SubsetResponder {
   }
 
   async serve(subset: NonNullable<ShapeRequest['subset']>): Promise<FastifyReply> {
-    const resolved = await resolveShape(this.shapes, this.params)
+    const resolved = await resolveShape(this.shapes, this.params, this.req)
+    if (resolved === 'refetch') return this.mustRefetch(undefined)
     if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
     const compiled = await this.shapes.compileSubset(subset, resolved.table)
     const ready = await awaitReady(this.shapes, resolved, this.params, this.req.handle !== undefined)

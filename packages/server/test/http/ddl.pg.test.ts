@@ -128,6 +128,8 @@ describe('a dropped or renamed table ends its shapes at once', () => {
     expect(expectRefetch(res, before.handle)).toBeUndefined()
     // The client that followed the shape: 409, never a 400 it cannot handle.
     expect(expectRefetch(await get(shapeUrl({ table: 'gone_t', offset: before.offset, handle: before.handle })), before.handle)).toBeUndefined()
+    // A subset snapshot of that shape (the official client's requestSnapshot names its handle): 409 too.
+    expect(expectRefetch(await get(shapeUrl({ table: 'gone_t', offset: before.offset, handle: before.handle, subset__where: 'id > 0' })), before.handle)).toBeUndefined()
     // Its refetch (the official client sends the retired handle as expired_handle): retry later.
     const refetch = await get(shapeUrl({ table: 'gone_t', offset: '-1', expired_handle: before.handle }))
     expect(refetch.status).toBe(503)
