@@ -13,6 +13,9 @@
 // pool then, the descriptor is closed when it returns (closing it under a
 // running sendfile could send into a reused descriptor number).
 #include <napi.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <uv.h>
 
 #include <atomic>
@@ -273,9 +276,23 @@ Napi::Value Stats(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// glibc keeps freed memory in its heaps and gives back only the top of each:
+// after a burst of large allocations (a huge transaction's buffers) the
+// process stays that large. malloc_trim(0) returns every free page of every
+// arena to the kernel. Node offers no way to call it; other C libraries
+// (musl) return memory on their own, so there it is a no-op.
+Napi::Value TrimHeap(const Napi::CallbackInfo& info) {
+#ifdef __GLIBC__
+  return Napi::Boolean::New(info.Env(), malloc_trim(0) == 1);
+#else
+  return Napi::Boolean::New(info.Env(), false);
+#endif
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Sender", Sender::Define(env));
   exports.Set("stats", Napi::Function::New(env, Stats));
+  exports.Set("trimHeap", Napi::Function::New(env, TrimHeap));
   return exports;
 }
 

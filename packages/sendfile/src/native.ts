@@ -17,4 +17,5 @@ export interface SendfileStats {
 export interface NativeAddon {
   readonly Sender: new (socketFd: number) => NativeSender
   stats(): SendfileStats
+  trimHeap(): boolean
 }

@@ -45,6 +45,15 @@ export class Sendfile {
   stats(): SendfileStats {
     return this.native.stats()
   }
+
+  /**
+   * Gives the C heap's free pages back to the kernel (glibc's malloc_trim):
+   * true when any were. Not sendfile, but the same addon is the one native
+   * module the server loads.
+   */
+  trimHeap(): boolean {
+    return this.native.trimHeap()
+  }
 }
 
 /**

@@ -62,3 +62,11 @@ export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
  * than a hand-off to the thread pool and back per range.
  */
 export const DEFAULT_SENDFILE_MIN_BYTES = 64 * 1024
+
+/**
+ * How often the C heap's free pages are given back to the kernel (glibc's
+ * malloc_trim, through the native addon). A huge transaction frees hundreds of
+ * MiB of buffers that glibc would otherwise keep for the life of the process;
+ * a trim of a quiet heap costs well under a millisecond.
+ */
+export const HEAP_TRIM_INTERVAL_MS = 10_000

@@ -9,6 +9,7 @@ import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
+import { startHeapTrim } from './heap-trim.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
 import { type SluiceLogger, createLogger } from './logger.js'
@@ -89,7 +90,9 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
   let pipeline: Pipeline | undefined
   let metrics: ServerMetrics | undefined
   let app: FastifyInstance | undefined
+  let stopHeapTrim = (): void => {}
   const undo = async (): Promise<void> => {
+    stopHeapTrim()
     await app?.close().catch(() => {})
     await metrics?.close().catch(() => {})
     await pipeline?.stop().catch((err: unknown) => logger.error({ err }, 'pipeline stop failed'))
@@ -133,6 +136,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       shapeLog.info({ handle, table: `${definition.schema}.${definition.table}`, reason: reason.kind }, 'shape invalidated')
     })
 
+    stopHeapTrim = await startHeapTrim()
     const bodyPath = await resolveBodyPath(config.sendfile)
     if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
     else logger.info({ bodyPath: 'pread', reason: bodyPath.reason }, 'response bodies are sent with pread (no sendfile)')
@@ -165,6 +169,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       grace.unref()
       await app!.close()
       clearTimeout(grace)
+      stopHeapTrim()
       await metrics!.close()
       // Makes everything routed durable and acknowledges it to Postgres.
       await pipeline!.stop()
