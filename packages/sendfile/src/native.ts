@@ -17,5 +17,6 @@ export interface SendfileStats {
 export interface NativeAddon {
   readonly Sender: new (socketFd: number) => NativeSender
   stats(): SendfileStats
-  trimHeap(): boolean
+  /** Missing from an addon built before it was added. */
+  trimHeap?(): boolean
 }

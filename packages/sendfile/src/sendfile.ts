@@ -52,7 +52,8 @@ export class Sendfile {
    * module the server loads.
    */
   trimHeap(): boolean {
-    return this.native.trimHeap()
+    // An addon built before trimHeap existed (a checkout whose install did not rebuild it) has none.
+    return typeof this.native.trimHeap === 'function' ? this.native.trimHeap() : false
   }
 }
 
