@@ -6,7 +6,7 @@
  * sources through tsx (SLUICE_FROM_SOURCE=1, the old way), runs interleaved.
  *
  * Environment: START_RUNS (runs per size and mode, default 7), START_SIZES
- * (default 10,100000), START_FIXTURE=<dir> keeps the Postgres cluster and the
+ * (default 10,100000), START_MODES (default compiled,source), START_FIXTURE=<dir> keeps the Postgres cluster and the
  * stores there for the next run (making the 100k store takes a few minutes;
  * default: a temp dir, deleted at the end), START_NODE_ARGS (Node flags for
  * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output).
@@ -30,9 +30,14 @@ const SIZES = (process.env.START_SIZES ?? '10,100000').split(',').map(Number)
 const NODE_ARGS = (process.env.START_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
 /** START_LOG_DIR: keep each server's output there (with --trace-gc in START_NODE_ARGS, say). */
 const LOG_DIR = process.env.START_LOG_DIR
-const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || NODE_ARGS.length > 0
-const MODES = ['compiled', 'source'] as const
-type Mode = (typeof MODES)[number]
+const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || process.env.START_MODES !== undefined || NODE_ARGS.length > 0
+const ALL_MODES = ['compiled', 'source'] as const
+type Mode = (typeof ALL_MODES)[number]
+/** START_MODES: which modes to run (compiled alone halves a run at 100k); makes the report partial. */
+const MODES: readonly Mode[] = (process.env.START_MODES ?? ALL_MODES.join(',')).split(',').map((m) => {
+  if (!(ALL_MODES as readonly string[]).includes(m)) throw new Error(`START_MODES: unknown mode ${m}`)
+  return m as Mode
+})
 /** The targets of the issue: time to healthy with 10 and with 100k shapes. */
 const TARGET_MS: Record<number, number> = { 10: 1000, 100000: 5000 }
 

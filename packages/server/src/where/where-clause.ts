@@ -1,7 +1,7 @@
 import type { RowValues } from '@sluice/protocol'
 import { Binder } from './bind.js'
 import { canonicalText } from './canonical.js'
-import { compileExpr } from './compile.js'
+import { type Evaluator, compileExpr } from './compile.js'
 import type { IndexableConjunct } from './conjuncts.js'
 import { indexableConjuncts } from './conjuncts.js'
 import { columnsOf } from './expr.js'
@@ -140,19 +140,28 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
   const planningError = constantError(expr)
   if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)
 
-  const valueOf = compileExpr(expr)
-  const qual = whereQual(expr)
-  const verdictOf = qual === expr ? valueOf : compileExpr(qual)
   const conjuncts = indexableConjuncts(expr)
+  /*
+   * The evaluators are built on the first row, not here: a restart restores
+   * every stored shape's clause, most of which no row may reach for a while,
+   * and building them (closures over the bound tree, the WHERE rewrite) for
+   * 100k shapes cost a good part of the start-up in time and retained memory.
+   */
+  let valueOf: Evaluator | undefined
+  let verdictOf: Evaluator | undefined
   const evaluate = (row: RowValues): WhereResult => {
     try {
-      return valueOf(row) as boolean | null
+      return (valueOf ??= compileExpr(expr))(row) as boolean | null
     } catch (error) {
       return failure(error)
     }
   }
   const test = (row: RowValues): WhereVerdict => {
     try {
+      if (verdictOf === undefined) {
+        const qual = whereQual(expr)
+        verdictOf = qual === expr ? (valueOf ??= compileExpr(expr)) : compileExpr(qual)
+      }
       return verdictOf(row) === true
     } catch (error) {
       return failure(error)
