@@ -112,6 +112,26 @@ function columnType(column: WhereColumn, enums: Map<string, EnumType>): SqlType 
   return isArray ? arrayOf(element) : element
 }
 
+/**
+ * Canonical texts by parse tree and enums: the text depends on nothing else,
+ * and parse trees are shared by clauses that differ only in their parameters
+ * (parse-clause.ts), so a restart's 100k `user_id = $1` print it once.
+ */
+const canonicalTexts = new WeakMap<object, WeakMap<ReadonlyMap<string, EnumType>, string>>()
+
+function canonicalOf(tree: object, enums: ReadonlyMap<string, EnumType>): string {
+  let byEnums = canonicalTexts.get(tree)
+  const known = byEnums?.get(enums)
+  if (known !== undefined) return known
+  const text = canonicalText(tree, enums)
+  // Only frozen trees are shared, and only they cannot change under the cache.
+  if (Object.isFrozen(tree)) {
+    if (byEnums === undefined) canonicalTexts.set(tree, (byEnums = new WeakMap()))
+    byEnums.set(enums, text)
+  }
+  return text
+}
+
 /** Compiles a where clause; loads the WASM parser on first use. */
 export async function compileWhere(source: string, options: CompileWhereOptions): Promise<WhereClause> {
   await loadWhereParser()
@@ -169,7 +189,7 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
   }
   return Object.freeze({
     source,
-    canonical: canonicalText(tree, enums),
+    canonical: canonicalOf(tree, enums),
     params: Object.freeze([...params]),
     columns: Object.freeze([...columnsOf(expr)].sort()),
     conjuncts: Object.freeze(conjuncts),
