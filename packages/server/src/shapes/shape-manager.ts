@@ -166,22 +166,23 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     const manager = new ShapeManager(options, registry)
     for (const id of [...broken, ...registry.expiredDuringRestore]) await options.store.deleteShape(id)
 
-    const tables = new Map<string, Promise<TableInfo | undefined>>()
+    // Each table loaded once, and awaited once: not a suspension per shape.
+    const tables = new Map<string, TableInfo | undefined>()
     for (const shape of stored) {
       const { meta } = shape
       if (registry.status(meta.handle) !== 'active') continue
       const def = meta.definition
       const key = `${def.schema}\u0000${def.table}`
       let table = tables.get(key)
-      if (table === undefined) {
+      if (table === undefined && !tables.has(key)) {
         // Interned as requests' answers are, so a request finds its restored shape's table by identity.
-        table = loadTable(options.db, { schema: def.schema, name: def.table }).then(
+        table = await loadTable(options.db, { schema: def.schema, name: def.table }).then(
           (info) => (info === undefined ? undefined : manager.tables.adopt(info)),
           () => undefined,
         )
         tables.set(key, table)
       }
-      const revived = revive(shape, await table, options.store.durableLsn)
+      const revived = revive(shape, table, options.store.durableLsn)
       if (revived.problem !== undefined) {
         await manager.dropRestored(meta.handle, def, revived.problem)
         continue

@@ -1,7 +1,7 @@
 import type { RowValues } from '@sluice/protocol'
 import { Binder } from './bind.js'
 import { canonicalText } from './canonical.js'
-import { compileExpr } from './compile.js'
+import { type Evaluator, compileExpr } from './compile.js'
 import type { IndexableConjunct } from './conjuncts.js'
 import { indexableConjuncts } from './conjuncts.js'
 import { columnsOf } from './expr.js'
@@ -112,6 +112,26 @@ function columnType(column: WhereColumn, enums: Map<string, EnumType>): SqlType 
   return isArray ? arrayOf(element) : element
 }
 
+/**
+ * Canonical texts by parse tree and enums: the text depends on nothing else,
+ * and parse trees are shared by clauses that differ only in their parameters
+ * (parse-clause.ts), so a restart's 100k `user_id = $1` print it once.
+ */
+const canonicalTexts = new WeakMap<object, WeakMap<ReadonlyMap<string, EnumType>, string>>()
+
+function canonicalOf(tree: object, enums: ReadonlyMap<string, EnumType>): string {
+  let byEnums = canonicalTexts.get(tree)
+  const known = byEnums?.get(enums)
+  if (known !== undefined) return known
+  const text = canonicalText(tree, enums)
+  // Only frozen trees are shared, and only they cannot change under the cache.
+  if (Object.isFrozen(tree)) {
+    if (byEnums === undefined) canonicalTexts.set(tree, (byEnums = new WeakMap()))
+    byEnums.set(enums, text)
+  }
+  return text
+}
+
 /** Compiles a where clause; loads the WASM parser on first use. */
 export async function compileWhere(source: string, options: CompileWhereOptions): Promise<WhereClause> {
   await loadWhereParser()
@@ -140,19 +160,28 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
   const planningError = constantError(expr)
   if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)
 
-  const valueOf = compileExpr(expr)
-  const qual = whereQual(expr)
-  const verdictOf = qual === expr ? valueOf : compileExpr(qual)
   const conjuncts = indexableConjuncts(expr)
+  /*
+   * The evaluators are built on the first row, not here: a restart restores
+   * every stored shape's clause, most of which no row may reach for a while,
+   * and building them (closures over the bound tree, the WHERE rewrite) for
+   * 100k shapes cost a good part of the start-up in time and retained memory.
+   */
+  let valueOf: Evaluator | undefined
+  let verdictOf: Evaluator | undefined
   const evaluate = (row: RowValues): WhereResult => {
     try {
-      return valueOf(row) as boolean | null
+      return (valueOf ??= compileExpr(expr))(row) as boolean | null
     } catch (error) {
       return failure(error)
     }
   }
   const test = (row: RowValues): WhereVerdict => {
     try {
+      if (verdictOf === undefined) {
+        const qual = whereQual(expr)
+        verdictOf = qual === expr ? (valueOf ??= compileExpr(expr)) : compileExpr(qual)
+      }
       return verdictOf(row) === true
     } catch (error) {
       return failure(error)
@@ -160,7 +189,7 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
   }
   return Object.freeze({
     source,
-    canonical: canonicalText(tree, enums),
+    canonical: canonicalOf(tree, enums),
     params: Object.freeze([...params]),
     columns: Object.freeze([...columnsOf(expr)].sort()),
     conjuncts: Object.freeze(conjuncts),

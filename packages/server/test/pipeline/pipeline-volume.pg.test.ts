@@ -67,12 +67,12 @@ describe('volume', () => {
   })
 
   it('spills the queue of a shape whose snapshot is slow instead of holding it in memory, and loses nothing', { timeout: 300_000 }, async () => {
-    const pipeline = await start({ memoryBudgetBytes: 256 * 1024 })
+    const pipeline = await start({ memoryBudgetBytes: 64 * 1024 })
     // A large snapshot takes seconds; meanwhile the table keeps changing.
     const creating = pipeline.shapes.resolve(shapeParams('public', 'big', { where: 'k >= 0' }))
-    // Each update alone queues more than the whole budget (5,000 changes of over 100 bytes), so any one
-    // committed while the snapshot runs must spill, however fast this machine takes the snapshot.
-    const BATCH = 5_000
+    // Each update alone queues many times the whole budget (20,000 changes of tens of bytes at least), so
+    // any one committed while the snapshot runs must spill, however fast this machine takes the snapshot.
+    const BATCH = 20_000
     let writing = true
     let writes = 0
     const writer = (async () => {
