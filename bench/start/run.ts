@@ -6,12 +6,8 @@
  * sources through tsx (SLUICE_FROM_SOURCE=1, the old way), runs interleaved.
  *
  * Environment: START_RUNS (runs per size and mode, default 7), START_SIZES
-<<<<<<< HEAD
- * (default 10,100000), QUICK=1 (a smoke run: 2 runs, 10 and 1,000 shapes,
- * into results/start.quick.*), START_FIXTURE=<dir> keeps the Postgres cluster and the
-=======
- * (default 10,100000), START_MODES (default compiled,source), START_FIXTURE=<dir> keeps the Postgres cluster and the
->>>>>>> h/start2
+ * (default 10,100000), START_MODES (default compiled,source), QUICK=1 (a smoke run: 2 runs, 10 and
+ * 1,000 shapes, into results/start.quick.*), START_FIXTURE=<dir> keeps the Postgres cluster and the
  * stores there for the next run (making the 100k store takes a few minutes;
  * default: a temp dir, deleted at the end), START_NODE_ARGS (Node flags for
  * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output).
@@ -38,36 +34,12 @@ const SIZES = (process.env.START_SIZES ?? (QUICK ? '10,1000' : '10,100000')).spl
 const NODE_ARGS = (process.env.START_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
 /** START_LOG_DIR: keep each server's output there (with --trace-gc in START_NODE_ARGS, say). */
 const LOG_DIR = process.env.START_LOG_DIR
-<<<<<<< HEAD
-const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || NODE_ARGS.length > 0
-=======
 const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || process.env.START_MODES !== undefined || NODE_ARGS.length > 0
-const ALL_MODES = ['compiled', 'source'] as const
-type Mode = (typeof ALL_MODES)[number]
 /** START_MODES: which modes to run (compiled alone halves a run at 100k); makes the report partial. */
-const MODES: readonly Mode[] = (process.env.START_MODES ?? ALL_MODES.join(',')).split(',').map((m) => {
-  if (!(ALL_MODES as readonly string[]).includes(m)) throw new Error(`START_MODES: unknown mode ${m}`)
+const RUN_MODES: readonly Mode[] = (process.env.START_MODES ?? MODES.join(',')).split(',').map((m) => {
+  if (!(MODES as readonly string[]).includes(m)) throw new Error(`START_MODES: unknown mode ${m}`)
   return m as Mode
 })
-/** The targets of the issue: time to healthy with 10 and with 100k shapes. */
-const TARGET_MS: Record<number, number> = { 10: 1000, 100000: 5000 }
-
-interface Run {
-  readonly mode: Mode
-  readonly shapes: number
-  /** Spawn to the first 200 of /v1/health. */
-  readonly healthyMs: number
-  /** What the banner says: createServer() to listening (so the rest of healthyMs is loading the code). */
-  readonly serverMs: number
-  /** CPU time (user + system, every thread) the server had used when it answered healthy: steadier than wall time on a busy machine. */
-  readonly cpuMs: number
-  /** SIGTERM to exit. */
-  readonly stopMs: number
-  /** The machine's one-minute load average at the start of the run (2 cores here: above 2, runs wait for a core). */
-  readonly load1: number
-}
-
->>>>>>> h/start2
 /** User + system CPU time of a live process, from /proc (clock ticks of 10 ms). */
 function cpuTimeMs(pid: number): number {
   try {
@@ -158,7 +130,7 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
   ]
   for (const shapes of SIZES) {
     const byMode = new Map<Mode, number>()
-    for (const mode of MODES) {
+    for (const mode of RUN_MODES) {
       const rs = runs.filter((r) => r.shapes === shapes && r.mode === mode)
       if (rs.length === 0) continue
       const h = rs.map((r) => r.healthyMs)
@@ -206,12 +178,12 @@ async function main(): Promise<void> {
       if (madeMs > 5_000) process.stderr.write(`fixture of ${shapes} shapes made in ${fmt(madeMs)}\n`)
       else reused ||= shapes > 1000
       // One start of each mode first, not counted: the first after the fixture was made reads cold files.
-      for (const mode of MODES) {
+      for (const mode of RUN_MODES) {
         const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
         process.stderr.write(`${shapes} shapes, ${mode} (warm-up, not counted): healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms)\n`)
       }
       for (let i = 0; i < RUNS; i++) {
-        for (const mode of i % 2 === 0 ? MODES : [...MODES].reverse()) {
+        for (const mode of i % 2 === 0 ? RUN_MODES : [...RUN_MODES].reverse()) {
           const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
           runs.push(run)
           process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, stop ${Math.round(run.stopMs)} ms, load ${run.load1.toFixed(1)})\n`)
