@@ -32,6 +32,21 @@ interface PostgresSample {
   readonly flushLagSeconds: number | undefined
 }
 
+/** A counter that follows a count kept elsewhere (read at each scrape), by the amount it grew since the last. */
+function mirroredCounter(name: string, help: string, registers: Registry[], read: () => number): void {
+  let seen = 0
+  new Counter({
+    name,
+    help,
+    registers,
+    collect() {
+      const now = read()
+      if (now > seen) this.inc(now - seen)
+      seen = now
+    },
+  })
+}
+
 const FLUSH_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
 const SAMPLE_SQL = `
@@ -106,17 +121,12 @@ export class ServerMetrics implements HttpMetrics {
       registers,
     })
 
-    let routedSeen = 0
-    new Counter({
-      name: 'sluice_transactions_routed_total',
-      help: 'Transactions read from the replication stream and routed to shapes (rate() is changes per second).',
+    mirroredCounter(
+      'sluice_transactions_routed_total',
+      'Transactions read from the replication stream and routed to shapes (rate() is changes per second).',
       registers,
-      collect() {
-        const now = pipeline.router.transactionsRouted
-        if (now > routedSeen) this.inc(now - routedSeen)
-        routedSeen = now
-      },
-    })
+      () => pipeline.router.transactionsRouted,
+    )
     // A gauge per figure of a stats() snapshot, read at each scrape.
     const statsGauge =
       <S>(stats: () => S) =>
@@ -176,17 +186,12 @@ export class ServerMetrics implements HttpMetrics {
         for (const code of Object.keys(HEALTH_REASONS) as HealthReasonCode[]) this.set({ code }, present.has(code) ? 1 : 0)
       },
     })
-    let failuresSeen = 0
-    new Counter({
-      name: 'sluice_storage_commit_failures_total',
-      help: 'Store flushes (group commits) that failed; the changes they held are replayed from Postgres.',
+    mirroredCounter(
+      'sluice_storage_commit_failures_total',
+      'Store flushes (group commits) that failed; the changes they held are replayed from Postgres.',
       registers,
-      collect() {
-        const now = pipeline.health.commitFailures
-        if (now > failuresSeen) this.inc(now - failuresSeen)
-        failuresSeen = now
-      },
-    })
+      () => pipeline.health.commitFailures,
+    )
     new Gauge({
       name: 'sluice_replication_connected',
       help: '1 while the replication connection streams from Postgres.',

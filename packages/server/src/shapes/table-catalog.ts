@@ -120,6 +120,15 @@ const RELKIND_NAMES: Readonly<Record<string, string>> = {
 
 const REPLICA_IDENTITIES: Readonly<Record<string, ReplicaIdentitySetting>> = { d: 'default', n: 'nothing', f: 'full', i: 'index' }
 
+/** The table's primary-key column names in key order (JSON array, or null): for both catalog queries, so they compare alike. */
+function primaryKeySql(relationOid: string): string {
+  return `(SELECT pg_catalog.json_agg(a.attname ORDER BY k.ord)
+      FROM pg_catalog.pg_index i
+      CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+      WHERE i.indrelid = ${relationOid} AND i.indisprimary)`
+}
+
 /**
  * One query: the relation, its columns, the closure of the types they use
  * (domains down to their base types, true arrays down to their elements; a
@@ -161,11 +170,7 @@ SELECT pg_catalog.json_build_object(
       CASE WHEN t.typtype = 'e' THEN (SELECT pg_catalog.json_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid) END,
       EXISTS (SELECT FROM pg_catalog.pg_cast k WHERE k.castsource = t.oid AND k.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND k.castmethod = 'f')
     )) FROM types t),
-  'primary_key', (SELECT pg_catalog.json_agg(a.attname ORDER BY k.ord)
-      FROM pg_catalog.pg_index i
-      CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
-      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-      WHERE i.indrelid = rel.oid AND i.indisprimary)
+  'primary_key', ${primaryKeySql('rel.oid')}
 )::pg_catalog.text AS info
 FROM rel`
 }
@@ -488,11 +493,7 @@ const TABLE_STATES = `SELECT pg_catalog.json_build_object(
   'replident', c.relreplident::pg_catalog.text,
   'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(a.attname, a.atttypid::pg_catalog.int8, a.atttypmod) ORDER BY a.attnum)
       FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''),
-  'primary_key', (SELECT pg_catalog.json_agg(a.attname ORDER BY k.ord)
-      FROM pg_catalog.pg_index i
-      CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
-      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-      WHERE i.indrelid = c.oid AND i.indisprimary)
+  'primary_key', ${primaryKeySql('c.oid')}
 )::pg_catalog.text AS state
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = ANY ($1::pg_catalog.int8[]::pg_catalog.oid[])`
