@@ -55,8 +55,10 @@ describe('bench:http (QUICK, small counts)', () => {
         expect(run.bytesPerResponse).toBeGreaterThan(report.initialResponse.bodyBytes)
         expect(run.bytesPerResponse).toBeLessThan(report.initialResponse.bodyBytes + 2048)
       }
-      // Same bytes from both servers, apart from a few header bytes (date, keep-alive).
-      expect(Math.abs(row.sluice.runs[0]!.bytesPerResponse - row.ceiling.runs[0]!.bytesPerResponse)).toBeLessThan(64)
+      // Same bytes from both servers, apart from a few header bytes (date, keep-alive). wrk's average per
+      // response came out 77 bytes apart once in a full suite on a loaded machine (64 and under alone):
+      // the bound is a sanity check that both send the same 143 KB body, not a header count.
+      expect(Math.abs(row.sluice.runs[0]!.bytesPerResponse - row.ceiling.runs[0]!.bytesPerResponse)).toBeLessThan(256)
     }
 
     expect(report.live.map((r) => r.shapes)).toEqual([1, 20])

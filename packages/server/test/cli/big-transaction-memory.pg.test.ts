@@ -136,9 +136,11 @@ describe('a huge transaction through the sluice command', () => {
     // The transaction's log is about 130 MB at 300k rows (1.3 GB at 3M). Held whole, or as garbage for V8
     // and malloc to hand back late, it grew the process by several hundred MiB; what routes it now (spill
     // read-back, line scratch, tails, write-back blocks, response bodies of at most a chunk) is bounded by
-    // the budgets and a few chunks, whatever the transaction's size.
+    // the budgets and a few chunks, whatever the transaction's size. The bound leaves room for V8's own
+    // heap growing under the load (the compiled server starts smaller than one run from sources, so its
+    // growth reads larger: 147 MiB seen on a loaded machine); the old code grew by 250 MiB and more.
     const growth = peak - before
-    expect(growth, `RSS grew from ${(before / MiB).toFixed(0)} to ${(peak / MiB).toFixed(0)} MiB`).toBeLessThan(4 * (MEMORY_BUDGET + TAIL_BUDGET))
+    expect(growth, `RSS grew from ${(before / MiB).toFixed(0)} to ${(peak / MiB).toFixed(0)} MiB`).toBeLessThan(6 * (MEMORY_BUDGET + TAIL_BUDGET))
     child.kill('SIGTERM')
     await new Promise((r) => child.once('exit', r))
   })
