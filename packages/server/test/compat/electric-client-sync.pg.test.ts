@@ -154,17 +154,39 @@ describe('the official client syncing from Sluice', () => {
     }
   })
 
+  interface Following {
+    readonly stream: ReturnType<typeof open>['stream']
+    readonly shape: ReturnType<typeof shapeOf>
+    readonly log: StreamLog
+    readonly exchanges: RecordedExchange[]
+    readonly warnings: readonly unknown[]
+  }
+
+  /**
+   * The official client following a new table (`rows` rows, default 5), its
+   * requests recorded and console warnings captured, synced before `run`
+   * starts and stopped after it ends.
+   */
+  async function following(table: string, options: { rows?: number; liveSse?: boolean }, run: (f: Following) => Promise<void>): Promise<void> {
+    await createTable(table, options.rows)
+    const exchanges: RecordedExchange[] = []
+    const { stream, abort } = open({ params: { table }, ...(options.liveSse === true ? { liveSse: true } : {}) }, exchanges)
+    const shape = shapeOf(stream)
+    const log = new StreamLog(stream)
+    const captured = captureWarnings()
+    try {
+      await shape.value
+      await run({ stream, shape, log, exchanges, warnings: captured.warnings })
+    } finally {
+      captured.restore()
+      abort.abort()
+    }
+  }
+
   for (const rotation of ['TRUNCATE', 'DELETE /v1/shape'] as const) {
     it(`409 rotation by ${rotation} while following: the client re-syncs to the right rows, no duplicates`, async () => {
       const table = rotation === 'TRUNCATE' ? 'rotate_truncate' : 'rotate_delete'
-      await createTable(table)
-      const exchanges: RecordedExchange[] = []
-      const { stream, abort } = open({ params: { table } }, exchanges)
-      const shape = shapeOf(stream)
-      const log = new StreamLog(stream)
-      const captured = captureWarnings()
-      try {
-        await shape.value
+      await following(table, {}, async ({ stream, shape, log, exchanges, warnings }) => {
         const oldHandle = stream.shapeHandle!
         // Most likely the client is parked on a live request by now, so the rotation reaches a held
         // long-poll; if not, its next request meets the rotation instead. Both must end the same.
@@ -196,24 +218,14 @@ describe('the official client syncing from Sluice', () => {
         // Every 409 named a handle (a held long-poll's too: Sluice used to send none there, and the
         // client warned that a proxy must be stripping headers).
         for (const e of exchanges.filter((x) => x.status === 409)) expect(e.headers.get('electric-handle')).toMatch(/^\d+-\d+$/)
-        expect(captured.warnings).toEqual([])
+        expect(warnings).toEqual([])
         expect(log.errors).toEqual([])
-      } finally {
-        captured.restore()
-        abort.abort()
-      }
+      })
     })
   }
 
   it('a table dropped under a following client: must-refetch, then it waits without an error until the table is back', { timeout: 90_000 }, async () => {
-    await createTable('dropped_items', 3)
-    const exchanges: RecordedExchange[] = []
-    const { stream, abort } = open({ params: { table: 'dropped_items' } }, exchanges)
-    const shape = shapeOf(stream)
-    const log = new StreamLog(stream)
-    const captured = captureWarnings()
-    try {
-      await shape.value
+    await following('dropped_items', { rows: 3 }, async ({ stream, shape, log, exchanges }) => {
       const oldHandle = stream.shapeHandle!
       await cluster.query('DROP TABLE dropped_items')
       await log.until((l) => l.controls().includes('must-refetch'), 'the must-refetch')
@@ -230,10 +242,7 @@ describe('the official client syncing from Sluice', () => {
       expect(new Map(shape.currentValue)).toEqual(want)
       expect(stream.shapeHandle).not.toBe(oldHandle)
       expect(log.errors).toEqual([])
-    } finally {
-      captured.restore()
-      abort.abort()
-    }
+    })
   })
 
   it('where with params: rows move in and out as their values change', async () => {
@@ -292,15 +301,8 @@ describe('the official client syncing from Sluice', () => {
     table: string,
     run: (shape: ReturnType<typeof shapeOf>, sseRequests: () => number) => Promise<void>,
   ): Promise<void> {
-    await createTable(table)
-    const exchanges: RecordedExchange[] = []
-    const { stream, abort } = open({ params: { table }, liveSse: true }, exchanges)
-    const shape = shapeOf(stream)
-    const log = new StreamLog(stream)
-    const captured = captureWarnings()
-    const sse = (): RecordedExchange[] => exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true')
-    try {
-      await shape.value
+    await following(table, { liveSse: true }, async ({ shape, log, exchanges, warnings }) => {
+      const sse = (): RecordedExchange[] => exchanges.filter((e) => e.url.searchParams.get('live_sse') === 'true')
       await eventually(() => sse().length > 0, 'an SSE request')
       await run(shape, () => sse().length)
       expect(new Map(shape.currentValue)).toEqual(await expected(table))
@@ -309,12 +311,9 @@ describe('the official client syncing from Sluice', () => {
         expect(e.headers.get('content-type')).toMatch(/^text\/event-stream/)
       }
       expect(exchanges.filter((e) => e.url.searchParams.get('live') === 'true' && e.url.searchParams.get('live_sse') !== 'true')).toEqual([])
-      expect(captured.warnings).toEqual([])
+      expect(warnings).toEqual([])
       expect(log.errors).toEqual([])
-    } finally {
-      captured.restore()
-      abort.abort()
-    }
+    })
   }
 
   it('SSE: live updates arrive over server-sent events, across stream reconnects', async () => {
