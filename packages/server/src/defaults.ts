@@ -38,6 +38,14 @@ export const DEFAULT_TABLE_CACHE_MS = 1000
  */
 export const DEFAULT_CATALOG_CHECK_MS = 1000
 
+/**
+ * How long a start waits for the storage writer lock before failing: long
+ * enough for a killed writer to finish exiting (a process with a large heap
+ * takes a while to be torn down), short enough that a second writer started
+ * by mistake says so promptly.
+ */
+export const DEFAULT_WRITER_LOCK_WAIT_MS = 10_000
+
 /** Admission control: `offset=-1` requests served at once; more get 503 + retry-after. */
 export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
 
