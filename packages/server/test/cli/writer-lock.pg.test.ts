@@ -43,11 +43,13 @@ async function get(url: string): Promise<ShapeResponse> {
   }
 }
 
+const RESTART_ROUNDS = process.env.SOAK === '1' ? 100 : 5
+
 describe('writer lock', () => {
-  it('starts on every restart right after a kill -9, and keeps every shape and row', async () => {
+  it('starts on every restart right after a kill -9, and keeps every shape and row', { timeout: 60_000 + RESTART_ROUNDS * 30_000 }, async () => {
     const dir = await storageDir()
     await cluster.query('CREATE TABLE lock_items (id int PRIMARY KEY, title text)')
-    const rounds = process.env.SOAK === '1' ? 100 : 5
+    const rounds = RESTART_ROUNDS
     let handle: string | null = null
     const failures: string[] = []
     for (let i = 0; i < rounds; i++) {
