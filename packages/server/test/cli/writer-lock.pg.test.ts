@@ -71,7 +71,7 @@ describe('writer lock', () => {
     // The last start, after the last kill: the shape holds every row Postgres has.
     const last = start(dir)
     const [, url] = await last.waitFor(HTTP, 120_000)
-    const { rows: expected } = await cluster.query('SELECT id::text, title FROM lock_items ORDER BY id')
+    const { rows: expected } = await cluster.query('SELECT id::text, title FROM lock_items ORDER BY lock_items.id')
     let offset = '-1'
     const rows: unknown[] = []
     for (let n = 0; n < 50; n++) {
