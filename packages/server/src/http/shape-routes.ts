@@ -33,13 +33,14 @@ import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { BUFFERED_BODY_MAX_BYTES, logBody, streamedLogBody } from './log-body.js'
+import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
+import { SharedBodies } from './shared-bodies.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 
 /**
@@ -81,6 +82,8 @@ interface ShapeReadContext {
   readonly waiters: ShapeWaiters
   readonly metrics: HttpMetrics | undefined
   readonly bodyPath: BodyPath
+  /** Bodies of identical reads in flight, shared. */
+  readonly bodies: SharedBodies
   /** `waitForData` for a long-poll: data after the offset, while the shape stays active. */
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
@@ -100,6 +103,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     waiters,
     metrics,
     bodyPath,
+    bodies: new SharedBodies(),
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
   }
@@ -292,8 +296,11 @@ class ShapeResponder {
       metrics?.addBytesServed(body.length, 'pread')
       return this.reply.code(200).header('content-length', body.length).send(body.stream)
     }
-    const body = await logBody(read, tail)
-    this.reply.raw.once('close', body.done)
+    // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
+    const body = await this.context.bodies.body(`${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`, read, tail)
+    // A client gone while the body was read has had its 'close' already: its share is given back now.
+    if (this.reply.raw.destroyed) body.done()
+    else this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.reply.code(200).send(body.bytes)
   }
