@@ -65,7 +65,7 @@ describe('sluice CLI', () => {
     expect(first.stdout).toMatch(/Postgres: +embedded PostgreSQL \d+\.\d+ .*new data folder .*\.sluice\/postgres\/data/)
     expect(first.stdout).toContain('no --database-url / DATABASE_URL given')
     // Where the addon built (it does here), large bodies go out by sendfile, and the banner, log and /metrics say so.
-    expect(first.stdout).toMatch(/Bodies: +sendfile\(2\) from 64 KiB/)
+    expect(first.stdout).toMatch(/Bodies: +sendfile\(2\) from 256 KiB/)
     expect(logs(first).find((l) => l['bodyPath'] !== undefined)?.['bodyPath']).toBe('sendfile')
     const firstMetrics = await (await fetch(`${url}/metrics`)).text()
     expect(firstMetrics).toContain('sluice_http_body_path{path="sendfile"} 1')
