@@ -16,7 +16,7 @@ import {
   validateParams,
 } from './stream-options.js'
 import { type StreamEvent, type StreamState, initialState, transition } from './stream-state.js'
-import { type Row, type RowParser, createRowParser } from './value-parser.js'
+import { type Row, type RowParser, createRowParserInPlace } from './value-parser.js'
 
 /**
  * A shape's log, followed over HTTP (docs/protocol.md): `-1`, then chunk after
@@ -362,7 +362,8 @@ export class ShapeStream<T extends Row = Row> {
 
   #rowParser(schema: ShapeSchema | undefined): RowParser {
     if (this.#parser === undefined || this.#parser.schema !== schema) {
-      this.#parser = { schema, parse: createRowParser(schema ?? {}, this.options.parser) }
+      // In place: the values are fresh from JSON.parse and reach subscribers only as the parsed row.
+      this.#parser = { schema, parse: createRowParserInPlace(schema ?? {}, this.options.parser) }
     }
     return this.#parser.parse
   }
