@@ -269,7 +269,8 @@ class Sender : public Napi::ObjectWrap<Sender> {
 
   // The next burst: here on the loop when its whole range is in the page cache, else on the pool.
   void NextBurst(bool after_poll_error) {
-    if (Resident(in_fd_, position_, remaining_)) {
+    // Asked for what this burst may send, not the whole range: the kernel walks the page cache to answer.
+    if (Resident(in_fd_, position_, remaining_ < kMaxBytesPerTask ? remaining_ : kMaxBytesPerTask)) {
       g_loop_bursts.fetch_add(1, std::memory_order_relaxed);
       int error = 0;
       int64_t sent = Burst(fd_, in_fd_, position_, remaining_, after_poll_error, &error);
