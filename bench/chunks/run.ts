@@ -228,6 +228,7 @@ async function main(): Promise<void> {
   const root = mkdtempSync(join(base, 'sluice-chunks-bench-'))
   const staticDir = join(root, 'static')
   mkdirSync(staticDir)
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`large-chunks benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; wrk ${wrkVersion}; load average ${loads[0]!.loadavg.join(', ')}`)
   const rows = Math.ceil((SETTINGS.chunksPerShape * Math.max(...SETTINGS.chunkBytes)) / SETTINGS.payloadBytes)
@@ -250,7 +251,7 @@ async function main(): Promise<void> {
     const report: Report = {
       quick: QUICK,
       partial: PARTIAL,
-      machine: machineInfo(root),
+      machine,
       wrkVersion,
       nginxVersion: nginx.binary.version,
       postgresVersion: cluster.version,
