@@ -5,6 +5,7 @@
  * report section (`sections/<name>.ts`).
  */
 import type { ReportSection } from './section.js'
+import { chunksSection } from './sections/chunks.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
 import { largeSection } from './sections/large.js'
@@ -38,4 +39,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
   // QUICK: one 300,000-row transaction, RSS followed for 10 s after.
   { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
+  // QUICK: 1 and 10 clients, one 2 s run each (about a minute).
+  { name: 'chunks', script: 'bench:chunks', quickEnv: { QUICK: '1' }, section: chunksSection },
 ]
