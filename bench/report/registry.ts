@@ -5,6 +5,7 @@
  * report section (`sections/<name>.ts`).
  */
 import type { ReportSection } from './section.js'
+import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
 import { memorySection } from './sections/memory.js'
@@ -35,4 +36,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
   // QUICK: one 300,000-row transaction, RSS followed for 10 s after.
   { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
+  // QUICK: 100 and 500 clients, 10 writes each, no idle window (about a minute).
+  { name: 'cdn', script: 'bench:cdn', quickEnv: { QUICK: '1' }, section: cdnSection },
 ]
