@@ -1,8 +1,8 @@
 /**
  * A group of the CDN benchmark's clients, in a process of its own: N clients
  * following one shape through the cache, each on its own keep-alive socket
- * from its own local address (every group binds another 127.0.0.x, so each
- * has the whole ephemeral port range). Each client follows docs/protocol.md
+ * (raw HTTP/1.1, `raw-http.ts`); every group binds another 127.0.0.x, so each
+ * has the whole ephemeral port range. Each client follows docs/protocol.md
  * as a real client does: `offset=-1`, then the offsets it is given until
  * `electric-up-to-date`, then `live=true` long-polls carrying `handle`,
  * `offset` and `cursor`. The query parameters are always in the same order,
@@ -16,26 +16,18 @@
  * `measure {run}`; `count {stamp}` -> clients that have it; `receipts {}` -> per stamp, each client's latency in ms;
  * `status {}`; `stop {}`.
  */
-import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { serveCommands } from '../http/json-lines.js'
+import { RawConnection, type RawReply } from './raw-http.js'
 
 const RETRY_MS = 100
 const STAMP = /"stamp":"(\d+):(\d+)"/g
 
-interface Reply {
-  readonly status: number
-  readonly headers: http.IncomingHttpHeaders
-  readonly body: string
-  readonly bytes: number
-  readonly at: bigint
-}
-
-let agent: http.Agent | undefined
 let base: URL | undefined
 let localAddress: string | undefined
 let stopping = false
 let loops: Promise<void>[] = []
+let connections: RawConnection[] = []
 let currentRun = -1
 let receipts = new Map<string, number[]>()
 let live = 0
@@ -43,29 +35,13 @@ const counts = { requests: 0, liveRequests: 0, liveWithData: 0, errors: 0, confl
 const statuses: Record<string, number> = {}
 const errorKinds: Record<string, number> = {}
 
-function get(path: string): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: base!.hostname, port: base!.port, path, agent, localAddress }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const body = Buffer.concat(chunks)
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: body.toString('utf8'), bytes: body.length, at: process.hrtime.bigint() })
-      })
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-  })
+function header(r: RawReply, name: string): string | undefined {
+  return r.headers.get(name)
 }
 
-function header(r: Reply, name: string): string | undefined {
-  const v = r.headers[name]
-  return Array.isArray(v) ? v[0] : v
-}
-
-function record(r: Reply): void {
+function record(r: RawReply): void {
   let data = false
-  for (const m of r.body.matchAll(STAMP)) {
+  for (const m of r.body.toString('utf8').matchAll(STAMP)) {
     data = true
     if (Number(m[1]) !== currentRun) continue
     const stamp = m[2]!
@@ -99,6 +75,8 @@ function semaphore(limit: number): { acquire(): Promise<void>; release(): void }
 async function client(table: string, gate: ReturnType<typeof semaphore>, synced: (ms: number) => void): Promise<void> {
   await gate.acquire()
   const t0 = performance.now()
+  const connection = new RawConnection(base!.hostname, Number(base!.port), localAddress)
+  connections.push(connection)
   let handle: string | undefined
   let offset = '-1'
   let cursor = ''
@@ -115,9 +93,9 @@ async function client(table: string, gate: ReturnType<typeof semaphore>, synced:
       let path = `/v1/shape?table=${table}&offset=${offset}`
       if (handle !== undefined) path += `&handle=${encodeURIComponent(handle)}`
       if (isLive) path += `&cursor=${cursor}&live=true`
-      let r: Reply
+      let r: RawReply
       try {
-        r = await get(path)
+        r = await connection.get(path)
       } catch (error) {
         if (stopping) break
         counts.errors++
@@ -147,7 +125,7 @@ async function client(table: string, gate: ReturnType<typeof semaphore>, synced:
       cursor = header(r, 'electric-cursor') ?? cursor
       if (isLive) record(r)
       else {
-        counts.syncBytes += r.bytes
+        counts.syncBytes += r.body.length
         if (header(r, 'electric-up-to-date') !== undefined) {
           isLive = true
           live++
@@ -168,7 +146,6 @@ async function start(args: Record<string, unknown>): Promise<Record<string, unkn
   const n = Number(args.clients)
   const table = String(args.table)
   stopping = false
-  agent = new http.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY, maxFreeSockets: n + 16 })
   const gate = semaphore(Number(args.syncConcurrency))
   const syncMs: number[] = []
   const t0 = performance.now()
@@ -207,7 +184,8 @@ function status(): Record<string, unknown> {
 
 async function stop(): Promise<Record<string, unknown>> {
   stopping = true
-  agent?.destroy()
+  for (const c of connections) c.close()
+  connections = []
   await Promise.all(loops)
   loops = []
   return status()

@@ -3,7 +3,7 @@
  * real HTTP cache in front of Sluice (Electric Cloud's model): nginx with the
  * configuration the docs recommend (packages/server/deploy/nginx.conf) and
  * Varnish with packages/server/deploy/varnish.vcl, next to the clients talking
- * to the origin directly. Sluice, the cache, and the clients (raw node:http,
+ * to the origin directly. Sluice, the cache, and the clients (raw HTTP/1.1 sockets,
  * up to 5,000 per process, each process from its own 127.0.0.x) are separate
  * processes.
  *
@@ -19,7 +19,8 @@
  *
  * Usage: `npm run bench:cdn` (from the root). QUICK=1: a smoke run
  * (results/cdn.quick.*). BENCH_CDN_CLIENTS (comma-separated counts) and
- * BENCH_CDN_CACHES (none,nginx,varnish) for smaller runs (results/cdn.partial.*);
+ * BENCH_CDN_CACHES (none,nginx,varnish) and BENCH_CDN_WRITES for smaller runs
+ * (results/cdn.partial.*);
  * BENCH_RESULTS_DIR for where the report goes.
  */
 import { spawnSync } from 'node:child_process'
@@ -44,13 +45,13 @@ import { ensureVarnish, startVarnish, type VarnishServer } from './varnish.js'
 const QUICK = process.env.QUICK === '1'
 const CLIENTS = process.env.BENCH_CDN_CLIENTS?.split(',').map(Number)
 const CACHES = (process.env.BENCH_CDN_CACHES?.split(',').map((s) => s.trim()) ?? ['none', 'nginx', 'varnish']) as CacheKind[]
-const PARTIAL = CLIENTS !== undefined || process.env.BENCH_CDN_CACHES !== undefined
+const PARTIAL = CLIENTS !== undefined || process.env.BENCH_CDN_CACHES !== undefined || process.env.BENCH_CDN_WRITES !== undefined
 
 const SETTINGS = {
   clients: CLIENTS ?? (QUICK ? [100, 500] : [1_000, 5_000, 10_000, 20_000]),
   /** The origin's own fd limit and one core: the direct baseline runs only up to here. */
   directMaxClients: 5_000,
-  writes: QUICK ? 10 : 12,
+  writes: Number(process.env.BENCH_CDN_WRITES ?? (QUICK ? 10 : 12)),
   /** Pause after every client has a write before the next one: their next long-polls are parked by then. */
   writeGapMs: 1_000,
   /** Longest wait for every client to have a write. */

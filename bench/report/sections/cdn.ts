@@ -14,8 +14,8 @@ function render(report: Report): SectionContent {
   const runs = [...report.runs].sort((a, b) => a.clients - b.clients || CACHES.indexOf(a.cache) - CACHES.indexOf(b.cache))
   const liveTable: Table = {
     title: `Live: one write, every client (${report.runs[0]?.live.writes.length ?? '?'} writes per run)`,
-    headers: ['clients', 'cache', 'last client p50', 'last client p99', 'last client max', 'median client (p50 of writes)', 'origin live requests per window', 'origin live requests / writes', 'incomplete writes', 'load'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    headers: ['clients', 'cache', 'last client p50', 'last client p99', 'last client max', 'median client (p50 of writes)', 'origin live requests per window', 'origin live requests / writes', 'incomplete writes', 'cache CPU per write', 'client CPU per write', 'load'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows: runs.map((r) => [
       num(r.clients),
       label(r),
@@ -26,14 +26,16 @@ function render(report: Report): SectionContent {
       r.cache === 'none' ? 'n/a' : num(r.live.originPerWindow, 2),
       `${num(r.live.originLiveRequests)} / ${num(r.live.writes.length)}`,
       num(r.live.incomplete),
+      r.cache === 'none' ? '-' : ms(r.live.cacheCpuMsPerWrite),
+      ms(r.live.clientCpuMsPerWrite),
       num(r.live.loadavg1, 1),
     ]),
-    note: 'Last client: from the writer sending the update until the last of the clients holds the whole response, one figure per write; p50/p99/max over the writes. Origin requests are counted by the origin process itself; a window is a distinct live URL (each write and each long-poll timeout starts one). Without a cache every client has its own cursor, so only requests per write compare.',
+    note: 'Last client: from the writer sending the update until the last of the clients holds the whole response, one figure per write; p50/p99/max over the writes. Origin requests are counted by the origin process itself; a window is a distinct live URL (each write and each long-poll timeout starts one). Without a cache every client has its own cursor, so only requests per write compare. CPU per write: all the cache\'s processes, and all the client processes, over the writes.',
   }
   const syncTable: Table = {
     title: `Initial sync (${num(report.shape.rows)} rows, chunks of ${num(report.shape.chunkBytes / 1024)} KiB)`,
-    headers: ['clients', 'cache', 'wall time', 'per client p50', 'per client p99', 'origin requests', 'URLs', 'most origin requests for one URL', 'errors'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    headers: ['clients', 'cache', 'wall time', 'per client p50', 'per client p99', 'origin requests', 'origin responses', 'URLs', 'most 200s for one URL', 'errors'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'l', 'r', 'r', 'r'],
     rows: runs.map((r) => [
       num(r.clients),
       label(r),
@@ -41,11 +43,12 @@ function render(report: Report): SectionContent {
       ms(r.sync.perClientMs.p50),
       ms(r.sync.perClientMs.p99),
       num(r.sync.originRequests),
+      Object.entries(r.sync.originServed.byStatus).map(([k, v]) => `${num(v)}x ${k}`).join(', '),
       num(r.sync.originUrls),
-      num(r.sync.originMaxPerUrl),
+      num(r.sync.originServed.max200PerUrl),
       num(r.sync.errors),
     ]),
-    note: `Every client asks \`offset=-1\`, then each offset it is given until up-to-date (${syncConcurrencyText(report)}). 1 in the last-but-one column: every chunk was served by the origin once.`,
+    note: `Every client asks \`offset=-1\`, then each offset it is given until up-to-date (${syncConcurrencyText(report)}). 1 in the last-but-one column: every chunk body was served by the origin once; a 304 is a cache revalidating an entry older than its max-age (60 s), which Sluice answers without reading the log.`,
   }
   const targetsTable: Table = {
     title: 'Targets (issue 31, item 10)',
@@ -84,7 +87,7 @@ function render(report: Report): SectionContent {
   const varnish = runs.find((r) => r.cache === 'varnish' && r.clients === top)
   if (nginx !== undefined && varnish !== undefined) {
     headline.push(
-      `${plural(top, 'client')} following one shape through a cache: the last client has each write after ${ms(varnish.live.lastClient.p50)} (p99 ${ms(varnish.live.lastClient.p99)}) with Varnish and ${ms(nginx.live.lastClient.p50)} (p99 ${ms(nginx.live.lastClient.p99)}) with nginx (${ratio(nginx.live.lastClient.p50 / varnish.live.lastClient.p50)}: nginx re-checks a cache lock every 500 ms); the origin answers ${num(varnish.live.originPerWindow, 2)} (Varnish) and ${num(nginx.live.originPerWindow, 2)} (nginx) live requests per window, and each initial-sync chunk at most ${num(Math.max(varnish.sync.originMaxPerUrl, nginx.sync.originMaxPerUrl))} time(s).`,
+      `${plural(top, 'client')} following one shape through a cache: the last client has each write after ${ms(varnish.live.lastClient.p50)} (p99 ${ms(varnish.live.lastClient.p99)}) with Varnish and ${ms(nginx.live.lastClient.p50)} (p99 ${ms(nginx.live.lastClient.p99)}) with nginx (${ratio(nginx.live.lastClient.p50 / varnish.live.lastClient.p50)}: nginx re-checks a cache lock every 500 ms); the origin answers ${num(varnish.live.originPerWindow, 2)} (Varnish) and ${num(nginx.live.originPerWindow, 2)} (nginx) live requests per window, and serves each initial-sync chunk at most ${num(Math.max(varnish.sync.originServed.max200PerUrl, nginx.sync.originServed.max200PerUrl))} time(s).`,
     )
   }
   const s = report.settings
@@ -95,7 +98,7 @@ function render(report: Report): SectionContent {
       'A network or machines between clients, cache and origin (all share 2 cores here, so client-side CPU is part of every figure), TLS, SSE through a cache, many shapes, commercial CDNs (their collapsing differs), browsers.',
     method: [
       `Sluice runs as \`createServer\` builds it, in its own process, with a listener on its HTTP server that counts every request by URL (the origin's own count). Flags: \`${report.originFlags.join(' ')}\`.`,
-      `Clients: raw \`node:http\`, one keep-alive socket each, up to ${num(Number(s['perProcess']))} per process, each process from its own 127.0.0.x; at most ${num(Number(s['syncConcurrency']))} clients of a process in their initial sync at once. They build URLs with the same parameter order, as the official client does.`,
+      `Clients: HTTP/1.1 on raw sockets (Node's http client costs several times the caches' CPU per response), one keep-alive connection each, up to ${num(Number(s['perProcess']))} per process, each process from its own 127.0.0.x; at most ${num(Number(s['syncConcurrency']))} clients of a process in their initial sync at once. They build URLs with the same parameter order, as the official client does.`,
       `Writes: one \`UPDATE\` of one row, stamped with CLOCK_MONOTONIC just before it is sent; the next one ${num(Number(s['writeGapMs']))} ms after every client has the previous one (so the clients' next long-polls are parked). ${Number(s['idleSeconds']) > 0 ? `Then ${String(s['idleSeconds'])} s without writes, so one long-poll times out and a new window starts.` : ''}`,
       `nginx: ${String(s['nginxWorkers'])} workers (each has its own open-file limit), \`listen ... reuseport backlog=4096\`, everything else as the deploy file. Varnish: \`${Object.entries((s['varnishParams'] as Record<string, string>) ?? {}).map(([k, v]) => `-p ${k}=${v}`).join(' ')}\`; above ${num(Number(s['varnishClientsPerEdge']))} clients (one varnishd cannot hold more sockets than the ${report.machine.fdLimit}-descriptor limit) two edge varnishds share the clients in front of one shield varnishd, all with the same VCL.`,
       'A fresh cache for every run; the shape exists before the first run, so runs measure serving, not creation.',
