@@ -18,6 +18,11 @@ export interface RawReply {
 }
 
 const CRLFCRLF = Buffer.from('\r\n\r\n')
+/**
+ * Every client names the same site, as browsers of one app do: the caches key on Host as well as the
+ * URL, and two edges reached on different ports must pass one key to the shield.
+ */
+export const HOST = 'sluice.bench'
 
 interface Pending {
   resolve(reply: RawReply): void
@@ -42,7 +47,7 @@ export class RawConnection {
     return new Promise<RawReply>((resolve, reject) => {
       this.pending = { resolve, reject }
       const socket = this.socket ?? this.open()
-      socket.write(`GET ${path} HTTP/1.1\r\nHost: ${this.host}:${this.port}\r\n\r\n`)
+      socket.write(`GET ${path} HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`)
     })
   }
 
