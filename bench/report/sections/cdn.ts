@@ -83,11 +83,20 @@ function render(report: Report): SectionContent {
   })
   const headline: string[] = []
   const top = Math.max(...runs.map((r) => r.clients))
-  const nginx = runs.find((r) => r.cache === 'nginx' && r.clients === top)
-  const varnish = runs.find((r) => r.cache === 'varnish' && r.clients === top)
+  const least = Math.min(...runs.map((r) => r.clients))
+  const at = (cache: CacheKind, clients: number): Run | undefined => runs.find((r) => r.cache === cache && r.clients === clients)
+  const nginx = at('nginx', top)
+  const varnish = at('varnish', top)
   if (nginx !== undefined && varnish !== undefined) {
     headline.push(
-      `${plural(top, 'client')} following one shape through a cache: the last client has each write after ${ms(varnish.live.lastClient.p50)} (p99 ${ms(varnish.live.lastClient.p99)}) with Varnish and ${ms(nginx.live.lastClient.p50)} (p99 ${ms(nginx.live.lastClient.p99)}) with nginx (${ratio(nginx.live.lastClient.p50 / varnish.live.lastClient.p50)}: nginx re-checks a cache lock every 500 ms); the origin answers ${num(varnish.live.originPerWindow, 2)} (Varnish) and ${num(nginx.live.originPerWindow, 2)} (nginx) live requests per window, and serves each initial-sync chunk at most ${num(Math.max(varnish.sync.originServed.max200PerUrl, nginx.sync.originServed.max200PerUrl))} time(s).`,
+      `${plural(top, 'client')} following one shape through a cache: the last client has each write after ${ms(varnish.live.lastClient.p50)} (p99 ${ms(varnish.live.lastClient.p99)}) with Varnish and ${ms(nginx.live.lastClient.p50)} (p99 ${ms(nginx.live.lastClient.p99)}) with nginx, at load average ${num(varnish.live.loadavg1)} and ${num(nginx.live.loadavg1)} on 2 cores shared with the clients; the origin answers ${num(varnish.live.originPerWindow, 2)} (Varnish) and ${num(nginx.live.originPerWindow, 2)} (nginx) live requests per window and serves each initial-sync chunk at most ${num(Math.max(varnish.sync.originServed.max200PerUrl, nginx.sync.originServed.max200PerUrl))} time(s).`,
+    )
+  }
+  const smallNginx = at('nginx', least)
+  const smallVarnish = at('varnish', least)
+  if (least !== top && smallNginx !== undefined && smallVarnish !== undefined) {
+    headline.push(
+      `With ${plural(least, 'client')}: last client after ${ms(smallVarnish.live.lastClient.p50)} (p99 ${ms(smallVarnish.live.lastClient.p99)}) with Varnish, ${ms(smallNginx.live.lastClient.p50)} (p99 ${ms(smallNginx.live.lastClient.p99)}) with nginx, ${ratio(smallNginx.live.lastClient.p50 / smallVarnish.live.lastClient.p50)}: nginx's waiting requests re-check the cache lock every 500 ms, Varnish wakes them when the response arrives.`,
     )
   }
   const s = report.settings
