@@ -6,6 +6,7 @@
  */
 import type { ReportSection } from './section.js'
 import { chunksSection } from './sections/chunks.js'
+import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
 import { largeSection } from './sections/large.js'
@@ -41,4 +42,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
   // QUICK: 1 and 10 clients, one 2 s run each (about a minute).
   { name: 'chunks', script: 'bench:chunks', quickEnv: { QUICK: '1' }, section: chunksSection },
+  // QUICK: 100 and 500 clients, 10 writes each, no idle window (about a minute).
+  { name: 'cdn', script: 'bench:cdn', quickEnv: { QUICK: '1' }, section: cdnSection },
 ]

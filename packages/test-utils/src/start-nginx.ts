@@ -30,6 +30,10 @@ export interface StartNginxOptions {
   readonly config?: string | ((context: NginxConfigContext) => string)
   /** An nginx executable to use instead of the search (see `findNginx`). */
   readonly binary?: string
+  /** `worker_processes`; default 1. Each worker has its own open-file limit, so more workers hold more clients. */
+  readonly workerProcesses?: number
+  /** `worker_connections` per worker; default 4096. */
+  readonly workerConnections?: number
 }
 
 /** One line of the access log, written when nginx finished answering a request. */
@@ -75,6 +79,8 @@ const STOP_TIMEOUT_MS = 10_000
 const PORT_TAKEN = /Address already in use/
 /** Each cache-collapsed client and its upstream request hold a connection each; tests run hundreds. */
 const WORKER_CONNECTIONS = 4096
+/** worker_rlimit_nofile above the hard limit makes every worker's setrlimit fail; 20,000 is a common container ceiling. */
+const NOFILE_CEILING = 20_000
 
 /**
  * Watches from outside our process group: if we die without stopping nginx
@@ -106,20 +112,20 @@ function defaultConfig({ port, upstreamPort }: NginxConfigContext): string {
  * (pid, logs, lock, every temp dir) points into `dir`, so nothing outside it is
  * read or written and any number of instances run side by side.
  */
-function mainConfig(dir: string, httpBody: string): string {
+function mainConfig(dir: string, httpBody: string, workers: number, connections: number): string {
   const tmp = join(dir, 'tmp')
   // As root the workers would otherwise drop to `nobody`, which cannot enter our 0700 temp dir.
   const user = process.getuid?.() === 0 ? 'user root root;\n' : ''
   return `${user}daemon off;
 master_process on;
-worker_processes 1;
-worker_rlimit_nofile ${WORKER_CONNECTIONS * 2};
+worker_processes ${workers};
+worker_rlimit_nofile ${Math.min(connections * 2, NOFILE_CEILING)};
 pid ${join(dir, 'nginx.pid')};
 lock_file ${join(dir, 'nginx.lock')};
 error_log ${join(dir, 'error.log')} info;
 
 events {
-  worker_connections ${WORKER_CONNECTIONS};
+  worker_connections ${connections};
 }
 
 http {
@@ -285,7 +291,8 @@ export async function startNginx(options: StartNginxOptions): Promise<NginxServe
     const context: NginxConfigContext = { port, upstreamPort: options.upstreamPort, dir, cacheDir }
     const config = options.config ?? defaultConfig
     const configPath = join(dir, 'nginx.conf')
-    await writeFile(configPath, mainConfig(dir, typeof config === 'function' ? config(context) : config))
+    const body = typeof config === 'function' ? config(context) : config
+    await writeFile(configPath, mainConfig(dir, body, options.workerProcesses ?? 1, options.workerConnections ?? WORKER_CONNECTIONS))
     const errorLogPath = join(dir, 'error.log')
     const launched = await launch(binary.path, dir, configPath, errorLogPath, port)
     if (typeof launched !== 'string') {

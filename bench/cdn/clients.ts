@@ -1,0 +1,194 @@
+/**
+ * A group of the CDN benchmark's clients, in a process of its own: N clients
+ * following one shape through the cache, each on its own keep-alive socket
+ * (raw HTTP/1.1, `raw-http.ts`); every group binds another 127.0.0.x, so each
+ * has the whole ephemeral port range. Each client follows docs/protocol.md
+ * as a real client does: `offset=-1`, then the offsets it is given until
+ * `electric-up-to-date`, then `live=true` long-polls carrying `handle`,
+ * `offset` and `cursor`. The query parameters are always in the same order,
+ * so clients in the same state ask for the same URL, as the official client's
+ * do. For every change whose stamp belongs to the current run a client records
+ * when its whole response body arrived (CLOCK_MONOTONIC, shared by every
+ * process) minus the stamp.
+ *
+ * Commands: `start {baseUrl, table, clients, localAddress, syncConcurrency}`
+ * -> when every client is up to date: the initial sync's figures;
+ * `measure {run}`; `count {stamp}` -> clients that have it; `receipts {}` -> per stamp, each client's latency in ms;
+ * `status {}`; `stop {}`.
+ */
+import { setTimeout as sleep } from 'node:timers/promises'
+import { serveCommands } from '../http/json-lines.js'
+import { RawConnection, type RawReply } from './raw-http.js'
+
+const RETRY_MS = 100
+const STAMP = /"stamp":"(\d+):(\d+)"/g
+
+let base: URL | undefined
+let localAddress: string | undefined
+let stopping = false
+let loops: Promise<void>[] = []
+let connections: RawConnection[] = []
+let currentRun = -1
+let receipts = new Map<string, number[]>()
+let live = 0
+const counts = { requests: 0, liveRequests: 0, liveWithData: 0, errors: 0, conflicts: 0, otherStatus: 0, syncBytes: 0 }
+const statuses: Record<string, number> = {}
+const errorKinds: Record<string, number> = {}
+
+function header(r: RawReply, name: string): string | undefined {
+  return r.headers.get(name)
+}
+
+function record(r: RawReply): void {
+  let data = false
+  for (const m of r.body.toString('utf8').matchAll(STAMP)) {
+    data = true
+    if (Number(m[1]) !== currentRun) continue
+    const stamp = m[2]!
+    let list = receipts.get(stamp)
+    if (list === undefined) receipts.set(stamp, (list = []))
+    list.push(Number(r.at - BigInt(stamp)) / 1e6)
+  }
+  if (data) counts.liveWithData++
+}
+
+/** A counting semaphore: at most `limit` clients in their initial sync at once (a ramp, not a synchronised storm). */
+function semaphore(limit: number): { acquire(): Promise<void>; release(): void } {
+  let free = limit
+  const waiting: Array<() => void> = []
+  return {
+    async acquire() {
+      if (free > 0) {
+        free--
+        return
+      }
+      await new Promise<void>((resolve) => waiting.push(resolve))
+    },
+    release() {
+      const next = waiting.shift()
+      if (next !== undefined) next()
+      else free++
+    },
+  }
+}
+
+async function client(table: string, gate: ReturnType<typeof semaphore>, synced: (ms: number) => void): Promise<void> {
+  await gate.acquire()
+  const t0 = performance.now()
+  const connection = new RawConnection(base!.hostname, Number(base!.port), localAddress)
+  connections.push(connection)
+  let handle: string | undefined
+  let offset = '-1'
+  let cursor = ''
+  let isLive = false
+  let released = false
+  const release = (): void => {
+    if (!released) {
+      released = true
+      gate.release()
+    }
+  }
+  try {
+    while (!stopping) {
+      let path = `/v1/shape?table=${table}&offset=${offset}`
+      if (handle !== undefined) path += `&handle=${encodeURIComponent(handle)}`
+      if (isLive) path += `&cursor=${cursor}&live=true`
+      let r: RawReply
+      try {
+        r = await connection.get(path)
+      } catch (error) {
+        if (stopping) break
+        counts.errors++
+        const code = (error as NodeJS.ErrnoException).code ?? 'other'
+        errorKinds[code] = (errorKinds[code] ?? 0) + 1
+        await sleep(RETRY_MS)
+        continue
+      }
+      counts.requests++
+      if (isLive) counts.liveRequests++
+      statuses[r.status] = (statuses[r.status] ?? 0) + 1
+      if (r.status === 409) {
+        counts.conflicts++
+        handle = header(r, 'electric-handle')
+        offset = '-1'
+        if (isLive) live--
+        isLive = false
+        continue
+      }
+      if (r.status !== 200) {
+        counts.otherStatus++
+        await sleep(RETRY_MS)
+        continue
+      }
+      handle = header(r, 'electric-handle') ?? handle
+      offset = header(r, 'electric-offset') ?? offset
+      cursor = header(r, 'electric-cursor') ?? cursor
+      if (isLive) record(r)
+      else {
+        counts.syncBytes += r.body.length
+        if (header(r, 'electric-up-to-date') !== undefined) {
+          isLive = true
+          live++
+          if (!released) synced(performance.now() - t0)
+          release()
+        }
+      }
+    }
+  } finally {
+    release()
+  }
+}
+
+async function start(args: Record<string, unknown>): Promise<Record<string, unknown>> {
+  if (loops.length > 0) throw new Error('already started')
+  base = new URL(String(args.baseUrl))
+  localAddress = args.localAddress === undefined ? undefined : String(args.localAddress)
+  const n = Number(args.clients)
+  const table = String(args.table)
+  stopping = false
+  const gate = semaphore(Number(args.syncConcurrency))
+  const syncMs: number[] = []
+  const t0 = performance.now()
+  let all!: () => void
+  const allSynced = new Promise<void>((resolve) => (all = resolve))
+  for (let i = 0; i < n; i++) {
+    loops.push(
+      client(table, gate, (ms) => {
+        syncMs.push(ms)
+        if (syncMs.length === n) all()
+      }),
+    )
+  }
+  await allSynced
+  const wallMs = performance.now() - t0
+  syncMs.sort((a, b) => a - b)
+  return { clients: n, wallMs, syncMs, ...counts, statuses: { ...statuses }, errorKinds: { ...errorKinds } }
+}
+
+function measure(args: Record<string, unknown>): void {
+  currentRun = Number(args.run)
+  receipts = new Map()
+}
+
+function collect(): Record<string, number[]> {
+  return Object.fromEntries(receipts)
+}
+
+function count(args: Record<string, unknown>): number {
+  return receipts.get(String(args.stamp))?.length ?? 0
+}
+
+function status(): Record<string, unknown> {
+  return { live, ...counts, statuses: { ...statuses }, errorKinds: { ...errorKinds } }
+}
+
+async function stop(): Promise<Record<string, unknown>> {
+  stopping = true
+  for (const c of connections) c.close()
+  connections = []
+  await Promise.all(loops)
+  loops = []
+  return status()
+}
+
+serveCommands({ start, measure, count, receipts: collect, status, stop })
