@@ -19,10 +19,17 @@ export interface SluiceProcess {
   stop(): Promise<void>
 }
 
-export async function startSluice(options: { databaseUrl: string; storageDir: string; flags: readonly string[]; env?: NodeJS.ProcessEnv }): Promise<SluiceProcess> {
+export async function startSluice(options: {
+  databaseUrl: string
+  storageDir: string
+  flags: readonly string[]
+  env?: NodeJS.ProcessEnv
+  /** Node's own flags for the server process (those NODE_OPTIONS refuses, such as --cpu-prof). */
+  nodeArgs?: readonly string[]
+}): Promise<SluiceProcess> {
   const child: ChildProcess = spawn(
     process.execPath,
-    [SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
+    [...(options.nodeArgs ?? []), SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
     { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env },
   )
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))

@@ -25,6 +25,10 @@ export interface Run {
   readonly afterLastRowMiB: number
   readonly commitS: number
   readonly lastRowS: number
+  /** Commit to the client's first row of the transaction: Postgres's delivery, routing, the flush (absent from older files). */
+  readonly firstRowS?: number
+  /** A fresh client downloading the whole shape once the run is over (offset -1 to up-to-date), alone: the download's share (absent from older files). */
+  readonly catchUpS?: number
   readonly rowsReceived: number
   readonly ceilingS: number
   readonly atPeak: MetricsSample | undefined
