@@ -29,6 +29,8 @@ export interface Run {
   readonly firstRowS?: number
   /** A fresh client downloading the whole shape once the run is over (offset -1 to up-to-date), alone: the download's share (absent from older files). */
   readonly catchUpS?: number
+  /** The server's sluice_transactions_routed_ahead_total at the end: 1 when the transaction was routed while it streamed in (absent from older files). */
+  readonly routedAhead?: number | undefined
   readonly rowsReceived: number
   readonly ceilingS: number
   readonly atPeak: MetricsSample | undefined

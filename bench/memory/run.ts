@@ -167,6 +167,12 @@ async function catchUp(base: string): Promise<number> {
   }
 }
 
+async function counter(base: string, name: string): Promise<number | undefined> {
+  const r = await get(`${base}/metrics`, 5_000).catch(() => undefined)
+  const m = r === undefined ? null : new RegExp(`^${name} (\\S+)`, 'm').exec(r.body.toString('utf8'))
+  return m === null ? undefined : Number(m[1])
+}
+
 async function metricsSample(base: string, t: number): Promise<MetricsSample | undefined> {
   const r = await get(`${base}/metrics`, 5_000).catch(() => undefined)
   if (r === undefined || r.status !== 200) return undefined
@@ -279,6 +285,7 @@ async function oneRun(rep: number): Promise<Run> {
       const load = loadavg().map((l) => l.toFixed(1)).join(', ')
       const end = residentParts(sluice.pid)
       const catchUpS = await catchUp(sluice.url)
+      const routedAhead = await counter(sluice.url, 'sluice_transactions_routed_ahead_total')
       const timeline: Array<[number, number]> = []
       for (const x of during) if (timeline.length === 0 || x.t - commitAt >= (timeline.at(-1)![0] + 1) * 1000) timeline.push([Math.round((x.t - commitAt) / 1000), Math.round(x.rssMiB)])
       await sluice.stop()
@@ -299,6 +306,7 @@ async function oneRun(rep: number): Promise<Run> {
         lastRowS,
         firstRowS: (firstRowAt - commitAt) / 1000,
         catchUpS,
+        routedAhead,
         rowsReceived: rows,
         ceilingS,
         atPeak,
@@ -353,6 +361,7 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
     '',
     `- Per run: a throwaway Postgres (\`@sluice/test-utils\`, the pipeline benchmark's settings: fsync off, \`logical_decoding_work_mem\` 64MB), \`sluice start ${FLAGS.join(' ')}\` (bin/sluice.js${NODE_OPTIONS === undefined ? '' : `, NODE_OPTIONS=${NODE_OPTIONS}`}) in its own process with its storage in a fresh directory, the table \`${TABLE_SQL}\`, one shape \`table=big\` and one client in the benchmark process that catches up and then long-polls it, counting inserts.`,
     `- After 5 s idle (pre-transaction RSS: median of the last 2 s), one transaction \`${insertSql(1, ROWS)}\`. The commit is the moment the INSERT returns. The last row is the moment the client's count reaches ${ROWS.toLocaleString('en')}.`,
+    '- First row: the moment the client has any row of the transaction (it was published whole: routing and the flush are done). Download alone: after the run, a new client reads the whole shape from offset -1 until up-to-date with the same code, with nothing else going on.',
     `- RSS is read from /proc/<pid>/status every 100 ms until ${AFTER_S} s after the last row; V8's heap and external memory from the server's /metrics every second (the sample nearest the peak is shown).`,
     '- Ceiling for the time: after the server stopped, `pg_recvlogical` (pgoutput protocol 2 with streaming on, as Sluice asks for it, to /dev/null, status every second) on a new slot receives the same transaction on the emptied table; its time is from the commit until the slot confirmed the commit\'s LSN (so up to a second late). It has no storage, no routing, no HTTP.',
     `- ${runs.length} runs; the figures are medians of the runs.`,
@@ -366,15 +375,17 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
     `| RSS ${AFTER_S} s after the commit | ${f0(afterCommit)} MiB (${f1((afterCommit / pre - 1) * 100)}% over before) | within 20% of before | ${met(afterCommit <= pre * TARGET.afterRatio)} |`,
     `| RSS ${AFTER_S} s after the last row | ${f0(afterLast)} MiB (${f1((afterLast / pre - 1) * 100)}% over before) | | |`,
     `| commit to last row at the client | ${f1(lastRow)} s | < ${TARGET.lastRowS} s | ${met(lastRow < TARGET.lastRowS)} |`,
+    `| of which commit to first row (delivery, routing, flush) | ${f1(m('firstRowS'))} s | | |`,
+    `| a new client downloading the whole shape alone, afterwards | ${f1(m('catchUpS'))} s | | |`,
     `| ceiling: pg_recvlogical decodes it | ${f1(ceilingS)} s (Sluice ${f1(lastRow / ceilingS)}x) | | |`,
     '',
     '### Every run',
     '',
-    '| run | WAL | INSERT took | before | peak (at s after commit) | heap used / external at peak | +60 s after commit | +60 s after last row | malloc heap / other anonymous, before → end | last row | rows | ceiling | load (1, 5, 15 min) |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| run | WAL | INSERT took | before | peak (at s after commit) | heap used / external at peak | +60 s after commit | +60 s after last row | malloc heap / other anonymous, before → end | first row | last row | download alone | routed ahead | rows | ceiling | load (1, 5, 15 min) |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...runs.map(
       (r) =>
-        `| ${r.rep} | ${(r.walBytes / 1e9).toFixed(2)} GB | ${f1(r.commitS)} s | ${f0(r.preMiB)} MiB | ${f0(r.peakMiB)} MiB (${f1(r.peakAtS)}) | ${mib(r.atPeak?.heapUsed)} / ${mib(r.atPeak?.external)} MiB | ${f0(r.afterCommitMiB)} MiB | ${f0(r.afterLastRowMiB)} MiB | ${f0(r.start.mallocHeapMiB)} / ${f0(r.start.otherAnonMiB)} → ${f0(r.end.mallocHeapMiB)} / ${f0(r.end.otherAnonMiB)} MiB | ${f1(r.lastRowS)} s | ${r.rowsReceived.toLocaleString('en')} | ${f1(r.ceilingS)} s | ${r.load} |`,
+        `| ${r.rep} | ${(r.walBytes / 1e9).toFixed(2)} GB | ${f1(r.commitS)} s | ${f0(r.preMiB)} MiB | ${f0(r.peakMiB)} MiB (${f1(r.peakAtS)}) | ${mib(r.atPeak?.heapUsed)} / ${mib(r.atPeak?.external)} MiB | ${f0(r.afterCommitMiB)} MiB | ${f0(r.afterLastRowMiB)} MiB | ${f0(r.start.mallocHeapMiB)} / ${f0(r.start.otherAnonMiB)} → ${f0(r.end.mallocHeapMiB)} / ${f0(r.end.otherAnonMiB)} MiB | ${f1(r.firstRowS ?? Number.NaN)} s | ${f1(r.lastRowS)} s | ${f1(r.catchUpS ?? Number.NaN)} s | ${r.routedAhead === undefined ? 'n/a' : r.routedAhead >= 1 ? 'yes' : 'no'} | ${r.rowsReceived.toLocaleString('en')} | ${f1(r.ceilingS)} s | ${r.load} |`,
     ),
     '',
     `Reproduce: \`npm run bench:memory\` (or \`pnpm --filter @sluice/bench run bench:memory\`).`,
