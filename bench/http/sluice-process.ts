@@ -19,13 +19,20 @@ export interface SluiceProcess {
   stop(): Promise<void>
 }
 
-export async function startSluice(options: { databaseUrl: string; storageDir: string; flags: readonly string[]; env?: NodeJS.ProcessEnv }): Promise<SluiceProcess> {
+export async function startSluice(options: {
+  databaseUrl: string
+  storageDir: string
+  flags: readonly string[]
+  env?: NodeJS.ProcessEnv
+  /** Node's own flags for the server process (those NODE_OPTIONS refuses, such as --cpu-prof). */
+  nodeArgs?: readonly string[]
+}): Promise<SluiceProcess> {
   // BENCH_CPU_PROF=<dir>: the server writes a V8 CPU profile there when it stops (summarise with pipeline/profile-summary.ts).
   const profile = process.env.BENCH_CPU_PROF
   const nodeFlags = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`, '--cpu-prof-interval=200']
   const child: ChildProcess = spawn(
     process.execPath,
-    [...nodeFlags, SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
+    [...nodeFlags, ...(options.nodeArgs ?? []), SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
     { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env },
   )
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))

@@ -25,6 +25,12 @@ export interface Run {
   readonly afterLastRowMiB: number
   readonly commitS: number
   readonly lastRowS: number
+  /** Commit to the client's first row of the transaction: Postgres's delivery, routing, the flush (absent from older files). */
+  readonly firstRowS?: number
+  /** A fresh client downloading the whole shape once the run is over (offset -1 to up-to-date), alone: the download's share (absent from older files). */
+  readonly catchUpS?: number
+  /** The server's sluice_transactions_routed_ahead_total at the end: 1 when the transaction was routed while it streamed in (absent from older files). */
+  readonly routedAhead?: number | undefined
   readonly rowsReceived: number
   readonly ceilingS: number
   readonly atPeak: MetricsSample | undefined

@@ -22,7 +22,7 @@
  * Usage: `pnpm --filter @sluice/bench run bench:memory` (from the root:
  * `npm run bench:memory`). BENCH_REPS (3), BENCH_ROWS, BENCH_AFTER_S (60),
  * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_NODE_OPTIONS (for
- * the server process, e.g. --heap-prof), BENCH_RESULTS_DIR. Runs with any of
+ * the server process, e.g. --heap-prof), BENCH_NODE_ARGS (Node flags NODE_OPTIONS refuses, e.g. --cpu-prof), BENCH_RESULTS_DIR. Runs with any of
  * these changed write results/memory.partial.md. QUICK=1: a smoke run (300,000
  * rows, one run, 10 s after) into results/memory.quick.*. BENCH_TRACE_CLIENT=1 prints
  * every response the client receives.
@@ -47,7 +47,9 @@ const REPS = Number(process.env.BENCH_REPS ?? (QUICK ? 1 : 3))
 const AFTER_S = Number(process.env.BENCH_AFTER_S ?? (QUICK ? 10 : 60))
 const BUDGET_FLAGS = (process.env.BENCH_SLUICE_FLAGS ?? '--memory-budget 64MiB --tail-budget 64MiB').split(' ').filter((a) => a !== '')
 const NODE_OPTIONS = process.env.BENCH_NODE_OPTIONS
-const PARTIAL = ['BENCH_ROWS', 'BENCH_REPS', 'BENCH_AFTER_S', 'BENCH_SLUICE_FLAGS', 'BENCH_NODE_OPTIONS'].some((k) => process.env[k] !== undefined)
+/** Node flags NODE_OPTIONS refuses, for the server process (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
+const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
+const PARTIAL = ['BENCH_ROWS', 'BENCH_REPS', 'BENCH_AFTER_S', 'BENCH_SLUICE_FLAGS', 'BENCH_NODE_OPTIONS', 'BENCH_NODE_ARGS'].some((k) => process.env[k] !== undefined)
 const RESULTS_DIR = process.env.BENCH_RESULTS_DIR ?? fileURLToPath(new URL('../results/', import.meta.url))
 const FLAGS = ['--log-level', 'warn', ...BUDGET_FLAGS]
 const MiB = 1024 * 1024
@@ -148,6 +150,29 @@ function follow(base: string, onRows: (total: number) => void): { stop: () => vo
   return { stop: () => (stopping = true), done }
 }
 
+/** Seconds a new client takes to download the whole shape (offset -1 until up-to-date), with the live client's code. */
+async function catchUp(base: string): Promise<number> {
+  const t0 = performance.now()
+  let handle: string | undefined
+  let offset = '-1'
+  for (;;) {
+    let path = `${base}/v1/shape?table=big&offset=${offset}`
+    if (handle !== undefined) path += `&handle=${encodeURIComponent(handle)}`
+    const r = await get(path)
+    if (r.status !== 200) throw new Error(`catch-up: ${r.status} ${r.body.toString('utf8').slice(0, 300)}`)
+    handle = header(r.headers, 'electric-handle') ?? handle
+    offset = header(r.headers, 'electric-offset') ?? offset
+    countInserts(r.body)
+    if (header(r.headers, 'electric-up-to-date') !== undefined) return (performance.now() - t0) / 1000
+  }
+}
+
+async function counter(base: string, name: string): Promise<number | undefined> {
+  const r = await get(`${base}/metrics`, 5_000).catch(() => undefined)
+  const m = r === undefined ? null : new RegExp(`^${name} (\\S+)`, 'm').exec(r.body.toString('utf8'))
+  return m === null ? undefined : Number(m[1])
+}
+
 async function metricsSample(base: string, t: number): Promise<MetricsSample | undefined> {
   const r = await get(`${base}/metrics`, 5_000).catch(() => undefined)
   if (r === undefined || r.status !== 200) return undefined
@@ -205,15 +230,17 @@ async function oneRun(rep: number): Promise<Run> {
   const env = NODE_OPTIONS === undefined ? process.env : { ...process.env, NODE_OPTIONS }
   try {
     await cluster.query(TABLE_SQL)
-    const sluice = await startSluice({ databaseUrl: cluster.url, storageDir, flags: FLAGS, env })
+    const sluice = await startSluice({ databaseUrl: cluster.url, storageDir, flags: FLAGS, env, nodeArgs: NODE_ARGS })
     try {
       let rows = 0
       let lastRowAt = Number.NaN
+      let firstRowAt = Number.NaN
       let answered!: () => void
       const firstAnswer = new Promise<void>((resolve) => (answered = resolve))
       const client = follow(sluice.url, (total) => {
         answered()
         rows = total
+        if (total > 0 && Number.isNaN(firstRowAt)) firstRowAt = performance.now()
         if (total >= ROWS && Number.isNaN(lastRowAt)) lastRowAt = performance.now()
       })
       // The shape exists (the first request made it) and the client long-polls from here on.
@@ -245,7 +272,7 @@ async function oneRun(rep: number): Promise<Run> {
       const deadline = commitAt + 15 * 60_000
       while (Number.isNaN(lastRowAt) && performance.now() < deadline) await sleep(50)
       const lastRowS = (lastRowAt - commitAt) / 1000
-      console.log(`  rep ${rep}: commit after ${((commitAt - sent) / 1000).toFixed(1)} s, last row ${lastRowS.toFixed(1)} s after the commit (${rows} rows)`)
+      console.log(`  rep ${rep}: commit after ${((commitAt - sent) / 1000).toFixed(1)} s, first row ${((firstRowAt - commitAt) / 1000).toFixed(1)} s and last row ${lastRowS.toFixed(1)} s after the commit (${rows} rows)`)
       const waitUntil = Math.max(commitAt, Number.isNaN(lastRowAt) ? commitAt : lastRowAt) + AFTER_S * 1000 + 200
       while (performance.now() < waitUntil) await sleep(100)
       clearInterval(rssTimer)
@@ -257,6 +284,8 @@ async function oneRun(rep: number): Promise<Run> {
       const atPeak = metrics.length === 0 ? undefined : metrics.reduce((a, b) => (Math.abs(b.t - peak.t) < Math.abs(a.t - peak.t) ? b : a))
       const load = loadavg().map((l) => l.toFixed(1)).join(', ')
       const end = residentParts(sluice.pid)
+      const catchUpS = await catchUp(sluice.url)
+      const routedAhead = await counter(sluice.url, 'sluice_transactions_routed_ahead_total')
       const timeline: Array<[number, number]> = []
       for (const x of during) if (timeline.length === 0 || x.t - commitAt >= (timeline.at(-1)![0] + 1) * 1000) timeline.push([Math.round((x.t - commitAt) / 1000), Math.round(x.rssMiB)])
       await sluice.stop()
@@ -275,6 +304,9 @@ async function oneRun(rep: number): Promise<Run> {
         afterLastRowMiB: at(lastRowAt + AFTER_S * 1000),
         commitS: (commitAt - sent) / 1000,
         lastRowS,
+        firstRowS: (firstRowAt - commitAt) / 1000,
+        catchUpS,
+        routedAhead,
         rowsReceived: rows,
         ceilingS,
         atPeak,
@@ -329,6 +361,7 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
     '',
     `- Per run: a throwaway Postgres (\`@sluice/test-utils\`, the pipeline benchmark's settings: fsync off, \`logical_decoding_work_mem\` 64MB), \`sluice start ${FLAGS.join(' ')}\` (bin/sluice.js${NODE_OPTIONS === undefined ? '' : `, NODE_OPTIONS=${NODE_OPTIONS}`}) in its own process with its storage in a fresh directory, the table \`${TABLE_SQL}\`, one shape \`table=big\` and one client in the benchmark process that catches up and then long-polls it, counting inserts.`,
     `- After 5 s idle (pre-transaction RSS: median of the last 2 s), one transaction \`${insertSql(1, ROWS)}\`. The commit is the moment the INSERT returns. The last row is the moment the client's count reaches ${ROWS.toLocaleString('en')}.`,
+    '- First row: the moment the client has any row of the transaction (it was published whole: routing and the flush are done). Download alone: after the run, a new client reads the whole shape from offset -1 until up-to-date with the same code, with nothing else going on.',
     `- RSS is read from /proc/<pid>/status every 100 ms until ${AFTER_S} s after the last row; V8's heap and external memory from the server's /metrics every second (the sample nearest the peak is shown).`,
     '- Ceiling for the time: after the server stopped, `pg_recvlogical` (pgoutput protocol 2 with streaming on, as Sluice asks for it, to /dev/null, status every second) on a new slot receives the same transaction on the emptied table; its time is from the commit until the slot confirmed the commit\'s LSN (so up to a second late). It has no storage, no routing, no HTTP.',
     `- ${runs.length} runs; the figures are medians of the runs.`,
@@ -342,15 +375,17 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
     `| RSS ${AFTER_S} s after the commit | ${f0(afterCommit)} MiB (${f1((afterCommit / pre - 1) * 100)}% over before) | within 20% of before | ${met(afterCommit <= pre * TARGET.afterRatio)} |`,
     `| RSS ${AFTER_S} s after the last row | ${f0(afterLast)} MiB (${f1((afterLast / pre - 1) * 100)}% over before) | | |`,
     `| commit to last row at the client | ${f1(lastRow)} s | < ${TARGET.lastRowS} s | ${met(lastRow < TARGET.lastRowS)} |`,
+    `| of which commit to first row (delivery, routing, flush) | ${f1(m('firstRowS'))} s | | |`,
+    `| a new client downloading the whole shape alone, afterwards | ${f1(m('catchUpS'))} s | | |`,
     `| ceiling: pg_recvlogical decodes it | ${f1(ceilingS)} s (Sluice ${f1(lastRow / ceilingS)}x) | | |`,
     '',
     '### Every run',
     '',
-    '| run | WAL | INSERT took | before | peak (at s after commit) | heap used / external at peak | +60 s after commit | +60 s after last row | malloc heap / other anonymous, before → end | last row | rows | ceiling | load (1, 5, 15 min) |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| run | WAL | INSERT took | before | peak (at s after commit) | heap used / external at peak | +60 s after commit | +60 s after last row | malloc heap / other anonymous, before → end | first row | last row | download alone | routed ahead | rows | ceiling | load (1, 5, 15 min) |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...runs.map(
       (r) =>
-        `| ${r.rep} | ${(r.walBytes / 1e9).toFixed(2)} GB | ${f1(r.commitS)} s | ${f0(r.preMiB)} MiB | ${f0(r.peakMiB)} MiB (${f1(r.peakAtS)}) | ${mib(r.atPeak?.heapUsed)} / ${mib(r.atPeak?.external)} MiB | ${f0(r.afterCommitMiB)} MiB | ${f0(r.afterLastRowMiB)} MiB | ${f0(r.start.mallocHeapMiB)} / ${f0(r.start.otherAnonMiB)} → ${f0(r.end.mallocHeapMiB)} / ${f0(r.end.otherAnonMiB)} MiB | ${f1(r.lastRowS)} s | ${r.rowsReceived.toLocaleString('en')} | ${f1(r.ceilingS)} s | ${r.load} |`,
+        `| ${r.rep} | ${(r.walBytes / 1e9).toFixed(2)} GB | ${f1(r.commitS)} s | ${f0(r.preMiB)} MiB | ${f0(r.peakMiB)} MiB (${f1(r.peakAtS)}) | ${mib(r.atPeak?.heapUsed)} / ${mib(r.atPeak?.external)} MiB | ${f0(r.afterCommitMiB)} MiB | ${f0(r.afterLastRowMiB)} MiB | ${f0(r.start.mallocHeapMiB)} / ${f0(r.start.otherAnonMiB)} → ${f0(r.end.mallocHeapMiB)} / ${f0(r.end.otherAnonMiB)} MiB | ${f1(r.firstRowS ?? Number.NaN)} s | ${f1(r.lastRowS)} s | ${f1(r.catchUpS ?? Number.NaN)} s | ${r.routedAhead === undefined ? 'n/a' : r.routedAhead >= 1 ? 'yes' : 'no'} | ${r.rowsReceived.toLocaleString('en')} | ${f1(r.ceilingS)} s | ${r.load} |`,
     ),
     '',
     `Reproduce: \`npm run bench:memory\` (or \`pnpm --filter @sluice/bench run bench:memory\`).`,

@@ -43,6 +43,8 @@ export interface SluiceConfig {
   readonly flushIntervalMs: number
   readonly memoryBudgetBytes: number
   readonly tailBudgetBytes: number
+  /** Route a streamed transaction while it arrives (routed-ahead.ts); false: only at its commit. */
+  readonly routeAhead: boolean
   readonly snapshotConnections: number
   readonly maxShapes: number
   readonly tableCacheMs: number
@@ -140,6 +142,7 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
+  { key: 'routeAhead', flag: 'route-ahead', env: 'SLUICE_ROUTE_AHEAD', type: 'boolean', default: 'true', description: 'Route a transaction that Postgres streams before its commit while it arrives, keeping its encoded lines in a scratch file until the commit, so its rows reach clients soon after it; --no-route-ahead routes it only once it has committed (to compare the two).' },
   { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
   { key: 'sendfile', flag: 'sendfile', env: 'SLUICE_SENDFILE', type: 'boolean', default: 'true', description: 'Send large ranges of shape logs from file to socket with sendfile(2) when the @sluice/sendfile addon loaded; --no-sendfile reads every body with pread (to compare the two).' },
   {

@@ -127,6 +127,12 @@ export class ServerMetrics implements HttpMetrics {
       registers,
       () => pipeline.router.transactionsRouted,
     )
+    mirroredCounter(
+      'sluice_transactions_routed_ahead_total',
+      'Of the transactions routed, those Postgres streamed before their commit that were routed while they arrived (their commit only spliced in the LSN).',
+      registers,
+      () => pipeline.router.transactionsRoutedAhead,
+    )
     // A gauge per figure of a stats() snapshot, read at each scrape.
     const statsGauge =
       <S>(stats: () => S) =>

@@ -25,6 +25,7 @@ import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe, errorKey } from './log-dedupe.js'
 import { PAUSE_SHAPE_MEMORY, PAUSE_STORAGE_TAILS, PipelineHealth } from './pipeline-health.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
+import { RoutedAhead } from './shapes/routed-ahead.js'
 import { catalogChanged } from './shapes/invalidation.js'
 import { loadTableStates } from './shapes/table-catalog.js'
 
@@ -46,6 +47,8 @@ export interface PipelineOptions {
   readonly memoryBudgetBytes?: number
   /** The store's budget for changes journaled but not yet in their logs' files (FileStoreOptions.tailBudgetBytes). */
   readonly tailBudgetBytes?: number
+  /** Route streamed transactions while they arrive (routed-ahead.ts). Default true; false routes them only at their commit. */
+  readonly routeAhead?: boolean
   readonly snapshotConnections?: number
   /** Postgres connections for subset snapshots (docs/protocol.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
@@ -107,6 +110,7 @@ interface PipelineParts {
   /** Every Postgres pool (catalog, snapshots, subsets), ended on stop. */
   readonly pools: readonly pg.Pool[]
   readonly streams: SpillStreamBuffer
+  readonly ahead: RoutedAhead
   /** Listeners on the store, removed on stop. */
   readonly unsubscribe: ReadonlyArray<() => void>
   readonly replicationGap: ReplicationGap | undefined
@@ -126,6 +130,8 @@ export class Pipeline {
   private readonly dedupe: LogDedupe
   private readonly pools: readonly pg.Pool[]
   private readonly streams: SpillStreamBuffer
+  /** Streamed transactions being routed while they arrive (see routed-ahead.ts). */
+  readonly ahead: RoutedAhead
   private readonly unsubscribe: ReadonlyArray<() => void>
   private stopping: Promise<void> | undefined
 
@@ -140,6 +146,7 @@ export class Pipeline {
     this.replicationGap = parts.replicationGap
     this.pools = parts.pools
     this.streams = parts.streams
+    this.ahead = parts.ahead
     this.unsubscribe = parts.unsubscribe
   }
 
@@ -177,6 +184,7 @@ export class Pipeline {
     // Idle pooled connections can die with Postgres; the pool replaces them, this keeps the process alive.
     for (const pool of pools) pool.on('error', (err) => options.logger?.warn({ err }, 'idle Postgres connection failed'))
     let streams: SpillStreamBuffer | undefined
+    let ahead: RoutedAhead | undefined
     let shapes: ShapeManager | undefined
     try {
       const publication = new PublicationManager(db, { name: options.publicationName ?? DEFAULT_PUBLICATION_NAME })
@@ -186,6 +194,7 @@ export class Pipeline {
       // Opened once each: opening wipes what a previous process left, which the slot will resend.
       streams = await SpillStreamBuffer.open(await SpillDir.open(join(options.storageDir, 'spill', 'streams')))
       const queues = await SpillDir.open(join(options.storageDir, 'spill', 'queues'))
+      const routedDir = await SpillDir.open(join(options.storageDir, 'spill', 'routed'))
 
       let replication: ReplicationClient | undefined
       const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
@@ -209,6 +218,8 @@ export class Pipeline {
           }
         },
       })
+      // Streamed transactions are routed as they arrive, their lines kept until the commit (routed-ahead.ts).
+      ahead = new RoutedAhead(router, routedDir)
       shapes = await ShapeManager.open({
         store,
         router,
@@ -231,8 +242,8 @@ export class Pipeline {
       if (slotLsn > 0n) store.advance(slotLsn - 1n)
       replication = new ReplicationClient({
         connection: options.connectionString,
-        // Streamed and oversized transactions wait in the spill buffer until they commit.
-        sink: new BufferingSink(streams, router),
+        // Streamed and oversized transactions wait in the spill buffer until they commit, routed meanwhile.
+        sink: new BufferingSink(streams, router, options.routeAhead === false ? undefined : ahead),
         durableLsn: () => store.durableLsn,
         // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
         promiseIdle: idle.advance,
@@ -280,11 +291,12 @@ export class Pipeline {
       })
       await client.start()
       const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed, health })
-      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, unsubscribe, replicationGap })
+      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, ahead, unsubscribe, replicationGap })
     } catch (error) {
       // Its catalog watch would otherwise go on asking a closed pool.
       await shapes?.close().catch(() => {})
       await streams?.close().catch(() => {})
+      await ahead?.close().catch(() => {})
       await Promise.allSettled(pools.map((p) => p.end()))
       await store.close().catch(() => {})
       throw error
@@ -306,6 +318,7 @@ export class Pipeline {
     this.health.close()
     this.dedupe.flush()
     await this.streams.close().catch(() => {})
+    await this.ahead.close().catch(() => {})
     await Promise.allSettled(this.pools.map((p) => p.end()))
     await this.store.close()
   }

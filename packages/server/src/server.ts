@@ -122,6 +122,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       flushIntervalMs: config.flushIntervalMs,
       memoryBudgetBytes: config.memoryBudgetBytes,
       tailBudgetBytes: config.tailBudgetBytes,
+      routeAhead: config.routeAhead,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
       tableCacheMs: config.tableCacheMs,

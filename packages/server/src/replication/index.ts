@@ -92,6 +92,7 @@ export {
   SPILL_ERROR_CODES,
   SPILL_FILE_SUFFIX,
   SPILL_FORMAT_VERSION,
+  SPILL_HEADER_BYTES,
   SpillDir,
   SpillError,
   SpillQueue,
@@ -99,7 +100,7 @@ export {
 } from './spill/index.js'
 export type { QueueCodec, SpillDirOptions, SpillErrorCode, SpillFile, SpillQueueOptions, SpillStreamBufferOptions } from './spill/index.js'
 export { BufferingSink, wholeTransactions } from './stream-buffer.js'
-export type { StreamBuffer } from './stream-buffer.js'
+export type { StreamAhead, StreamBuffer } from './stream-buffer.js'
 export type { EnsureSlotResult, SlotInfo, SlotManagerOptions } from './slot-manager.js'
 export { DEFAULT_MAX_TRANSACTION_BYTES, DEFAULT_STREAM_BATCH_SIZE, TransactionAssembler } from './transaction-assembler.js'
 export type { TransactionAssemblerOptions } from './transaction-assembler.js'

@@ -42,15 +42,31 @@ export interface StreamBuffer {
 }
 
 /**
+ * Work done on a streamed transaction while it streams in, beside the
+ * buffer's copy (the shape router's `RoutedAhead`): it may deliver the
+ * transaction itself at the commit, from what it prepared, or decline (then
+ * the buffered copy is delivered as usual). Called in stream order, each
+ * call's promise awaited before the next, like the buffer.
+ */
+export interface StreamAhead {
+  append(xid: number, changes: readonly StreamedChange[]): Awaitable
+  abort(abort: StreamAbort): Awaitable
+  /** The delivery of the committed transaction, or undefined to have the buffered copy delivered instead. */
+  commit(commit: StreamCommit): Promise<void> | undefined
+}
+
+/**
  * The ChangeSink that joins streamed transactions: it keeps their changes in a
  * `StreamBuffer` and hands the target only committed transactions, small ones
  * whole and as they come, streamed ones at their commit as a sequence of
- * batches read back from the buffer.
+ * batches read back from the buffer, or, when `ahead` prepared one and takes
+ * it, from there (the buffer's copy is then dropped).
  */
 export class BufferingSink implements ChangeSink {
   constructor(
     readonly buffer: StreamBuffer,
     private readonly target: TransactionSink,
+    private readonly ahead?: StreamAhead,
   ) {}
 
   onTransaction(transaction: Transaction): Awaitable {
@@ -58,16 +74,21 @@ export class BufferingSink implements ChangeSink {
   }
 
   onStreamedChanges(xid: number, changes: readonly StreamedChange[]): Awaitable {
-    return this.buffer.append(xid, changes)
+    const buffered = this.buffer.append(xid, changes)
+    return this.ahead === undefined ? buffered : both(buffered, this.ahead.append(xid, changes))
   }
 
   onStreamAbort(abort: StreamAbort): Awaitable {
-    return this.buffer.abort(abort)
+    const buffered = this.buffer.abort(abort)
+    return this.ahead === undefined ? buffered : both(buffered, this.ahead.abort(abort))
   }
 
   onStreamCommit(commit: StreamCommit): Awaitable {
     const { xid, lsn, endLsn, commitTime } = commit
-    return this.target.onBufferedTransaction({ xid, lsn, endLsn, commitTime, batches: this.buffer.commit(xid) })
+    const delivery = this.ahead?.commit(commit)
+    if (delivery === undefined) return this.target.onBufferedTransaction({ xid, lsn, endLsn, commitTime, batches: this.buffer.commit(xid) })
+    // Delivered from what was routed ahead: the buffer's copy goes as a redelivery's would.
+    return both(delivery, this.buffer.abort({ xid, subxid: xid, reason: 'already-durable' }))
   }
 
   onRelation(relation: Relation, previous: Relation | undefined): Awaitable {
@@ -77,6 +98,12 @@ export class BufferingSink implements ChangeSink {
   onLogicalMessage(message: LogicalMessage): Awaitable {
     return this.target.onLogicalMessage?.(message)
   }
+}
+
+function both(a: Awaitable, b: Awaitable): Awaitable {
+  if (a === undefined) return b
+  if (b === undefined) return a
+  return Promise.all([a, b]).then(() => undefined)
 }
 
 /**

@@ -5,6 +5,7 @@ import type {
   DeleteChange,
   InsertChange,
   Relation,
+  StreamedChange,
   Transaction,
   TransactionSink,
   UpdateChange,
@@ -36,6 +37,19 @@ export type {
 } from './route-contracts.js'
 
 const NO_LINE = new Uint8Array(0)
+
+/** One shape's lines of a transaction routed ahead (see `routeAhead`), now with their commit LSN. */
+export interface AheadPart {
+  readonly shape: RoutedShape
+  readonly ops: readonly number[]
+  readonly jsons: readonly Uint8Array[]
+  readonly count: number
+  /** More of this shape's lines follow in a later batch. */
+  readonly more: boolean
+}
+
+/** Hears every shape that joins a table (by oid), as it joins. */
+export type JoinListener = (oid: number) => void
 
 /**
  * The shape router (docs/architecture.md §2): the TransactionSink that turns committed
@@ -87,6 +101,8 @@ export class ShapeRouter implements TransactionSink {
   private routedTransactions = 0
   /** Routing states not in use (one per transaction being routed; normally exactly one). */
   private readonly idle: TxnRouting[] = []
+  private readonly joinListeners = new Set<JoinListener>()
+  private routedAheadCount = 0
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recent = new RecentXids(Math.max(0, options.recentXids ?? 256))
@@ -115,6 +131,17 @@ export class ShapeRouter implements TransactionSink {
     return this.routedTransactions
   }
 
+  /** Of `transactionsRouted`, those delivered from lines routed while they streamed in (`onAheadTransaction`). */
+  get transactionsRoutedAhead(): number {
+    return this.routedAheadCount
+  }
+
+  /** `listener` hears each shape that joins from now on; returns the unsubscribe. */
+  onJoin(listener: JoinListener): () => void {
+    this.joinListeners.add(listener)
+    return () => this.joinListeners.delete(listener)
+  }
+
   has(handle: string): boolean {
     return this.shapes.has(handle)
   }
@@ -134,6 +161,7 @@ export class ShapeRouter implements TransactionSink {
   /** Adds a shape at once (restoring at startup, before replication runs). */
   add(spec: RouteSpec, target: ShapeTarget): void {
     this.shapes.set(spec.handle, joinRoute(this.routeFor(spec.table), spec, target))
+    for (const listener of this.joinListeners) listener(spec.table.oid)
   }
 
   /** Sends the shape's next parts elsewhere (queue → snapshot writer → log). Synchronous, so no part falls between. */
@@ -222,6 +250,74 @@ export class ShapeRouter implements TransactionSink {
       this.emitLast(txn)
       await this.settle(txn)
       this.finish(txn)
+    } finally {
+      this.release(txn)
+    }
+  }
+
+  /**
+   * Routes changes of a transaction that has not committed yet (streamed in)
+   * to today's shapes, and hands each shape's encoded lines to `take`, in
+   * order, with LSN 0 in place of the unknown commit LSN and none marked last
+   * (routed-ahead.ts splices both in at the commit). `firstIndex` is the
+   * transaction's number of changes before these (op positions count from
+   * it). Nothing is appended and no shape is touched for good: a change that
+   * cannot be routed this way (a truncate, a line that fails to encode) makes
+   * it return undefined, and the transaction is routed at its commit as usual.
+   * Otherwise it returns the index after the last change.
+   */
+  routeAhead(xid: number, firstIndex: number, changes: readonly StreamedChange[], take: (shape: RoutedShape, op: number, line: Uint8Array) => void): number | undefined {
+    for (const { change } of changes) if (change.kind === 'truncate') return undefined
+    this.busy++
+    const txn = this.begin(0n, xid)
+    txn.nextIndex = firstIndex
+    try {
+      this.routeBatch(txn, changes.map(changeOf))
+      const { touched, held, pending, count } = txn
+      for (let i = 0; i < count; i++) {
+        const shape = touched[i]!
+        if (shape.doomed) continue
+        for (const item of pending[i] ?? NO_ITEMS) this.aheadLines(txn, shape, item, take)
+        const last = held[i]
+        if (last !== undefined) this.aheadLines(txn, shape, last, take)
+      }
+      return txn.nextIndex
+    } catch {
+      return undefined
+    } finally {
+      this.release(txn)
+    }
+  }
+
+  private aheadLines(txn: TxnRouting, shape: RoutedShape, item: Item, take: (shape: RoutedShape, op: number, line: Uint8Array) => void): void {
+    const slot = item.slotFor(shape.encoder)
+    let lines = slot[0]
+    if (lines === undefined) {
+      lines = shape.encoder.encode(item.change, { lsn: 0n, op: item.op, txid: txn.xid, last: false }, txn.lines)
+      slot[0] = lines
+    }
+    for (const line of lines) take(shape, line.op, line.bytes)
+  }
+
+  /**
+   * A committed transaction routed ahead (`routeAhead`): its shapes' lines,
+   * batch by batch, each line already carrying the commit LSN and each shape's
+   * last line marked. Shapes that left meanwhile are skipped; shapes join only
+   * after it, as with any transaction.
+   */
+  async onAheadTransaction(lsn: bigint, xid: number, batches: AsyncIterable<readonly AheadPart[]>): Promise<void> {
+    this.busy++
+    const txn = this.begin(lsn, xid)
+    try {
+      for await (const parts of batches) {
+        const hold = this.options.holdBack?.()
+        if (hold !== undefined) await hold
+        for (const part of parts) {
+          if (!part.shape.doomed) part.shape.target.appendLines(lsn, part.ops, part.jsons, part.count, part.more ? MORE_PARTS : undefined, xid)
+        }
+      }
+      this.finish(txn)
+      this.routedAheadCount++
     } finally {
       this.release(txn)
     }
@@ -501,6 +597,10 @@ export class ShapeRouter implements TransactionSink {
     this.byName.set(nameKey(info.schema, info.name), info.oid)
     return route
   }
+}
+
+function changeOf(streamed: StreamedChange): Change {
+  return streamed.change
 }
 
 function nameKey(schema: string, name: string): string {

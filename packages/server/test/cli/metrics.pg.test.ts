@@ -51,6 +51,7 @@ describe('/metrics', () => {
       'sluice_replication_lag_bytes',
       'sluice_replication_lag_seconds',
       'sluice_transactions_routed_total',
+      'sluice_transactions_routed_ahead_total',
       'sluice_shapes',
       'sluice_live_waiters',
       'sluice_http_bytes_served_total',

@@ -47,6 +47,8 @@ describe('volume', () => {
     // Held in memory, the transaction would take well over 200 bytes a row (a change object, its tuple and
     // strings, and the encoded line); the heap, garbage included, grew by less than half of that.
     expect(peakHeap - before).toBeLessThan(ROWS * 100)
+    // Streamed by Postgres (logical_decoding_work_mem 1MB): routed as it arrived, its lines spliced at the commit.
+    expect(pipeline.router.transactionsRoutedAhead).toBe(1)
     const log = pipeline.shapes.log(every.handle)!
     expect(log.head().entryCount).toBe(ROWS + 1)
     // One transaction: one lsn, op positions 0, 2, 4... and `last` on the final line only.

@@ -11,12 +11,13 @@
  * ---------------
  *   <dir>/stream-<xid>.<n>.spill   one streamed transaction (SpillStreamBuffer)
  *   <dir>/queue-<name>.<n>.spill   one spilled queue (SpillQueue)
+ *   <dir>/routed-<xid>.<n>.spill   one streamed transaction's lines routed ahead (shapes/routed-ahead.ts)
  *   `<n>` is a per-process counter; files not ending in `.spill` are never touched.
  *
  * Every file starts with the same 16-byte header:
  *
  *   off size field
- *   0   4    magic        ASCII: "SLSS" stream file, "SLSQ" queue file
+ *   0   4    magic        ASCII: "SLSS" stream file, "SLSQ" queue file, "SLSR" routed file
  *   4   1    version      SPILL_FORMAT_VERSION (1)
  *   5   11   reserved     zero
  *
@@ -68,6 +69,8 @@
  *   0   4    length n
  *   4   n    the item, as its QueueCodec encoded it
  *
+ * Routed file (magic "SLSR"): its records are documented in shapes/routed-ahead.ts.
+ *
  * The transaction-part item codec (`transactionPartCodec`) documents its own
  * bytes in transaction-part-codec.ts.
  */
@@ -78,7 +81,7 @@ import { SpillError } from './errors.js'
 
 export const SPILL_FORMAT_VERSION = 1
 export const SPILL_HEADER_BYTES = 16
-export const SPILL_MAGIC = { stream: 'SLSS', queue: 'SLSQ' } as const
+export const SPILL_MAGIC = { stream: 'SLSS', queue: 'SLSQ', routed: 'SLSR' } as const
 export type SpillFileKind = keyof typeof SPILL_MAGIC
 
 /** Bytes of a record's length prefix (stream and queue files alike). */
