@@ -24,6 +24,9 @@ export interface CommitCount {
   /** Flushes per transaction: 1 when every change is made durable on its own, far below 1 when many share one. */
   readonly flushesPerTransaction: number
   readonly meanFlushMs: number
+  /** Sluice's event-loop delay over the stretch (nodejs_eventloop_lag_*): how long a ready callback waited. */
+  readonly loopP99Ms: number
+  readonly loopMaxMs: number
 }
 
 export interface LiveRun {
@@ -181,14 +184,14 @@ export function renderMarkdown(report: Report): string {
   const b = burstLine(report)
   if (b !== undefined) out.push(`- ${b}`)
   out.push('')
-  out.push('| shapes | followed | server | p50 | p95 | p99 | max | p50 / floor | p50 per run | p99 per run | writes / lost | fdatasync p50 (per rep) | flushes / tx | handshake | server CPU | CPU pressure | load (1 min) |')
-  out.push('|--:|--:|---|--:|--:|--:|--:|--:|---|---|---|---|---|---|---|---|---|')
+  out.push('| shapes | followed | server | p50 | p95 | p99 | max | p50 / floor | p50 per run | p99 per run | writes / lost | fdatasync p50 (per rep) | flushes / tx | event-loop delay p99 / max | handshake | server CPU | CPU pressure | load (1 min) |')
+  out.push('|--:|--:|---|--:|--:|--:|--:|--:|---|---|---|---|---|---|---|---|---|---|')
   for (const row of report.rows) {
     for (const who of ['sluice', 'ceiling'] as const) {
       const side = row[who]
       const med = side.median
       out.push(
-        `| ${num(row.shapes)} | ${num(row.followed)} | ${who === 'sluice' ? 'Sluice' : 'ceiling'} | ${ms(med.p50Ms)} | ${ms(med.p95Ms)} | ${ms(med.p99Ms)} | ${ms(med.maxMs)} | ${who === 'sluice' ? ratio(med.p50Ms / row.floorMs) : ratio(med.p50Ms / row.floorMs)} | ${list(side.runs, (r) => ms(r.p50Ms))} | ${list(side.runs, (r) => ms(r.p99Ms))} | ${list(side.runs, (r) => `${r.writes}/${r.lost}`)} | ${who === 'sluice' ? list(row.fsync, (f) => ms(f.p50Ms)) : ''} | ${list(side.runs, (r) => (r.commits === undefined ? '' : num(r.commits.flushesPerTransaction, 2)))} | ${list(side.runs, (r) => `${(r.handshakeMs / 1000).toFixed(1)} s`)} | ${list(side.runs, (r) => pct(r.serverCpuPercent))} | ${list(side.runs, (r) => pct(r.cpuPressurePercent))} | ${list(side.runs, (r) => r.loadavg1.toFixed(1))} |`,
+        `| ${num(row.shapes)} | ${num(row.followed)} | ${who === 'sluice' ? 'Sluice' : 'ceiling'} | ${ms(med.p50Ms)} | ${ms(med.p95Ms)} | ${ms(med.p99Ms)} | ${ms(med.maxMs)} | ${who === 'sluice' ? ratio(med.p50Ms / row.floorMs) : ratio(med.p50Ms / row.floorMs)} | ${list(side.runs, (r) => ms(r.p50Ms))} | ${list(side.runs, (r) => ms(r.p99Ms))} | ${list(side.runs, (r) => `${r.writes}/${r.lost}`)} | ${who === 'sluice' ? list(row.fsync, (f) => ms(f.p50Ms)) : ''} | ${list(side.runs, (r) => (r.commits === undefined ? '' : num(r.commits.flushesPerTransaction, 2)))} | ${list(side.runs, (r) => (r.commits === undefined ? '' : `${ms(r.commits.loopP99Ms)} / ${ms(r.commits.loopMaxMs)}`))} | ${list(side.runs, (r) => `${(r.handshakeMs / 1000).toFixed(1)} s`)} | ${list(side.runs, (r) => pct(r.serverCpuPercent))} | ${list(side.runs, (r) => pct(r.cpuPressurePercent))} | ${list(side.runs, (r) => r.loadavg1.toFixed(1))} |`,
       )
     }
   }

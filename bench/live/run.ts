@@ -103,6 +103,9 @@ interface Counters {
   readonly transactions: number
   readonly flushes: number
   readonly flushSeconds: number
+  /** Event-loop delay since the previous scrape (prom-client resets its histogram at each). */
+  readonly loopP99Ms: number
+  readonly loopMaxMs: number
 }
 
 async function readCounters(baseUrl: string): Promise<Counters> {
@@ -116,6 +119,8 @@ async function readCounters(baseUrl: string): Promise<Counters> {
     transactions: value('sluice_transactions_routed_total'),
     flushes: value('sluice_storage_flush_duration_seconds_count'),
     flushSeconds: value('sluice_storage_flush_duration_seconds_sum'),
+    loopP99Ms: value('nodejs_eventloop_lag_p99_seconds') * 1000,
+    loopMaxMs: value('nodejs_eventloop_lag_max_seconds') * 1000,
   }
 }
 
@@ -127,6 +132,8 @@ function commitsBetween(a: Counters, b: Counters): CommitCount {
     flushes,
     flushesPerTransaction: transactions === 0 ? Number.NaN : flushes / transactions,
     meanFlushMs: flushes === 0 ? Number.NaN : ((b.flushSeconds - a.flushSeconds) / flushes) * 1000,
+    loopP99Ms: b.loopP99Ms,
+    loopMaxMs: b.loopMaxMs,
   }
 }
 
@@ -271,7 +278,7 @@ async function main(): Promise<void> {
         for (const who of order) {
           const r = await liveRun(targets[who], followed, writer)
           runs[who].push(r)
-          const commits = r.commits === undefined ? '' : `; ${r.commits.flushesPerTransaction.toFixed(2)} flushes/tx`
+          const commits = r.commits === undefined ? '' : `; ${r.commits.flushesPerTransaction.toFixed(2)} flushes/tx; event loop delay p99 ${r.commits.loopP99Ms.toFixed(1)} ms, max ${r.commits.loopMaxMs.toFixed(0)} ms`
           log(
             `  ${shapes} shapes (${followed} followed), rep ${rep + 1}, ${who}: p50 ${r.p50Ms.toFixed(2)} ms, p95 ${r.p95Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, max ${r.maxMs.toFixed(1)} ms; ${r.received}/${r.writes} received; handshake ${(r.handshakeMs / 1000).toFixed(1)} s; server CPU ${r.serverCpuPercent?.toFixed(0) ?? '-'}%${commits} (load ${r.loadavg1.toFixed(1)})`,
           )
