@@ -14,6 +14,8 @@ export function schemaSql(rows: number): string[] {
   return [
     `CREATE TABLE ${LIVE_TABLE} (id int PRIMARY KEY, k int NOT NULL, stamp text NOT NULL)`,
     `INSERT INTO ${LIVE_TABLE} SELECT i, i, '0:0' FROM generate_series(0, ${rows - 1}) AS i`,
+    // Each shape's snapshot selects its one row by k: without the index every snapshot would scan the table.
+    `CREATE INDEX ON ${LIVE_TABLE} (k)`,
     `CREATE FUNCTION ${LIVE_TABLE}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
      BEGIN
        PERFORM pg_notify('${NOTIFY_CHANNEL}', json_build_object(
