@@ -13,7 +13,8 @@
  * bench:live`). QUICK=1: a smoke run (results/live.quick.*). BENCH_REPS,
  * BENCH_DIR, BENCH_QUIET_WAIT_MS as in the other benchmarks; BENCH_LIVE_SHAPES
  * (comma-separated counts), BENCH_LIVE_FOLLOW_CAP (most shapes with a client)
- * and BENCH_RESULTS_DIR (where the report goes) for smaller runs
+ * and BENCH_RESULTS_DIR (where the report goes) for smaller runs, and
+ * BENCH_SLUICE_FLAGS (more `sluice start` flags) for experiments
  * (results/live.partial.*).
  */
 import { spawnSync } from 'node:child_process'
@@ -37,8 +38,10 @@ import { schemaSql } from './schema.js'
 const QUICK = process.env.QUICK === '1'
 const SHAPES = process.env.BENCH_LIVE_SHAPES?.split(',').map(Number)
 const FOLLOW_CAP = process.env.BENCH_LIVE_FOLLOW_CAP === undefined ? undefined : Number(process.env.BENCH_LIVE_FOLLOW_CAP)
-const PARTIAL = process.env.BENCH_REPS !== undefined || SHAPES !== undefined || FOLLOW_CAP !== undefined
+const PARTIAL = process.env.BENCH_REPS !== undefined || SHAPES !== undefined || FOLLOW_CAP !== undefined || process.env.BENCH_SLUICE_FLAGS !== undefined
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 10_000))
+/** Longest wait for Sluice to settle after the handshakes (see `settle`). */
+const SETTLE_MAX_MS = 120_000
 /** Descriptors a server needs besides its clients' sockets: the store's open files (a quarter of the limit) and the rest. */
 const SERVER_RESERVED_FDS = 6_000
 
@@ -74,7 +77,10 @@ const SETTINGS = {
 }
 
 /** Sluice's admission limits raised, so every request is served, not refused. */
-const SLUICE_FLAGS = ['--log-level', 'warn', '--max-concurrent-initial', '1000000', '--max-concurrent-existing', '1000000', '--long-poll-timeout', `${SETTINGS.longPollTimeoutMs}ms`]
+const SLUICE_FLAGS = [
+  ...['--log-level', 'warn', '--max-concurrent-initial', '1000000', '--max-concurrent-existing', '1000000', '--long-poll-timeout', `${SETTINGS.longPollTimeoutMs}ms`],
+  ...(process.env.BENCH_SLUICE_FLAGS?.split(' ').filter((f) => f !== '') ?? []),
+]
 
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
@@ -167,6 +173,7 @@ async function liveRun(target: Target, followed: number, writer: CommandChild): 
       ),
     )
     const handshakeMs = performance.now() - t0
+    if (target.who === 'sluice') await settle(target.url)
     await writer.call('run', { run: nextRunId++, ms: SETTINGS.liveWarmupSeconds * 1000, rate: SETTINGS.writeRate, keys: followed })
     await waitForQuiet(QUIET_WAIT_MS)
     const run = nextRunId++
@@ -209,6 +216,22 @@ async function liveRun(target: Target, followed: number, writer: CommandChild): 
       clients: summed,
     }
   })
+}
+
+/**
+ * Until Sluice has finished what creating shapes left behind (snapshots still
+ * finishing, journal segments waiting for a checkpoint to write their tails
+ * out), at most `SETTLE_MAX_MS`: the run measures the steady state, not the
+ * aftermath of creating thousands of shapes.
+ */
+async function settle(url: string): Promise<void> {
+  const until = performance.now() + SETTLE_MAX_MS
+  for (;;) {
+    const text = await (await fetch(`${url}/metrics`)).text()
+    const gauge = (name: string): number => Number(new RegExp(`^${name} ([0-9.e+-]+)$`, 'm').exec(text)?.[1] ?? 0)
+    if ((gauge('sluice_shapes_creating') === 0 && gauge('sluice_storage_journal_segments') <= 1) || performance.now() > until) return
+    await sleep(1000)
+  }
 }
 
 /** Creates Sluice's shapes `from .. to-1` that no client follows. */
