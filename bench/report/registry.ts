@@ -5,9 +5,11 @@
  * report section (`sections/<name>.ts`).
  */
 import type { ReportSection } from './section.js'
+import { chunksSection } from './sections/chunks.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
 import { liveSection } from './sections/live.js'
+import { largeSection } from './sections/large.js'
 import { memorySection } from './sections/memory.js'
 import { pipelineSection } from './sections/pipeline.js'
 import { startSection } from './sections/start.js'
@@ -34,8 +36,12 @@ export const BENCHMARKS: readonly Benchmark[] = [
   // QUICK: 1 and 100 shapes, one repetition of 4 s each, and a 3 s burst.
   { name: 'live', script: 'bench:live', quickEnv: { QUICK: '1' }, section: liveSection },
   { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
+  // QUICK: 2k and 10k rows, one warm and one cold run per client.
+  { name: 'large', script: 'bench:large', quickEnv: { QUICK: '1' }, section: largeSection },
   // QUICK: 2 runs each at 10 and 1,000 shapes (making the 100k store alone takes a few minutes).
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
   // QUICK: one 300,000-row transaction, RSS followed for 10 s after.
   { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
+  // QUICK: 1 and 10 clients, one 2 s run each (about a minute).
+  { name: 'chunks', script: 'bench:chunks', quickEnv: { QUICK: '1' }, section: chunksSection },
 ]

@@ -13,6 +13,8 @@
 // pool then, the descriptor is closed when it returns (closing it under a
 // running sendfile could send into a reused descriptor number).
 #include <napi.h>
+
+#include "file-lock.h"
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -25,6 +27,7 @@
 #include <fcntl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace {
@@ -37,6 +40,84 @@ constexpr int64_t kMaxBytesPerTask = 4 * 1024 * 1024;
 std::atomic<uint64_t> g_calls{0};
 std::atomic<uint64_t> g_bytes{0};
 std::atomic<int64_t> g_open_fds{0};
+std::atomic<uint64_t> g_loop_bursts{0};
+std::atomic<uint64_t> g_pool_bursts{0};
+
+// cachestat(2): how many pages of a file range are in the page cache. Newer than
+// glibc 2.36's headers; the number is the same on every architecture (new
+// syscalls share one table).
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct CachestatRange {
+  uint64_t off;
+  uint64_t len;
+};
+struct Cachestat {
+  uint64_t nr_cache;
+  uint64_t nr_dirty;
+  uint64_t nr_writeback;
+  uint64_t nr_evicted;
+  uint64_t nr_recently_evicted;
+};
+// Set once the kernel says it has no cachestat: every burst then goes to the pool.
+std::atomic<bool> g_no_cachestat{false};
+
+// Whether every page of [position, position + length) is in the page cache, so
+// sendfile will not wait for the disk. False when unknown. A page evicted
+// between this answer and the sendfile costs one read on the loop, as it would
+// in any server that sends files from its event loop.
+bool Resident(int fd, int64_t position, int64_t length) {
+  if (length <= 0 || g_no_cachestat.load(std::memory_order_relaxed)) return false;
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  CachestatRange range{static_cast<uint64_t>(position), static_cast<uint64_t>(length)};
+  Cachestat stat{};
+  if (syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) {
+    if (errno == ENOSYS) g_no_cachestat.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  int64_t pages = (position + length - 1) / page - position / page + 1;
+  return static_cast<int64_t>(stat.nr_cache) >= pages;
+}
+
+int PendingSocketError(int fd) {
+  int error = 0;
+  socklen_t size = sizeof(error);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return errno;
+  return error != 0 ? error : EIO;
+}
+
+// One burst: sendfile calls until `remaining` bytes (at most kMaxBytesPerTask)
+// are sent, the socket buffer is full (EAGAIN) or an error. Returns the bytes
+// sent; `*error` is 0 when the burst ended by its budget or by finishing.
+int64_t Burst(int out_fd, int in_fd, int64_t position, int64_t remaining, bool after_poll_error, int* error) {
+  int64_t budget = remaining < kMaxBytesPerTask ? remaining : kMaxBytesPerTask;
+  int64_t sent = 0;
+  *error = 0;
+  while (budget > 0) {
+    off_t offset = static_cast<off_t>(position + sent);
+    ssize_t n = ::sendfile(out_fd, in_fd, &offset, static_cast<size_t>(budget));
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0) {
+      sent += n;
+      budget -= n;
+      g_bytes.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      continue;
+    }
+    if (n == 0) {
+      // The file ends before the range does: the caller's span was wrong.
+      *error = ENODATA;
+      break;
+    }
+    if (errno == EINTR) continue;
+    *error = errno;
+    // libuv reports a socket error (EPOLLERR) as a failed poll; sendfile normally returns that
+    // error itself, but should it still say EAGAIN the socket's pending error is the answer.
+    if ((*error == EAGAIN || *error == EWOULDBLOCK) && after_poll_error) *error = PendingSocketError(out_fd);
+    break;
+  }
+  return sent;
+}
 
 class Sender;
 
@@ -51,42 +132,11 @@ class SendTask : public Napi::AsyncWorker {
         remaining_(remaining),
         after_poll_error_(after_poll_error) {}
 
-  void Execute() override {
-    int64_t budget = remaining_ < kMaxBytesPerTask ? remaining_ : kMaxBytesPerTask;
-    while (budget > 0) {
-      off_t offset = static_cast<off_t>(position_ + sent_);
-      ssize_t n = ::sendfile(out_fd_, in_fd_, &offset, static_cast<size_t>(budget));
-      g_calls.fetch_add(1, std::memory_order_relaxed);
-      if (n > 0) {
-        sent_ += n;
-        budget -= n;
-        g_bytes.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-        continue;
-      }
-      if (n == 0) {
-        // The file ends before the range does: the caller's span was wrong.
-        error_ = ENODATA;
-        break;
-      }
-      if (errno == EINTR) continue;
-      error_ = errno;
-      // libuv reports a socket error (EPOLLERR) as a failed poll; sendfile normally returns that
-      // error itself, but should it still say EAGAIN the socket's pending error is the answer.
-      if ((error_ == EAGAIN || error_ == EWOULDBLOCK) && after_poll_error_) error_ = PendingSocketError(out_fd_);
-      break;
-    }
-  }
+  void Execute() override { sent_ = Burst(out_fd_, in_fd_, position_, remaining_, after_poll_error_, &error_); }
 
   void OnOK() override;
 
  private:
-  static int PendingSocketError(int fd) {
-    int error = 0;
-    socklen_t size = sizeof(error);
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return errno;
-    return error != 0 ? error : EIO;
-  }
-
   Sender* const sender_;
   const int out_fd_;
   const int in_fd_;
@@ -103,7 +153,7 @@ class Sender : public Napi::ObjectWrap<Sender> {
     return DefineClass(env, "Sender", {InstanceMethod<&Sender::Send>("send"), InstanceMethod<&Sender::Close>("close")});
   }
 
-  explicit Sender(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Sender>(info) {
+  explicit Sender(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Sender>(info), async_context_(info.Env(), "sluice.sendfile") {
     Napi::Env env = info.Env();
     if (info.Length() < 1 || !info[0].IsNumber()) {
       Napi::TypeError::New(env, "Sender(socketFd): a descriptor number is required").ThrowAsJavaScriptException();
@@ -178,7 +228,7 @@ class Sender : public Napi::ObjectWrap<Sender> {
     callback_ = Napi::Persistent(info[3].As<Napi::Function>());
     active_ = true;
     Ref();
-    StartTask(env, false);
+    NextBurst(false);
     return env.Undefined();
   }
 
@@ -198,7 +248,7 @@ class Sender : public Napi::ObjectWrap<Sender> {
     return info.Env().Undefined();
   }
 
-  void TaskDone(Napi::Env env, int64_t sent, int error) {
+  void TaskDone(int64_t sent, int error) {
     task_running_ = false;
     if (closed_) {
       ReleaseDescriptor();
@@ -206,13 +256,7 @@ class Sender : public Napi::ObjectWrap<Sender> {
       Unref();
       return;
     }
-    position_ += sent;
-    remaining_ -= sent;
-    if (error == 0 && remaining_ == 0) return Finish(0);
-    if (error == 0) return StartTask(env, false);
-    if (error != EAGAIN && error != EWOULDBLOCK) return Finish(error);
-    int rc = uv_poll_start(poll_, UV_WRITABLE | UV_DISCONNECT, OnPoll);
-    if (rc != 0) Finish(-rc);
+    Advance(sent, error);
   }
 
  private:
@@ -222,20 +266,41 @@ class Sender : public Napi::ObjectWrap<Sender> {
     if (self->closed_) return;
     Napi::HandleScope scope(self->Env());
     // A disconnect shows as writable or as a failed poll (EPOLLERR): the next sendfile reports it.
-    self->StartTask(self->Env(), status < 0);
+    self->NextBurst(status < 0);
   }
 
-  void StartTask(Napi::Env env, bool after_poll_error) {
+  // The next burst: here on the loop when its whole range is in the page cache, else on the pool.
+  void NextBurst(bool after_poll_error) {
+    // Asked for what this burst may send, not the whole range: the kernel walks the page cache to answer.
+    if (Resident(in_fd_, position_, remaining_ < kMaxBytesPerTask ? remaining_ : kMaxBytesPerTask)) {
+      g_loop_bursts.fetch_add(1, std::memory_order_relaxed);
+      int error = 0;
+      int64_t sent = Burst(fd_, in_fd_, position_, remaining_, after_poll_error, &error);
+      return Advance(sent, error);
+    }
+    g_pool_bursts.fetch_add(1, std::memory_order_relaxed);
     task_running_ = true;
-    auto* task = new SendTask(env, this, fd_, in_fd_, position_, remaining_, after_poll_error);
+    auto* task = new SendTask(Env(), this, fd_, in_fd_, position_, remaining_, after_poll_error);
     task->Queue();
+  }
+
+  void Advance(int64_t sent, int error) {
+    position_ += sent;
+    remaining_ -= sent;
+    if (error == 0 && remaining_ == 0) return Finish(0);
+    if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) return Finish(error);
+    // EAGAIN, or the burst's budget spent: the next burst once the socket is writable (at once after a
+    // spent budget), so other clients get the loop and the pool in between.
+    int rc = uv_poll_start(poll_, UV_WRITABLE | UV_DISCONNECT, OnPoll);
+    if (rc != 0) Finish(-rc);
   }
 
   void Finish(int error) {
     active_ = false;
     Napi::FunctionReference callback = std::move(callback_);
     Napi::Env env = Env();
-    if (!callback.IsEmpty()) callback.Call({Napi::Number::New(env, error)});
+    // MakeCallback: called from a poll callback, outside any JS, the promise jobs it queues must run after it.
+    if (!callback.IsEmpty()) callback.MakeCallback(env.Global(), {Napi::Number::New(env, error)}, async_context_);
     // After the call: the callback may start the next send, which takes its own reference.
     Unref();
   }
@@ -263,9 +328,10 @@ class Sender : public Napi::ObjectWrap<Sender> {
   int64_t position_ = 0;
   int64_t remaining_ = 0;
   Napi::FunctionReference callback_;
+  Napi::AsyncContext async_context_;
 };
 
-void SendTask::OnOK() { sender_->TaskDone(Env(), sent_, error_); }
+void SendTask::OnOK() { sender_->TaskDone(sent_, error_); }
 
 Napi::Value Stats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -273,6 +339,8 @@ Napi::Value Stats(const Napi::CallbackInfo& info) {
   out.Set("calls", Napi::Number::New(env, static_cast<double>(g_calls.load())));
   out.Set("bytes", Napi::Number::New(env, static_cast<double>(g_bytes.load())));
   out.Set("openDescriptors", Napi::Number::New(env, static_cast<double>(g_open_fds.load())));
+  out.Set("loopBursts", Napi::Number::New(env, static_cast<double>(g_loop_bursts.load())));
+  out.Set("poolBursts", Napi::Number::New(env, static_cast<double>(g_pool_bursts.load())));
   return out;
 }
 
@@ -293,6 +361,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Sender", Sender::Define(env));
   exports.Set("stats", Napi::Function::New(env, Stats));
   exports.Set("trimHeap", Napi::Function::New(env, TrimHeap));
+  exports.Set("lockFile", Napi::Function::New(env, sluice::LockFile));
   return exports;
 }
 

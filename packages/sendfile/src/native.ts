@@ -12,6 +12,10 @@ export interface SendfileStats {
   readonly bytes: number
   /** Socket descriptor duplicates currently open (0 when no send is in progress). */
   readonly openDescriptors: number
+  /** Bursts of sendfile calls run on the event loop: their range was wholly in the page cache. */
+  readonly loopBursts: number
+  /** Bursts run on the libuv thread pool: part of the range may have had to come from the disk, or the kernel has no cachestat(2). */
+  readonly poolBursts: number
 }
 
 export interface NativeAddon {
@@ -19,4 +23,6 @@ export interface NativeAddon {
   stats(): SendfileStats
   /** Missing from an addon built before it was added. */
   trimHeap?(): boolean
+  /** flock(fd, LOCK_EX or LOCK_SH, LOCK_NB): false when another open file holds the lock. Missing from an older build. */
+  lockFile?(fd: number, exclusive: boolean): boolean
 }

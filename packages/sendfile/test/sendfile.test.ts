@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { closeSync, openSync, readdirSync, writeFileSync } from 'node:fs'
 import { type AddressInfo, type Socket, connect, createServer } from 'node:net'
@@ -109,6 +110,41 @@ describe('FileSender', () => {
         expect(after.bytes - before.bytes).toBe(length)
         expect(after.calls).toBeGreaterThan(before.calls)
       }
+    } finally {
+      sender.close()
+    }
+    expect(sendfile.stats().openDescriptors).toBe(0)
+  })
+
+  it('sends a range held in the page cache from the event loop, and one that must come from the disk on the thread pool', async () => {
+    const { server, client } = await pair()
+    const sender = sendfile.open(server)
+    const length = 3 * 1024 * 1024
+    try {
+      // Just written: every page of `big` is in the page cache.
+      const before = sendfile.stats()
+      const warm = readExactly(client, length)
+      await sender.send(bigFd, 4096, length)
+      expect((await warm).equals(big.subarray(4096, 4096 + length))).toBe(true)
+      const afterWarm = sendfile.stats()
+      expect(afterWarm.loopBursts).toBeGreaterThan(before.loopBursts)
+      expect(afterWarm.poolBursts).toBe(before.poolBursts)
+
+      // Written back to the disk, then dropped from the page cache (dd's nocache flag: posix_fadvise DONTNEED).
+      const coldPath = join(dir, 'cold')
+      const cold = randomBytes(length)
+      writeFileSync(coldPath, cold)
+      const evict = spawnSync('sh', ['-c', 'sync "$0" && dd if="$0" iflag=nocache count=0 status=none', coldPath])
+      expect(evict.status, evict.stderr.toString()).toBe(0)
+      const coldFd = openSync(coldPath, 'r')
+      try {
+        const received = readExactly(client, length)
+        await sender.send(coldFd, 0, length)
+        expect((await received).equals(cold)).toBe(true)
+      } finally {
+        closeSync(coldFd)
+      }
+      expect(sendfile.stats().poolBursts).toBeGreaterThan(afterWarm.poolBursts)
     } finally {
       sender.close()
     }

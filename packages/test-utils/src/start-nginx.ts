@@ -48,6 +48,8 @@ export interface NginxAccessEntry {
 
 export interface NginxServer {
   readonly port: number
+  /** The master process (its worker is its child): for CPU accounting over the process tree. */
+  readonly pid: number
   /** `http://127.0.0.1:<port>` */
   readonly url: string
   readonly dir: string
@@ -211,6 +213,10 @@ class Nginx implements NginxServer {
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`
+  }
+
+  get pid(): number {
+    return this.launched.child.pid!
   }
 
   get dir(): string {

@@ -1,4 +1,5 @@
 import { timingSafeEqual } from 'node:crypto'
+import type { ServerResponse } from 'node:http'
 import {
   CacheControl,
   JSON_CONTENT_TYPE,
@@ -21,7 +22,6 @@ import {
   nonLiveCacheControl,
   offsetOutOfBounds,
   parseDeleteRequest,
-  parseShapeRequest,
   readSecret,
   upToDateMessage,
 } from '@sluice/protocol'
@@ -33,12 +33,14 @@ import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
+import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
+import { ParsedRequests } from './parsed-requests.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
+import { SharedBodies } from './shared-bodies.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 
 /**
@@ -80,6 +82,8 @@ interface ShapeReadContext {
   readonly waiters: ShapeWaiters
   readonly metrics: HttpMetrics | undefined
   readonly bodyPath: BodyPath
+  /** Bodies of identical reads in flight, shared. */
+  readonly bodies: SharedBodies
   /** `waitForData` for a long-poll: data after the offset, while the shape stays active. */
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
@@ -92,40 +96,42 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   const { shapes, http, waiters, admission, metrics, bodyPath = PREAD_PATH } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
   const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
+  const requests = new ParsedRequests()
   const context: ShapeReadContext = {
     shapes,
     http,
     waiters,
     metrics,
     bodyPath,
+    bodies: new SharedBodies(),
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
   }
 
-  app.addHook('onRequest', async (request, reply) => {
+  // Callback style, as every hook on the read path: an async hook costs each request a promise and a microtask.
+  app.addHook('onRequest', (request, reply, done) => {
     setCors(request, reply, true)
-    if (secret === undefined || request.method === 'OPTIONS') return
+    if (secret === undefined || request.method === 'OPTIONS') return done()
     const given = readSecret(rawQuery(request.url))
-    if (given === undefined || !sameSecret(Buffer.from(given), secret)) throw new SluiceError('unauthorized')
+    if (given === undefined || !sameSecret(Buffer.from(given), secret)) return done(new SluiceError('unauthorized'))
+    done()
   })
 
   app.options(SHAPE_PATH, async (request, reply) => sendPreflight(request, reply))
 
   app.get(SHAPE_PATH, async (request, reply) => {
-    const parsed = parseShapeRequest(rawQuery(request.url))
+    const parsed = requests.parse(rawQuery(request.url))
     if (!parsed.ok) throw invalidRequest(parsed.errors)
     const req = parsed.value
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
     const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
     if (permit instanceof SluiceError) throw permit
-    const gone = new AbortController()
-    const onClose = (): void => gone.abort()
-    reply.raw.once('close', onClose)
+    const gone = new ClientGone(reply.raw)
     try {
-      return await new ShapeResponder(context, request, reply, req, gone.signal).serve()
+      return await new ShapeResponder(context, request, reply, req, gone).serve()
     } finally {
       permit()
-      reply.raw.off('close', onClose)
+      gone.dispose()
     }
   })
 
@@ -159,7 +165,7 @@ class ShapeResponder {
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
-    private readonly gone: AbortSignal,
+    private readonly gone: ClientGone,
   ) {
     this.requestOffset = formatRequestOffset(req.offset)
     this.shapes = context.shapes
@@ -216,7 +222,7 @@ class ShapeResponder {
         waiters: this.context.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
         timeoutMs: this.http.sseTimeoutMs,
-        signal: this.gone,
+        signal: this.gone.signal,
       })
     } catch (error) {
       // The stream was already open: it has been cut, and the client reconnects.
@@ -228,7 +234,7 @@ class ShapeResponder {
   /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
   private async waitToReach(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
     const { waiters, untilReached } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
+    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone.signal, untilReached)
     if (result === 'data') return true
     if (result === 'invalidated') return this.rotated(shape)
     if (result === 'timeout') throw offsetOutOfBounds()
@@ -238,7 +244,7 @@ class ShapeResponder {
 
   private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
     const { waiters, untilData } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
+    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone.signal, untilData)
     if (result === 'data') {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
@@ -283,15 +289,18 @@ class ShapeResponder {
       )
       return this.reply
     }
-    if (read.byteLength > POOLED_BUFFER_BYTES && this.request.method !== 'HEAD') {
-      // Bigger than a pooled buffer: streamed in pieces, not read into one buffer the size of the range.
+    if (read.byteLength > BUFFERED_BODY_MAX_BYTES && this.request.method !== 'HEAD') {
+      // Bigger than the largest pooled buffer: streamed in pieces, not read into one buffer the size of the range.
       const body = streamedLogBody(read, tail)
       this.reply.raw.once('close', () => body.stream.destroy())
       metrics?.addBytesServed(body.length, 'pread')
       return this.reply.code(200).header('content-length', body.length).send(body.stream)
     }
-    const body = await logBody(read, tail)
-    this.reply.raw.once('close', body.done)
+    // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
+    const body = await this.context.bodies.body(`${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`, read, tail)
+    // A client gone while the body was read has had its 'close' already: its share is given back now.
+    if (this.reply.raw.destroyed) body.done()
+    else this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.reply.code(200).send(body.bytes)
   }
@@ -372,6 +381,41 @@ class ShapeResponder {
     this.reply.hijack()
     if (!this.reply.raw.destroyed) this.reply.raw.destroy()
     return this.reply
+  }
+}
+
+/**
+ * The client leaving, as an AbortSignal for the requests that wait (long-polls,
+ * SSE, an offset past the head). Made on first use: most requests never wait,
+ * and a controller and a close listener per request are not free. A client
+ * that left before then is seen on the response (`destroyed`, set as 'close'
+ * is emitted), so the signal is aborted from the start.
+ */
+class ClientGone {
+  private controller: AbortController | undefined
+  private onClose: (() => void) | undefined
+
+  constructor(private readonly res: ServerResponse) {}
+
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      const controller = new AbortController()
+      this.controller = controller
+      if (this.res.destroyed) controller.abort()
+      else {
+        this.onClose = () => controller.abort()
+        this.res.once('close', this.onClose)
+      }
+    }
+    return this.controller.signal
+  }
+
+  get aborted(): boolean {
+    return this.controller === undefined ? this.res.destroyed : this.controller.signal.aborted
+  }
+
+  dispose(): void {
+    if (this.onClose !== undefined) this.res.off('close', this.onClose)
   }
 }
 
