@@ -8,11 +8,10 @@ import { afterAll, describe, expect, it } from 'vitest'
 import type { Report } from './report.js'
 
 /**
- * The HTTP benchmark end to end in a small QUICK run (two client counts, two
- * shape counts, one repetition): every process starts, the ceiling answers
- * Sluice's exact bytes, every request succeeds, every write reaches its
- * client, and the report holds what it claims. Figures are not checked: the
- * machine is shared.
+ * The HTTP benchmark end to end in a small QUICK run (two client counts, one
+ * repetition): every process starts, the ceiling answers Sluice's exact bytes,
+ * every request succeeds, and the report holds what it claims. Figures are not
+ * checked: the machine is shared.
  */
 const runScript = fileURLToPath(new URL('./run.ts', import.meta.url))
 const tsx = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href
@@ -23,7 +22,7 @@ afterAll(() => rmSync(out, { recursive: true, force: true }))
 function runBench(): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--conditions=sluice-source', '--import', tsx, runScript], {
-      env: { ...process.env, QUICK: '1', BENCH_HTTP_CLIENTS: '1,20', BENCH_HTTP_SHAPES: '1,20', BENCH_RESULTS_DIR: out },
+      env: { ...process.env, QUICK: '1', BENCH_HTTP_CLIENTS: '1,20', BENCH_RESULTS_DIR: out },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let output = ''
@@ -61,25 +60,8 @@ describe('bench:http (QUICK, small counts)', () => {
       expect(Math.abs(row.sluice.runs[0]!.bytesPerResponse - row.ceiling.runs[0]!.bytesPerResponse)).toBeLessThan(256)
     }
 
-    expect(report.live.map((r) => r.shapes)).toEqual([1, 20])
-    for (const row of report.live) {
-      for (const side of [row.sluice, row.ceiling]) {
-        const run = side.runs[0]!
-        expect(run.writes).toBeGreaterThan(0)
-        expect(run.lost).toBe(0)
-        expect(run.received).toBe(run.writes)
-        expect(run.p50Ms).toBeGreaterThan(0)
-        expect(run.p50Ms).toBeLessThanOrEqual(run.p99Ms)
-        expect(run.p99Ms).toBeLessThanOrEqual(run.maxMs)
-        expect(run.clients.errors).toBe(0)
-        expect(run.clients.otherStatus).toBe(0)
-      }
-    }
-
     const md = readFileSync(join(out, 'http.quick.md'), 'utf8')
     expect(md).toContain('### Initial sync (500 rows, offset=-1)')
-    expect(md).toContain('### Write-to-client latency (one live client per shape)')
     expect(md).toMatch(/Initial sync, 20 clients: Sluice [\d,]+ req\/s vs ceiling [\d,]+ req\/s \(\d+\.\d\dx/)
-    expect(md).toMatch(/Write-to-client, 20 shapes: Sluice p50 .* \(\d+\.\d\dx and \d+\.\d\dx/)
   }, 240_000)
 })

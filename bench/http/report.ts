@@ -43,39 +43,6 @@ export interface InitialRow {
   readonly ceiling: { readonly runs: readonly InitialRun[]; readonly median: Median }
 }
 
-export interface LiveRun {
-  readonly writes: number
-  readonly received: number
-  /** Writes of the run no client received (0 unless something was lost). */
-  readonly lost: number
-  readonly p50Ms: number
-  readonly p95Ms: number
-  readonly p99Ms: number
-  readonly maxMs: number
-  readonly meanMs: number
-  /** Time for every client's handshake (offset=-1, then up to date) before the run; creates the shapes on Sluice's first run. */
-  readonly handshakeMs: number
-  readonly meanUpdateMs: number
-  readonly serverCpuPercent: number | null
-  readonly cpuPressurePercent: number | null
-  readonly loadavg1: number
-  /** Requests, responses with and without data, errors, statuses, as the clients counted them. */
-  readonly clients: Record<string, unknown>
-}
-
-export interface LiveMedian {
-  readonly p50Ms: number
-  readonly p95Ms: number
-  readonly p99Ms: number
-  readonly maxMs: number
-}
-
-export interface LiveRow {
-  readonly shapes: number
-  readonly sluice: { readonly runs: readonly LiveRun[]; readonly median: LiveMedian }
-  readonly ceiling: { readonly runs: readonly LiveRun[]; readonly median: LiveMedian }
-}
-
 export interface Report {
   readonly quick: boolean
   readonly partial: boolean
@@ -89,7 +56,6 @@ export interface Report {
   readonly runSeconds: number
   readonly loads: readonly LoadNote[]
   readonly initial: readonly InitialRow[]
-  readonly live: readonly LiveRow[]
   /** Observations written after a run, by whoever read it (`http/render.ts` re-renders the markdown). */
   readonly notes?: readonly string[]
 }
@@ -100,15 +66,6 @@ export function initialMedian(runs: readonly InitialRun[]): Median {
     p50Ms: median(runs.map((r) => r.p50Ms)),
     p95Ms: median(runs.map((r) => r.p95Ms)),
     p99Ms: median(runs.map((r) => r.p99Ms)),
-  }
-}
-
-export function liveMedian(runs: readonly LiveRun[]): LiveMedian {
-  return {
-    p50Ms: median(runs.map((r) => r.p50Ms)),
-    p95Ms: median(runs.map((r) => r.p95Ms)),
-    p99Ms: median(runs.map((r) => r.p99Ms)),
-    maxMs: median(runs.map((r) => r.maxMs)),
   }
 }
 
@@ -143,13 +100,6 @@ export function closingNote(report: Report): string[] {
       `Initial sync, ${n(row.clients)} client${row.clients > 1 ? 's' : ''}: Sluice ${n(s.requestsPerSec)} req/s vs ceiling ${n(c.requestsPerSec)} req/s (${ratio(s.requestsPerSec / c.requestsPerSec)} of the ceiling's throughput); p99 ${ms(s.p99Ms)} vs ${ms(c.p99Ms)} (${ratio(s.p99Ms / c.p99Ms)}).`,
     )
   }
-  for (const row of report.live) {
-    const s = row.sluice.median
-    const c = row.ceiling.median
-    out.push(
-      `Write-to-client, ${n(row.shapes)} shape${row.shapes > 1 ? 's' : ''}: Sluice p50 ${ms(s.p50Ms)} / p99 ${ms(s.p99Ms)} vs ceiling ${ms(c.p50Ms)} / ${ms(c.p99Ms)} (${ratio(s.p50Ms / c.p50Ms)} and ${ratio(s.p99Ms / c.p99Ms)} the ceiling's latency).`,
-    )
-  }
   return out
 }
 
@@ -159,10 +109,10 @@ export function renderMarkdown(report: Report): string {
   out.push(`# HTTP benchmark${report.quick ? ' (QUICK smoke run: short runs, one repetition; not figures to quote)' : report.partial ? ' (partial run)' : ''}`)
   out.push('')
   out.push(
-    'Initial sync of a 500-row shape by 1, 100 and 2,000 concurrent clients (requests/s and latency), and write-to-client latency with 1, 1k and 10k independent shapes each with one live long-poll client; each next to a bare fastify server that answers the same requests from memory, the ceiling for this stack.',
+    'Initial sync of a 500-row shape by 1, 100 and 2,000 concurrent clients (requests/s and latency), next to a bare fastify server that answers the same requests from memory, the ceiling for this stack. (Write-to-client latency is the live benchmark, `results/live.md`.)',
   )
   out.push('')
-  out.push('**Measures:** the Sluice server process (`sluice start`, HTTP layer, shape lookup, storage reads, long-poll wake-ups; for live changes also replication, routing, encoding and the durable append) as HTTP clients see it, on one machine. **Does not measure:** an HTTP cache or CDN in front (which is how Sluice is meant to fan out initial syncs), TLS, compression, networks between machines, browsers, SSE, shapes larger than one chunk.')
+  out.push('**Measures:** the Sluice server process (`sluice start`, HTTP layer, shape lookup, storage reads) as HTTP clients see it, on one machine. **Does not measure:** an HTTP cache or CDN in front (which is how Sluice is meant to fan out initial syncs), TLS, compression, networks between machines, browsers, live requests, shapes larger than one chunk.')
   out.push('')
   out.push('## Machine')
   out.push('')
@@ -181,7 +131,7 @@ export function renderMarkdown(report: Report): string {
   out.push('## Method')
   out.push('')
   out.push(
-    `- **Processes.** \`http/run.ts\` orchestrates: a throwaway Postgres cluster (\`@sluice/test-utils\`, fsync off as in the pipeline benchmark), the Sluice server (\`sluice start\` from \`@sluice/server\`, sources through tsx like every benchmark here, flags \`${report.sluiceFlags.join(' ')}\`), the ceiling server (\`http/ceiling-server.ts\`), the initial-sync load generator (wrk), the live clients (\`http/live-clients.ts\`, one Node process holding every client's socket) and the writer (\`http/writer.ts\`): each its own process. Everything shares the same 2 cores, so the load generator takes CPU from the server it loads; it does so equally for Sluice and the ceiling.`,
+    `- **Processes.** \`http/run.ts\` orchestrates: a throwaway Postgres cluster (\`@sluice/test-utils\`, fsync off as in the pipeline benchmark), the Sluice server (\`sluice start\` from \`@sluice/server\`, sources through tsx like every benchmark here, flags \`${report.sluiceFlags.join(' ')}\`), the ceiling server (\`http/ceiling-server.ts\`), and the load generator (wrk): each its own process. Everything shares the same 2 cores, so the load generator takes CPU from the server it loads; it does so equally for Sluice and the ceiling.`,
   )
   out.push(
     `- **Admission control raised.** Sluice by default answers more than 300 concurrent initial requests (and 10,000 others) with 503 + retry-after; here the limits are raised so that every request is served and the comparison is of serving, not of refusing. Errors of any kind are counted per run (they were ${report.initial.every((r) => [...r.sluice.runs, ...r.ceiling.runs].every((x) => x.errors === 0)) ? 'zero in every run' : '**not zero in every run**: see the tables'}).`,
@@ -189,9 +139,6 @@ export function renderMarkdown(report: Report): string {
   const ir = report.initialResponse
   out.push(
     `- **Initial sync.** \`GET /v1/shape?table=http_rows&offset=-1\`: a 500-row table, one shape, one chunk; the body is ${n(ir.bodyBytes)} bytes (${ir.rows} rows and \`snapshot-end\`). wrk ${s.wrkThreads} thread(s), N keep-alive connections, each a closed loop (request, whole response, next request), ${s.initialSeconds} s per run after one warm-up run per server; latency from wrk's histogram. **Ceiling:** a bare fastify route in its own process answering the same URL with the bytes and headers Sluice answered (captured once at start), from a Buffer in memory. Sluice per request validates the query (once per distinct query text, then remembered), looks the shape up, reads the chunk's byte range from its log (pread into a pooled buffer of its size class; requests for the same range in flight at once share one read and one buffer; sendfile(2) only from 256 KiB of stored bytes) and frames it.`,
-  )
-  out.push(
-    `- **Write-to-client latency.** K shapes \`k = i\` on \`http_live\` (one row each), each with one client (K sockets in the client process) that shakes hands (\`offset=-1\`, then until up-to-date) and then long-polls (\`live=true\`, handle, offset, cursor), re-polling as soon as a response is complete. A writer process commits one-row updates at ${s.writeRate} per second into uniformly random shapes, each stamped with the writer's CLOCK_MONOTONIC (one clock for every process on Linux) just before it sends the update; the client records receipt of the whole body minus the stamp. So the figure includes the update's round trip and commit. ${s.liveSeconds} s of writes per run after ${s.liveWarmupSeconds} s of warm-up writes; the run ends when every write was received (or after ${s.drainSeconds} s: the remainder counts as lost). The long-poll timeout is 20 s for both servers. **Sluice's path:** WAL, walsender, pgoutput decoding, routing, encoding, the append, the group commit (fdatasync, flush interval 10 ms by default), the waiter woken, the range read and sent. **Ceiling:** a trigger on the same table calls \`pg_notify\` with the row (it fires in Sluice's runs too, so the writer's cost is the same); the ceiling process \`LISTEN\`s and wakes the shape's held long-poll in-process with the same change line Sluice sends. It includes Postgres's commit and notification, the HTTP layer and the client's JSON parsing; it has no logical decoding, no where-clause evaluation, no storage and no durability.`,
   )
   out.push(
     `- **Repetitions.** ${s.reps} repetition(s) of every row; the order of the two servers alternates between repetitions so that drifting outside load falls on both alike; each run waits up to ${s.quietWaitSeconds} s for the CPU pressure of the last 10 s to drop below 10% first. Tables show medians of the repetitions and every run; ratios are Sluice / ceiling of the medians (throughput: below 1 means slower; latency: above 1 means slower).`,
@@ -214,22 +161,6 @@ export function renderMarkdown(report: Report): string {
       )
     }
   }
-  out.push('')
-  out.push('### Write-to-client latency (one live client per shape)')
-  out.push('')
-  out.push('| shapes | server | p50 | p95 | p99 | max | p50 ratio | p99 ratio | p50 per run | p99 per run | writes / lost | handshake | server CPU | CPU pressure | load (1 min) |')
-  out.push('|--:|---|--:|--:|--:|--:|--:|--:|---|---|---|---|---|---|---|')
-  for (const row of report.live) {
-    for (const who of ['sluice', 'ceiling'] as const) {
-      const side = row[who]
-      const med = side.median
-      out.push(
-        `| ${n(row.shapes)} | ${who === 'sluice' ? 'Sluice' : 'ceiling'} | ${ms(med.p50Ms)} | ${ms(med.p95Ms)} | ${ms(med.p99Ms)} | ${ms(med.maxMs)} | ${who === 'sluice' ? ratio(med.p50Ms / row.ceiling.median.p50Ms) : '1'} | ${who === 'sluice' ? ratio(med.p99Ms / row.ceiling.median.p99Ms) : '1'} | ${list(side.runs, (r) => ms(r.p50Ms))} | ${list(side.runs, (r) => ms(r.p99Ms))} | ${list(side.runs, (r) => `${r.writes}/${r.lost}`)} | ${list(side.runs, (r) => `${(r.handshakeMs / 1000).toFixed(1)} s`)} | ${list(side.runs, (r) => pctRaw(r.serverCpuPercent))} | ${list(side.runs, (r) => pctRaw(r.cpuPressurePercent))} | ${list(side.runs, (r) => r.loadavg1.toFixed(1))} |`,
-      )
-    }
-  }
-  out.push('')
-  out.push('*handshake*: all K clients from `offset=-1` to up-to-date, 64 at a time; on Sluice\'s first run for a shape count it includes creating the new shapes (a snapshot each). *server CPU*: the server process\'s CPU time over the run, in percent of one core.')
   out.push('')
   if (report.notes !== undefined && report.notes.length > 0) {
     out.push('## Notes on this run')

@@ -1,28 +1,23 @@
 /**
- * bench:http: the Sluice server as HTTP clients see it, next to a bare fastify
- * server doing the least possible for the same requests (the ceiling), each in
- * its own process, with the load generators in theirs.
- *
- * Measures:
- * - initial sync: requests/s and latency p50/p95/p99 of `offset=-1` on a
- *   500-row shape by 1, 100 and 2,000 concurrent keep-alive clients (wrk);
- * - write-to-client latency p50/p95/p99/max with 1, 1k and 10k independent
- *   shapes, each with one live long-poll client, under a moderate write rate.
+ * bench:http: the Sluice server's initial sync as HTTP clients see it, next to
+ * a bare fastify server doing the least possible for the same requests (the
+ * ceiling), each in its own process, with the load generator (wrk) in its own:
+ * requests/s and latency p50/p95/p99 of `offset=-1` on a 500-row shape by 1,
+ * 100 and 2,000 concurrent keep-alive clients. Write-to-client latency is
+ * `bench:live` (`../live/`).
  * Does not measure: an HTTP cache in front, TLS, compression, other machines.
  *
  * Usage: `pnpm --filter @sluice/bench run bench:http` (from the root:
  * `npm run bench:http`). QUICK=1: a smoke run (results/http.quick.*).
- * ONLY=initial or ONLY=live: one half (results/http.partial.*). BENCH_REPS,
- * BENCH_DIR, BENCH_QUIET_WAIT_MS as in the other benchmarks; BENCH_HTTP_CLIENTS and
- * BENCH_HTTP_SHAPES (comma-separated counts) and BENCH_RESULTS_DIR (where the
- * report goes) for smaller runs.
+ * BENCH_REPS, BENCH_DIR, BENCH_QUIET_WAIT_MS as in the other benchmarks;
+ * BENCH_HTTP_CLIENTS (comma-separated counts) and BENCH_RESULTS_DIR (where the
+ * report goes) for smaller runs (results/http.partial.*).
  */
 import { spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import http from 'node:http'
 import { loadavg, tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { startPostgres } from '@sluice/test-utils'
 import { BENCH_PG_SETTINGS } from '../pipeline/pg.js'
@@ -34,12 +29,9 @@ import { CommandChild } from './json-lines.js'
 import {
   type InitialRow,
   type InitialRun,
-  type LiveRow,
-  type LiveRun,
   type Report,
   closingNote,
   initialMedian,
-  liveMedian,
   writeReport,
 } from './report.js'
 import { INITIAL_QUERY, INITIAL_ROWS, schemaSql } from './schema.js'
@@ -47,11 +39,9 @@ import { type SluiceProcess, startSluice } from './sluice-process.js'
 import { ensureWrk, runWrk } from './wrk.js'
 
 const QUICK = process.env.QUICK === '1'
-const ONLY = new Set((process.env.ONLY ?? 'initial,live').split(',').map((s) => s.trim()))
-/** BENCH_HTTP_CLIENTS=1,20 and BENCH_HTTP_SHAPES=1,20 replace the client and shape counts (partial results; the peer test uses them). */
+/** BENCH_HTTP_CLIENTS=1,20 replaces the client counts (partial results; the smoke test uses it). */
 const CLIENTS = process.env.BENCH_HTTP_CLIENTS?.split(',').map(Number)
-const SHAPES = process.env.BENCH_HTTP_SHAPES?.split(',').map(Number)
-const PARTIAL = process.env.ONLY !== undefined || process.env.BENCH_REPS !== undefined || CLIENTS !== undefined || SHAPES !== undefined
+const PARTIAL = process.env.BENCH_REPS !== undefined || CLIENTS !== undefined
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 10_000))
 
 const SETTINGS = {
@@ -62,20 +52,11 @@ const SETTINGS = {
   /** One wrk thread: the server under test is one Node process; the other core is left to it and to Postgres. */
   wrkThreads: 1,
   wrkTimeoutSeconds: 30,
-  liveShapes: SHAPES ?? (QUICK ? [1, 100, 1_000] : [1, 1_000, 10_000]),
-  /** Commits per second: far below what Postgres (~4.7k/s here) or Sluice take, so nothing queues. */
-  writeRate: 40,
-  liveSeconds: QUICK ? 4 : 30,
-  liveWarmupSeconds: QUICK ? 1 : 3,
-  /** Longest wait, after the last write, for every write to reach its client. */
-  drainSeconds: 10,
-  handshakeConcurrency: 64,
-  longPollTimeoutMs: 20_000,
   quietWaitSeconds: QUIET_WAIT_MS / 1000,
 }
 
 /** Sluice's admission limits (300 initial, 10k others by default) raised, so every request is served, not refused. */
-const SLUICE_FLAGS = ['--log-level', 'warn', '--max-concurrent-initial', '1000000', '--max-concurrent-existing', '1000000', '--long-poll-timeout', `${SETTINGS.longPollTimeoutMs}ms`]
+const SLUICE_FLAGS = ['--log-level', 'warn', '--max-concurrent-initial', '1000000', '--max-concurrent-existing', '1000000']
 /** Headers that belong to one connection or one response, not to the content the ceiling repeats. */
 const PER_RESPONSE_HEADERS = new Set(['date', 'connection', 'keep-alive', 'content-length', 'transfer-encoding'])
 
@@ -195,90 +176,11 @@ async function initialSync(servers: Servers): Promise<InitialRow[]> {
   return rows
 }
 
-// ---- write-to-client latency ----
-
-let nextRunId = 1
-
-async function liveRun(baseUrl: string, pid: number, shapes: number, writer: CommandChild): Promise<LiveRun> {
-  const clients = await CommandChild.spawn('live-clients', fileURLToPath(new URL('./live-clients.ts', import.meta.url)))
-  try {
-    const hs = await clients.call<{ handshakeMs: number }>('start', { baseUrl, keys: shapes, concurrency: SETTINGS.handshakeConcurrency })
-    await writer.call('run', { run: nextRunId++, ms: SETTINGS.liveWarmupSeconds * 1000, rate: SETTINGS.writeRate, keys: shapes })
-    await waitForQuiet(QUIET_WAIT_MS)
-    const run = nextRunId++
-    await clients.call('measure', { run })
-    const meter = new SystemMeter()
-    const { value: written, cpuMs, wallMs } = await withCpu(pid, () =>
-      writer.call<{ writes: number; meanUpdateMs: number }>('run', { run, ms: SETTINGS.liveSeconds * 1000, rate: SETTINGS.writeRate, keys: shapes }),
-    )
-    const pressure = meter.cpuPressurePercent() ?? null
-    const deadline = performance.now() + SETTINGS.drainSeconds * 1000
-    let stats = await clients.call<Record<string, number>>('stats')
-    while (stats.received! < written.writes && performance.now() < deadline) {
-      await sleep(100)
-      stats = await clients.call<Record<string, number>>('stats')
-    }
-    const final = await clients.call<Record<string, number>>('stop')
-    return {
-      writes: written.writes,
-      received: stats.received!,
-      lost: Math.max(0, written.writes - stats.received!),
-      p50Ms: stats.p50!,
-      p95Ms: stats.p95!,
-      p99Ms: stats.p99!,
-      maxMs: stats.max!,
-      meanMs: stats.mean!,
-      handshakeMs: hs.handshakeMs,
-      meanUpdateMs: written.meanUpdateMs,
-      serverCpuPercent: cpuMs === null ? null : (cpuMs / wallMs) * 100,
-      cpuPressurePercent: pressure,
-      loadavg1: loadavg()[0]!,
-      clients: { ...final, p50: undefined, p95: undefined, p99: undefined, max: undefined, mean: undefined, received: undefined },
-    }
-  } finally {
-    await clients.close()
-  }
-}
-
-async function liveLatency(servers: Servers, connectionString: string): Promise<LiveRow[]> {
-  const writer = await CommandChild.spawn('writer', fileURLToPath(new URL('./writer.ts', import.meta.url)))
-  await writer.call('connect', { connectionString })
-  const rows: LiveRow[] = []
-  try {
-    for (const shapes of SETTINGS.liveShapes) {
-      const runs = { sluice: [] as LiveRun[], ceiling: [] as LiveRun[] }
-      for (let rep = 0; rep < SETTINGS.reps; rep++) {
-        const order = rep % 2 === 0 ? (['sluice', 'ceiling'] as const) : (['ceiling', 'sluice'] as const)
-        for (const who of order) {
-          const base = who === 'sluice' ? servers.sluice.url : servers.ceilingUrl
-          const pid = who === 'sluice' ? servers.sluice.pid : servers.ceiling.pid
-          const r = await liveRun(base, pid, shapes, writer)
-          runs[who].push(r)
-          log(
-            `  ${shapes} shapes, rep ${rep + 1}, ${who}: p50 ${r.p50Ms.toFixed(2)} ms, p95 ${r.p95Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, max ${r.maxMs.toFixed(1)} ms; ${r.received}/${r.writes} received; handshake ${(r.handshakeMs / 1000).toFixed(1)} s; server CPU ${r.serverCpuPercent?.toFixed(0) ?? '-'}% (load ${r.loadavg1.toFixed(1)})`,
-          )
-        }
-      }
-      rows.push({
-        shapes,
-        sluice: { runs: runs.sluice, median: liveMedian(runs.sluice) },
-        ceiling: { runs: runs.ceiling, median: liveMedian(runs.ceiling) },
-      })
-    }
-  } finally {
-    await writer.close()
-  }
-  return rows
-}
-
 // ---- main ----
 
 async function main(): Promise<void> {
   const wrkVersion = ensureWrk()
   const limit = fdLimit()
-  const maxShapes = Math.max(...SETTINGS.liveShapes)
-  // Each live client's socket is an fd in the client process and another in the server's.
-  if (ONLY.has('live') && Number(limit) < maxShapes + 1_000) throw new Error(`open-file limit ${limit} is too low for ${maxShapes} live clients (ulimit -n)`)
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-http-bench-'))
@@ -288,10 +190,9 @@ async function main(): Promise<void> {
   let sluice: SluiceProcess | undefined
   let ceiling: CommandChild | undefined
   let initial: InitialRow[] = []
-  let live: LiveRow[] = []
   let initialResponse: Report['initialResponse']
   try {
-    for (const sql of schemaSql(maxShapes)) await cluster.query(sql)
+    for (const sql of schemaSql()) await cluster.query(sql)
     log(`Postgres ${cluster.version} on port ${cluster.port}`)
     sluice = await startSluice({ databaseUrl: cluster.url, storageDir: join(root, 'sluice'), flags: SLUICE_FLAGS })
     log(`Sluice at ${sluice.url} (pid ${sluice.pid})`)
@@ -306,10 +207,8 @@ async function main(): Promise<void> {
 
     ceiling = await CommandChild.spawn('ceiling', fileURLToPath(new URL('./ceiling-server.ts', import.meta.url)))
     const { port } = await ceiling.call<{ port: number }>('listen', {
-      connectionString: cluster.url,
       initialHeaders: headers,
       initialBodyBase64: first.body.toString('base64'),
-      longPollTimeoutMs: SETTINGS.longPollTimeoutMs,
     })
     const ceilingUrl = `http://127.0.0.1:${port}`
     // The ceiling must answer what Sluice answers, or the comparison means nothing.
@@ -323,14 +222,8 @@ async function main(): Promise<void> {
     log(`initial response: ${first.body.length} bytes, ${rows} rows, ${Object.keys(headers).length} headers; ceiling at ${ceilingUrl} answers the same`)
     const servers: Servers = { sluice, ceiling, ceilingUrl }
 
-    if (ONLY.has('initial')) {
-      initial = await initialSync(servers)
-      loads.push(loadNote('after initial sync'))
-    }
-    if (ONLY.has('live')) {
-      live = await liveLatency(servers, cluster.url)
-      loads.push(loadNote('after live latency'))
-    }
+    initial = await initialSync(servers)
+    loads.push(loadNote('after initial sync'))
   } finally {
     await ceiling?.close()
     await sluice?.stop()
@@ -349,7 +242,6 @@ async function main(): Promise<void> {
     runSeconds: (performance.now() - runStarted) / 1000,
     loads,
     initial,
-    live,
   }
   const name = QUICK ? 'http.quick' : PARTIAL ? 'http.partial' : 'http'
   const outDir = process.env.BENCH_RESULTS_DIR ?? resultsDir

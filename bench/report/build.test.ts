@@ -5,13 +5,14 @@
  * naming its series. Partial and missing results are chosen and labelled as
  * the report says.
  */
-import { copyFileSync, existsSync, readFileSync } from 'node:fs'
+import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { useTempDir } from '@sluice/test-utils'
 import type { Report as ClientReport } from '../client/report.js'
 import type { Report as HttpReport } from '../http/report.js'
+import type { Report as LiveReport } from '../live/report.js'
 import type { Report as LargeReport } from '../large/report.js'
 import { type Report as MemoryReport, TARGET as MEMORY_TARGET } from '../memory/report.js'
 import type { Report as PipelineReport } from '../pipeline/report.js'
@@ -106,7 +107,6 @@ describe('the benchmark report from bench/results', () => {
       expect(line).toContain(`${num(Math.min(...reqs))} – ${num(Math.max(...reqs))}`)
       row(markdown, num(r.clients), 'ceiling (bare fastify)', num(r.ceiling.median.requestsPerSec))
     }
-    for (const r of http.live) row(markdown, num(r.shapes), 'Sluice', ms(r.sluice.median.p50Ms))
 
     const pipeline = json<PipelineReport>('pipeline.json')
     for (const phase of pipeline.throughput) {
@@ -168,7 +168,7 @@ describe('the benchmark report from bench/results', () => {
   it('writes one well-formed SVG chart per spec, naming every series, and links each from the markdown', async () => {
     const report = await build(resultsDir)
     expect(report.charts.map((c) => c.spec.id)).toEqual(
-      expect.arrayContaining(['storage-append', 'pipeline-throughput', 'http-initial-throughput', 'http-initial-latency', 'http-live-latency', 'client-sync-time', 'large-time', 'large-memory', 'start-healthy', 'start-cpu', 'memory-rss']),
+      expect.arrayContaining(['storage-append', 'pipeline-throughput', 'http-initial-throughput', 'http-initial-latency', 'live-latency', 'client-sync-time', 'large-time', 'large-memory', 'start-healthy', 'start-cpu', 'memory-rss']),
     )
     for (const chart of report.charts) {
       expect(checkTags(chart.svg), chart.file).toBe('svg')
@@ -205,21 +205,17 @@ describe('the benchmark report from bench/results', () => {
 
   it('falls back to a partial results file, says so, and lists the benchmarks without results', async () => {
     const dir = await temp.make()
-    copyFileSync(join(resultsDir, 'http.partial.json'), join(dir, 'http.partial.json'))
+    copyFileSync(join(resultsDir, 'live.partial.json'), join(dir, 'live.partial.json'))
     const report = await build(dir)
-    expect(report.sections.map((s) => [s.section.id, s.file.kind])).toEqual([['http', 'partial']])
+    expect(report.sections.map((s) => [s.section.id, s.file.kind])).toEqual([['live', 'partial']])
     expect(report.markdown).toContain('a partial run')
-    const partial = json<HttpReport>('http.partial.json')
-    for (const r of partial.live) row(report.markdown, num(r.shapes), 'Sluice', ms(r.sluice.median.p50Ms))
-    // A partial run leaves out cases (the committed one, the initial syncs): what it lacks gets no empty table and no empty chart.
-    expect(partial.initial.length === 0 || partial.live.length === 0).toBe(true)
-    expect(report.markdown.includes('### HTTP: Initial sync (')).toBe(partial.initial.length > 0)
-    expect(report.markdown.includes('### HTTP: Write-to-client latency (')).toBe(partial.live.length > 0)
-    expect(report.charts.map((c) => c.spec.id)).toEqual([
-      ...(partial.initial.length > 0 ? ['http-initial-throughput', 'http-initial-latency'] : []),
-      ...(partial.live.length > 0 ? ['http-live-latency'] : []),
-    ])
-    expect(report.missing.map((s) => s.id)).toEqual(sections.filter((s) => s.id !== 'http').map((s) => s.id))
+    const partial = json<LiveReport>('live.partial.json')
+    for (const r of partial.rows) {
+      row(report.markdown, num(r.shapes), num(r.followed), 'Sluice', ms(r.sluice.median.p50Ms))
+      row(report.markdown, num(r.shapes), num(r.followed), 'ceiling (LISTEN/NOTIFY, in memory)', ms(r.ceiling.median.p50Ms))
+    }
+    expect(report.charts.map((c) => c.spec.id)).toEqual(['live-latency'])
+    expect(report.missing.map((s) => s.id)).toEqual(sections.filter((s) => s.id !== 'live').map((s) => s.id))
     expect(report.markdown).toContain('## Not in this report')
   })
 
@@ -242,18 +238,20 @@ describe('the benchmark report from bench/results', () => {
 
   it('shows a partial run newer than the full one after it, tables and charts included', async () => {
     const dir = await temp.make()
-    const [older, newer] = byDate('http.json', 'http.partial.json')
-    copyFileSync(join(resultsDir, older), join(dir, 'http.json'))
-    copyFileSync(join(resultsDir, newer), join(dir, 'http.partial.json'))
-    const partial = json<HttpReport>(newer)
+    copyFileSync(join(resultsDir, 'http.json'), join(dir, 'http.json'))
+    // A later partial run of the same benchmark: the full run's figures, dated a day later, one client count.
+    const full = json<HttpReport>('http.json')
+    const date = new Date(Date.parse(full.machine.date) + 86_400_000).toISOString()
+    const partial: HttpReport = { ...full, partial: true, machine: { ...full.machine, date }, initial: full.initial.slice(0, 1) }
+    writeFileSync(join(dir, 'http.partial.json'), JSON.stringify(partial))
     const report = await build(dir)
     expect(report.sections[0]!.file.kind).toBe('full')
     expect(report.sections[0]!.newer?.file.file).toBe('http.partial.json')
-    expect(report.markdown).toContain(`### HTTP: a newer partial run (${partial.machine.date.slice(0, 10)})`)
+    expect(report.markdown).toContain(`### HTTP: a newer partial run (${date.slice(0, 10)})`)
     const after = report.markdown.slice(report.markdown.indexOf('a newer partial run'))
-    for (const r of partial.live) row(after, num(r.shapes), 'Sluice', ms(r.sluice.median.p50Ms))
-    expect(report.charts.map((c) => c.spec.id)).toContain('http-live-latency-partial')
-    expect(report.markdown).toContain('newer partial run of 2026-')
+    for (const r of partial.initial) row(after, num(r.clients), 'Sluice', num(r.sluice.median.requestsPerSec))
+    expect(report.charts.map((c) => c.spec.id)).toContain('http-initial-throughput-partial')
+    expect(report.markdown).toContain(`newer partial run of ${date.slice(0, 10)}`)
   })
 })
 

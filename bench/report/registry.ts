@@ -9,6 +9,7 @@ import { chunksSection } from './sections/chunks.js'
 import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
+import { liveSection } from './sections/live.js'
 import { largeSection } from './sections/large.js'
 import { memorySection } from './sections/memory.js'
 import { pipelineSection } from './sections/pipeline.js'
@@ -33,6 +34,8 @@ export const BENCHMARKS: readonly Benchmark[] = [
   // The pipeline's own QUICK run registers 3k shapes and runs every phase (8-15 min); the suite's smoke run keeps the throughput phases of up to 2k shapes.
   { name: 'pipeline', script: 'bench:pipeline', quickEnv: { QUICK: '1', ONLY: 'throughput', SETS: 'eq1,eq1k,eq10k' }, section: pipelineSection },
   { name: 'http', script: 'bench:http', quickEnv: { QUICK: '1' }, section: httpSection },
+  // QUICK: 1 and 100 shapes, one repetition of 4 s each, and a 3 s burst.
+  { name: 'live', script: 'bench:live', quickEnv: { QUICK: '1' }, section: liveSection },
   { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
   // QUICK: 2k and 10k rows, one warm and one cold run per client.
   { name: 'large', script: 'bench:large', quickEnv: { QUICK: '1' }, section: largeSection },

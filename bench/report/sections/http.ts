@@ -1,4 +1,4 @@
-/** The HTTP benchmark's section: initial sync and write-to-client latency, Sluice next to its fastify ceiling. */
+/** The HTTP benchmark's section: initial sync, Sluice next to its fastify ceiling (write-to-client latency is `live.ts`). */
 import type { Report } from '../../http/report.js'
 import type { ChartSpec } from '../chart.js'
 import { loadLine, machineLines, ms, num, plural, pressureLine, ratio, spread } from '../format.js'
@@ -31,30 +31,6 @@ function render(report: Report): SectionContent {
     ),
     note: 'Medians of the repetitions; the ranges are those of the runs behind each median. Throughput ratio below 1 and latency ratio above 1 mean Sluice is slower than the ceiling.',
   }
-  const liveTable: Table = {
-    title: 'Write-to-client latency (one live long-poll client per shape, 40 commits/s)',
-    headers: ['shapes', 'server', 'p50', 'p50 runs (min – max)', 'p99', 'p99 runs (min – max)', 'max', 'lost', 'Sluice / ceiling p50', 'Sluice / ceiling p99'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
-    rows: report.live.flatMap((row) =>
-      (['sluice', 'ceiling'] as const).map((who) => {
-        const side = row[who]
-        const own = who === 'sluice'
-        return [
-          num(row.shapes),
-          own ? SLUICE : CEILING,
-          ms(side.median.p50Ms),
-          spread(side.runs.map((r) => r.p50Ms), ms),
-          ms(side.median.p99Ms),
-          spread(side.runs.map((r) => r.p99Ms), ms),
-          ms(side.median.maxMs),
-          num(side.runs.reduce((a, r) => a + r.lost, 0)),
-          own ? ratio(row.sluice.median.p50Ms / row.ceiling.median.p50Ms) : '',
-          own ? ratio(row.sluice.median.p99Ms / row.ceiling.median.p99Ms) : '',
-        ]
-      }),
-    ),
-    note: 'Latency from the writer sending the update to the client holding the whole response body (one CLOCK_MONOTONIC for every process).',
-  }
   const charts: ChartSpec[] = []
   if (report.initial.length > 0) {
     charts.push({
@@ -70,9 +46,6 @@ function render(report: Report): SectionContent {
     })
     charts.push(latencyChart('http-initial-latency', 'Initial sync: latency', 'concurrent clients', report.initial.map((r) => ({ x: r.clients, sluice: r.sluice.median, ceiling: r.ceiling.median }))))
   }
-  if (report.live.length > 0) {
-    charts.push(latencyChart('http-live-latency', 'Write-to-client latency', 'shapes, one live client each', report.live.map((r) => ({ x: r.shapes, sluice: r.sluice.median, ceiling: r.ceiling.median }))))
-  }
   const headline: string[] = []
   const busiest = report.initial.at(-1)
   if (busiest !== undefined) {
@@ -80,27 +53,20 @@ function render(report: Report): SectionContent {
       `Initial sync of a ${num(report.initialResponse.bodyBytes / 1000)} KB shape, ${plural(busiest.clients, 'client')}: Sluice ${num(busiest.sluice.median.requestsPerSec)} req/s, ${ratio(busiest.sluice.median.requestsPerSec / busiest.ceiling.median.requestsPerSec)} the throughput of a bare fastify server sending the same bytes from memory (${num(busiest.ceiling.median.requestsPerSec)} req/s).`,
     )
   }
-  const one = report.live[0]
-  if (one !== undefined) {
-    headline.push(
-      `Write-to-client latency with ${plural(one.shapes, 'shape')}: Sluice p50 ${ms(one.sluice.median.p50Ms)} / p99 ${ms(one.sluice.median.p99Ms)}, ${ratio(one.sluice.median.p50Ms / one.ceiling.median.p50Ms)} / ${ratio(one.sluice.median.p99Ms / one.ceiling.median.p99Ms)} the ceiling's (LISTEN/NOTIFY, no decoding, no storage: ${ms(one.ceiling.median.p50Ms)} / ${ms(one.ceiling.median.p99Ms)}).`,
-    )
-  }
-  const runs = [...report.initial, ...report.live].flatMap((r) => [...r.sluice.runs, ...r.ceiling.runs])
+  const runs = report.initial.flatMap((r) => [...r.sluice.runs, ...r.ceiling.runs])
   const s = report.settings
   return {
-    measures: `The Sluice server process (\`sluice start\`) as HTTP clients see it: requests/s and latency of the initial sync of a ${num(report.initialResponse.rows)}-row shape (one chunk, ${num(report.initialResponse.bodyBytes / 1000)} KB) by ${counts(s.initialClients)} concurrent keep-alive clients, and write-to-client latency with ${counts(s.liveShapes)} independent shapes, each with one live long-poll client, under ${String(s.writeRate ?? '?')} single-row commits a second.`,
+    measures: `The Sluice server process (\`sluice start\`) as HTTP clients see it: requests/s and latency of the initial sync of a ${num(report.initialResponse.rows)}-row shape (one chunk, ${num(report.initialResponse.bodyBytes / 1000)} KB) by ${counts(s.initialClients)} concurrent keep-alive clients.`,
     doesNotMeasure:
-      'An HTTP cache or CDN in front (the way Sluice is meant to fan initial syncs out), TLS, compression, SSE, shapes of many chunks, networks between machines, browsers.',
+      'Live requests (the live benchmark), an HTTP cache or CDN in front (the way Sluice is meant to fan initial syncs out), TLS, compression, SSE, shapes of many chunks, networks between machines, browsers.',
     method: [
-      `Ceiling: a bare fastify server in its own process answers the initial request with Sluice's own bytes and headers from a Buffer, and wakes its long-polls in-process from Postgres \`LISTEN/NOTIFY\` fired by a trigger on the same table, so the same commits drive both servers.`,
-      `Initial sync: wrk, ${String(s.wrkThreads ?? 1)} thread, N keep-alive connections in closed loops, ${String(s.initialSeconds ?? '?')} s per run after a warm-up; the bodies are checked byte-identical first.`,
-      `Live: the writer stamps each update with CLOCK_MONOTONIC just before sending; each client subtracts it when the whole body has arrived; ${String(s.liveSeconds ?? '?')} s of writes per run.`,
-      `${plural(Number(s.reps ?? 1), 'repetition')} of every row, the server order alternating between repetitions; each run first waits (up to ${String(s.quietWaitSeconds ?? '?')} s) for the CPU pressure to settle. Postgres, Sluice, the ceiling, wrk, the clients and the writer are separate processes sharing the same cores.`,
+      `Ceiling: a bare fastify server in its own process answers the initial request with Sluice's own bytes and headers from a Buffer.`,
+      `wrk, ${String(s.wrkThreads ?? 1)} thread, N keep-alive connections in closed loops, ${String(s.initialSeconds ?? '?')} s per run after a warm-up; the bodies are checked byte-identical first.`,
+      `${plural(Number(s.reps ?? 1), 'repetition')} of every row, the server order alternating between repetitions; each run first waits (up to ${String(s.quietWaitSeconds ?? '?')} s) for the CPU pressure to settle. Postgres, Sluice, the ceiling and wrk are separate processes sharing the same cores.`,
     ],
     machine: machineLines(report.machine, [`Postgres ${report.postgres.version} (fsync off), wrk ${report.wrkVersion}; run took ${num(report.runSeconds / 60, 1)} min`]),
     load: [loadLine(report.loads), pressureLine(runs.map((r) => r.cpuPressurePercent))],
-    tables: [initialTable, liveTable].filter((t) => t.rows.length > 0),
+    tables: [initialTable].filter((t) => t.rows.length > 0),
     charts,
     headline,
   }
@@ -138,7 +104,7 @@ function latencyChart(id: string, title: string, xTitle: string, rows: readonly 
 
 export const httpSection: ReportSection = {
   id: 'http',
-  title: 'HTTP: initial sync and write-to-client latency',
+  title: 'HTTP: initial sync',
   stem: 'http',
   render: (file) => render(file.data as Report),
 }

@@ -1,8 +1,9 @@
 /**
  * Group commit at a quiet moment: a change that arrives when the store has not
  * advanced for an interval is flushed at once (one fdatasync of latency, not
- * the interval too), while changes that arrive during a flush or close behind
- * another still wait for the interval and share one flush.
+ * the interval too), and one that finds a flush running is flushed as that
+ * one ends, while changes that arrive close behind another still wait for the
+ * interval and share one flush.
  *
  * The interval here is a minute, so "at once" and "after the interval" cannot
  * be confused by a slow machine: the test's own timeout is far shorter.
@@ -77,5 +78,27 @@ describe('flushing an idle store at once', () => {
     await turns(50)
     expect(s.durableLsn).toBe(0n)
     expect((await s.flush()).durableLsn).toBe(10n)
+  })
+})
+
+describe('an idle change that finds a flush running', () => {
+  let store: FileLogStore | undefined
+  afterEach(async () => {
+    await store?.close().catch(() => undefined)
+    store = undefined
+  })
+
+  it('is flushed as soon as the running flush ends, not after the interval', { timeout: 10_000 }, async () => {
+    const s = (store = await openFileLogStore({ dir: await tempDirs.make('follows'), flushIntervalMs: MINUTE }))
+    const log = await makeShape(s, 'a', [])
+    // A flush is running (an explicit one here; a snapshot's or a slow fdatasync in a server) when the
+    // first change in a minute arrives: nothing would share the interval with it.
+    const running = s.flush()
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    expect((await running).durableLsn).toBe(0n)
+    const next = nextFlush(s)
+    expect((await next).durableLsn).toBe(10n)
+    expect(s.durableLsn).toBe(10n)
   })
 })

@@ -108,6 +108,8 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   private immediate: NodeJS.Immediate | undefined
   /** When `advance` last moved the target (performance.now()): a store not advanced for an interval is idle. */
   private lastAdvance = Number.NEGATIVE_INFINITY
+  /** An idle change arrived while a flush ran: the next flush starts as that one ends. */
+  private flushFollows = false
   private readonly listeners = new Set<(r: FlushResult) => void>()
   /** Listeners that read `FlushResult.advanced`: while there are none, timed flushes publish lazily (see `publish`). */
   private advancedListeners = 0
@@ -176,16 +178,26 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     this.lastAdvance = now
     // Idle: nothing would share the wait for the interval, so the change is
     // made durable (and sent) at once, after the rest of this turn's appends.
-    // Under load advances come closer together than the interval, or a flush
-    // is running: changes wait for the interval and share one fdatasync.
+    // Under load advances come closer together than the interval: changes
+    // wait for the interval and share one fdatasync. An idle change that finds
+    // a flush running (a slow fdatasync, a snapshot's flush) has nothing to
+    // share the interval with either: the next flush follows that one at once.
     // (An interval timer the appends set is replaced; a failing store's backoff is not.)
-    if (idle && !this.immediate && !this.flushing && !this.stopped && this.failedFlushes === 0) {
-      const keepAlive = this.timer?.hasRef() ?? false
-      if (this.timer) clearTimeout(this.timer)
-      this.timer = undefined
-      this.immediate = setImmediate(this.onImmediate)
-      if (!keepAlive) this.immediate.unref()
+    if (idle && !this.immediate && !this.stopped && this.failedFlushes === 0) {
+      if (this.flushing) {
+        this.schedule(false)
+        this.flushFollows = true
+      } else this.flushNow()
     } else this.schedule(false)
+  }
+
+  /** The next flush in this turn of the event loop, in place of a waiting interval timer. */
+  private flushNow(): void {
+    const keepAlive = this.timer?.hasRef() ?? false
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = undefined
+    this.immediate = setImmediate(this.onImmediate)
+    if (!keepAlive) this.immediate.unref()
   }
 
   onFlush(listener: (result: FlushResult) => void, options?: FlushListenerOptions): () => void {
@@ -216,10 +228,18 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     while (this.flushing) await this.flushing.catch(() => undefined)
     const run = this.runFlush(named)
     this.flushing = run
+    let succeeded = false
     try {
-      return await run
+      const result = await run
+      succeeded = true
+      return result
     } finally {
       this.flushing = undefined
+      if (this.flushFollows) {
+        this.flushFollows = false
+        // A failed flush leaves the retry to timedFlush's backoff.
+        if (succeeded && !this.immediate && !this.stopped && this.failedFlushes === 0 && this.cappedTarget() > this.durable) this.flushNow()
+      }
     }
   }
 

@@ -1,21 +1,26 @@
 /**
- * The load generator of the live-latency measurement, in a process of its
- * own: K independent clients, one per shape `k = i`, each on its own
- * keep-alive socket. Each follows the protocol as a real client does: the
+ * The load generator of the live benchmark, in a process of its own (the
+ * orchestrator starts several when the clients need more sockets than one
+ * process may open): independent clients for the shapes `k = from .. to-1`,
+ * each on its own keep-alive socket, bound to `localAddress` (a loopback
+ * address per process, so the clients of several processes do not run out of
+ * ephemeral ports towards the one server port). Each follows the protocol as a real client does: the
  * initial `offset=-1` request, non-live requests until `electric-up-to-date`,
  * then `live=true` long-polls, carrying `handle`, `offset` (from
  * `electric-offset`) and `cursor` (from `electric-cursor`), re-polling as soon
  * as a response is complete. For every change line whose stamp belongs to the
  * current run it records receipt time (the full body read) minus the stamp.
  *
- * Commands: `start {baseUrl, keys, concurrency}` (handshakes, then the loops
- * run until `stop`); `measure {run}` (count only stamps of this run from now
- * on); `stats {}`; `stop {}`.
+ * Commands: `start {baseUrl, from, to, concurrency, localAddress}`
+ * (handshakes, then the loops run until `stop`); `create {baseUrl, from, to,
+ * concurrency, localAddress}` (only the handshakes, no live requests: shapes
+ * that exist but nobody follows); `measure {run}` (count only stamps of this
+ * run from now on); `stats {}`; `stop {}` (the stats and every latency measured).
  */
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { quantile } from '../pipeline/stats.js'
-import { serveCommands } from './json-lines.js'
+import { serveCommands } from '../http/json-lines.js'
 import { liveShapeQuery } from './schema.js'
 
 /** Pause after a failed request before the client tries again. */
@@ -31,6 +36,7 @@ interface Reply {
 
 let agent: http.Agent | undefined
 let base: URL | undefined
+let localAddress: string | undefined
 let stopping = false
 let loops: Promise<void>[] = []
 let currentRun = -1
@@ -38,9 +44,9 @@ let latencies: number[] = []
 const counts = { requests: 0, withData: 0, empty: 0, errors: 0, conflicts: 0, otherStatus: 0, foreignStamps: 0 }
 const statuses: Record<string, number> = {}
 
-function get(path: string): Promise<Reply> {
+function get(path: string, via: http.Agent | undefined = agent): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: base!.hostname, port: base!.port, path, agent }, (res) => {
+    const req = http.get({ host: base!.hostname, port: base!.port, path, agent: via, localAddress }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), at: process.hrtime.bigint() }))
@@ -124,10 +130,51 @@ async function client(k: number, ready: () => void): Promise<void> {
   if (!announced) ready()
 }
 
+/** Creates the shapes `k = from .. to-1` (each: `offset=-1`, then until up to date) `concurrency` at a time over as many sockets, and leaves them. */
+async function create(args: Record<string, unknown>): Promise<Record<string, number>> {
+  base = new URL(String(args.baseUrl))
+  localAddress = args.localAddress === undefined ? undefined : String(args.localAddress)
+  const from = Number(args.from)
+  const to = Number(args.to)
+  const concurrency = Number(args.concurrency)
+  const pool = new http.Agent({ keepAlive: true, maxSockets: concurrency, maxFreeSockets: concurrency })
+  const t0 = performance.now()
+  let next = from
+  let failed = 0
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, to - from) }, async () => {
+      while (next < to) {
+        const shape = liveShapeQuery(next++)
+        let offset = '-1'
+        let handle: string | undefined
+        let done = false
+        for (let attempt = 0; attempt < 50 && !done; attempt++) {
+          const r = await get(`/v1/shape?${shape}&offset=${offset}${handle === undefined ? '' : `&handle=${encodeURIComponent(handle)}`}`, pool).catch(() => undefined)
+          if (r === undefined || r.status !== 200) {
+            if (r?.status === 409) {
+              handle = header(r, 'electric-handle')
+              offset = '-1'
+            } else await sleep(RETRY_MS)
+            continue
+          }
+          done = header(r, 'electric-up-to-date') !== undefined
+          handle = header(r, 'electric-handle') ?? handle
+          offset = header(r, 'electric-offset') ?? offset
+        }
+        if (!done) failed++
+      }
+    }),
+  )
+  pool.destroy()
+  return { createMs: performance.now() - t0, shapes: to - from, failed }
+}
+
 async function start(args: Record<string, unknown>): Promise<Record<string, number>> {
   if (loops.length > 0) throw new Error('already started')
   base = new URL(String(args.baseUrl))
-  const keys = Number(args.keys)
+  localAddress = args.localAddress === undefined ? undefined : String(args.localAddress)
+  const from = Number(args.from)
+  const keys = Number(args.to) - from
   const concurrency = Number(args.concurrency)
   stopping = false
   // One socket per client: no request ever waits for another's socket; free sockets are all kept.
@@ -139,7 +186,7 @@ async function start(args: Record<string, unknown>): Promise<Record<string, numb
   let next = 0
   const starters = Array.from({ length: Math.min(concurrency, keys) }, async () => {
     while (next < keys) {
-      const k = next++
+      const k = from + next++
       await new Promise<void>((ready) => {
         loops.push(client(k, ready))
       })
@@ -174,7 +221,7 @@ async function stop(): Promise<Record<string, unknown>> {
   agent?.destroy()
   await Promise.all(loops)
   loops = []
-  return stats()
+  return { ...stats(), latencies }
 }
 
-serveCommands({ start, measure, stats, stop })
+serveCommands({ start, create, measure, stats, stop })
