@@ -4,4 +4,4 @@ import { sharedTestConfig } from '../vitest.shared.js'
 const shared = sharedTestConfig(import.meta.dirname)
 
 // The benches keep their tests beside the code they check (storage/peers.test.ts, http/http-bench.pg.test.ts, client/client-bench.pg.test.ts, report/build.test.ts).
-export default defineConfig({ ...shared, test: { ...shared.test, include: ['storage/**/*.test.ts', 'http/**/*.test.ts', 'client/**/*.test.ts', 'report/**/*.test.ts'] } })
+export default defineConfig({ ...shared, test: { ...shared.test, include: ['storage/**/*.test.ts', 'http/**/*.test.ts', 'client/**/*.test.ts', 'report/**/*.test.ts', 'overlap/**/*.test.ts'] } })

@@ -7,9 +7,10 @@
  * process subtracts it from its own reading on receipt. The latency measured
  * therefore includes the update's round trip and commit.
  *
- * Commands: `connect {connectionString}`; `run {run, ms, rate, keys}` -> the
- * writes made and how long the updates took (a writer falling behind its
- * schedule shows as `lateMs`).
+ * Commands: `connect {connectionString}`; `run {run, ms, rate, keys, table?}` ->
+ * the writes made and how long the updates took (a writer falling behind its
+ * schedule shows as `lateMs`). `table` (default `http_live`) is any table with
+ * an int `id` and a text `stamp`: other benchmarks drive theirs the same way.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
@@ -30,6 +31,7 @@ async function run(args: Record<string, unknown>): Promise<Record<string, number
   const ms = Number(args.ms)
   const rate = Number(args.rate)
   const keys = Number(args.keys)
+  const table = typeof args.table === 'string' ? args.table : LIVE_TABLE
   const count = Math.floor((ms / 1000) * rate)
   const t0 = performance.now()
   let updateMs = 0
@@ -42,7 +44,7 @@ async function run(args: Record<string, unknown>): Promise<Record<string, number
     else lateMs = Math.max(lateMs, -wait)
     const k = Math.floor(Math.random() * keys)
     const u0 = performance.now()
-    await c.query({ name: 'stamp', text: `UPDATE ${LIVE_TABLE} SET stamp = $1 WHERE id = $2`, values: [`${runId}:${process.hrtime.bigint()}`, k] })
+    await c.query({ name: `stamp-${table}`, text: `UPDATE ${table} SET stamp = $1 WHERE id = $2`, values: [`${runId}:${process.hrtime.bigint()}`, k] })
     const u = performance.now() - u0
     updateMs += u
     maxUpdateMs = Math.max(maxUpdateMs, u)

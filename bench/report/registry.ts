@@ -8,6 +8,7 @@ import type { ReportSection } from './section.js'
 import { clientSection } from './sections/client.js'
 import { httpSection } from './sections/http.js'
 import { memorySection } from './sections/memory.js'
+import { overlapSection } from './sections/overlap.js'
 import { pipelineSection } from './sections/pipeline.js'
 import { startSection } from './sections/start.js'
 import { storageSection } from './sections/storage.js'
@@ -35,4 +36,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
   // QUICK: one 300,000-row transaction, RSS followed for 10 s after.
   { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
+  // QUICK: 1, 100 and 300 overlapping shapes, 10 writes each; 100 and 400 shapes created at once (the 400 meet the admission limit).
+  { name: 'overlap', script: 'bench:overlap', quickEnv: { QUICK: '1' }, section: overlapSection },
 ]
