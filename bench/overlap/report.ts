@@ -105,6 +105,8 @@ export interface Report {
   readonly loads: readonly LoadNote[]
   readonly fanout: readonly FanoutRun[]
   readonly create: readonly CreateRun[]
+  /** Observations written after a run, by whoever read it (`overlap/render.ts` re-renders the markdown). */
+  readonly notes?: readonly string[]
 }
 
 export function writeReport(report: Report, basePath: string, kind: ResultsKind): void {

@@ -138,7 +138,11 @@ export function overlapContent(report: Report, kind: ResultsKind): SectionConten
     ],
     machine: machineLines(report.machine, [`open-file limit ${report.machine.fdLimit}`, `results: a ${kind} run`]),
     load: [loadLine(report.loads), pressureLine([...fan.map((r) => r.cpuPressurePercent), ...create.map((r) => r.cpuPressurePercent)])],
-    tables: [fan.length > 0 ? fanoutTable(fan, reference) : undefined, create.length > 0 ? createTable(create) : undefined].filter((t): t is Table => t !== undefined),
+    tables: [
+      fan.length > 0 ? fanoutTable(fan, reference) : undefined,
+      create.length > 0 ? createTable(create) : undefined,
+      (report.notes ?? []).length > 0 ? { title: 'Observations from this run', headers: ['observation'], rows: (report.notes ?? []).map((n) => [n]) } : undefined,
+    ].filter((t): t is Table => t !== undefined),
     charts,
     headline,
   }
