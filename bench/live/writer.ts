@@ -8,8 +8,10 @@
  * therefore includes the update's round trip and commit.
  *
  * Commands: `connect {connectionString, connections}`; `run {run, ms, rate,
- * keys}` -> the writes made and how long the updates took (a writer falling
- * behind its schedule shows as `lateMs`); `burst {run, ms, keys}` -> every
+ * keys, table?}` -> the writes made and how long the updates took (a writer
+ * falling behind its schedule shows as `lateMs`; `table`, default the live
+ * benchmark's, is any table with an int `id` and a text `stamp`: other
+ * benchmarks drive theirs the same way); `burst {run, ms, keys}` -> every
  * connection commits updates back to back for `ms` (the busy pipeline of the
  * group-commit measurement), the writes made.
  */
@@ -27,9 +29,9 @@ async function connect(args: Record<string, unknown>): Promise<void> {
   client = clients[0]
 }
 
-function update(c: pg.Client, runId: number, keys: number): Promise<unknown> {
+function update(c: pg.Client, runId: number, keys: number, table: string = LIVE_TABLE): Promise<unknown> {
   const k = Math.floor(Math.random() * keys)
-  return c.query({ name: 'stamp', text: `UPDATE ${LIVE_TABLE} SET stamp = $1 WHERE id = $2`, values: [`${runId}:${process.hrtime.bigint()}`, k] })
+  return c.query({ name: `stamp-${table}`, text: `UPDATE ${table} SET stamp = $1 WHERE id = $2`, values: [`${runId}:${process.hrtime.bigint()}`, k] })
 }
 
 async function burst(args: Record<string, unknown>): Promise<Record<string, number>> {
@@ -56,6 +58,7 @@ async function run(args: Record<string, unknown>): Promise<Record<string, number
   const ms = Number(args.ms)
   const rate = Number(args.rate)
   const keys = Number(args.keys)
+  const table = typeof args.table === 'string' ? args.table : LIVE_TABLE
   const count = Math.floor((ms / 1000) * rate)
   const t0 = performance.now()
   let updateMs = 0
@@ -67,7 +70,7 @@ async function run(args: Record<string, unknown>): Promise<Record<string, number
     if (wait > 1) await sleep(wait)
     else lateMs = Math.max(lateMs, -wait)
     const u0 = performance.now()
-    await update(c, runId, keys)
+    await update(c, runId, keys, table)
     const u = performance.now() - u0
     updateMs += u
     maxUpdateMs = Math.max(maxUpdateMs, u)

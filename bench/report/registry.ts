@@ -12,6 +12,7 @@ import { httpSection } from './sections/http.js'
 import { liveSection } from './sections/live.js'
 import { largeSection } from './sections/large.js'
 import { memorySection } from './sections/memory.js'
+import { overlapSection } from './sections/overlap.js'
 import { pipelineSection } from './sections/pipeline.js'
 import { startSection } from './sections/start.js'
 import { storageSection } from './sections/storage.js'
@@ -47,4 +48,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'chunks', script: 'bench:chunks', quickEnv: { QUICK: '1' }, section: chunksSection },
   // QUICK: 100 and 500 clients, 10 writes each, no idle window (about a minute).
   { name: 'cdn', script: 'bench:cdn', quickEnv: { QUICK: '1' }, section: cdnSection },
+  // QUICK: 1, 100 and 300 overlapping shapes, 10 writes each; 100 and 400 shapes created at once (the 400 meet the admission limit).
+  { name: 'overlap', script: 'bench:overlap', quickEnv: { QUICK: '1' }, section: overlapSection },
 ]

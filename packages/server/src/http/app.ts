@@ -8,6 +8,7 @@ import {
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
+import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe } from '../log-dedupe.js'
 import { type ShapeService, healthBody } from '../shape-service.js'
 import { Admission } from './admission.js'
 import type { BodyPath } from './body-path.js'
@@ -78,8 +79,12 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     closing = true
     if (ownWaiters) waiters.close()
   })
+  // A burst past the admission limits is refused by design, one 503 per request (thousands a second when
+  // many clients start at once): one warning and one counted line per window, not an error with a stack each.
+  const refusals = new LogDedupe({ windowMs: DEFAULT_DEDUPE_WINDOW_MS })
   app.addHook('onClose', async () => {
     stopInvalidating()
+    refusals.flush()
   })
 
   // Hooks that every request runs take a callback: an async hook costs each request a promise and a microtask.
@@ -105,7 +110,9 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
 
   app.setErrorHandler(async (error, request, reply) => {
     const mapped = toSluiceError(error)
-    if (mapped.status >= 500) request.log.error({ err: error }, 'request failed')
+    if (mapped.code === 'concurrent_request_limit_exceeded') {
+      refusals.log(mapped.message, (data, message) => app.log.warn(data, message), { code: mapped.code }, `request refused: ${mapped.message}`)
+    } else if (mapped.status >= 500) request.log.error({ err: error }, 'request failed')
     return sendError(reply, mapped)
   })
   app.setNotFoundHandler(async (_request, reply) =>

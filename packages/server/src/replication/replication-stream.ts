@@ -14,6 +14,8 @@ export class ReplicationStream {
   started = false
   failure: Error | undefined
   lastHeardAt: number
+  /** When the status timer last ran: silence is judged up to there (see StandbyStatus.onStatusTimer). */
+  lastTickAt: number
   /** The server's WAL position from its latest keepalive. */
   walEnd = 0n
   lastStatusAt = 0
@@ -30,6 +32,7 @@ export class ReplicationStream {
     this.connection = new WalConnection(config, (error) => this.fail(error))
     this.plugin = new SluicePgoutputPlugin(options)
     this.lastHeardAt = now
+    this.lastTickAt = now
   }
 
   /** Every received message has been handled (nothing queued in our backlog or in the sink). */

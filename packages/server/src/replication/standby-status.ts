@@ -12,7 +12,8 @@ export const DEFAULT_STATUS_INTERVAL_MS = 10_000
 /**
  * Silence from the server for this long (while we are not busy or paused)
  * means the connection is dead even if TCP has not noticed: every status
- * update asks for a reply, so a live server always says something.
+ * update asks for a reply, so a live server always says something. Noticed
+ * at the status tick after the one it is reached by, so up to one interval later.
  */
 export const DEFAULT_LIVENESS_TIMEOUT_MS = 45_000
 
@@ -63,6 +64,7 @@ export class StandbyStatus {
   /** The stream started at the slot's position: never confirm below it (on some Postgres versions that moves it backwards). */
   startAt(stream: ReplicationStream, slotPosition: bigint | undefined): void {
     if (slotPosition !== undefined && slotPosition > this.confirmed) this.confirmed = slotPosition
+    stream.lastTickAt = this.options.now()
     stream.statusTimer = setInterval(() => this.onStatusTimer(stream), this.options.statusIntervalMs)
     stream.statusTimer.unref()
     const ack = this.ackPosition(stream)
@@ -111,7 +113,11 @@ export class StandbyStatus {
   private onStatusTimer(stream: ReplicationStream): void {
     if (stream.failure !== undefined) return
     const { livenessTimeoutMs, now, paused } = this.options
-    const quiet = now() - stream.lastHeardAt
+    // Silence counts up to the previous tick, not to now: the socket has been read since that tick, but
+    // not necessarily since it ended. A loop blocked for a long stretch runs this timer before it reads
+    // the socket, where Postgres's answers may be waiting; the next tick judges them.
+    const quiet = stream.lastTickAt - stream.lastHeardAt
+    stream.lastTickAt = now()
     // Busy or paused, we are not reading the socket, so silence proves nothing.
     if (livenessTimeoutMs > 0 && !paused() && stream.drained && quiet > livenessTimeoutMs) {
       stream.fail(new ReplicationError('connection_lost', `No message from Postgres for ${quiet} ms`))

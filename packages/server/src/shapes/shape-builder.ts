@@ -49,7 +49,12 @@ export class ShapeBuilder {
   async build(shape: LiveShape): Promise<ShapeLog> {
     const { store, router, snapshotPool, spillDir, semaphore, queues } = this.parts
     const signal = shape.abort!.signal
-    const release = await semaphore.acquire(signal)
+    const slot = await semaphore.acquire(signal)
+    let held = true
+    const release = (): void => {
+      if (held) slot()
+      held = false
+    }
     let writer: SnapshotWriter | undefined
     let finishing: Promise<ShapeLog> | undefined
     const queue = queues.open(spillDir, shape.handle)
@@ -92,6 +97,9 @@ export class ShapeBuilder {
           throw new ShapeError('snapshot_failed', `the snapshot kept missing transaction ${raced}, which had already been replicated`)
         }
       }
+      // The snapshot's connection is free again: the next shape's snapshot need not wait for this one's
+      // drain and for the flush that makes its log durable (one flush finishes many logs at once).
+      release()
       this.throwIfCancelled(shape)
       const w = writer!
       w.endSnapshot(encodeSnapshotEnd(taken.snapshot))

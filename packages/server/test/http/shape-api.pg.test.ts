@@ -1,5 +1,5 @@
 import { once } from 'node:events'
-import { connect } from 'node:net'
+import { type AddressInfo, connect } from 'node:net'
 import {
   CacheControl,
   EXPOSE_HEADERS_VALUE,
@@ -9,7 +9,8 @@ import {
 } from '@sluice/protocol'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ELECTRIC_SERVER_VALUE } from '../../src/http/index.js'
+import { ELECTRIC_SERVER_VALUE, buildApp } from '../../src/http/index.js'
+import { createLogger } from '../../src/logger.js'
 import type { Pipeline } from '../../src/pipeline.js'
 import { caughtUp, startPipeline } from '../pipeline/harness.js'
 import { type Res, type TestServer, call, messages, shapeUrl, startServer } from './http-harness.js'
@@ -514,6 +515,35 @@ describe('admission control (§5.4)', () => {
     } finally {
       await small.close()
     }
+  })
+
+  it('a burst of refusals is one warning and one counted line, not an error with a stack per request', async () => {
+    const lines: string[] = []
+    const app = buildApp({
+      shapes: pipeline.shapeService,
+      http: { maxConcurrentExisting: 1, longPollTimeoutMs: 1500 },
+      logger: createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(line) } }),
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (app.server.address() as AddressInfo).port
+    const refusedCount = 20
+    try {
+      const [, up] = await syncAll('items')
+      const q = shapeUrl({ table: 'items', offset: up!.header('electric-offset')!, handle: up!.header('electric-handle')!, live: 'true' })
+      const held = call(port, q)
+      await new Promise((r) => setTimeout(r, 100))
+      const refused = await Promise.all(Array.from({ length: refusedCount }, () => call(port, q)))
+      expect(refused.map((r) => r.status)).toEqual(Array.from({ length: refusedCount }, () => 503))
+      expect((await held).status).toBe(200)
+    } finally {
+      await app.close()
+    }
+    const logged = lines.map((l) => JSON.parse(l) as { level: number; msg: string; repeated?: number; err?: unknown })
+    expect(logged.filter((l) => l.level >= 50)).toEqual([])
+    const about = logged.filter((l) => l.msg.startsWith('request refused: Concurrent existing request limit exceeded (limit: 1)'))
+    // The first refusal in full, the rest counted in the summary written when the app closes.
+    expect(about.map((l) => [l.level, l.repeated])).toEqual([[40, undefined], [40, refusedCount - 1]])
+    expect(about.every((l) => l.err === undefined)).toBe(true)
   })
 
   it('503 past the initial-request limit while a snapshot is held by a lock', async () => {

@@ -1,3 +1,6 @@
+import { readdirSync } from 'node:fs'
+import { basename } from 'node:path'
+import { type FsPort, nodeFs } from '@sluice/storage'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { ShapeError } from '../../src/shapes/shape-error.js'
@@ -256,6 +259,43 @@ describe('the sync pipeline on real Postgres', () => {
       total += c.actual.size
     }
     expect(total).toBe(500)
+  })
+
+  it('a shape waiting for the flush that makes its log durable does not hold the snapshot connection', async () => {
+    await cluster.query(`CREATE TABLE slot_a (id int4 PRIMARY KEY); CREATE TABLE slot_b (id int4 PRIMARY KEY); INSERT INTO slot_a VALUES (1); INSERT INTO slot_b VALUES (1)`)
+    // The real filesystem, with every sync held back while `held` is set: no flush can complete.
+    let held = false
+    let resume!: () => void
+    const resumed = new Promise<void>((r) => (resume = r))
+    const gated = <A extends unknown[]>(sync: (...args: A) => Promise<void>) => async (...args: A): Promise<void> => {
+      if (held) await resumed
+      return sync(...args)
+    }
+    const storageFs: FsPort = { ...nodeFs, fdatasync: gated(nodeFs.fdatasync), fsync: gated(nodeFs.fsync) }
+    const { pipeline, dir } = await start({ snapshotConnections: 1, storageFs })
+    held = true
+    try {
+      const a = await pipeline.shapes.resolve(shapeParams('public', 'slot_a'))
+      const aReady = pipeline.shapes.ready(a.handle)
+      const b = await pipeline.shapes.resolve(shapeParams('public', 'slot_b'))
+      const bReady = pipeline.shapes.ready(b.handle)
+      // B's snapshot begins by making B's log in the store's tmp/ folder: with the one connection still
+      // held by A until A's log is durable, it never would while syncs are held.
+      const started = (handle: string): boolean => readdirSync(dir, { recursive: true, encoding: 'utf8' }).some((p) => basename(p).startsWith(`${handle}.`))
+      for (let i = 0; i < 300 && !started(b.handle); i++) await new Promise((r) => setTimeout(r, 50))
+      expect(started(b.handle), "B's snapshot did not start while A's log waited for a sync").toBe(true)
+      held = false
+      resume()
+      await Promise.all([aReady, bReady])
+    } finally {
+      held = false
+      resume()
+    }
+    for (const table of ['slot_a', 'slot_b']) {
+      const r = await pipeline.shapes.resolve(shapeParams('public', table))
+      const c = await compareShape(pipeline, cluster, r.handle, {})
+      expect(sorted(c.actual)).toEqual(sorted(c.expected))
+    }
   })
 
   it('follows a partitioned table through changes to its partitions', async () => {

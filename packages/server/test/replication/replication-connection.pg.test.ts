@@ -127,6 +127,30 @@ describe('the replication connection', () => {
     expect(disconnects).toEqual([])
   })
 
+  it('does not count a blocked event loop as silence from Postgres', async () => {
+    const started = startClient(cluster, names, {
+      durableLsn: () => 0n,
+      statusIntervalMs: 100,
+      livenessTimeoutMs: 600,
+    })
+    client = started.client
+    const disconnects: DisconnectedInfo[] = []
+    client.on('disconnected', (d) => disconnects.push(d))
+    await client.start()
+    await started.sink.waitForCount('rows_a', nextId)
+    await sleep(300)
+    // One synchronous stretch longer than the liveness timeout (a server answering thousands of requests
+    // in one go on a starved CPU): Postgres's answers wait unread in the socket meanwhile.
+    const until = Date.now() + 1500
+    while (Date.now() < until) {
+      // busy on purpose
+    }
+    await sleep(500)
+    const after = await insert('rows_a', 1)
+    await waitFor(() => ids(started.sink.on('rows_a')).includes(after[0]!), 'the row after the block')
+    expect(disconnects).toEqual([])
+  })
+
   it('stops with protocol_violation on a copy message it does not know, instead of skipping it', async () => {
     const started = startClient(cluster, names, { durableLsn: () => 0n, connection: through(proxy.port) })
     client = started.client
