@@ -84,6 +84,8 @@ interface ShapeReadContext {
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
   readonly untilReached: WaitForDataOptions
+  /** Counts one read of a log range (the `sluice_http_log_reads_total` metric). */
+  readonly countRead: () => void
 }
 
 export const SHAPE_PATH = '/v1/shape'
@@ -100,6 +102,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     bodyPath,
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
+    countRead: metrics === undefined ? () => {} : () => metrics.addLogRead(),
   }
 
   app.addHook('onRequest', async (request, reply) => {
@@ -182,7 +185,7 @@ class ShapeResponder {
       const reached = await this.waitToReach(shape, log, after)
       if (reached !== true) return reached
     }
-    if (!this.req.live) return this.sendRead(shape, log.read(after))
+    if (!this.req.live) return this.sendRead(shape, this.readLog(log, after))
     if (this.req.liveSse) return this.streamSse(shape, after)
     return this.longPoll(shape, log, after)
   }
@@ -211,7 +214,7 @@ class ShapeResponder {
         headers,
         handle: shape.handle,
         after,
-        read: readFromStore(shapes, shape.handle),
+        read: readFromStore(shapes, shape.handle, this.context.countRead),
         upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
         waiters: this.context.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
@@ -242,12 +245,18 @@ class ShapeResponder {
     if (result === 'data') {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      return this.sendRead(shape, log.read(after))
+      return this.sendRead(shape, this.readLog(log, after))
     }
     if (result === 'invalidated') return this.rotated(shape)
     // Aborted without the client leaving: the server is closing, so answer as a timeout would.
     if (result === 'aborted' && this.gone.aborted) return this.abandon()
     return this.sendNoChanges(shape, after)
+  }
+
+  private readLog(log: ShapeLog, after: LogOffset): LogRead {
+    const read = log.read(after)
+    this.context.countRead()
+    return read
   }
 
   /** A range of the log: 304 if the client holds it, else its stored bytes. */

@@ -179,6 +179,7 @@ export async function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
 export function readFromStore(
   store: Pick<ShapeLogStore, 'get'>,
   handle: string,
+  onRead?: () => void,
 ): ((after: LogOffset) => Promise<SseBatch | undefined>) & { hasDataAfter(after: LogOffset): boolean } {
   const hasDataAfter = (after: LogOffset): boolean => {
     const log = store.get(handle)
@@ -188,6 +189,7 @@ export function readFromStore(
     const log = store.get(handle)
     if (!log) return undefined
     const read = log.read(after)
+    onRead?.()
     try {
       const bytes = read.entryCount === 0 ? Buffer.alloc(0) : await readSpansAsync(read)
       return { bytes, entryCount: read.entryCount, nextOffset: read.nextOffset, reachedHead: read.reachedHead }
