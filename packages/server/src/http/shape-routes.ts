@@ -31,7 +31,8 @@ import { type ResolvedShape, type ShapeService, headOffset } from '../shape-serv
 import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
-import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import { type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
 import { rawQuery } from './raw-query.js'
@@ -86,6 +87,8 @@ interface ShapeReadContext {
   readonly untilReached: WaitForDataOptions
   /** Counts one read of a log range (the `sluice_http_log_reads_total` metric). */
   readonly countRead: () => void
+  /** Live requests woken by one write read its entries once (`live/shared-reads.ts`). */
+  readonly sharedReads: SharedReads
 }
 
 export const SHAPE_PATH = '/v1/shape'
@@ -94,6 +97,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   const { shapes, http, waiters, admission, metrics, bodyPath = PREAD_PATH } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
   const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
+  const countRead = metrics === undefined ? () => {} : () => metrics.addLogRead()
   const context: ShapeReadContext = {
     shapes,
     http,
@@ -102,7 +106,11 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     bodyPath,
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
-    countRead: metrics === undefined ? () => {} : () => metrics.addLogRead(),
+    countRead,
+    sharedReads: new SharedReads({
+      onRead: countRead,
+      ...(bodyPath.name === 'sendfile' ? { fileRangeMinBytes: http.sendfileMinBytes } : {}),
+    }),
   }
 
   app.addHook('onRequest', async (request, reply) => {
@@ -214,7 +222,7 @@ class ShapeResponder {
         headers,
         handle: shape.handle,
         after,
-        read: readFromStore(shapes, shape.handle, this.context.countRead),
+        read: readFromStore(shapes, shape.handle, this.context.sharedReads),
         upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
         waiters: this.context.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
@@ -245,7 +253,8 @@ class ShapeResponder {
     if (result === 'data') {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      return this.sendRead(shape, this.readLog(log, after))
+      // Every live request of this shape woken by the same write, at the same offset, gets the same read.
+      return this.sendRead(shape, this.context.sharedReads.read(log, after))
     }
     if (result === 'invalidated') return this.rotated(shape)
     // Aborted without the client leaving: the server is closing, so answer as a timeout would.
@@ -260,7 +269,7 @@ class ShapeResponder {
   }
 
   /** A range of the log: 304 if the client holds it, else its stored bytes. */
-  private async sendRead(shape: ResolvedShape, read: LogRead): Promise<FastifyReply> {
+  private async sendRead(shape: ResolvedShape, read: LogRead | SharedRange): Promise<FastifyReply> {
     const end = read.nextOffset
     const responseOffset = formatOffset(end)
     // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
@@ -268,7 +277,7 @@ class ShapeResponder {
     const etag = etagValue({ handle: shape.handle, requestOffset: this.requestOffset, responseOffset })
     this.commonHeaders(shape, responseOffset, etag, true)
     if (ifNoneMatchIncludes(this.request.headers[RequestHeader.ifNoneMatch], etag)) {
-      read.release()
+      if (!(read instanceof SharedRange)) read.release()
       this.reply.removeHeader(ResponseHeader.schema)
       return this.reply.code(304).send()
     }
@@ -277,6 +286,24 @@ class ShapeResponder {
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const tail = upToDate ? upToDateMessage(lsn) : undefined
+    if (read instanceof SharedRange) return this.sendShared(read, tail)
+    return this.sendOwn(read, tail)
+  }
+
+  /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */
+  private async sendShared(range: SharedRange, tail: string | undefined): Promise<FastifyReply> {
+    const { bodyPath, metrics } = this.context
+    if (range.isFile && bodyPath.name === 'sendfile' && this.request.method === 'GET' && canSendfile(bodyPath.sendfile, this.request.raw.socket)) {
+      const hold = range.holdFile()
+      if (hold !== undefined) return this.sendfile(hold, tail, bodyPath.sendfile)
+    }
+    const body = await range.body(tail)
+    if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.length, 'pread')
+    return this.reply.code(200).send(body)
+  }
+
+  /** A range read for this request alone. */
+  private async sendOwn(read: LogRead, tail: string | undefined): Promise<FastifyReply> {
     const { bodyPath, metrics } = this.context
     if (
       bodyPath.name === 'sendfile' &&
@@ -284,13 +311,7 @@ class ShapeResponder {
       fileBytes(read) >= this.http.sendfileMinBytes &&
       canSendfile(bodyPath.sendfile, this.request.raw.socket)
     ) {
-      // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
-      // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
-      sendfileBody(this.reply, read, tail, bodyPath.sendfile).then(
-        ({ sent }) => metrics?.addBytesServed(sent, 'sendfile'),
-        (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
-      )
-      return this.reply
+      return this.sendfile(read, tail, bodyPath.sendfile)
     }
     if (read.byteLength > POOLED_BUFFER_BYTES && this.request.method !== 'HEAD') {
       // Bigger than a pooled buffer: streamed in pieces, not read into one buffer the size of the range.
@@ -303,6 +324,16 @@ class ShapeResponder {
     this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.reply.code(200).send(body.bytes)
+  }
+
+  private sendfile(read: LogRead, tail: string | undefined, sendfile: Sendfile): FastifyReply {
+    // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
+    // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
+    sendfileBody(this.reply, read, tail, sendfile).then(
+      ({ sent }) => this.context.metrics?.addBytesServed(sent, 'sendfile'),
+      (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
+    )
+    return this.reply
   }
 
   /** `[up-to-date]` with nothing new: a long-poll timeout or `offset=now`. */

@@ -21,6 +21,7 @@ export {
   readFromStore,
   serveSse,
 } from './sse.js'
+export { DEFAULT_SHARED_READ_BYTES, SharedRange, SharedReads, type SharedReadsOptions } from './shared-reads.js'
 export {
   KEEP_ALIVE_COMMENT,
   MalformedEntriesError,
