@@ -6,6 +6,7 @@
  */
 import type { ReportSection } from './section.js'
 import { clientSection } from './sections/client.js'
+import { fanoutSection } from './sections/fanout.js'
 import { httpSection } from './sections/http.js'
 import { memorySection } from './sections/memory.js'
 import { pipelineSection } from './sections/pipeline.js'
@@ -30,6 +31,8 @@ export const BENCHMARKS: readonly Benchmark[] = [
   // The pipeline's own QUICK run registers 3k shapes and runs every phase (8-15 min); the suite's smoke run keeps the throughput phases of up to 2k shapes.
   { name: 'pipeline', script: 'bench:pipeline', quickEnv: { QUICK: '1', ONLY: 'throughput', SETS: 'eq1,eq1k,eq10k' }, section: pipelineSection },
   { name: 'http', script: 'bench:http', quickEnv: { QUICK: '1' }, section: httpSection },
+  // QUICK: 100 and 1,000 long-polls and 500 SSE streams of one shape, 3 writes of 1 and 100 rows (about a minute).
+  { name: 'fanout', script: 'bench:fanout', quickEnv: { QUICK: '1' }, section: fanoutSection },
   { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
   // QUICK: 2 runs each at 10 and 1,000 shapes (making the 100k store alone takes a few minutes).
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },

@@ -31,7 +31,7 @@ import { type ResolvedShape, type ShapeService, headOffset } from '../shape-serv
 import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
-import { type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import { ConnectionGone, type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
@@ -129,14 +129,12 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
     const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
     if (permit instanceof SluiceError) throw permit
-    const gone = new AbortController()
-    const onClose = (): void => gone.abort()
-    reply.raw.once('close', onClose)
+    const gone = new ConnectionGone(reply.raw)
     try {
-      return await new ShapeResponder(context, request, reply, req, gone.signal).serve()
+      return await new ShapeResponder(context, request, reply, req, gone).serve()
     } finally {
       permit()
-      reply.raw.off('close', onClose)
+      gone.dispose()
     }
   })
 
@@ -170,7 +168,7 @@ class ShapeResponder {
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
-    private readonly gone: AbortSignal,
+    private readonly gone: ConnectionGone,
   ) {
     this.requestOffset = formatRequestOffset(req.offset)
     this.shapes = context.shapes
@@ -226,8 +224,8 @@ class ShapeResponder {
         upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
         waiters: this.context.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
+        // No signal: the stream notices its client leaving itself, and waiters.close() ends it at shutdown.
         timeoutMs: this.http.sseTimeoutMs,
-        signal: this.gone,
       })
     } catch (error) {
       // The stream was already open: it has been cut, and the client reconnects.
