@@ -33,6 +33,8 @@ export interface SizeRow extends Summary {
   /** CPU time of the server process per second of the writes, in percent of one core. */
   readonly serverCpuPercent: number | null
   readonly serverCpuMsPerWrite: number | null
+  /** Sluice's `sluice_http_log_reads_total` growth per write (the live requests' reads of the new entries and the reparks'). */
+  readonly logReadsPerWrite?: number | null
   readonly cpuPressurePercent: number | null
   readonly loadavg1: number
 }

@@ -137,11 +137,13 @@ async function followToHead(url: string, at: Position): Promise<void> {
   }
 }
 
-async function sluiceWaiters(url: string): Promise<number> {
+async function sluiceMetric(url: string, name: string): Promise<number> {
   const text = (await get(`${url}/metrics`)).body
-  const line = text.split('\n').find((l) => l.startsWith('sluice_live_waiters '))
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `))
   return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf(' ') + 1))
 }
+
+const sluiceWaiters = (url: string): Promise<number> => sluiceMetric(url, 'sluice_live_waiters')
 
 interface Templates {
   /** By transaction size: Sluice's long-poll body and content headers for it. */
@@ -219,6 +221,7 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
     for (const rows of SETTINGS.txRows) {
       await waitForQuiet(QUIET_WAIT_MS)
       const meter = new SystemMeter()
+      const reads0 = target.who === 'sluice' ? await sluiceMetric(target.url, 'sluice_http_log_reads_total') : Number.NaN
       const cpu0 = processCpuMs(target.pid)
       const t0 = performance.now()
       const timings: WriteTiming[] = []
@@ -269,6 +272,7 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
       }
       const cpu1 = processCpuMs(target.pid)
       const wallMs = performance.now() - t0
+      const reads1 = target.who === 'sluice' ? await sluiceMetric(target.url, 'sluice_http_log_reads_total') : Number.NaN
       const row = {
         rows,
         writes: timings,
@@ -276,11 +280,12 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
         serverCpuMsPerWrite: cpu0 === undefined || cpu1 === undefined ? null : (cpu1 - cpu0) / timings.length,
         cpuPressurePercent: meter.cpuPressurePercent() ?? null,
         loadavg1: loadavg()[0]!,
+        logReadsPerWrite: Number.isFinite(reads1 - reads0) ? (reads1 - reads0) / timings.length : null,
         ...summarize(timings, clients),
       }
       bySize.push(row)
       log(
-        `    ${rows} row(s): last client p50 ${row.lastP50Ms.toFixed(1)} ms, p99 ${row.lastP99Ms.toFixed(1)} ms, max ${row.lastMaxMs.toFixed(1)} ms; median client p50 ${row.medianClientP50Ms.toFixed(1)} ms; ${timings.reduce((a, t) => a + t.received, 0)}/${timings.length * clients} received; server CPU ${row.serverCpuMsPerWrite?.toFixed(0) ?? '-'} ms/write (load ${row.loadavg1.toFixed(1)})`,
+        `    ${rows} row(s): last client p50 ${row.lastP50Ms.toFixed(1)} ms, p99 ${row.lastP99Ms.toFixed(1)} ms, max ${row.lastMaxMs.toFixed(1)} ms; median client p50 ${row.medianClientP50Ms.toFixed(1)} ms; ${timings.reduce((a, t) => a + t.received, 0)}/${timings.length * clients} received; server CPU ${row.serverCpuMsPerWrite?.toFixed(0) ?? '-'} ms/write; ${row.logReadsPerWrite?.toFixed(1) ?? '-'} log reads/write (load ${row.loadavg1.toFixed(1)})`,
       )
     }
     const stops = await Promise.all(procs.map((p) => p.call<Record<string, number>>('stop')))
