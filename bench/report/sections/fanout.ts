@@ -82,7 +82,7 @@ function render(report: Report): SectionContent {
     if (cell === undefined || one === undefined) continue
     const ceiling = cell.ceiling?.bySize.find((x) => x.rows === one.rows)
     headline.push(
-      `One ${plural(one.rows, 'row')} write reaches the last of ${num(target.clients)} long-poll clients of one shape in ${ms(one.lastP50Ms)} at the median (target ${ms(target.ms)}: ${one.lastP50Ms <= target.ms ? 'met' : 'missed'}${ceiling === undefined ? '' : `; ${ratio(one.lastP50Ms / ceiling.lastP50Ms)} the time of a node:http process writing the same bytes from memory, ${ms(ceiling.lastP50Ms)}`}).`,
+      `A ${num(one.rows)}-row write reaches the last of ${num(target.clients)} long-poll clients of one shape in ${ms(one.lastP50Ms)} at the median (target ${ms(target.ms)}: ${one.lastP50Ms <= target.ms ? 'met' : 'missed'}${ceiling === undefined ? '' : `; ${ratio(one.lastP50Ms / ceiling.lastP50Ms)} the time of a node:http process writing the same bytes from memory, ${ms(ceiling.lastP50Ms)}`}).`,
     )
   }
   const runs = report.cells.flatMap((c) => [...c.sluice.bySize, ...(c.ceiling?.bySize ?? [])])
