@@ -345,6 +345,8 @@ async function main(): Promise<void> {
       }
       cells.push({ kind, clients, sluice: own, ceiling: other })
       loads.push(loadNote(`after ${kind} ${clients}`))
+      // After every cell: a run cut short (a timeout, a crash) still leaves what it measured.
+      save(root, limit, cluster.version, loads, cells)
     }
   } finally {
     await writer?.close()
@@ -353,11 +355,18 @@ async function main(): Promise<void> {
     await cluster.stop()
   }
   loads.push(loadNote('end'))
+  const { report, name, outDir } = save(root, limit, cluster.version, loads, cells)
+  for (const line of closingNote(report)) log(line)
+  log(`wrote ${name}.md and .json in ${outDir} (${report.runSeconds.toFixed(0)} s)`)
+  rmSync(root, { recursive: true, force: true })
+}
+
+function save(root: string, limit: string, postgresVersion: string, loads: LoadNote[], cells: Report['cells']): { report: Report; name: string; outDir: string } {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
     machine: { ...machineInfo(root), fdLimit: limit },
-    postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
+    postgres: { version: postgresVersion, settings: BENCH_PG_SETTINGS },
     settings: { ...SETTINGS, tableRows: FANOUT_ROWS },
     sluiceFlags: SLUICE_FLAGS,
     runSeconds: (performance.now() - runStarted) / 1000,
@@ -368,9 +377,7 @@ async function main(): Promise<void> {
   const outDir = process.env.BENCH_RESULTS_DIR ?? join(here, '..', 'results')
   mkdirSync(outDir, { recursive: true })
   writeReport(report, join(outDir, name))
-  for (const line of closingNote(report)) log(line)
-  log(`wrote ${name}.md and .json in ${outDir} (${report.runSeconds.toFixed(0)} s)`)
-  rmSync(root, { recursive: true, force: true })
+  return { report, name, outDir }
 }
 
 await main()
