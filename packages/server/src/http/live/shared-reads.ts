@@ -119,6 +119,7 @@ export class SharedRange {
     const hold = this.holdFile()
     if (hold === undefined) return Promise.reject(new Error('a shared file range was asked for its bytes after its burst ended'))
     this.stored = copyOut(hold).finally(() => hold.release())
+    this.stored.catch(() => {})
     return this.stored
   }
 
@@ -128,6 +129,7 @@ export class SharedRange {
     let body = this.bodies.get(key)
     if (body === undefined) {
       body = this.bytes().then((stored) => framedBody(stored, tail))
+      body.catch(() => {})
       this.bodies.set(key, body)
     }
     return body
@@ -135,13 +137,16 @@ export class SharedRange {
 
   /** The entries as SSE events, one `data:` event each. */
   sseEvents(): Promise<Buffer> {
-    this.events ??= this.bytes().then((stored) => {
-      const { events, entryCount } = frameEntries(stored)
-      if (entryCount !== this.entryCount) {
-        throw new MalformedEntriesError(`stored range has ${entryCount} entries by scan, ${this.entryCount} by the store`)
-      }
-      return events
-    })
+    if (this.events === undefined) {
+      this.events = this.bytes().then((stored) => {
+        const { events, entryCount } = frameEntries(stored)
+        if (entryCount !== this.entryCount) {
+          throw new MalformedEntriesError(`stored range has ${entryCount} entries by scan, ${this.entryCount} by the store`)
+        }
+        return events
+      })
+      this.events.catch(() => {})
+    }
     return this.events
   }
 

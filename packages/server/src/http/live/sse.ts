@@ -196,9 +196,8 @@ export function readFromStore(
     const got = shared === undefined ? log.read(after) : shared.read(log, after)
     if (got instanceof SharedRange) {
       // Asked for in this turn: a shared file range is only held until the turn ends.
-      const events = got.sseEvents()
-      const bytes = got.bytes()
-      return { bytes: await bytes, events: await events, entryCount: got.entryCount, nextOffset: got.nextOffset, reachedHead: got.reachedHead }
+      const [bytes, events] = await Promise.all([got.bytes(), got.sseEvents()])
+      return { bytes, events, entryCount: got.entryCount, nextOffset: got.nextOffset, reachedHead: got.reachedHead }
     }
     const read = got
     try {
