@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:fanout`, `npm run bench:client`, `npm run bench:start`, `npm run bench:memory`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:fanout`, `npm run bench:client`, `npm run bench:large`, `npm run bench:start`, `npm run bench:memory`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -191,11 +191,13 @@ switch (task) {
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:fanout']))
   case 'bench:client':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
+  case 'bench:large':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:large']))
   case 'bench:start':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:start']))
   case 'bench:memory':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:memory']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:fanout|bench:client|bench:start|bench:memory>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:fanout|bench:client|bench:large|bench:start|bench:memory>`)
     process.exit(2)
 }

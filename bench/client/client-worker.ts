@@ -18,132 +18,23 @@
  *   as text) and over `id:seq:stamp_ns` lines sorted by id (compared with Postgres).
  */
 import { createHash } from 'node:crypto'
-import { readFileSync, writeFileSync } from 'node:fs'
 import { serveCommands } from '../http/json-lines.js'
 import { quantile } from '../pipeline/stats.js'
+import { MemorySampler, cpuMs, gc, memory, peakRss, resetPeakRss } from './process-memory.js'
 import { blockOf } from './schema.js'
+import { type Opener, type OpenShape, type ShapeClient, loadOpener, rowsDigest } from './shape-opener.js'
 
-type ClientName = 'ours' | 'official'
-type Row = Record<string, unknown>
-
-/** What the worker needs of either Shape class. */
-interface OpenShape {
-  /** Resolves at the first up-to-date. */
-  ready(): Promise<void>
-  /** The materialised rows by key (the live Map, not a copy). */
-  value(): ReadonlyMap<string, Row>
-  /** Called when the Shape tells its subscribers the rows changed. */
-  subscribe(callback: () => void): void
-  stop(): Promise<void>
-}
-
-type Opener = (url: string, table: string, where: string | undefined) => OpenShape
-
-/** How often heapUsed and RSS are sampled (the RSS peak itself comes from the kernel). */
-const SAMPLE_EVERY_MS = 20
 /** Transactions past the newest one found that each notification still checks (commits of the writer's connections may land out of order). */
 const LOOKAHEAD = 256
 
 let open: Opener | undefined
-let clientName: ClientName | undefined
+let clientName: ShapeClient | undefined
 
 async function load(args: Record<string, unknown>): Promise<Record<string, unknown>> {
-  clientName = args.client as ClientName
-  if (clientName === 'ours') {
-    const { Shape, ShapeStream } = await import('@sluice/client')
-    open = (url, table, where) => {
-      const shape = new Shape(new ShapeStream({ url, params: where === undefined ? { table } : { table, where } }))
-      return {
-        ready: () => shape.ready(),
-        value: () => shape.value as ReadonlyMap<string, Row>,
-        subscribe: (callback) => void shape.subscribe(callback),
-        stop: () => shape.stop(),
-      }
-    }
-  } else if (clientName === 'official') {
-    const { Shape, ShapeStream } = await import('@electric-sql/client')
-    open = (url, table, where) => {
-      const controller = new AbortController()
-      const stream = new ShapeStream({ url, params: where === undefined ? { table } : { table, where }, signal: controller.signal })
-      // Its own ShapeStream, typed against its interface with optional members exactOptionalPropertyTypes rejects.
-      const shape = new Shape(stream as unknown as ConstructorParameters<typeof Shape>[0])
-      return {
-        ready: async () => {
-          await shape.value
-        },
-        value: () => shape.currentValue as ReadonlyMap<string, Row>,
-        subscribe: (callback) => void shape.subscribe(callback),
-        stop: async () => {
-          shape.unsubscribeAll()
-          controller.abort()
-        },
-      }
-    }
-  } else {
-    throw new Error(`unknown client ${String(clientName)}`)
-  }
+  clientName = args.client as ShapeClient
+  open = await loadOpener(clientName)
   gc()
   return { memory: memory() }
-}
-
-// ---- memory ----
-
-function gc(): void {
-  const g = (globalThis as { gc?: () => void }).gc
-  if (g === undefined) throw new Error('run with --expose-gc')
-  g()
-  g()
-}
-
-function memory(): { rss: number; heapUsed: number; heapTotal: number; external: number; arrayBuffers: number } {
-  const m = process.memoryUsage()
-  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers }
-}
-
-/** The kernel's peak RSS of this process since the last reset, in bytes. */
-function peakRss(): number | null {
-  const kb = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]
-  return kb === undefined ? null : Number(kb) * 1024
-}
-
-/** Resets VmHWM to the current RSS (Linux >= 4.0: writing 5 to clear_refs). */
-function resetPeakRss(): boolean {
-  try {
-    writeFileSync('/proc/self/clear_refs', '5')
-    return true
-  } catch {
-    return false
-  }
-}
-
-class MemorySampler {
-  peakHeapUsed = 0
-  peakRssSampled = 0
-  samples = 0
-  private timer: NodeJS.Timeout | undefined
-
-  start(): this {
-    this.sample()
-    this.timer = setInterval(() => this.sample(), SAMPLE_EVERY_MS)
-    return this
-  }
-
-  sample(): void {
-    const m = process.memoryUsage()
-    this.samples++
-    if (m.heapUsed > this.peakHeapUsed) this.peakHeapUsed = m.heapUsed
-    if (m.rss > this.peakRssSampled) this.peakRssSampled = m.rss
-  }
-
-  stop(): void {
-    clearInterval(this.timer)
-    this.sample()
-  }
-}
-
-function cpuMs(since: NodeJS.CpuUsage): { userMs: number; systemMs: number } {
-  const u = process.cpuUsage(since)
-  return { userMs: u.user / 1000, systemMs: u.system / 1000 }
 }
 
 // ---- sync ----
@@ -331,17 +222,11 @@ function digest(): Record<string, unknown> {
   const shape = live?.shape ?? current
   if (shape === undefined) throw new Error('no shape')
   const value = shape.value()
-  const rowsHash = createHash('sha256')
-  for (const key of [...value.keys()].sort()) {
-    rowsHash.update(key)
-    rowsHash.update(JSON.stringify(value.get(key), (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v)))
-    rowsHash.update('\n')
-  }
   const seqHash = createHash('sha256')
   const ids = [...value.values()].map((row) => [BigInt(row.id as bigint), String(row.seq), String(row.stamp_ns)] as const)
   ids.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
   for (const [id, seq, stamp] of ids) seqHash.update(`${id}:${seq}:${stamp}\n`)
-  return { rows: value.size, rowsSha256: rowsHash.digest('hex'), seqSha256: seqHash.digest('hex') }
+  return { rows: value.size, rowsSha256: rowsDigest(value, createHash('sha256')), seqSha256: seqHash.digest('hex') }
 }
 
 async function stop(): Promise<null> {

@@ -20,9 +20,12 @@ export interface SluiceProcess {
 }
 
 export async function startSluice(options: { databaseUrl: string; storageDir: string; flags: readonly string[]; env?: NodeJS.ProcessEnv }): Promise<SluiceProcess> {
+  // BENCH_CPU_PROF=<dir>: the server writes a V8 CPU profile there when it stops (summarise with pipeline/profile-summary.ts).
+  const profile = process.env.BENCH_CPU_PROF
+  const nodeFlags = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`, '--cpu-prof-interval=200']
   const child: ChildProcess = spawn(
     process.execPath,
-    [SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
+    [...nodeFlags, SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
     { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env },
   )
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))

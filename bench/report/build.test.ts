@@ -12,6 +12,7 @@ import { describe, expect, it } from 'vitest'
 import { useTempDir } from '@sluice/test-utils'
 import type { Report as ClientReport } from '../client/report.js'
 import type { Report as HttpReport } from '../http/report.js'
+import type { Report as LargeReport } from '../large/report.js'
 import { type Report as MemoryReport, TARGET as MEMORY_TARGET } from '../memory/report.js'
 import type { Report as PipelineReport } from '../pipeline/report.js'
 import { type Report as StartReport, TARGET_MS as START_TARGET_MS } from '../start/report.js'
@@ -82,7 +83,7 @@ describe('the benchmark report from bench/results', () => {
   it('has a section for every benchmark with a full results file, with what it measures, method, machine and load', async () => {
     const report = await build(resultsDir)
     const withResults = sections.filter((s) => existsSync(join(resultsDir, `${s.stem}.json`)))
-    expect(withResults.map((s) => s.id)).toEqual(expect.arrayContaining(['storage', 'pipeline', 'http', 'client', 'start', 'memory']))
+    expect(withResults.map((s) => s.id)).toEqual(expect.arrayContaining(['storage', 'pipeline', 'http', 'client', 'large', 'start', 'memory']))
     for (const s of withResults) {
       const start = report.markdown.indexOf(`\n## ${s.title}\n`)
       expect(start, s.title).toBeGreaterThan(0)
@@ -116,6 +117,12 @@ describe('the benchmark report from bench/results', () => {
     for (const r of client.sync) {
       row(markdown, num(r.rows), 'Sluice client', ms(r.median.ours.ms))
       row(markdown, num(r.rows), 'official client (@electric-sql/client 1.5.28)', ms(r.median.official.ms))
+    }
+
+    const large = json<LargeReport>('large.json')
+    for (const r of large.results) {
+      row(markdown, num(r.rows), r.temperature, 'Sluice client', ms(r.median.ours.ms))
+      row(markdown, num(r.rows), r.temperature, 'raw HTTP download (no parsing)', ms(r.median.raw.ms))
     }
 
     const storage = json<{ results: Measurement[] }>('storage.json')
@@ -161,7 +168,7 @@ describe('the benchmark report from bench/results', () => {
   it('writes one well-formed SVG chart per spec, naming every series, and links each from the markdown', async () => {
     const report = await build(resultsDir)
     expect(report.charts.map((c) => c.spec.id)).toEqual(
-      expect.arrayContaining(['storage-append', 'pipeline-throughput', 'http-initial-throughput', 'http-initial-latency', 'http-live-latency', 'client-sync-time', 'start-healthy', 'start-cpu', 'memory-rss']),
+      expect.arrayContaining(['storage-append', 'pipeline-throughput', 'http-initial-throughput', 'http-initial-latency', 'http-live-latency', 'client-sync-time', 'large-time', 'large-memory', 'start-healthy', 'start-cpu', 'memory-rss']),
     )
     for (const chart of report.charts) {
       expect(checkTags(chart.svg), chart.file).toBe('svg')

@@ -8,6 +8,7 @@ import type { ReportSection } from './section.js'
 import { clientSection } from './sections/client.js'
 import { fanoutSection } from './sections/fanout.js'
 import { httpSection } from './sections/http.js'
+import { largeSection } from './sections/large.js'
 import { memorySection } from './sections/memory.js'
 import { pipelineSection } from './sections/pipeline.js'
 import { startSection } from './sections/start.js'
@@ -34,6 +35,8 @@ export const BENCHMARKS: readonly Benchmark[] = [
   // QUICK: 100 and 1,000 long-polls and 500 SSE streams of one shape, 3 writes of 1 and 100 rows (about a minute).
   { name: 'fanout', script: 'bench:fanout', quickEnv: { QUICK: '1' }, section: fanoutSection },
   { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
+  // QUICK: 2k and 10k rows, one warm and one cold run per client.
+  { name: 'large', script: 'bench:large', quickEnv: { QUICK: '1' }, section: largeSection },
   // QUICK: 2 runs each at 10 and 1,000 shapes (making the 100k store alone takes a few minutes).
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
   // QUICK: one 300,000-row transaction, RSS followed for 10 s after.

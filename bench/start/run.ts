@@ -20,6 +20,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
+import { freePort } from '@sluice/test-utils'
 import { median } from '../pipeline/stats.js'
 import { machineInfo } from '../storage/report.js'
 import { type StartFixture, startFixture } from './fixture.js'
@@ -179,12 +180,12 @@ async function main(): Promise<void> {
       else reused ||= shapes > 1000
       // One start of each mode first, not counted: the first after the fixture was made reads cold files.
       for (const mode of RUN_MODES) {
-        const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
+        const run = await oneStart(fixture, mode, await freePort())
         process.stderr.write(`${shapes} shapes, ${mode} (warm-up, not counted): healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms)\n`)
       }
       for (let i = 0; i < RUNS; i++) {
         for (const mode of i % 2 === 0 ? RUN_MODES : [...RUN_MODES].reverse()) {
-          const run = await oneStart(fixture, mode, 39_000 + (shapes % 1000))
+          const run = await oneStart(fixture, mode, await freePort())
           runs.push(run)
           process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, stop ${Math.round(run.stopMs)} ms, load ${run.load1.toFixed(1)})\n`)
         }

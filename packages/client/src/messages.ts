@@ -34,7 +34,12 @@ export function isMustRefetchMessage<T extends Row>(message: Message<T>): messag
   return isControlMessage(message) && message.headers.control === 'must-refetch'
 }
 
-/** A response body: a JSON array of messages; change values parsed with `parseRow`. */
+/**
+ * A response body: a JSON array of messages; change values parsed with
+ * `parseRow`. The messages are the objects JSON.parse made, their values
+ * replaced by what `parseRow` returns (which may be the same objects, parsed
+ * in place: nobody else holds them).
+ */
 export function parseBody<T extends Row>(text: string, parseRow: RowParser): Array<Message<T>> {
   if (text === '') return []
   let raw: unknown
@@ -44,7 +49,8 @@ export function parseBody<T extends Row>(text: string, parseRow: RowParser): Arr
     throw new InvalidResponseError(`response body is not JSON: ${text.slice(0, 200)}`, { cause })
   }
   if (!Array.isArray(raw)) throw new InvalidResponseError(`response body is not a JSON array: ${text.slice(0, 200)}`)
-  return raw.map((item) => toMessage<T>(item, parseRow))
+  for (let i = 0; i < raw.length; i++) toMessage<T>(raw[i], parseRow)
+  return raw as Array<Message<T>>
 }
 
 /** One message (an SSE event's data). */

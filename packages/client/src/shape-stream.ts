@@ -15,8 +15,8 @@ import {
   realTimers,
   validateParams,
 } from './stream-options.js'
-import { type StreamEvent, type StreamState, initialState, transition } from './stream-state.js'
-import { type Row, type RowParser, createRowParser } from './value-parser.js'
+import { type ResponseEvent, type StreamEvent, type StreamState, initialState, transition } from './stream-state.js'
+import { type Row, type RowParser, createRowParserInPlace } from './value-parser.js'
 
 /**
  * A shape's log, followed over HTTP (docs/protocol.md): `-1`, then chunk after
@@ -37,6 +37,19 @@ interface Subscription<T extends Row> {
   readonly onError: ((error: unknown) => void) | undefined
 }
 
+/** What a request sent ahead came to: its response, or the error the loop will meet when it gets to it. */
+type AheadResult = { readonly url: string; readonly response: Response } | { readonly error: unknown }
+
+/** A catch-up request sent before the loop got to it (see `#sendAhead`), and the position it asks for. */
+interface Ahead {
+  readonly handle: string | undefined
+  readonly offset: string
+  readonly cacheBuster: string | undefined
+  readonly controller: AbortController
+  readonly unlink: () => void
+  readonly result: Promise<AheadResult>
+}
+
 class LiveTimeout extends Error {
   override readonly name = 'LiveTimeout'
 }
@@ -55,6 +68,7 @@ export class ShapeStream<T extends Row = Row> {
   readonly #stateListeners = new Set<(state: StreamState) => void>()
   #parser: { schema: ShapeSchema | undefined; parse: RowParser } | undefined
   #running: Promise<void> | undefined
+  #ahead: Ahead | undefined
   #lastSyncedAt: number | undefined
   #requests = 0
 
@@ -163,6 +177,14 @@ export class ShapeStream<T extends Row = Row> {
   }
 
   async #run(): Promise<void> {
+    try {
+      await this.#loop()
+    } finally {
+      this.#dropAhead()
+    }
+  }
+
+  async #loop(): Promise<void> {
     while (this.#state.kind !== 'stopped') {
       if (this.#controller.signal.aborted) {
         this.#dispatch({ type: 'abort' })
@@ -181,17 +203,9 @@ export class ShapeStream<T extends Row = Row> {
   async #request(): Promise<void> {
     const state = this.#state
     const isLive = state.kind === 'live'
-    const url = await this.#url(state, false)
-    const headers = await this.#requestHeaders(false)
-    const controller = new AbortController()
-    const unlink = link(this.#controller.signal, controller)
-    let timer: ReturnType<typeof setTimeout> | undefined
-    if (isLive) {
-      const timeoutMs = this.options.liveRequestTimeoutMs ?? DEFAULT_LIVE_REQUEST_TIMEOUT_MS
-      timer = setTimeout(() => controller.abort(new LiveTimeout(`no answer to a live request in ${timeoutMs} ms`)), timeoutMs)
-    }
+    const sent = await this.#open(state)
     try {
-      const response = await this.#send(url, headers, controller.signal)
+      const { url, response } = sent
       if (await this.#handleStatus(url, response)) return
       const handle = response.headers.get(ResponseHeader.handle)
       const offset = response.headers.get(ResponseHeader.offset)
@@ -203,22 +217,95 @@ export class ShapeStream<T extends Row = Row> {
       if (!isLive && schemaText === null && response.status === 200) missing.push(ResponseHeader.schema)
       if (isLive && cursor === null) missing.push(ResponseHeader.cursor)
       if (missing.length > 0 || handle === null || offset === null) throw new MissingHeadersError(url, missing)
-      const text = await readText(response, url)
       const schema = state.schema ?? (schemaText === null ? undefined : parseSchema(schemaText))
+      const event: ResponseEvent = { type: 'response', handle, offset, schema, cursor: cursor ?? undefined, upToDate: response.headers.has(ResponseHeader.upToDate) }
+      if (!event.upToDate) this.#sendAhead(transition(state, event))
+      const text = await readText(response, url)
       const messages = parseBody<T>(text, this.#rowParser(schema))
-      this.#dispatch({
-        type: 'response',
-        handle,
-        offset,
-        schema,
-        cursor: cursor ?? undefined,
-        upToDate: response.headers.has(ResponseHeader.upToDate),
-      })
+      this.#dispatch(event)
       await this.#publish(messages)
     } finally {
+      sent.release()
+    }
+  }
+
+  /**
+   * The response for `state`'s request: the one sent ahead for it if there is
+   * one, else a new request (live ones with their watchdog).
+   */
+  async #open(state: StreamState): Promise<{ url: string; response: Response; release: () => void }> {
+    const ahead = this.#takeAhead(state)
+    if (ahead !== undefined) {
+      const sent = await ahead.result
+      if ('error' in sent) {
+        ahead.unlink()
+        throw sent.error
+      }
+      return { ...sent, release: ahead.unlink }
+    }
+    const url = await this.#url(state, false)
+    const headers = await this.#requestHeaders(false)
+    const controller = new AbortController()
+    const unlink = link(this.#controller.signal, controller)
+    let timer: ReturnType<typeof setTimeout> | undefined
+    if (state.kind === 'live') {
+      const timeoutMs = this.options.liveRequestTimeoutMs ?? DEFAULT_LIVE_REQUEST_TIMEOUT_MS
+      timer = setTimeout(() => controller.abort(new LiveTimeout(`no answer to a live request in ${timeoutMs} ms`)), timeoutMs)
+    }
+    const release = (): void => {
       if (timer !== undefined) clearTimeout(timer)
       unlink()
     }
+    try {
+      return { url, response: await this.#send(url, headers, controller.signal), release }
+    } catch (error) {
+      release()
+      throw error
+    }
+  }
+
+  /**
+   * Sends the request of `next` (the state the current response leads to) now,
+   * while the current body is still being read, parsed and published, when
+   * that request is a catch-up one: the server then works on the next chunk
+   * and the kernel buffers it meanwhile, instead of both ends taking turns.
+   * At most one request is ahead, and its body is read only when the loop gets
+   * to it, so a slow subscriber still holds the stream back.
+   */
+  #sendAhead(next: StreamState): void {
+    this.#dropAhead()
+    if (next.kind !== 'syncing') return
+    const controller = new AbortController()
+    const unlink = link(this.#controller.signal, controller)
+    const result = (async (): Promise<AheadResult> => {
+      const url = await this.#url(next, false)
+      const headers = await this.#requestHeaders(false)
+      return { url, response: await this.#send(url, headers, controller.signal) }
+    })().catch((error: unknown) => ({ error }))
+    this.#ahead = { handle: next.handle, offset: next.offset, cacheBuster: next.cacheBuster, controller, unlink, result }
+  }
+
+  /** The request sent ahead, if it is `state`'s; any other one is dropped. */
+  #takeAhead(state: StreamState): Ahead | undefined {
+    const ahead = this.#ahead
+    if (ahead === undefined) return undefined
+    if (state.kind === 'syncing' && ahead.handle === state.handle && ahead.offset === state.offset && ahead.cacheBuster === state.cacheBuster) {
+      this.#ahead = undefined
+      return ahead
+    }
+    this.#dropAhead()
+    return undefined
+  }
+
+  #dropAhead(): void {
+    const ahead = this.#ahead
+    if (ahead === undefined) return
+    this.#ahead = undefined
+    ahead.controller.abort(new DOMException('request sent ahead no longer needed', 'AbortError'))
+    ahead.unlink()
+    void ahead.result.then((sent) => {
+      if ('response' in sent) void sent.response.body?.cancel().catch(() => {})
+    })
   }
 
   /**
@@ -302,6 +389,7 @@ export class ShapeStream<T extends Row = Row> {
   }
 
   async #handleError(error: unknown): Promise<void> {
+    this.#dropAhead()
     if (this.#controller.signal.aborted) {
       this.#dispatch({ type: 'abort' })
       return
@@ -362,7 +450,8 @@ export class ShapeStream<T extends Row = Row> {
 
   #rowParser(schema: ShapeSchema | undefined): RowParser {
     if (this.#parser === undefined || this.#parser.schema !== schema) {
-      this.#parser = { schema, parse: createRowParser(schema ?? {}, this.options.parser) }
+      // In place: the values are fresh from JSON.parse and reach subscribers only as the parsed row.
+      this.#parser = { schema, parse: createRowParserInPlace(schema ?? {}, this.options.parser) }
     }
     return this.#parser.parse
   }

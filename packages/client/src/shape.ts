@@ -194,7 +194,8 @@ export class Shape<T extends Row = Row> {
       if (isChangeMessage(message)) {
         changed = true
         this.#apply(message.key, message.headers.operation, message.value)
-        for (const xid of message.headers.txids ?? []) this.#pendingTxids.push(xid)
+        const txids = message.headers.txids
+        if (txids !== undefined) for (const xid of txids) this.#pendingTxids.push(xid)
       } else if (isControlMessage(message)) {
         const headers = message.headers
         if (headers.control === 'up-to-date') reachedHead = true

@@ -59,6 +59,8 @@ export type Fault =
   | { readonly kind: 'destroy' }
   /** Forward, but send only the response headers and then end (an SSE stream cut at once). */
   | { readonly kind: 'headers-only' }
+  /** Forward the response headers, then cut the connection: a body broken off by the network. */
+  | { readonly kind: 'cut-body' }
   /** Forward, but drop the named response headers (a proxy or CORS setup hiding them). */
   | { readonly kind: 'strip-headers'; readonly names: readonly string[] }
   /** Never answer; the request stays open until the client gives up. */
@@ -125,6 +127,12 @@ export class FaultProxy {
         if (fault?.kind === 'headers-only') {
           up.destroy()
           res.end()
+          return
+        }
+        if (fault?.kind === 'cut-body') {
+          up.destroy()
+          res.flushHeaders()
+          res.socket?.destroy()
           return
         }
         up.pipe(res)

@@ -327,8 +327,11 @@ describe('options evaluated per request', () => {
   })
 })
 
-describe('back-pressure', () => {
-  it('a slow subscriber holds the next request until it is done', async () => {
+describe('back-pressure and the request sent ahead', () => {
+  /** Offsets of the table's requests, in the order the proxy saw them. */
+  const offsets = (table: string): Array<string | null> => sluice.proxy.requestsFor(table).map((r) => r.url.searchParams.get('offset'))
+
+  it('a slow subscriber holds the stream: one request ahead at most, none after it until the batch is done', async () => {
     const table = await newTable(300)
     const stream = new ShapeStream(options(table))
     let release!: () => void
@@ -338,6 +341,7 @@ describe('back-pressure', () => {
       if (batches === 2) await new Promise<void>((resolve) => (release = resolve))
     })
     await until('the second batch', () => batches === 2)
+    await until('the request after it', () => offsets(table).at(-1) === stream.lastOffset)
     const held = sluice.proxy.requestsFor(table).length
     await new Promise((resolve) => setTimeout(resolve, 300))
     expect(sluice.proxy.requestsFor(table).length).toBe(held)
@@ -346,5 +350,67 @@ describe('back-pressure', () => {
     await until('more requests', () => sluice.proxy.requestsFor(table).length > held)
     await until('up to date', () => stream.isUpToDate)
     await stream.stop()
+  })
+
+  it('while catching up, the next chunk is asked for before the current batch is handed over', async () => {
+    const table = await newTable(300)
+    const stream = new ShapeStream(options(table))
+    const batches: Array<readonly Message[]> = []
+    let catchingUp = 0
+    stream.subscribe(async (messages) => {
+      batches.push(messages)
+      if (stream.isUpToDate) return
+      catchingUp++
+      // The old loop sent the next request only after this callback returned: this wait never ended.
+      await until(`the request for ${stream.lastOffset} at the server`, () => offsets(table).includes(stream.lastOffset), 10_000)
+      expect(offsets(table).at(-1)).toBe(stream.lastOffset)
+    })
+    await until('up to date', () => stream.isUpToDate)
+    await stream.stop()
+    expect(catchingUp).toBeGreaterThan(3)
+    const rows = changes(batches) as ChangeMessage[]
+    expect(rows).toHaveLength(300)
+    expect(new Set(rows.map((m) => m.key)).size).toBe(300)
+    // Each offset asked for once: nothing sent ahead was wasted on the way.
+    expect(new Set(offsets(table)).size).toBe(offsets(table).length)
+  })
+
+  it('a body cut while a request is ahead: that request is dropped, the chunk is asked for again, no row lost or repeated', async () => {
+    const table = await newTable(300)
+    let n = 0
+    sluice.proxy.interceptor = ({ url }) => (url.searchParams.get('table') === table && ++n === 3 ? { kind: 'cut-body' } : undefined)
+    const stream = new ShapeStream(options(table))
+    const batches = record(stream)
+    try {
+      await until('up to date', () => stream.isUpToDate)
+    } finally {
+      sluice.proxy.interceptor = undefined
+      await stream.stop()
+    }
+    const seen = offsets(table)
+    // Request 3 lost its body after request 4 had been sent ahead for the offset its headers named; request 3 is repeated.
+    expect(seen[4]).toBe(seen[2])
+    expect(seen[5]).toBe(seen[3])
+    const rows = changes(batches) as ChangeMessage[]
+    expect(rows).toHaveLength(300)
+    expect(new Set(rows.map((m) => m.key)).size).toBe(300)
+  })
+
+  it('stop() while a request is ahead ends the stream and sends nothing more', async () => {
+    const table = await newTable(300)
+    const stream = new ShapeStream(options(table))
+    let batches = 0
+    stream.subscribe(async () => {
+      if (++batches !== 2) return
+      await until('the request sent ahead', () => offsets(table).at(-1) === stream.lastOffset)
+      void stream.stop()
+    })
+    await stream.done
+    expect(stream.isStopped).toBe(true)
+    expect(stream.error).toBeUndefined()
+    const count = sluice.proxy.requestsFor(table).length
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(sluice.proxy.requestsFor(table).length).toBe(count)
+    expect(batches).toBe(2)
   })
 })

@@ -1,6 +1,7 @@
 import type { ColumnSchema } from '@sluice/protocol'
 import { describe, expect, it } from 'vitest'
 import { InvalidArrayLiteralError, ParserNullValueError, columnParser, createRowParser, parseArrayLiteral } from '../src/index.js'
+import { createRowParserInPlace } from '../src/value-parser.js'
 
 const col = (type: string, extra: Partial<ColumnSchema> = {}): ColumnSchema => ({ type, ...extra })
 
@@ -111,5 +112,51 @@ describe('rows', () => {
     const parse = createRowParser({ v: col('varchar', { max_length: 10 }) }, { varchar: (text, column) => (seen.push(column), text) })
     parse({ v: 'x' })
     expect(seen).toEqual([{ type: 'varchar', max_length: 10 }])
+  })
+})
+
+describe('parsing in place (the stream parses fresh JSON values into the same object)', () => {
+  const schema = {
+    id: col('int8', { not_null: true }),
+    n: col('int4'),
+    b: col('bool'),
+    doc: col('jsonb'),
+    tags: col('text', { dims: 1 }),
+    title: col('text', { not_null: true }),
+    at: col('timestamptz'),
+  }
+
+  it('gives the same row as the copying parser and returns the object it was given', () => {
+    const values = { id: '7', n: '-3', b: 't', doc: '{"a": [1]}', tags: '{x,NULL}', title: 'T', at: '2024-01-02 03:04:05+00', extra: 'x' }
+    const copied = createRowParser(schema)(values)
+    const target: Record<string, unknown> = { ...values }
+    const parsed = createRowParserInPlace(schema)(target)
+    expect(parsed).toBe(target)
+    expect(parsed).toEqual(copied)
+    expect(parsed).toEqual({ id: 7n, n: -3, b: true, doc: { a: [1] }, tags: ['x', null], title: 'T', at: '2024-01-02 03:04:05+00', extra: 'x' })
+  })
+
+  it('the copying parser leaves the values it was given alone', () => {
+    const values = { id: '7', n: '1', title: 'T' }
+    createRowParser(schema)(values)
+    expect(values).toEqual({ id: '7', n: '1', title: 'T' })
+  })
+
+  it('an update carrying some columns: the others stay absent; a null in a not_null text column is still refused', () => {
+    expect(createRowParserInPlace(schema)({ id: '1', b: 'f' })).toEqual({ id: 1n, b: false })
+    expect(() => createRowParserInPlace(schema)({ id: '1', title: null })).toThrow(ParserNullValueError)
+    expect(() => createRowParser(schema)({ id: '1', title: null })).toThrow(ParserNullValueError)
+  })
+
+  it('columns named like Object.prototype members are parsed when present and skipped when absent', () => {
+    const odd = { constructor: col('int4'), toString: col('bool'), __proto__x: col('int8') }
+    expect(createRowParserInPlace(odd)({ constructor: '5' })).toEqual({ constructor: 5 })
+    expect(createRowParser(odd)({ toString: 't' })).toEqual({ toString: true })
+    const none = createRowParserInPlace(odd)({})
+    expect(Object.keys(none)).toEqual([])
+  })
+
+  it('a custom parser for a type without a default one (text) is applied', () => {
+    expect(createRowParserInPlace({ title: col('text') }, { text: (t) => t.toUpperCase() })({ title: 'abc' })).toEqual({ title: 'ABC' })
   })
 })

@@ -13,6 +13,8 @@
 // pool then, the descriptor is closed when it returns (closing it under a
 // running sendfile could send into a reused descriptor number).
 #include <napi.h>
+
+#include "file-lock.h"
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -293,6 +295,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Sender", Sender::Define(env));
   exports.Set("stats", Napi::Function::New(env, Stats));
   exports.Set("trimHeap", Napi::Function::New(env, TrimHeap));
+  exports.Set("lockFile", Napi::Function::New(env, sluice::LockFile));
   return exports;
 }
 

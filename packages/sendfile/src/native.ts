@@ -19,4 +19,6 @@ export interface NativeAddon {
   stats(): SendfileStats
   /** Missing from an addon built before it was added. */
   trimHeap?(): boolean
+  /** flock(fd, LOCK_EX or LOCK_SH, LOCK_NB): false when another open file holds the lock. Missing from an older build. */
+  lockFile?(fd: number, exclusive: boolean): boolean
 }

@@ -55,6 +55,17 @@ export class Sendfile {
     // An addon built before trimHeap existed (a checkout whose install did not rebuild it) has none.
     return typeof this.native.trimHeap === 'function' ? this.native.trimHeap() : false
   }
+
+  /**
+   * Takes an exclusive flock(2) on an open file without waiting: true if
+   * taken, false if another open file holds it; throws on any other failure.
+   * The kernel releases it when the descriptor closes (its holder's exit
+   * included). Undefined with an addon built before it existed.
+   */
+  get lockFile(): ((fd: number) => boolean) | undefined {
+    const native = this.native
+    return typeof native.lockFile === 'function' ? (fd) => native.lockFile!(fd, true) : undefined
+  }
 }
 
 /**

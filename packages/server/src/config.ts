@@ -15,6 +15,7 @@ import {
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_SSE_TIMEOUT_MS,
   DEFAULT_TABLE_CACHE_MS,
+  DEFAULT_WRITER_LOCK_WAIT_MS,
 } from './defaults.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
 
@@ -51,6 +52,10 @@ export interface SluiceConfig {
   readonly allowDelete: boolean
   /** Large bodies by sendfile(2) when the addon loaded; false: every body by pread. */
   readonly sendfile: boolean
+  /** Wait for the storage writer lock as long as it takes (a standby writer). */
+  readonly standby: boolean
+  /** How long a start that is not a standby waits for the writer lock. */
+  readonly writerLockWaitMs: number
   readonly maxConcurrentInitial: number
   readonly maxConcurrentExisting: number
   readonly logLevel: LogLevel
@@ -137,6 +142,25 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
   { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
   { key: 'sendfile', flag: 'sendfile', env: 'SLUICE_SENDFILE', type: 'boolean', default: 'true', description: 'Send large ranges of shape logs from file to socket with sendfile(2) when the @sluice/sendfile addon loaded; --no-sendfile reads every body with pread (to compare the two).' },
+  {
+    key: 'standby',
+    flag: 'standby',
+    env: 'SLUICE_STANDBY',
+    type: 'boolean',
+    default: 'false',
+    description:
+      'Start as a standby writer: wait for the writer of the same storage directory to exit (its lock to be released), then take over replication from where it left off.',
+  },
+  {
+    key: 'writerLockWaitMs',
+    flag: 'writer-lock-wait',
+    env: 'SLUICE_WRITER_LOCK_WAIT',
+    type: 'duration',
+    default: `${DEFAULT_WRITER_LOCK_WAIT_MS / 1000}s`,
+    min: 0,
+    max: 3_600_000,
+    description: 'How long a start waits for another writer of the same storage directory to let go of it before failing (a restart right after the old process was killed waits for it to finish exiting).',
+  },
   { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
   { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_EXISTING), min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
   {

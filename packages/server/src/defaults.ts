@@ -38,6 +38,14 @@ export const DEFAULT_TABLE_CACHE_MS = 1000
  */
 export const DEFAULT_CATALOG_CHECK_MS = 1000
 
+/**
+ * How long a start waits for the storage writer lock before failing: long
+ * enough for a killed writer to finish exiting (a process with a large heap
+ * takes a while to be torn down), short enough that a second writer started
+ * by mistake says so promptly.
+ */
+export const DEFAULT_WRITER_LOCK_WAIT_MS = 10_000
+
 /** Admission control: `offset=-1` requests served at once; more get 503 + retry-after. */
 export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
 
@@ -57,11 +65,14 @@ export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
 
 /**
  * Bodies whose file-backed bytes reach this size go out by sendfile(2) when the
- * addon is loaded. Below it a pooled buffer (POOLED_BUFFER_BYTES, the same
- * size) serves without an allocation, and one pread plus one write costs less
- * than a hand-off to the thread pool and back per range.
+ * addon is loaded. Below it the body is pread on the event loop into a pooled
+ * buffer and written with one `end()` (one pread, one writev), which costs
+ * less than sendfile's hand-off to the thread pool and back, a duplicated
+ * descriptor, and the headers, `[` and suffix written apart. From here up the
+ * pread path reads on the thread pool too and copies the bytes twice, and
+ * sendfile costs less (docs/performance-notes.md has the measurements).
  */
-export const DEFAULT_SENDFILE_MIN_BYTES = 64 * 1024
+export const DEFAULT_SENDFILE_MIN_BYTES = 256 * 1024
 
 /**
  * How often the C heap's free pages are given back to the kernel (glibc's

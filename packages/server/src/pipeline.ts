@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import { formatLsn } from '@sluice/protocol'
-import { type FileLogStore, FlushError, type FsPort, type StorageError, openFileLogStore } from '@sluice/storage'
+import { type FileLogStore, FlushError, type FsPort, type StorageError, type StoreLockOptions, openFileLogStore } from '@sluice/storage'
 import pg from 'pg'
 import {
   BufferingSink,
@@ -62,6 +62,8 @@ export interface PipelineOptions {
   readonly logger?: ShapeLogger
   /** The storage engine's filesystem (a port for fault-injection tests). */
   readonly storageFs?: FsPort
+  /** How the storage directory's writer lock is taken and waited for (writer-lock.ts). */
+  readonly writerLock?: StoreLockOptions
   /** How long replication may be disconnected before health reports it (default DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS). */
   readonly healthReplicationTimeoutMs?: number
   /** Repeats of one error line are summarised once per this many ms (default DEFAULT_DEDUPE_WINDOW_MS). */
@@ -154,6 +156,7 @@ export class Pipeline {
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
       ...(options.flushIntervalMs === undefined ? {} : { flushIntervalMs: options.flushIntervalMs }),
       ...(options.storageFs === undefined ? {} : { fs: options.storageFs }),
+      ...(options.writerLock === undefined ? {} : { lock: options.writerLock }),
       ...(options.tailBudgetBytes === undefined ? {} : { tailBudgetBytes: options.tailBudgetBytes }),
       // A long-running writer will use the tail reserve: map it now, not page by page on the append path.
       prefaultTails: true,

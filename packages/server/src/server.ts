@@ -10,6 +10,7 @@ import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgre
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
 import { startHeapTrim } from './heap-trim.js'
+import { writerLockOptions } from './writer-lock.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
 import { type SluiceLogger, createLogger } from './logger.js'
@@ -110,8 +111,10 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       )
     }
 
+    const writerLock = await writerLockOptions({ standby: config.standby, waitMs: config.writerLockWaitMs, logger })
     pipeline = await Pipeline.start({
       connectionString: databaseUrl,
+      writerLock,
       storageDir: config.storageDir,
       slotName: config.slot,
       publicationName: config.publication,

@@ -5,9 +5,10 @@
  * vouch for a log (a crash since, a damaged file, a log left mid-transaction,
  * files of other sizes).
  */
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
+import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
+import { fileSizes } from '../src/file/file-sizes.js'
 import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort } from '../src/index.js'
@@ -192,5 +193,49 @@ describe('heads file', () => {
     const { b: _b, ...rest } = before
     expect(snapshotOf(again)).toEqual(rest)
     await again.close()
+  })
+
+  it('checks the files of a store of a thousand logs (off the opening thread) as it checks a few', async () => {
+    const dir = await tempDirs.make('heads-many')
+    const ids = Array.from({ length: 1_100 }, (_, i) => `log${i}`)
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    await Promise.all(ids.map((id) => makeShape(s, id, [row(1)])))
+    ids.forEach((id, i) => s.get(id)!.appendTransaction([change(1n, 0, i)]))
+    s.advance(1n)
+    await s.flush()
+    const before = Object.fromEntries(ids.map((id) => [id, entries(s.get(id)!)]))
+    await s.close()
+    // One log's index replaced by garbage (set aside), one log's data grown by a torn write (scanned, cut back).
+    writeFileSync(`${dir}/shapes/log7/entries.idx`, 'not a sluice file')
+    appendFileSync(`${dir}/shapes/log900/log.dat`, Buffer.alloc(100, 7))
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    expect(again.cleanOpened).toBe(ids.length - 2)
+    expect(again.quarantined).toEqual(['log7'])
+    const { log7: _gone, ...rest } = before
+    expect(Object.fromEntries(ids.filter((id) => id !== 'log7').map((id) => [id, entries(again.get(id)!)]))).toEqual(rest)
+    expect(statSync(`${dir}/shapes/log900/log.dat`).size).toBe(again.get('log900')!.appendedHead().dataEnd)
+    await again.close()
+  })
+
+  it('gives the same sizes and inodes from its worker thread as from the port, and NaN for a missing file', async () => {
+    const dir = await tempDirs.make('file-sizes')
+    const dirs = Array.from({ length: 1_100 }, (_, i) => `${dir}/d${i}`)
+    const names = ['one', 'two', 'three']
+    for (const [i, d] of dirs.entries()) {
+      nodeFs.mkdirSync(d, { recursive: true })
+      writeFileSync(`${d}/one`, Buffer.alloc(i))
+      writeFileSync(`${d}/two`, Buffer.alloc(2 * i + 1))
+      if (i % 100 !== 0) writeFileSync(`${d}/three`, 'x')
+    }
+    const fromWorker = await fileSizes(nodeFs, dirs, names)
+    // A port other than node:fs is always asked on this thread, file by file.
+    const fromPort = await fileSizes({ ...nodeFs }, dirs, names)
+    expect(fromWorker).toEqual(fromPort)
+    expect(fromWorker[0]).toBe(0)
+    expect(fromWorker[1]).toBe(statSync(`${dirs[0]}/one`).ino)
+    expect(fromWorker[6 * 5 + 2]).toBe(11)
+    expect(fromWorker[4]).toBeNaN()
+    expect(fromWorker[5]).toBeNaN()
   })
 })

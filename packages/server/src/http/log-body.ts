@@ -11,28 +11,47 @@ import { nodeFs, readSpansInto, readSpansIntoAsync } from '@sluice/storage'
  *   `[` + stored bytes minus the last `,` + `]`  otherwise
  *   `[]` / `[up-to-date]`                         for an empty range
  *
- * No JSON is parsed. The bytes are pread into one buffer per response; buffers
- * up to POOLED_BUFFER_BYTES come from a free list and return to it when the
- * response is done with them. This is the pread path; large ranges go out by
- * sendfile instead when the addon is loaded (`sendfile-body.ts`, chosen in
+ * No JSON is parsed. The bytes are pread into one buffer per response, taken
+ * from a free list of its size class (64 KiB up to BUFFERED_BODY_MAX_BYTES)
+ * and returned to it when the response is done with it, so the hot path of a
+ * cached read allocates no body memory: a fresh buffer past malloc's mmap
+ * threshold (128 KiB) costs an mmap, page faults over all of it and an munmap
+ * per response. Bigger ranges are streamed (`streamedLogBody`) or go out by
+ * sendfile when the addon is loaded (`sendfile-body.ts`, chosen in
  * shape-routes.ts), with the same layout and so the same bytes.
  */
 
-/** Responses up to this size reuse buffers (snapshot chunks in tests, most live batches). */
+/** The smallest size class: snapshot chunks in tests, most live batches. */
 export const POOLED_BUFFER_BYTES = 64 * 1024
-/** Free buffers kept; beyond that returned buffers are left to the GC. */
-const POOL_CAPACITY = 256
+/**
+ * The largest body built in one pooled buffer; a range bigger than this is
+ * streamed in pieces instead (see `streamedLogBody` for why).
+ */
+export const BUFFERED_BODY_MAX_BYTES = 1024 * 1024
+/** Bytes of free buffers kept per size class (256 of 64 KiB ... 16 of 1 MiB); beyond that returned buffers are left to the GC. */
+const POOL_BYTES_PER_CLASS = 16 * 1024 * 1024
 /** Ranges above this are read on the thread pool so one large pread does not stall the event loop. */
 const ASYNC_READ_BYTES = 256 * 1024
 
 const OPEN = 0x5b
 const CLOSE = 0x5d
 
-const pool: Buffer[] = []
+/** Free buffers per size class: `pools[i]` holds buffers of `POOLED_BUFFER_BYTES << i` bytes. */
+const pools: Buffer[][] = []
+for (let size = POOLED_BUFFER_BYTES; size <= BUFFERED_BODY_MAX_BYTES; size *= 2) pools.push([])
 
-function take(size: number): { buffer: Buffer; pooled: boolean } {
-  if (size > POOLED_BUFFER_BYTES) return { buffer: Buffer.allocUnsafe(size), pooled: false }
-  return { buffer: pool.pop() ?? Buffer.allocUnsafe(POOLED_BUFFER_BYTES), pooled: true }
+function sizeClass(size: number): number {
+  let index = 0
+  for (let capacity = POOLED_BUFFER_BYTES; capacity < size; capacity *= 2) index++
+  return index
+}
+
+/** A buffer of at least `size` bytes, from its class's free list when one is free; undefined class: not pooled. */
+function take(size: number): { buffer: Buffer; pool: Buffer[] | undefined } {
+  const index = sizeClass(size)
+  const pool = pools[index]
+  if (pool === undefined) return { buffer: Buffer.allocUnsafeSlow(size), pool: undefined }
+  return { buffer: pool.pop() ?? Buffer.allocUnsafeSlow(POOLED_BUFFER_BYTES << index), pool }
 }
 
 export interface LogBody {
@@ -50,7 +69,7 @@ export async function logBody(read: LogRead, tail: string | undefined): Promise<
   try {
     const tailBytes = tail === undefined ? 0 : Buffer.byteLength(tail)
     const size = read.byteLength + 2 + tailBytes
-    const { buffer, pooled } = take(size)
+    const { buffer, pool } = take(size)
     buffer[0] = OPEN
     const target = buffer.subarray(1, 1 + read.byteLength)
     if (read.byteLength > ASYNC_READ_BYTES) await readSpansIntoAsync(read, target)
@@ -64,9 +83,9 @@ export async function logBody(read: LogRead, tail: string | undefined): Promise<
     return {
       bytes,
       done: () => {
-        if (released || !pooled) return
+        if (released || pool === undefined) return
         released = true
-        if (pool.length < POOL_CAPACITY) pool.push(buffer)
+        if ((pool.length + 1) * buffer.length <= POOL_BYTES_PER_CLASS) pool.push(buffer)
       },
     }
   } finally {

@@ -21,7 +21,6 @@ import {
   nonLiveCacheControl,
   offsetOutOfBounds,
   parseDeleteRequest,
-  parseShapeRequest,
   readSecret,
   upToDateMessage,
 } from '@sluice/protocol'
@@ -34,12 +33,14 @@ import type { HttpMetrics } from './http-metrics.js'
 import { ConnectionGone, type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { POOLED_BUFFER_BYTES, logBody, streamedLogBody } from './log-body.js'
+import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
+import { ParsedRequests } from './parsed-requests.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
+import { SharedBodies } from './shared-bodies.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 
 /**
@@ -81,6 +82,8 @@ interface ShapeReadContext {
   readonly waiters: ShapeWaiters
   readonly metrics: HttpMetrics | undefined
   readonly bodyPath: BodyPath
+  /** Bodies of identical reads in flight, shared. */
+  readonly bodies: SharedBodies
   /** `waitForData` for a long-poll: data after the offset, while the shape stays active. */
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
@@ -98,12 +101,14 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
   const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
   const countRead = metrics === undefined ? () => {} : () => metrics.addLogRead()
+  const requests = new ParsedRequests()
   const context: ShapeReadContext = {
     shapes,
     http,
     waiters,
     metrics,
     bodyPath,
+    bodies: new SharedBodies(),
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
     countRead,
@@ -113,17 +118,19 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     }),
   }
 
-  app.addHook('onRequest', async (request, reply) => {
+  // Callback style, as every hook on the read path: an async hook costs each request a promise and a microtask.
+  app.addHook('onRequest', (request, reply, done) => {
     setCors(request, reply, true)
-    if (secret === undefined || request.method === 'OPTIONS') return
+    if (secret === undefined || request.method === 'OPTIONS') return done()
     const given = readSecret(rawQuery(request.url))
-    if (given === undefined || !sameSecret(Buffer.from(given), secret)) throw new SluiceError('unauthorized')
+    if (given === undefined || !sameSecret(Buffer.from(given), secret)) return done(new SluiceError('unauthorized'))
+    done()
   })
 
   app.options(SHAPE_PATH, async (request, reply) => sendPreflight(request, reply))
 
   app.get(SHAPE_PATH, async (request, reply) => {
-    const parsed = parseShapeRequest(rawQuery(request.url))
+    const parsed = requests.parse(rawQuery(request.url))
     if (!parsed.ok) throw invalidRequest(parsed.errors)
     const req = parsed.value
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
@@ -285,7 +292,8 @@ class ShapeResponder {
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const tail = upToDate ? upToDateMessage(lsn) : undefined
     if (read instanceof SharedRange) return this.sendShared(read, tail)
-    return this.sendOwn(read, tail)
+    // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
+    return this.sendOwn(read, tail, `${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`)
   }
 
   /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */
@@ -301,7 +309,7 @@ class ShapeResponder {
   }
 
   /** A range read for this request alone. */
-  private async sendOwn(read: LogRead, tail: string | undefined): Promise<FastifyReply> {
+  private async sendOwn(read: LogRead, tail: string | undefined, key: string): Promise<FastifyReply> {
     const { bodyPath, metrics } = this.context
     if (
       bodyPath.name === 'sendfile' &&
@@ -311,15 +319,17 @@ class ShapeResponder {
     ) {
       return this.sendfile(read, tail, bodyPath.sendfile)
     }
-    if (read.byteLength > POOLED_BUFFER_BYTES && this.request.method !== 'HEAD') {
-      // Bigger than a pooled buffer: streamed in pieces, not read into one buffer the size of the range.
+    if (read.byteLength > BUFFERED_BODY_MAX_BYTES && this.request.method !== 'HEAD') {
+      // Bigger than the largest pooled buffer: streamed in pieces, not read into one buffer the size of the range.
       const body = streamedLogBody(read, tail)
       this.reply.raw.once('close', () => body.stream.destroy())
       metrics?.addBytesServed(body.length, 'pread')
       return this.reply.code(200).header('content-length', body.length).send(body.stream)
     }
-    const body = await logBody(read, tail)
-    this.reply.raw.once('close', body.done)
+    const body = await this.context.bodies.body(key, read, tail)
+    // A client gone while the body was read has had its 'close' already: its share is given back now.
+    if (this.reply.raw.destroyed) body.done()
+    else this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.reply.code(200).send(body.bytes)
   }

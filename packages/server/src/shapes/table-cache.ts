@@ -29,8 +29,11 @@ export class TableCache {
    * still answered with its old shapes).
    */
   private readonly lookups = new Map<string, { at: number; done: boolean; info: Promise<TableInfo | undefined> }>()
+  /** Catalog answers already interned, to their interned object: `load` interns each answer once, not per request. */
+  private readonly interned = new WeakMap<TableInfo, TableInfo>()
   private readonly versions = new Map<number, { readonly text: string; readonly info: TableInfo }>()
   private readonly compiledDefinitions = new WeakMap<TableInfo, Map<string, CompiledDefinition>>()
+  private readonly lastCompiled = new WeakMap<ShapeDefinitionParams, { readonly info: TableInfo; readonly result: CompiledDefinition }>()
   /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
   private readonly published = new Set<number>()
   private readonly tableAdds = new Map<string, Promise<unknown>>()
@@ -62,8 +65,17 @@ export class TableCache {
       )
     }
     const loaded = await cached.info
-    const info = loaded === undefined ? undefined : this.intern(loaded)
+    const info = loaded === undefined ? undefined : this.internLoaded(loaded)
     if (info === undefined) this.lookups.delete(key)
+    return info
+  }
+
+  private internLoaded(loaded: TableInfo): TableInfo {
+    const known = this.interned.get(loaded)
+    // Still the current version (`forget` drops it): as `intern` would answer, without serialising the answer again.
+    if (known !== undefined && this.versions.get(known.oid)?.info === known) return known
+    const info = this.intern(loaded)
+    this.interned.set(loaded, info)
     return info
   }
 
@@ -86,6 +98,15 @@ export class TableCache {
    * the response.
    */
   async compiled(info: TableInfo, params: ShapeDefinitionParams): Promise<CompiledDefinition> {
+    // The same parameters object again (the HTTP layer reuses the parse of a repeated query): no key to build.
+    const last = this.lastCompiled.get(params)
+    if (last !== undefined && last.info === info) return last.result
+    const result = await this.compiledByKey(info, params)
+    this.lastCompiled.set(params, { info, result })
+    return result
+  }
+
+  private async compiledByKey(info: TableInfo, params: ShapeDefinitionParams): Promise<CompiledDefinition> {
     const key = JSON.stringify([params.where ?? null, params.params, params.columns ?? null, params.queryableColumns ?? null, params.replica, params.log])
     let known = this.compiledDefinitions.get(info)
     const hit = known?.get(key)

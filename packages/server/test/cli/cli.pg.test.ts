@@ -1,92 +1,17 @@
 // The `sluice` command as a user runs it: bin/sluice.js in a child process.
-import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { chmod } from 'node:fs/promises'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
 import pg from 'pg'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { SETTINGS } from '../../src/config.js'
 import { REPEAT_WINDOW_MS } from '../../src/shutdown-signals.js'
+import { type Run, cleanEnv, sluice } from './sluice-run.js'
 
-const BIN = fileURLToPath(new URL('../../bin/sluice.js', import.meta.url))
 const dirs = useTempDir('cli')
 const cluster = usePostgres()
-
-interface Run {
-  readonly child: ChildProcess
-  stdout: string
-  stderr: string
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
-  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpExecArray>
-}
-
-const children: ChildProcess[] = []
-afterEach(() => {
-  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL')
-})
-
-/**
- * The environment without anything that would configure sluice. The command runs from the sources
- * (SLUICE_FROM_SOURCE=1), as every test here does, whether or not a build exists: start-compiled.pg.test.ts
- * checks the compiled one.
- */
-function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {}
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('SLUICE_') && k !== 'DATABASE_URL') env[k] = v
-  return { ...env, SLUICE_FROM_SOURCE: '1', ...extra }
-}
-
-function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string>; detached?: boolean } = {}): Run {
-  // detached: a process group of its own, as a supervisor or a terminal would start it.
-  const child = spawn(process.execPath, [BIN, ...args], {
-    cwd: options.cwd ?? process.cwd(),
-    env: cleanEnv(options.env),
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: options.detached === true,
-  })
-  children.push(child)
-  const run: Run = {
-    child,
-    stdout: '',
-    stderr: '',
-    exited: new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal }))),
-    waitFor: (pattern, timeoutMs = 60_000) =>
-      new Promise((resolve, reject) => {
-        const check = (): boolean => {
-          const m = pattern.exec(run.stdout)
-          if (m === null) return false
-          cleanup()
-          resolve(m)
-          return true
-        }
-        const timer = setTimeout(() => {
-          cleanup()
-          reject(new Error(`timed out waiting for ${pattern}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`))
-        }, timeoutMs)
-        const onExit = (): void => {
-          setImmediate(() => {
-            if (check()) return
-            cleanup()
-            reject(new Error(`exited before ${pattern}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`))
-          })
-        }
-        const cleanup = (): void => {
-          clearTimeout(timer)
-          child.stdout!.off('data', check)
-          child.off('exit', onExit)
-        }
-        child.stdout!.on('data', check)
-        child.on('exit', onExit)
-        check()
-      }),
-  }
-  child.stdout!.on('data', (d: Buffer) => (run.stdout += d.toString()))
-  child.stderr!.on('data', (d: Buffer) => (run.stderr += d.toString()))
-  return run
-}
 
 async function storageDir(): Promise<string> {
   const dir = await dirs.make('store')
@@ -140,7 +65,7 @@ describe('sluice CLI', () => {
     expect(first.stdout).toMatch(/Postgres: +embedded PostgreSQL \d+\.\d+ .*new data folder .*\.sluice\/postgres\/data/)
     expect(first.stdout).toContain('no --database-url / DATABASE_URL given')
     // Where the addon built (it does here), large bodies go out by sendfile, and the banner, log and /metrics say so.
-    expect(first.stdout).toMatch(/Bodies: +sendfile\(2\) from 64 KiB/)
+    expect(first.stdout).toMatch(/Bodies: +sendfile\(2\) from 256 KiB/)
     expect(logs(first).find((l) => l['bodyPath'] !== undefined)?.['bodyPath']).toBe('sendfile')
     const firstMetrics = await (await fetch(`${url}/metrics`)).text()
     expect(firstMetrics).toContain('sluice_http_body_path{path="sendfile"} 1')

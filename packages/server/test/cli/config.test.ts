@@ -33,6 +33,8 @@ const DEFAULTS: Partial<SluiceConfig> = {
   tableCacheMs: 1000,
   healthReplicationTimeoutMs: 30_000,
   catalogCheckMs: 1000,
+  standby: false,
+  writerLockWaitMs: 10_000,
 }
 
 /** A valid non-default value for each setting: [text, parsed]. */
@@ -58,6 +60,8 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   slot: ['other_slot_2', 'other_slot_2'],
   allowDelete: ['true', true],
   sendfile: ['false', false],
+  standby: ['true', true],
+  writerLockWaitMs: ['2s', 2000],
   maxConcurrentInitial: ['7', 7],
   maxConcurrentExisting: ['8', 8],
   logLevel: ['debug', 'debug'],
@@ -164,6 +168,8 @@ describe('config schema', () => {
     [['--publication', 'x'.repeat(64)], {}, `--publication: expected a name of 1-63 bytes without NUL, got "${'x'.repeat(64)}"`],
     [['--slot', 'Bad-Slot'], {}, '--slot: expected 1-63 lower-case letters, digits or underscores, got "Bad-Slot"'],
     [['--allow-delete=maybe'], {}, '--allow-delete: expected true or false, got "maybe"'],
+    [['--standby=later'], {}, '--standby: expected true or false, got "later"'],
+    [['--writer-lock-wait', '-1s'], {}, '--writer-lock-wait: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "-1s"'],
     [[], { SLUICE_SENDFILE: 'sometimes' }, 'SLUICE_SENDFILE (environment): expected true or false, got "sometimes"'],
     [['--max-concurrent-initial', '0'], {}, '--max-concurrent-initial: expected an integer from 1 to 1000000, got "0"'],
     [['--max-concurrent-existing', 'x'], {}, '--max-concurrent-existing: expected an integer from 1 to 10000000, got "x"'],

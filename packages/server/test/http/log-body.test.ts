@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import type { LogRead, Span } from '@sluice/storage'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
-import { STREAM_PIECE_BYTES, logBody, streamedLogBody } from '../../src/http/log-body.js'
+import { BUFFERED_BODY_MAX_BYTES, POOLED_BUFFER_BYTES, STREAM_PIECE_BYTES, logBody, streamedLogBody } from '../../src/http/log-body.js'
 
 const dirs = useTempDir('log-body')
 
@@ -32,6 +32,63 @@ async function collect(stream: NodeJS.ReadableStream): Promise<{ bytes: Buffer; 
   }
   return { bytes: Buffer.concat(chunks), pieces }
 }
+
+describe('logBody', () => {
+  /** `count` stored entries (`json,`) of about `each` bytes, in a real file; the read covers them all. */
+  async function fileRange(count: number, each: number): Promise<{ spans: Span[]; close: () => void }> {
+    const dir = await dirs.make('pooled')
+    const path = join(dir, 'log.dat')
+    const text = Array.from({ length: count }, (_, i) => `{"key":"${i}","value":"${String(i % 10).repeat(each)}"},`).join('')
+    writeFileSync(path, text)
+    const fd = openSync(path, 'r')
+    return { spans: [{ kind: 'file', fd, position: 0, length: Buffer.byteLength(text) }], close: () => closeSync(fd) }
+  }
+
+  it('builds bodies of every size class up to BUFFERED_BODY_MAX_BYTES in reused buffers, never one shared by two bodies in flight', async () => {
+    const tail = '{"headers":{"control":"up-to-date","global_last_seen_lsn":"9"}}'
+    // Bodies in each class, the smallest and largest near their class's edges (entries are just under 1,000 bytes).
+    const sizes = [POOLED_BUFFER_BYTES - 2000, POOLED_BUFFER_BYTES + 2000, 143_000, 300_000, 700_000, BUFFERED_BODY_MAX_BYTES - 8000]
+    for (const size of sizes) {
+      const { spans, close } = await fileRange(Math.ceil(size / 1000), 960)
+      expect(spans[0]!.kind === 'file' && spans[0]!.length < size).toBe(true)
+      try {
+        for (const withTail of [undefined, tail]) {
+          const first = await logBody(readOf(spans), withTail)
+          const second = await logBody(readOf(spans), withTail)
+          const parsed = JSON.parse(first.bytes.toString('utf8')) as unknown[]
+          expect(parsed).toHaveLength(Math.ceil(size / 1000) + (withTail === undefined ? 0 : 1))
+          expect(second.bytes.equals(first.bytes)).toBe(true)
+          // Both in flight: two buffers.
+          expect(second.bytes.buffer).not.toBe(first.bytes.buffer)
+          first.done()
+          // The first's buffer is free again: the next body of its class is built in it, with its own bytes.
+          const third = await logBody(readOf(spans), withTail)
+          expect(third.bytes.buffer).toBe(first.bytes.buffer)
+          expect(third.bytes.equals(second.bytes)).toBe(true)
+          second.done()
+          third.done()
+        }
+      } finally {
+        close()
+      }
+    }
+  })
+
+  it('builds a body bigger than the largest class in a buffer of its own, which is not kept', async () => {
+    const { spans, close } = await fileRange(1100, 980)
+    try {
+      const first = await logBody(readOf(spans), undefined)
+      expect(first.bytes.length).toBeGreaterThan(BUFFERED_BODY_MAX_BYTES)
+      expect(JSON.parse(first.bytes.toString('utf8'))).toHaveLength(1100)
+      first.done()
+      const second = await logBody(readOf(spans), undefined)
+      expect(second.bytes.buffer).not.toBe(first.bytes.buffer)
+      second.done()
+    } finally {
+      close()
+    }
+  })
+})
 
 describe('streamedLogBody', () => {
   it('yields the bytes logBody builds, in pieces of at most STREAM_PIECE_BYTES, across file and memory spans, and releases the read once', async () => {

@@ -329,3 +329,47 @@ describe('sendfile bodies on a real server', () => {
     expect(await settledConnectionFds(all)).toBe(0)
   })
 })
+
+describe('which bodies take sendfile with the default threshold', () => {
+  let pipeline: Pipeline
+  let viaDefault: TestServer
+  let viaPread: TestServer
+
+  beforeAll(async () => {
+    // About 150 KB and 600 KB of stored rows, each table one chunk.
+    await cluster.query(`CREATE TABLE sf_medium (id int4 PRIMARY KEY, body text); INSERT INTO sf_medium SELECT i, repeat(md5(i::text), 8) FROM generate_series(1, 500) i`)
+    await cluster.query(`CREATE TABLE sf_large (id int4 PRIMARY KEY, body text); INSERT INTO sf_large SELECT i, repeat(md5(i::text), 36) FROM generate_series(1, 500) i`)
+    pipeline = await startPipeline(cluster, await dirs.make('store'), { chunkBytes: 4 * 1024 * 1024 })
+    const start = async (bodyPath: Awaited<ReturnType<typeof resolveBodyPath>>): Promise<TestServer> => {
+      const app = buildApp({ shapes: pipeline.shapeService, bodyPath })
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      return { app, port: (app.server.address() as { port: number }).port, close: () => app.close() }
+    }
+    viaDefault = await start(await resolveBodyPath(true))
+    viaPread = await start(await resolveBodyPath(false))
+  })
+  afterAll(async () => {
+    await viaDefault?.close()
+    await viaPread?.close()
+    await pipeline?.stop()
+  })
+
+  it('an initial chunk of about 150 KB goes by pread, one of about 600 KB by sendfile, both as the pread path sends them', async () => {
+    for (const [table, sent] of [
+      ['sf_medium', false],
+      ['sf_large', true],
+    ] as const) {
+      const url = shapeUrl({ table, offset: '-1' })
+      // The first request creates the shape; the second reads its stored chunk.
+      await call(viaDefault.port, url)
+      const before = sendfile.stats()
+      const a = await call(viaDefault.port, url)
+      const after = sendfile.stats()
+      const b = await call(viaPread.port, url)
+      expectSame(a, b, table)
+      expect(a.body.length).toBeGreaterThan(sent ? 500_000 : 130_000)
+      expect(a.body.length).toBeLessThan(sent ? 800_000 : 200_000)
+      expect(after.calls > before.calls, `${table}: ${a.body.length} bytes sent by sendfile`).toBe(sent)
+    }
+  })
+})

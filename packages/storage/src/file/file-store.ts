@@ -126,7 +126,7 @@ export class FileLogStore implements ShapeLogStore {
     } catch (err) {
       throw fromSystemError(err, `create store directory ${root}`)
     }
-    const unlock = acquireStoreLock(fs, root)
+    const unlock = await acquireStoreLock(fs, root, options.lock)
     try {
       let watermark = readWatermark(fs, root)
       if (!watermark) {

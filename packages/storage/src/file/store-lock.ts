@@ -1,12 +1,120 @@
 /**
- * One writer per store directory: a LOCK file created with O_EXCL holding the
- * writer's pid. A lock left by a process that no longer exists is taken over.
- * (Choosing the writer among machines sharing a disk is the server's job,
- * through a Postgres advisory lock; this only stops two local writers.)
+ * One writer per store directory, decided by the `LOCK` file.
+ *
+ * With a kernel lock (`lockFile`: flock(2) through the server's native addon)
+ * the writer is whoever holds an exclusive lock on LOCK; the kernel drops it
+ * when the holder exits, however it exits, so a killed writer's successor gets
+ * in as soon as the dead process's files are closed. The file is never
+ * removed: a waiter holding the old file open while a newcomer created and
+ * locked a new one would make two writers. Its content (the holder's pid) is
+ * only for people and error messages.
+ *
+ * Without one (no native addon), LOCK is created with O_EXCL and holds the
+ * writer's pid; a LOCK naming a process that no longer runs is taken over.
+ * That can wrongly refuse while a killed writer is still being torn down (its
+ * pid still exists), which waiting (`waitMs`) rides out. The two kinds must not
+ * share a directory: every writer of one store uses the same build.
  */
+import { setTimeout as sleep } from 'node:timers/promises'
 import { StorageError, fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
 import { writeFully } from '../fs-port.js'
+
+export interface StoreLockOptions {
+  /** Takes an exclusive, non-blocking flock(2) on the open file: true if taken, false if another holds it. */
+  readonly lockFile?: ((fd: number) => boolean) | undefined
+  /** How long to wait for a writer that holds the lock to let go (Infinity: a standby waiting its turn). Default 0. */
+  readonly waitMs?: number | undefined
+  /** Called once, when the first attempt finds the lock held (with what LOCK says about its holder). */
+  readonly onWait?: ((holder: string) => void) | undefined
+}
+
+/** How often a waiting writer tries the lock again: a standby takes over within this of the writer's exit. */
+export const LOCK_RETRY_MS = 100
+
+/** The store's writer lock: resolves with its release, or rejects with `store_locked` once `waitMs` ran out. */
+export async function acquireStoreLock(fs: FsPort, root: string, options: StoreLockOptions = {}): Promise<() => void> {
+  const waitMs = options.waitMs ?? 0
+  const deadline = Date.now() + waitMs
+  let told = false
+  for (;;) {
+    const attempt = options.lockFile === undefined ? tryPidLock(fs, root) : tryKernelLock(fs, root, options.lockFile)
+    if (typeof attempt === 'function') return attempt
+    if (attempt.ownProcess || Date.now() >= deadline) {
+      throw new StorageError('store_locked', `${root} is held for writing by ${attempt.holder}`)
+    }
+    if (!told) {
+      told = true
+      options.onWait?.(attempt.holder)
+    }
+    await sleep(Math.min(LOCK_RETRY_MS, Math.max(1, deadline - Date.now())))
+  }
+}
+
+/** Who holds the lock, when an attempt failed; `ownProcess` when it is this very process (waiting cannot help). */
+interface Held {
+  readonly holder: string
+  readonly ownProcess: boolean
+  /** The pid LOCK names, if it names one. */
+  readonly pid?: number
+}
+
+function lockPath(root: string): string {
+  return `${root}/LOCK`
+}
+
+function describeHolder(fs: FsPort, root: string): Held {
+  let pid = Number.NaN
+  try {
+    pid = Number.parseInt(fs.readFileSync(lockPath(root)).toString('utf8'), 10)
+  } catch {
+    // Unreadable or gone: the holder is simply unnamed.
+  }
+  if (!Number.isInteger(pid)) return { holder: 'another process', ownProcess: false }
+  if (pid === process.pid) return { holder: 'this process (the store is already open for writing here)', ownProcess: true }
+  return { holder: `process ${pid}`, ownProcess: false, pid }
+}
+
+function tryKernelLock(fs: FsPort, root: string, lockFile: (fd: number) => boolean): (() => void) | Held {
+  let fd: number
+  try {
+    // Created if missing, never truncated before the lock is ours: it may name the live holder.
+    fd = fs.openSync(lockPath(root), 'a+', 0o644)
+  } catch (err) {
+    throw fromSystemError(err, `open ${lockPath(root)}`)
+  }
+  let locked: boolean
+  try {
+    locked = lockFile(fd)
+  } catch (err) {
+    fs.closeSync(fd)
+    throw fromSystemError(err, `lock ${lockPath(root)}`)
+  }
+  if (!locked) {
+    fs.closeSync(fd)
+    return describeHolder(fs, root)
+  }
+  try {
+    // An O_APPEND descriptor writes at the end whatever the position: empty it first.
+    fs.ftruncateSync(fd, 0)
+    const pid = Buffer.from(String(process.pid))
+    writeFully(fs, fd, pid, pid.length, 0)
+  } catch (err) {
+    fs.closeSync(fd)
+    throw fromSystemError(err, `write ${lockPath(root)}`)
+  }
+  let held = true
+  return () => {
+    if (!held) return
+    held = false
+    try {
+      // Closing the last descriptor is what releases a flock.
+      fs.closeSync(fd)
+    } catch {
+      // Nothing to do: the descriptor is gone either way.
+    }
+  }
+}
 
 function alive(pid: number): boolean {
   try {
@@ -17,8 +125,8 @@ function alive(pid: number): boolean {
   }
 }
 
-export function acquireStoreLock(fs: FsPort, root: string): () => void {
-  const path = `${root}/LOCK`
+function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
+  const path = lockPath(root)
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const fd = fs.openSync(path, 'wx', 0o644)
@@ -37,15 +145,15 @@ export function acquireStoreLock(fs: FsPort, root: string): () => void {
       }
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw fromSystemError(err, `lock ${root}`)
-      const holder = Number.parseInt(fs.readFileSync(path).toString('utf8'), 10)
-      if (Number.isInteger(holder) && holder !== process.pid && alive(holder)) {
-        throw new StorageError('store_locked', `${root} is held for writing by process ${holder}`)
+      const held = describeHolder(fs, root)
+      if (held.ownProcess || (held.pid !== undefined && alive(held.pid))) return held
+      try {
+        fs.unlinkSync(path)
+      } catch (unlinkErr) {
+        // Another starter took the dead lock over first: try again.
+        if ((unlinkErr as NodeJS.ErrnoException).code !== 'ENOENT') throw fromSystemError(unlinkErr, `unlock ${root}`)
       }
-      if (holder === process.pid) {
-        throw new StorageError('store_locked', `${root} is already open for writing in this process`)
-      }
-      fs.unlinkSync(path)
     }
   }
-  throw new StorageError('store_locked', `could not lock ${root}`)
+  return describeHolder(fs, root)
 }

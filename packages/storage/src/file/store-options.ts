@@ -1,5 +1,6 @@
 /** The file store's settings and what it reports about itself (public types). */
 import type { FsPort } from '../fs-port.js'
+import type { StoreLockOptions } from './store-lock.js'
 
 /** The checkpoint running now, or else the last one (all zero before the first). */
 export interface CheckpointStats {
@@ -104,4 +105,10 @@ export interface FileStoreOptions {
    */
   readonly writeBackThread?: boolean
   readonly fs?: FsPort
+  /**
+   * How the writer lock is taken (store-lock.ts): a kernel lock where the
+   * caller has one (flock(2) through a native addon; otherwise a pid file),
+   * and how long to wait for a holder to let go.
+   */
+  readonly lock?: StoreLockOptions
 }

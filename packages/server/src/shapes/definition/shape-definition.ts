@@ -98,6 +98,17 @@ export function paramList(def: ShapeDefinition): string[] {
  * vice versa.
  */
 export function definitionKey(def: ShapeDefinition): string {
+  const known = frozenKeys.get(def)
+  if (known !== undefined) return known
+  const key = buildKey(def)
+  // A frozen definition (what the registry and the compiler hand out) keeps its key: requests for a known shape ask for it each time.
+  if (Object.isFrozen(def) && Object.isFrozen(def.params) && (def.columns === undefined || Object.isFrozen(def.columns))) frozenKeys.set(def, key)
+  return key
+}
+
+const frozenKeys = new WeakMap<ShapeDefinition, string>()
+
+function buildKey(def: ShapeDefinition): string {
   const params = Object.keys(def.params)
     .map(Number)
     .sort((a, b) => a - b)

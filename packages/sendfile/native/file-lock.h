@@ -1,0 +1,6 @@
+#pragma once
+#include <napi.h>
+
+namespace sluice {
+Napi::Value LockFile(const Napi::CallbackInfo& info);
+}

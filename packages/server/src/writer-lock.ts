@@ -1,0 +1,37 @@
+import type { StoreLockOptions } from '@sluice/storage'
+
+/** What the server logs about the lock (a pino logger's shape). */
+interface LockLogger {
+  info(fields: object, message: string): void
+  warn(fields: object, message: string): void
+}
+
+/**
+ * How this server takes its storage directory's writer lock: flock(2) through
+ * the `@sluice/sendfile` addon (the kernel releases it however the holder
+ * exits, so a restart right after a kill -9 never finds a stale lock), or the
+ * storage engine's pid file where the addon cannot load. A standby waits for
+ * the lock as long as it takes; any other start waits `waitMs` for a writer
+ * that is going away (a restart racing the old process's exit), then fails.
+ */
+export async function writerLockOptions(options: { standby: boolean; waitMs: number; logger: LockLogger }): Promise<StoreLockOptions & { kind: 'flock' | 'pid file' }> {
+  let lockFile: ((fd: number) => boolean) | undefined
+  try {
+    const { loadSendfile } = await import('@sluice/sendfile')
+    const loaded = loadSendfile()
+    if (loaded.available) lockFile = loaded.sendfile.lockFile
+  } catch {
+    // The optional package is missing: the pid file it is.
+  }
+  const kind = lockFile === undefined ? 'pid file' : 'flock'
+  if (lockFile === undefined) {
+    options.logger.warn({ lock: kind }, 'the storage writer lock is a pid file (the native addon did not load): every writer of this storage must run the same build')
+  }
+  return {
+    kind,
+    lockFile,
+    waitMs: options.standby ? Number.POSITIVE_INFINITY : options.waitMs,
+    onWait: (holder) =>
+      options.logger.info({ holder, lock: kind, standby: options.standby }, options.standby ? 'standby: waiting for the writer lock' : 'waiting for the writer lock'),
+  }
+}
