@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:live`, `npm run bench:client`, `npm run bench:large`, `npm run bench:start`, `npm run bench:memory`, `npm run bench:chunks`, `npm run bench:cdn`, `npm run bench:overlap`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:live`, `npm run bench:fanout`, `npm run bench:client`, `npm run bench:large`, `npm run bench:start`, `npm run bench:memory`, `npm run bench:chunks`, `npm run bench:cdn`, `npm run bench:overlap`).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
@@ -189,6 +189,8 @@ switch (task) {
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:http']))
   case 'bench:live':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:live']))
+  case 'bench:fanout':
+    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:fanout']))
   case 'bench:client':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
   case 'bench:large':
@@ -204,6 +206,6 @@ switch (task) {
   case 'bench:overlap':
     process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:overlap']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:live|bench:client|bench:large|bench:start|bench:memory|bench:chunks|bench:cdn|bench:overlap>`)
+    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:live|bench:fanout|bench:client|bench:large|bench:start|bench:memory|bench:chunks|bench:cdn|bench:overlap>`)
     process.exit(2)
 }

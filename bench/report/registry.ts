@@ -8,6 +8,7 @@ import type { ReportSection } from './section.js'
 import { chunksSection } from './sections/chunks.js'
 import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
+import { fanoutSection } from './sections/fanout.js'
 import { httpSection } from './sections/http.js'
 import { liveSection } from './sections/live.js'
 import { largeSection } from './sections/large.js'
@@ -37,6 +38,8 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'http', script: 'bench:http', quickEnv: { QUICK: '1' }, section: httpSection },
   // QUICK: 1 and 100 shapes, one repetition of 4 s each, and a 3 s burst.
   { name: 'live', script: 'bench:live', quickEnv: { QUICK: '1' }, section: liveSection },
+  // QUICK: 100 and 1,000 long-polls and 500 SSE streams of one shape, 3 writes of 1 and 100 rows (about a minute).
+  { name: 'fanout', script: 'bench:fanout', quickEnv: { QUICK: '1' }, section: fanoutSection },
   { name: 'client', script: 'bench:client', quickEnv: { QUICK: '1' }, section: clientSection },
   // QUICK: 2k and 10k rows, one warm and one cold run per client.
   { name: 'large', script: 'bench:large', quickEnv: { QUICK: '1' }, section: largeSection },

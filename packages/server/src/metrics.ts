@@ -64,6 +64,8 @@ export class ServerMetrics implements HttpMetrics {
   readonly bytesServed: Counter
   /** The same bytes by the path that sent them (`path` = sendfile or pread). */
   readonly bodyBytes: Counter<'path'>
+  /** Ranges of shape logs read to answer shape requests: the HTTP layer increments it. */
+  readonly logReads: Counter
   /** Requests held open waiting for new data (long-polls and SSE streams): the HTTP layer sets it. */
   readonly liveWaiters: Gauge
   readonly flushSeconds: Histogram
@@ -82,6 +84,11 @@ export class ServerMetrics implements HttpMetrics {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry })
 
     this.bytesServed = new Counter({ name: 'sluice_http_bytes_served_total', help: 'Bytes of shape response bodies sent.', registers })
+    this.logReads = new Counter({
+      name: 'sluice_http_log_reads_total',
+      help: 'Ranges of shape logs read to answer shape requests; live requests woken by one write at the same offset share one read.',
+      registers,
+    })
     this.bodyBytes = new Counter({
       name: 'sluice_http_body_bytes_total',
       help: 'Bytes of shape response bodies sent, by path: sendfile (file to socket in the kernel) or pread (read into a buffer, then written).',
@@ -264,6 +271,11 @@ export class ServerMetrics implements HttpMetrics {
     if (bytes <= 0) return
     this.bytesServed.inc(bytes)
     this.bodyBytes.inc({ path }, bytes)
+  }
+
+  /** For the HTTP layer: one range of a shape log read. */
+  addLogRead(): void {
+    this.logReads.inc()
   }
 
   /** For the HTTP layer: the number of live requests currently waiting. */

@@ -40,6 +40,8 @@ export interface BuildAppOptions {
   readonly bodyPath?: BodyPath
 }
 
+const NO_QUERY: Record<string, never> = Object.freeze({})
+
 /** Paths the server answers; anything else is a plain 404. */
 const ROUTES = new Set(['/', '/v1/shape', '/v1/health'])
 
@@ -56,6 +58,9 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     // One debug line per request is logged below instead of fastify's two at info.
     logController: new LogController({ disableRequestLogging: true }),
     rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),
+    // Routes read the raw query themselves (`rawQuery`: Electric's parameter rules); fastify's parsed copy would
+    // only cost time and, for every parked long-poll, memory.
+    routerOptions: { querystringParser: () => NO_QUERY },
     // Our own 503 while closing (below): fastify's has no retry-after and no CORS headers.
     return503OnClosing: false,
     clientErrorHandler: refuseMalformed,

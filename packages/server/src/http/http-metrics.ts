@@ -9,4 +9,6 @@ export interface HttpMetrics {
   addBytesServed(bytes: number, path: BodyPathName): void
   /** Live requests (long-polls and SSE streams) waiting for new data right now. */
   setLiveWaiters(count: number): void
+  /** A range of a shape log read to answer requests (one read may serve many live requests). */
+  addLogRead(): void
 }

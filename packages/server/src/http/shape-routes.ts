@@ -1,5 +1,4 @@
 import { timingSafeEqual } from 'node:crypto'
-import type { ServerResponse } from 'node:http'
 import {
   CacheControl,
   JSON_CONTENT_TYPE,
@@ -31,7 +30,8 @@ import { type ResolvedShape, type ShapeService, headOffset } from '../shape-serv
 import type { Admission } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
-import { type LiveWaiters, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import { ConnectionGone, type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
@@ -88,6 +88,10 @@ interface ShapeReadContext {
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
   readonly untilReached: WaitForDataOptions
+  /** Counts one read of a log range (the `sluice_http_log_reads_total` metric). */
+  readonly countRead: () => void
+  /** Live requests woken by one write read its entries once (`live/shared-reads.ts`). */
+  readonly sharedReads: SharedReads
 }
 
 export const SHAPE_PATH = '/v1/shape'
@@ -96,6 +100,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   const { shapes, http, waiters, admission, metrics, bodyPath = PREAD_PATH } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
   const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
+  const countRead = metrics === undefined ? () => {} : () => metrics.addLogRead()
   const requests = new ParsedRequests()
   const context: ShapeReadContext = {
     shapes,
@@ -106,6 +111,11 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     bodies: new SharedBodies(),
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
+    countRead,
+    sharedReads: new SharedReads({
+      onRead: countRead,
+      ...(bodyPath.name === 'sendfile' ? { fileRangeMinBytes: http.sendfileMinBytes } : {}),
+    }),
   }
 
   // Callback style, as every hook on the read path: an async hook costs each request a promise and a microtask.
@@ -126,7 +136,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
     const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
     if (permit instanceof SluiceError) throw permit
-    const gone = new ClientGone(reply.raw)
+    const gone = new ConnectionGone(reply.raw)
     try {
       return await new ShapeResponder(context, request, reply, req, gone).serve()
     } finally {
@@ -165,7 +175,7 @@ class ShapeResponder {
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
-    private readonly gone: ClientGone,
+    private readonly gone: ConnectionGone,
   ) {
     this.requestOffset = formatRequestOffset(req.offset)
     this.shapes = context.shapes
@@ -188,7 +198,7 @@ class ShapeResponder {
       const reached = await this.waitToReach(shape, log, after)
       if (reached !== true) return reached
     }
-    if (!this.req.live) return this.sendRead(shape, log.read(after))
+    if (!this.req.live) return this.sendRead(shape, this.readLog(log, after))
     if (this.req.liveSse) return this.streamSse(shape, after)
     return this.longPoll(shape, log, after)
   }
@@ -217,12 +227,12 @@ class ShapeResponder {
         headers,
         handle: shape.handle,
         after,
-        read: readFromStore(shapes, shape.handle),
+        read: readFromStore(shapes, shape.handle, this.context.sharedReads),
         upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
         waiters: this.context.waiters,
         isInvalidated: () => shapes.status(shape.handle) !== 'active',
+        // No signal: the stream notices its client leaving itself, and waiters.close() ends it at shutdown.
         timeoutMs: this.http.sseTimeoutMs,
-        signal: this.gone.signal,
       })
     } catch (error) {
       // The stream was already open: it has been cut, and the client reconnects.
@@ -234,7 +244,7 @@ class ShapeResponder {
   /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
   private async waitToReach(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
     const { waiters, untilReached } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone.signal, untilReached)
+    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
     if (result === 'data') return true
     if (result === 'invalidated') return this.rotated(shape)
     if (result === 'timeout') throw offsetOutOfBounds()
@@ -244,11 +254,12 @@ class ShapeResponder {
 
   private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
     const { waiters, untilData } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone.signal, untilData)
+    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
     if (result === 'data') {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      return this.sendRead(shape, log.read(after))
+      // Every live request of this shape woken by the same write, at the same offset, gets the same read.
+      return this.sendRead(shape, this.context.sharedReads.read(log, after))
     }
     if (result === 'invalidated') return this.rotated(shape)
     // Aborted without the client leaving: the server is closing, so answer as a timeout would.
@@ -256,8 +267,14 @@ class ShapeResponder {
     return this.sendNoChanges(shape, after)
   }
 
+  private readLog(log: ShapeLog, after: LogOffset): LogRead {
+    const read = log.read(after)
+    this.context.countRead()
+    return read
+  }
+
   /** A range of the log: 304 if the client holds it, else its stored bytes. */
-  private async sendRead(shape: ResolvedShape, read: LogRead): Promise<FastifyReply> {
+  private async sendRead(shape: ResolvedShape, read: LogRead | SharedRange): Promise<FastifyReply> {
     const end = read.nextOffset
     const responseOffset = formatOffset(end)
     // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
@@ -265,7 +282,7 @@ class ShapeResponder {
     const etag = etagValue({ handle: shape.handle, requestOffset: this.requestOffset, responseOffset })
     this.commonHeaders(shape, responseOffset, etag, true)
     if (ifNoneMatchIncludes(this.request.headers[RequestHeader.ifNoneMatch], etag)) {
-      read.release()
+      if (!(read instanceof SharedRange)) read.release()
       this.reply.removeHeader(ResponseHeader.schema)
       return this.reply.code(304).send()
     }
@@ -274,6 +291,25 @@ class ShapeResponder {
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const tail = upToDate ? upToDateMessage(lsn) : undefined
+    if (read instanceof SharedRange) return this.sendShared(read, tail)
+    // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
+    return this.sendOwn(read, tail, `${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`)
+  }
+
+  /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */
+  private async sendShared(range: SharedRange, tail: string | undefined): Promise<FastifyReply> {
+    const { bodyPath, metrics } = this.context
+    if (range.isFile && bodyPath.name === 'sendfile' && this.request.method === 'GET' && canSendfile(bodyPath.sendfile, this.request.raw.socket)) {
+      const hold = range.holdFile()
+      if (hold !== undefined) return this.sendfile(hold, tail, bodyPath.sendfile)
+    }
+    const body = await range.body(tail)
+    if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.length, 'pread')
+    return this.reply.code(200).send(body)
+  }
+
+  /** A range read for this request alone. */
+  private async sendOwn(read: LogRead, tail: string | undefined, key: string): Promise<FastifyReply> {
     const { bodyPath, metrics } = this.context
     if (
       bodyPath.name === 'sendfile' &&
@@ -281,13 +317,7 @@ class ShapeResponder {
       fileBytes(read) >= this.http.sendfileMinBytes &&
       canSendfile(bodyPath.sendfile, this.request.raw.socket)
     ) {
-      // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
-      // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
-      sendfileBody(this.reply, read, tail, bodyPath.sendfile).then(
-        ({ sent }) => metrics?.addBytesServed(sent, 'sendfile'),
-        (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
-      )
-      return this.reply
+      return this.sendfile(read, tail, bodyPath.sendfile)
     }
     if (read.byteLength > BUFFERED_BODY_MAX_BYTES && this.request.method !== 'HEAD') {
       // Bigger than the largest pooled buffer: streamed in pieces, not read into one buffer the size of the range.
@@ -296,13 +326,22 @@ class ShapeResponder {
       metrics?.addBytesServed(body.length, 'pread')
       return this.reply.code(200).header('content-length', body.length).send(body.stream)
     }
-    // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
-    const body = await this.context.bodies.body(`${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`, read, tail)
+    const body = await this.context.bodies.body(key, read, tail)
     // A client gone while the body was read has had its 'close' already: its share is given back now.
     if (this.reply.raw.destroyed) body.done()
     else this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.reply.code(200).send(body.bytes)
+  }
+
+  private sendfile(read: LogRead, tail: string | undefined, sendfile: Sendfile): FastifyReply {
+    // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
+    // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
+    sendfileBody(this.reply, read, tail, sendfile).then(
+      ({ sent }) => this.context.metrics?.addBytesServed(sent, 'sendfile'),
+      (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
+    )
+    return this.reply
   }
 
   /** `[up-to-date]` with nothing new: a long-poll timeout or `offset=now`. */
@@ -381,41 +420,6 @@ class ShapeResponder {
     this.reply.hijack()
     if (!this.reply.raw.destroyed) this.reply.raw.destroy()
     return this.reply
-  }
-}
-
-/**
- * The client leaving, as an AbortSignal for the requests that wait (long-polls,
- * SSE, an offset past the head). Made on first use: most requests never wait,
- * and a controller and a close listener per request are not free. A client
- * that left before then is seen on the response (`destroyed`, set as 'close'
- * is emitted), so the signal is aborted from the start.
- */
-class ClientGone {
-  private controller: AbortController | undefined
-  private onClose: (() => void) | undefined
-
-  constructor(private readonly res: ServerResponse) {}
-
-  get signal(): AbortSignal {
-    if (this.controller === undefined) {
-      const controller = new AbortController()
-      this.controller = controller
-      if (this.res.destroyed) controller.abort()
-      else {
-        this.onClose = () => controller.abort()
-        this.res.once('close', this.onClose)
-      }
-    }
-    return this.controller.signal
-  }
-
-  get aborted(): boolean {
-    return this.controller === undefined ? this.res.destroyed : this.controller.signal.aborted
-  }
-
-  dispose(): void {
-    if (this.onClose !== undefined) this.res.off('close', this.onClose)
   }
 }
 

@@ -2,7 +2,9 @@
  * Live mode for `/v1/shape`: long-poll waiting and SSE streaming (docs/protocol.md
  * §4.4, §5.5). Independent of fastify; the route wires it in.
  */
+export { ConnectionGone } from './connection-gone.js'
 export {
+  type AbortLike,
   DEFAULT_WAIT_RESOLUTION_MS,
   type FlushSource,
   LiveWaiters,
@@ -21,6 +23,7 @@ export {
   readFromStore,
   serveSse,
 } from './sse.js'
+export { DEFAULT_SHARED_READ_BYTES, SharedRange, SharedReads, type SharedReadsOptions } from './shared-reads.js'
 export {
   KEEP_ALIVE_COMMENT,
   MalformedEntriesError,

@@ -51,9 +51,16 @@ export interface LiveWaitersOptions {
   readonly now?: () => number
 }
 
+/** What `wait` needs of a cancellation: an `AbortSignal`, or something lighter with the same three members. */
+export interface AbortLike {
+  readonly aborted: boolean
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void
+  removeEventListener(type: 'abort', listener: () => void): void
+}
+
 export interface WaitOptions {
   readonly timeoutMs: number
-  readonly signal?: AbortSignal | undefined
+  readonly signal?: AbortLike | undefined
 }
 
 export const DEFAULT_WAIT_RESOLUTION_MS = 100
@@ -62,7 +69,7 @@ interface Waiter {
   readonly handle: string
   readonly bucket: number
   readonly resolve: (result: WaitResult) => void
-  readonly signal: AbortSignal | undefined
+  readonly signal: AbortLike | undefined
   onAbort: (() => void) | undefined
   done: boolean
 }

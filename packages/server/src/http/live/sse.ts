@@ -25,6 +25,7 @@ import { ResponseHeader, SSE_CONTENT_TYPE, compareOffsets, liveSseCacheControl }
 import type { ShapeLogStore } from '@sluice/storage'
 import { readSpansAsync } from '@sluice/storage'
 import type { LiveWaiters } from './live-waiters.js'
+import { SharedRange, type SharedReads } from './shared-reads.js'
 import { KEEP_ALIVE_COMMENT, MalformedEntriesError, frameEntries, frameEvent } from './split-entries.js'
 
 /** Electric's `sse_timeout`. */
@@ -41,6 +42,8 @@ export interface SseBatch {
   readonly nextOffset: LogOffset
   /** The range ends at the published head. */
   readonly reachedHead: boolean
+  /** `bytes` framed as SSE events already (shared by the streams woken by one write). */
+  readonly events?: Buffer | undefined
 }
 
 export interface ServeSseOptions {
@@ -174,11 +177,14 @@ export async function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
 
 /**
  * A `read` for `serveSse` straight from the store: `store.get(handle).read(after)`,
- * its spans read (on the thread pool for file spans) and released.
+ * its spans read (on the thread pool for file spans) and released. With
+ * `shared`, streams (and long-polls) woken by the same write at the same
+ * offset get one read and one framing of it (`shared-reads.ts`).
  */
 export function readFromStore(
   store: Pick<ShapeLogStore, 'get'>,
   handle: string,
+  shared?: SharedReads,
 ): ((after: LogOffset) => Promise<SseBatch | undefined>) & { hasDataAfter(after: LogOffset): boolean } {
   const hasDataAfter = (after: LogOffset): boolean => {
     const log = store.get(handle)
@@ -187,7 +193,13 @@ export function readFromStore(
   const read = async (after: LogOffset): Promise<SseBatch | undefined> => {
     const log = store.get(handle)
     if (!log) return undefined
-    const read = log.read(after)
+    const got = shared === undefined ? log.read(after) : shared.read(log, after)
+    if (got instanceof SharedRange) {
+      // Asked for in this turn: a shared file range is only held until the turn ends.
+      const [bytes, events] = await Promise.all([got.bytes(), got.sseEvents()])
+      return { bytes, events, entryCount: got.entryCount, nextOffset: got.nextOffset, reachedHead: got.reachedHead }
+    }
+    const read = got
     try {
       const bytes = read.entryCount === 0 ? Buffer.alloc(0) : await readSpansAsync(read)
       return { bytes, entryCount: read.entryCount, nextOffset: read.nextOffset, reachedHead: read.reachedHead }
@@ -199,6 +211,7 @@ export function readFromStore(
 }
 
 function framed(batch: SseBatch): Buffer {
+  if (batch.events !== undefined) return batch.events
   const { events, entryCount } = frameEntries(batch.bytes)
   if (entryCount !== batch.entryCount) {
     throw new MalformedEntriesError(`stored range has ${entryCount} entries by scan, ${batch.entryCount} by the store`)

@@ -18,7 +18,7 @@
 import type { LogOffset } from '@sluice/protocol'
 import { compareOffsets } from '@sluice/protocol'
 import type { LogHead } from '@sluice/storage'
-import type { LiveWaiters } from './live-waiters.js'
+import type { AbortLike, LiveWaiters } from './live-waiters.js'
 
 export type LongPollResult = 'data' | 'timeout' | 'invalidated' | 'aborted'
 
@@ -41,7 +41,7 @@ export async function waitForData(
   after: LogOffset,
   waiters: LiveWaiters,
   timeoutMs: number,
-  signal?: AbortSignal,
+  signal?: AbortLike,
   options: WaitForDataOptions = DEFAULTS,
 ): Promise<LongPollResult> {
   const least = options.until === 'reach' ? 0 : 1
