@@ -8,7 +8,6 @@
 import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
-import { fileSizes } from '../src/file/file-sizes.js'
 import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort } from '../src/index.js'
@@ -195,7 +194,7 @@ describe('heads file', () => {
     await again.close()
   })
 
-  it('checks the files of a store of a thousand logs (off the opening thread) as it checks a few', async () => {
+  it('checks the files of a store of a thousand logs as it checks a few', async () => {
     const dir = await tempDirs.make('heads-many')
     const ids = Array.from({ length: 1_100 }, (_, i) => `log${i}`)
     const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
@@ -216,26 +215,5 @@ describe('heads file', () => {
     expect(Object.fromEntries(ids.filter((id) => id !== 'log7').map((id) => [id, entries(again.get(id)!)]))).toEqual(rest)
     expect(statSync(`${dir}/shapes/log900/log.dat`).size).toBe(again.get('log900')!.appendedHead().dataEnd)
     await again.close()
-  })
-
-  it('gives the same sizes and inodes from its worker thread as from the port, and NaN for a missing file', async () => {
-    const dir = await tempDirs.make('file-sizes')
-    const dirs = Array.from({ length: 1_100 }, (_, i) => `${dir}/d${i}`)
-    const names = ['one', 'two', 'three']
-    for (const [i, d] of dirs.entries()) {
-      nodeFs.mkdirSync(d, { recursive: true })
-      writeFileSync(`${d}/one`, Buffer.alloc(i))
-      writeFileSync(`${d}/two`, Buffer.alloc(2 * i + 1))
-      if (i % 100 !== 0) writeFileSync(`${d}/three`, 'x')
-    }
-    const fromWorker = await fileSizes(nodeFs, dirs, names)
-    // A port other than node:fs is always asked on this thread, file by file.
-    const fromPort = await fileSizes({ ...nodeFs }, dirs, names)
-    expect(fromWorker).toEqual(fromPort)
-    expect(fromWorker[0]).toBe(0)
-    expect(fromWorker[1]).toBe(statSync(`${dirs[0]}/one`).ino)
-    expect(fromWorker[6 * 5 + 2]).toBe(11)
-    expect(fromWorker[4]).toBeNaN()
-    expect(fromWorker[5]).toBeNaN()
   })
 })

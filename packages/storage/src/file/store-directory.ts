@@ -16,7 +16,6 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { type FileSizes, fileSizes } from './file-sizes.js'
 
 /** What opening the logs needs. */
 export interface DirectoryContext {
@@ -54,66 +53,30 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
   emptyTrash(ctx)
-  const listed: CleanLog[] = []
-  const unlisted: string[] = []
   for (const id of fs.readdirSync(`${root}/shapes`)) {
-    const known = clean?.get(id)
-    if (known !== undefined && validShapeId(id)) listed.push(known)
-    else unlisted.push(id)
-  }
-  // The listed logs' files are checked against their heads while this thread builds the logs.
-  const sizes = fileSizes(
-    fs,
-    listed.map((known) => `${root}/shapes/${known.id}`),
-    CHECKED_FILES,
-  )
-  const built = listed.map((known) => openClean(ctx, known, `${root}/shapes/${known.id}`))
-  for (const id of unlisted) await openOrSetAside(ctx, loaded, id, () => openLog(ctx, id, `${root}/shapes/${id}`))
-  const found = await sizes
-  for (let i = 0; i < built.length; i++) {
-    const log = built[i]!
-    const inodes = cleanInodes(listed[i]!.head, found, i * CHECKED_FILES.length * 2)
-    if (inodes !== undefined) {
-      // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
-      log.data.ino = inodes.data
-      log.entries.ino = inodes.entries
-      log.chunkFile.ino = inodes.chunks
-      log.registered = true
-      loaded.logs.set(log.id, log)
-      loaded.cleanOpened++
-    } else {
-      // Not as the clean close left it: scanned like after a crash, and set aside if damaged.
-      log.retire()
-      await openOrSetAside(ctx, loaded, log.id, () => openLog(ctx, log.id, `${root}/shapes/${log.id}`))
+    const dir = `${root}/shapes/${id}`
+    try {
+      checkShapeId(id)
+      const known = clean?.get(id)
+      const inodes = known === undefined ? undefined : cleanInodes(fs, known.head, dir)
+      if (inodes !== undefined) {
+        loaded.logs.set(id, openClean(ctx, known!, dir, inodes))
+        loaded.cleanOpened++
+      } else {
+        loaded.logs.set(id, await openLog(ctx, id, dir))
+      }
+    } catch (err) {
+      if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
+        throw err
+      }
+      // A damaged log must not stop every other shape from being served; keep
+      // it aside for inspection and let the server recreate the shape.
+      fs.renameSync(dir, `${root}/quarantine/${id}.${Date.now()}`)
+      loaded.quarantined.push(id)
+      ctx.emitError(err)
     }
   }
   return loaded
-}
-
-function validShapeId(id: string): boolean {
-  try {
-    checkShapeId(id)
-    return true
-  } catch {
-    return false
-  }
-}
-
-/** Opens one log into `loaded`, or moves its directory to quarantine/ when it is damaged. */
-async function openOrSetAside(ctx: DirectoryContext, loaded: LoadedLogs, id: string, open: () => Promise<FileShapeLog>): Promise<void> {
-  try {
-    checkShapeId(id)
-    loaded.logs.set(id, await open())
-  } catch (err) {
-    if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
-      throw err
-    }
-    // A damaged log must not stop every other shape from being served; keep
-    // it aside for inspection and let the server recreate the shape.
-    ctx.fs.renameSync(`${ctx.root}/shapes/${id}`, `${ctx.root}/quarantine/${id}.${Date.now()}`)
-    loaded.quarantined.push(id)
-    ctx.emitError(err)
-  }
 }
 
 async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<FileShapeLog> {
@@ -142,29 +105,37 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
   }
 }
 
-/** The files of a log that a clean open checks, in the order of `cleanInodes`. */
-const CHECKED_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks] as const
-
 /**
  * The inodes of the log's files when they are the sizes its clean head gives
- * (else undefined), from `found` (fileSizes, the log's three files from
- * `at`): a stat per file, no open. Catches a file truncated, replaced or
- * restored from a backup while the server was down (the log is then scanned
- * like after a crash, and set aside if damaged); bytes rewritten in place at
- * the same size are not looked for here, as a scan would look only at headers
- * and the last records.
+ * (else undefined): a stat per file, no open. Catches a file truncated,
+ * replaced or restored from a backup while the server was down (the log is
+ * then scanned like after a crash, and set aside if damaged); bytes rewritten
+ * in place at the same size are not looked for here, as a scan would look
+ * only at headers and the last records.
  */
-function cleanInodes(head: HeadState, found: FileSizes, at: number): FileInodes | undefined {
-  const match =
-    found[at] === head.dataEnd &&
-    found[at + 2] === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
-    found[at + 4] === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
-  return match ? { data: found[at + 1]!, entries: found[at + 3]!, chunks: found[at + 5]! } : undefined
+function cleanInodes(fs: FsPort, head: HeadState, dir: string): FileInodes | undefined {
+  try {
+    const data = fs.statSync(`${dir}/${LOG_FILES.data}`)
+    const entries = fs.statSync(`${dir}/${LOG_FILES.entries}`)
+    const chunks = fs.statSync(`${dir}/${LOG_FILES.chunks}`)
+    const match =
+      data.size === head.dataEnd &&
+      entries.size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
+      chunks.size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+    return match ? { data: data.ino, entries: entries.ino, chunks: chunks.ino } : undefined
+  } catch {
+    return undefined
+  }
 }
 
-/** The log a clean close left, built from its heads; its inodes are set once `cleanInodes` has checked its files. */
-function openClean(ctx: DirectoryContext, known: CleanLog, dir: string): FileShapeLog {
-  return new FileShapeLog(known.id, dir, known.meta, ctx.logHost, [...known.chunks], known.head)
+function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
+  const log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, [...known.chunks], known.head)
+  // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
+  log.data.ino = inodes.data
+  log.entries.ino = inodes.entries
+  log.chunkFile.ino = inodes.chunks
+  log.registered = true
+  return log
 }
 
 function emptyTrash(ctx: DirectoryContext): void {
