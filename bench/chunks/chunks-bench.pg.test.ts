@@ -9,8 +9,8 @@ import { chunksSection } from '../report/sections/chunks.js'
 import { type Report, SERVERS, targetChecks } from './report.js'
 
 /**
- * The large-chunks benchmark end to end in a small QUICK run (chunks of 128
- * and 256 KiB, 1 and 4 clients, one 1 s run each): both Sluice servers and
+ * The large-chunks benchmark end to end in a small QUICK run (chunks of 320
+ * and 512 KiB, 1 and 4 clients, one 1 s run each): both Sluice servers and
  * nginx start, all three answer the chunk's exact bytes, every request
  * succeeds, each Sluice server sends by the path it was told to, and the
  * report and its section hold what they claim. Figures are not checked: the
@@ -19,7 +19,8 @@ import { type Report, SERVERS, targetChecks } from './report.js'
 const runScript = fileURLToPath(new URL('./run.ts', import.meta.url))
 const tsx = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href
 const out = mkdtempSync(join(tmpdir(), 'sluice-chunks-bench-test-'))
-const SIZES = [128 * 1024, 256 * 1024]
+// Above the server's sendfile threshold (256 KiB of stored bytes), so the sendfile server sends them by sendfile.
+const SIZES = [320 * 1024, 512 * 1024]
 
 afterAll(() => rmSync(out, { recursive: true, force: true }))
 
@@ -76,12 +77,12 @@ describe('bench:chunks (QUICK, small chunks)', () => {
     expect(targetChecks(report)).toHaveLength(SIZES.length * 2 * 3)
 
     const md = readFileSync(join(out, 'chunks.quick.md'), 'utf8')
-    expect(md).toContain('## 128 KiB chunks')
+    expect(md).toContain('## 320 KiB chunks')
     expect(md).toContain('## Targets (issue 31, item 6)')
-    expect(md).toMatch(/\| 256 KiB \| 4 \| sendfile\/nginx req\/s \| \d+\.\d\dx \| ≥ 0\.70x \| (met|missed) \|/)
+    expect(md).toMatch(/\| 512 KiB \| 4 \| sendfile\/nginx req\/s \| \d+\.\d\dx \| ≥ 0\.70x \| (met|missed) \|/)
 
     const section = chunksSection.render({ stem: 'chunks', kind: 'quick', file: 'chunks.quick.json', date: report.machine.date, data: report, others: [] })
-    expect(section.charts.map((c) => c.id)).toEqual(['chunks-throughput-128kib', 'chunks-throughput-256kib'])
+    expect(section.charts.map((c) => c.id)).toEqual(['chunks-throughput-320kib', 'chunks-throughput-512kib'])
     for (const chart of section.charts) expect(chart.points).toHaveLength(2 * SERVERS.length)
     expect(section.tables.map((t) => t.title)).toContain('Targets (issue 31, item 6)')
   }, 180_000)
