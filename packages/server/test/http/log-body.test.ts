@@ -1,27 +1,12 @@
 import { closeSync, openSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { LogRead, Span } from '@sluice/storage'
+import type { Span } from '@sluice/storage'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { BUFFERED_BODY_MAX_BYTES, POOLED_BUFFER_BYTES, STREAM_PIECE_BYTES, logBody, streamedLogBody } from '../../src/http/log-body.js'
+import { readOf } from './log-read-fixture.js'
 
 const dirs = useTempDir('log-body')
-
-/** A read over real file spans and memory spans; counts its releases. */
-function readOf(spans: Span[]): LogRead & { releases: number } {
-  const read = {
-    spans,
-    byteLength: spans.reduce((n, s) => n + (s.kind === 'bytes' ? s.bytes.length : s.length), 0),
-    entryCount: 1,
-    nextOffset: { tx: 1n, op: 0 },
-    reachedHead: false,
-    releases: 0,
-    release() {
-      read.releases++
-    },
-  }
-  return read as unknown as LogRead & { releases: number }
-}
 
 async function collect(stream: NodeJS.ReadableStream): Promise<{ bytes: Buffer; pieces: number[] }> {
   const pieces: number[] = []

@@ -1,28 +1,13 @@
 import { closeSync, openSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { LogRead, Span } from '@sluice/storage'
+import type { Span } from '@sluice/storage'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { logBody } from '../../src/http/log-body.js'
 import { SharedBodies } from '../../src/http/shared-bodies.js'
+import { readOf } from './log-read-fixture.js'
 
 const dirs = useTempDir('shared-bodies')
-
-/** A read over `spans`; counts its releases. */
-function readOf(spans: Span[]): LogRead & { releases: number } {
-  const read = {
-    spans,
-    byteLength: spans.reduce((n, s) => n + (s.kind === 'bytes' ? s.bytes.length : s.length), 0),
-    entryCount: 1,
-    nextOffset: { tx: 1n, op: 0 },
-    reachedHead: false,
-    releases: 0,
-    release() {
-      read.releases++
-    },
-  }
-  return read as unknown as LogRead & { releases: number }
-}
 
 async function fileSpans(entries: number): Promise<{ spans: Span[]; close: () => void }> {
   const path = join(await dirs.make('log'), 'log.dat')
