@@ -41,6 +41,7 @@ import { machineInfo } from '../storage/report.js'
 import { type CacheKind, type Distribution, type Report, type Run, type WriteFigures, CACHE_LABEL, targetChecks, writeReport } from './report.js'
 import { treeCpuMs } from './tree-cpu.js'
 import { ensureVarnish, startVarnish, type VarnishServer } from './varnish.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const CLIENTS = process.env.BENCH_CDN_CLIENTS?.split(',').map(Number)
@@ -91,16 +92,7 @@ const DEPLOY = fileURLToPath(new URL('../../packages/server/deploy/', import.met
 
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
-const runStarted = performance.now()
 let nextRun = 1
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
 
 /** The deploy file with its machine-specific values replaced, each of which must occur exactly once. */
 function substitute(file: string, pairs: ReadonlyArray<readonly [string, string]>): string {
@@ -376,7 +368,7 @@ async function main(): Promise<void> {
     settings: SETTINGS,
     originFlags: ORIGIN_FLAGS,
     shape: { rows: SETTINGS.rows, chunkBytes: SETTINGS.chunkBytes },
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     runs,
   }

@@ -7,6 +7,7 @@ import { writeFileSync } from 'node:fs'
 import type { LoadNote } from '../pipeline/report.js'
 import { median } from '../pipeline/stats.js'
 import type { Machine } from '../storage/report.js'
+import { num as n } from '../report/format.js'
 
 /** Who serves the chunk: Sluice by sendfile(2), Sluice with `--no-sendfile` (pread), nginx from a static file. */
 export const SERVERS = ['sendfile', 'pread', 'nginx'] as const
@@ -142,10 +143,6 @@ export function sizeLabel(bytes: number): string {
   if (bytes >= 2 ** 20 && bytes % 2 ** 20 === 0) return `${bytes / 2 ** 20} MiB`
   if (bytes >= 1024 && bytes % 1024 === 0) return `${bytes / 1024} KiB`
   return `${bytes} B`
-}
-
-function n(x: number, digits = 0): string {
-  return Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-'
 }
 
 function ratio(x: number): string {

@@ -29,6 +29,7 @@ import type { LoadNote } from '../pipeline/report.js'
 import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { type ChunkResult, type Report, type Row, type Run, SERVERS, type ServerName, closingNote, medianOf, sizeLabel, writeReport } from './report.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const list = (value: string | undefined): number[] | undefined => value?.split(',').map(Number)
@@ -58,16 +59,6 @@ const TABLE = 'chunk_rows'
 const SLUICE_FLAGS = ['--log-level', 'warn', '--max-concurrent-initial', '100000', '--max-concurrent-existing', '100000']
 
 const here = dirname(fileURLToPath(import.meta.url))
-const runStarted = performance.now()
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
-
 async function get(url: string): Promise<{ status: number; headers: Headers; body: Buffer }> {
   const res = await fetch(url)
   return { status: res.status, headers: res.headers, body: Buffer.from(await res.arrayBuffer()) }
@@ -258,7 +249,7 @@ async function main(): Promise<void> {
       settings: SETTINGS,
       sluiceFlags: SLUICE_FLAGS,
       tableRows: rows,
-      runSeconds: (performance.now() - runStarted) / 1000,
+      runSeconds: runSeconds(),
       loads: [...loads, loadNote('end')],
       results,
     }

@@ -8,6 +8,7 @@ import type { PostgresSettings } from '@sluice/test-utils'
 import type { LoadNote } from '../pipeline/report.js'
 import { median } from '../pipeline/stats.js'
 import type { Machine } from '../storage/report.js'
+import { num as n } from '../report/format.js'
 
 export type ClientName = 'ours' | 'official'
 export const CLIENTS: readonly ClientName[] = ['ours', 'official']
@@ -165,10 +166,6 @@ export function liveMedian(runs: readonly LiveRun[]): LiveMedian {
     peakHeapUsed: median(runs.map((r) => r.peakHeapUsed)),
     achievedRowsPerSec: median(runs.map((r) => r.writer.achievedRowsPerSec)),
   }
-}
-
-function n(x: number, digits = 0): string {
-  return Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-'
 }
 
 function mib(bytes: number | null): string {

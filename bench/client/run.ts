@@ -45,6 +45,7 @@ import {
   writeReport,
 } from './report.js'
 import { LIVE_TABLE, syncTable, tableSql } from './schema.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'sync,live').split(',').map((s) => s.trim()))
@@ -84,16 +85,6 @@ const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
 const workerScript = fileURLToPath(new URL('./client-worker.ts', import.meta.url))
 const writerScript = fileURLToPath(new URL('./writer.ts', import.meta.url))
-const runStarted = performance.now()
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
-
 function mib(bytes: number | null | undefined): string {
   return bytes === null || bytes === undefined ? '-' : (bytes / 2 ** 20).toFixed(0)
 }
@@ -348,7 +339,7 @@ async function main(): Promise<void> {
     postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
     settings: { ...SETTINGS, clients: CLIENTS },
     sluiceFlags: SLUICE_FLAGS,
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     sync,
     live,

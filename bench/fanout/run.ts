@@ -42,6 +42,7 @@ import { CommandChild } from '../http/json-lines.js'
 import { type SluiceProcess, startSluice } from '../http/sluice-process.js'
 import { type Cell, type Report, type WriteTiming, closingNote, summarize, writeReport } from './report.js'
 import { FANOUT_ROWS, SHAPE_QUERY, schemaSql } from './schema.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const list = (name: string): number[] | undefined => process.env[name]?.split(',').filter((s) => s !== '').map(Number)
@@ -85,16 +86,7 @@ const SLUICE_FLAGS = [
 const PER_RESPONSE_HEADERS = new Set(['date', 'connection', 'keep-alive', 'content-length', 'transfer-encoding'])
 
 const here = dirname(fileURLToPath(import.meta.url))
-const runStarted = performance.now()
 let nextWrite = 1
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
 
 function rssBytes(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
@@ -369,7 +361,7 @@ function save(root: string, limit: string, postgresVersion: string, loads: LoadN
     postgres: { version: postgresVersion, settings: BENCH_PG_SETTINGS },
     settings: { ...SETTINGS, tableRows: FANOUT_ROWS },
     sluiceFlags: SLUICE_FLAGS,
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     cells,
   }

@@ -8,6 +8,7 @@ import type { PostgresSettings } from '@sluice/test-utils'
 import type { LoadNote } from '../pipeline/report.js'
 import { median } from '../pipeline/stats.js'
 import type { Machine } from '../storage/report.js'
+import { num as n } from '../report/format.js'
 
 export type Server = 'sluice' | 'ceiling'
 
@@ -67,10 +68,6 @@ export function initialMedian(runs: readonly InitialRun[]): Median {
     p95Ms: median(runs.map((r) => r.p95Ms)),
     p99Ms: median(runs.map((r) => r.p99Ms)),
   }
-}
-
-function n(x: number, digits = 0): string {
-  return Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-'
 }
 
 function ms(x: number): string {

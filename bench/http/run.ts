@@ -37,6 +37,7 @@ import {
 import { INITIAL_QUERY, INITIAL_ROWS, schemaSql } from './schema.js'
 import { type SluiceProcess, startSluice } from './sluice-process.js'
 import { ensureWrk, runWrk } from './wrk.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 /** BENCH_HTTP_CLIENTS=1,20 replaces the client counts (partial results; the smoke test uses it). */
@@ -62,16 +63,6 @@ const PER_RESPONSE_HEADERS = new Set(['date', 'connection', 'keep-alive', 'conte
 
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
-const runStarted = performance.now()
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
-
 function fdLimit(): string {
   return spawnSync('sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).stdout.trim()
 }
@@ -239,7 +230,7 @@ async function main(): Promise<void> {
     settings: SETTINGS,
     sluiceFlags: SLUICE_FLAGS,
     initialResponse,
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     initial,
   }

@@ -9,6 +9,7 @@ import type { MemoryNow } from '../client/process-memory.js'
 import type { LoadNote } from '../pipeline/report.js'
 import { median } from '../pipeline/stats.js'
 import type { Machine } from '../storage/report.js'
+import { num as n } from '../report/format.js'
 
 export type LargeClient = 'ours' | 'official' | 'raw'
 export const LARGE_CLIENTS: readonly LargeClient[] = ['ours', 'official', 'raw']
@@ -95,10 +96,6 @@ export function largeMedian(runs: readonly LargeRun[]): LargeMedian {
     peakHeapUsed: median(runs.map((r) => r.peakHeapUsed)),
     retainedHeapUsed: median(runs.map((r) => r.retained.heapUsed)),
   }
-}
-
-function n(x: number, digits = 0): string {
-  return Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-'
 }
 
 function mib(bytes: number | null): string {

@@ -34,6 +34,7 @@ import type { LoadNote } from '../pipeline/report.js'
 import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { LARGE_CLIENTS, type LargeClient, type LargeRow, type LargeRun, type Report, type Temperature, largeMedian, verdictLines, writeReport } from './report.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const ROWS = process.env.BENCH_LARGE_ROWS?.split(',').map(Number)
@@ -57,16 +58,6 @@ const SLUICE_FLAGS = ['--log-level', 'warn', '--max-concurrent-initial', '100000
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
 const workerScript = fileURLToPath(new URL('./large-worker.ts', import.meta.url))
-const runStarted = performance.now()
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
-
 function mib(bytes: number | null | undefined): string {
   return bytes === null || bytes === undefined ? '-' : (bytes / 2 ** 20).toFixed(0)
 }
@@ -190,7 +181,7 @@ async function main(): Promise<void> {
     postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
     settings: { ...SETTINGS, clients: LARGE_CLIENTS },
     sluiceFlags: SLUICE_FLAGS,
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     results,
   }

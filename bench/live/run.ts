@@ -34,6 +34,7 @@ import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { type BurstResult, type CommitCount, type FsyncSample, type LiveRow, type LiveRun, type Report, burstLine, liveMedian, targetLines, writeReport } from './report.js'
 import { schemaSql } from './schema.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const SHAPES = process.env.BENCH_LIVE_SHAPES?.split(',').map(Number)
@@ -84,16 +85,6 @@ const SLUICE_FLAGS = [
 
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
-const runStarted = performance.now()
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
-
 function script(name: string): string {
   return fileURLToPath(new URL(`./${name}`, import.meta.url))
 }
@@ -356,7 +347,7 @@ async function main(): Promise<void> {
     postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
     settings: SETTINGS,
     sluiceFlags: SLUICE_FLAGS,
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     rows,
     ...(burst === undefined ? {} : { burst }),

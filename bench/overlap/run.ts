@@ -39,6 +39,7 @@ import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { type CreateRun, type FanoutMode, type FanoutRun, type Report, type WriteFigures, closingLines, writeReport } from './report.js'
 import { FANOUT_TABLE, schemaSql } from './schema.js'
+import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'fanout,create').split(',').map((s) => s.trim()))
@@ -73,16 +74,6 @@ const SLUICE_FLAGS = ['--log-level', 'warn']
 
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
-const runStarted = performance.now()
-
-function log(message: string): void {
-  console.log(`[${((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)}s] ${message}`)
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
-}
-
 function rssMiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
   return m === null ? Number.NaN : Number(m[1]) / 1024
@@ -359,7 +350,7 @@ async function main(): Promise<void> {
     postgresSettings: BENCH_PG_SETTINGS,
     settings: SETTINGS,
     sluiceFlags: SLUICE_FLAGS,
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     fanout: fanoutRuns,
     create: createRuns,

@@ -5,6 +5,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import type { Machine } from '../storage/report.js'
 import type { PostgresSettings } from '@sluice/test-utils'
+import { num as n } from '../report/format.js'
 
 export interface MemorySample {
   readonly rss: number
@@ -227,10 +228,6 @@ export interface TargetCheck {
 }
 
 const MiB = 2 ** 20
-
-function n(x: number, digits = 0): string {
-  return Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-'
-}
 
 function rate(x: number): string {
   if (!Number.isFinite(x)) return '-'

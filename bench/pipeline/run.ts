@@ -59,6 +59,7 @@ import { KEEPUP_VARIANTS, type Report, writeReport } from './report.js'
 import type { ConcurrentResult, KeepUpCores, KeepUpResult, LoadNote, MemorySample, PhaseResult, RegistrationResult, RunResult, SchedShare } from './report.js'
 import { CpuWatch, median, quantile } from './stats.js'
 import { ITEMS, OVERLAP, SHAPE_SETS, type ShapeSet } from './workload.js'
+import { loadNote, log, runSeconds } from './run-log.js'
 
 const QUICK = process.env.QUICK === '1'
 const ONLY = new Set((process.env.ONLY ?? 'throughput,keepup,concurrent').split(',').map((s) => s.trim()))
@@ -175,21 +176,10 @@ const REP_ID_STRIDE = 1_000_000
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
 
-function log(message: string): void {
-  const t = ((performance.now() - runStarted) / 1000).toFixed(0).padStart(5)
-  console.log(`[${t}s] ${message}`)
-}
-
-const runStarted = performance.now()
-
 function uptime(): string {
   return loadavg()
     .map((l) => l.toFixed(2))
     .join(', ')
-}
-
-function loadNote(label: string): LoadNote {
-  return { label, at: new Date().toISOString(), loadavg: loadavg().map((l) => Math.round(l * 100) / 100) }
 }
 
 async function sh(cmd: string, args: readonly string[]): Promise<number> {
@@ -927,7 +917,7 @@ async function main(): Promise<void> {
     postgres: { version: cluster.version, binDir: cluster.binDir, settings: BENCH_PG_SETTINGS },
     protoVersion: PROTO_VERSION,
     settings: { ...SETTINGS, keepUpCores: KEEPUP_CORES, quietWaitMs: QUIET_WAIT_MS },
-    runSeconds: (performance.now() - runStarted) / 1000,
+    runSeconds: runSeconds(),
     loads,
     registrations,
     concurrent,
