@@ -9,6 +9,7 @@ import { LAST_VIRTUAL, type LogOffset, type ShapeDefinitionParams, type SubsetRe
 import type { ShapeLog } from '@sluice/storage'
 import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo } from './shapes/index.js'
 import type { HealthReport } from './health-report.js'
+import { ServerError } from './errors.js'
 import { ShapeError } from './shapes/shape-error.js'
 
 export { healthBody } from './health-report.js'
@@ -115,6 +116,14 @@ export interface ShapeService {
 export function headOffset(log: ShapeLog): LogOffset {
   const last = log.head().lastOffset
   return isBeforeAll(last) || isVirtual(last) ? LAST_VIRTUAL : last
+}
+
+/**
+ * Whether `resolve` failed because a read replica holds no shape for the
+ * definition (yet): the writer has not made it, or deleted the one it had.
+ */
+export function isNotOnReplica(error: unknown): boolean {
+  return error instanceof ServerError && error.code === 'shape_not_on_replica'
 }
 
 /** Whether `resolve` failed because the table does not exist (or no longer does). */
