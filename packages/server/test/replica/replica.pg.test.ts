@@ -121,6 +121,22 @@ describe('read replica', () => {
       expect(res.status).toBe(200)
       expect(rows(res)).toEqual([expect.objectContaining({ value: { id: '2', title: 'two' } })])
     }
+    // An SSE stream on the replica gets the next write the same way.
+    const abort = new AbortController()
+    const after = answers[0]!.header('electric-offset')!
+    const sse = await fetch(`http://127.0.0.1:${r.port}/v1/shape?table=r_wake&handle=${handle}&offset=${after}&live=true&live_sse=true`, { signal: abort.signal })
+    expect(sse.status).toBe(200)
+    expect(sse.headers.get('content-type')).toMatch(/text\/event-stream/)
+    await cluster.query("INSERT INTO r_wake VALUES (3, 'three')")
+    const reader = sse.body!.getReader()
+    let text = ''
+    while (!text.includes('"three"')) {
+      const { value, done } = await reader.read()
+      if (done) break
+      text += Buffer.from(value).toString('utf8')
+    }
+    abort.abort()
+    expect(text).toContain('"title":"three"')
     const stats = r.shapes.stats()
     // Woken by notifications alone: no timer ran, and the watermark was re-read once per notification at most, not per request.
     expect(stats.fallbackTicks).toBe(0)
@@ -174,6 +190,28 @@ describe('read replica', () => {
     const deleted = await call(r.port, `/v1/shape?table=r_new&handle=${handle}&where=${encodeURIComponent('n > 2')}`, { method: 'DELETE' })
     expect(deleted.status, deleted.text).toBe(503)
     expect((await get(r, `table=r_new&offset=-1&where=${encodeURIComponent('n > 2')}`)).status).toBe(200)
+  })
+
+  it("keeps serving across the writer's restart, and wakes when the new writer publishes", async () => {
+    const dir = await storage()
+    await cluster.query('CREATE TABLE r_restart (id int PRIMARY KEY, title text)')
+    await cluster.query("INSERT INTO r_restart VALUES (1, 'one')")
+    const first = await writer(dir)
+    const { handle, offset } = await catchUp(first, 'r_restart')
+    const r = await replica(dir, ['--replica-poll', '0'])
+    const parked = get(r, `table=r_restart&handle=${handle}&offset=${offset}&live=true`)
+    await first.close()
+    // Committed while no writer runs: the next writer streams it from the slot.
+    await cluster.query("INSERT INTO r_restart VALUES (2, 'two')")
+    const second = await writer(dir)
+    const woken = await parked
+    expect(woken.status).toBe(200)
+    const seen = rows(woken)
+    // The parked request may have timed out up-to-date while no writer ran; then the next one gets the row.
+    const next = seen.length > 0 ? woken : await get(r, `table=r_restart&handle=${handle}&offset=${woken.header('electric-offset')}&live=true`)
+    expect(next.header('electric-handle')).toBe(handle)
+    expect(rows(next)).toEqual([expect.objectContaining({ value: { id: '2', title: 'two' } })])
+    expect((await get(second, `table=r_restart&handle=${handle}&offset=${offset}`)).status).toBe(200)
   })
 
   it('writes nothing to the store and opens no replication connection', async () => {
