@@ -21,7 +21,8 @@ function version(): string {
 type Running = Pick<SluiceServer, 'url' | 'startupMs' | 'embedded' | 'databaseUrl' | 'bodyPath' | 'close'>
 
 function banner(server: Running, config: SluiceConfig): string {
-  const lines = [`Sluice ${version()} is running (started in ${server.startupMs} ms)`, `  HTTP:      ${server.url}   (shapes: ${server.url}/v1/shape?table=<table>&offset=-1, metrics: ${server.url}/metrics)`]
+  const metrics = config.readOnly ? '' : `, metrics: ${server.url}/metrics`
+  const lines = [`Sluice ${version()} is running (started in ${server.startupMs} ms)`, `  HTTP:      ${server.url}   (shapes: ${server.url}/v1/shape?table=<table>&offset=-1${metrics})`]
   if (server.embedded !== undefined) {
     const e = server.embedded
     lines.push(

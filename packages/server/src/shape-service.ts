@@ -4,7 +4,8 @@
 // sits beside `pipeline.ts`, not inside a stage, because what it offers spans
 // stages: the shape registry and snapshots (`shapes/`), the logs (storage), the
 // router's recent transactions and the pipeline's own subset pool.
-// `PipelineShapeService` (pipeline-shape-service.ts) is the implementation.
+// `PipelineShapeService` (pipeline-shape-service.ts) implements it over the
+// pipeline; `ReplicaShapeService` (replica/) over a store another process writes.
 import { LAST_VIRTUAL, type LogOffset, type ShapeDefinitionParams, type SubsetRequest, isBeforeAll, isVirtual } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
 import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo } from './shapes/index.js'
