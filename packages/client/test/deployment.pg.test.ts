@@ -113,6 +113,21 @@ function addNamespace(n: number): Host & { netns: string } {
   return { name: `ns${n}`, address: `10.201.${n}.2`, port: 3000, netns }
 }
 
+/** Namespaces a run killed before its cleanup left behind (their test process is gone). */
+function removeOrphanNamespaces(): void {
+  const listed = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
+  for (const match of listed.matchAll(/^slr(\d+)n\d+/gm)) {
+    const pid = Number(match[1])
+    let alive = true
+    try {
+      process.kill(pid, 0)
+    } catch {
+      alive = false
+    }
+    if (!alive) removeNamespace(match[0])
+  }
+}
+
 /** Deleting the namespace deletes its end of the veth pair, and so the pair. */
 function removeNamespace(netns: string): void {
   try {
@@ -308,6 +323,7 @@ describe('deployment: nginx over a writer, a standby and two read replicas', () 
   })
 
   it('does the same with each process in its own network namespace', { timeout: 100_000 + ROUNDS * 60_000 }, async () => {
+    removeOrphanNamespaces()
     const base = process.pid % 200
     const [writer, standby, r1, r2] = [0, 1, 2, 3].map((i) => addNamespace(base + i)) as [Host, Host, Host, Host]
     await deployment({ writer, standby, replicas: [r1, r2] }, cluster.socketUrl)
