@@ -15,6 +15,7 @@ import {
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_SSE_TIMEOUT_MS,
   DEFAULT_TABLE_CACHE_MS,
+  DEFAULT_REPLICA_POLL_MS,
   DEFAULT_WRITER_LOCK_WAIT_MS,
 } from './defaults.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
@@ -58,6 +59,10 @@ export interface SluiceConfig {
   readonly standby: boolean
   /** How long a start that is not a standby waits for the writer lock. */
   readonly writerLockWaitMs: number
+  /** Serve the shapes a writer keeps in the storage directory, without replicating or writing (a read replica). */
+  readonly readOnly: boolean
+  /** A read replica's re-read of the writer's watermark when no change notification came (0: never). */
+  readonly replicaPollMs: number
   readonly maxConcurrentInitial: number
   readonly maxConcurrentExisting: number
   readonly logLevel: LogLevel
@@ -163,6 +168,26 @@ export const SETTINGS: readonly Setting[] = [
     min: 0,
     max: 3_600_000,
     description: 'How long a start waits for another writer of the same storage directory to let go of it before failing (a restart right after the old process was killed waits for it to finish exiting).',
+  },
+  {
+    key: 'readOnly',
+    flag: 'read-only',
+    env: 'SLUICE_READ_ONLY',
+    type: 'boolean',
+    default: 'false',
+    description:
+      'Serve, read-only, the shapes that the writer of the same storage directory keeps (a read replica behind the same load balancer): no replication slot, no writes, no writer lock; needs --database-url (catalog reads only). A shape the writer has not created yet is answered 503 with retry-after.',
+  },
+  {
+    key: 'replicaPollMs',
+    flag: 'replica-poll',
+    env: 'SLUICE_REPLICA_POLL',
+    type: 'duration',
+    default: `${DEFAULT_REPLICA_POLL_MS / 1000}s`,
+    min: 0,
+    max: 3_600_000,
+    description:
+      "--read-only: how often the writer's watermark is re-read when no change notification arrived (live requests wake on inotify at once; this only bounds the delay on file systems without notifications, such as NFS); 0: never.",
   },
   { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
   { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_EXISTING), min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },

@@ -46,6 +46,14 @@ export const DEFAULT_CATALOG_CHECK_MS = 1000
  */
 export const DEFAULT_WRITER_LOCK_WAIT_MS = 10_000
 
+/**
+ * A read replica re-reads the writer's watermark this often when no change
+ * notification came: a backstop, since inotify wakes it at each flush on a
+ * local disk; on a file system without notifications (NFS) it is the delay
+ * live clients of a replica see, so set it lower there.
+ */
+export const DEFAULT_REPLICA_POLL_MS = 1_000
+
 /** Admission control: `offset=-1` requests served at once; more get 503 + retry-after. */
 export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
 

@@ -30,6 +30,8 @@ export interface ServerErrorSpec {
   readonly wire: WireCode
   readonly field?: 'table' | 'columns'
   readonly wireMessage?: string
+  /** Seconds for `retry-after`, replacing the wire error's. */
+  readonly retryAfter?: number
 }
 
 export const SERVER_ERRORS = {
@@ -51,6 +53,20 @@ export const SERVER_ERRORS = {
   too_many_shapes: { description: 'The shape limit is reached', wire: 'stack_not_ready', wireMessage: 'Too many shapes, please retry later' },
   shutting_down: { description: 'The server is shutting down', wire: 'stack_not_ready', wireMessage: 'Server is shutting down' },
   invalid_shape_meta: { description: "A shape's stored definition does not decode", wire: 'internal' },
+
+  // ---- read-only replicas (--read-only) ----
+  shape_not_on_replica: {
+    description: 'A read-only replica holds no shape for this definition yet: the writer creates it when a request reaches it',
+    wire: 'stack_not_ready',
+    wireMessage: 'The shape is not on this read-only server yet, please retry',
+    retryAfter: 1,
+  },
+  read_only_replica: {
+    description: 'A read-only replica cannot do this (a subset snapshot, a DELETE): the writer can',
+    wire: 'stack_not_ready',
+    wireMessage: 'This server is a read-only replica, please retry on the writer',
+    retryAfter: 1,
+  },
 
   // ---- shapes: the table catalog ----
   unsupported_relation: {

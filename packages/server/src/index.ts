@@ -5,6 +5,8 @@
 
 // A whole server from a config: embedded Postgres when needed, pipeline, HTTP, /metrics.
 export { type CreateServerOptions, type SluiceServer, createServer } from './server.js'
+// A read replica of a writer's storage directory (`sluice start --read-only`): the same HTTP app, no pipeline.
+export { type CreateReplicaServerOptions, type ReplicaServer, createReplicaServer } from './replica/replica-server.js'
 
 // Configuration: one schema for flags, env vars and --help.
 export {

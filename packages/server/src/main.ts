@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { type SluiceConfig, helpText, parseCli } from './config.js'
 import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { createLogger, redactUrl } from './logger.js'
+import { createReplicaServer } from './replica/replica-server.js'
 import { type SluiceServer, createServer } from './server.js'
 import { onShutdownSignals } from './shutdown-signals.js'
 import { configureYoungGc } from './young-gc.js'
@@ -16,8 +17,12 @@ function version(): string {
   }
 }
 
-function banner(server: SluiceServer, config: SluiceConfig): string {
-  const lines = [`Sluice ${version()} is running (started in ${server.startupMs} ms)`, `  HTTP:      ${server.url}   (shapes: ${server.url}/v1/shape?table=<table>&offset=-1, metrics: ${server.url}/metrics)`]
+/** What the CLI needs of a running writer or read replica. */
+type Running = Pick<SluiceServer, 'url' | 'startupMs' | 'embedded' | 'databaseUrl' | 'bodyPath' | 'close'>
+
+function banner(server: Running, config: SluiceConfig): string {
+  const metrics = config.readOnly ? '' : `, metrics: ${server.url}/metrics`
+  const lines = [`Sluice ${version()} is running (started in ${server.startupMs} ms)`, `  HTTP:      ${server.url}   (shapes: ${server.url}/v1/shape?table=<table>&offset=-1${metrics})`]
   if (server.embedded !== undefined) {
     const e = server.embedded
     lines.push(
@@ -30,7 +35,7 @@ function banner(server: SluiceServer, config: SluiceConfig): string {
     lines.push(`  Database:  ${redactUrl(server.databaseUrl)}`)
   }
   const path = server.bodyPath
-  lines.push(`  Storage:   ${config.storageDir}`)
+  lines.push(`  Storage:   ${config.storageDir}${config.readOnly ? '   (read-only replica: serves what the writer of this directory publishes)' : ''}`)
   lines.push(path.name === 'sendfile' ? `  Bodies:    sendfile(2) from ${DEFAULT_SENDFILE_MIN_BYTES / 1024} KiB of stored bytes, pread below` : `  Bodies:    pread only: ${path.reason}`)
   lines.push('  Stop with Ctrl-C (SIGINT) or SIGTERM.')
   return `${lines.join('\n')}\n`
@@ -55,9 +60,9 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   const logger = createLogger({ level: config.logLevel })
   logger.info(configureYoungGc(), 'young-generation collections')
 
-  let server: SluiceServer | undefined
+  let server: Running | undefined
   let stopping = false
-  const stop = async (running: SluiceServer): Promise<void> => {
+  const stop = async (running: Running): Promise<void> => {
     const t0 = performance.now()
     try {
       await running.close()
@@ -83,7 +88,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   })
 
   try {
-    server = await createServer(config, { logger })
+    server = config.readOnly ? await createReplicaServer(config, { logger }) : await createServer(config, { logger })
   } catch (err) {
     logger.fatal({ err }, 'start-up failed')
     process.stderr.write(`sluice: start-up failed: ${(err as Error).message}\n`)

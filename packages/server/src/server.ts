@@ -4,7 +4,7 @@
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
-import type { SluiceConfig } from './config.js'
+import { ConfigError, type SluiceConfig } from './config.js'
 import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
@@ -19,7 +19,7 @@ import { Pipeline } from './pipeline.js'
 import type { ShapeLogger } from './shapes/shape-manager.js'
 
 /** How long shutdown waits for in-flight requests before closing their connections. */
-const SHUTDOWN_GRACE_MS = 10_000
+export const SHUTDOWN_GRACE_MS = 10_000
 
 export interface SluiceServer {
   readonly config: SluiceConfig
@@ -64,7 +64,7 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
   }
 }
 
-function hostForUrl(host: string): string {
+export function hostForUrl(host: string): string {
   if (host === '0.0.0.0' || host === '::') return '127.0.0.1'
   return host.includes(':') ? `[${host}]` : host
 }
@@ -83,6 +83,7 @@ function pipelineLogger(log: SluiceLogger): ShapeLogger {
 }
 
 export async function createServer(config: SluiceConfig, options: CreateServerOptions = {}): Promise<SluiceServer> {
+  if (config.readOnly) throw new ConfigError(['--read-only: start a read replica with createReplicaServer'])
   const started = performance.now()
   const logger = options.logger ?? createLogger({ level: config.logLevel })
   await mkdir(config.storageDir, { recursive: true })

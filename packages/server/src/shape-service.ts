@@ -4,11 +4,13 @@
 // sits beside `pipeline.ts`, not inside a stage, because what it offers spans
 // stages: the shape registry and snapshots (`shapes/`), the logs (storage), the
 // router's recent transactions and the pipeline's own subset pool.
-// `PipelineShapeService` (pipeline-shape-service.ts) is the implementation.
+// `PipelineShapeService` (pipeline-shape-service.ts) implements it over the
+// pipeline; `ReplicaShapeService` (replica/) over a store another process writes.
 import { LAST_VIRTUAL, type LogOffset, type ShapeDefinitionParams, type SubsetRequest, isBeforeAll, isVirtual } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
 import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo } from './shapes/index.js'
 import type { HealthReport } from './health-report.js'
+import { ServerError } from './errors.js'
 import { ShapeError } from './shapes/shape-error.js'
 
 export { healthBody } from './health-report.js'
@@ -115,6 +117,14 @@ export interface ShapeService {
 export function headOffset(log: ShapeLog): LogOffset {
   const last = log.head().lastOffset
   return isBeforeAll(last) || isVirtual(last) ? LAST_VIRTUAL : last
+}
+
+/**
+ * Whether `resolve` failed because a read replica holds no shape for the
+ * definition (yet): the writer has not made it, or deleted the one it had.
+ */
+export function isNotOnReplica(error: unknown): boolean {
+  return error instanceof ServerError && error.code === 'shape_not_on_replica'
 }
 
 /** Whether `resolve` failed because the table does not exist (or no longer does). */

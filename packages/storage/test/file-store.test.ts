@@ -291,6 +291,31 @@ describe('file engine', () => {
     expect(reader.get('a')).toBeUndefined()
     await reader.close()
   })
+
+  it('runs no timer of its own with pollIntervalMs 0: listeners hear of a flush when the caller polls', async () => {
+    const dir = await tempDirs.make('ro-manual')
+    const w = await openStore(dir, 1024)
+    const writer = w.createShape('a')
+    await writer.finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
+    const reader = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
+    const ro = reader.get('a')!
+    ro.head()
+    const seen: Array<{ lsn: bigint; advanced: readonly string[] }> = []
+    const off = reader.onFlush((r) => seen.push({ lsn: r.durableLsn, advanced: r.advanced }))
+    w.get('a')!.appendTransaction([change(5n, 0, 1)])
+    w.advance(5n)
+    await w.flush()
+    // Long past the default period: nothing reports but poll().
+    await new Promise((r) => setTimeout(r, 100))
+    expect(seen).toEqual([])
+    reader.poll()
+    expect(seen).toEqual([{ lsn: 5n, advanced: ['a'] }])
+    reader.poll()
+    expect(seen).toHaveLength(1)
+    off()
+    await reader.close()
+    await w.close()
+  })
 })
 
 /**

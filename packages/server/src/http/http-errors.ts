@@ -43,13 +43,17 @@ export function toSluiceError(error: unknown, context: ErrorContext = {}): Sluic
 }
 
 function fromServerError(error: ServerError, context: ErrorContext): SluiceError {
-  const spec: { readonly wire: SluiceError['code']; readonly field?: string; readonly wireMessage?: string } = SERVER_ERRORS[error.code]
+  const spec: { readonly wire: SluiceError['code']; readonly field?: string; readonly wireMessage?: string; readonly retryAfter?: number } = SERVER_ERRORS[error.code]
   if (spec.field !== undefined) return invalidRequest({ [spec.field]: [fieldText(error, context)] })
   if (error.code === 'snapshot_failed') {
     const refused = snapshotRefusal(error)
     if (refused !== undefined) return refused
   }
-  return new SluiceError(spec.wire, spec.wireMessage === undefined ? { cause: error } : { message: spec.wireMessage, cause: error })
+  return new SluiceError(spec.wire, {
+    cause: error,
+    ...(spec.wireMessage === undefined ? {} : { message: spec.wireMessage }),
+    ...(spec.retryAfter === undefined ? {} : { retryAfter: spec.retryAfter }),
+  })
 }
 
 /** The text filed under the request field an error names: the error's message, unless the wire words it otherwise. */

@@ -1,6 +1,6 @@
 import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
-import { type ResolvedShape, type ShapeService, isShapeInvalidated, isTableNotFound, shapeTableGone } from '../shape-service.js'
+import { type ResolvedShape, type ShapeService, isNotOnReplica, isShapeInvalidated, isTableNotFound, shapeTableGone } from '../shape-service.js'
 import { toSluiceError } from './http-errors.js'
 
 /**
@@ -29,6 +29,8 @@ export async function resolveShape(shapes: ShapeService, params: ShapeDefinition
   try {
     return await shapes.resolve(params)
   } catch (error) {
+    // The shape the request follows is gone and no other serves its definition yet: it must refetch all the same.
+    if (isNotOnReplica(error) && followed.handle !== undefined && shapes.status(followed.handle) === 'expired') return 'refetch'
     if (isTableNotFound(error)) {
       const { handle, expiredHandle } = followed
       if (handle !== undefined && shapes.status(handle) !== 'unknown') return 'refetch'

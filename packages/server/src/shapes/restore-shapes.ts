@@ -65,7 +65,8 @@ export function revive(stored: StoredShape, info: TableInfo | undefined, durable
   return { shape, target: restoredTarget(log, meta.stitch, durableLsn) }
 }
 
-function restoreProblem(info: TableInfo | undefined, stored: TableSignature | undefined): string | undefined {
+/** Why a stored shape made for the table `stored` describes cannot follow the table as the catalog describes it now (`info`); undefined when it can. */
+export function restoreProblem(info: TableInfo | undefined, stored: TableSignature | undefined): string | undefined {
   if (info === undefined) return 'its table is gone'
   if (stored === undefined) return undefined
   if (stored.oid !== info.oid) return 'its table was dropped and created again'

@@ -42,7 +42,8 @@ export class TableCache {
 
   constructor(
     private readonly db: Queryable,
-    private readonly publication: PublicationManager,
+    /** Only `addToPublication` uses it (a read replica, which never publishes, gives one that refuses). */
+    private readonly publication: Pick<PublicationManager, 'addTable'>,
     private readonly cacheMs: number,
   ) {}
 

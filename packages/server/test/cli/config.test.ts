@@ -36,6 +36,8 @@ const DEFAULTS: Partial<SluiceConfig> = {
   catalogCheckMs: 1000,
   standby: false,
   writerLockWaitMs: 10_000,
+  readOnly: false,
+  replicaPollMs: 1000,
 }
 
 /** A valid non-default value for each setting: [text, parsed]. */
@@ -64,6 +66,8 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   sendfile: ['false', false],
   standby: ['true', true],
   writerLockWaitMs: ['2s', 2000],
+  readOnly: ['true', true],
+  replicaPollMs: ['250ms', 250],
   maxConcurrentInitial: ['7', 7],
   maxConcurrentExisting: ['8', 8],
   logLevel: ['debug', 'debug'],
@@ -172,6 +176,8 @@ describe('config schema', () => {
     [['--allow-delete=maybe'], {}, '--allow-delete: expected true or false, got "maybe"'],
     [['--standby=later'], {}, '--standby: expected true or false, got "later"'],
     [['--writer-lock-wait', '-1s'], {}, '--writer-lock-wait: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "-1s"'],
+    [['--read-only=maybe'], {}, '--read-only: expected true or false, got "maybe"'],
+    [['--replica-poll', '2h'], {}, '--replica-poll: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [[], { SLUICE_SENDFILE: 'sometimes' }, 'SLUICE_SENDFILE (environment): expected true or false, got "sometimes"'],
     [[], { SLUICE_ROUTE_AHEAD: 'later' }, 'SLUICE_ROUTE_AHEAD (environment): expected true or false, got "later"'],
     [['--max-concurrent-initial', '0'], {}, '--max-concurrent-initial: expected an integer from 1 to 1000000, got "0"'],

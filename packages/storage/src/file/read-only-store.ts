@@ -34,7 +34,11 @@ import { LIVE_WATERMARK_FILE, WATERMARK_FILE, readWatermark } from './watermark.
 export interface ReadOnlyStoreOptions {
   readonly dir: string
   readonly maxOpenFiles?: number
-  /** How often `onFlush` listeners are polled for a new watermark. */
+  /**
+   * How often `onFlush` listeners are polled for a new watermark; 0: never by
+   * a timer of the store's own, the caller calls `poll()` when it learns the
+   * writer published (a filesystem watch, say).
+   */
   readonly pollIntervalMs?: number
   readonly fs?: FsPort
 }
@@ -267,7 +271,7 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   /** Polls the watermark while someone listens; reports logs opened here whose head moved. */
   onFlush(listener: (result: FlushResult) => void): () => void {
     this.listeners.add(listener)
-    if (!this.poller) {
+    if (!this.poller && this.pollIntervalMs > 0) {
       this.poller = setInterval(() => this.poll(), this.pollIntervalMs)
       this.poller.unref()
     }
@@ -280,7 +284,12 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     }
   }
 
-  private poll(): void {
+  /**
+   * Re-reads the watermark and, if it moved, tells `onFlush` listeners which
+   * logs opened here advanced. The timer calls it; so can a caller that
+   * learns of the writer's flushes itself.
+   */
+  poll(): void {
     try {
       this.refresh()
     } catch {

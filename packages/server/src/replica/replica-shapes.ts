@@ -1,0 +1,135 @@
+import type { FsPort, ShapeLogStore } from '@sluice/storage'
+import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, parseHandle } from '../shapes/definition/index.js'
+
+/**
+ * A read replica's registry: which shapes the writer's store holds, read from
+ * `shapes/` and each shape's meta (the definition the writer stored with
+ * it), so that a request's definition finds the writer's handle.
+ *
+ * The writer renames a shape's directory into `shapes/` once its snapshot is
+ * durable and out of it when the shape is invalidated or deleted, so the
+ * directory's entries are exactly the live shapes. `rescan` diffs them with
+ * what is indexed: a shape gone is reported through `onGone` (its clients
+ * get 409, as on the writer). It runs on a change notification for
+ * `shapes/`, and on a miss (a handle or definition not indexed) when the
+ * directory changed since the last scan, so a client that got a new handle
+ * from the writer an instant ago is not told it is unknown before the
+ * notification arrives.
+ */
+
+/** Handles seen going, remembered so that a client naming one hears `expired`, not `unknown`; bounded, as handles never repeat. */
+const MAX_REMEMBERED_GONE = 10_000
+
+export interface ReplicaShapesOptions {
+  readonly store: ShapeLogStore
+  /** The store's root directory. */
+  readonly dir: string
+  readonly fs: Pick<FsPort, 'statSync'>
+  readonly onGone: (handle: string) => void
+  /** A shape's meta that does not decode: skipped (the writer deletes such a shape at its next start). */
+  readonly onBadMeta?: (handle: string, error: unknown) => void
+}
+
+interface Indexed {
+  readonly key: string
+  readonly meta: ShapeMeta
+}
+
+export class ReplicaShapes {
+  private readonly byKey = new Map<string, string>()
+  private readonly byHandle = new Map<string, Indexed>()
+  private readonly gone = new Set<string>()
+  private stamp = ''
+  private scans = 0
+
+  constructor(private readonly options: ReplicaShapesOptions) {}
+
+  /** Full scans of `shapes/` so far. */
+  get scanCount(): number {
+    return this.scans
+  }
+
+  get size(): number {
+    return this.byHandle.size
+  }
+
+  /**
+   * Re-reads `shapes/` if it changed since the last scan (its mtime, ctime
+   * and inode: every rename in or out changes them), or always with `force`.
+   */
+  rescan(force = false): void {
+    const stamp = this.dirStamp()
+    if (!force && stamp === this.stamp) return
+    this.stamp = stamp
+    this.scans++
+    const present = new Set(this.options.store.ids())
+    for (const handle of [...this.byHandle.keys()]) {
+      if (!present.has(handle)) this.remove(handle)
+    }
+    for (const handle of present) {
+      if (this.byHandle.has(handle)) continue
+      const log = this.options.store.get(handle)
+      if (log === undefined) continue
+      let meta: ShapeMeta
+      try {
+        meta = decodeShapeMeta(log.meta)
+      } catch (error) {
+        this.options.onBadMeta?.(handle, error)
+        continue
+      }
+      if (meta.expired || meta.handle !== handle) continue
+      const key = definitionKey(meta.definition)
+      // Two directories for one definition: the writer is replacing one; the newer handle is the one it serves.
+      const other = this.byKey.get(key)
+      if (other !== undefined && issuedAt(other) > issuedAt(handle)) continue
+      this.byKey.set(key, handle)
+      this.byHandle.set(handle, { key, meta })
+      this.gone.delete(handle)
+    }
+  }
+
+  /** The handle the writer serves this definition under, if the store holds it. */
+  lookup(definition: ShapeDefinition): string | undefined {
+    const key = definitionKey(definition)
+    const handle = this.byKey.get(key)
+    if (handle !== undefined) return handle
+    this.rescan()
+    return this.byKey.get(key)
+  }
+
+  meta(handle: string): ShapeMeta | undefined {
+    return this.byHandle.get(handle)?.meta
+  }
+
+  status(handle: string): 'active' | 'expired' | 'unknown' {
+    if (this.byHandle.has(handle)) return 'active'
+    if (this.gone.has(handle)) return 'expired'
+    this.rescan()
+    if (this.byHandle.has(handle)) return 'active'
+    return this.gone.has(handle) ? 'expired' : 'unknown'
+  }
+
+  private remove(handle: string): void {
+    const indexed = this.byHandle.get(handle)
+    if (indexed === undefined) return
+    this.byHandle.delete(handle)
+    if (this.byKey.get(indexed.key) === handle) this.byKey.delete(indexed.key)
+    this.gone.add(handle)
+    if (this.gone.size > MAX_REMEMBERED_GONE) this.gone.delete(this.gone.values().next().value!)
+    this.options.onGone(handle)
+  }
+
+  private dirStamp(): string {
+    try {
+      const st = this.options.fs.statSync(`${this.options.dir}/shapes`) as { ino: number; mtimeMs: number; ctimeMs?: number }
+      return `${st.ino}:${st.mtimeMs}:${st.ctimeMs ?? ''}`
+    } catch {
+      return ''
+    }
+  }
+}
+
+/** A handle's microseconds: of two for one definition, the later one replaced the other. */
+function issuedAt(handle: string): number {
+  return parseHandle(handle)?.micros ?? -1
+}

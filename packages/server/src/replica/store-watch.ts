@@ -1,0 +1,142 @@
+import { type FSWatcher, watch as nodeWatch } from 'node:fs'
+import { join } from 'node:path'
+
+/**
+ * How a read replica learns that the writer published, without a timer per
+ * request or per waiter: one change notification (inotify through
+ * `fs.watch`) on the store's root directory, which sees the writer's
+ * in-place write of `watermark.live` after every flush and the rename of a
+ * new `watermark` at each checkpoint, and one on `shapes/`, which sees a
+ * shape's directory renamed in (created) or out (deleted). Events that
+ * arrive in one turn of the event loop are handled once, in the next.
+ *
+ * A file system that sends no notifications (NFS, most network and FUSE
+ * file systems: the writer is on another machine, so the local kernel never
+ * sees its writes) is covered by a timer of `fallbackMs` that does both
+ * re-reads; it is also what retries a watch that failed (an inotify limit,
+ * say). One timer per process, whatever the number of clients.
+ */
+
+/** `fs.watch` as this module uses it (a port, so a test can see what it watches). */
+export type WatchFn = (path: string, options: { persistent: boolean }, listener: (event: string, filename: string | Buffer | null) => void) => FSWatcher
+
+export interface StoreWatchOptions {
+  /** The store's root directory (the one holding `watermark` and `shapes/`). */
+  readonly dir: string
+  /** Both re-reads on a timer this often; 0: never (then nothing covers a missing notification). */
+  readonly fallbackMs: number
+  /** The writer may have published: re-read the watermark. */
+  readonly onPublished: () => void
+  /** A shape directory may have come or gone: re-read `shapes/`. */
+  readonly onShapesChanged: () => void
+  /** A watch could not be set up or failed; the timer covers for it. */
+  readonly onWatchError?: (error: unknown) => void
+  readonly watch?: WatchFn
+}
+
+/** What the watch did so far: for tests and logs. */
+export interface StoreWatchStats {
+  /** Notifications handled (after coalescing). */
+  readonly notices: number
+  /** Ticks of the fallback timer. */
+  readonly fallbackTicks: number
+  /** Whether both directories are watched. */
+  readonly watching: boolean
+}
+
+/** The watermark files of storage's `watermark.ts`. */
+const WATERMARK_NAMES = new Set(['watermark', 'watermark.live'])
+
+export class StoreWatch {
+  private readonly watchFn: WatchFn
+  private root: FSWatcher | undefined
+  private shapes: FSWatcher | undefined
+  private timer: NodeJS.Timeout | undefined
+  private pendingPublished = false
+  private pendingShapes = false
+  private scheduled: NodeJS.Immediate | undefined
+  private notices = 0
+  private fallbackTicks = 0
+  private closed = false
+
+  constructor(private readonly options: StoreWatchOptions) {
+    this.watchFn = options.watch ?? (nodeWatch as unknown as WatchFn)
+    this.startWatching()
+    if (options.fallbackMs > 0) {
+      this.timer = setInterval(() => this.tick(), options.fallbackMs)
+      this.timer.unref()
+    }
+  }
+
+  stats(): StoreWatchStats {
+    return { notices: this.notices, fallbackTicks: this.fallbackTicks, watching: this.root !== undefined && this.shapes !== undefined }
+  }
+
+  close(): void {
+    this.closed = true
+    if (this.timer !== undefined) clearInterval(this.timer)
+    if (this.scheduled !== undefined) clearImmediate(this.scheduled)
+    this.stopWatching()
+  }
+
+  private startWatching(): void {
+    try {
+      this.root ??= this.open(this.options.dir, (name) => {
+        if (name === null || WATERMARK_NAMES.has(name)) this.schedule('published')
+      })
+      this.shapes ??= this.open(join(this.options.dir, 'shapes'), () => this.schedule('shapes'))
+    } catch (error) {
+      this.stopWatching()
+      this.options.onWatchError?.(error)
+    }
+  }
+
+  private open(path: string, onEvent: (name: string | null) => void): FSWatcher {
+    const watcher = this.watchFn(path, { persistent: false }, (_event, filename) => onEvent(filename === null ? null : String(filename)))
+    watcher.on('error', (error) => {
+      // Its directory went away or the kernel dropped the watch: the timer re-reads, and retries the watch.
+      this.stopWatching()
+      this.options.onWatchError?.(error)
+    })
+    return watcher
+  }
+
+  private stopWatching(): void {
+    this.root?.close()
+    this.shapes?.close()
+    this.root = undefined
+    this.shapes = undefined
+  }
+
+  private schedule(what: 'published' | 'shapes'): void {
+    if (what === 'published') this.pendingPublished = true
+    else this.pendingShapes = true
+    if (this.scheduled !== undefined || this.closed) return
+    this.scheduled = setImmediate(() => {
+      this.scheduled = undefined
+      this.notices++
+      this.run()
+    })
+  }
+
+  private run(): void {
+    // Shapes first: a flush that publishes a new shape's first live transaction then finds it indexed.
+    if (this.pendingShapes) {
+      this.pendingShapes = false
+      this.options.onShapesChanged()
+    }
+    if (this.pendingPublished) {
+      this.pendingPublished = false
+      this.options.onPublished()
+    }
+  }
+
+  private tick(): void {
+    if (this.closed) return
+    this.fallbackTicks++
+    if (this.root === undefined || this.shapes === undefined) this.startWatching()
+    this.pendingShapes = true
+    this.pendingPublished = true
+    this.run()
+  }
+}
