@@ -60,7 +60,8 @@ export class ShapeIndex<S> {
     let domain = this.domains.get(conjunct.domain)
     if (domain === undefined) {
       // Any conjunct of the domain computes the same row keys, so the first one stands for all.
-      domain = { rowKeys: conjunct.rowKeys, byKey: new Map(), shapes: 0 }
+      const first = conjunct
+      domain = { rowKeys: (row) => first.rowKeys(row), byKey: new Map(), shapes: 0 }
       this.domains.set(conjunct.domain, domain)
       this.domainList = [...this.domains.values()]
     }

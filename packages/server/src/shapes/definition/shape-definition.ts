@@ -87,9 +87,15 @@ export async function compileDefinition(
  * positions below the highest one are `''`: the clause never reads them.
  */
 export function paramList(def: ShapeDefinition): string[] {
-  const numbers = Object.keys(def.params).map(Number)
-  const count = numbers.length === 0 ? 0 : Math.max(...numbers)
-  return Array.from({ length: count }, (_, i) => def.params[String(i + 1)] ?? '')
+  // A plain loop: a restart calls this for every stored shape.
+  let count = 0
+  for (const key in def.params) {
+    const n = Number(key)
+    if (n > count) count = n
+  }
+  const list = new Array<string>(count)
+  for (let i = 0; i < count; i++) list[i] = def.params[String(i + 1)] ?? ''
+  return list
 }
 
 /**
