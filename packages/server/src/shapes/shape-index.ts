@@ -272,6 +272,8 @@ type Placement<S> =
  * rare}'` onto their rarer key.
  */
 function fileKeys(conjunct: IndexableConjunct, domain: DomainIndex<unknown>): readonly string[] {
+  // One key (`id = $1`): nothing to deduplicate or choose, and no Set and array per shape.
+  if (conjunct.keys.length === 1) return conjunct.keys
   const unique = [...new Set(conjunct.keys)]
   if (conjunct.kind === 'equals') return unique
   let best = unique[0]
