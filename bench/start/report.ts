@@ -19,6 +19,8 @@ export interface Run {
   readonly serverMs: number
   /** CPU time (user + system, every thread) the server had used when it answered healthy: steadier than wall time on a busy machine. */
   readonly cpuMs: number
+  /** Resident memory (VmRSS) when it answered healthy; absent in files written before it was recorded. */
+  readonly rssKiB?: number
   /** SIGTERM to exit. */
   readonly stopMs: number
   /** The machine's one-minute load average at the start of the run (2 cores here: above 2, runs wait for a core). */

@@ -10,12 +10,13 @@
  * 1,000 shapes, into results/start.quick.*), START_FIXTURE=<dir> keeps the Postgres cluster and the
  * stores there for the next run (making the 100k store takes a few minutes;
  * default: a temp dir, deleted at the end), START_NODE_ARGS (Node flags for
- * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output).
+ * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output),
+ * START_HEAP_SNAPSHOT=<dir> (a heap snapshot of each server once healthy, written there).
  * Writes results/start.{json,md}
  * (results/start.partial.* when START_SIZES or START_RUNS is set).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
@@ -35,7 +36,9 @@ const SIZES = (process.env.START_SIZES ?? (QUICK ? '10,1000' : '10,100000')).spl
 const NODE_ARGS = (process.env.START_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
 /** START_LOG_DIR: keep each server's output there (with --trace-gc in START_NODE_ARGS, say). */
 const LOG_DIR = process.env.START_LOG_DIR
-const PARTIAL = process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || process.env.START_MODES !== undefined || NODE_ARGS.length > 0
+/** START_HEAP_SNAPSHOT: once healthy, each server writes a heap snapshot there (what each restored shape holds); makes the report partial. */
+const SNAPSHOT_DIR = process.env.START_HEAP_SNAPSHOT
+const PARTIAL = SNAPSHOT_DIR !== undefined || process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || process.env.START_MODES !== undefined || NODE_ARGS.length > 0
 /** START_MODES: which modes to run (compiled alone halves a run at 100k); makes the report partial. */
 const RUN_MODES: readonly Mode[] = (process.env.START_MODES ?? MODES.join(',')).split(',').map((m) => {
   if (!(MODES as readonly string[]).includes(m)) throw new Error(`START_MODES: unknown mode ${m}`)
@@ -48,6 +51,31 @@ function cpuTimeMs(pid: number): number {
     return (Number(fields[11]) + Number(fields[12])) * 10
   } catch {
     return Number.NaN
+  }
+}
+
+/** Resident memory of a live process, from /proc. */
+function rssKiB(pid: number): number {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+    return m === null ? Number.NaN : Number(m[1])
+  } catch {
+    return Number.NaN
+  }
+}
+
+/** Asks the server for a heap snapshot (it was started with --heapsnapshot-signal) and waits until the file is whole. */
+async function heapSnapshot(pid: number, dir: string): Promise<void> {
+  const before = new Set(readdirSync(dir))
+  process.kill(pid, 'SIGUSR2')
+  let size = -1
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 1000))
+    const made = readdirSync(dir).find((f) => f.endsWith('.heapsnapshot') && !before.has(f))
+    if (made === undefined) continue
+    const now = statSync(join(dir, made)).size
+    if (now > 0 && now === size) return
+    size = now
   }
 }
 
@@ -76,7 +104,8 @@ async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promis
   const env: NodeJS.ProcessEnv = { ...process.env }
   for (const k of Object.keys(env)) if (k.startsWith('SLUICE_') || k === 'NODE_OPTIONS') delete env[k]
   if (mode === 'source') env['SLUICE_FROM_SOURCE'] = '1'
-  const args = [...NODE_ARGS, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', `start_${fixture.shapes}`]
+  const snapshotArgs = SNAPSHOT_DIR === undefined ? [] : ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${SNAPSHOT_DIR}`]
+  const args = [...NODE_ARGS, ...snapshotArgs, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', `start_${fixture.shapes}`]
   const load1 = loadavg()[0]!
   const t0 = performance.now()
   const child: ChildProcess = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
@@ -94,6 +123,8 @@ async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promis
     if (performance.now() - t0 > 300_000) throw new Error(`not healthy within 300 s:\n${out}\n${err}`)
   }
   const cpuMs = cpuTimeMs(child.pid!)
+  const rss = rssKiB(child.pid!)
+  if (SNAPSHOT_DIR !== undefined) await heapSnapshot(child.pid!, SNAPSHOT_DIR)
   const m = /started in (\d+) ms/.exec(out)
   if (LOG_DIR !== undefined) writeFileSync(join(LOG_DIR, `${fixture.shapes}-${mode}-${Date.now()}.log`), out + err)
   const s0 = performance.now()
@@ -103,11 +134,26 @@ async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promis
   if (!/"shapes restored"/.test(out) || !new RegExp(`"shapes":${fixture.shapes}\\b`).test(out)) {
     throw new Error(`sluice did not restore ${fixture.shapes} shapes:\n${out.slice(0, 4000)}\n${err}`)
   }
-  return { mode, shapes: fixture.shapes, healthyMs, serverMs: m === null ? Number.NaN : Number(m[1]), cpuMs, stopMs, load1 }
+  return { mode, shapes: fixture.shapes, healthyMs, serverMs: m === null ? Number.NaN : Number(m[1]), cpuMs, rssKiB: rss, stopMs, load1 }
 }
 
 function fmt(ms: number): string {
   return ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`
+}
+
+function mib(kib: number): string {
+  return Number.isNaN(kib) ? '' : `${(kib / 1024).toFixed(1)} MiB`
+}
+
+/** RSS per shape from the smallest and largest sizes run compiled: the difference of their medians over the difference in shapes. */
+function rssPerShape(runs: readonly Run[]): { bytes: number; small: number; large: number } | undefined {
+  const compiled = runs.filter((r) => r.mode === 'compiled' && r.rssKiB !== undefined && !Number.isNaN(r.rssKiB))
+  const sizes = [...new Set(compiled.map((r) => r.shapes))].sort((a, b) => a - b)
+  if (sizes.length < 2) return undefined
+  const small = sizes[0]!
+  const large = sizes[sizes.length - 1]!
+  const rss = (n: number): number => median(compiled.filter((r) => r.shapes === n).map((r) => r.rssKiB!))
+  return { bytes: ((rss(large) - rss(small)) * 1024) / (large - small), small, large }
 }
 
 function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): string {
@@ -126,8 +172,8 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
     'shared with other work, wall time includes waiting for a core, CPU time does not. **Does not measure:** an embedded Postgres starting (its own 1-2 s), a start after a crash (the journal',
     'replay and the scan of every log), or building the sources (a no-op when nothing changed).',
     '',
-    `| shapes | mode | runs | healthy (median) | min | max | server (median) | CPU at healthy (median) | stop (median) | target | |`,
-    '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    `| shapes | mode | runs | healthy (median) | min | max | server (median) | CPU at healthy (median) | RSS at healthy (median) | stop (median) | target | |`,
+    '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
   ]
   for (const shapes of SIZES) {
     const byMode = new Map<Mode, number>()
@@ -140,25 +186,32 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
       const target = TARGET_MS[shapes]
       const verdict = mode !== 'compiled' || target === undefined ? '' : med <= target ? 'met' : 'missed'
       lines.push(
-        `| ${shapes.toLocaleString('en-US')} | ${mode} | ${rs.length} | ${fmt(med)} | ${fmt(Math.min(...h))} | ${fmt(Math.max(...h))} | ${fmt(median(rs.map((r) => r.serverMs)))} | ${fmt(median(rs.map((r) => r.cpuMs)))} | ${fmt(median(rs.map((r) => r.stopMs)))} | ${mode === 'compiled' && target !== undefined ? `≤ ${fmt(target)}` : ''} | ${verdict} |`,
+        `| ${shapes.toLocaleString('en-US')} | ${mode} | ${rs.length} | ${fmt(med)} | ${fmt(Math.min(...h))} | ${fmt(Math.max(...h))} | ${fmt(median(rs.map((r) => r.serverMs)))} | ${fmt(median(rs.map((r) => r.cpuMs)))} | ${mib(median(rs.map((r) => r.rssKiB ?? Number.NaN)))} | ${fmt(median(rs.map((r) => r.stopMs)))} | ${mode === 'compiled' && target !== undefined ? `≤ ${fmt(target)}` : ''} | ${verdict} |`,
       )
     }
     const c = byMode.get('compiled')
     const s = byMode.get('source')
     const cpu = (mode: Mode): number => median(runs.filter((r) => r.shapes === shapes && r.mode === mode).map((r) => r.cpuMs))
     if (c !== undefined && s !== undefined) {
-      lines.push(`| ${shapes.toLocaleString('en-US')} | source / compiled | | ${(s / c).toFixed(2)}× | | | | ${(cpu('source') / cpu('compiled')).toFixed(2)}× | | | |`)
+      lines.push(`| ${shapes.toLocaleString('en-US')} | source / compiled | | ${(s / c).toFixed(2)}× | | | | ${(cpu('source') / cpu('compiled')).toFixed(2)}× | | | | |`)
     }
+  }
+  const perShape = rssPerShape(runs)
+  if (perShape !== undefined) {
+    lines.push(
+      '',
+      `Resident memory per restored idle shape (compiled): ${Math.round(perShape.bytes).toLocaleString('en-US')} bytes, the median RSS at healthy with ${perShape.large.toLocaleString('en-US')} shapes minus that with ${perShape.small.toLocaleString('en-US')}, over the difference in shapes (target: at most 10 KB).`,
+    )
   }
   const loads = runs.map((r) => r.load1)
   lines.push(
     '',
     `Load average (1 min) at the runs' starts: median ${median(loads).toFixed(1)}, ${Math.min(...loads).toFixed(1)} to ${Math.max(...loads).toFixed(1)}, on ${cpus().length} cores: above that, a start waits for a core and wall times grow while CPU times stay.`,
     '',
-    'Every run (ms, healthy / server / CPU at healthy / stop; load average):',
+    'Every run (ms, healthy / server / CPU at healthy / stop; RSS at healthy; load average):',
     '',
   )
-  for (const r of runs) lines.push(`- ${r.shapes} ${r.mode}: ${Math.round(r.healthyMs)} / ${r.serverMs} / ${r.cpuMs} / ${Math.round(r.stopMs)}; ${r.load1.toFixed(1)}`)
+  for (const r of runs) lines.push(`- ${r.shapes} ${r.mode}: ${Math.round(r.healthyMs)} / ${r.serverMs} / ${r.cpuMs} / ${Math.round(r.stopMs)}; ${mib(r.rssKiB ?? Number.NaN)}; ${r.load1.toFixed(1)}`)
   return `${lines.join('\n')}\n`
 }
 
@@ -187,7 +240,7 @@ async function main(): Promise<void> {
         for (const mode of i % 2 === 0 ? RUN_MODES : [...RUN_MODES].reverse()) {
           const run = await oneStart(fixture, mode, await freePort())
           runs.push(run)
-          process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, stop ${Math.round(run.stopMs)} ms, load ${run.load1.toFixed(1)})\n`)
+          process.stderr.write(`${shapes} shapes, ${mode}: healthy in ${Math.round(run.healthyMs)} ms (server ${run.serverMs} ms, CPU ${run.cpuMs} ms, RSS ${mib(run.rssKiB ?? Number.NaN)}, stop ${Math.round(run.stopMs)} ms, load ${run.load1.toFixed(1)})\n`)
         }
       }
     }

@@ -60,7 +60,8 @@ export class ShapeIndex<S> {
     let domain = this.domains.get(conjunct.domain)
     if (domain === undefined) {
       // Any conjunct of the domain computes the same row keys, so the first one stands for all.
-      domain = { rowKeys: conjunct.rowKeys, byKey: new Map(), shapes: 0 }
+      const first = conjunct
+      domain = { rowKeys: (row) => first.rowKeys(row), byKey: new Map(), shapes: 0 }
       this.domains.set(conjunct.domain, domain)
       this.domainList = [...this.domains.values()]
     }
@@ -271,6 +272,8 @@ type Placement<S> =
  * rare}'` onto their rarer key.
  */
 function fileKeys(conjunct: IndexableConjunct, domain: DomainIndex<unknown>): readonly string[] {
+  // One key (`id = $1`): nothing to deduplicate or choose, and no Set and array per shape.
+  if (conjunct.keys.length === 1) return conjunct.keys
   const unique = [...new Set(conjunct.keys)]
   if (conjunct.kind === 'equals') return unique
   let best = unique[0]

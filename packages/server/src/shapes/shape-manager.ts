@@ -168,11 +168,18 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
     // Each table loaded once, and awaited once: not a suspension per shape.
     const tables = new Map<string, TableInfo | undefined>()
+    let lastSchema: string | undefined
+    let lastTable: string | undefined
+    let lastKey = ''
     for (const shape of stored) {
       const { meta } = shape
       if (registry.status(meta.handle) !== 'active') continue
       const def = meta.definition
-      const key = `${def.schema}\u0000${def.table}`
+      // The same table as the shape before (the usual case): no key string per shape.
+      const key = def.schema === lastSchema && def.table === lastTable ? lastKey : `${def.schema}\u0000${def.table}`
+      lastSchema = def.schema
+      lastTable = def.table
+      lastKey = key
       let table = tables.get(key)
       if (table === undefined && !tables.has(key)) {
         // Interned as requests' answers are, so a request finds its restored shape's table by identity.

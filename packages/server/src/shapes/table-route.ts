@@ -57,9 +57,18 @@ export function newTableRoute(info: TableInfo): TableRoute {
   }
 }
 
+/** Encoder keys of the shapes that select every column, one string per replica mode (a restart adds 100k shapes). */
+const allColumnsKeys = new Map<string, string>()
+
+function allColumnsKey(replica: string): string {
+  let key = allColumnsKeys.get(replica)
+  if (key === undefined) allColumnsKeys.set(replica, (key = `${replica}\u0000*`))
+  return key
+}
+
 /** Adds a shape to its table's route (and index), sharing an encoder with the shapes that project alike. */
 export function joinRoute(route: TableRoute, spec: RouteSpec, target: ShapeTarget): RoutedShape {
-  const encoderKey = `${spec.replica}\u0000${spec.columns === undefined ? '*' : spec.columns.join('\u0000')}`
+  const encoderKey = spec.columns === undefined ? allColumnsKey(spec.replica) : `${spec.replica}\u0000${spec.columns.join('\u0000')}`
   let shared = route.encoders.get(encoderKey)
   if (shared === undefined) {
     const encoder = new ChangeEncoder({ table: tableDescription(spec.table), columns: spec.columns, replica: spec.replica })

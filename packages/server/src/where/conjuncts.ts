@@ -93,14 +93,50 @@ function makeConjunct(
   comparedType: SqlType,
   keys: readonly string[],
 ): IndexableConjunct | undefined {
-  const evaluate = compileExpr(side)
   const elementType = kind === 'equals' ? comparedType : comparedType.kind === 'array' ? comparedType.element : undefined
   if (elementType === undefined) return undefined
   const key = keyOf(elementType)
   if (key === undefined) return undefined
-  const rowKeys = rowKeysOf(kind, column, directKey(side, elementType), evaluate, key)
-  const domain = `${kind === 'equals' ? 'value' : 'elements'}:${keyClass(elementType)}:${signature(side)}`
-  return { kind, column, domain, keys, rowKeys }
+  const domain = interned(`${kind === 'equals' ? 'value' : 'elements'}:${keyClass(elementType)}:${signature(side)}`)
+  return new Conjunct(kind, column, domain, keys, side, directKey(side, elementType), key)
+}
+
+/**
+ * Domains by their text: every clause of one template names the same domain,
+ * and a restart restores 100k clauses. Holds one string per distinct domain
+ * ever made, which a process has few of.
+ */
+const domains = new Map<string, string>()
+
+function interned(domain: string): string {
+  const known = domains.get(domain)
+  if (known !== undefined) return known
+  if (domains.size < 10_000) domains.set(domain, domain)
+  return domain
+}
+
+/**
+ * A conjunct whose `rowKeys` is built on its first row: the router computes a
+ * domain's row keys through the first conjunct filed under it, so the other
+ * clauses' (100k of them after a restart) are never built at all.
+ */
+class Conjunct implements IndexableConjunct {
+  private keysOfRow: ((row: RowValues) => readonly string[]) | undefined = undefined
+
+  constructor(
+    readonly kind: IndexableConjunct['kind'],
+    readonly column: string,
+    readonly domain: string,
+    readonly keys: readonly string[],
+    private readonly side: Expr,
+    private readonly direct: 'text' | 'int' | undefined,
+    private readonly key: (value: unknown) => string,
+  ) {}
+
+  rowKeys(row: RowValues): readonly string[] {
+    this.keysOfRow ??= rowKeysOf(this.kind, this.column, this.direct, compileExpr(this.side), this.key)
+    return this.keysOfRow(row)
+  }
 }
 
 /** The conjunct's `rowKeys`: the row's key (`equals`) or its array's element keys; empty for NULL or errors. */

@@ -4,7 +4,7 @@ import { canonicalText } from './canonical.js'
 import { type Evaluator, compileExpr } from './compile.js'
 import type { IndexableConjunct } from './conjuncts.js'
 import { indexableConjuncts } from './conjuncts.js'
-import { columnsOf } from './expr.js'
+import { type Expr, columnsOf } from './expr.js'
 import { constantError } from './fold.js'
 import type { WhereLimits } from './limits.js'
 import { DEFAULT_WHERE_LIMITS } from './limits.js'
@@ -140,7 +140,7 @@ export async function compileWhere(source: string, options: CompileWhereOptions)
 
 /** As {@link compileWhere}, once {@link loadWhereParser} has completed. */
 export function compileWhereSync(source: string, options: CompileWhereOptions): WhereClause {
-  const limits: WhereLimits = { ...DEFAULT_WHERE_LIMITS, ...options.limits }
+  const limits: WhereLimits = options.limits === undefined ? DEFAULT_LIMITS : { ...DEFAULT_WHERE_LIMITS, ...options.limits }
   const params = options.params ?? []
   if (params.length > limits.maxParams) {
     throw new WhereClauseError('limit_exceeded', `Too many parameters (${params.length}; the limit is ${limits.maxParams})`, {
@@ -161,43 +161,82 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
   if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)
 
   const conjuncts = indexableConjuncts(expr)
-  /*
-   * The evaluators are built on the first row, not here: a restart restores
-   * every stored shape's clause, most of which no row may reach for a while,
-   * and building them (closures over the bound tree, the WHERE rewrite) for
-   * 100k shapes cost a good part of the start-up in time and retained memory.
-   */
-  let valueOf: Evaluator | undefined
-  let verdictOf: Evaluator | undefined
-  const evaluate = (row: RowValues): WhereResult => {
-    try {
-      return (valueOf ??= compileExpr(expr))(row) as boolean | null
-    } catch (error) {
-      return failure(error)
-    }
-  }
-  const test = (row: RowValues): WhereVerdict => {
-    try {
-      if (verdictOf === undefined) {
-        const qual = whereQual(expr)
-        verdictOf = qual === expr ? (valueOf ??= compileExpr(expr)) : compileExpr(qual)
-      }
-      return verdictOf(row) === true
-    } catch (error) {
-      return failure(error)
-    }
-  }
-  return Object.freeze({
+  return new CompiledClause(
     source,
-    canonical: canonicalOf(tree, enums),
-    params: Object.freeze([...params]),
-    columns: Object.freeze([...columnsOf(expr)].sort()),
-    conjuncts: Object.freeze(conjuncts),
-    exact: expr.k !== 'and' && conjuncts.length === 1 ? conjuncts[0] : undefined,
-    evaluate,
-    test,
-    matches: (row: RowValues) => test(row) === true,
-  })
+    canonicalOf(tree, enums),
+    Object.freeze([...params]),
+    sharedColumns([...columnsOf(expr)].sort()),
+    Object.freeze(conjuncts),
+    expr.k !== 'and' && conjuncts.length === 1 ? conjuncts[0] : undefined,
+    expr,
+  )
+}
+
+/** The merged limits when a call gives none of its own (a restart compiles every stored clause). */
+const DEFAULT_LIMITS: WhereLimits = Object.freeze({ ...DEFAULT_WHERE_LIMITS })
+
+/**
+ * Column lists by their text: clauses made from one template read the same
+ * columns, and a restart restores 100k of them. Holds one array per distinct
+ * list ever compiled, which the clauses of a process have few of.
+ */
+const columnLists = new Map<string, readonly string[]>()
+
+function sharedColumns(columns: string[]): readonly string[] {
+  const key = columns.join('\u0000')
+  let list = columnLists.get(key)
+  if (list === undefined) {
+    list = Object.freeze(columns)
+    if (columnLists.size < 10_000) columnLists.set(key, list)
+  }
+  return list
+}
+
+/**
+ * A compiled clause. A class, not an object of closures: one object per clause
+ * instead of one plus three functions and their context, for each of the 100k
+ * clauses a restart restores. The evaluators are built on the first row, not
+ * here: most restored clauses see no row for a while, and building them
+ * (closures over the bound tree, the WHERE rewrite) for every stored shape cost
+ * a good part of the start-up in time and retained memory.
+ */
+class CompiledClause implements WhereClause {
+  private valueOf: Evaluator | undefined = undefined
+  private verdictOf: Evaluator | undefined = undefined
+
+  constructor(
+    readonly source: string,
+    readonly canonical: string,
+    readonly params: readonly string[],
+    readonly columns: readonly string[],
+    readonly conjuncts: readonly IndexableConjunct[],
+    readonly exact: IndexableConjunct | undefined,
+    private readonly expr: Expr,
+  ) {}
+
+  evaluate(row: RowValues): WhereResult {
+    try {
+      return (this.valueOf ??= compileExpr(this.expr))(row) as boolean | null
+    } catch (error) {
+      return failure(error)
+    }
+  }
+
+  test(row: RowValues): WhereVerdict {
+    try {
+      if (this.verdictOf === undefined) {
+        const qual = whereQual(this.expr)
+        this.verdictOf = qual === this.expr ? (this.valueOf ??= compileExpr(this.expr)) : compileExpr(qual)
+      }
+      return this.verdictOf(row) === true
+    } catch (error) {
+      return failure(error)
+    }
+  }
+
+  matches(row: RowValues): boolean {
+    return this.test(row) === true
+  }
 }
 
 function failure(error: unknown): EvaluationFailure {

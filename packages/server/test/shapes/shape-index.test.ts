@@ -18,13 +18,12 @@ function where(source: string, params: readonly string[] = []): WhereClause {
 
 /** A clause whose `matches` calls are counted: the cost the index is meant to avoid. */
 function counted(clause: WhereClause, counter: { calls: number }): WhereClause {
-  return {
-    ...clause,
-    matches: (row: RowValues) => {
-      counter.calls++
-      return clause.matches(row)
-    },
+  const wrapped = Object.create(clause) as WhereClause & { matches: (row: RowValues) => boolean }
+  wrapped.matches = (row: RowValues) => {
+    counter.calls++
+    return clause.matches(row)
   }
+  return wrapped
 }
 
 function row(values: Partial<Record<'id' | 'name' | 'tags' | 'status' | 'score', string | null>>): RowValues {
@@ -212,9 +211,11 @@ describe('ShapeIndex', () => {
     const template = where('id = $1', ['0'])
     const conjunct = template.exact
     if (conjunct === undefined) throw new Error('id = $1 should be exact')
+    // Copies keep their prototype: compiled clauses and conjuncts are class instances with methods.
+    const like = <T extends object>(of: T, fields: Partial<T>): T => Object.assign(Object.create(Object.getPrototypeOf(of)) as T, of, fields)
     const copy = (n: number): WhereClause => {
-      const keyed = { ...conjunct, keys: [String(n)] }
-      return { ...template, conjuncts: [keyed], exact: keyed }
+      const keyed = like(conjunct, { keys: [String(n)] })
+      return like(template, { conjuncts: [keyed], exact: keyed })
     }
     expect(copy(4321).conjuncts[0]?.keys).toEqual(where('id = $1', ['04321']).conjuncts[0]?.keys)
     for (let n = 0; n < 98_000; n++) index.add(n, counted(copy(n), counter))

@@ -27,10 +27,33 @@ export class FileRef {
   /** Neighbours in the cache's LRU list while open (older, newer). */
   older: FileRef | undefined = undefined
   newer: FileRef | undefined = undefined
+  /** The path, or with `name` the directory the file is in. */
+  private at: string
+  private readonly name: string | undefined
+
+  /**
+   * `name`: the ref is `path/name`, its path built when used. A store keeps
+   * three refs for each of its 100k logs and opens few of them: one string
+   * per log (its directory) instead of four.
+   */
   constructor(
-    public path: string,
+    path: string,
     readonly flags: 'r' | 'r+',
-  ) {}
+    name?: string,
+  ) {
+    this.at = path
+    this.name = name
+  }
+
+  get path(): string {
+    return this.name === undefined ? this.at : `${this.at}/${this.name}`
+  }
+
+  /** The ref's file now lives in `dir` (its directory was renamed); only for refs made with a name. */
+  moveTo(dir: string): void {
+    if (this.name === undefined) throw new Error('moveTo: a ref made with a whole path')
+    this.at = dir
+  }
 }
 
 export class FdCache {

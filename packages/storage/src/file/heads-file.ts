@@ -104,6 +104,8 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
   const logs = new Map<string, CleanLog>()
   let at = FIXED_BYTES
   const need = (n: number): boolean => at + n <= end
+  const u64 = new U64Reader(buf)
+  const ops = new U64Reader(buf)
   for (let i = 0; i < count; i++) {
     if (!need(1)) return 'short'
     const idLength = buf[at++]!
@@ -116,10 +118,10 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
     // A copy: the file's buffer is not kept alive by 100k small views of it.
     const meta = Buffer.from(buf.subarray(at, at + metaLength))
     at += metaLength
-    const last: LogOffset = { tx: buf.readBigUInt64LE(at + 16), op: buf.readBigUInt64LE(at + 24) }
+    const last: LogOffset = { tx: u64.big(at + 16), op: ops.big(at + 24) }
     const head: HeadState = {
-      entries: Number(buf.readBigUInt64LE(at)),
-      dataEnd: Number(buf.readBigUInt64LE(at + 8)),
+      entries: u64.number(at),
+      dataEnd: u64.number(at + 8),
       last,
       closedChunks: buf.readUInt32LE(at + 32),
       snapshotChunks: buf.readUInt32LE(at + 36),
@@ -129,10 +131,13 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
     if (chunkCount !== head.closedChunks || !need(chunkCount * CHUNK_BYTES)) return 'short'
     const chunks: ChunkInfo[] = []
     for (let c = 0; c < chunkCount; c++, at += CHUNK_BYTES) {
+      const tx = u64.big(at)
+      const op = ops.big(at + 8)
       chunks.push({
-        end: { tx: buf.readBigUInt64LE(at), op: buf.readBigUInt64LE(at + 8) },
-        endEntry: Number(buf.readBigUInt64LE(at + 16)),
-        endPos: Number(buf.readBigUInt64LE(at + 24)),
+        // The last chunk usually ends where the log does: one offset object for both.
+        end: tx === last.tx && op === last.op ? last : { tx, op },
+        endEntry: u64.number(at + 16),
+        endPos: u64.number(at + 24),
         kind: buf[at + 32]!,
       })
     }
@@ -140,6 +145,35 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
   }
   if (at !== end) return 'trailing bytes'
   return logs
+}
+
+/**
+ * Reads the file's 64-bit fields without a BigInt per field: positions and
+ * counts as numbers (they stay below 2^53), and offsets as BigInts reused
+ * while the value repeats (a store's logs share their transactions; BigInts
+ * are immutable, so sharing one is safe). A start with 100k logs reads
+ * 600k of these.
+ */
+class U64Reader {
+  private lastLow = -1
+  private lastHigh = -1
+  private lastBig = 0n
+  constructor(private readonly buf: Buffer) {}
+
+  number(at: number): number {
+    return this.buf.readUInt32LE(at + 4) * 0x1_0000_0000 + this.buf.readUInt32LE(at)
+  }
+
+  big(at: number): bigint {
+    const low = this.buf.readUInt32LE(at)
+    const high = this.buf.readUInt32LE(at + 4)
+    if (low !== this.lastLow || high !== this.lastHigh) {
+      this.lastLow = low
+      this.lastHigh = high
+      this.lastBig = (BigInt(high) << 32n) | BigInt(low)
+    }
+    return this.lastBig
+  }
 }
 
 /** Writes the heads file (temporary name, fdatasync, rename, directory fsync): the last step of a clean close. */

@@ -107,9 +107,9 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     head: HeadState,
   ) {
     super(chunks, head)
-    this.data = new FileRef(`${dir}/${LOG_FILES.data}`, 'r+')
-    this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r+')
-    this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r+')
+    this.data = new FileRef(dir, 'r+', LOG_FILES.data)
+    this.entries = new FileRef(dir, 'r+', LOG_FILES.entries)
+    this.chunkFile = new FileRef(dir, 'r+', LOG_FILES.chunks)
     this.pend = NO_BLOCK
     this.pendBase = 0
     this.pendCap = 0
@@ -141,9 +141,9 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
   /** Points the file refs at a new directory (the snapshot was renamed into place). */
   moveTo(dir: string): void {
     this.dir = dir
-    this.data.path = `${dir}/${LOG_FILES.data}`
-    this.entries.path = `${dir}/${LOG_FILES.entries}`
-    this.chunkFile.path = `${dir}/${LOG_FILES.chunks}`
+    this.data.moveTo(dir)
+    this.entries.moveTo(dir)
+    this.chunkFile.moveTo(dir)
   }
 
   /** Sizes of the three files as this process wrote them (only called on a log writing through). */

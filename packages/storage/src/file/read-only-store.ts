@@ -61,9 +61,9 @@ class ReadOnlyShapeLog implements ShapeLog {
     readonly meta: Uint8Array,
     private readonly store: ReadOnlyFileLogStore,
   ) {
-    this.data = new FileRef(`${dir}/${LOG_FILES.data}`, 'r')
-    this.entries = new FileRef(`${dir}/${LOG_FILES.entries}`, 'r')
-    this.chunkFile = new FileRef(`${dir}/${LOG_FILES.chunks}`, 'r')
+    this.data = new FileRef(dir, 'r', LOG_FILES.data)
+    this.entries = new FileRef(dir, 'r', LOG_FILES.entries)
+    this.chunkFile = new FileRef(dir, 'r', LOG_FILES.chunks)
   }
 
   /** Extends the known prefix to the current watermark. */

@@ -14,7 +14,7 @@ import type { CleanLog } from './heads-file.js'
 import { writeHeads } from './heads-file.js'
 import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
-import type { HeadState } from './log-state.js'
+import type { ChunkInfo, HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
 
 /** What opening the logs needs. */
@@ -129,7 +129,8 @@ function cleanInodes(fs: FsPort, head: HeadState, dir: string): FileInodes | und
 }
 
 function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
-  const log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, [...known.chunks], known.head)
+  // decodeHeads made the array for this log alone: no copy.
+  const log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, known.chunks as ChunkInfo[], known.head)
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
   log.data.ino = inodes.data
   log.entries.ino = inodes.entries

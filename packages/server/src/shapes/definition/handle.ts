@@ -19,6 +19,8 @@ export const MAX_HASH_DIGITS = 20
 export const MAX_MICROS_DIGITS = 16
 export const MAX_HANDLE_LENGTH = MAX_HASH_DIGITS + 1 + MAX_MICROS_DIGITS
 
+const U64_MAX_DIGITS = '18446744073709551615'
+
 // No leading zeros (except a lone 0) so each value has one spelling.
 const HANDLE = /^(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,15})$/
 
@@ -34,7 +36,8 @@ export function parseHandle(text: string): ParsedHandle | undefined {
   if (match === null) return undefined
   const [, hash, microsText] = match
   if (hash === undefined || microsText === undefined) return undefined
-  if (BigInt(hash) > 0xffff_ffff_ffff_ffffn) return undefined
+  // Digits without leading zeros: only a 20-digit hash can pass 2^64 - 1, and same-length digit strings compare as numbers (no BigInt per handle: a restart parses 100k).
+  if (hash.length === MAX_HASH_DIGITS && hash > U64_MAX_DIGITS) return undefined
   const micros = Number(microsText)
   if (!Number.isSafeInteger(micros)) return undefined
   return { hash, micros }

@@ -87,9 +87,15 @@ export async function compileDefinition(
  * positions below the highest one are `''`: the clause never reads them.
  */
 export function paramList(def: ShapeDefinition): string[] {
-  const numbers = Object.keys(def.params).map(Number)
-  const count = numbers.length === 0 ? 0 : Math.max(...numbers)
-  return Array.from({ length: count }, (_, i) => def.params[String(i + 1)] ?? '')
+  // A plain loop: a restart calls this for every stored shape.
+  let count = 0
+  for (const key in def.params) {
+    const n = Number(key)
+    if (n > count) count = n
+  }
+  const list = new Array<string>(count)
+  for (let i = 0; i < count; i++) list[i] = def.params[String(i + 1)] ?? ''
+  return list
 }
 
 /**
@@ -108,11 +114,20 @@ export function definitionKey(def: ShapeDefinition): string {
 
 const frozenKeys = new WeakMap<ShapeDefinition, string>()
 
+/**
+ * {@link definitionKey} without its cache: for a caller that keeps the key
+ * itself (the registry restoring 100k shapes, whose definitions no one asks
+ * the key of again), so the cache holds no entry for each.
+ */
+export function uncachedDefinitionKey(def: ShapeDefinition): string {
+  return buildKey(def)
+}
+
 function buildKey(def: ShapeDefinition): string {
-  const params = Object.keys(def.params)
-    .map(Number)
-    .sort((a, b) => a - b)
-    .map((n) => [n, def.params[String(n)] ?? ''])
+  const numbers: number[] = []
+  for (const key in def.params) numbers.push(Number(key))
+  if (numbers.length > 1) numbers.sort((a, b) => a - b)
+  const params = numbers.map((n) => [n, def.params[String(n)] ?? ''])
   return JSON.stringify([
     DEFINITION_KEY_VERSION,
     def.schema,

@@ -4,7 +4,6 @@ import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/
 import { ServerError } from '../../errors.js'
 import { isValidHandle } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
-import { freezeDefinition } from './shape-definition.js'
 
 /**
  * A shape's definition as stored in the storage engine's per-shape meta bytes,
@@ -128,9 +127,7 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   const where = raw['where']
   if (where !== null && typeof where !== 'string') throw new ShapeMetaError('shape meta: bad where')
   const params = raw['params']
-  if (!isRecord(params) || !Object.entries(params).every(([k, v]) => /^[1-9][0-9]*$/.test(k) && typeof v === 'string')) {
-    throw new ShapeMetaError('shape meta: bad params')
-  }
+  if (!isRecord(params) || !validParams(params)) throw new ShapeMetaError('shape meta: bad params')
   const columns = raw['columns']
   if (columns !== null && !(Array.isArray(columns) && columns.every((c) => typeof c === 'string'))) {
     throw new ShapeMetaError('shape meta: bad columns')
@@ -141,21 +138,33 @@ export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
   if (!(LOG_MODES as readonly unknown[]).includes(log)) throw new ShapeMetaError('shape meta: bad log')
   const signature = tableSignature(raw)
   const stitch = snapshotStitch(raw)
-  return {
-    handle,
-    expired,
-    ...(signature === undefined ? {} : { table: signature }),
-    ...(stitch === undefined ? {} : { stitch }),
-    definition: freezeDefinition({
-      schema,
-      table,
-      where: where ?? undefined,
-      params: params as Record<string, string>,
-      columns: columns === null ? undefined : (columns as string[]),
-      replica: replica as ReplicaMode,
-      log: log as LogMode,
-    }),
+  // The parsed params and columns are this meta's own: frozen where they are, not copied (freezeDefinition would copy them).
+  const definition: ShapeDefinition = Object.freeze({
+    schema,
+    table,
+    where: where ?? undefined,
+    params: Object.freeze(params as Record<string, string>),
+    columns: columns === null ? undefined : Object.freeze(columns as string[]),
+    replica: replica as ReplicaMode,
+    log: log as LogMode,
+  })
+  const meta: { -readonly [K in keyof ShapeMeta]: ShapeMeta[K] } = { handle, expired, definition }
+  if (signature !== undefined) meta.table = signature
+  if (stitch !== undefined) meta.stitch = stitch
+  return meta
+}
+
+/** Keys are `$n` numbers without leading zeros, values strings. */
+function validParams(params: Record<string, unknown>): boolean {
+  for (const key in params) {
+    if (!Object.hasOwn(params, key)) continue
+    if (typeof params[key] !== 'string' || key.length === 0 || key.charCodeAt(0) < 49 || key.charCodeAt(0) > 57) return false
+    for (let i = 1; i < key.length; i++) {
+      const c = key.charCodeAt(i)
+      if (c < 48 || c > 57) return false
+    }
   }
+  return true
 }
 
 function tableSignature(raw: Record<string, unknown>): TableSignature | undefined {
@@ -189,10 +198,23 @@ function snapshotStitch(raw: Record<string, unknown>): SnapshotStitch | undefine
     throw new ShapeMetaError('shape meta: bad snapshot or insert_lsn')
   }
   try {
-    return { snapshot: parsePgSnapshot(snapshot), insertLsn: BigInt(insertLsn) }
+    return { snapshot: snapshotOf(snapshot), insertLsn: BigInt(insertLsn) }
   } catch {
     throw new ShapeMetaError('shape meta: bad snapshot')
   }
+}
+
+/**
+ * The last snapshot text decoded and its parse (frozen, so shared): shapes
+ * made together often share their snapshot, and a restart decodes every meta.
+ */
+let lastSnapshot: { readonly text: string; readonly snapshot: PgSnapshot } | undefined
+
+function snapshotOf(text: string): PgSnapshot {
+  if (lastSnapshot?.text === text) return lastSnapshot.snapshot
+  const snapshot = parsePgSnapshot(text)
+  lastSnapshot = { text, snapshot }
+  return snapshot
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -1,7 +1,7 @@
 import { HandleIssuer, parseHandle } from './handle.js'
 import type { MicrosClock } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
-import { definitionHash, definitionKey, freezeDefinition } from './shape-definition.js'
+import { definitionHash, definitionKey, freezeDefinition, uncachedDefinitionKey } from './shape-definition.js'
 import type { ShapeMeta } from './shape-meta.js'
 
 export { decodeShapeMeta, encodeShapeMeta, SHAPE_META_VERSION, ShapeMetaError, type ShapeMeta } from './shape-meta.js'
@@ -64,7 +64,7 @@ export class ShapeRegistry {
     for (const { entry, micros: at } of sorted) {
       if (registry.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
       const definition = isFrozenDefinition(entry.definition) ? entry.definition : freezeDefinition(entry.definition)
-      const key = definitionKey(definition)
+      const key = uncachedDefinitionKey(definition)
       registry.#issuer.observe(at)
       registry.#byHandle.set(entry.handle, { definition, key, expired: entry.expired })
       if (entry.expired) continue
