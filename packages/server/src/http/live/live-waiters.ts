@@ -13,9 +13,11 @@
  * with many busy shapes is a visible share of the pipeline's main thread.
  *
  * A flush that advances many shapes (one write into thousands of overlapping
- * shapes) wakes its waiters in slices of `wakeSlice` (default 256), one slice
- * per turn of the event loop (`setImmediate`), in the order the flush named
- * them. Woken all at once, their continuations would run breadth-first as
+ * shapes) wakes its waiters in slices of about `wakeSlice` (default 256), one
+ * slice per turn of the event loop (`setImmediate`), in the order the flush
+ * named the shapes. A slice ends only between shapes: the waiters of one
+ * shape wake in the same turn, so they share one read of the new entries
+ * (`SharedReads` keeps a read for a turn), however many they are. Woken all at once, their continuations would run breadth-first as
  * one stretch of microtasks, each step of every response before the next step
  * of any, so the first client would get its response only when the last one
  * was nearly done, and no socket would be read meanwhile. In slices the
@@ -101,8 +103,8 @@ export class LiveWaiters {
   private count = 0
   private closed = false
   private readonly wakeSlice: number
-  /** Waiters a flush advanced that are still to be woken, from `pendingAt` on (see Waking). */
-  private pending: Waiter[] = []
+  /** The waiters of each shape a flush advanced, still to be woken from `pendingAt` on (see Waking). */
+  private pending: Waiter[][] = []
   private pendingAt = 0
   private draining: NodeJS.Immediate | undefined
 
@@ -128,7 +130,7 @@ export class LiveWaiters {
     this.unsubscribe = this.store.onFlush((result) => {
       for (const id of result.advanced) {
         const set = this.byHandle.get(id)
-        if (set !== undefined) for (const w of set) this.pending.push(w)
+        if (set !== undefined) this.pending.push([...set])
       }
       if (this.draining === undefined) this.wakeSome()
     })
@@ -205,10 +207,11 @@ export class LiveWaiters {
     let i = this.pendingAt
     // Waiters resolved otherwise meanwhile are skipped, not counted.
     for (let woken = 0; i < pending.length && woken < this.wakeSlice; i++) {
-      const w = pending[i]!
-      if (w.done) continue
-      this.settle(w, 'advanced')
-      woken++
+      for (const w of pending[i]!) {
+        if (w.done) continue
+        this.settle(w, 'advanced')
+        woken++
+      }
     }
     if (i < pending.length && this.pending === pending) {
       this.pendingAt = i

@@ -194,6 +194,17 @@ describe('LiveWaiters on fake timers', () => {
     expect(late.result).toBe('aborted')
   })
 
+  it('never splits the waiters of one shape across turns: they wake together, to share one read', () => {
+    const flushes = new FakeFlushes()
+    const waiters = new LiveWaiters({ store: flushes, wakeSlice: 100 })
+    for (let i = 0; i < 500; i++) void waiters.wait('busy', { timeoutMs: 60_000 })
+    for (let i = 0; i < 300; i++) void waiters.wait(`s${i}`, { timeoutMs: 60_000 })
+    flushes.emit(['s0', 'busy', ...Array.from({ length: 299 }, (_, i) => `s${i + 1}`)])
+    // s0 (1) is under the slice, so 'busy' (500) goes with it; the rest wait.
+    expect(waiters.size).toBe(800 - 501)
+    waiters.close()
+  })
+
   it('the timer and the flush listener are there only while waiters exist, and close() stops everything', async () => {
     vi.useFakeTimers()
     const base = vi.getTimerCount()
