@@ -8,13 +8,15 @@ import { concurrentRequestLimitExceeded, type SluiceError } from '@sluice/protoc
  * 503 whose `retry-after` is spread over a few seconds, so refused clients do
  * not return in lock step.
  *
- * How long to wait: the time the requests in flight take to clear at the rate
- * requests of that kind have been completing (over the last two seconds), at
- * random between once and twice that, and never more than Electric's 6-10 s.
- * A burst of new shapes that the server clears in a second or two would
- * otherwise leave it idle while the refused clients sit out their 6-10 s, and
- * a thousand shapes asked for at once took several such rounds. With nothing
- * completing (a snapshot held by a lock, long-polls parked) it is 6-10 s.
+ * How long to wait: spread at random from 1 s to twice the time the requests
+ * in flight take to clear at the rate requests of that kind have been
+ * completing (over the last two seconds), and never more than Electric's
+ * 6-10 s. The refused clients then come back while slots free up, rather
+ * than all after the burst has cleared and the server has gone idle, as they
+ * did with a fixed 6-10 s (a thousand shapes asked for at once took several
+ * such rounds); one that comes back too early is refused again, which costs
+ * little. With nothing completing (a snapshot held by a lock, long-polls
+ * parked) it is 6-10 s.
  */
 export type RequestKind = 'initial' | 'existing'
 
@@ -62,7 +64,7 @@ export class Admission {
     const perSecond = this.done[kind].perSecond(this.now())
     if (perSecond <= 0) return fallback
     const clearS = this.inFlight[kind] / perSecond
-    return Math.max(1, Math.min(fallback, Math.ceil(clearS * (1 + spread))))
+    return Math.max(1, Math.min(fallback, Math.ceil(2 * clearS * spread)))
   }
 }
 
