@@ -181,7 +181,8 @@ class SnapshotRun {
   }
 
   async execute(): Promise<SnapshotResult> {
-    if (this.request.text === undefined && this.params.length === 0 && this.statementTimeoutMs === 0) {
+    // A backslash is read per the session's standard_conforming_strings, which one simple query lexes before its SET LOCAL runs.
+    if (this.request.text === undefined && this.params.length === 0 && this.statementTimeoutMs === 0 && !this.query.includes('\\')) {
       const whole = await this.#whole()
       if (whole !== undefined) return whole
     }
@@ -206,7 +207,8 @@ class SnapshotRun {
    * shape. Undefined when the shape has more rows than one batch, or when the
    * query failed (rolled back): the streamed path then starts over, with a
    * snapshot of its own, and reports the failure precisely. Only for
-   * parameterless queries (a simple query cannot bind parameters).
+   * parameterless queries (a simple query cannot bind parameters) without a
+   * backslash.
    */
   async #whole(): Promise<SnapshotResult | undefined> {
     const { client, request } = this

@@ -195,6 +195,15 @@ describe('runSnapshot', () => {
     expectReleased(pool)
   })
 
+  it('reads a backslash in the where clause as standard SQL even where the session says otherwise', async () => {
+    await cluster.query(`CREATE TABLE slashes (id int PRIMARY KEY, title text); INSERT INTO slashes VALUES (1, 'a\\b'), (2, 'ab')`)
+    const pool = newPool({ max: 1, options: '-c standard_conforming_strings=off -c escape_string_warning=off' })
+    const sink = new Collect()
+    const result = await runSnapshot(pool, { table: await mustLoad('slashes'), where: `"title" = 'a\\b'` }, sink)
+    expect(result.rows).toBe(1)
+    expect(JSON.parse(sink.lines[0]!)).toMatchObject({ value: { id: '1', title: 'a\\b' } })
+  })
+
   it('streams 200k rows in batches with bounded memory', async () => {
     await cluster.query(`CREATE TABLE many (id int PRIMARY KEY, payload text); INSERT INTO many SELECT i, repeat(md5(i::text), 12) FROM generate_series(1, 200000) i`)
     const pool = newPool({ max: 1 })
