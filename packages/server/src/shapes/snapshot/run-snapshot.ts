@@ -181,8 +181,10 @@ class SnapshotRun {
   }
 
   async execute(): Promise<SnapshotResult> {
-    // A backslash is read per the session's standard_conforming_strings, which one simple query lexes before its SET LOCAL runs.
-    if (this.request.text === undefined && this.params.length === 0 && this.statementTimeoutMs === 0 && !this.query.includes('\\')) {
+    // A backslash is read per the session's standard_conforming_strings, which one simple query lexes before its
+    // SET LOCAL runs; and a semicolon, however quoted, stays out of a simple query, which would run a second
+    // statement where the cursor's extended protocol refuses one.
+    if (this.request.text === undefined && this.params.length === 0 && this.statementTimeoutMs === 0 && !/[\\;]/.test(this.query)) {
       const whole = await this.#whole()
       if (whole !== undefined) return whole
     }
@@ -208,7 +210,7 @@ class SnapshotRun {
    * query failed (rolled back): the streamed path then starts over, with a
    * snapshot of its own, and reports the failure precisely. Only for
    * parameterless queries (a simple query cannot bind parameters) without a
-   * backslash.
+   * backslash or a semicolon.
    */
   async #whole(): Promise<SnapshotResult | undefined> {
     const { client, request } = this

@@ -188,10 +188,15 @@ describe('runSnapshot', () => {
     const streamed = await take(3, '"id" <= 10')
     expect(streamed.queries.slice(1)).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
     expect(streamed.lines).toEqual(small.lines)
-    // With parameters, the cursor at once.
+    // With parameters, or a semicolon (even quoted), the cursor at once.
     queries.length = 0
     await runSnapshot(pool, { table: info, where: '"id" <= $1', params: ['5'] }, new Collect())
     expect(queries).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
+    queries.length = 0
+    const semicolon = new Collect()
+    await runSnapshot(pool, { table: info, where: `"title" <> 'x;y' AND "id" = 1` }, semicolon)
+    expect(queries).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
+    expect(semicolon.lines).toHaveLength(1)
     expectReleased(pool)
   })
 
