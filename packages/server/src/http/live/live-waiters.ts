@@ -17,10 +17,11 @@
  * slice per turn of the event loop (`setImmediate`), in the order the flush
  * named the shapes. A slice ends only between shapes: the waiters of one
  * shape wake in the same turn, so they share one read of the new entries
- * (`SharedReads` keeps a read for a turn), however many they are. Woken all at once, their continuations would run breadth-first as
- * one stretch of microtasks, each step of every response before the next step
- * of any, so the first client would get its response only when the last one
- * was nearly done, and no socket would be read meanwhile. In slices the
+ * (`SharedReads` keeps a read for a turn), however many they are. Woken all
+ * at once, their continuations would run breadth-first as one stretch of
+ * microtasks, each step of every response before the next step of any, so
+ * the first client would get its response only when the last one was nearly
+ * done, and no socket would be read meanwhile. In slices the
  * responses go out slice by slice, and the clients' re-polls are taken in
  * between. A waiter that is resolved otherwise (timeout, abort, close) while
  * its slice waits is simply skipped; a waiter that arrives after the flush
