@@ -29,6 +29,45 @@ describe('ParsedRequests', () => {
     }
   })
 
+  it('answers the re-polls of a live shape from one template: their own offset and cursor, one shared frozen shape-parameters object', () => {
+    const requests = new ParsedRequests()
+    const poll = (offset: string, cursor: string) => `table=items&where=id%20%3E%203&offset=${offset}&handle=123-456&live=true&cursor=${cursor}`
+    const first = requests.parse(poll('3_1', '10'))
+    const next = requests.parse(poll('7_0', '20'))
+    const third = requests.parse(poll('9_inf', '3%2B0'))
+    if (!first.ok || !next.ok || !third.ok) throw new Error('expected valid requests')
+    expect(next.value.shape).toBe(first.value.shape)
+    expect(third.value.shape).toBe(first.value.shape)
+    expect(Object.isFrozen(first.value.shape)).toBe(true)
+    expect(next).toEqual(parseShapeRequest(poll('7_0', '20')))
+    expect(third).toEqual(parseShapeRequest(poll('9_inf', '3%2B0')))
+    expect(third.value.cursor).toBe('3+0')
+    // An offset the template cannot answer for: a full parse, with its errors.
+    for (const offset of ['-1', 'now', 'x_1', '']) expect(requests.parse(poll(offset, '1'))).toEqual(parseShapeRequest(poll(offset, '1')))
+  })
+
+  it('gives what a full parse gives for any live query, templated or not', () => {
+    const requests = new ParsedRequests()
+    const pick = <T>(xs: readonly T[], i: number): T => xs[i % xs.length]!
+    const offsets = ['3_1', '0_0', '-1', 'now', '12_inf', 'bad', '5_2', '']
+    const cursors = [undefined, '1', '2', 'a%20b', 'x+y', '']
+    const extras = ['', '&live_sse=true', '&offset=4_4', '&cursor=9', '&expired_handle=9-9', '&columns=id', '&live=false', '&cursor[a]=1', '&offset']
+    const handles = ['h-1', 'h-2', undefined]
+    let seed = 7
+    const next = (): number => (seed = (seed * 1103515245 + 12345) % 2147483648)
+    for (let i = 0; i < 3000; i++) {
+      const handle = pick(handles, next())
+      const cursor = pick(cursors, next())
+      const parts = [`table=${pick(['items', 'other'], next())}`, `offset=${pick(offsets, next())}`, 'live=true']
+      if (handle !== undefined) parts.push(`handle=${handle}`)
+      if (cursor !== undefined) parts.push(`cursor=${cursor}`)
+      const query = parts.join('&') + pick(extras, next())
+      expect(requests.parse(query), query).toEqual(parseShapeRequest(query))
+    }
+    // Templates were made, so some of those answers came from them.
+    expect((requests as unknown as { live: Map<string, unknown> }).live.size).toBeGreaterThan(10)
+  })
+
   it('keeps a bounded number of queries, the oldest going first, and never long ones', () => {
     const requests = new ParsedRequests()
     const first = requests.parse('table=t0&offset=-1')

@@ -12,6 +12,21 @@
  * costs the store a visit to every log appended since the last flush, which
  * with many busy shapes is a visible share of the pipeline's main thread.
  *
+ * A flush that advances many shapes (one write into thousands of overlapping
+ * shapes) wakes its waiters in slices of about `wakeSlice` (default 256), one
+ * slice per turn of the event loop (`setImmediate`), in the order the flush
+ * named the shapes. A slice ends only between shapes: the waiters of one
+ * shape wake in the same turn, so they share one read of the new entries
+ * (`SharedReads` keeps a read for a turn), however many they are. Woken all
+ * at once, their continuations would run breadth-first as one stretch of
+ * microtasks, each step of every response before the next step of any, so
+ * the first client would get its response only when the last one was nearly
+ * done, and no socket would be read meanwhile. In slices the
+ * responses go out slice by slice, and the clients' re-polls are taken in
+ * between. A waiter that is resolved otherwise (timeout, abort, close) while
+ * its slice waits is simply skipped; a waiter that arrives after the flush
+ * read the head after it, and is not in the list.
+ *
  * Deadlines: a coarse timer wheel
  * -------------------------------
  * Deadlines are rounded *up* to a multiple of `resolutionMs` (default 100 ms)
@@ -49,6 +64,8 @@ export interface LiveWaitersOptions {
   readonly resolutionMs?: number
   /** Monotonic clock in ms; default `performance.now`. */
   readonly now?: () => number
+  /** Waiters woken per turn of the event loop after a flush (see Waking); default 256. */
+  readonly wakeSlice?: number
 }
 
 /** What `wait` needs of a cancellation: an `AbortSignal`, or something lighter with the same three members. */
@@ -64,6 +81,7 @@ export interface WaitOptions {
 }
 
 export const DEFAULT_WAIT_RESOLUTION_MS = 100
+export const DEFAULT_WAKE_SLICE = 256
 
 interface Waiter {
   readonly handle: string
@@ -85,6 +103,11 @@ export class LiveWaiters {
   private timer: NodeJS.Timeout | undefined
   private count = 0
   private closed = false
+  private readonly wakeSlice: number
+  /** The waiters of each shape a flush advanced, still to be woken from `pendingAt` on (see Waking). */
+  private pending: Waiter[][] = []
+  private pendingAt = 0
+  private draining: NodeJS.Immediate | undefined
 
   constructor(options: LiveWaitersOptions) {
     const resolutionMs = options.resolutionMs ?? DEFAULT_WAIT_RESOLUTION_MS
@@ -92,6 +115,9 @@ export class LiveWaiters {
     this.resolutionMs = resolutionMs
     this.clock = options.now ?? (() => performance.now())
     this.store = options.store
+    const slice = options.wakeSlice ?? DEFAULT_WAKE_SLICE
+    if (!Number.isInteger(slice) || slice < 1) throw new RangeError(`wakeSlice must be a positive integer, got ${slice}`)
+    this.wakeSlice = slice
   }
 
   /**
@@ -103,7 +129,11 @@ export class LiveWaiters {
   private listen(): void {
     if (this.unsubscribe !== undefined) return
     this.unsubscribe = this.store.onFlush((result) => {
-      for (const id of result.advanced) this.wake(id, 'advanced')
+      for (const id of result.advanced) {
+        const set = this.byHandle.get(id)
+        if (set !== undefined) this.pending.push([...set])
+      }
+      if (this.draining === undefined) this.wakeSome()
     })
   }
 
@@ -168,6 +198,35 @@ export class LiveWaiters {
     this.closed = true
     this.unlisten()
     for (const set of [...this.byHandle.values()]) for (const w of [...set]) this.settle(w, 'aborted')
+    this.dropPending()
+  }
+
+  /** Wakes the next slice of the flushed waiters, and schedules the next slice if any remain. */
+  private wakeSome(): void {
+    this.draining = undefined
+    const pending = this.pending
+    let i = this.pendingAt
+    // Waiters resolved otherwise meanwhile are skipped, not counted.
+    for (let woken = 0; i < pending.length && woken < this.wakeSlice; i++) {
+      for (const w of pending[i]!) {
+        if (w.done) continue
+        this.settle(w, 'advanced')
+        woken++
+      }
+    }
+    if (i < pending.length && this.pending === pending) {
+      this.pendingAt = i
+      this.draining = setImmediate(() => this.wakeSome())
+    } else if (this.pending === pending) {
+      this.dropPending()
+    }
+  }
+
+  private dropPending(): void {
+    if (this.draining !== undefined) clearImmediate(this.draining)
+    this.draining = undefined
+    this.pending = []
+    this.pendingAt = 0
   }
 
   private wake(handle: string, result: WaitResult): void {
@@ -195,6 +254,8 @@ export class LiveWaiters {
     }
     this.count--
     if (this.count === 0) {
+      // Nobody left to wake: the flushed list holds only resolved waiters.
+      this.dropPending()
       this.unlisten()
       if (this.timer !== undefined) {
         clearInterval(this.timer)

@@ -86,6 +86,8 @@ const ROLLBACK_TIMEOUT_MS = 5_000
 
 const utf8 = new TextEncoder()
 
+const SNAPSHOT_SQL = 'SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text AS snapshot, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn'
+
 /**
  * Runs the initial snapshot of a shape (docs/protocol.md §9, docs/architecture.md §2) on a
  * connection from `pool` (the caller sizes it: a bounded pool shared by all
@@ -97,6 +99,10 @@ const utf8 = new TextEncoder()
  *   <catalog check: the table is still the one in `request.table`>
  *   <row query through a cursor, batch by batch, each batch awaited in the sink>
  *   COMMIT
+ *
+ * A query without parameters first tries all of it in one round trip, the
+ * rows capped at one batch plus one (`LIMIT`); a shape with more rows than a
+ * batch, or a failure, starts over as above (see `#whole`).
  *
  * The lock comes before the snapshot so that the table cannot change between
  * the catalog check and the end of the stream, and a DROP or ALTER committed
@@ -175,26 +181,95 @@ class SnapshotRun {
   }
 
   async execute(): Promise<SnapshotResult> {
-    const { client, request } = this
-    const info = request.table
-    const setup = [
+    // A backslash is read per the session's standard_conforming_strings, which one simple query lexes before its
+    // SET LOCAL runs; and a semicolon, however quoted, stays out of a simple query, which would run a second
+    // statement where the cursor's extended protocol refuses one.
+    if (this.request.text === undefined && this.params.length === 0 && this.statementTimeoutMs === 0 && !/[\\;]/.test(this.query)) {
+      const whole = await this.#whole()
+      if (whole !== undefined) return whole
+    }
+    return this.#streamed()
+  }
+
+  #setup(): string[] {
+    const info = this.request.table
+    return [
       'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
       ...Object.entries({ ...DISPLAY_SETTINGS, standard_conforming_strings: 'on' }).map(([name, value]) => `SET LOCAL ${settingName(name)} = ${literal(value)}`),
       ...(this.statementTimeoutMs > 0 ? [`SET LOCAL statement_timeout = ${this.statementTimeoutMs}`] : []),
       `LOCK TABLE ONLY ${quoteIdent(info.schema)}.${quoteIdent(info.name)} IN ACCESS SHARE MODE`,
     ]
+  }
+
+  /**
+   * A small shape in one round trip: the set-up, the snapshot, the catalog
+   * check, at most one batch of rows and the COMMIT in one simple query. Each
+   * round trip wakes a Postgres backend, and on a busy machine the waker
+   * often loses its core to it; a burst of new shapes paid four of them per
+   * shape. Undefined when the shape has more rows than one batch, or when the
+   * query failed (rolled back): the streamed path then starts over, with a
+   * snapshot of its own, and reports the failure precisely. Only for
+   * parameterless queries (a simple query cannot bind parameters) without a
+   * backslash or a semicolon.
+   */
+  async #whole(): Promise<SnapshotResult | undefined> {
+    const { client, request } = this
+    const info = request.table
+    const statements = [
+      ...this.#setup(),
+      SNAPSHOT_SQL,
+      tableByOidSql(info.oid),
+      `${this.query} LIMIT ${this.batchRows + 1}`,
+      'COMMIT',
+    ]
+    let results: pg.QueryResult[]
+    try {
+      results = await this.#step('begin', async () => (await client.query(statements.join('; '))) as unknown as pg.QueryResult[])
+    } catch (error) {
+      if (this.#connectionError !== undefined || this.#released) throw error
+      await this.#step('rollback', () => client.query('ROLLBACK'))
+      return undefined
+    }
+    const n = statements.length
+    if (!Array.isArray(results) || results.length !== n) throw new SnapshotError('protocol_error', 'the snapshot query returned fewer results than statements')
+    const { snapshot, insertLsn } = this.#snapshotOf(results[n - 4]!, results[n - 3]!)
+    const rows = results[n - 2]!.rows as Array<{ line?: unknown }>
+    if (rows.length > this.batchRows) return undefined
+    const lines = rows.map(({ line }) => {
+      if (typeof line !== 'string') throw new SnapshotError('protocol_error', 'the snapshot query returned a NULL line')
+      return utf8.encode(line)
+    })
+    await this.#sink('start', () => this.sink.start?.({ snapshot, insertLsn }))
+    if (lines.length > 0) await this.#sink('rows', () => this.sink.rows(lines))
+    return { snapshot, insertLsn, rows: lines.length }
+  }
+
+  /** The snapshot and insert LSN from their query's result, once the catalog's answer shows the table unchanged. */
+  #snapshotOf(snapshotResult: pg.QueryResult, catalogResult: pg.QueryResult): SnapshotStart {
+    const info = this.request.table
+    const row = snapshotResult.rows[0] as { snapshot?: unknown; lsn?: unknown } | undefined
+    if (row === undefined || typeof row.snapshot !== 'string' || typeof row.lsn !== 'string') {
+      throw new SnapshotError('protocol_error', 'pg_current_snapshot() returned no row')
+    }
+    const snapshot = parsePgSnapshot(row.snapshot)
+    const insertLsn = parseLsn(row.lsn)
+    const current = tableFromCatalogRows(catalogResult.rows)
+    const change = describeChange(info, current)
+    if (change !== undefined) {
+      throw new SnapshotError('table_changed', `${JSON.stringify(info.schema)}.${JSON.stringify(info.name)} changed since it was loaded: ${change}`)
+    }
+    return { snapshot, insertLsn }
+  }
+
+  async #streamed(): Promise<SnapshotResult> {
+    const { client } = this
+    const setup = this.#setup()
     // One round trip for the set-up, the snapshot and the catalog check: on a
     // busy machine each round trip costs a context switch to the backend and
     // back, and shapes are created by the thousand. The statements run in
     // order, so the snapshot is still taken after the lock.
     const results = await this.#step('begin', async () => {
-      const answer: unknown = await client.query(
-        [
-          ...setup,
-          'SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text AS snapshot, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn',
-          tableByOidSql(info.oid),
-        ].join('; '),
-      )
+      const answer: unknown = await client.query([...setup, SNAPSHOT_SQL, tableByOidSql(this.request.table.oid)].join('; '))
       return answer as pg.QueryResult[]
     })
     const snapshotResult = results[results.length - 2]
@@ -202,19 +277,7 @@ class SnapshotRun {
     if (!Array.isArray(results) || snapshotResult === undefined || catalogResult === undefined) {
       throw new SnapshotError('protocol_error', 'the snapshot set-up returned fewer results than statements')
     }
-    const row = snapshotResult.rows[0] as { snapshot?: unknown; lsn?: unknown } | undefined
-    if (row === undefined || typeof row.snapshot !== 'string' || typeof row.lsn !== 'string') {
-      throw new SnapshotError('protocol_error', 'pg_current_snapshot() returned no row')
-    }
-    const snapshot = parsePgSnapshot(row.snapshot)
-    const insertLsn = parseLsn(row.lsn)
-
-    const current = tableFromCatalogRows(catalogResult.rows)
-    const change = describeChange(info, current)
-    if (change !== undefined) {
-      throw new SnapshotError('table_changed', `${JSON.stringify(info.schema)}.${JSON.stringify(info.name)} changed since it was loaded: ${change}`)
-    }
-
+    const { snapshot, insertLsn } = this.#snapshotOf(snapshotResult, catalogResult)
     await this.#sink('start', () => this.sink.start?.({ snapshot, insertLsn }))
     const rows = await this.#stream()
     await this.#step('commit', () => client.query('COMMIT'))

@@ -165,6 +165,46 @@ describe('LiveWaiters on fake timers', () => {
     expect(vi.getTimerCount()).toBe(base)
   })
 
+  it('a flush that advances many shapes wakes their waiters slice by slice, one slice per turn, in the order it named them', async () => {
+    const flushes = new FakeFlushes()
+    const waiters = new LiveWaiters({ store: flushes, wakeSlice: 100 })
+    const handles = Array.from({ length: 1000 }, (_, i) => `s${i}`)
+    const order: string[] = []
+    const results = handles.map((h) => waiters.wait(h, { timeoutMs: 60_000 }).then((r) => (order.push(h), r)))
+    const aborter = new AbortController()
+    const aborted = waiters.wait('s950', { timeoutMs: 60_000, signal: aborter.signal })
+    flushes.emit(handles)
+    // One slice at once; the rest wait for later turns of the event loop.
+    expect(waiters.size).toBe(1001 - 100)
+    await Promise.resolve()
+    expect(order).toEqual(handles.slice(0, 100))
+    await new Promise((r) => setImmediate(r))
+    expect(waiters.size).toBe(1001 - 200)
+    // A waiter still to be woken can be resolved otherwise meanwhile; its turn then skips it.
+    aborter.abort()
+    expect(await aborted).toBe('aborted')
+    // A waiter that comes after the flush read the head after it: not woken by it.
+    const late = track(waiters.wait('s999', { timeoutMs: 60_000 }))
+    expect(await Promise.all(results)).toEqual(handles.map(() => 'advanced'))
+    expect(order).toEqual(handles)
+    expect(late.result).toBeUndefined()
+    expect(waiters.size).toBe(1)
+    waiters.close()
+    await Promise.resolve()
+    expect(late.result).toBe('aborted')
+  })
+
+  it('never splits the waiters of one shape across turns: they wake together, to share one read', () => {
+    const flushes = new FakeFlushes()
+    const waiters = new LiveWaiters({ store: flushes, wakeSlice: 100 })
+    for (let i = 0; i < 500; i++) void waiters.wait('busy', { timeoutMs: 60_000 })
+    for (let i = 0; i < 300; i++) void waiters.wait(`s${i}`, { timeoutMs: 60_000 })
+    flushes.emit(['s0', 'busy', ...Array.from({ length: 299 }, (_, i) => `s${i + 1}`)])
+    // s0 (1) is under the slice, so 'busy' (500) goes with it; the rest wait.
+    expect(waiters.size).toBe(800 - 501)
+    waiters.close()
+  })
+
   it('the timer and the flush listener are there only while waiters exist, and close() stops everything', async () => {
     vi.useFakeTimers()
     const base = vi.getTimerCount()

@@ -36,9 +36,9 @@ function expectReleased(pool: pg.Pool): void {
   expect(pool.waitingCount).toBe(0)
 }
 
-async function backendsOf(app: string): Promise<Array<{ state: string; query: string }>> {
-  const { rows } = await cluster.query<{ state: string; query: string }>(
-    'SELECT state, query FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
+async function backendsOf(app: string): Promise<Array<{ state: string; query: string; wait: string | null }>> {
+  const { rows } = await cluster.query<{ state: string; query: string; wait: string | null }>(
+    'SELECT state, query, wait_event AS wait FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
     [app],
   )
   return rows
@@ -153,6 +153,60 @@ describe('runSnapshot', () => {
     const result = await runSnapshot(pool, { table: info, text, values: ['10', '12'] }, sink)
     expect(result.rows).toBe(3)
     expect(sink.lines.map((l) => (JSON.parse(l) as { value: unknown }).value)).toEqual([{ id: '10' }, { id: '11' }, { id: '12' }])
+  })
+
+  it('takes a shape of at most one batch in one round trip, and a bigger one through the cursor, with the same rows', async () => {
+    const pool = newPool({ max: 1 })
+    const queries: string[] = []
+    pool.on('connect', (client) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown
+      ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        queries.push(typeof args[0] === 'string' ? args[0] : 'cursor')
+        return query(...args)
+      }
+    })
+    const info = await mustLoad('items')
+    const take = async (batchRows: number, where?: string): Promise<{ lines: string[]; queries: string[]; result: SnapshotResult }> => {
+      queries.length = 0
+      const sink = new Collect()
+      const result = await runSnapshot(pool, { table: info, where, batchRows }, sink)
+      return { lines: sink.lines, queries: [...queries], result }
+    }
+    const small = await take(10, '"id" <= 10')
+    expect(small.queries).toHaveLength(1)
+    expect(small.queries[0]).toMatch(/^BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;.* LIMIT 11; COMMIT$/s)
+    expect(small.result.rows).toBe(10)
+    expect(await backendsOf(pool.app)).toEqual([expect.objectContaining({ state: 'idle' })])
+    const empty = await take(10, 'FALSE')
+    expect(empty.queries).toHaveLength(1)
+    expect(empty.lines).toEqual([])
+    // One row more than a batch: the cursor, from a snapshot of its own.
+    const over = await take(10, '"id" <= 11')
+    expect(over.queries.slice(1)).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
+    expect(over.result.rows).toBe(11)
+    // The same rows either way.
+    const streamed = await take(3, '"id" <= 10')
+    expect(streamed.queries.slice(1)).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
+    expect(streamed.lines).toEqual(small.lines)
+    // With parameters, or a semicolon (even quoted), the cursor at once.
+    queries.length = 0
+    await runSnapshot(pool, { table: info, where: '"id" <= $1', params: ['5'] }, new Collect())
+    expect(queries).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
+    queries.length = 0
+    const semicolon = new Collect()
+    await runSnapshot(pool, { table: info, where: `"title" <> 'x;y' AND "id" = 1` }, semicolon)
+    expect(queries).toEqual([expect.stringMatching(/^BEGIN/), 'cursor', 'COMMIT'])
+    expect(semicolon.lines).toHaveLength(1)
+    expectReleased(pool)
+  })
+
+  it('reads a backslash in the where clause as standard SQL even where the session says otherwise', async () => {
+    await cluster.query(`CREATE TABLE slashes (id int PRIMARY KEY, title text); INSERT INTO slashes VALUES (1, 'a\\b'), (2, 'ab')`)
+    const pool = newPool({ max: 1, options: '-c standard_conforming_strings=off -c escape_string_warning=off' })
+    const sink = new Collect()
+    const result = await runSnapshot(pool, { table: await mustLoad('slashes'), where: `"title" = 'a\\b'` }, sink)
+    expect(result.rows).toBe(1)
+    expect(JSON.parse(sink.lines[0]!)).toMatchObject({ value: { id: '1', title: 'a\\b' } })
   })
 
   it('streams 200k rows in batches with bounded memory', async () => {
@@ -311,7 +365,7 @@ describe('runSnapshot: aborts', () => {
     const pool = newPool({ max: 1 })
     const controller = new AbortController()
     const running = runSnapshot(pool, { table: await mustLoad('items'), where: '(SELECT pg_sleep(30)) IS NOT NULL', signal: controller.signal }, new Collect())
-    await waitFor(async () => (await backendsOf(pool.app)).some((b) => b.state === 'active' && b.query.includes('pg_sleep')), 'the query to run')
+    await waitFor(async () => (await backendsOf(pool.app)).some((b) => b.state === 'active' && b.wait === 'PgSleep'), 'the query to run')
     const abortedAt = Date.now()
     controller.abort()
     const error = await errorOf(running)
