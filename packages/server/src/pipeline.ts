@@ -53,6 +53,8 @@ export interface PipelineOptions {
   /** Postgres connections for subset snapshots (docs/protocol.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
+  /** Ready shapes no request used for this long expire (default DEFAULT_SHAPE_TTL_MS; 0: never). See ShapeManagerOptions.shapeTtlMs. */
+  readonly shapeTtlMs?: number
   /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
   readonly tableCacheMs?: number
   /** How often the catalog is checked for DDL on tables with shapes (default DEFAULT_CATALOG_CHECK_MS; 0: never). See ShapeManagerOptions.catalogCheckMs. */
@@ -230,6 +232,7 @@ export class Pipeline {
         spillDir: queues,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
+        ...(options.shapeTtlMs === undefined ? {} : { shapeTtlMs: options.shapeTtlMs }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
         ...(options.catalogCheckMs === undefined ? {} : { catalogCheckMs: options.catalogCheckMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),

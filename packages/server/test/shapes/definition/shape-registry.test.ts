@@ -49,7 +49,10 @@ describe('ShapeRegistry', () => {
     expect(other).not.toBe(handle)
     expect(registry.size).toBe(2)
     expect(registry.get('1-1')).toBeUndefined()
-    expect(registry.status('1-1')).toBe('unknown')
+    // Older than the newest handle: retired (see status); newer, or not a handle: unknown.
+    expect(registry.status('1-1')).toBe('expired')
+    expect(registry.status('1-9000000')).toBe('unknown')
+    expect(registry.status('not-a-handle')).toBe('unknown')
   })
 
   it('keeps its own frozen copy', () => {
