@@ -252,6 +252,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     this.inUse = inUse
   }
 
+  /** Whether live requests wait on the shape (as `setInUse` was told). */
+  waitedOn(handle: string): boolean {
+    return this.inUse(handle)
+  }
+
   /** Expires the shapes unused for the TTL now, rather than at the next sweep; resolves when they are gone. */
   sweep(): Promise<void> {
     if (this.sweeping !== undefined) return this.sweeping
