@@ -117,6 +117,20 @@ describe('ShapeRegistry', () => {
     expect(parseHandle(after.register(AWKWARD))?.micros).toBeGreaterThan(before.handleFloor)
   })
 
+  it('a forgotten handle stays retired, and a registry started at the clock knows earlier handles as retired', () => {
+    const registry = frozenRegistry(2_000_000)
+    const gone = registry.register(ITEMS)
+    registry.invalidate(gone)
+    registry.forget(gone)
+    expect(registry.entries()).toEqual([])
+    expect(registry.status(gone)).toBe('expired')
+    // After a restart that restored nothing: only the floor (the clock at start) knows the handle.
+    const restarted = ShapeRegistry.restore([], { clock: () => 3_000_000, floor: 3_000_000 })
+    expect(restarted.status(gone)).toBe('expired')
+    expect(restarted.status(`${definitionHash(ITEMS)}-3000001`)).toBe('unknown')
+    expect(parseHandle(restarted.register(ITEMS))!.micros).toBeGreaterThan(3_000_000)
+  })
+
   it('restore resolves two active handles for one definition to the newest', () => {
     const registry = ShapeRegistry.restore([
       { handle: '9-300', definition: ITEMS, expired: false },
