@@ -42,12 +42,14 @@ export const DEFAULT_MAX_CREATING_SHAPES = 100
 
 /**
  * New shapes one client may create per minute (a token bucket: this many at
- * once, refilled over a minute); more get 429 + retry-after. Clients are told
- * apart by `--client-id-header`, else by address. Generous for an app that
- * opens a few dozen shapes per page; it stops one client from cycling the
- * server's shapes through eviction. 0: no limit.
+ * once, refilled over a minute); more get 429 + retry-after. Off by default:
+ * clients are told apart by `--client-id-header`, else by peer address, and
+ * behind a proxy or CDN that sets no header every client has the proxy's
+ * address, so a default limit would throttle all clients together. Turn it
+ * on with the header an auth proxy sets (a few hundred a minute is generous
+ * for an app that opens a few dozen shapes per page). 0: no limit.
  */
-export const DEFAULT_CLIENT_SHAPES_PER_MINUTE = 600
+export const DEFAULT_CLIENT_SHAPES_PER_MINUTE = 0
 
 /**
  * How long a table's catalog answer serves shape requests before Postgres is

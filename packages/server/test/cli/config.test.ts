@@ -25,7 +25,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   maxShapes: 1_000_000,
   shapeTtlMs: 86_400_000,
   maxCreatingShapes: 100,
-  clientShapesPerMinute: 600,
+  clientShapesPerMinute: 0,
   clientIdHeader: undefined,
   publication: 'sluice_publication',
   slot: 'sluice_slot',
