@@ -22,7 +22,7 @@ afterAll(() => rmSync(out, { recursive: true, force: true }))
 function runBench(): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--conditions=sluice-source', '--import', tsx, runScript], {
-      env: { ...process.env, QUICK: '1', BENCH_SHAPES: '40', BENCH_TTL_S: '4', BENCH_SETTLE_S: '2', BENCH_RESULTS_DIR: out },
+      env: { ...process.env, QUICK: '1', BENCH_SHAPES: '40', BENCH_TTL_S: '4', BENCH_SETTLE_S: '2', BENCH_AFTER_S: '2', BENCH_RESULTS_DIR: out },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let output = ''

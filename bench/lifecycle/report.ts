@@ -16,6 +16,8 @@ export interface Phase {
   readonly heapUsedBytes: number
   /** Bytes the store's directory (logs/) occupies on disk (allocated blocks). */
   readonly diskBytes: number
+  /** Of those, the shapes' own files (logs/shapes and logs/trash); the rest is the journal and the watermark files. */
+  readonly shapeFileBytes: number
   /** Files under logs/. */
   readonly files: number
   readonly load1: number
@@ -28,6 +30,8 @@ export interface Report {
   readonly concurrency: number
   readonly ttlSeconds: number
   readonly settleSeconds: number
+  /** The window after expiry (longer: V8 returns freed heap pages only after idle-time collections). */
+  readonly afterSeconds: number
   /** How the shapes were made: over HTTP, one `offset=-1` GET each, against the `sluice start` process. */
   readonly createdOver: 'http'
   /** Wall time to create them all, and the rate. */

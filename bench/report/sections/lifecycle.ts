@@ -13,10 +13,10 @@ function render(report: Report): SectionContent {
   const perShape = bytesPerIdleShape(report)
   const points: Table = {
     title: 'The server at each point (median RSS of the second half of each settle window)',
-    headers: ['point', 'shapes', 'RSS', 'V8 heap used', 'disk (logs/)', 'files', 'load (1 min)'],
-    align: ['l', 'r', 'r', 'r', 'r', 'r', 'r'],
-    rows: report.phases.map((p: Phase) => [p.label, num(p.shapes), mib(p.rssBytes), mib(p.heapUsedBytes), kib(p.diskBytes), num(p.files), num(p.load1, 1)]),
-    note: 'Disk: allocated blocks of every file and directory under the store (logs/), the journal included.',
+    headers: ['point', 'shapes', 'RSS', 'V8 heap used', 'disk (logs/)', 'shape files', 'files', 'load (1 min)'],
+    align: ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows: report.phases.map((p: Phase) => [p.label, num(p.shapes), mib(p.rssBytes), mib(p.heapUsedBytes), kib(p.diskBytes), kib(p.shapeFileBytes), num(p.files), num(p.load1, 1)]),
+    note: 'Disk: allocated blocks of every file and directory under the store (logs/), the journal included; shape files: logs/shapes and logs/trash alone.',
   }
   const targets: Table = {
     title: 'Targets (issue 32 item 6)',
@@ -53,7 +53,7 @@ function render(report: Report): SectionContent {
     method: [
       `Shapes made over HTTP against the server process (one \`offset=-1\` GET each, ${num(report.concurrency)} at once, the creation limits off): ${num(report.createSeconds)} s, ${num(report.createPerSecond, 1)} shapes/s.`,
       `\`--shape-ttl ${num(report.ttlSeconds)}s\`, above the creation time; every shape expired ${num(report.expireSeconds)} s after the last was made.`,
-      `Each point: RSS from /proc every 0.5 s for ${num(report.settleSeconds)} s, the median of the second half; the V8 heap and shape count from /metrics; disk as allocated blocks under logs/.`,
+      `Each point: RSS from /proc every 0.5 s for ${num(report.settleSeconds)} s (after expiry ${num(report.afterSeconds)} s), the median of the second half; the V8 heap and shape count from /metrics; disk as allocated blocks under logs/.`,
     ],
     machine: machineLines(report.machine),
     load: [`load average (1 min) at the three points: ${report.phases.map((p) => `${num(p.load1, 1)} (${p.label})`).join(', ')}`],
