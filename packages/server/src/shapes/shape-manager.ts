@@ -368,10 +368,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     }
     const { handle, created } = this.registry.registerEntry(definition)
     if (!created) {
-      release?.()
       // Another request created it while this one awaited.
       const shape = this.shapes.get(handle)
       if (shape !== undefined) {
+        release?.()
         shape.lastUsed = this.uses.stamp()
         return { handle, definition, where: shape.where, table: shape.table, created: false }
       }
