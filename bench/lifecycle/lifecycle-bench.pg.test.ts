@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { type Report, bytesPerIdleShape } from './report.js'
 
 /**
- * The lifecycle benchmark end to end on tiny sizes (40 shapes, a 4 s TTL,
+ * The lifecycle benchmark end to end on tiny sizes (40 shapes, a 15 s TTL,
  * 2 s windows): the server starts, every shape is made, counted and then
  * expired, the store's shape files go, and the report holds what it claims.
  * Figures are not checked: the machine is shared.
@@ -22,7 +22,7 @@ afterAll(() => rmSync(out, { recursive: true, force: true }))
 function runBench(): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--conditions=sluice-source', '--import', tsx, runScript], {
-      env: { ...process.env, QUICK: '1', BENCH_SHAPES: '40', BENCH_TTL_S: '4', BENCH_SETTLE_S: '2', BENCH_AFTER_S: '2', BENCH_RESULTS_DIR: out },
+      env: { ...process.env, QUICK: '1', BENCH_SHAPES: '40', BENCH_TTL_S: '15', BENCH_SETTLE_S: '2', BENCH_AFTER_S: '2', BENCH_RESULTS_DIR: out },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let output = ''

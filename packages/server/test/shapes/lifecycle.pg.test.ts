@@ -67,14 +67,42 @@ async function follow(get: (path: string) => Promise<Res>, table: string, where:
 
 const shapeDir = (dir: string, handle: string): string => join(dir, 'logs', 'shapes', handle)
 
+/**
+ * Expiry's clock, moved by the test: nothing expires by the machine's speed,
+ * only when the test lets the TTL pass (twice: a sweep pairs the clock with
+ * the uses so far, and the next one a TTL later finds them old).
+ */
+const TTL_MS = 1000
+function manualClock(): { readonly now: () => number; pass(pipeline: Pipeline): Promise<void> } {
+  let at = 0
+  return {
+    now: () => at,
+    async pass(pipeline) {
+      for (let i = 0; i < 2; i++) {
+        at += TTL_MS
+        await pipeline.shapes.sweep()
+      }
+    },
+  }
+}
+
+async function expireUnused(pipeline: Pipeline, clock: ReturnType<typeof manualClock>, handle: string): Promise<void> {
+  // A timer's sweep may be running with the clock as it was: pass the TTL until the shape is gone.
+  await eventually(async () => {
+    await clock.pass(pipeline)
+    return pipeline.shapes.status(handle) !== 'active'
+  }, 'the shape to expire')
+}
+
 describe('expiry', () => {
   it('a shape unused for the TTL expires: its files go, and a client that comes back gets 409 and the new handle', async () => {
-    const { pipeline, dir, get } = await start({ shapeTtlMs: 300 })
+    const clock = manualClock()
+    const { pipeline, dir, get } = await start({ shapeTtlMs: TTL_MS, shapeClock: clock.now })
     const table = await createTable()
     const { handle, offset } = await follow(get, table, 'n > 5')
     expect(existsSync(shapeDir(dir, handle))).toBe(true)
 
-    await eventually(() => pipeline.shapes.status(handle) !== 'active', 'the shape to expire')
+    await expireUnused(pipeline, clock, handle)
     expect(pipeline.shapes.size).toBe(0)
     expect(pipeline.shapes.stats().expired).toBe(1)
     expect(existsSync(shapeDir(dir, handle))).toBe(false)
@@ -93,17 +121,17 @@ describe('expiry', () => {
   })
 
   it('a shape a live request waits on does not expire; an unused one beside it does', async () => {
-    const { pipeline, server, get } = await start({ shapeTtlMs: 200 }, { longPollTimeoutMs: 60_000 })
+    const clock = manualClock()
+    const { pipeline, server, get } = await start({ shapeTtlMs: TTL_MS, shapeClock: clock.now }, { longPollTimeoutMs: 60_000 })
     const table = await createTable()
     const busy = await follow(get, table, 'n > 1')
     const idle = await follow(get, table, 'n > 2')
     const parked = call(server.port, shapeUrl({ table, offset: busy.offset, handle: busy.handle, where: 'n > 1', live: 'true' }))
     await eventually(() => pipeline.shapes.waitedOn(busy.handle), 'the long-poll to park')
-    await eventually(() => pipeline.shapes.status(idle.handle) !== 'active', 'the idle shape to expire')
-    // Several sweeps later the waited-on shape is still there.
-    const sweeps = pipeline.shapes.stats().expired
-    await new Promise((resolve) => setTimeout(resolve, 600))
-    expect(pipeline.shapes.stats().expired).toBe(sweeps)
+    await expireUnused(pipeline, clock, idle.handle)
+    // Many TTLs later the waited-on shape is still there.
+    for (let i = 0; i < 5; i++) await clock.pass(pipeline)
+    expect(pipeline.shapes.stats().expired).toBe(1)
     expect(pipeline.shapes.status(busy.handle)).toBe('active')
     await cluster.query(`UPDATE ${table} SET n = n + 100 WHERE id = 3`)
     const woken = await parked
@@ -111,12 +139,13 @@ describe('expiry', () => {
   })
 
   it('the official client following an expired shape comes back, refetches and ends equal to Postgres', async () => {
-    const { pipeline, server, get } = await start({ shapeTtlMs: 300 })
+    const clock = manualClock()
+    const { pipeline, server, get } = await start({ shapeTtlMs: TTL_MS, shapeClock: clock.now })
     const table = await createTable(30)
     const where = 'n <= 20'
     const url = `http://127.0.0.1:${server.port}/v1/shape`
     const { handle, offset } = await follow(get, table, where)
-    await eventually(() => pipeline.shapes.status(handle) !== 'active', 'the shape to expire')
+    await expireUnused(pipeline, clock, handle)
     // Rows change while the client is away.
     await cluster.query(`DELETE FROM ${table} WHERE id = 1; UPDATE ${table} SET n = 0 WHERE id = 25; INSERT INTO ${table} VALUES (100, 7)`)
     await caughtUp(pipeline, cluster)
