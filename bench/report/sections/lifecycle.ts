@@ -1,7 +1,7 @@
 /** The lifecycle benchmark's section: a server's RSS and disk with 20,000 idle shapes, and after they expired. */
 import { type Phase, type Report, TARGET, bytesPerIdleShape, phase } from '../../lifecycle/report.js'
 import type { ChartSpec } from '../chart.js'
-import { machineLines, mib, num, ratio } from '../format.js'
+import { machineLines, mib, num, pressureLine, ratio } from '../format.js'
 import type { ReportSection, SectionContent, Table } from '../section.js'
 
 const kib = (bytes: number): string => `${num(bytes / 1024, 1)} KiB`
@@ -56,7 +56,7 @@ function render(report: Report): SectionContent {
       `Each point: RSS from /proc every 0.5 s for ${num(report.settleSeconds)} s (after expiry ${num(report.afterSeconds)} s), the median of the second half; the V8 heap and shape count from /metrics; disk as allocated blocks under logs/.`,
     ],
     machine: machineLines(report.machine),
-    load: [`load average (1 min) at the three points: ${report.phases.map((p) => `${num(p.load1, 1)} (${p.label})`).join(', ')}`],
+    load: [`load average (1 min) at the three points: ${report.phases.map((p) => `${num(p.load1, 1)} (${p.label})`).join(', ')}`, pressureLine([])],
     tables: [points, targets].filter((t) => t.rows.length > 0),
     charts: report.phases.length === 0 ? [] : [chart],
     headline,
