@@ -5,6 +5,7 @@ import { useTempDir, usePostgres } from '@sluice/test-utils'
 import type { Offset } from '@electric-sql/client'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { BuildAppOptions } from '../../src/http/index.js'
+import { ServerMetrics } from '../../src/metrics.js'
 import type { Pipeline, PipelineOptions } from '../../src/pipeline.js'
 import { type SchemaEntry, expectedClientRows } from '../compat/client-values.js'
 import { type RecordedExchange, eventually, openStream, rowKey, shapeOf } from '../compat/compat-harness.js'
@@ -186,6 +187,14 @@ describe('eviction past --max-shapes', () => {
     expect(pipeline.shapes.status(c.handle)).toBe('active')
     expect(pipeline.shapes.size).toBe(3)
     expect(pipeline.shapes.stats().evicted).toBe(2)
+    const metrics = new ServerMetrics({ pipeline, connectionString: cluster.url, slotName: 'sluice_slot', defaultMetrics: false })
+    try {
+      const text = await metrics.registry.metrics()
+      expect(text).toMatch(/^sluice_shapes_evicted_total 2$/m)
+      expect(text).toMatch(/^sluice_shapes_expired_total 0$/m)
+    } finally {
+      await metrics.close()
+    }
 
     const back = await get(shapeUrl({ table, offset: b.offset, handle: b.handle, where: 'n > 2' }))
     expect(back.status).toBe(409)
