@@ -12,6 +12,7 @@ import { fanoutSection } from './sections/fanout.js'
 import { httpSection } from './sections/http.js'
 import { liveSection } from './sections/live.js'
 import { largeSection } from './sections/large.js'
+import { lifecycleSection } from './sections/lifecycle.js'
 import { memorySection } from './sections/memory.js'
 import { overlapSection } from './sections/overlap.js'
 import { pipelineSection } from './sections/pipeline.js'
@@ -53,4 +54,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'cdn', script: 'bench:cdn', quickEnv: { QUICK: '1' }, section: cdnSection },
   // QUICK: 1, 100 and 300 overlapping shapes, 10 writes each; 100 and 400 shapes created at once (the 400 meet the admission limit).
   { name: 'overlap', script: 'bench:overlap', quickEnv: { QUICK: '1' }, section: overlapSection },
+  // QUICK: 500 shapes made, measured idle, expired after 45 s (about two minutes).
+  { name: 'lifecycle', script: 'bench:lifecycle', quickEnv: { QUICK: '1' }, section: lifecycleSection },
 ]

@@ -88,6 +88,18 @@ export const ERROR_CODES = {
     retryAfter: 10,
   },
   snapshot_failed: { status: 503, body: 'message', message: 'Snapshot creation failed', retryAfter: 10 },
+  // Sluice's shape-creation limits (not Electric's): a client that creates too many new shapes, and too many at once
+  // server-wide. retry-after is the server's: when the client's next new shape is allowed, or a short spread.
+  shape_rate_limited: {
+    status: 429,
+    body: 'code_message',
+    message: 'Too many new shapes from this client, please retry later',
+  },
+  creation_limit_exceeded: {
+    status: 503,
+    body: 'code_message',
+    message: 'Too many shapes being created at once, please retry',
+  },
 } as const satisfies Readonly<Record<string, ErrorSpec>>
 
 export type ErrorCode = keyof typeof ERROR_CODES

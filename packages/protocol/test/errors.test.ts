@@ -44,6 +44,8 @@ describe('error bodies (docs/protocol.md §5.4)', () => {
       '{"code":"concurrent_request_limit_exceeded","message":"Concurrent request limit exceeded, please retry"}',
     ],
     ['database_unreachable', 503, '{"code":"database_unreachable","error":"Database is unreachable"}'],
+    ['shape_rate_limited', 429, '{"code":"shape_rate_limited","message":"Too many new shapes from this client, please retry later"}'],
+    ['creation_limit_exceeded', 503, '{"code":"creation_limit_exceeded","message":"Too many shapes being created at once, please retry"}'],
   ]
 
   it.each(cases)('%s → %i %s', (code, status, expected) => {

@@ -11,6 +11,9 @@ import {
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_SHAPES,
+  DEFAULT_SHAPE_TTL_MS,
+  DEFAULT_MAX_CREATING_SHAPES,
+  DEFAULT_CLIENT_SHAPES_PER_MINUTE,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_SSE_TIMEOUT_MS,
@@ -48,6 +51,14 @@ export interface SluiceConfig {
   readonly routeAhead: boolean
   readonly snapshotConnections: number
   readonly maxShapes: number
+  /** Ready shapes no request used for this long expire (0: never). */
+  readonly shapeTtlMs: number
+  /** Shapes being created at once before 503 (0: no limit). */
+  readonly maxCreatingShapes: number
+  /** New shapes per client per minute before 429 (0: no limit). */
+  readonly clientShapesPerMinute: number
+  /** The header that tells clients apart for the per-client limit; unset: the peer address. */
+  readonly clientIdHeader: string | undefined
   readonly tableCacheMs: number
   readonly catalogCheckMs: number
   readonly publication: string
@@ -144,7 +155,11 @@ export const SETTINGS: readonly Setting[] = [
     description:
       'How often the catalog is checked for DDL on tables with shapes that no write announces (a dropped or renamed table, a new primary key or replica identity): the longest a request waiting on such a shape waits for its 409 (0: never).',
   },
-  { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
+  { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a new shape beyond it evicts the least recently used one (its clients get 409 and resync).' },
+  { key: 'shapeTtlMs', flag: 'shape-ttl', env: 'SLUICE_SHAPE_TTL', type: 'duration', default: `${DEFAULT_SHAPE_TTL_MS / 3_600_000}h`, min: 0, max: 31_536_000_000, description: 'A shape no request used for this long (and on which no live request waits) expires: its files and memory are freed, and a client that comes back gets 409 and resyncs (0: never). A restart counts as a use.' },
+  { key: 'maxCreatingShapes', flag: 'max-creating-shapes', env: 'SLUICE_MAX_CREATING_SHAPES', type: 'integer', default: String(DEFAULT_MAX_CREATING_SHAPES), min: 0, max: 1_000_000, description: 'Shapes being created at once; a request that would create one more gets 503 creation_limit_exceeded + retry-after (0: no limit).' },
+  { key: 'clientShapesPerMinute', flag: 'client-shapes-per-minute', env: 'SLUICE_CLIENT_SHAPES_PER_MINUTE', type: 'integer', default: String(DEFAULT_CLIENT_SHAPES_PER_MINUTE), min: 0, max: 100_000_000, description: 'New shapes one client may create per minute (that many at once, refilled over the minute); more get 429 shape_rate_limited + retry-after (0: no limit).' },
+  { key: 'clientIdHeader', flag: 'client-id-header', env: 'SLUICE_CLIENT_ID_HEADER', type: 'string', default: undefined, description: 'Request header that tells clients apart for --client-shapes-per-minute (set by an auth proxy or CDN in front, e.g. x-forwarded-for or a user id); unset or absent: the peer address.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
   { key: 'routeAhead', flag: 'route-ahead', env: 'SLUICE_ROUTE_AHEAD', type: 'boolean', default: 'true', description: 'Route a transaction that Postgres streams before its commit while it arrives, keeping its encoded lines in a scratch file until the commit, so its rows reach clients soon after it; --no-route-ahead routes it only once it has committed (to compare the two).' },
@@ -307,6 +322,8 @@ function parseValue(setting: Setting, text: string): Parsed {
           return { ok: false, expected: 'a name of 1-63 bytes without NUL' }
         }
       }
+      // Node gives header names in lower case.
+      if (setting.key === 'clientIdHeader') return { ok: true, value: text.toLowerCase() }
       return { ok: true, value: text }
     case 'url': {
       let url: URL

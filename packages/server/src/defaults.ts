@@ -18,8 +18,38 @@ export const DEFAULT_SNAPSHOT_CONNECTIONS = 4
 /** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
 export const DEFAULT_SUBSET_CONNECTIONS = 2
 
-/** Most shapes kept at once; a request for a new shape beyond it is refused. */
+/** Most shapes kept at once; a new shape beyond it evicts the least recently used one. */
 export const DEFAULT_MAX_SHAPES = 1_000_000
+
+/**
+ * How long a ready shape no request uses is kept (0: for ever). A client that
+ * follows a shape uses it at every long-poll (20 s) or SSE stream (60 s), and
+ * every new client of it too, so only shapes nobody asked for in this long
+ * go. A day keeps every shape of an app used daily; the shape of a client
+ * that comes back later costs one snapshot and one download (a 409 and a
+ * refetch), while a shape kept costs its memory and files for as long as it
+ * is kept, which for one-off where clauses is for ever.
+ */
+export const DEFAULT_SHAPE_TTL_MS = 24 * 60 * 60 * 1000
+
+/**
+ * Shapes being created at once (snapshots running or queued for one of the
+ * snapshot connections); a request that would create one more gets 503 +
+ * retry-after. Each waits for a snapshot connection, so past a few dozen
+ * more only add queue memory and latency.
+ */
+export const DEFAULT_MAX_CREATING_SHAPES = 100
+
+/**
+ * New shapes one client may create per minute (a token bucket: this many at
+ * once, refilled over a minute); more get 429 + retry-after. Off by default:
+ * clients are told apart by `--client-id-header`, else by peer address, and
+ * behind a proxy or CDN that sets no header every client has the proxy's
+ * address, so a default limit would throttle all clients together. Turn it
+ * on with the header an auth proxy sets (a few hundred a minute is generous
+ * for an app that opens a few dozen shapes per page). 0: no limit.
+ */
+export const DEFAULT_CLIENT_SHAPES_PER_MINUTE = 0
 
 /**
  * How long a table's catalog answer serves shape requests before Postgres is

@@ -50,7 +50,16 @@ export const SERVER_ERRORS = {
   invalid_columns: { description: 'The selected columns are not valid for the table', wire: 'invalid_request', field: 'columns' },
   snapshot_failed: { description: 'The initial snapshot failed', wire: 'snapshot_failed' },
   shape_invalidated: { description: 'The shape was invalidated while it was being created', wire: 'must_refetch' },
-  too_many_shapes: { description: 'The shape limit is reached', wire: 'stack_not_ready', wireMessage: 'Too many shapes, please retry later' },
+  too_many_shapes: {
+    description: 'The shape limit is reached and no shape can be evicted (every shape is being created)',
+    wire: 'stack_not_ready',
+    wireMessage: 'Too many shapes, please retry later',
+  },
+  shape_rate_limited: {
+    description: 'This client created more new shapes than --client-shapes-per-minute allows; retry-after says when the next is allowed',
+    wire: 'shape_rate_limited',
+  },
+  creation_limit_exceeded: { description: 'More shapes are being created at once than --max-creating-shapes allows', wire: 'creation_limit_exceeded' },
   shutting_down: { description: 'The server is shutting down', wire: 'stack_not_ready', wireMessage: 'Server is shutting down' },
   invalid_shape_meta: { description: "A shape's stored definition does not decode", wire: 'internal' },
 

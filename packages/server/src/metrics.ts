@@ -159,6 +159,8 @@ export class ServerMetrics implements HttpMetrics {
     shapeGauge('sluice_shape_spilled_queues', 'Queues of shapes being created that moved to disk.', (s) => s.spilledQueues)
     shapeGauge('sluice_replication_paused', '1 while replication is paused for the memory of transactions and queues (--memory-budget).', (s) => (s.paused ? 1 : 0))
     shapeGauge('sluice_replication_pauses', 'Times replication was paused for the memory of transactions and queues since start.', (s) => s.pauses)
+    mirroredCounter('sluice_shapes_expired_total', 'Shapes expired: no request used them for --shape-ttl (clients that come back get 409).', registers, () => pipeline.shapes.stats().expired)
+    mirroredCounter('sluice_shapes_evicted_total', 'Shapes evicted: the least recently used, when a new shape needed room past --max-shapes (clients get 409).', registers, () => pipeline.shapes.stats().evicted)
     const storeGauge = statsGauge(() => pipeline.store.stats())
     storeGauge('sluice_storage_tail_bytes', 'Bytes of changes journaled and not yet written to their shape logs (past --tail-budget replication pauses).', (s) => s.tailBytes)
     storeGauge('sluice_storage_journal_segments', 'Journal segments on disk (more than one: a checkpoint is due or running).', (s) => s.journalSegments)

@@ -16,7 +16,7 @@ import {
   headOffset,
 } from './shape-service.js'
 import { type ShapeDefinition, compileDefinition } from './shapes/definition/index.js'
-import type { ShapeInvalidated, ShapeManager } from './shapes/shape-manager.js'
+import type { CreationGate, ShapeInvalidated, ShapeManager } from './shapes/shape-manager.js'
 import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from './shapes/snapshot/index.js'
 import type { CompiledSubset } from './shapes/snapshot/index.js'
 import { type TableInfo, whereColumns } from './shapes/table-catalog.js'
@@ -58,8 +58,12 @@ export class PipelineShapeService implements ShapeService {
     return this.pipelineHealth.report()
   }
 
-  resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
-    return this.shapes.resolve(params)
+  resolve(params: ShapeDefinitionParams, gate?: CreationGate, client?: string): Promise<ResolvedShape> {
+    return this.shapes.resolve(params, gate, client)
+  }
+
+  setInUse(inUse: (handle: string) => boolean): void {
+    this.shapes.setInUse(inUse)
   }
 
   ready(handle: string): Promise<ShapeLog> {

@@ -53,6 +53,10 @@ export interface PipelineOptions {
   /** Postgres connections for subset snapshots (docs/protocol.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
+  /** Ready shapes no request used for this long expire (default DEFAULT_SHAPE_TTL_MS; 0: never). See ShapeManagerOptions.shapeTtlMs. */
+  readonly shapeTtlMs?: number
+  /** The clock shape expiry goes by (ShapeManagerOptions.clock; tests move it by hand). Default `performance.now`. */
+  readonly shapeClock?: () => number
   /** How long a table's catalog answer is reused by `resolve` (default DEFAULT_TABLE_CACHE_MS). See ShapeManagerOptions.tableCacheMs. */
   readonly tableCacheMs?: number
   /** How often the catalog is checked for DDL on tables with shapes (default DEFAULT_CATALOG_CHECK_MS; 0: never). See ShapeManagerOptions.catalogCheckMs. */
@@ -230,6 +234,8 @@ export class Pipeline {
         spillDir: queues,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
+        ...(options.shapeTtlMs === undefined ? {} : { shapeTtlMs: options.shapeTtlMs }),
+        ...(options.shapeClock === undefined ? {} : { clock: options.shapeClock }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
         ...(options.catalogCheckMs === undefined ? {} : { catalogCheckMs: options.catalogCheckMs }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),

@@ -59,6 +59,9 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     allowDelete: config.allowDelete,
     maxConcurrentInitial: config.maxConcurrentInitial,
     maxConcurrentExisting: config.maxConcurrentExisting,
+    maxCreatingShapes: config.maxCreatingShapes,
+    clientShapesPerMinute: config.clientShapesPerMinute,
+    clientIdHeader: config.clientIdHeader,
     sseTimeoutMs: config.sseTimeoutMs,
     sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
   }
@@ -126,6 +129,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       routeAhead: config.routeAhead,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
+      shapeTtlMs: config.shapeTtlMs,
       tableCacheMs: config.tableCacheMs,
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
       catalogCheckMs: config.catalogCheckMs,

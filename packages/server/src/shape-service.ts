@@ -9,12 +9,13 @@
 import { LAST_VIRTUAL, type LogOffset, type ShapeDefinitionParams, type SubsetRequest, isBeforeAll, isVirtual } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
 import type { CompiledSubset, PgSnapshot, ShapeDefinition, TableColumn, TableInfo } from './shapes/index.js'
+import type { CreationGate } from './shapes/shape-manager.js'
 import type { HealthReport } from './health-report.js'
 import { ServerError } from './errors.js'
 import { ShapeError } from './shapes/shape-error.js'
 
 export { healthBody } from './health-report.js'
-export type { CompiledSubset, HealthReport, PgSnapshot, ShapeDefinition, TableColumn, TableInfo }
+export type { CompiledSubset, CreationGate, HealthReport, PgSnapshot, ShapeDefinition, TableColumn, TableInfo }
 /** The shape errors the HTTP layer maps to wire errors (an `invalid_columns` one names its columns as data). */
 export type { ShapeError }
 
@@ -63,9 +64,10 @@ export interface ShapeService {
   /**
    * The shape for a definition: the existing one, or a new one whose snapshot
    * starts in the background. Throws for a definition that cannot be a shape
-   * (`toSluiceError` maps it).
+   * (`toSluiceError` maps it). A new shape is created only if `gate` admits
+   * it for `client` (the requester, as admission control tells clients apart).
    */
-  resolve(params: ShapeDefinitionParams): Promise<ResolvedShape>
+  resolve(params: ShapeDefinitionParams, gate?: CreationGate, client?: string): Promise<ResolvedShape>
   /**
    * The shape's log once its snapshot is published. Rejects when it never will
    * be: `isShapeInvalidated(error)` when the shape was invalidated meanwhile.
@@ -86,7 +88,12 @@ export interface ShapeService {
   get(handle: string): ShapeLog | undefined
   /** Listens to flushes that publish data; returns the unsubscribe. Called when the first live request waits, not per request. */
   onFlush(listener: FlushListener): () => void
-  /** Listens to shapes being invalidated (rotated, truncated, deleted); returns the unsubscribe. */
+  /**
+   * Says which shapes live requests wait on: those do not expire, and are
+   * evicted only when no other shape can be.
+   */
+  setInUse(inUse: (handle: string) => boolean): void
+  /** Listens to shapes being invalidated (rotated, truncated, deleted, expired, evicted); returns the unsubscribe. */
   onInvalidated(listener: (handle: string) => void): () => void
   /**
    * The global last-processed LSN of docs/protocol.md §3.4: the commit LSN of the

@@ -1,4 +1,7 @@
 import { concurrentRequestLimitExceeded, type SluiceError } from '@sluice/protocol'
+import type { FastifyRequest } from 'fastify'
+import { ServerError } from '../errors.js'
+import type { CreationGate } from '../shape-service.js'
 
 /**
  * Admission control (docs/protocol.md §5.4): a count of in-flight requests per kind.
@@ -7,6 +10,14 @@ import { concurrentRequestLimitExceeded, type SluiceError } from '@sluice/protoc
  * against the large one. Over the limit the request is refused at once with a
  * 503 whose `retry-after` is spread over a few seconds, so refused clients do
  * not return in lock step.
+ *
+ * New shapes are admitted apart (`creationGate`), since any kind of request
+ * can create one (a request naming a retired handle gets its replacement):
+ * - at most `maxCreating` shapes being created at once, server-wide: more get
+ *   503 `creation_limit_exceeded`, retried within seconds;
+ * - at most `clientPerMinute` new shapes per client, as a token bucket (that
+ *   many at once, refilled evenly over a minute): more get 429
+ *   `shape_rate_limited`, with `retry-after` when the next one is allowed.
  *
  * How long to wait: spread at random from 1 s to twice the time the requests
  * in flight take to clear at the rate requests of that kind have been
@@ -26,15 +37,70 @@ const RETRY_AFTER_MAX_S = 10
 /** Completions are counted in two buckets of this length: the rate is over the last one to two of them. */
 const RATE_BUCKET_MS = 1000
 
+/** Creations finish within seconds (a snapshot each), so refused ones come back sooner, also spread. */
+const CREATION_RETRY_MIN_S = 1
+const CREATION_RETRY_MAX_S = 5
+
+/** Client buckets remembered at most; past it the full ones (clients idle for a minute) are dropped first. */
+const MAX_CLIENT_BUCKETS = 100_000
+
+const MINUTE_MS = 60_000
+
+export interface CreationLimits {
+  /** Shapes being created at once, server-wide (0: no limit). */
+  readonly maxCreating: number
+  /** New shapes per client per minute (0: no limit). */
+  readonly clientPerMinute: number
+}
+
+/** A new shape refused by admission control: 429 `shape_rate_limited` or 503 `creation_limit_exceeded`. */
+export class AdmissionError extends ServerError<'shape_rate_limited' | 'creation_limit_exceeded'> {
+  override readonly name = 'AdmissionError'
+
+  constructor(
+    code: 'shape_rate_limited' | 'creation_limit_exceeded',
+    message: string,
+    /** Seconds for `retry-after`. */
+    readonly retryAfter: number,
+  ) {
+    super(code, message)
+  }
+
+  private retryAfter(kind: RequestKind): number {
+    const spread = this.random()
+    const fallback = RETRY_AFTER_MIN_S + Math.floor(spread * (RETRY_AFTER_MAX_S - RETRY_AFTER_MIN_S + 1))
+    const perSecond = this.done[kind].perSecond(this.now())
+    if (perSecond <= 0) return fallback
+    const clearS = this.inFlight[kind] / perSecond
+    return Math.max(1, Math.min(fallback, Math.ceil(2 * clearS * spread)))
+  }
+}
+
+interface Bucket {
+  tokens: number
+  at: number
+}
+
 export class Admission {
   private readonly inFlight = { initial: 0, existing: 0 }
   private readonly done = { initial: new CompletionRate(), existing: new CompletionRate() }
+  private creating = 0
+  private readonly buckets = new Map<string, Bucket>()
+  /** Admits new shapes; its `evict` lets them evict the least recently used shape past the shape limit. */
+  readonly creationGate: CreationGate
+  /** The same, for a replacement the server makes on its own (a 409's new handle): it never evicts another shape. */
+  readonly replacementGate: CreationGate
 
   constructor(
     private readonly limits: Readonly<Record<RequestKind, number>>,
     private readonly random: () => number = Math.random,
+    private readonly creation: CreationLimits = { maxCreating: 0, clientPerMinute: 0 },
     private readonly now: () => number = () => performance.now(),
-  ) {}
+  ) {
+    const admit = (client: string | undefined): (() => void) => this.admitCreation(client)
+    this.creationGate = Object.freeze({ admit, evict: true })
+    this.replacementGate = Object.freeze({ admit, evict: false })
+  }
 
   /** A release function, or the 503 to answer with. Call the release exactly once. */
   acquire(kind: RequestKind): (() => void) | SluiceError {
@@ -58,14 +124,75 @@ export class Admission {
     return this.inFlight.existing
   }
 
-  private retryAfter(kind: RequestKind): number {
-    const spread = this.random()
-    const fallback = RETRY_AFTER_MIN_S + Math.floor(spread * (RETRY_AFTER_MAX_S - RETRY_AFTER_MIN_S + 1))
-    const perSecond = this.done[kind].perSecond(this.now())
-    if (perSecond <= 0) return fallback
-    const clearS = this.inFlight[kind] / perSecond
-    return Math.max(1, Math.min(fallback, Math.ceil(2 * clearS * spread)))
+  /** Shapes being created now, as admitted here. */
+  get creatingShapes(): number {
+    return this.creating
   }
+
+  /** Admits one new shape for `client` (undefined: not told apart); throws `AdmissionError` to refuse it. */
+  private admitCreation(client: string | undefined): () => void {
+    const { maxCreating, clientPerMinute } = this.creation
+    if (maxCreating > 0 && this.creating >= maxCreating) {
+      const retryAfter = CREATION_RETRY_MIN_S + Math.floor(this.random() * (CREATION_RETRY_MAX_S - CREATION_RETRY_MIN_S + 1))
+      throw new AdmissionError('creation_limit_exceeded', `Too many shapes being created at once (limit: ${maxCreating}), please retry`, retryAfter)
+    }
+    if (clientPerMinute > 0 && client !== undefined) this.takeToken(client, clientPerMinute)
+    this.creating++
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      this.creating--
+    }
+  }
+
+  private takeToken(client: string, perMinute: number): void {
+    const now = this.now()
+    let bucket = this.buckets.get(client)
+    if (bucket === undefined) {
+      if (this.buckets.size >= MAX_CLIENT_BUCKETS) this.dropFullBuckets(now, perMinute)
+      bucket = { tokens: perMinute, at: now }
+      this.buckets.set(client, bucket)
+    } else {
+      bucket.tokens = Math.min(perMinute, bucket.tokens + ((now - bucket.at) * perMinute) / MINUTE_MS)
+      bucket.at = now
+    }
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1
+      return
+    }
+    const retryAfter = Math.max(1, Math.ceil(((1 - bucket.tokens) * MINUTE_MS) / perMinute / 1000))
+    throw new AdmissionError('shape_rate_limited', `Too many new shapes from this client (limit: ${perMinute} per minute), please retry later`, retryAfter)
+  }
+
+  /** Forgets clients whose bucket has refilled (a new bucket starts full, so nothing changes for them); the oldest half if none has. */
+  private dropFullBuckets(now: number, perMinute: number): void {
+    for (const [client, bucket] of this.buckets) {
+      if (bucket.tokens + ((now - bucket.at) * perMinute) / MINUTE_MS >= perMinute) this.buckets.delete(client)
+    }
+    if (this.buckets.size < MAX_CLIENT_BUCKETS) return
+    let drop = this.buckets.size / 2
+    for (const client of this.buckets.keys()) {
+      if (drop-- <= 0) break
+      this.buckets.delete(client)
+    }
+  }
+}
+
+/**
+ * Who a request comes from, for the per-client limit: the value of
+ * `--client-id-header` when set and present (what an auth proxy or a CDN in
+ * front puts there: a user id, the client's address), else the peer address.
+ * Behind a proxy that sets no such header every request has the proxy's
+ * address, and the limit becomes one for all clients together.
+ */
+export function clientKey(request: FastifyRequest, header: string | undefined): string | undefined {
+  if (header !== undefined) {
+    const value = request.headers[header]
+    const first = Array.isArray(value) ? value[0] : value
+    if (first !== undefined && first !== '') return first
+  }
+  return request.socket.remoteAddress
 }
 
 /** Completions per second over the current and the previous bucket. */

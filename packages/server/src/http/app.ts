@@ -76,8 +76,14 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   const { shapes, metrics } = options
   const ownWaiters = options.waiters === undefined
   const waiters = options.waiters ?? new LiveWaiters({ store: shapes })
-  const admission = new Admission({ initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting })
+  const admission = new Admission(
+    { initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting },
+    Math.random,
+    { maxCreating: http.maxCreatingShapes, clientPerMinute: http.clientShapesPerMinute },
+  )
   const stopInvalidating = shapes.onInvalidated((handle) => waiters.invalidate(handle))
+  // A shape a live request waits on is in use: it does not expire, and is evicted last.
+  shapes.setInUse((handle) => waiters.has(handle))
   // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
   let closing = false
   app.addHook('preClose', async () => {
@@ -115,7 +121,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
 
   app.setErrorHandler(async (error, request, reply) => {
     const mapped = toSluiceError(error)
-    if (mapped.code === 'concurrent_request_limit_exceeded') {
+    if (mapped.code === 'concurrent_request_limit_exceeded' || mapped.code === 'creation_limit_exceeded' || mapped.code === 'shape_rate_limited') {
       refusals.log(mapped.message, (data, message) => app.log.warn(data, message), { code: mapped.code }, `request refused: ${mapped.message}`)
     } else if (mapped.status >= 500) request.log.error({ err: error }, 'request failed')
     return sendError(reply, mapped)

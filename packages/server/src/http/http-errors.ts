@@ -2,6 +2,7 @@ import { SluiceError, invalidRequest } from '@sluice/protocol'
 import type { RelationName } from '@sluice/protocol'
 import { SERVER_ERRORS, ServerError } from '../errors.js'
 import type { ShapeError } from '../shape-service.js'
+import { AdmissionError } from './admission.js'
 
 /**
  * Maps whatever a request handler throws to the `SluiceError` whose status and
@@ -45,6 +46,7 @@ export function toSluiceError(error: unknown, context: ErrorContext = {}): Sluic
 function fromServerError(error: ServerError, context: ErrorContext): SluiceError {
   const spec: { readonly wire: SluiceError['code']; readonly field?: string; readonly wireMessage?: string; readonly retryAfter?: number } = SERVER_ERRORS[error.code]
   if (spec.field !== undefined) return invalidRequest({ [spec.field]: [fieldText(error, context)] })
+  if (error instanceof AdmissionError) return new SluiceError(spec.wire, { message: error.message, retryAfter: error.retryAfter, cause: error })
   if (error.code === 'snapshot_failed') {
     const refused = snapshotRefusal(error)
     if (refused !== undefined) return refused

@@ -1,6 +1,6 @@
 import type { ShapeDefinitionParams } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
-import { type ResolvedShape, type ShapeService, isNotOnReplica, isShapeInvalidated, isTableNotFound, shapeTableGone } from '../shape-service.js'
+import { type CreationGate, type ResolvedShape, type ShapeService, isNotOnReplica, isShapeInvalidated, isTableNotFound, shapeTableGone } from '../shape-service.js'
 import { toSluiceError } from './http-errors.js'
 
 /**
@@ -23,11 +23,11 @@ export interface FollowedHandles {
  * gets 503 with `retry-after` until the table exists again. A handle the
  * server never issued proves nothing.
  */
-export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams): Promise<ResolvedShape>
-export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: FollowedHandles): Promise<ResolvedShape | 'refetch'>
-export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: FollowedHandles = {}): Promise<ResolvedShape | 'refetch'> {
+export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: undefined, gate?: CreationGate, client?: string): Promise<ResolvedShape>
+export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: FollowedHandles, gate?: CreationGate, client?: string): Promise<ResolvedShape | 'refetch'>
+export async function resolveShape(shapes: ShapeService, params: ShapeDefinitionParams, followed: FollowedHandles = {}, gate?: CreationGate, client?: string): Promise<ResolvedShape | 'refetch'> {
   try {
-    return await shapes.resolve(params)
+    return await shapes.resolve(params, gate, client)
   } catch (error) {
     // The shape the request follows is gone and no other serves its definition yet: it must refetch all the same.
     if (isNotOnReplica(error) && followed.handle !== undefined && shapes.status(followed.handle) === 'expired') return 'refetch'
@@ -53,14 +53,21 @@ export interface ReadyShape {
  * such a request simply gets the next shape. A request that named the handle
  * gets `undefined`, and the caller answers 409 must-refetch.
  */
-export async function awaitReady(shapes: ShapeService, shape: ResolvedShape, params: ShapeDefinitionParams, namedHandle: boolean): Promise<ReadyShape | undefined> {
+export async function awaitReady(
+  shapes: ShapeService,
+  shape: ResolvedShape,
+  params: ShapeDefinitionParams,
+  namedHandle: boolean,
+  gate?: CreationGate,
+  client?: string,
+): Promise<ReadyShape | undefined> {
   try {
     return { shape, log: await shapes.ready(shape.handle) }
   } catch (error) {
     if (!isShapeInvalidated(error)) throw toSluiceError(error)
     if (namedHandle) return undefined
   }
-  const next = await resolveShape(shapes, params)
+  const next = await resolveShape(shapes, params, undefined, gate, client)
   try {
     return { shape: next, log: await shapes.ready(next.handle) }
   } catch (error) {

@@ -1,5 +1,12 @@
 import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AGE_SECONDS } from '@sluice/protocol'
-import { DEFAULT_MAX_CONCURRENT_EXISTING, DEFAULT_MAX_CONCURRENT_INITIAL, DEFAULT_SENDFILE_MIN_BYTES, DEFAULT_SSE_TIMEOUT_MS } from '../defaults.js'
+import {
+  DEFAULT_CLIENT_SHAPES_PER_MINUTE,
+  DEFAULT_MAX_CONCURRENT_EXISTING,
+  DEFAULT_MAX_CONCURRENT_INITIAL,
+  DEFAULT_MAX_CREATING_SHAPES,
+  DEFAULT_SENDFILE_MIN_BYTES,
+  DEFAULT_SSE_TIMEOUT_MS,
+} from '../defaults.js'
 
 /**
  * Settings of the HTTP layer. The config schema (`src/config.ts`) maps flags and
@@ -20,6 +27,12 @@ export interface HttpOptions {
   readonly maxConcurrentInitial: number
   /** Concurrent other `/v1/shape` requests (long-polls included) before 503. */
   readonly maxConcurrentExisting: number
+  /** Shapes being created at once before a request that would create one more gets 503 (0: no limit). */
+  readonly maxCreatingShapes: number
+  /** New shapes per client per minute before 429 (0: no limit). */
+  readonly clientShapesPerMinute: number
+  /** The request header that tells clients apart for `clientShapesPerMinute` (lower case); unset: the peer address. */
+  readonly clientIdHeader?: string | undefined
   /** Lifetime of an SSE stream (§5.5); also sets the SSE cache lifetime. */
   readonly sseTimeoutMs: number
   /** With a sendfile body path (`BuildAppOptions.bodyPath`): bodies with at least this many file-backed bytes use it. */
@@ -34,6 +47,8 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   allowDelete: false,
   maxConcurrentInitial: DEFAULT_MAX_CONCURRENT_INITIAL,
   maxConcurrentExisting: DEFAULT_MAX_CONCURRENT_EXISTING,
+  maxCreatingShapes: DEFAULT_MAX_CREATING_SHAPES,
+  clientShapesPerMinute: DEFAULT_CLIENT_SHAPES_PER_MINUTE,
   sseTimeoutMs: DEFAULT_SSE_TIMEOUT_MS,
   sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
 })

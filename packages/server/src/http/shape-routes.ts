@@ -27,7 +27,7 @@ import {
 import type { LogRead, ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
-import type { Admission } from './admission.js'
+import { type Admission, clientKey } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { ConnectionGone, type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
@@ -92,6 +92,8 @@ interface ShapeReadContext {
   readonly countRead: () => void
   /** Live requests woken by one write read its entries once (`live/shared-reads.ts`). */
   readonly sharedReads: SharedReads
+  /** Admission control of new shapes (`Admission.creationGate` and `replacementGate`). */
+  readonly admission: Admission
 }
 
 export const SHAPE_PATH = '/v1/shape'
@@ -112,6 +114,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
     countRead,
+    admission,
     sharedReads: new SharedReads({
       onRead: countRead,
       ...(bodyPath.name === 'sendfile' ? { fileRangeMinBytes: http.sendfileMinBytes } : {}),
@@ -185,10 +188,12 @@ class ShapeResponder {
   async serve(): Promise<FastifyReply> {
     const params = this.req.shape
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
-    const resolved = await resolveShape(this.shapes, params, this.req)
+    const { creationGate } = this.context.admission
+    const client = clientKey(this.request, this.http.clientIdHeader)
+    const resolved = await resolveShape(this.shapes, params, this.req, creationGate, client)
     if (resolved === 'refetch') return this.mustRefetch(undefined)
     if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
-    const ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined)
+    const ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined, creationGate, client)
     if (ready === undefined) return this.rotated(resolved)
     const { shape, log } = ready
 
@@ -392,12 +397,15 @@ class ShapeResponder {
    * client then warns that a proxy must be stripping headers), create the
    * replacement now, as a request naming an unknown handle does (§5.4 (a)):
    * the client's very next request is for it anyway. Without one (the table is
-   * gone, say) the 409 carries none.
+   * gone, say) the 409 carries none. The replacement is admitted as any new
+   * shape is, except that it never evicts another: when the shape was itself
+   * evicted for room, evicting the next would only pass the 409 along.
    */
   private async rotated(shape: ResolvedShape): Promise<FastifyReply> {
     let handle = this.shapes.lookup(shape.definition)
     if (handle === undefined && this.req.shape !== undefined) {
-      handle = await this.shapes.resolve(this.req.shape).then(
+      const client = clientKey(this.request, this.http.clientIdHeader)
+      handle = await this.shapes.resolve(this.req.shape, this.context.admission.replacementGate, client).then(
         (next) => next.handle,
         () => undefined,
       )

@@ -18,7 +18,7 @@ import {
 import type { ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { CompiledSubset, ResolvedShape, ShapeService } from '../shape-service.js'
-import type { Admission } from './admission.js'
+import { type Admission, clientKey } from './admission.js'
 import { toSluiceError } from './http-errors.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
@@ -122,11 +122,13 @@ class SubsetResponder {
   }
 
   async serve(subset: NonNullable<ShapeRequest['subset']>): Promise<FastifyReply> {
-    const resolved = await resolveShape(this.shapes, this.params, this.req)
+    const { creationGate } = this.options.admission
+    const client = clientKey(this.request, this.options.http.clientIdHeader)
+    const resolved = await resolveShape(this.shapes, this.params, this.req, creationGate, client)
     if (resolved === 'refetch') return this.mustRefetch(undefined)
     if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
     const compiled = await this.shapes.compileSubset(subset, resolved.table)
-    const ready = await awaitReady(this.shapes, resolved, this.params, this.req.handle !== undefined)
+    const ready = await awaitReady(this.shapes, resolved, this.params, this.req.handle !== undefined, creationGate, client)
     if (ready === undefined) return this.mustRefetch(this.shapes.lookup(resolved.definition))
     return this.run(ready.shape, ready.log, compiled, randomInt(0, MARK_LIMIT))
   }

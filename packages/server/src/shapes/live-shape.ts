@@ -10,9 +10,11 @@ export interface ShapeRemoval {
   /**
    * 'deleted': on request, or restored but no longer matching its table;
    * 'replication_gap': restored, but the slot had moved past the store's
-   * watermark, so its log misses changes (see Pipeline.start).
+   * watermark, so its log misses changes (see Pipeline.start);
+   * 'expired': no request used it for the shape TTL; 'evicted': the least
+   * recently used when a new shape needed room past the shape limit.
    */
-  readonly kind: 'deleted' | 'replication_gap'
+  readonly kind: 'deleted' | 'replication_gap' | 'expired' | 'evicted'
   readonly detail: string
 }
 
@@ -30,6 +32,8 @@ export interface LiveShape {
   /** Only while the shape is being created (an idle controller costs ~300 bytes per shape). */
   abort: AbortController | undefined
   queue: SpillQueue<TransactionPart> | undefined
+  /** The stamp of the last request that used it (`ShapeUses`): what expiry and eviction go by. */
+  lastUsed: number
 }
 
 /** How the router knows the shape. */

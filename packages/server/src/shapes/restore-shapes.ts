@@ -61,6 +61,8 @@ export function revive(stored: StoredShape, info: TableInfo | undefined, durable
     cancelled: undefined,
     abort: undefined,
     queue: undefined,
+    // Restored counts as used now: a restart gives every shape a full time-to-live.
+    lastUsed: 0,
   }
   return { shape, target: restoredTarget(log, meta.stitch, durableLsn) }
 }

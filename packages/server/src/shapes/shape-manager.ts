@@ -6,13 +6,15 @@ import {
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_SHAPES,
   DEFAULT_MEMORY_BUDGET_BYTES,
+  DEFAULT_SHAPE_TTL_MS,
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_TABLE_CACHE_MS,
 } from '../defaults.js'
 import type { PublicationManager, Queryable, SpillDir } from '../replication/index.js'
 import { type WhereClause, loadWhereParser } from '../where/index.js'
 import { CatalogWatch } from './catalog-watch.js'
-import { type ShapeDefinition, ShapeRegistry } from './definition/index.js'
+import { type ShapeDefinition, ShapeRegistry, systemMicrosClock } from './definition/index.js'
+import { EvictionQueue } from './eviction-queue.js'
 import { catalogChanged } from './invalidation.js'
 import { type LiveShape, type ShapeRemoval, routeSpec } from './live-shape.js'
 import { QueueBudget } from './queue-budget.js'
@@ -21,6 +23,7 @@ import type { Invalidation } from './route-contracts.js'
 import type { ShapeRouter } from './router.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
+import { ShapeUses, sweepInterval } from './shape-uses.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { TableCache } from './table-cache.js'
 import { type TableInfo, loadTable, loadTableStates, tableStateOf } from './table-catalog.js'
@@ -48,6 +51,14 @@ export type { ShapeRemoval } from './live-shape.js'
  *
  * Memory: queues of shapes waiting for their snapshot are the only routed data
  * kept in memory, within `memoryBudgetBytes` (`QueueBudget`).
+ *
+ * Lifecycle (docs/operations.md, "Shape lifecycle"): every request that
+ * resolves to a shape stamps it (`ShapeUses`). A sweep every
+ * `shapeTtlMs / 8` (at most a minute) expires the ready shapes unused for
+ * `shapeTtlMs` on which no live request waits; a new shape past `maxShapes`
+ * evicts the least recently used (`EvictionQueue`). Both retire the handle as
+ * an invalidation does (409 for clients that come back, the log deleted) and
+ * forget it, so nothing of the shape stays in memory.
  */
 
 export interface ShapeManagerOptions {
@@ -69,7 +80,22 @@ export interface ShapeManagerOptions {
   readonly tableCacheMs?: number
   /** How often the catalog is checked for DDL on tables with shapes (0: never). Default DEFAULT_CATALOG_CHECK_MS. */
   readonly catalogCheckMs?: number
+  /** Ready shapes no request used for this long expire (0: never). Default DEFAULT_SHAPE_TTL_MS. */
+  readonly shapeTtlMs?: number
+  /** Milliseconds on a clock that never goes back, for expiry; default `performance.now`. */
+  readonly clock?: () => number
   readonly logger?: ShapeLogger
+}
+
+/**
+ * Admission of new shapes (the HTTP layer's `Admission`): `admit` is called
+ * just before a shape is created and throws to refuse it; it returns the
+ * release, called once the creation ends. `evict`: whether the creation may
+ * evict another shape to make room past `maxShapes`.
+ */
+export interface CreationGate {
+  admit(client: string | undefined): () => void
+  readonly evict: boolean
 }
 
 export interface ShapeLogger {
@@ -111,6 +137,10 @@ export interface ShapeManagerStats {
   /** Times the replication stream was paused for memory, and whether it is now. */
   readonly pauses: number
   readonly paused: boolean
+  /** Shapes expired since start (unused for the shape TTL). */
+  readonly expired: number
+  /** Shapes evicted since start (least recently used, past the shape limit). */
+  readonly evicted: number
 }
 
 export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
@@ -123,6 +153,17 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly queues: QueueBudget
   private readonly builder: ShapeBuilder
   private readonly watch: CatalogWatch
+  private readonly uses: ShapeUses
+  private readonly evictions = new EvictionQueue()
+  private readonly ttlMs: number
+  private readonly clock: () => number
+  private inUse: (handle: string) => boolean = () => false
+  private sweepTimer: NodeJS.Timeout | undefined
+  private sweeping: Promise<void> | undefined
+  /** Set when shapes were retired since the last sweep: their compiled definitions are then dropped. */
+  private retiredSinceSweep = false
+  private expiredCount = 0
+  private evictedCount = 0
   private closed = false
 
   private constructor(
@@ -132,6 +173,9 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     super()
     this.registry = registry
     this.maxShapes = options.maxShapes ?? DEFAULT_MAX_SHAPES
+    this.ttlMs = options.shapeTtlMs ?? DEFAULT_SHAPE_TTL_MS
+    this.clock = options.clock ?? (() => performance.now())
+    this.uses = new ShapeUses(this.clock())
     this.tables = new TableCache(options.db, options.publication, options.tableCacheMs ?? DEFAULT_TABLE_CACHE_MS)
     this.queues = new QueueBudget(options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES, options.onPressure, (error) =>
       options.logger?.error({ err: error }, 'spilling a snapshot queue failed'),
@@ -162,7 +206,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   static async open(options: ShapeManagerOptions): Promise<ShapeManager> {
     await loadWhereParser()
     const { stored, broken } = readStoredShapes(options.store, options.logger)
-    const registry = ShapeRegistry.restore(stored.map((s) => s.meta))
+    // The floor at the clock: every handle an earlier process issued is 'expired' unless restored (ShapeRegistry.status).
+    const registry = ShapeRegistry.restore(
+      stored.map((s) => s.meta),
+      { floor: systemMicrosClock() },
+    )
     const manager = new ShapeManager(options, registry)
     for (const id of [...broken, ...registry.expiredDuringRestore]) await options.store.deleteShape(id)
 
@@ -199,7 +247,74 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     }
     options.logger?.info({ shapes: manager.shapes.size }, 'shapes restored')
     manager.watch.start()
+    manager.startSweeping()
     return manager
+  }
+
+  /**
+   * Says which shapes live requests wait on (the HTTP layer's waiters): those
+   * never expire, and are evicted only when every other ready shape is gone.
+   */
+  setInUse(inUse: (handle: string) => boolean): void {
+    this.inUse = inUse
+  }
+
+  /** Whether live requests wait on the shape (as `setInUse` was told). */
+  waitedOn(handle: string): boolean {
+    return this.inUse(handle)
+  }
+
+  /** Expires the shapes unused for the TTL now, rather than at the next sweep; resolves when they are gone. */
+  sweep(): Promise<void> {
+    if (this.sweeping !== undefined) return this.sweeping
+    const run = this.expireUnused().finally(() => {
+      this.sweeping = undefined
+    })
+    this.sweeping = run
+    return run
+  }
+
+  private startSweeping(): void {
+    // Stamps are paired with the clock at each sweep; without a TTL, eviction needs no clock at all.
+    if (!(this.ttlMs > 0)) return
+    this.sweepTimer = setInterval(() => {
+      this.sweep().catch((error: unknown) => this.options.logger?.error({ err: error }, 'expiring unused shapes failed'))
+    }, sweepInterval(this.ttlMs))
+    this.sweepTimer.unref()
+  }
+
+  private async expireUnused(): Promise<void> {
+    const now = this.clock()
+    this.uses.mark(now)
+    const threshold = this.ttlMs > 0 ? this.uses.unusedSince(now, this.ttlMs) : -1
+    const due: LiveShape[] = []
+    if (threshold >= 0) {
+      for (const shape of this.shapes.values()) if (this.expires(shape, threshold)) due.push(shape)
+    }
+    for (const shape of due) {
+      if (this.closed) break
+      // Checked again: a request may have used it while earlier ones were deleted.
+      if (this.shapes.get(shape.handle) !== shape || !this.expires(shape, threshold)) continue
+      this.expiredCount++
+      await this.invalidateHandles([shape.handle], { kind: 'expired', detail: `unused for ${Math.round(this.ttlMs / 1000)} s` })
+    }
+    if (this.retiredSinceSweep) {
+      this.retiredSinceSweep = false
+      this.tables.prune((definition) => this.registry.lookup(definition) !== undefined)
+    }
+  }
+
+  /** Ready, unused since the threshold stamp, and no live request waits on it. */
+  private expires(shape: LiveShape, threshold: number): boolean {
+    return shape.log !== undefined && shape.lastUsed <= threshold && !this.inUse(shape.handle)
+  }
+
+  /** Evicts the least recently used shape; `too_many_shapes` when none may go (every shape is being created). */
+  private async evictOne(): Promise<void> {
+    const victim = this.evictions.next(this.shapes, this.inUse)
+    if (victim === undefined) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes, and none may be evicted now`)
+    this.evictedCount++
+    await this.invalidateHandles([victim.handle], { kind: 'evicted', detail: `least recently used of ${this.maxShapes} shapes` })
   }
 
   get size(): number {
@@ -209,7 +324,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   stats(): ShapeManagerStats {
     let creating = 0
     for (const shape of this.shapes.values()) if (shape.log === undefined) creating++
-    return { shapes: this.shapes.size, creating, ...this.queues.stats() }
+    return { shapes: this.shapes.size, creating, ...this.queues.stats(), expired: this.expiredCount, evicted: this.evictedCount }
   }
 
   /** Handles of every shape, ready or not. */
@@ -222,7 +337,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * snapshot starts in the background (await `ready(handle)` for it). Throws
    * `ShapeError` or `WhereClauseError` for a request that cannot be a shape.
    */
-  async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
+  async resolve(params: ShapeDefinitionParams, gate?: CreationGate, client?: string): Promise<ResolvedShape> {
     if (this.closed) throw new ShapeError('shutting_down')
     let info = await this.loadTable(params.table.schema, params.table.name)
     let { definition, where } = await this.tables.compiled(info, params)
@@ -230,29 +345,45 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     if (existing !== undefined) {
       const shape = this.shapes.get(existing)
       if (shape !== undefined && (shape.table === info || this.stillFollows(shape.table, info))) {
+        shape.lastUsed = this.uses.stamp()
         return { handle: existing, definition, where: shape.where, table: shape.table, created: false }
       }
       // Made for a table of the same name that is gone, or for another key or other columns: stale.
       if (shape !== undefined) await this.invalidateStale(info)
     }
-    if (this.shapes.size >= this.maxShapes) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
+    if (this.shapes.size >= this.maxShapes && gate?.evict === false) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
+    const release = gate?.admit(client)
     try {
-      await this.tables.addToPublication(info)
+      try {
+        await this.tables.addToPublication(info)
+      } catch (error) {
+        throw await this.unlessTableGone(info, error)
+      }
+      if (info.replicaIdentity !== 'full') {
+        // Publishing set REPLICA IDENTITY FULL: the shape is made for the table as it is now.
+        info = await this.loadTable(params.table.schema, params.table.name, true)
+        ;({ definition, where } = await this.tables.compiled(info, params))
+      }
+      // Room is made last, after every await but the evictions': a shape another request created meanwhile evicts nothing.
+      while (this.registry.lookup(definition) === undefined && this.shapes.size >= this.maxShapes) {
+        if (gate?.evict === false) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
+        await this.evictOne()
+      }
     } catch (error) {
-      throw await this.unlessTableGone(info, error)
-    }
-    if (info.replicaIdentity !== 'full') {
-      // Publishing set REPLICA IDENTITY FULL: the shape is made for the table as it is now.
-      info = await this.loadTable(params.table.schema, params.table.name, true)
-      ;({ definition, where } = await this.tables.compiled(info, params))
+      release?.()
+      throw error
     }
     const { handle, created } = this.registry.registerEntry(definition)
     if (!created) {
       // Another request created it while this one awaited.
       const shape = this.shapes.get(handle)
-      if (shape !== undefined) return { handle, definition, where: shape.where, table: shape.table, created: false }
+      if (shape !== undefined) {
+        release?.()
+        shape.lastUsed = this.uses.stamp()
+        return { handle, definition, where: shape.where, table: shape.table, created: false }
+      }
     }
-    this.create(handle, definition, where, info)
+    this.create(handle, definition, where, info, release)
     return { handle, definition, where, table: info, created: true }
   }
 
@@ -304,7 +435,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       this.options.router.remove(handle)
       if (shape !== undefined) this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
+      // Retired for good: status() still answers 'expired' for it by the handle floor, with nothing kept per handle.
+      this.registry.forget(handle)
       if (shape === undefined || definition === undefined) continue
+      this.retiredSinceSweep = true
       this.drop(shape)
       shape.cancelled = reason
       shape.abort?.abort(new ShapeError('shape_invalidated', reason.detail))
@@ -319,6 +453,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   async close(): Promise<void> {
     this.closed = true
+    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer)
+    await this.sweeping
     await this.watch.stop()
     for (const shape of this.shapes.values()) {
       if (shape.log === undefined) shape.abort?.abort(new ShapeError('shutting_down'))
@@ -328,7 +464,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   }
 
   /** Registers a new shape and starts building it; `ready` settles when the build does. */
-  private create(handle: string, definition: ShapeDefinition, where: WhereClause | undefined, table: TableInfo): void {
+  private create(handle: string, definition: ShapeDefinition, where: WhereClause | undefined, table: TableInfo, release: (() => void) | undefined): void {
     let resolveReady!: (log: ShapeLog) => void
     let rejectReady!: (error: Error) => void
     const ready = new Promise<ShapeLog>((resolve, reject) => {
@@ -347,9 +483,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       cancelled: undefined,
       abort: new AbortController(),
       queue: undefined,
+      lastUsed: this.uses.stamp(),
     }
     this.add(shape)
-    this.builder.build(shape).then(
+    const building = this.builder.build(shape)
+    if (release !== undefined) building.then(release, release)
+    building.then(
       (log) => {
         shape.log = log
         shape.abort = undefined

@@ -142,6 +142,19 @@ export class TableCache {
     this.published.add(info.oid)
   }
 
+  /**
+   * Drops the compiled definitions that `keep` refuses (those of shapes that
+   * expired or were evicted), so retired shapes leave nothing here. One pass
+   * over what is remembered, run by the expiry sweep, not per request.
+   */
+  prune(keep: (definition: CompiledDefinition['definition']) => boolean): void {
+    for (const { info } of this.versions.values()) {
+      const known = this.compiledDefinitions.get(info)
+      if (known === undefined) continue
+      for (const [key, compiled] of known) if (!keep(compiled.definition)) known.delete(key)
+    }
+  }
+
   /** After a table's shapes were invalidated (DDL, TRUNCATE, a replaced table): ask the catalog again next time. */
   forget(info: TableInfo): void {
     this.lookups.delete(tableKey(info.schema, info.name))

@@ -12,7 +12,7 @@ function refusedAfter(admission: Admission, kind: 'initial' | 'existing'): numbe
 describe('Admission', () => {
   it('refuses past the limit with 6-10 s while nothing completes', () => {
     for (const spread of [0, 0.5, 0.999]) {
-      const admission = new Admission({ initial: 3, existing: 3 }, () => spread, () => 5_000)
+      const admission = new Admission({ initial: 3, existing: 3 }, () => spread, undefined, () => 5_000)
       for (let i = 0; i < 3; i++) expect(typeof admission.acquire('initial')).toBe('function')
       const after = refusedAfter(admission, 'initial')
       expect(after).toBeGreaterThanOrEqual(6)
@@ -23,7 +23,7 @@ describe('Admission', () => {
   it('spreads refused clients from 1 s to twice the time the requests in flight take to clear at the rate they complete', () => {
     let now = 10_000
     let spread = 0
-    const admission = new Admission({ initial: 300, existing: 10 }, () => spread, () => now)
+    const admission = new Admission({ initial: 300, existing: 10 }, () => spread, undefined, () => now)
     const releases = Array.from({ length: 300 }, () => admission.acquire('initial') as () => void)
     // 100 completions in the last second, each slot taken again: 300 in flight clear in three seconds.
     for (let i = 0; i < 100; i++) {
@@ -49,7 +49,7 @@ describe('Admission', () => {
 
   it('never answers less than one second nor more than the 6-10 s it would give otherwise', () => {
     let now = 0
-    const admission = new Admission({ initial: 2, existing: 2 }, () => 0, () => now)
+    const admission = new Admission({ initial: 2, existing: 2 }, () => 0, undefined, () => now)
     for (let i = 0; i < 1000; i++) {
       const release = admission.acquire('initial') as () => void
       now += 1

@@ -187,6 +187,11 @@ export class LiveWaiters {
     this.wake(handle, 'invalidated')
   }
 
+  /** Whether any request waits on the shape (such a shape is in use: see ShapeManager.setInUse). */
+  has(handle: string): boolean {
+    return this.byHandle.has(handle)
+  }
+
   /** Number of pending waiters. */
   get size(): number {
     return this.count

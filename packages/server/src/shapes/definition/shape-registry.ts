@@ -32,7 +32,9 @@ export interface ShapeRegistryOptions {
  * A definition has at most one active handle. Invalidating it retires the
  * handle for good: it stays known as expired (so a request for it can be
  * answered with 409 rather than 400), and the next register of the same
- * definition issues a new one.
+ * definition issues a new one. `forget` drops a retired handle from memory
+ * (shape expiry retires many): it then stays 'expired' by the floor rule
+ * (`status`), which needs no memory per handle and holds across restarts.
  */
 export class ShapeRegistry {
   readonly #issuer: HandleIssuer
@@ -120,9 +122,19 @@ export class ShapeRegistry {
     return entry === undefined || entry.expired ? undefined : entry.definition
   }
 
+  /**
+   * 'active' or 'expired' for a handle this registry holds. Any other
+   * well-formed handle at or below the floor is 'expired' too: handles are
+   * issued in increasing order and never reused, so one that is not active
+   * was retired, by this process or an earlier one (give `floor` the clock
+   * at start so an earlier process's handles count). Only a handle that
+   * could not have been issued yet, or is not a handle, is 'unknown'.
+   */
   status(handle: string): HandleStatus {
     const entry = this.#byHandle.get(handle)
-    return entry === undefined ? 'unknown' : entry.expired ? 'expired' : 'active'
+    if (entry !== undefined) return entry.expired ? 'expired' : 'active'
+    const parsed = parseHandle(handle)
+    return parsed !== undefined && parsed.micros <= this.#issuer.floor ? 'expired' : 'unknown'
   }
 
   /** Retires an active handle; returns its definition, or undefined if it was not active. */

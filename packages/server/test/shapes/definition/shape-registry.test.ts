@@ -49,7 +49,10 @@ describe('ShapeRegistry', () => {
     expect(other).not.toBe(handle)
     expect(registry.size).toBe(2)
     expect(registry.get('1-1')).toBeUndefined()
-    expect(registry.status('1-1')).toBe('unknown')
+    // Older than the newest handle: retired (see status); newer, or not a handle: unknown.
+    expect(registry.status('1-1')).toBe('expired')
+    expect(registry.status('1-9000000')).toBe('unknown')
+    expect(registry.status('not-a-handle')).toBe('unknown')
   })
 
   it('keeps its own frozen copy', () => {
@@ -112,6 +115,20 @@ describe('ShapeRegistry', () => {
     const after = ShapeRegistry.restore(stored, { clock: () => 0, floor: before.handleFloor })
     expect(after.register(AWKWARD)).not.toBe(gone)
     expect(parseHandle(after.register(AWKWARD))?.micros).toBeGreaterThan(before.handleFloor)
+  })
+
+  it('a forgotten handle stays retired, and a registry started at the clock knows earlier handles as retired', () => {
+    const registry = frozenRegistry(2_000_000)
+    const gone = registry.register(ITEMS)
+    registry.invalidate(gone)
+    registry.forget(gone)
+    expect(registry.entries()).toEqual([])
+    expect(registry.status(gone)).toBe('expired')
+    // After a restart that restored nothing: only the floor (the clock at start) knows the handle.
+    const restarted = ShapeRegistry.restore([], { clock: () => 3_000_000, floor: 3_000_000 })
+    expect(restarted.status(gone)).toBe('expired')
+    expect(restarted.status(`${definitionHash(ITEMS)}-3000001`)).toBe('unknown')
+    expect(parseHandle(restarted.register(ITEMS))!.micros).toBeGreaterThan(3_000_000)
   })
 
   it('restore resolves two active handles for one definition to the newest', () => {
