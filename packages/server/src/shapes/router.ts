@@ -103,6 +103,7 @@ export class ShapeRouter implements TransactionSink {
   private readonly idle: TxnRouting[] = []
   private readonly joinListeners = new Set<JoinListener>()
   private routedAheadCount = 0
+  private commitHooks: Array<(lsn: bigint, xid: number) => void> = []
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recent = new RecentXids(Math.max(0, options.recentXids ?? 256))
@@ -150,12 +151,23 @@ export class ShapeRouter implements TransactionSink {
    * Adds a shape. It takes effect between transactions: the promise resolves
    * once it has, and from then on every routed transaction reaches `target`.
    */
-  async register(spec: RouteSpec, target: ShapeTarget): Promise<RegistrationTicket> {
+  async register(spec: RouteSpec, target: ShapeTarget, companions: readonly { readonly spec: RouteSpec; readonly target: ShapeTarget }[] = []): Promise<RegistrationTicket> {
     if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
     await this.boundary()
     if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
     this.add(spec, target)
+    // A subquery shape's inner tables join in the same instant as its outer one: no transaction sees half of them.
+    for (const companion of companions) this.add(companion.spec, companion.target)
     return { recentXids: this.recent.inOrder(), lastRoutedLsn: this.lastLsn }
+  }
+
+  /**
+   * Runs `fn` once the transaction being routed has reached every target and
+   * before it is promised to the store (subquery shapes write their lines
+   * there, having seen all of the transaction's tables).
+   */
+  atCommit(fn: (lsn: bigint, xid: number) => void): void {
+    this.commitHooks.push(fn)
   }
 
   /** Adds a shape at once (restoring at startup, before replication runs). */
@@ -550,6 +562,11 @@ export class ShapeRouter implements TransactionSink {
   }
 
   private finish(txn: TxnRouting): void {
+    if (this.commitHooks.length > 0) {
+      const hooks = this.commitHooks
+      this.commitHooks = []
+      for (const hook of hooks) hook(txn.lsn, txn.xid)
+    }
     this.recent.push(txn.xid)
     if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
     this.routedTransactions++

@@ -21,6 +21,7 @@ import type { Invalidation } from './route-contracts.js'
 import type { ShapeRouter } from './router.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
+import { SubqueryShape } from './subquery/subquery-shape.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { TableCache } from './table-cache.js'
 import { type TableInfo, loadTable, loadTableStates, tableStateOf } from './table-catalog.js'
@@ -118,6 +119,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly shapes = new Map<string, LiveShape>()
   /** The handles of the shapes made for each table version (TableInfo object): what the catalog watch checks. */
   private readonly byTable = new Map<TableInfo, Set<string>>()
+  /** Router handles of subquery shapes' inner-table members, to their shape's handle. */
+  private readonly memberOf = new Map<string, string>()
   private readonly maxShapes: number
   private readonly tables: TableCache
   private readonly queues: QueueBudget
@@ -239,13 +242,14 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       info = await this.loadTable(params.table.schema, params.table.name, true)
       ;({ definition, where } = await this.tables.compiled(info, params))
     }
+    const inner = where?.subqueries === undefined ? undefined : await this.innerTables(where)
     const { handle, created } = this.registry.registerEntry(definition)
     if (!created) {
       // Another request created it while this one awaited.
       const shape = this.shapes.get(handle)
       if (shape !== undefined) return { handle, definition, where: shape.where, table: shape.table, created: false }
     }
-    this.create(handle, definition, where, info)
+    this.create(handle, definition, where, info, inner)
     return { handle, definition, where, table: info, created: true }
   }
 
@@ -292,9 +296,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     handles: readonly string[],
     reason: Invalidation | ShapeRemoval,
   ): Promise<void> {
-    for (const handle of handles) {
+    for (const routed of handles) {
+      // An inner-table member of a subquery shape (its table truncated or changed) takes its shape with it.
+      const handle = this.memberOf.get(routed) ?? routed
       const shape = this.shapes.get(handle)
       this.options.router.remove(handle)
+      if (shape !== undefined) this.removeMembers(shape)
       if (shape !== undefined) this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
       if (shape === undefined || definition === undefined) continue
@@ -321,7 +328,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   }
 
   /** Registers a new shape and starts building it; `ready` settles when the build does. */
-  private create(handle: string, definition: ShapeDefinition, where: WhereClause | undefined, table: TableInfo): void {
+  private create(handle: string, definition: ShapeDefinition, where: WhereClause | undefined, table: TableInfo, inner?: ReadonlyMap<string, TableInfo>): void {
     let resolveReady!: (log: ShapeLog) => void
     let rejectReady!: (error: Error) => void
     const ready = new Promise<ShapeLog>((resolve, reject) => {
@@ -341,6 +348,22 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       abort: new AbortController(),
       queue: undefined,
     }
+    if (inner !== undefined && where !== undefined) {
+      shape.subquery = new SubqueryShape({
+        handle,
+        table,
+        where,
+        columns: definition.columns,
+        replica: definition.replica,
+        tables: (schema, name) => inner.get(`${schema}\u0000${name}`)!,
+        router: this.options.router,
+        invalidate: (detail) =>
+          void this.invalidateHandles([handle], { kind: 'unroutable_change', schema: table.schema, table: table.name, detail }).catch((error: unknown) =>
+            this.options.logger?.error({ err: error, handle }, 'invalidating a subquery shape failed'),
+          ),
+      })
+      for (const member of shape.subquery.memberHandles()) this.memberOf.set(member, handle)
+    }
     this.add(shape)
     this.builder.build(shape).then(
       (log) => {
@@ -352,6 +375,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       },
       async (error: unknown) => {
         this.options.router.remove(handle)
+        this.removeMembers(shape)
         if (this.shapes.get(handle) === shape) {
           this.drop(shape)
           this.registry.invalidate(handle)
@@ -421,15 +445,54 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   private add(shape: LiveShape): void {
     this.shapes.set(shape.handle, shape)
-    const handles = this.byTable.get(shape.table)
-    if (handles === undefined) this.byTable.set(shape.table, new Set([shape.handle]))
-    else handles.add(shape.handle)
+    // The catalog watch checks a subquery shape's inner tables as well.
+    for (const table of [shape.table, ...(shape.subquery?.innerTables.values() ?? [])]) {
+      const handles = this.byTable.get(table)
+      if (handles === undefined) this.byTable.set(table, new Set([shape.handle]))
+      else handles.add(shape.handle)
+    }
   }
 
   private drop(shape: LiveShape): void {
     this.shapes.delete(shape.handle)
-    const handles = this.byTable.get(shape.table)
-    if (handles !== undefined && handles.delete(shape.handle) && handles.size === 0) this.byTable.delete(shape.table)
+    for (const table of [shape.table, ...(shape.subquery?.innerTables.values() ?? [])]) {
+      const handles = this.byTable.get(table)
+      if (handles !== undefined && handles.delete(shape.handle) && handles.size === 0) this.byTable.delete(table)
+    }
+  }
+
+  private removeMembers(shape: LiveShape): void {
+    for (const member of shape.subquery?.memberHandles() ?? []) {
+      this.options.router.remove(member)
+      this.memberOf.delete(member)
+    }
+  }
+
+  /**
+   * The tables a clause's subqueries read, at any depth, published (REPLICA
+   * IDENTITY FULL, so both rows of an update are known) and loaded as they are
+   * after that, by `schema\0name`.
+   */
+  private async innerTables(where: WhereClause): Promise<Map<string, TableInfo>> {
+    const tables = new Map<string, TableInfo>()
+    const visit = async (plan: NonNullable<WhereClause['subqueries']>): Promise<void> => {
+      for (const dep of plan.dependencies) {
+        const key = `${dep.schema}\u0000${dep.table}`
+        if (!tables.has(key)) {
+          let info = await this.loadTable(dep.schema, dep.table)
+          try {
+            await this.tables.addToPublication(info)
+          } catch (error) {
+            throw await this.unlessTableGone(info, error)
+          }
+          if (info.replicaIdentity !== 'full') info = await this.loadTable(dep.schema, dep.table, true)
+          tables.set(key, info)
+        }
+        if (dep.where?.subqueries !== undefined) await visit(dep.where.subqueries)
+      }
+    }
+    await visit(where.subqueries!)
+    return tables
   }
 
   private handlesFor(info: TableInfo): string[] {

@@ -52,6 +52,11 @@ export interface SnapshotOptions {
    * stream, time spent waiting on the sink included.
    */
   readonly statementTimeoutMs?: number | undefined
+  /**
+   * Runs in the snapshot's transaction once the snapshot is fixed, before the
+   * rows: what else must be read at the same snapshot (a subquery shape's views).
+   */
+  readonly prepare?: ((client: pg.ClientBase) => Promise<void>) | undefined
 }
 
 export interface SnapshotStart {
@@ -215,6 +220,8 @@ class SnapshotRun {
       throw new SnapshotError('table_changed', `${JSON.stringify(info.schema)}.${JSON.stringify(info.name)} changed since it was loaded: ${change}`)
     }
 
+    const prepare = request.prepare
+    if (prepare !== undefined) await this.#step('prepare', () => prepare(client))
     await this.#sink('start', () => this.sink.start?.({ snapshot, insertLsn }))
     const rows = await this.#stream()
     await this.#step('commit', () => client.query('COMMIT'))

@@ -1,0 +1,263 @@
+import { createHash } from 'node:crypto'
+import { useTempDir, usePostgres } from '@sluice/test-utils'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Pipeline } from '../../src/pipeline.js'
+import { startPipeline } from '../pipeline/harness.js'
+import { type Res, type TestServer, call, messages, shapeUrl, startServer } from './http-harness.js'
+import { TagTracker, type WireMessage } from './subqueries-tracker.js'
+
+/**
+ * Subquery shapes on a real server, pipeline and Postgres (docs/protocol.md,
+ * "Subquery shapes"; the scenario numbers are those of the wire reference the
+ * implementation follows). Every step checks the raw wire (tags, events) and
+ * that a client applying it holds exactly what Postgres's own
+ * `SELECT … WHERE <clause>` returns.
+ */
+
+const cluster = usePostgres()
+const dirs = useTempDir('http-subqueries')
+let pipeline: Pipeline
+let server: TestServer
+const LONG_POLL_MS = 20_000
+
+beforeAll(async () => {
+  pipeline = await startPipeline(cluster, await dirs.make('store'))
+  server = await startServer(pipeline, { longPollTimeoutMs: LONG_POLL_MS })
+}, 120_000)
+
+afterAll(async () => {
+  await server?.close()
+  await pipeline?.stop()
+})
+
+const get = (path: string): Promise<Res> => call(server.port, path)
+const hash = (handle: string, n: string): string => createHash('md5').update(`sluice${handle}${n}`).digest('hex')
+
+/** A shape followed as a client does: from -1 to up-to-date, then live long-polls. */
+class Follower {
+  readonly tracker = new TagTracker()
+  handle = ''
+  offset = '-1'
+  constructor(
+    readonly table: string,
+    readonly where: string,
+    readonly extra: Record<string, string> = {},
+  ) {}
+
+  private url(live: boolean): string {
+    return shapeUrl({ table: this.table, where: this.where, offset: this.offset, ...this.extra, ...(this.handle === '' ? {} : { handle: this.handle }), ...(live ? { live: 'true' } : {}) })
+  }
+
+  /** Requests until up-to-date; returns every message seen. */
+  async sync(): Promise<WireMessage[]> {
+    const seen: WireMessage[] = []
+    for (let i = 0; i < 50; i++) {
+      const res = await get(this.url(false))
+      if (res.status === 409) {
+        seen.push(...this.refetch(res))
+        continue
+      }
+      expect(res.status, res.text).toBe(200)
+      this.handle = res.header('electric-handle')!
+      this.offset = res.header('electric-offset')!
+      const got = messages(res) as WireMessage[]
+      this.tracker.apply(got)
+      seen.push(...got)
+      if (res.header('electric-up-to-date') !== undefined) return seen
+    }
+    throw new Error('never up-to-date')
+  }
+
+  /** One live long-poll (started before `write` runs), then on to up-to-date. */
+  async live(write: () => Promise<unknown>): Promise<WireMessage[]> {
+    const pending = get(this.url(true))
+    await new Promise((r) => setTimeout(r, 100))
+    await write()
+    const res = await pending
+    if (res.status === 409) {
+      const refetched = this.refetch(res)
+      return [...refetched, ...(await this.sync())]
+    }
+    expect(res.status, res.text).toBe(200)
+    this.offset = res.header('electric-offset')!
+    const got = messages(res) as WireMessage[]
+    this.tracker.apply(got)
+    if (res.header('electric-up-to-date') !== undefined) return got
+    return [...got, ...(await this.sync())]
+  }
+
+  private refetch(res: Res): WireMessage[] {
+    const got = messages(res) as WireMessage[]
+    this.tracker.apply(got)
+    this.handle = ''
+    this.offset = '-1'
+    return got
+  }
+
+  /** The client's rows equal Postgres's answer to the clause. */
+  async expectMatches(key: (row: Record<string, unknown>) => string): Promise<void> {
+    const { rows } = await cluster.query<Record<string, unknown>>(`SELECT * FROM ${this.table} WHERE ${this.where}`)
+    const expected = new Map(rows.map((r) => [key(r), stringify(r)]))
+    const got = new Map([...this.tracker.values()].map(([k, v]) => [k, v]))
+    expect(new Map([...got].sort())).toEqual(new Map([...expected].sort()))
+  }
+}
+
+function stringify(row: Record<string, unknown>): Record<string, unknown> {
+  // Postgres's text of a boolean, as the wire carries it.
+  return Object.fromEntries(Object.entries(row).map(([k, v]) => [k, v === null ? null : typeof v === 'boolean' ? (v ? 't' : 'f') : String(v)]))
+}
+
+const byId = (table: string) => (row: Record<string, unknown>) => `"public"."${table}"/"${String(row['id'])}"`
+
+async function xidOf(sql: string): Promise<number> {
+  const client = await cluster.connect()
+  try {
+    await client.query('BEGIN')
+    await client.query(sql)
+    const { rows } = await client.query<{ xid: string }>('SELECT (txid_current() % 4294967296)::text AS xid')
+    await client.query('COMMIT')
+    return Number(rows[0]!.xid)
+  } finally {
+    await client.end()
+  }
+}
+
+const events = (got: readonly WireMessage[]) => got.filter((m) => m.headers['event'] !== undefined)
+const changes = (got: readonly WireMessage[]) => got.filter((m) => m.key !== undefined)
+
+describe('subquery shapes', () => {
+  it('1, 4: the snapshot carries tags and active_conditions; live inserts flow; an inner row leaving is one move-out event', async () => {
+    await cluster.query(`
+      CREATE TABLE parent (id int PRIMARY KEY, value int);
+      CREATE TABLE child (id int PRIMARY KEY, parent_id int, title text);
+      INSERT INTO parent VALUES (1, 1), (2, 2);
+      INSERT INTO child VALUES (10, 1, 'a'), (20, 2, 'b');`)
+    const shape = new Follower('child', 'parent_id IN (SELECT id FROM parent WHERE value = 1)')
+    const first = await shape.sync()
+    const rows = changes(first)
+    expect(rows).toHaveLength(1)
+    expect(rows[0]!.headers).toMatchObject({ operation: 'insert', tags: [hash(shape.handle, 'v:1')], active_conditions: [true] })
+    expect(first.some((m) => m.headers['control'] === 'snapshot-end')).toBe(true)
+    await shape.expectMatches(byId('child'))
+
+    const inserted = await shape.live(() => cluster.query(`INSERT INTO child VALUES (11, 1, 'c'), (21, 2, 'd')`))
+    expect(changes(inserted).map((m) => m.key)).toEqual(['"public"."child"/"11"'])
+    expect(changes(inserted)[0]!.headers).toMatchObject({ tags: [hash(shape.handle, 'v:1')], active_conditions: [true] })
+    await shape.expectMatches(byId('child'))
+
+    let xid = 0
+    const moved = await shape.live(async () => (xid = await xidOf('UPDATE parent SET value = 0 WHERE id = 1')))
+    expect(events(moved)).toEqual([{ headers: { event: 'move-out', patterns: [{ pos: 0, value: hash(shape.handle, 'v:1') }], txids: [xid] } }])
+    expect(changes(moved)).toEqual([])
+    await shape.expectMatches(byId('child'))
+  })
+
+  it('2, 3: an unknown inner table and a subquery used with both polarities are 400s', async () => {
+    const unknown = await get(shapeUrl({ table: 'child', offset: '-1', where: 'parent_id IN (SELECT id FROM nowhere)' }))
+    expect(unknown.status).toBe(400)
+    expect((unknown.json() as { errors: Record<string, string[]> }).errors['table']![0]).toMatch(/"public"."nowhere" does not exist/)
+    const both = await get(shapeUrl({ table: 'child', offset: '-1', where: 'parent_id IN (SELECT id FROM parent) OR NOT parent_id IN (SELECT id FROM parent)' }))
+    expect(both.status).toBe(400)
+    expect(both.json()).toMatchObject({ errors: { where: ['a subquery dependency cannot be used with both positive and negative polarity in the same filter'] } })
+  })
+
+  it('6: NOT IN: a value entering the inner set is a move-out', async () => {
+    await cluster.query(`
+      CREATE TABLE banned (user_id int PRIMARY KEY);
+      CREATE TABLE post6 (id int PRIMARY KEY, user_id int);
+      INSERT INTO post6 VALUES (1, 1), (2, 2);`)
+    const shape = new Follower('post6', 'user_id NOT IN (SELECT user_id FROM banned)')
+    await shape.sync()
+    await shape.expectMatches(byId('post6'))
+    const moved = await shape.live(() => cluster.query('INSERT INTO banned VALUES (2)'))
+    expect(events(moved)).toMatchObject([{ headers: { event: 'move-out', patterns: [{ pos: 0, value: hash(shape.handle, 'v:2') }] } }])
+    await shape.expectMatches(byId('post6'))
+  })
+
+  it('7: inner changes that keep the value set move nothing; outer updates still flow', async () => {
+    await cluster.query(`
+      CREATE TABLE team7 (id int PRIMARY KEY, org int, active bool);
+      CREATE TABLE doc7 (id int PRIMARY KEY, org int, body text);
+      INSERT INTO team7 VALUES (1, 100, true), (2, 100, true);
+      INSERT INTO doc7 VALUES (1, 100, 'x'), (2, 200, 'y');`)
+    const shape = new Follower('doc7', 'org IN (SELECT org FROM team7 WHERE active)')
+    await shape.sync()
+    const quiet = await shape.live(async () => {
+      await cluster.query('UPDATE team7 SET active = false WHERE id = 2')
+      await cluster.query(`UPDATE doc7 SET body = 'z' WHERE id = 1`)
+    })
+    expect(events(quiet)).toEqual([])
+    expect(changes(quiet)).toMatchObject([{ key: '"public"."doc7"/"1"', value: { id: '1', body: 'z' }, headers: { operation: 'update', removed_tags: [] } }])
+    await shape.expectMatches(byId('doc7'))
+  })
+
+  it('9: with OR, a row in through both disjuncts keeps its row on a move-out; the event alone says so', async () => {
+    await cluster.query(`
+      CREATE TABLE parent9 (id int PRIMARY KEY, active bool);
+      CREATE TABLE child9 (id int PRIMARY KEY, parent_id int, include_child bool);
+      INSERT INTO parent9 VALUES (1, true);
+      INSERT INTO child9 VALUES (1, 1, true), (2, 1, false);`)
+    const shape = new Follower('child9', 'parent_id IN (SELECT id FROM parent9 WHERE active) OR include_child = true')
+    const first = changes(await shape.sync())
+    const h1 = hash(shape.handle, 'v:1')
+    expect(first.find((m) => m.key === '"public"."child9"/"1"')!.headers).toMatchObject({ tags: [`${h1}/`, '/1'], active_conditions: [true, true] })
+    const moved = await shape.live(() => cluster.query('UPDATE parent9 SET active = false'))
+    expect(events(moved)).toMatchObject([{ headers: { event: 'move-out', patterns: [{ pos: 0, value: h1 }] } }])
+    expect(changes(moved)).toEqual([])
+    await shape.expectMatches(byId('child9'))
+    expect(shape.tracker.rows.get('"public"."child9"/"1"')!.active).toEqual([false, true])
+  })
+
+  it('24, 21: a NULL left side hashes as NULL; an update changing the left side replaces its tags', async () => {
+    await cluster.query(`
+      CREATE TABLE parent24 (id int PRIMARY KEY);
+      CREATE TABLE child24 (id int PRIMARY KEY, parent_id int, flag bool);
+      INSERT INTO parent24 VALUES (1), (2);
+      INSERT INTO child24 VALUES (1, NULL, true), (2, 1, false);`)
+    const shape = new Follower('child24', 'parent_id IN (SELECT id FROM parent24) OR flag')
+    const first = changes(await shape.sync())
+    expect(first.find((m) => m.key === '"public"."child24"/"1"')!.headers).toMatchObject({ tags: [`${hash(shape.handle, 'NULL')}/`, '/1'], active_conditions: [false, true] })
+    const moved = await shape.live(() => cluster.query('UPDATE child24 SET parent_id = 2 WHERE id = 2'))
+    expect(changes(moved)[0]!.headers).toMatchObject({
+      operation: 'update',
+      tags: [`${hash(shape.handle, 'v:2')}/`, '/1'],
+      removed_tags: [`${hash(shape.handle, 'v:1')}/`],
+      active_conditions: [true, false],
+    })
+    await shape.expectMatches(byId('child24'))
+  })
+
+  it('5 (for now): a value entering the inner set invalidates the shape (409), and the new shape has the row', async () => {
+    await cluster.query(`
+      CREATE TABLE users5 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts5 (id int PRIMARY KEY, user_id int);
+      INSERT INTO users5 VALUES (1, true), (2, false);
+      INSERT INTO posts5 VALUES (10, 1), (20, 2);`)
+    const shape = new Follower('posts5', 'user_id IN (SELECT id FROM users5 WHERE active)')
+    await shape.sync()
+    const before = shape.handle
+    const got = await shape.live(() => cluster.query('UPDATE users5 SET active = true WHERE id = 2'))
+    expect(got[0]!.headers).toEqual({ control: 'must-refetch' })
+    expect(shape.handle).not.toBe(before)
+    await shape.expectMatches(byId('posts5'))
+  })
+
+  it('28 and 6 (inner): TRUNCATE of the outer or of an inner table invalidates the shape', async () => {
+    await cluster.query(`
+      CREATE TABLE users28 (id int PRIMARY KEY);
+      CREATE TABLE posts28 (id int PRIMARY KEY, user_id int);
+      INSERT INTO users28 VALUES (1);
+      INSERT INTO posts28 VALUES (10, 1);`)
+    const shape = new Follower('posts28', 'user_id IN (SELECT id FROM users28)')
+    await shape.sync()
+    const inner = await shape.live(() => cluster.query('TRUNCATE users28'))
+    expect(inner[0]!.headers).toEqual({ control: 'must-refetch' })
+    await shape.expectMatches(byId('posts28'))
+    await shape.live(() => cluster.query('INSERT INTO users28 VALUES (1)'))
+    await shape.expectMatches(byId('posts28'))
+    const outer = await shape.live(() => cluster.query('TRUNCATE posts28'))
+    expect(outer[0]!.headers).toEqual({ control: 'must-refetch' })
+    await shape.expectMatches(byId('posts28'))
+  })
+})
