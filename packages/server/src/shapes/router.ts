@@ -4,6 +4,7 @@ import type {
   Change,
   DeleteChange,
   InsertChange,
+  LogicalMessage,
   Relation,
   StreamedChange,
   Transaction,
@@ -104,6 +105,9 @@ export class ShapeRouter implements TransactionSink {
   private readonly joinListeners = new Set<JoinListener>()
   private routedAheadCount = 0
   private commitHooks: Array<(lsn: bigint, xid: number) => void> = []
+  private advanceHolds = 0
+  private heldAdvance = 0n
+  private readonly messageListeners = new Set<(message: LogicalMessage) => void>()
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recent = new RecentXids(Math.max(0, options.recentXids ?? 256))
@@ -159,6 +163,43 @@ export class ShapeRouter implements TransactionSink {
     // A subquery shape's inner tables join in the same instant as its outer one: no transaction sees half of them.
     for (const companion of companions) this.add(companion.spec, companion.target)
     return { recentXids: this.recent.inOrder(), lastRoutedLsn: this.lastLsn }
+  }
+
+  /**
+   * Stops promising routed transactions to the store until the returned
+   * release is called (with the highest LSN the holder wrote at, if above the
+   * routed ones): a subquery shape's move-in writes lines at the LSNs of
+   * transactions routed while its query ran.
+   */
+  holdAdvance(): (wroteAt?: bigint) => void {
+    this.advanceHolds++
+    let released = false
+    return (wroteAt = 0n) => {
+      if (released) return
+      released = true
+      if (wroteAt > this.heldAdvance) this.heldAdvance = wroteAt
+      if (--this.advanceHolds === 0 && this.heldAdvance > 0n) {
+        const lsn = this.heldAdvance
+        this.heldAdvance = 0n
+        this.options.advance(lsn)
+      }
+    }
+  }
+
+  /** Whether a hold (`holdAdvance`) keeps routed transactions from the store. */
+  get advanceHeld(): boolean {
+    return this.advanceHolds > 0
+  }
+
+  /** `listener` hears every logical decoding message (pg_logical_emit_message), in stream order; returns the unsubscribe. */
+  onMessage(listener: (message: LogicalMessage) => void): () => void {
+    this.messageListeners.add(listener)
+    return () => this.messageListeners.delete(listener)
+  }
+
+  onLogicalMessage(message: LogicalMessage): Awaitable {
+    for (const listener of this.messageListeners) listener(message)
+    return undefined
   }
 
   /**
@@ -570,7 +611,9 @@ export class ShapeRouter implements TransactionSink {
     this.recent.push(txn.xid)
     if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
     this.routedTransactions++
-    this.options.advance(txn.lsn)
+    if (this.advanceHolds > 0) {
+      if (txn.lsn > this.heldAdvance) this.heldAdvance = txn.lsn
+    } else this.options.advance(txn.lsn)
   }
 
   /** Ends routing work; a transaction's lines die with it. */

@@ -357,6 +357,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         replica: definition.replica,
         tables: (schema, name) => inner.get(`${schema}\u0000${name}`)!,
         router: this.options.router,
+        pool: this.options.snapshotPool,
+        definition,
         invalidate: (detail) =>
           void this.invalidateHandles([handle], { kind: 'unroutable_change', schema: table.schema, table: table.name, detail }).catch((error: unknown) =>
             this.options.logger?.error({ err: error, handle }, 'invalidating a subquery shape failed'),
@@ -462,6 +464,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   }
 
   private removeMembers(shape: LiveShape): void {
+    shape.subquery?.dispose()
     for (const member of shape.subquery?.memberHandles() ?? []) {
       this.options.router.remove(member)
       this.memberOf.delete(member)

@@ -85,6 +85,23 @@ export class SubqueryView {
     return true
   }
 
+  /** Takes the tuple out whatever its count. */
+  drop(values: readonly unknown[]): void {
+    const key = this.keyOf(values)
+    const member = this.members.get(key)
+    if (member === undefined) return
+    this.members.delete(key)
+    if (member.values.includes(null)) this.nullMembers--
+  }
+
+  /** A copy with its own counts. */
+  clone(): SubqueryView {
+    const copy = new SubqueryView(this.types)
+    for (const [key, member] of this.members) copy.members.set(key, { values: member.values, count: member.count })
+    copy.nullMembers = this.nullMembers
+    return copy
+  }
+
   /** Every member's values. */
   *values(): IterableIterator<readonly unknown[]> {
     for (const member of this.members.values()) yield member.values

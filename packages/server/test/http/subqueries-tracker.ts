@@ -19,13 +19,18 @@ interface TrackedRow {
 
 export class TagTracker {
   readonly rows = new Map<string, TrackedRow>()
+  /** Inserts of a key the client already held: a row sent twice. */
+  duplicateInserts = 0
   /** Positions of each disjunct, from the first tagged row. */
   private disjuncts: number[][] | undefined
 
   apply(messages: readonly WireMessage[]): void {
     for (const m of messages) {
       const h = m.headers
-      if (h['control'] === 'must-refetch') this.rows.clear()
+      if (h['control'] === 'must-refetch') {
+        this.rows.clear()
+        this.disjuncts = undefined
+      }
       if (h['event'] === 'move-out' || h['event'] === 'move-in') {
         this.move(h['event'] === 'move-in', h['patterns'] as { pos: number; value: string }[])
         continue
@@ -40,6 +45,7 @@ export class TagTracker {
         continue
       }
       const known = this.rows.get(m.key)
+      if (known !== undefined && h['operation'] === 'insert') this.duplicateInserts++
       const row: TrackedRow = known ?? { value: {}, tags: new Set(), active: [] }
       row.value = { ...row.value, ...m.value }
       for (const t of tags) row.tags.add(t)

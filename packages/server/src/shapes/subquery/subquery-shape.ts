@@ -1,10 +1,13 @@
 import type { AppendOptions } from '@sluice/storage'
-import type { WhereClause } from '../../where/index.js'
+import type pg from 'pg'
+import type { SubqueryView, WhereClause } from '../../where/index.js'
+import type { ShapeDefinition } from '../definition/index.js'
 import type { RouteSpec, ShapeTarget } from '../route-contracts.js'
 import type { ShapeRouter } from '../router.js'
-import { type PgSnapshot, isVisibleInSnapshot } from '../snapshot/index.js'
+import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot } from '../snapshot/index.js'
 import type { TableInfo } from '../table-catalog.js'
-import { type DependencyState, type TableLookup, allStates, applyInnerChanges, dependencyStates } from './dependency-state.js'
+import { type DependencyState, type TableLookup, type ViewMoves, allStates, applyInnerChanges, dependencyStates } from './dependency-state.js'
+import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.js'
 import { type IntakeChange, readIntake } from './intake.js'
 import { type ChangeLine, type LineContext, type MovePattern, changeLine, moveEventLine } from './shape-lines.js'
 import { rowTags, tagHash } from './tags.js'
@@ -38,6 +41,10 @@ export interface SubqueryShapeOptions {
   readonly replica: 'default' | 'full'
   readonly tables: TableLookup
   readonly router: ShapeRouter
+  /** Connections for move-in queries (the snapshot pool). */
+  readonly pool: pg.Pool
+  /** For the move-in query: selected columns and params. */
+  readonly definition: ShapeDefinition
   /** The shape can no longer be kept exact. Called once. */
   readonly invalidate: (detail: string) => void
 }
@@ -47,7 +54,32 @@ interface PendingTxn {
   readonly xid: number
   readonly outer: IntakeChange[]
   readonly inner: Map<number, IntakeChange[]>
+  /** The first op its own lines take (after lines spliced in at its LSN). */
+  op?: number
 }
+
+interface MovingIn {
+  /** Names the move-in's logical message. */
+  readonly id: string
+  /** The views the held transactions the query saw are judged against. */
+  readonly before: SubqueryView[]
+  readonly patterns: MovePattern[]
+  readonly xids: number[]
+  result: MoveInResult | undefined
+  /** Transactions routed since it started, in order. */
+  readonly held: PendingTxn[]
+  /** Held transactions already written, whose inner changes wait for the splice. */
+  readonly deferred: PendingTxn[]
+  /** Where the stream delivered the query's message: every transaction it saw has been routed. */
+  markerLsn: bigint | undefined
+  readonly abort: AbortController
+  readonly release: (wroteAt?: bigint) => void
+}
+
+/** Electric's bound (`subquery_buffer_max_transactions`): past it the shape is dropped rather than memory grown. */
+const MAX_HELD_TRANSACTIONS = 1000
+
+const encoder = new TextEncoder()
 
 /** The handle under which the shape's member on an inner table is routed. */
 export function memberHandle(handle: string, table: TableInfo): string {
@@ -64,6 +96,12 @@ export class SubqueryShape {
   /** Transactions that arrived before the snapshot was known; undefined once live. */
   private held: PendingTxn[] | undefined = []
   private dead = false
+  private moving: MovingIn | undefined
+  private moveCount = 0
+  private unsubscribe: (() => void) | undefined
+  /** The highest LSN lines were written at. */
+  private wroteAt = 0n
+  private lastOp = -1
   /** The snapshot the views were read in: transactions it saw are never applied again. */
   private seen: { snapshot: PgSnapshot; insertLsn: bigint } | undefined
   private readonly columns: readonly string[]
@@ -123,7 +161,7 @@ export class SubqueryShape {
     const held = this.held ?? []
     this.held = undefined
     this.seen = { snapshot, insertLsn }
-    for (const txn of held) if (!this.inSnapshot(txn)) this.process(txn)
+    for (const txn of held) if (!this.inSnapshot(txn)) this.enqueue(txn)
   }
 
   private inSnapshot(txn: PendingTxn): boolean {
@@ -154,20 +192,51 @@ export class SubqueryShape {
     // A transaction that failed half way is routed again from the start: what it left behind is dropped.
     if (txn.lsn !== lsn || txn.xid !== xid || this.dead) return
     if (this.held !== undefined) this.held.push(txn)
-    else if (!this.inSnapshot(txn)) this.process(txn)
+    else if (!this.inSnapshot(txn)) this.enqueue(txn)
   }
 
   private kill(detail: string): void {
     if (this.dead) return
     this.dead = true
+    this.dispose()
     this.options.invalidate(detail)
   }
 
-  private process(txn: PendingTxn): void {
+  /** The shape is gone: a move-in in flight stops holding the store back. */
+  dispose(): void {
+    this.dead = true
+    const moving = this.moving
+    this.moving = undefined
+    moving?.abort.abort()
+    moving?.release()
+    this.unsubscribe?.()
+    this.unsubscribe = undefined
+  }
+
+  /** A transaction, in order: applied now, or held while a move-in's query runs. */
+  private enqueue(txn: PendingTxn): void {
+    const moving = this.moving
+    if (moving === undefined) {
+      this.process(txn, txn.op ?? 0)
+      return
+    }
+    moving.held.push(txn)
+    if (moving.held.length > MAX_HELD_TRANSACTIONS) {
+      this.kill(`more than ${MAX_HELD_TRANSACTIONS} transactions arrived during one move-in`)
+      return
+    }
+    this.advanceMove()
+  }
+
+  /**
+   * Applies a transaction from `op` on: views, then move-out events, then the
+   * outer changes (against the views before any move-in), then, when values
+   * entered, the move-in starts (its rows are spliced in later).
+   */
+  private process(txn: PendingTxn, op: number): number {
     const plan = this.options.where.subqueries!
     const { handle } = this.options
-    // 1. The views, inner tables first and deepest first (a middle table's rows are judged with its children's views).
-    const moves = new Map<DependencyState, ReturnType<typeof applyInnerChanges>>()
+    const moves = new Map<DependencyState, ViewMoves>()
     for (const state of [...this.states].reverse()) {
       const changes = txn.inner.get(state.table.oid)
       if (changes === undefined) continue
@@ -175,29 +244,45 @@ export class SubqueryShape {
       if (moved.entered.length === 0 && moved.left.length === 0) continue
       if (state.depth > 1) {
         this.kill(`a change to ${state.table.schema}.${state.table.name} moved a nested subquery's rows, which is not followed live`)
-        return
+        return op
       }
       moves.set(state, moved)
     }
-    // 2. Move-outs; a move-in needs the outer rows queried, which is not done yet.
-    const patterns: MovePattern[] = []
+    const outs: MovePattern[] = []
+    const ins: MovePattern[] = []
+    /** The views as they were before the values that move rows in entered (or, for NOT IN, left). */
+    let before: SubqueryView[] | undefined
     for (const [state, moved] of moves) {
       const index = this.roots.indexOf(state)
-      const ins = state.dep.negated ? moved.left : moved.entered
-      const outs = state.dep.negated ? moved.entered : moved.left
-      if (ins.length > 0) {
-        this.kill(`a change to ${state.table.schema}.${state.table.name} moved rows into the shape (move-in is not followed live yet)`)
-        return
+      const entering = state.dep.negated ? moved.left : moved.entered
+      const leaving = state.dep.negated ? moved.entered : moved.left
+      if (entering.length > 0) {
+        before ??= this.roots.map((s) => s.view)
+        const view = state.view.clone()
+        for (const values of entering) {
+          if (state.dep.negated) view.add(values)
+          else view.drop(values)
+        }
+        before[index] = view
       }
       plan.positions.forEach((position, pos) => {
         if (position.dep !== index) return
-        for (const values of outs) patterns.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
+        for (const values of leaving) outs.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
+        for (const values of entering) ins.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
       })
     }
-    const lines: string[] = []
-    if (patterns.length > 0) lines.push(moveEventLine('move-out', patterns, [txn.xid]))
-    // 3. The outer table's changes, judged against the views as they now are.
-    const views = this.roots.map((s) => s.view)
+    const lines: Uint8Array[] = []
+    if (outs.length > 0) lines.push(encoder.encode(moveEventLine('move-out', outs, [txn.xid])))
+    this.outerLines(txn, before ?? this.roots.map((s) => s.view), lines)
+    op = this.write(txn.lsn, txn.xid, op, lines)
+    if (ins.length > 0) this.startMoveIn(txn, before!, ins)
+    return op
+  }
+
+  /** The outer table's changes of a transaction, judged against `views`, as lines. */
+  private outerLines(txn: PendingTxn, views: readonly SubqueryView[], lines: Uint8Array[]): void {
+    const plan = this.options.where.subqueries!
+    const { handle } = this.options
     const ctx: LineContext = { table: this.options.table, columns: this.columns, replica: this.options.replica, lsn: txn.lsn, txid: txn.xid }
     const changes: ChangeLine[] = []
     for (const change of txn.outer) {
@@ -207,23 +292,112 @@ export class SubqueryShape {
         continue
       }
       const after = rowTags(handle, plan, views, change.row)
-      const before = rowTags(handle, plan, views, change.old!)
-      if (after.included && before.included) {
-        const removedTags = before.tags.filter((t) => !after.tags.includes(t))
+      const prior = rowTags(handle, plan, views, change.old!)
+      if (after.included && prior.included) {
+        const removedTags = prior.tags.filter((t) => !after.tags.includes(t))
         changes.push({ op: change.op, operation: 'update', key: change.key, row: change.row, old: change.old!, changed: change.changed, tags: after, removedTags })
       } else if (after.included) changes.push({ op: change.op, operation: 'insert', key: change.key, row: change.row, tags: after })
-      else if (before.included) changes.push({ op: change.op, operation: 'delete', key: change.key, row: change.old!, tags: before })
+      else if (prior.included) changes.push({ op: change.op, operation: 'delete', key: change.key, row: change.old!, tags: prior })
     }
-    changes.forEach((line, i) => lines.push(changeLine(ctx, { ...line, op: lines.length }, i === changes.length - 1)))
-    if (lines.length === 0) return
-    const encoder = new TextEncoder()
-    this.target!.appendLines(
-      txn.lsn,
-      lines.map((_, i) => i),
-      lines.map((line) => encoder.encode(line)),
-      lines.length,
-      undefined,
-      txn.xid,
+    changes.forEach((line, i) => lines.push(encoder.encode(changeLine(ctx, line, i === changes.length - 1))))
+  }
+
+  /** Appends lines as entries `<lsn>_<op>`, `<lsn>_<op+1>`…; returns the next op. */
+  private write(lsn: bigint, xid: number, op: number, lines: readonly Uint8Array[]): number {
+    if (lines.length === 0) return op
+    // Logs skip entries at or below their last one (replays): an entry placed there would be lost silently.
+    if (lsn < this.wroteAt || (lsn === this.wroteAt && op <= this.lastOp)) {
+      this.kill(`lines at ${lsn}_${op} would not follow the log's last entry ${this.wroteAt}_${this.lastOp}`)
+      return op
+    }
+    this.lastOp = op + lines.length - 1
+    this.target!.appendLines(lsn, lines.map((_, i) => op + i), lines, lines.length, undefined, xid)
+    this.wroteAt = lsn
+    return op + lines.length
+  }
+
+  private startMoveIn(txn: PendingTxn, before: SubqueryView[], patterns: MovePattern[]): void {
+    const id = `${this.options.handle}:${++this.moveCount}`
+    const moving: MovingIn = {
+      id,
+      before,
+      patterns,
+      xids: [txn.xid],
+      result: undefined,
+      held: [],
+      deferred: [],
+      markerLsn: undefined,
+      abort: new AbortController(),
+      release: this.options.router.holdAdvance(),
+    }
+    this.moving = moving
+    this.unsubscribe ??= this.options.router.onMessage((message) => {
+      const current = this.moving
+      if (current === undefined || message.transactional || message.prefix !== MOVE_IN_MESSAGE_PREFIX) return
+      if (message.content.toString('utf8') !== current.id) return
+      current.markerLsn = message.lsn
+      this.advanceMove()
+    })
+    const query = {
+      table: this.options.table,
+      handle: this.options.handle,
+      plan: this.options.where.subqueries!,
+      definition: this.options.definition,
+      newViews: this.roots.map((s) => s.view),
+      oldViews: before,
+    }
+    runMoveIn(this.options.pool, query, id, moving.abort.signal).then(
+      (result) => {
+        if (this.moving !== moving) return
+        moving.result = result
+        this.advanceMove()
+      },
+      (error: unknown) => {
+        if (this.moving !== moving) return
+        this.kill(`the move-in query failed: ${error instanceof Error ? error.message : String(error)}`)
+      },
     )
+  }
+
+  /**
+   * The splice (docs/protocol.md, "Subquery shapes"): held transactions the
+   * query saw go first, judged against the views before the move; at the
+   * first it did not see, or once the stream has passed the query (its
+   * message arrived), the move-in event, its rows and a `snapshot-end`; then
+   * the held transactions' inner changes, then the rest as usual.
+   */
+  private advanceMove(): void {
+    const moving = this.moving
+    const result = moving?.result
+    if (moving === undefined || result === undefined || this.dead) return
+    const { snapshot, insertLsn } = result
+    while (moving.held.length > 0) {
+      const txn = moving.held[0]!
+      if (!(txn.lsn < insertLsn && isVisibleInSnapshot(snapshot, txn.xid))) break
+      moving.held.shift()
+      const lines: Uint8Array[] = []
+      this.outerLines(txn, moving.before, lines)
+      txn.op = this.write(txn.lsn, txn.xid, txn.op ?? 0, lines)
+      moving.deferred.push(txn)
+    }
+    const boundary = moving.held[0]
+    if (boundary === undefined && moving.markerLsn === undefined) return
+    // Splice at the boundary transaction's LSN, before its own lines, or at the message's, above everything routed.
+    const lsn = boundary?.lsn ?? moving.markerLsn!
+    const xid = boundary?.xid ?? moving.xids[0]!
+    const lines: Uint8Array[] = [encoder.encode(moveEventLine('move-in', moving.patterns, moving.xids)), ...result.lines]
+    if (result.lines.length > 0) lines.push(encodeSnapshotEnd(snapshot))
+    let op = this.write(lsn, xid, boundary?.op ?? 0, lines)
+    this.moving = undefined
+    const held = moving.held
+    // The held transactions' inner changes, as one transaction at the splice: their moves follow the move-in.
+    const deferred: PendingTxn = { lsn, xid, outer: [], inner: new Map(), op }
+    for (const txn of moving.deferred) {
+      for (const [oid, changes] of txn.inner) deferred.inner.set(oid, [...(deferred.inner.get(oid) ?? []), ...changes])
+    }
+    if (deferred.inner.size > 0) op = this.process(deferred, op)
+    if (boundary !== undefined) boundary.op = op
+    moving.release(lsn)
+    for (const txn of held) this.enqueue(txn)
   }
 }
