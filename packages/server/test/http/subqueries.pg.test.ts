@@ -20,8 +20,11 @@ let pipeline: Pipeline
 let server: TestServer
 const LONG_POLL_MS = 20_000
 
+let storeDir = ''
+
 beforeAll(async () => {
-  pipeline = await startPipeline(cluster, await dirs.make('store'))
+  storeDir = await dirs.make('store')
+  pipeline = await startPipeline(cluster, storeDir)
   server = await startServer(pipeline, { longPollTimeoutMs: LONG_POLL_MS })
 }, 120_000)
 
@@ -118,7 +121,7 @@ class Follower {
       .filter((k) => k.startsWith('params['))
       .sort()
       .map((k) => this.extra[k])
-    const { rows } = await cluster.query<Record<string, unknown>>(`SELECT * FROM ${this.table} WHERE ${this.where}`, params)
+    const { rows } = await cluster.query<Record<string, unknown>>(`SELECT ${this.extra['columns'] ?? '*'} FROM ${this.table} WHERE ${this.where}`, params)
     const expected = new Map(rows.map((r) => [key(r), stringify(r)]))
     const got = new Map([...this.tracker.values()].map(([k, v]) => [k, v]))
     expect(new Map([...got].sort())).toEqual(new Map([...expected].sort()))
@@ -361,6 +364,143 @@ describe('subquery shapes', () => {
     expect(shape.tracker.duplicateInserts).toBe(0)
   })
 
+  it('12, 15, 19: composite-key inner tables, quoted identifiers, two subqueries joined by AND', async () => {
+    await cluster.query(`
+      CREATE TABLE "Parent" (id int PRIMARY KEY, "isActive" bool);
+      CREATE TABLE kid15 (id int PRIMARY KEY, "parentId" int);
+      INSERT INTO "Parent" VALUES (1, false);
+      INSERT INTO kid15 VALUES (1, 1);
+      CREATE TABLE team12 (id int PRIMARY KEY);
+      CREATE TABLE member12 (user_id int, team_id int, PRIMARY KEY (user_id, team_id));
+      CREATE TABLE project12 (id int PRIMARY KEY, team_id int, owner int);
+      INSERT INTO team12 VALUES (1), (2);
+      INSERT INTO project12 VALUES (1, 1, 7), (2, 2, 7), (3, 2, 8);`)
+    const quoted = new Follower('kid15', '"parentId" IN (SELECT id FROM "Parent" WHERE "isActive")')
+    await quoted.sync()
+    const moved = await quoted.live(() => cluster.query('UPDATE "Parent" SET "isActive" = true'))
+    expect(changes(moved)[0]!.headers['tags']).toEqual([hash(quoted.handle, 'v:1')])
+    await quoted.expectMatches(byId('kid15'))
+
+    const both = new Follower('project12', 'team_id IN (SELECT team_id FROM member12 WHERE user_id = 1) AND team_id IN (SELECT id FROM team12)')
+    await both.sync()
+    await both.live(() => cluster.query('INSERT INTO member12 VALUES (1, 1)'))
+    await both.expectMatches(byId('project12'))
+    await both.live(() => cluster.query('INSERT INTO member12 VALUES (1, 2), (2, 2)'))
+    await both.expectMatches(byId('project12'))
+    await both.live(() => cluster.query('DELETE FROM member12 WHERE user_id = 1 AND team_id = 1'))
+    await both.expectMatches(byId('project12'))
+    await both.live(() => cluster.query('DELETE FROM team12 WHERE id = 2'))
+    await both.expectMatches(byId('project12'))
+  })
+
+  it('16, 17, 18: a burst read in one request collapses in order; empty tables then rows; oscillation', async () => {
+    await cluster.query(`
+      CREATE TABLE parent16 (id int PRIMARY KEY, value int);
+      CREATE TABLE child16 (id int PRIMARY KEY, parent_id int, v int);`)
+    const shape = new Follower('child16', 'parent_id IN (SELECT id FROM parent16 WHERE value > 10)')
+    await shape.sync()
+    await shape.live(() => cluster.query('INSERT INTO parent16 VALUES (1, 11); INSERT INTO child16 VALUES (1, 1, 0)'))
+    await shape.expectMatches(byId('child16'))
+    // A burst, then read without live: the moves are applied in order.
+    for (const sql of [
+      'UPDATE parent16 SET value = 0 WHERE id = 1',
+      'INSERT INTO parent16 VALUES (2, 12); INSERT INTO child16 VALUES (2, 2, 0)',
+      'UPDATE child16 SET v = v + 1',
+      'UPDATE parent16 SET value = 13 WHERE id = 1',
+      'UPDATE parent16 SET value = 0 WHERE id = 1',
+      'UPDATE parent16 SET value = 14 WHERE id = 1',
+      'INSERT INTO parent16 VALUES (3, 15); INSERT INTO child16 VALUES (3, 3, 0)',
+    ]) {
+      await cluster.query(sql)
+    }
+    await shape.converge(byId('child16'))
+    const all = await shape.live(() => cluster.query('UPDATE parent16 SET value = 0'))
+    const outs = events(all).filter((m) => m.headers['event'] === 'move-out')
+    expect(outs).toHaveLength(1)
+    expect((outs[0]!.headers['patterns'] as unknown[]).length).toBe(3)
+    await shape.expectMatches(byId('child16'))
+    expect(shape.tracker.duplicateInserts).toBe(0)
+  })
+
+  it('22, 23, 29, 36, 37: updates across the view, updates of nothing selected, a row moving parents, deletes', async () => {
+    await cluster.query(`
+      CREATE TABLE users29 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts29 (id int PRIMARY KEY, user_id int, title text, extra text);
+      INSERT INTO users29 VALUES (1, true), (2, true), (3, false);
+      INSERT INTO posts29 VALUES (1, 1, 'a', 'x'), (2, 3, 'b', 'x');`)
+    const shape = new Follower('posts29', 'user_id IN (SELECT id FROM users29 WHERE active)', { columns: 'id,user_id,title' })
+    await shape.sync()
+    const untouched = await shape.live(() => cluster.query(`UPDATE posts29 SET extra = 'y' WHERE id = 1`))
+    expect(changes(untouched)).toMatchObject([{ key: '"public"."posts29"/"1"', value: { id: '1' }, headers: { operation: 'update', active_conditions: [true] } }])
+    const moved = await shape.live(() => cluster.query('UPDATE posts29 SET user_id = 2 WHERE id = 1'))
+    expect(changes(moved)[0]!.headers).toMatchObject({ operation: 'update', tags: [hash(shape.handle, 'v:2')], removed_tags: [hash(shape.handle, 'v:1')] })
+    const off = await shape.live(() => cluster.query('UPDATE users29 SET active = false WHERE id = 1'))
+    expect(events(off)).toHaveLength(1)
+    await shape.expectMatches(byId('posts29'))
+    expect(shape.tracker.rows.has('"public"."posts29"/"1"')).toBe(true)
+    const entering = await shape.live(() => cluster.query('UPDATE posts29 SET user_id = 2 WHERE id = 2'))
+    expect(changes(entering)[0]!.headers['operation']).toBe('insert')
+    const leaving = await shape.live(() => cluster.query('UPDATE posts29 SET user_id = 3 WHERE id = 2'))
+    expect(changes(leaving)[0]!.headers['operation']).toBe('delete')
+    await shape.live(() => cluster.query(`UPDATE posts29 SET title = 'A' WHERE id = 1`))
+    await shape.expectMatches(byId('posts29'))
+    await shape.live(() => cluster.query('DELETE FROM posts29 WHERE id = 1'))
+    await shape.expectMatches(byId('posts29'))
+  })
+
+  it('30, 38: a fresh stream gets the same tags, and no row that moved out', async () => {
+    await cluster.query(`
+      CREATE TABLE users30 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts30 (id int PRIMARY KEY, user_id int);
+      INSERT INTO users30 VALUES (1, true), (2, true);
+      INSERT INTO posts30 VALUES (1, 1), (2, 2);`)
+    const where = 'user_id IN (SELECT id FROM users30 WHERE active)'
+    const first = new Follower('posts30', where)
+    await first.sync()
+    await first.live(() => cluster.query('UPDATE users30 SET active = false WHERE id = 2'))
+    const fresh = new Follower('posts30', where)
+    const got = changes(await fresh.sync())
+    expect(fresh.handle).toBe(first.handle)
+    expect(got.filter((m) => m.headers['is_move_in'] === undefined).map((m) => m.headers['tags'])).toContainEqual([hash(first.handle, 'v:1')])
+    await fresh.expectMatches(byId('posts30'))
+    expect(fresh.tracker.rows.has('"public"."posts30"/"2"')).toBe(false)
+  })
+
+  it('TanStack on-demand: offset=now with log=changes_only still gets moves and their rows', async () => {
+    await cluster.query(`
+      CREATE TABLE users32 (id uuid PRIMARY KEY, "isActive" bool);
+      CREATE TABLE posts32 (id uuid PRIMARY KEY, "userId" uuid, title text);
+      INSERT INTO users32 VALUES ('00000000-0000-0000-0000-000000000001', false);
+      INSERT INTO posts32 VALUES ('00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-000000000001', 't');`)
+    const shape = new Follower('posts32', '"userId" IN (SELECT id FROM users32 WHERE "isActive" = true)', { log: 'changes_only' })
+    shape.offset = 'now'
+    await shape.sync()
+    expect(shape.tracker.rows.size).toBe(0)
+    const got = await shape.live(() => cluster.query('UPDATE users32 SET "isActive" = true'))
+    expect(changes(got)).toMatchObject([{ value: { title: 't' }, headers: { is_move_in: true, tags: [hash(shape.handle, 'v:00000000-0000-0000-0000-000000000001')] } }])
+    await shape.live(() => cluster.query('UPDATE users32 SET "isActive" = false'))
+    expect(shape.tracker.rows.size).toBe(0)
+  })
+
+  it('8 (for now): a move of a nested subquery invalidates the shape; the new shape is right', async () => {
+    await cluster.query(`
+      CREATE TABLE gp8 (id int PRIMARY KEY, on_ bool);
+      CREATE TABLE p8 (id int PRIMARY KEY, gp_id int);
+      CREATE TABLE c8 (id int PRIMARY KEY, p_id int);
+      INSERT INTO gp8 VALUES (1, false); INSERT INTO p8 VALUES (1, 1); INSERT INTO c8 VALUES (1, 1);`)
+    const shape = new Follower('c8', 'p_id IN (SELECT id FROM p8 WHERE gp_id IN (SELECT id FROM gp8 WHERE on_))')
+    await shape.sync()
+    const got = await shape.live(() => cluster.query('UPDATE gp8 SET on_ = true'))
+    expect(got[0]!.headers).toEqual({ control: 'must-refetch' })
+    await shape.expectMatches(byId('c8'))
+    // A middle-table change is followed live (a move-in at the outer shape), whatever the timing of the outer row.
+    const handle = shape.handle
+    await cluster.query('INSERT INTO p8 VALUES (2, 1)')
+    await shape.live(() => cluster.query('INSERT INTO c8 VALUES (2, 2)'))
+    await shape.converge(byId('c8'))
+    expect(shape.handle).toBe(handle)
+  })
+
   it('28 and 6 (inner): TRUNCATE of the outer or of an inner table invalidates the shape', async () => {
     await cluster.query(`
       CREATE TABLE users28 (id int PRIMARY KEY);
@@ -377,5 +517,29 @@ describe('subquery shapes', () => {
     const outer = await shape.live(() => cluster.query('TRUNCATE posts28'))
     expect(outer[0]!.headers).toEqual({ control: 'must-refetch' })
     await shape.expectMatches(byId('posts28'))
+  })
+
+  it('item 5: after a restart a subquery shape answers 409 and a new handle, and the new shape is right', async () => {
+    await cluster.query(`
+      CREATE TABLE users99 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts99 (id int PRIMARY KEY, user_id int);
+      INSERT INTO users99 VALUES (1, true);
+      INSERT INTO posts99 VALUES (1, 1), (2, 2);`)
+    const shape = new Follower('posts99', 'user_id IN (SELECT id FROM users99 WHERE active)')
+    await shape.sync()
+    const old = shape.handle
+    await server.close()
+    await pipeline.stop()
+    pipeline = await startPipeline(cluster, storeDir)
+    server = await startServer(pipeline, { longPollTimeoutMs: LONG_POLL_MS })
+    const res = await get(shapeUrl({ table: 'posts99', where: shape.where, offset: shape.offset, handle: old }))
+    expect(res.status).toBe(409)
+    expect(res.header('electric-handle')).not.toBe(old)
+    shape.handle = ''
+    shape.offset = '-1'
+    shape.tracker.rows.clear()
+    await shape.sync()
+    await shape.live(() => cluster.query('INSERT INTO users99 VALUES (2, true)'))
+    await shape.expectMatches(byId('posts99'))
   })
 })

@@ -31,7 +31,23 @@ interface FullLine {
   headers: { operation: 'insert' | 'update' | 'delete'; key_change_to?: string; key_change_from?: string }
 }
 
+/**
+ * Lines already read, by the line object: the router hands one encoded line
+ * (one object) to every member that projects alike, so a change reaching many
+ * subquery shapes is parsed once. The objects are new per encoding, so an
+ * entry never outlives its bytes' meaning.
+ */
+const read = new WeakMap<Uint8Array, IntakeChange>()
+
 export function readIntake(op: number, bytes: Uint8Array): IntakeChange {
+  const known = read.get(bytes)
+  if (known !== undefined && known.op === op) return known
+  const change = parse(op, bytes)
+  read.set(bytes, change)
+  return change
+}
+
+function parse(op: number, bytes: Uint8Array): IntakeChange {
   const line = JSON.parse(decoder.decode(bytes)) as FullLine
   const { operation } = line.headers
   const changed = line.old_value === undefined ? [] : Object.keys(line.old_value)

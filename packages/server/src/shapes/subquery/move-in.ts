@@ -26,6 +26,14 @@ import { tagHeadersSql } from './snapshot-sql.js'
 /** The prefix of the messages move-ins emit; the content names the move-in. */
 export const MOVE_IN_MESSAGE_PREFIX = 'sluice/move-in'
 
+/**
+ * While a move-in runs, routed transactions are not promised to the store
+ * (router.holdAdvance): a query stuck behind a lock must not hold every
+ * shape's acknowledgement for long. Past this the query fails and the shape
+ * is invalidated instead.
+ */
+const MOVE_IN_TIMEOUT_MS = 30_000
+
 /** Parameter numbers above every clause's own (`$n` is capped by the where limits far below this). */
 const VIEW_PARAM_BASE = 1_000_000
 
@@ -98,6 +106,7 @@ export async function runMoveIn(pool: pg.Pool, query: MoveInQuery, marker: strin
       table: query.table,
       text,
       values,
+      statementTimeoutMs: MOVE_IN_TIMEOUT_MS,
       ...(signal === undefined ? {} : { signal }),
       prepare: async (client) => {
         await client.query('SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)', [MOVE_IN_MESSAGE_PREFIX, marker])
