@@ -9,6 +9,7 @@ import { BOOL, displayName, type SqlType } from './sql-type.js'
 import { findSublinks, sublinkForm } from './sublink-form.js'
 import { codecFor } from './type-codec.js'
 import { quoteIdent } from './type-names.js'
+import type { WhereClause } from './where-clause.js'
 
 /*
  * The parts of a where clause with subqueries (`col IN (SELECT …)`) that its
@@ -26,7 +27,7 @@ export interface SubqueryDependency {
   readonly select: readonly string[]
   readonly types: readonly SqlType[]
   /** The inner clause, compiled against the inner table (it may have subqueries of its own). */
-  readonly where: SubqueryInnerClause | undefined
+  readonly where: WhereClause | undefined
   /** `SELECT "x" FROM "s"."t" [WHERE …]`: canonical, valid SQL with the clause's `$n`. */
   readonly sql: string
   /** Polarity: whether the dependency stands under an odd number of NOTs (one polarity per dependency). */
@@ -63,7 +64,7 @@ export interface SubqueryPlan {
 
 /** What a compilation of an inner clause gives back (where-clause.ts compiles it). */
 export type CompileInner = (tree: RawNode, source: string, schema: string, table: string) => Promise<{
-  clause: SubqueryInnerClause
+  clause: WhereClause
   columns: ReadonlyMap<string, SqlType>
 }>
 
@@ -86,7 +87,7 @@ export async function prepareSublinks(tree: RawNode, source: string, innerColumn
   const nodes = findSublinks(tree)
   if (nodes.length === 0) return undefined
   const bySql = new Map<string, number>()
-  const deps: { schema: string; table: string; select: string[]; types: SqlType[]; where: SubqueryInnerClause | undefined; sql: string }[] = []
+  const deps: { schema: string; table: string; select: string[]; types: SqlType[]; where: WhereClause | undefined; sql: string }[] = []
   const depOf = new Map<Node, number>()
   for (const node of nodes) {
     const form = sublinkForm(node)

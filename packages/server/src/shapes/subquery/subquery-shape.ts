@@ -140,12 +140,25 @@ export class SubqueryShape {
   /** The inner tables' members, routed with the outer one. */
   companions(): { spec: RouteSpec; target: ShapeTarget }[] {
     return [...this.innerTables.values()].map((table) => ({
-      spec: { handle: memberHandle(this.options.handle, table), table, where: undefined, columns: undefined, replica: 'full' as const },
+      spec: { handle: memberHandle(this.options.handle, table), table, where: this.memberWhere(table), columns: undefined, replica: 'full' as const },
       target: {
         appendLines: (lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, _options: AppendOptions | undefined, xid: number) =>
           this.take(table.oid, lsn, ops, jsons, count, xid),
       },
     }))
+  }
+
+  /**
+   * What an inner table's member is filed under in the router's index: the
+   * subquery's own clause when it is the table's only subquery and has none
+   * inside (then `user_id = $1` reaches this shape's member in O(1) among
+   * thousands); otherwise every change of the table. An update moving a row
+   * across the clause arrives as its delete or insert, which counts the same.
+   */
+  private memberWhere(table: TableInfo): WhereClause | undefined {
+    const states = this.states.filter((s) => s.table.oid === table.oid)
+    const where = states.length === 1 ? states[0]!.dep.where : undefined
+    return where?.subqueries === undefined ? where : undefined
   }
 
   /** Handles of the inner members. */

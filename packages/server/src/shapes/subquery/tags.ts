@@ -54,6 +54,9 @@ export function rowTags(handle: string, plan: SubqueryPlan, views: readonly Subq
     if (value === null) return false
     return position.negated ? value === false : value === true
   })
+  const included = plan.disjuncts.some((disjunct) => disjunct.every((p) => active[p] === true))
+  // A row out of the shape is written nowhere: its hashes are not worth computing (the common case per shape).
+  if (!included) return { tags: [], active, included }
   const slots = plan.positions.map((position) =>
     position.dep === undefined ? '1' : tagHash(handle, position.left, position.left.map((c) => row[c] ?? null)),
   )
@@ -61,6 +64,5 @@ export function rowTags(handle: string, plan: SubqueryPlan, views: readonly Subq
     const member = new Set(disjunct)
     return slots.map((slot, i) => (member.has(i) ? slot : '')).join('/')
   })
-  const included = plan.disjuncts.some((disjunct) => disjunct.every((p) => active[p] === true))
   return { tags, active, included }
 }
