@@ -542,4 +542,53 @@ describe('subquery shapes', () => {
     await shape.live(() => cluster.query('INSERT INTO users99 VALUES (2, true)'))
     await shape.expectMatches(byId('posts99'))
   })
+
+  it('item 8: a random workload over random subquery shapes; every shape converges to Postgres after each batch', async () => {
+    const seed = Number(process.env['SUBQUERY_SEED'] ?? Math.floor(Math.random() * 2 ** 31))
+    const batches = Number(process.env['SUBQUERY_BATCHES'] ?? (process.env['SOAK'] === '1' ? 500 : 12))
+    console.log(`subquery oracle: seed ${seed} (SUBQUERY_SEED=${seed}), ${batches} batches`)
+    let state = seed
+    const random = (): number => {
+      state = (state * 1103515245 + 12345) % 2 ** 31
+      return state / 2 ** 31
+    }
+    const pick = <T,>(list: readonly T[]): T => list[Math.floor(random() * list.length)]!
+    const int = (n: number): number => Math.floor(random() * n)
+    await cluster.query(`
+      CREATE TABLE ou (id int PRIMARY KEY, active bool NOT NULL, team int);
+      CREATE TABLE op (id int PRIMARY KEY, user_id int, team int, flag bool);
+      INSERT INTO ou SELECT g, g % 2 = 0, g % 3 FROM generate_series(1, 8) g;
+      INSERT INTO op SELECT g, g % 9, g % 4, g % 5 = 0 FROM generate_series(1, 40) g;`)
+    const clauses = [
+      'user_id IN (SELECT id FROM ou WHERE active)',
+      'user_id NOT IN (SELECT id FROM ou WHERE NOT active)',
+      'user_id IN (SELECT id FROM ou WHERE active) OR flag',
+      'user_id IN (SELECT id FROM ou WHERE active) AND team IN (SELECT team FROM ou WHERE NOT active)',
+      '(user_id, team) IN (SELECT id, team FROM ou)',
+      'NOT (user_id IN (SELECT id FROM ou WHERE team = 1) OR flag)',
+    ]
+    const shapes = clauses.map((where) => new Follower('op', where))
+    for (const shape of shapes) await shape.sync()
+    let nextPost = 100
+    let nextUser = 100
+    const statement = (): string =>
+      pick([
+        () => `UPDATE ou SET active = NOT active WHERE id = ${1 + int(10)}`,
+        () => `UPDATE ou SET team = ${int(4)} WHERE id = ${1 + int(10)}`,
+        () => `INSERT INTO ou VALUES (${nextUser++ % 3 === 0 ? 9 + int(3) : nextUser}, ${random() < 0.5}, ${int(4)}) ON CONFLICT (id) DO UPDATE SET active = NOT ou.active`,
+        () => `DELETE FROM ou WHERE id = ${1 + int(12)}`,
+        () => `INSERT INTO op VALUES (${nextPost++}, ${int(13)}, ${int(4)}, ${random() < 0.3})`,
+        () => `UPDATE op SET user_id = ${int(13)} WHERE id % 7 = ${int(7)}`,
+        () => `UPDATE op SET team = ${int(4)}, flag = NOT flag WHERE id = ${1 + int(nextPost)}`,
+        () => `DELETE FROM op WHERE id = ${1 + int(nextPost)}`,
+      ])()
+    const transaction = (): string => `BEGIN; ${Array.from({ length: 1 + int(3) }, statement).join('; ')}; COMMIT`
+    for (let batch = 0; batch < batches; batch++) {
+      await Promise.all(Array.from({ length: 1 + int(3) }, () => cluster.query(transaction())))
+      for (const shape of shapes) {
+        await shape.converge(byId('op'))
+        expect(shape.tracker.duplicateInserts, `${shape.where}, seed ${seed}`).toBe(0)
+      }
+    }
+  }, 300_000)
 })
