@@ -1,6 +1,8 @@
 import type { ReplicaMode, RowValues } from '@sluice/protocol'
 import type { TableInfo } from '../table-catalog.js'
-import type { RowTags } from './tags.js'
+import type { SubqueryPlan, SubqueryView } from '../../where/index.js'
+import type { IntakeChange } from './intake.js'
+import { type RowTags, rowTags } from './tags.js'
 
 /*
  * A subquery shape's log lines, written as the change encoder writes plain
@@ -63,6 +65,30 @@ export function changeLine(ctx: LineContext, line: ChangeLine, last: boolean): s
   if (line.operation === 'update') headers['removed_tags'] = line.removedTags ?? []
   headers['active_conditions'] = line.tags.active
   return JSON.stringify({ key: line.key, value, ...(oldValue === undefined ? {} : { old_value: oldValue }), headers })
+}
+
+/**
+ * A transaction's outer-table changes as the shape's lines, judged against
+ * `views`: an update whose row stays is an update (new tags, `removed_tags`),
+ * one whose row enters an insert, one whose row leaves a delete.
+ */
+export function outerChangeLines(ctx: LineContext, handle: string, plan: SubqueryPlan, views: readonly SubqueryView[], outer: readonly IntakeChange[]): string[] {
+  const changes: ChangeLine[] = []
+  for (const change of outer) {
+    if (change.operation === 'insert' || change.operation === 'delete') {
+      const tags = rowTags(handle, plan, views, change.row)
+      if (tags.included) changes.push({ op: change.op, operation: change.operation, key: change.key, row: change.row, tags })
+      continue
+    }
+    const after = rowTags(handle, plan, views, change.row)
+    const prior = rowTags(handle, plan, views, change.old!)
+    if (after.included && prior.included) {
+      const removedTags = prior.tags.filter((t) => !after.tags.includes(t))
+      changes.push({ op: change.op, operation: 'update', key: change.key, row: change.row, old: change.old!, changed: change.changed, tags: after, removedTags })
+    } else if (after.included) changes.push({ op: change.op, operation: 'insert', key: change.key, row: change.row, tags: after })
+    else if (prior.included) changes.push({ op: change.op, operation: 'delete', key: change.key, row: change.old!, tags: prior })
+  }
+  return changes.map((line, i) => changeLine(ctx, line, i === changes.length - 1))
 }
 
 export interface MovePattern {

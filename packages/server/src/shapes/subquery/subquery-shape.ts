@@ -9,8 +9,8 @@ import type { TableInfo } from '../table-catalog.js'
 import { type DependencyState, type TableLookup, type ViewMoves, allStates, applyInnerChanges, dependencyStates } from './dependency-state.js'
 import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.js'
 import { type IntakeChange, readIntake } from './intake.js'
-import { type ChangeLine, type LineContext, type MovePattern, changeLine, moveEventLine } from './shape-lines.js'
-import { rowTags, tagHash } from './tags.js'
+import { type LineContext, type MovePattern, moveEventLine, outerChangeLines } from './shape-lines.js'
+import { tagHash } from './tags.js'
 
 /*
  * A shape whose where clause has subqueries, between the router and its log
@@ -294,25 +294,8 @@ export class SubqueryShape {
 
   /** The outer table's changes of a transaction, judged against `views`, as lines. */
   private outerLines(txn: PendingTxn, views: readonly SubqueryView[], lines: Uint8Array[]): void {
-    const plan = this.options.where.subqueries!
-    const { handle } = this.options
     const ctx: LineContext = { table: this.options.table, columns: this.columns, replica: this.options.replica, lsn: txn.lsn, txid: txn.xid }
-    const changes: ChangeLine[] = []
-    for (const change of txn.outer) {
-      if (change.operation === 'insert' || change.operation === 'delete') {
-        const tags = rowTags(handle, plan, views, change.row)
-        if (tags.included) changes.push({ op: change.op, operation: change.operation, key: change.key, row: change.row, tags })
-        continue
-      }
-      const after = rowTags(handle, plan, views, change.row)
-      const prior = rowTags(handle, plan, views, change.old!)
-      if (after.included && prior.included) {
-        const removedTags = prior.tags.filter((t) => !after.tags.includes(t))
-        changes.push({ op: change.op, operation: 'update', key: change.key, row: change.row, old: change.old!, changed: change.changed, tags: after, removedTags })
-      } else if (after.included) changes.push({ op: change.op, operation: 'insert', key: change.key, row: change.row, tags: after })
-      else if (prior.included) changes.push({ op: change.op, operation: 'delete', key: change.key, row: change.old!, tags: prior })
-    }
-    changes.forEach((line, i) => lines.push(encoder.encode(changeLine(ctx, line, i === changes.length - 1))))
+    for (const line of outerChangeLines(ctx, this.options.handle, this.options.where.subqueries!, views, txn.outer)) lines.push(encoder.encode(line))
   }
 
   /** Appends lines as entries `<lsn>_<op>`, `<lsn>_<op+1>`…; returns the next op. */
