@@ -269,6 +269,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     return this.shapes.get(handle)?.definition
   }
 
+  /** The shape's compiled where clause (a subquery shape's subqueries and positions are on it). */
+  where(handle: string): WhereClause | undefined {
+    return this.shapes.get(handle)?.where
+  }
+
   table(handle: string): TableInfo | undefined {
     return this.shapes.get(handle)?.table
   }

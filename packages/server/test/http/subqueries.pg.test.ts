@@ -482,6 +482,25 @@ describe('subquery shapes', () => {
     expect(shape.tracker.rows.size).toBe(0)
   })
 
+  it('subset snapshots of a subquery shape carry its tags; a move-out then removes subset rows too', async () => {
+    await cluster.query(`
+      CREATE TABLE users40 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts40 (id int PRIMARY KEY, user_id int, n int);
+      INSERT INTO users40 VALUES (1, true), (2, false);
+      INSERT INTO posts40 VALUES (1, 1, 5), (2, 1, 50), (3, 2, 50);`)
+    const shape = new Follower('posts40', 'user_id IN (SELECT id FROM users40 WHERE active)', { log: 'changes_only' })
+    shape.offset = 'now'
+    await shape.sync()
+    const res = await get(shapeUrl({ table: 'posts40', where: shape.where, log: 'changes_only', offset: shape.offset, handle: shape.handle, subset__where: 'n > 10' }))
+    expect(res.status, res.text).toBe(200)
+    const body = res.json() as { data: WireMessage[] }
+    expect(body.data.map((m) => [m.key, m.headers['tags'], m.headers['active_conditions']])).toEqual([['"public"."posts40"/"2"', [hash(shape.handle, 'v:1')], [true]]])
+    shape.tracker.apply(body.data)
+    const moved = await shape.live(() => cluster.query('UPDATE users40 SET active = false'))
+    expect(events(moved)).toHaveLength(1)
+    expect(shape.tracker.rows.size).toBe(0)
+  })
+
   it('8 (for now): a move of a nested subquery invalidates the shape; the new shape is right', async () => {
     await cluster.query(`
       CREATE TABLE gp8 (id int PRIMARY KEY, on_ bool);
