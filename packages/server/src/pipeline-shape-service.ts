@@ -18,6 +18,7 @@ import {
 import { type ShapeDefinition, compileDefinition } from './shapes/definition/index.js'
 import type { CreationGate, ShapeInvalidated, ShapeManager } from './shapes/shape-manager.js'
 import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from './shapes/snapshot/index.js'
+import { tagHeadersSql } from './shapes/subquery/snapshot-sql.js'
 import type { CompiledSubset } from './shapes/snapshot/index.js'
 import { type TableInfo, whereColumns } from './shapes/table-catalog.js'
 
@@ -128,7 +129,10 @@ export class PipelineShapeService implements ShapeService {
 
   async runSubset(run: SubsetRun, sink: SubsetSink): Promise<void> {
     const { shape, log } = run
-    const query = buildSubsetQuery({ table: shape.table, definition: shape.definition, subset: run.subset, snapshotMark: run.snapshotMark })
+    const plan = this.shapes.where(shape.handle)?.subqueries
+    // A subquery shape's subset rows carry its tags, by the real subqueries in the subset's own snapshot.
+    const headers = plan === undefined ? undefined : tagHeadersSql(shape.table, shape.handle, plan, (p) => plan.positions[p]!.sql)
+    const query = buildSubsetQuery({ table: shape.table, definition: shape.definition, subset: run.subset, snapshotMark: run.snapshotMark, headers })
     try {
       await runSubsetSnapshot<LogOffset>(
         this.subsetPool,

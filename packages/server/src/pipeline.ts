@@ -252,7 +252,10 @@ export class Pipeline {
         sink: new BufferingSink(streams, router, options.routeAhead === false ? undefined : ahead),
         durableLsn: () => store.durableLsn,
         // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
-        promiseIdle: idle.advance,
+        // Not while a move-in holds routed transactions back from the store (router.holdAdvance).
+        promiseIdle: (lsn) => (router.advanceHeld ? undefined : idle.advance(lsn)),
+        // Subquery shapes learn from a message of their own when the stream has passed a move-in's snapshot.
+        messages: true,
         slotName: slot.name,
         publicationNames: [publication.name],
         maxTransactionBytes: options.maxTransactionBytes ?? Math.max(1024 * 1024, Math.floor(memoryBudgetBytes / 8)),

@@ -66,14 +66,7 @@ export class AdmissionError extends ServerError<'shape_rate_limited' | 'creation
     super(code, message)
   }
 
-  private retryAfter(kind: RequestKind): number {
-    const spread = this.random()
-    const fallback = RETRY_AFTER_MIN_S + Math.floor(spread * (RETRY_AFTER_MAX_S - RETRY_AFTER_MIN_S + 1))
-    const perSecond = this.done[kind].perSecond(this.now())
-    if (perSecond <= 0) return fallback
-    const clearS = this.inFlight[kind] / perSecond
-    return Math.max(1, Math.min(fallback, Math.ceil(2 * clearS * spread)))
-  }
+
 }
 
 interface Bucket {
@@ -176,6 +169,15 @@ export class Admission {
       if (drop-- <= 0) break
       this.buckets.delete(client)
     }
+  }
+
+  private retryAfter(kind: RequestKind): number {
+    const spread = this.random()
+    const fallback = RETRY_AFTER_MIN_S + Math.floor(spread * (RETRY_AFTER_MAX_S - RETRY_AFTER_MIN_S + 1))
+    const perSecond = this.done[kind].perSecond(this.now())
+    if (perSecond <= 0) return fallback
+    const clearS = this.inFlight[kind] / perSecond
+    return Math.max(1, Math.min(fallback, Math.ceil(2 * clearS * spread)))
   }
 }
 

@@ -120,6 +120,9 @@ export class ReplicaShapeService implements ShapeService {
     return log === undefined ? Promise.reject(new ShapeError('shape_invalidated', `shape ${handle} does not exist`)) : Promise.resolve(log)
   }
 
+  /** A replica expires nothing: the writer decides what lives, and its deletions reach the replica as 409s. */
+  setInUse(): void {}
+
   status(handle: string): ShapeStatus {
     return this.shapes.status(handle)
   }

@@ -10,6 +10,9 @@ const STREAMING_SERVER_VERSION = 140000
 
 export type ProtoVersion = 1 | 2
 
+/** The first server version whose pgoutput takes the `messages` option. */
+const MESSAGES_SERVER_VERSION = 140000
+
 export interface PgoutputPluginOptions {
   readonly publicationNames: readonly string[]
   /** Forced protocol version; by default 2 on Postgres ≥ 14, else 1. */
@@ -90,7 +93,8 @@ export class SluicePgoutputPlugin {
       `publication_names ${quoteLiteral(this.options.publicationNames.map(quoteIdentifier).join(','))}`,
     ]
     if (protoVersion >= 2) options.push(`streaming 'on'`)
-    if (this.options.messages === true) options.push(`messages 'true'`)
+    // pgoutput knows the option from Postgres 14 on; before, no message is delivered (and asking fails).
+    if (this.options.messages === true && serverVersionNum >= MESSAGES_SERVER_VERSION) options.push(`messages 'true'`)
     return client.query(`START_REPLICATION SLOT ${quoteIdentifier(slotName)} LOGICAL 0/0 (${options.join(', ')})`)
   }
 

@@ -3,6 +3,7 @@ import type { SpillQueue } from '../replication/index.js'
 import type { WhereClause } from '../where/index.js'
 import type { ShapeDefinition } from './definition/index.js'
 import type { Invalidation, RouteSpec, TransactionPart } from './route-contracts.js'
+import type { SubqueryShape } from './subquery/subquery-shape.js'
 import type { TableInfo } from './table-catalog.js'
 
 /** A shape retired by something other than a replicated transaction. */
@@ -34,10 +35,13 @@ export interface LiveShape {
   queue: SpillQueue<TransactionPart> | undefined
   /** The stamp of the last request that used it (`ShapeUses`): what expiry and eviction go by. */
   lastUsed: number
+  /** Set for a shape whose where clause has subqueries: it sits between the router and the log. */
+  subquery?: SubqueryShape | undefined
 }
 
 /** How the router knows the shape. */
 export function routeSpec(shape: LiveShape): RouteSpec {
+  if (shape.subquery !== undefined) return shape.subquery.outerSpec()
   return {
     handle: shape.handle,
     table: shape.table,

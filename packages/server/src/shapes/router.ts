@@ -4,6 +4,7 @@ import type {
   Change,
   DeleteChange,
   InsertChange,
+  LogicalMessage,
   Relation,
   StreamedChange,
   Transaction,
@@ -103,6 +104,10 @@ export class ShapeRouter implements TransactionSink {
   private readonly idle: TxnRouting[] = []
   private readonly joinListeners = new Set<JoinListener>()
   private routedAheadCount = 0
+  private commitHooks: Array<(lsn: bigint, xid: number) => void> = []
+  private advanceHolds = 0
+  private heldAdvance = 0n
+  private readonly messageListeners = new Set<(message: LogicalMessage) => void>()
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recent = new RecentXids(Math.max(0, options.recentXids ?? 256))
@@ -150,12 +155,60 @@ export class ShapeRouter implements TransactionSink {
    * Adds a shape. It takes effect between transactions: the promise resolves
    * once it has, and from then on every routed transaction reaches `target`.
    */
-  async register(spec: RouteSpec, target: ShapeTarget): Promise<RegistrationTicket> {
+  async register(spec: RouteSpec, target: ShapeTarget, companions: readonly { readonly spec: RouteSpec; readonly target: ShapeTarget }[] = []): Promise<RegistrationTicket> {
     if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
     await this.boundary()
     if (this.shapes.has(spec.handle)) throw new Error(`shape ${spec.handle} is already routed`)
     this.add(spec, target)
+    // A subquery shape's inner tables join in the same instant as its outer one: no transaction sees half of them.
+    for (const companion of companions) this.add(companion.spec, companion.target)
     return { recentXids: this.recent.inOrder(), lastRoutedLsn: this.lastLsn }
+  }
+
+  /**
+   * Stops promising routed transactions to the store until the returned
+   * release is called (with the highest LSN the holder wrote at, if above the
+   * routed ones): a subquery shape's move-in writes lines at the LSNs of
+   * transactions routed while its query ran.
+   */
+  holdAdvance(): (wroteAt?: bigint) => void {
+    this.advanceHolds++
+    let released = false
+    return (wroteAt = 0n) => {
+      if (released) return
+      released = true
+      if (wroteAt > this.heldAdvance) this.heldAdvance = wroteAt
+      if (--this.advanceHolds === 0 && this.heldAdvance > 0n) {
+        const lsn = this.heldAdvance
+        this.heldAdvance = 0n
+        this.options.advance(lsn)
+      }
+    }
+  }
+
+  /** Whether a hold (`holdAdvance`) keeps routed transactions from the store. */
+  get advanceHeld(): boolean {
+    return this.advanceHolds > 0
+  }
+
+  /** `listener` hears every logical decoding message (pg_logical_emit_message), in stream order; returns the unsubscribe. */
+  onMessage(listener: (message: LogicalMessage) => void): () => void {
+    this.messageListeners.add(listener)
+    return () => this.messageListeners.delete(listener)
+  }
+
+  onLogicalMessage(message: LogicalMessage): Awaitable {
+    for (const listener of this.messageListeners) listener(message)
+    return undefined
+  }
+
+  /**
+   * Runs `fn` once the transaction being routed has reached every target and
+   * before it is promised to the store (subquery shapes write their lines
+   * there, having seen all of the transaction's tables).
+   */
+  atCommit(fn: (lsn: bigint, xid: number) => void): void {
+    this.commitHooks.push(fn)
   }
 
   /** Adds a shape at once (restoring at startup, before replication runs). */
@@ -550,10 +603,17 @@ export class ShapeRouter implements TransactionSink {
   }
 
   private finish(txn: TxnRouting): void {
+    if (this.commitHooks.length > 0) {
+      const hooks = this.commitHooks
+      this.commitHooks = []
+      for (const hook of hooks) hook(txn.lsn, txn.xid)
+    }
     this.recent.push(txn.xid)
     if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
     this.routedTransactions++
-    this.options.advance(txn.lsn)
+    if (this.advanceHolds > 0) {
+      if (txn.lsn > this.heldAdvance) this.heldAdvance = txn.lsn
+    } else this.options.advance(txn.lsn)
   }
 
   /** Ends routing work; a transaction's lines die with it. */

@@ -12,6 +12,7 @@ import { QueueTarget, StitchingTarget } from './shape-targets.js'
 import type { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/index.js'
 import { renumberParams } from './snapshot/renumber-params.js'
+import { subquerySnapshotRequest } from './subquery/subquery-snapshot.js'
 import type { TableInfo } from './table-catalog.js'
 
 /** Attempts at a snapshot that raced a commit (see RegistrationTicket) before giving up. */
@@ -61,20 +62,23 @@ export class ShapeBuilder {
     shape.queue = queue
     try {
       const stitch = new StitchingTarget(new QueueTarget(queue, () => queues.check()))
-      const ticket = await router.register(routeSpec(shape), stitch)
+      const sub = shape.subquery
+      const ticket = await router.register(routeSpec(shape), sub === undefined ? stitch : sub.attach(stitch), sub?.companions())
       let taken: Awaited<ReturnType<typeof runSnapshot>> | undefined
       for (let attempt = 1; taken === undefined; attempt++) {
         this.throwIfCancelled(shape)
         let w: SnapshotWriter | undefined
         const result = await runSnapshot(
           snapshotPool,
-          {
-            table: shape.table,
-            // log=changes_only: no rows, but the same snapshot, so snapshot-end and the stitching still hold.
-            ...(shape.definition.log === 'changes_only' ? { where: 'false', params: [] } : denseWhere(shape.definition)),
-            columns: shape.definition.columns,
-            signal,
-          },
+          sub !== undefined
+            ? { table: shape.table, ...subquerySnapshotRequest(sub, shape.definition, shape.table, shape.definition.log === 'changes_only' ? 'false' : shape.definition.where!), signal }
+            : {
+                table: shape.table,
+                // log=changes_only: no rows, but the same snapshot, so snapshot-end and the stitching still hold.
+                ...(shape.definition.log === 'changes_only' ? { where: 'false', params: [] } : denseWhere(shape.definition)),
+                columns: shape.definition.columns,
+                signal,
+              },
           {
             // The log is made once the snapshot is fixed, so its meta records it: a restored shape keeps stitching.
             start: (info) => {
@@ -104,6 +108,7 @@ export class ShapeBuilder {
       const w = writer!
       w.endSnapshot(encodeSnapshotEnd(taken.snapshot))
       stitch.setSnapshot(taken.snapshot, taken.insertLsn)
+      sub?.snapshotTaken(taken.snapshot, taken.insertLsn)
       // Drain what queued while the snapshot ran, in order (a spilled queue comes back from disk in batches,
       // across flushes: the store cannot rename the log before finish() below). The last check, the switch
       // and finish() happen in one tick, so nothing slips between.

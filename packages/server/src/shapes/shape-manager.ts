@@ -24,6 +24,7 @@ import type { ShapeRouter } from './router.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
 import { ShapeUses, sweepInterval } from './shape-uses.js'
+import { SubqueryShape } from './subquery/subquery-shape.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { TableCache } from './table-cache.js'
 import { type TableInfo, loadTable, loadTableStates, tableStateOf } from './table-catalog.js'
@@ -148,6 +149,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly shapes = new Map<string, LiveShape>()
   /** The handles of the shapes made for each table version (TableInfo object): what the catalog watch checks. */
   private readonly byTable = new Map<TableInfo, Set<string>>()
+  /** Router handles of subquery shapes' inner-table members, to their shape's handle. */
+  private readonly memberOf = new Map<string, string>()
   private readonly maxShapes: number
   private readonly tables: TableCache
   private readonly queues: QueueBudget
@@ -373,6 +376,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       release?.()
       throw error
     }
+    const inner = where?.subqueries === undefined ? undefined : await this.innerTables(where)
     const { handle, created } = this.registry.registerEntry(definition)
     if (!created) {
       // Another request created it while this one awaited.
@@ -383,7 +387,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         return { handle, definition, where: shape.where, table: shape.table, created: false }
       }
     }
-    this.create(handle, definition, where, info, release)
+    this.create(handle, definition, where, info, release, inner)
     return { handle, definition, where, table: info, created: true }
   }
 
@@ -401,6 +405,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   definition(handle: string): ShapeDefinition | undefined {
     return this.shapes.get(handle)?.definition
+  }
+
+  /** The shape's compiled where clause (a subquery shape's subqueries and positions are on it). */
+  where(handle: string): WhereClause | undefined {
+    return this.shapes.get(handle)?.where
   }
 
   table(handle: string): TableInfo | undefined {
@@ -430,9 +439,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     handles: readonly string[],
     reason: Invalidation | ShapeRemoval,
   ): Promise<void> {
-    for (const handle of handles) {
+    for (const routed of handles) {
+      // An inner-table member of a subquery shape (its table truncated or changed) takes its shape with it.
+      const handle = this.memberOf.get(routed) ?? routed
       const shape = this.shapes.get(handle)
       this.options.router.remove(handle)
+      if (shape !== undefined) this.removeMembers(shape)
       if (shape !== undefined) this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
       // Retired for good: status() still answers 'expired' for it by the handle floor, with nothing kept per handle.
@@ -464,7 +476,14 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   }
 
   /** Registers a new shape and starts building it; `ready` settles when the build does. */
-  private create(handle: string, definition: ShapeDefinition, where: WhereClause | undefined, table: TableInfo, release: (() => void) | undefined): void {
+  private create(
+    handle: string,
+    definition: ShapeDefinition,
+    where: WhereClause | undefined,
+    table: TableInfo,
+    release: (() => void) | undefined,
+    inner?: ReadonlyMap<string, TableInfo>,
+  ): void {
     let resolveReady!: (log: ShapeLog) => void
     let rejectReady!: (error: Error) => void
     const ready = new Promise<ShapeLog>((resolve, reject) => {
@@ -485,6 +504,24 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       queue: undefined,
       lastUsed: this.uses.stamp(),
     }
+    if (inner !== undefined && where !== undefined) {
+      shape.subquery = new SubqueryShape({
+        handle,
+        table,
+        where,
+        columns: definition.columns,
+        replica: definition.replica,
+        tables: (schema, name) => inner.get(`${schema}\u0000${name}`)!,
+        router: this.options.router,
+        pool: this.options.snapshotPool,
+        definition,
+        invalidate: (detail) =>
+          void this.invalidateHandles([handle], { kind: 'unroutable_change', schema: table.schema, table: table.name, detail }).catch((error: unknown) =>
+            this.options.logger?.error({ err: error, handle }, 'invalidating a subquery shape failed'),
+          ),
+      })
+      for (const member of shape.subquery.memberHandles()) this.memberOf.set(member, handle)
+    }
     this.add(shape)
     const building = this.builder.build(shape)
     if (release !== undefined) building.then(release, release)
@@ -498,6 +535,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       },
       async (error: unknown) => {
         this.options.router.remove(handle)
+        this.removeMembers(shape)
         if (this.shapes.get(handle) === shape) {
           this.drop(shape)
           this.registry.invalidate(handle)
@@ -567,15 +605,55 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   private add(shape: LiveShape): void {
     this.shapes.set(shape.handle, shape)
-    const handles = this.byTable.get(shape.table)
-    if (handles === undefined) this.byTable.set(shape.table, new Set([shape.handle]))
-    else handles.add(shape.handle)
+    // The catalog watch checks a subquery shape's inner tables as well.
+    for (const table of [shape.table, ...(shape.subquery?.innerTables.values() ?? [])]) {
+      const handles = this.byTable.get(table)
+      if (handles === undefined) this.byTable.set(table, new Set([shape.handle]))
+      else handles.add(shape.handle)
+    }
   }
 
   private drop(shape: LiveShape): void {
     this.shapes.delete(shape.handle)
-    const handles = this.byTable.get(shape.table)
-    if (handles !== undefined && handles.delete(shape.handle) && handles.size === 0) this.byTable.delete(shape.table)
+    for (const table of [shape.table, ...(shape.subquery?.innerTables.values() ?? [])]) {
+      const handles = this.byTable.get(table)
+      if (handles !== undefined && handles.delete(shape.handle) && handles.size === 0) this.byTable.delete(table)
+    }
+  }
+
+  private removeMembers(shape: LiveShape): void {
+    shape.subquery?.dispose()
+    for (const member of shape.subquery?.memberHandles() ?? []) {
+      this.options.router.remove(member)
+      this.memberOf.delete(member)
+    }
+  }
+
+  /**
+   * The tables a clause's subqueries read, at any depth, published (REPLICA
+   * IDENTITY FULL, so both rows of an update are known) and loaded as they are
+   * after that, by `schema\0name`.
+   */
+  private async innerTables(where: WhereClause): Promise<Map<string, TableInfo>> {
+    const tables = new Map<string, TableInfo>()
+    const visit = async (plan: NonNullable<WhereClause['subqueries']>): Promise<void> => {
+      for (const dep of plan.dependencies) {
+        const key = `${dep.schema}\u0000${dep.table}`
+        if (!tables.has(key)) {
+          let info = await this.loadTable(dep.schema, dep.table)
+          try {
+            await this.tables.addToPublication(info)
+          } catch (error) {
+            throw await this.unlessTableGone(info, error)
+          }
+          if (info.replicaIdentity !== 'full') info = await this.loadTable(dep.schema, dep.table, true)
+          tables.set(key, info)
+        }
+        if (dep.where?.subqueries !== undefined) await visit(dep.where.subqueries)
+      }
+    }
+    await visit(where.subqueries!)
+    return tables
   }
 
   private handlesFor(info: TableInfo): string[] {

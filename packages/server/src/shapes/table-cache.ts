@@ -112,8 +112,13 @@ export class TableCache {
     let known = this.compiledDefinitions.get(info)
     const hit = known?.get(key)
     if (hit !== undefined) return hit
-    const result = await compileDefinition(params, whereColumns(info))
+    const result = await compileDefinition(params, whereColumns(info), async (schema, name) => {
+      const inner = await this.load(schema, name)
+      return inner === undefined ? undefined : whereColumns(inner)
+    })
     checkColumns(info, result.definition.columns)
+    // A clause with subqueries also depends on its inner tables' versions: compiled afresh each time.
+    if (result.where?.subqueries !== undefined) return result
     if (known === undefined) {
       known = new Map()
       this.compiledDefinitions.set(info, known)

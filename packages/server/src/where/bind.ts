@@ -8,7 +8,7 @@ import type { CastContext } from './casts.js'
 import { castFunction, castIsStable, castParsesText, parsesAnyText, typmodCoercion } from './casts.js'
 import type { Signature } from './catalog.js'
 import { FUNCTION_NAMES, functionCandidates, OPERATOR_NAMES, operatorCandidates } from './catalog.js'
-import type { BoolTest, ConstExpr, Expr } from './expr.js'
+import type { BoolTest, ColumnExpr, ConstExpr, Expr } from './expr.js'
 import { columnsOf } from './expr.js'
 import { foldExpr } from './fold.js'
 import type { WhereLimits } from './limits.js'
@@ -47,6 +47,7 @@ import { parseInteger } from './values/integer.js'
 import { parseNumeric } from './values/numeric.js'
 import { NODE_DESCRIPTIONS, type Node, fail, location, nodeOf, strings, valueError } from './parse-node.js'
 import { WhereClauseError } from './where-error.js'
+import { sublinkLeft } from './sublink-form.js'
 
 /**
  * Type-checks Postgres's parse tree against the table's columns and builds a
@@ -63,6 +64,12 @@ export interface BindContext {
   readonly enums: ReadonlyMap<string, EnumType>
   readonly params: readonly string[]
   readonly limits: WhereLimits
+  /**
+   * Binds `left IN (SELECT …)` (subquery-clause.ts): the SubLink node and its
+   * bound left-side columns in, the membership expression out. Absent: a
+   * subquery is refused, as where no inner table can be looked up (subsets).
+   */
+  readonly sublink?: (node: Node, left: readonly ColumnExpr[]) => Expr
 }
 
 export class Binder {
@@ -127,6 +134,9 @@ export class Binder {
         return this.bindFuncCall(node)
       case 'CollateClause':
         return this.bindCollate(node)
+      case 'SubLink':
+        if (this.ctx.sublink !== undefined) return this.ctx.sublink(node, sublinkLeft(node).map((ref) => this.bindColumn(ref) as ColumnExpr))
+        return fail('unsupported', 'subqueries are not supported here', location(node))
       default: {
         const what = NODE_DESCRIPTIONS[tag] ?? tag
         return fail('unsupported', `${what} ${what.endsWith('s') ? 'are' : 'is'} not supported in where clauses`, location(node))

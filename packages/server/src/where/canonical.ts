@@ -11,9 +11,12 @@ import { quoteIdent, resolveTypeName } from './type-names.js'
  * The text is valid SQL with the same meaning (`$n` kept), so it can also be
  * used in the snapshot query; it is printed only for trees the binder accepted.
  */
-export function canonicalText(root: unknown, enums: ReadonlyMap<string, EnumType>): string {
-  return print(root, enums)
+export function canonicalText(root: unknown, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
+  return print(root, enums, sublink)
 }
+
+/** Prints a subquery (subquery-clause.ts knows its inner clause's canonical text). */
+export type SublinkPrinter = (node: Node, p: (child: unknown) => string) => string
 
 type Node = Readonly<Record<string, unknown>>
 
@@ -45,8 +48,8 @@ const BETWEEN_WORDS: Readonly<Record<string, string>> = {
   AEXPR_NOT_BETWEEN_SYM: 'NOT BETWEEN SYMMETRIC',
 }
 
-function print(raw: unknown, enums: ReadonlyMap<string, EnumType>): string {
-  const p = (child: unknown): string => print(child, enums)
+function print(raw: unknown, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
+  const p = (child: unknown): string => print(child, enums, sublink)
   const [tag, node] = unwrap(raw)
   switch (tag) {
     case 'ColumnRef':
@@ -82,24 +85,27 @@ function print(raw: unknown, enums: ReadonlyMap<string, EnumType>): string {
     case 'CoalesceExpr':
       return `COALESCE(${(node['args'] as unknown[]).map(p).join(', ')})`
     case 'A_ArrayExpr':
-      return `ARRAY${printArrayBody(node, enums)}`
+      return `ARRAY${printArrayBody(node, enums, sublink)}`
     case 'FuncCall': {
       const names = strings(node['funcname'])
       const name = names[names.length - 1] ?? ''
       return `${name}(${((node['args'] as unknown[] | undefined) ?? []).map(p).join(', ')})`
     }
     case 'A_Expr':
-      return printAExpr(node, enums)
+      return printAExpr(node, enums, sublink)
+    case 'SubLink':
+      if (sublink !== undefined) return sublink(node, p)
+      throw new Error('cannot print a subquery without its printer')
     default:
       throw new Error(`cannot print ${tag}`)
   }
 }
 
-function printArrayBody(node: Node, enums: ReadonlyMap<string, EnumType>): string {
+function printArrayBody(node: Node, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
   const elements = (node['elements'] as unknown[] | undefined) ?? []
   const parts = elements.map((e) => {
     const [tag, inner] = unwrap(e)
-    return tag === 'A_ArrayExpr' ? printArrayBody(inner, enums) : print(e, enums)
+    return tag === 'A_ArrayExpr' ? printArrayBody(inner, enums, sublink) : print(e, enums, sublink)
   })
   return `[${parts.join(', ')}]`
 }
@@ -109,8 +115,8 @@ function operatorOf(node: Node): string {
   return names[names.length - 1] ?? ''
 }
 
-function printAExpr(node: Node, enums: ReadonlyMap<string, EnumType>): string {
-  const p = (child: unknown): string => print(child, enums)
+function printAExpr(node: Node, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
+  const p = (child: unknown): string => print(child, enums, sublink)
   const op = operatorOf(node)
   const list = (): string[] =>
     (((node['rexpr'] as { List?: { items?: unknown[] } }).List?.items ?? []) as unknown[]).map(p)

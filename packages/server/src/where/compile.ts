@@ -4,6 +4,7 @@ import { codecFor } from './type-codec.js'
 import type { ArrayValue } from './values/array.js'
 import { EMPTY_ARRAY } from './values/array.js'
 import { EvaluationError } from './where-error.js'
+import { viewOf } from './subquery-view.js'
 
 /**
  * Turns a bound expression into a tree of closures over a row of Postgres text
@@ -144,6 +145,11 @@ export function compileExpr(expr: Expr): Evaluator {
         }
       }
       return (row) => nestArrays(elements.map((e) => e(row) as ArrayValue<unknown> | null))
+    }
+    case 'sublink': {
+      const left = expr.left.map(compileExpr)
+      const dep = expr.dep
+      return (row) => viewOf(row, dep).test(left.map((e) => e(row)))
     }
   }
   throw new Error('unreachable')

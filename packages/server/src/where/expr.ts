@@ -18,6 +18,7 @@ export type Expr =
   | ScalarArrayExpr
   | CoalesceExpr
   | ArrayExpr
+  | SublinkExpr
 
 export interface ConstExpr {
   readonly k: 'const'
@@ -120,6 +121,20 @@ export interface ArrayExpr {
   readonly nested: boolean
 }
 
+/**
+ * `left IN (SELECT … FROM other …)`: membership of the left-side columns' values
+ * in a subquery's current result set. The set is not part of the tree: the
+ * evaluator reads it from the row (`SUBQUERY_VIEWS`, subquery-view.ts), so one
+ * compiled clause serves any state of the inner tables.
+ */
+export interface SublinkExpr {
+  readonly k: 'sublink'
+  readonly type: SqlType
+  /** Index of the subquery among the clause's dependencies. */
+  readonly dep: number
+  readonly left: readonly ColumnExpr[]
+}
+
 /** Names of the columns an expression reads. */
 export function columnsOf(expr: Expr, into: Set<string> = new Set()): Set<string> {
   switch (expr.k) {
@@ -147,6 +162,9 @@ export function columnsOf(expr: Expr, into: Set<string> = new Set()): Set<string
       columnsOf(expr.left, into)
       columnsOf(expr.right, into)
       break
+    case 'sublink':
+      for (const a of expr.left) columnsOf(a, into)
+      break
   }
   return into
 }
@@ -156,6 +174,7 @@ export function hasStable(expr: Expr): boolean {
   switch (expr.k) {
     case 'const':
     case 'column':
+    case 'sublink':
       return false
     case 'call':
       return expr.stable === true || expr.args.some(hasStable)

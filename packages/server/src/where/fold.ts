@@ -61,6 +61,8 @@ export function foldExpr(expr: Expr): Expr {
       return expr.stable !== true && expr.left.k === 'const' && expr.right.k === 'const' ? evaluate(expr) : expr
     case 'array':
       return expr.elements.every(isConstExpr) ? evaluate(expr) : expr
+    case 'sublink':
+      return expr
   }
 }
 
@@ -232,5 +234,7 @@ function children(expr: Expr): readonly Expr[] {
     case 'distinct':
     case 'scalararray':
       return [expr.left, expr.right]
+    case 'sublink':
+      return expr.left
   }
 }

@@ -1,5 +1,5 @@
 import type { RowValues } from '@sluice/protocol'
-import { Binder } from './bind.js'
+import { Binder, type BindContext } from './bind.js'
 import { canonicalText } from './canonical.js'
 import { type Evaluator, compileExpr } from './compile.js'
 import type { IndexableConjunct } from './conjuncts.js'
@@ -8,7 +8,9 @@ import { type Expr, columnsOf } from './expr.js'
 import { constantError } from './fold.js'
 import type { WhereLimits } from './limits.js'
 import { DEFAULT_WHERE_LIMITS } from './limits.js'
-import { loadWhereParser, parseWhereClause } from './parse-clause.js'
+import { type RawNode, loadWhereParser, parseWhereClause } from './parse-clause.js'
+import { findSublinks } from './sublink-form.js'
+import { type CompileInner, type PreparedSublinks, type SubqueryPlan, planSubqueries, prepareSublinks } from './subquery-clause.js'
 import type { ElementType, EnumType, SqlType } from './sql-type.js'
 import { arrayOf, enumType, isScalarName, opaqueType, scalar } from './sql-type.js'
 import { EvaluationError, EvaluationFailure, WhereClauseError } from './where-error.js'
@@ -35,6 +37,11 @@ export interface CompileWhereOptions {
   /** Values of `$1..$n`, as text: each is typed by its context like a quoted literal. */
   readonly params?: readonly string[]
   readonly limits?: Partial<WhereLimits>
+  /**
+   * Looks up the columns of a table a subquery reads (undefined: no such
+   * table). Without it a subquery is refused (subset where clauses).
+   */
+  readonly tables?: (schema: string, name: string) => Promise<readonly WhereColumn[] | undefined>
 }
 
 /** Evaluating a clause on a row: Postgres's three-valued result, or what Postgres would have raised. */
@@ -70,6 +77,12 @@ export interface WhereClause {
   test(row: RowValues): WhereVerdict
   /** Whether the row belongs to the shape: `test(row) === true`. */
   matches(row: RowValues): boolean
+  /**
+   * Set when the clause has subqueries: its dependencies and DNF positions.
+   * Such a clause is evaluated on rows carrying the dependencies' current
+   * views (subquery-view.ts `withViews`).
+   */
+  readonly subqueries?: SubqueryPlan | undefined
 }
 
 /**
@@ -135,13 +148,31 @@ function canonicalOf(tree: object, enums: ReadonlyMap<string, EnumType>): string
 /** Compiles a where clause; loads the WASM parser on first use. */
 export async function compileWhere(source: string, options: CompileWhereOptions): Promise<WhereClause> {
   await loadWhereParser()
+  const tables = options.tables
+  if (tables !== undefined && /select/i.test(source)) {
+    const limits: WhereLimits = { ...DEFAULT_WHERE_LIMITS, ...options.limits }
+    const tree = parseWhereClause(source, limits)
+    if (findSublinks(tree).length > 0) {
+      checkParams(options.params ?? [], limits)
+      const innerColumns = async (schema: string, name: string): Promise<ReadonlyMap<string, SqlType> | undefined> => {
+        const columns = await tables(schema, name)
+        return columns === undefined ? undefined : columnTypes(columns).columns
+      }
+      const compileInner: CompileInner = async (innerTree, innerSource, schema, name) => {
+        const columns = await tables(schema, name)
+        if (columns === undefined) throw new Error(`table ${schema}.${name} vanished while compiling`)
+        const sublinks = await prepareSublinks(innerTree, innerSource, innerColumns, compileInner)
+        const clause = build(innerSource, innerTree, { ...options, columns }, limits, sublinks)
+        return { clause, columns: columnTypes(columns).columns }
+      }
+      const sublinks = await prepareSublinks(tree, source, innerColumns, compileInner)
+      return build(source, tree, options, limits, sublinks)
+    }
+  }
   return compileWhereSync(source, options)
 }
 
-/** As {@link compileWhere}, once {@link loadWhereParser} has completed. */
-export function compileWhereSync(source: string, options: CompileWhereOptions): WhereClause {
-  const limits: WhereLimits = options.limits === undefined ? DEFAULT_LIMITS : { ...DEFAULT_WHERE_LIMITS, ...options.limits }
-  const params = options.params ?? []
+function checkParams(params: readonly string[], limits: WhereLimits): void {
   if (params.length > limits.maxParams) {
     throw new WhereClauseError('limit_exceeded', `Too many parameters (${params.length}; the limit is ${limits.maxParams})`, {
       field: 'params',
@@ -152,23 +183,36 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
     // Postgres's own words for a NUL in any text value; unrefused here, the snapshot query would fail with them.
     throw new WhereClauseError('invalid_value', `$${nul + 1}: invalid byte sequence for encoding "UTF8": 0x00`, { field: 'params' })
   }
-  const { columns, enums } = columnTypes(options.columns)
+}
 
-  const tree = parseWhereClause(source, limits)
-  const binder = new Binder({ columns, enums, params, limits })
-  const expr = binder.bindWhere(tree)
+/** As {@link compileWhere}, once {@link loadWhereParser} has completed; refuses subqueries. */
+export function compileWhereSync(source: string, options: CompileWhereOptions): WhereClause {
+  const limits: WhereLimits = options.limits === undefined ? DEFAULT_LIMITS : { ...DEFAULT_WHERE_LIMITS, ...options.limits }
+  checkParams(options.params ?? [], limits)
+  return build(source, parseWhereClause(source, limits), options, limits, undefined)
+}
+
+function build(source: string, tree: RawNode, options: CompileWhereOptions, limits: WhereLimits, sublinks: PreparedSublinks | undefined): WhereClause {
+  const params = options.params ?? []
+  const { columns, enums } = columnTypes(options.columns)
+  const ctx: BindContext = { columns, enums, params, limits, ...(sublinks === undefined ? {} : { sublink: sublinks.bind }) }
+  const expr = new Binder(ctx).bindWhere(tree)
   const planningError = constantError(expr)
   if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)
 
   const conjuncts = indexableConjuncts(expr)
+  const canonical = sublinks === undefined ? canonicalOf(tree, enums) : canonicalText(tree, enums, sublinks.print)
+  const subqueries =
+    sublinks === undefined ? undefined : planSubqueries(tree, sublinks, ctx, (atom) => canonicalText(atom, enums, sublinks.print))
   return new CompiledClause(
     source,
-    canonicalOf(tree, enums),
+    canonical,
     Object.freeze([...params]),
     sharedColumns([...columnsOf(expr)].sort()),
     Object.freeze(conjuncts),
     expr.k !== 'and' && conjuncts.length === 1 ? conjuncts[0] : undefined,
     expr,
+    subqueries,
   )
 }
 
@@ -201,7 +245,7 @@ function sharedColumns(columns: string[]): readonly string[] {
  * a good part of the start-up in time and retained memory.
  */
 class CompiledClause implements WhereClause {
-  private valueOf: Evaluator | undefined = undefined
+  private valueFn: Evaluator | undefined = undefined
   private verdictOf: Evaluator | undefined = undefined
 
   constructor(
@@ -212,11 +256,12 @@ class CompiledClause implements WhereClause {
     readonly conjuncts: readonly IndexableConjunct[],
     readonly exact: IndexableConjunct | undefined,
     private readonly expr: Expr,
+    readonly subqueries?: SubqueryPlan,
   ) {}
 
   evaluate(row: RowValues): WhereResult {
     try {
-      return (this.valueOf ??= compileExpr(this.expr))(row) as boolean | null
+      return (this.valueFn ??= compileExpr(this.expr))(row) as boolean | null
     } catch (error) {
       return failure(error)
     }
@@ -226,7 +271,7 @@ class CompiledClause implements WhereClause {
     try {
       if (this.verdictOf === undefined) {
         const qual = whereQual(this.expr)
-        this.verdictOf = qual === this.expr ? (this.valueOf ??= compileExpr(this.expr)) : compileExpr(qual)
+        this.verdictOf = qual === this.expr ? (this.valueFn ??= compileExpr(this.expr)) : compileExpr(qual)
       }
       return this.verdictOf(row) === true
     } catch (error) {

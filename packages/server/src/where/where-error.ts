@@ -25,7 +25,8 @@ export type WhereErrorReason =
   | 'limit_exceeded'
 
 /** Which request parameter is to blame, as the 400 body's `errors` map names it. */
-export type WhereErrorField = 'where' | 'params'
+/** `table`: a subquery names a table that does not exist (Electric passes the inner shape's field up). */
+export type WhereErrorField = 'where' | 'params' | 'table'
 
 /**
  * A where clause (or its params) that cannot become a shape: a 400 whose body

@@ -138,6 +138,8 @@ export function structuralKey(expr: Expr): string {
       return `distinct(${structuralKey(expr.left)},${structuralKey(expr.right)})`
     case 'scalararray':
       return `${expr.any ? 'any' : 'all'}:${expr.operator}(${structuralKey(expr.left)},${structuralKey(expr.right)})`
+    case 'sublink':
+      return `sublink:${expr.dep}(${expr.left.map(structuralKey).join(',')})`
   }
 }
 

@@ -74,10 +74,13 @@ export interface CompiledDefinition {
 export async function compileDefinition(
   input: ShapeDefinitionParams,
   columns: readonly WhereColumn[],
+  tables?: (schema: string, name: string) => Promise<readonly WhereColumn[] | undefined>,
 ): Promise<CompiledDefinition> {
   const source = input.where
   const where =
-    source === undefined || source.trim() === '' ? undefined : await compileWhere(source, { columns, params: input.params })
+    source === undefined || source.trim() === ''
+      ? undefined
+      : await compileWhere(source, { columns, params: input.params, ...(tables === undefined ? {} : { tables }) })
   return { definition: normalizeDefinition(input, where), where }
 }
 

@@ -52,6 +52,11 @@ export interface SnapshotOptions {
    * stream, time spent waiting on the sink included.
    */
   readonly statementTimeoutMs?: number | undefined
+  /**
+   * Runs in the snapshot's transaction once the snapshot is fixed, before the
+   * rows: what else must be read at the same snapshot (a subquery shape's views).
+   */
+  readonly prepare?: ((client: pg.ClientBase) => Promise<void>) | undefined
 }
 
 export interface SnapshotStart {
@@ -184,7 +189,7 @@ class SnapshotRun {
     // A backslash is read per the session's standard_conforming_strings, which one simple query lexes before its
     // SET LOCAL runs; and a semicolon, however quoted, stays out of a simple query, which would run a second
     // statement where the cursor's extended protocol refuses one.
-    if (this.request.text === undefined && this.params.length === 0 && this.statementTimeoutMs === 0 && !/[\\;]/.test(this.query)) {
+    if (this.request.text === undefined && this.request.prepare === undefined && this.params.length === 0 && this.statementTimeoutMs === 0 && !/[\\;]/.test(this.query)) {
       const whole = await this.#whole()
       if (whole !== undefined) return whole
     }
@@ -278,6 +283,9 @@ class SnapshotRun {
       throw new SnapshotError('protocol_error', 'the snapshot set-up returned fewer results than statements')
     }
     const { snapshot, insertLsn } = this.#snapshotOf(snapshotResult, catalogResult)
+
+    const prepare = this.request.prepare
+    if (prepare !== undefined) await this.#step('prepare', () => prepare(client))
     await this.#sink('start', () => this.sink.start?.({ snapshot, insertLsn }))
     const rows = await this.#stream()
     await this.#step('commit', () => client.query('COMMIT'))

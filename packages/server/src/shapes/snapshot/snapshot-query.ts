@@ -13,6 +13,11 @@ export interface SnapshotQueryOptions {
   readonly columns?: readonly string[] | undefined
   /** A subset snapshot's mark (docs/protocol.md §6): added to every row's headers as `snapshot_mark`. */
   readonly snapshotMark?: number | undefined
+  /**
+   * SQL expressions that each return a JSON fragment (`,"name":…`) added to
+   * every row's headers, after the standard ones: the tags of subquery shapes.
+   */
+  readonly headers?: readonly string[] | undefined
 }
 
 /**
@@ -70,7 +75,9 @@ export function buildSnapshotQuery(info: TableInfo, options: SnapshotQueryOption
   const mark = options.snapshotMark
   if (mark !== undefined && !Number.isSafeInteger(mark)) throw new SnapshotError('invalid_request', `snapshotMark must be an integer, not ${mark}`)
   const markHeader = mark === undefined ? '' : `,"snapshot_mark":${mark}`
-  parts.literal(`},"headers":{"operation":"insert","relation":${JSON.stringify([info.schema, info.name])}${markHeader}}}`)
+  parts.literal(`},"headers":{"operation":"insert","relation":${JSON.stringify([info.schema, info.name])}${markHeader}`)
+  for (const header of options.headers ?? []) parts.expr(header)
+  parts.literal('}}')
 
   const from = `${info.kind === 'table' ? 'ONLY ' : ''}${formatRelation({ schema: info.schema, name: info.name })}`
   const where = options.where === undefined || options.where.trim() === '' ? '' : ` WHERE (${options.where})`

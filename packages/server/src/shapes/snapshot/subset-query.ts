@@ -75,6 +75,11 @@ export interface BuildSubsetQueryOptions {
   readonly subset: CompiledSubset
   /** Put in every row's headers as `snapshot_mark`. */
   readonly snapshotMark: number
+  /**
+   * More header fragments (SQL, with the definition's `$n`): a subquery
+   * shape's `tags` and `active_conditions`, computed in the subset's snapshot.
+   */
+  readonly headers?: readonly string[] | undefined
 }
 
 /**
@@ -97,7 +102,8 @@ export function buildSubsetQuery(options: BuildSubsetQueryOptions): SubsetQuery 
     clauses.push(renumberParams(subset.where.canonical, (n) => params[n - 1], values))
   }
   const where = clauses.length === 0 ? undefined : clauses.map((clause) => `(${clause})`).join(' AND ')
-  let text = buildSnapshotQuery(table, { where, columns: definition.columns, snapshotMark: options.snapshotMark })
+  const headers = options.headers?.map((sql) => renumberParams(sql, (n) => definition.params[String(n)], values))
+  let text = buildSnapshotQuery(table, { where, columns: definition.columns, snapshotMark: options.snapshotMark, headers })
   if (subset.orderBy !== undefined && subset.orderBy.length > 0) text += ` ORDER BY ${orderBySql(subset.orderBy, table)}`
   if (subset.limit !== undefined) text += ` LIMIT ${nonNegative(subset.limit, 'limit')}`
   if (subset.offset !== undefined) text += ` OFFSET ${nonNegative(subset.offset, 'offset')}`

@@ -1,0 +1,399 @@
+import type { AppendOptions } from '@sluice/storage'
+import type pg from 'pg'
+import type { SubqueryView, WhereClause } from '../../where/index.js'
+import type { ShapeDefinition } from '../definition/index.js'
+import type { RouteSpec, ShapeTarget } from '../route-contracts.js'
+import type { ShapeRouter } from '../router.js'
+import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot } from '../snapshot/index.js'
+import type { TableInfo } from '../table-catalog.js'
+import { type DependencyState, type TableLookup, type ViewMoves, allStates, applyInnerChanges, dependencyStates } from './dependency-state.js'
+import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.js'
+import { type IntakeChange, readIntake } from './intake.js'
+import { type LineContext, type MovePattern, moveEventLine, outerChangeLines } from './shape-lines.js'
+import { tagHash } from './tags.js'
+
+/*
+ * A shape whose where clause has subqueries, between the router and its log
+ * (docs/architecture.md, "Subquery shapes"). The router sends it every change
+ * of its outer table and of each inner table (members registered with every
+ * column and REPLICA FULL, so both rows of an update are known); at each
+ * commit that touched them it
+ *   1. applies the inner tables' changes to the views (value counts), net
+ *      over the transaction, and finds which values entered and left;
+ *   2. writes a `move-out` event for the values whose rows leave the shape;
+ *   3. judges the outer table's changes against the views and writes them
+ *      with their tags;
+ * and hands the lines to the shape's target (queue, snapshot writer, log) as
+ * one transaction. A change it cannot apply exactly (a value entering a view,
+ * which needs the move-in query; a change of a nested subquery's view)
+ * invalidates the shape instead: clients get 409 and start over, never wrong rows.
+ *
+ * Until the snapshot is taken the transactions are held; then those the
+ * snapshot saw (the views were loaded in it) are dropped and the rest applied.
+ */
+
+export interface SubqueryShapeOptions {
+  readonly handle: string
+  readonly table: TableInfo
+  readonly where: WhereClause
+  /** Selected columns; undefined for all. */
+  readonly columns: readonly string[] | undefined
+  readonly replica: 'default' | 'full'
+  readonly tables: TableLookup
+  readonly router: ShapeRouter
+  /** Connections for move-in queries (the snapshot pool). */
+  readonly pool: pg.Pool
+  /** For the move-in query: selected columns and params. */
+  readonly definition: ShapeDefinition
+  /** The shape can no longer be kept exact. Called once. */
+  readonly invalidate: (detail: string) => void
+}
+
+interface PendingTxn {
+  readonly lsn: bigint
+  readonly xid: number
+  readonly outer: IntakeChange[]
+  readonly inner: Map<number, IntakeChange[]>
+  /** The first op its own lines take (after lines spliced in at its LSN). */
+  op?: number
+}
+
+interface MovingIn {
+  /** Names the move-in's logical message. */
+  readonly id: string
+  /** The views the held transactions the query saw are judged against. */
+  readonly before: SubqueryView[]
+  readonly patterns: MovePattern[]
+  readonly xids: number[]
+  result: MoveInResult | undefined
+  /** Transactions routed since it started, in order. */
+  readonly held: PendingTxn[]
+  /** Held transactions already written, whose inner changes wait for the splice. */
+  readonly deferred: PendingTxn[]
+  /** Where the stream delivered the query's message: every transaction it saw has been routed. */
+  markerLsn: bigint | undefined
+  readonly abort: AbortController
+  readonly release: (wroteAt?: bigint) => void
+}
+
+/** Electric's bound (`subquery_buffer_max_transactions`): past it the shape is dropped rather than memory grown. */
+const MAX_HELD_TRANSACTIONS = 1000
+
+const encoder = new TextEncoder()
+
+/** The handle under which the shape's member on an inner table is routed. */
+export function memberHandle(handle: string, table: TableInfo): string {
+  return `${handle}\u0000${table.oid}`
+}
+
+export class SubqueryShape {
+  readonly roots: DependencyState[]
+  readonly states: DependencyState[]
+  /** Inner tables by oid. */
+  readonly innerTables: ReadonlyMap<number, TableInfo>
+  private target: ShapeTarget | undefined
+  private pending: PendingTxn | undefined
+  /** Transactions that arrived before the snapshot was known; undefined once live. */
+  private held: PendingTxn[] | undefined = []
+  private dead = false
+  private moving: MovingIn | undefined
+  private moveCount = 0
+  private unsubscribe: (() => void) | undefined
+  /** The highest LSN lines were written at. */
+  private wroteAt = 0n
+  private lastOp = -1
+  /** The snapshot the views were read in: transactions it saw are never applied again. */
+  private seen: { snapshot: PgSnapshot; insertLsn: bigint } | undefined
+  private readonly columns: readonly string[]
+
+  constructor(private readonly options: SubqueryShapeOptions) {
+    const plan = options.where.subqueries
+    if (plan === undefined) throw new TypeError('SubqueryShape needs a clause with subqueries')
+    this.roots = dependencyStates(plan, options.tables)
+    this.states = allStates(this.roots)
+    const tables = new Map<number, TableInfo>()
+    for (const state of this.states) tables.set(state.table.oid, state.table)
+    this.innerTables = tables
+    const wanted = options.columns === undefined ? undefined : new Set(options.columns)
+    this.columns = options.table.columns.map((c) => c.name).filter((name) => wanted === undefined || wanted.has(name))
+  }
+
+  get handle(): string {
+    return this.options.handle
+  }
+
+  get where(): WhereClause {
+    return this.options.where
+  }
+
+  /** How the router knows the outer member: every column, REPLICA FULL, every row. */
+  outerSpec(): RouteSpec {
+    return { handle: this.options.handle, table: this.options.table, where: undefined, columns: undefined, replica: 'full' }
+  }
+
+  /** The outer member's target, writing to `target` (the builder's queue and stitching). */
+  attach(target: ShapeTarget): ShapeTarget {
+    this.target = target
+    return { appendLines: (lsn, ops, jsons, count, _options, xid) => this.take(undefined, lsn, ops, jsons, count, xid) }
+  }
+
+  /** The inner tables' members, routed with the outer one. */
+  companions(): { spec: RouteSpec; target: ShapeTarget }[] {
+    return [...this.innerTables.values()].map((table) => ({
+      spec: { handle: memberHandle(this.options.handle, table), table, where: this.memberWhere(table), columns: undefined, replica: 'full' as const },
+      target: {
+        appendLines: (lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, _options: AppendOptions | undefined, xid: number) =>
+          this.take(table.oid, lsn, ops, jsons, count, xid),
+      },
+    }))
+  }
+
+  /**
+   * What an inner table's member is filed under in the router's index: the
+   * subquery's own clause when it is the table's only subquery and has none
+   * inside (then `user_id = $1` reaches this shape's member in O(1) among
+   * thousands); otherwise every change of the table. An update moving a row
+   * across the clause arrives as its delete or insert, which counts the same.
+   */
+  private memberWhere(table: TableInfo): WhereClause | undefined {
+    const states = this.states.filter((s) => s.table.oid === table.oid)
+    const where = states.length === 1 ? states[0]!.dep.where : undefined
+    return where?.subqueries === undefined ? where : undefined
+  }
+
+  /** Handles of the inner members. */
+  memberHandles(): string[] {
+    return [...this.innerTables.values()].map((table) => memberHandle(this.options.handle, table))
+  }
+
+  /**
+   * The snapshot is fixed and the views hold what it saw: the held
+   * transactions it did not see are applied (before the queue is drained).
+   */
+  snapshotTaken(snapshot: PgSnapshot, insertLsn: bigint): void {
+    const held = this.held ?? []
+    this.held = undefined
+    this.seen = { snapshot, insertLsn }
+    for (const txn of held) if (!this.inSnapshot(txn)) this.enqueue(txn)
+  }
+
+  private inSnapshot(txn: PendingTxn): boolean {
+    const seen = this.seen
+    return seen !== undefined && txn.lsn < seen.insertLsn && isVisibleInSnapshot(seen.snapshot, txn.xid)
+  }
+
+  private take(oid: number | undefined, lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, xid: number): void {
+    if (this.dead) return
+    let txn = this.pending
+    if (txn === undefined || txn.lsn !== lsn || txn.xid !== xid) {
+      txn = { lsn, xid, outer: [], inner: new Map() }
+      this.pending = txn
+      const mine = txn
+      this.options.router.atCommit((commitLsn, commitXid) => this.commit(mine, commitLsn, commitXid))
+    }
+    let into = txn.outer
+    if (oid !== undefined) {
+      into = txn.inner.get(oid) ?? []
+      txn.inner.set(oid, into)
+    }
+    // The router reuses the arrays and the lines' memory after this call: read them now.
+    for (let i = 0; i < count; i++) into.push(readIntake(ops[i]!, jsons[i]!))
+  }
+
+  private commit(txn: PendingTxn, lsn: bigint, xid: number): void {
+    if (this.pending === txn) this.pending = undefined
+    // A transaction that failed half way is routed again from the start: what it left behind is dropped.
+    if (txn.lsn !== lsn || txn.xid !== xid || this.dead) return
+    if (this.held !== undefined) this.held.push(txn)
+    else if (!this.inSnapshot(txn)) this.enqueue(txn)
+  }
+
+  private kill(detail: string): void {
+    if (this.dead) return
+    this.dead = true
+    this.dispose()
+    this.options.invalidate(detail)
+  }
+
+  /** The shape is gone: a move-in in flight stops holding the store back. */
+  dispose(): void {
+    this.dead = true
+    const moving = this.moving
+    this.moving = undefined
+    moving?.abort.abort()
+    moving?.release()
+    this.unsubscribe?.()
+    this.unsubscribe = undefined
+  }
+
+  /** A transaction, in order: applied now, or held while a move-in's query runs. */
+  private enqueue(txn: PendingTxn): void {
+    const moving = this.moving
+    if (moving === undefined) {
+      this.process(txn, txn.op ?? 0)
+      return
+    }
+    moving.held.push(txn)
+    if (moving.held.length > MAX_HELD_TRANSACTIONS) {
+      this.kill(`more than ${MAX_HELD_TRANSACTIONS} transactions arrived during one move-in`)
+      return
+    }
+    this.advanceMove()
+  }
+
+  /**
+   * Applies a transaction from `op` on: views, then move-out events, then the
+   * outer changes (against the views before any move-in), then, when values
+   * entered, the move-in starts (its rows are spliced in later).
+   */
+  private process(txn: PendingTxn, op: number): number {
+    const plan = this.options.where.subqueries!
+    const { handle } = this.options
+    const moves = new Map<DependencyState, ViewMoves>()
+    for (const state of [...this.states].reverse()) {
+      const changes = txn.inner.get(state.table.oid)
+      if (changes === undefined) continue
+      const moved = applyInnerChanges(state, changes)
+      if (moved.entered.length === 0 && moved.left.length === 0) continue
+      if (state.depth > 1) {
+        this.kill(`a change to ${state.table.schema}.${state.table.name} moved a nested subquery's rows, which is not followed live`)
+        return op
+      }
+      moves.set(state, moved)
+    }
+    const outs: MovePattern[] = []
+    const ins: MovePattern[] = []
+    /** The views as they were before the values that move rows in entered (or, for NOT IN, left). */
+    let before: SubqueryView[] | undefined
+    for (const [state, moved] of moves) {
+      const index = this.roots.indexOf(state)
+      const entering = state.dep.negated ? moved.left : moved.entered
+      const leaving = state.dep.negated ? moved.entered : moved.left
+      if (entering.length > 0) {
+        before ??= this.roots.map((s) => s.view)
+        const view = state.view.clone()
+        for (const values of entering) {
+          if (state.dep.negated) view.add(values)
+          else view.drop(values)
+        }
+        before[index] = view
+      }
+      plan.positions.forEach((position, pos) => {
+        if (position.dep !== index) return
+        for (const values of leaving) outs.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
+        for (const values of entering) ins.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
+      })
+    }
+    const lines: Uint8Array[] = []
+    if (outs.length > 0) lines.push(encoder.encode(moveEventLine('move-out', outs, [txn.xid])))
+    this.outerLines(txn, before ?? this.roots.map((s) => s.view), lines)
+    op = this.write(txn.lsn, txn.xid, op, lines)
+    if (ins.length > 0) this.startMoveIn(txn, before!, ins)
+    return op
+  }
+
+  /** The outer table's changes of a transaction, judged against `views`, as lines. */
+  private outerLines(txn: PendingTxn, views: readonly SubqueryView[], lines: Uint8Array[]): void {
+    const ctx: LineContext = { table: this.options.table, columns: this.columns, replica: this.options.replica, lsn: txn.lsn, txid: txn.xid }
+    for (const line of outerChangeLines(ctx, this.options.handle, this.options.where.subqueries!, views, txn.outer)) lines.push(encoder.encode(line))
+  }
+
+  /** Appends lines as entries `<lsn>_<op>`, `<lsn>_<op+1>`…; returns the next op. */
+  private write(lsn: bigint, xid: number, op: number, lines: readonly Uint8Array[]): number {
+    if (lines.length === 0) return op
+    // Logs skip entries at or below their last one (replays): an entry placed there would be lost silently.
+    if (lsn < this.wroteAt || (lsn === this.wroteAt && op <= this.lastOp)) {
+      this.kill(`lines at ${lsn}_${op} would not follow the log's last entry ${this.wroteAt}_${this.lastOp}`)
+      return op
+    }
+    this.lastOp = op + lines.length - 1
+    this.target!.appendLines(lsn, lines.map((_, i) => op + i), lines, lines.length, undefined, xid)
+    this.wroteAt = lsn
+    return op + lines.length
+  }
+
+  private startMoveIn(txn: PendingTxn, before: SubqueryView[], patterns: MovePattern[]): void {
+    const id = `${this.options.handle}:${++this.moveCount}`
+    const moving: MovingIn = {
+      id,
+      before,
+      patterns,
+      xids: [txn.xid],
+      result: undefined,
+      held: [],
+      deferred: [],
+      markerLsn: undefined,
+      abort: new AbortController(),
+      release: this.options.router.holdAdvance(),
+    }
+    this.moving = moving
+    this.unsubscribe ??= this.options.router.onMessage((message) => {
+      const current = this.moving
+      if (current === undefined || message.transactional || message.prefix !== MOVE_IN_MESSAGE_PREFIX) return
+      if (message.content.toString('utf8') !== current.id) return
+      current.markerLsn = message.lsn
+      this.advanceMove()
+    })
+    const query = {
+      table: this.options.table,
+      handle: this.options.handle,
+      plan: this.options.where.subqueries!,
+      definition: this.options.definition,
+      newViews: this.roots.map((s) => s.view),
+      oldViews: before,
+    }
+    runMoveIn(this.options.pool, query, id, moving.abort.signal).then(
+      (result) => {
+        if (this.moving !== moving) return
+        moving.result = result
+        this.advanceMove()
+      },
+      (error: unknown) => {
+        if (this.moving !== moving) return
+        this.kill(`the move-in query failed: ${error instanceof Error ? error.message : String(error)}`)
+      },
+    )
+  }
+
+  /**
+   * The splice (docs/protocol.md, "Subquery shapes"): held transactions the
+   * query saw go first, judged against the views before the move; at the
+   * first it did not see, or once the stream has passed the query (its
+   * message arrived), the move-in event, its rows and a `snapshot-end`; then
+   * the held transactions' inner changes, then the rest as usual.
+   */
+  private advanceMove(): void {
+    const moving = this.moving
+    const result = moving?.result
+    if (moving === undefined || result === undefined || this.dead) return
+    const { snapshot, insertLsn } = result
+    while (moving.held.length > 0) {
+      const txn = moving.held[0]!
+      if (!(txn.lsn < insertLsn && isVisibleInSnapshot(snapshot, txn.xid))) break
+      moving.held.shift()
+      const lines: Uint8Array[] = []
+      this.outerLines(txn, moving.before, lines)
+      txn.op = this.write(txn.lsn, txn.xid, txn.op ?? 0, lines)
+      moving.deferred.push(txn)
+    }
+    const boundary = moving.held[0]
+    if (boundary === undefined && moving.markerLsn === undefined) return
+    // Splice at the boundary transaction's LSN, before its own lines, or at the message's, above everything routed.
+    const lsn = boundary?.lsn ?? moving.markerLsn!
+    const xid = boundary?.xid ?? moving.xids[0]!
+    const lines: Uint8Array[] = [encoder.encode(moveEventLine('move-in', moving.patterns, moving.xids)), ...result.lines]
+    if (result.lines.length > 0) lines.push(encodeSnapshotEnd(snapshot))
+    let op = this.write(lsn, xid, boundary?.op ?? 0, lines)
+    this.moving = undefined
+    const held = moving.held
+    // The held transactions' inner changes, as one transaction at the splice: their moves follow the move-in.
+    const deferred: PendingTxn = { lsn, xid, outer: [], inner: new Map(), op }
+    for (const txn of moving.deferred) {
+      for (const [oid, changes] of txn.inner) deferred.inner.set(oid, [...(deferred.inner.get(oid) ?? []), ...changes])
+    }
+    if (deferred.inner.size > 0) op = this.process(deferred, op)
+    if (boundary !== undefined) boundary.op = op
+    moving.release(lsn)
+    for (const txn of held) this.enqueue(txn)
+  }
+}
