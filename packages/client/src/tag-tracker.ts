@@ -156,7 +156,7 @@ export class TagTracker {
     // A slot may be carried by a tag that stays: drop only pairs no remaining tag has.
     const kept = slotPairs(after)
     for (const [pos, slot] of slotPairs(removed).values()) {
-      if (!kept.has(pairKey(pos, slot))) this.#index.get(pos)?.get(slot)?.delete(key)
+      if (!kept.has(pairKey(pos, slot))) this.#unlink(pos, slot, key)
     }
     for (const [pos, slot] of slotPairs(added).values()) {
       let bySlot = this.#index.get(pos)
@@ -168,13 +168,25 @@ export class TagTracker {
   }
 
   #unindex(key: string, tags: ReadonlySet<string>): void {
-    for (const [pos, slot] of slotPairs(tags).values()) {
-      const bySlot = this.#index.get(pos)
-      const keys = bySlot?.get(slot)
-      if (keys === undefined) continue
-      keys.delete(key)
-      if (keys.size === 0) bySlot!.delete(slot)
-    }
+    for (const [pos, slot] of slotPairs(tags).values()) this.#unlink(pos, slot, key)
+  }
+
+  /** Empty sets go too: hashes of values long gone must not pile up. */
+  #unlink(pos: number, slot: string, key: string): void {
+    const bySlot = this.#index.get(pos)
+    const keys = bySlot?.get(slot)
+    if (keys === undefined) return
+    keys.delete(key)
+    if (keys.size > 0) return
+    bySlot!.delete(slot)
+    if (bySlot!.size === 0) this.#index.delete(pos)
+  }
+
+  /** How many (position, hash) entries the index holds (for tests). */
+  get indexedSlots(): number {
+    let count = 0
+    for (const bySlot of this.#index.values()) count += bySlot.size
+    return count
   }
 }
 
