@@ -1,5 +1,5 @@
 import type { Row as ElectricRow } from '@electric-sql/client'
-import { type Collection, createCollection } from '@tanstack/db'
+import { type Collection, createCollection, createLiveQueryCollection } from '@tanstack/db'
 import { electricCollectionOptions } from '@tanstack/electric-db-collection'
 
 /**
@@ -18,8 +18,12 @@ export interface ElectricCollectionTarget {
   readonly params?: readonly string[]
   /** The row's key in the collection; the shape's tables key rows by `id`. */
   readonly keyColumn?: string
-  /** `eager` (default) syncs everything before ready; `progressive` syncs in the background. */
-  readonly syncMode?: 'eager' | 'progressive'
+  /**
+   * `eager` (default) syncs everything before ready; `progressive` syncs in the background;
+   * `on-demand` (`offset=now`, `log=changes_only`) loads rows only for a query, so the rows read
+   * are those of a live query selecting every row of the collection.
+   */
+  readonly syncMode?: 'eager' | 'progressive' | 'on-demand'
 }
 
 export interface FollowedCollection {
@@ -57,16 +61,22 @@ export async function followCollection(target: ElectricCollectionTarget): Promis
     }),
   )
   await collection.preload()
+  const everything = target.syncMode === 'on-demand' ? createLiveQueryCollection((q) => q.from({ row: collection })) : undefined
+  await everything?.preload()
+  const source = (everything ?? collection) as Collection<ElectricRow>
   return {
     collection,
     errors,
     rows() {
       const out = new Map<string, Record<string, unknown>>()
-      for (const [key, row] of collection.state) {
-        out.set(String(key), Object.fromEntries(Object.entries(row).filter(([name]) => !name.startsWith('$'))))
+      for (const row of source.state.values()) {
+        out.set(String(row[keyColumn]), Object.fromEntries(Object.entries(row).filter(([name]) => !name.startsWith('$'))))
       }
       return out
     },
-    close: () => collection.cleanup(),
+    close: async () => {
+      await everything?.cleanup()
+      await collection.cleanup()
+    },
   }
 }

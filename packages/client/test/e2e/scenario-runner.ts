@@ -29,7 +29,8 @@ export interface Scenario {
   readonly steps: readonly Step[]
 }
 
-export type ClientName = 'sluice' | 'tanstack'
+/** `tanstack` is the collection in its default `eager` mode; TanStack's own suite also runs the other two. */
+export type ClientName = 'sluice' | 'tanstack' | 'tanstack-progressive' | 'tanstack-on-demand'
 
 export interface ScenarioTarget {
   readonly cluster: PostgresCluster
@@ -91,10 +92,12 @@ export async function runScenario(target: ScenarioTarget, scenario: Scenario, op
 }
 
 async function openClient(name: ClientName, url: string, table: string, where: string | undefined, params: readonly string[] | undefined): Promise<Client> {
-  if (name === 'tanstack') {
+  if (name !== 'sluice') {
+    const syncMode = name === 'tanstack' ? 'eager' : name === 'tanstack-progressive' ? 'progressive' : 'on-demand'
     const followed: FollowedCollection = await followCollection({
       url,
       table,
+      syncMode,
       ...(where === undefined ? {} : { where }),
       ...(params === undefined ? {} : { params }),
     })

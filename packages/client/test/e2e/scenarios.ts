@@ -37,7 +37,7 @@ export const PLAIN_SCENARIOS: readonly Scenario[] = [
     steps: [`UPDATE {items} SET n = n - 10 WHERE id IN (8, 10)`, `UPDATE {items} SET cat = 'even' WHERE id = 7`, `DELETE FROM {items} WHERE id > 15`],
   },
   {
-    name: 'TRUNCATE (a 409 and a new handle for both clients), then new rows',
+    name: 'TRUNCATE (a 409 and a new handle for every client), then new rows',
     setup: `CREATE TABLE {notes} (id int4 PRIMARY KEY, body text); INSERT INTO {notes} VALUES (1, 'one'), (2, 'two')`,
     table: '{notes}',
     steps: [`TRUNCATE {notes}`, `INSERT INTO {notes} VALUES (3, 'three')`, `UPDATE {notes} SET body = 'three!' WHERE id = 3`],
