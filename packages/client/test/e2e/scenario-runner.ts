@@ -5,11 +5,12 @@ import { type FollowedCollection, followCollection } from './electric-collection
 
 /**
  * Runs a sync scenario end to end: tables made in a real Postgres, a shape
- * followed by both clients (`@sluice/client`'s Shape and TanStack DB's
- * Electric collection from npm) from a real Sluice server, then steps of SQL;
+ * followed by each client (`@sluice/client`'s Shape and TanStack DB's
+ * Electric collection from npm, in each sync mode) from a real Sluice server,
+ * then steps of SQL;
  * after the setup and after every step, each client's rows must equal what
  * Postgres answers to `SELECT * FROM <table> WHERE <where>`. At the end a
- * fresh pair of clients syncs the shape from scratch and must agree too.
+ * fresh set of clients syncs the shape from scratch and must agree too.
  *
  * Table names in a scenario are written `{name}` and become `<prefix>_name`,
  * so every scenario gets its own tables in one database.
@@ -32,6 +33,8 @@ export interface Scenario {
 /** `tanstack` is the collection in its default `eager` mode; TanStack's own suite also runs the other two. */
 export type ClientName = 'sluice' | 'tanstack' | 'tanstack-progressive' | 'tanstack-on-demand'
 
+export const ALL_CLIENTS: readonly ClientName[] = ['sluice', 'tanstack', 'tanstack-progressive', 'tanstack-on-demand']
+
 export interface ScenarioTarget {
   readonly cluster: PostgresCluster
   /** `…/v1/shape` of the server under test. */
@@ -39,6 +42,7 @@ export interface ScenarioTarget {
 }
 
 export interface RunOptions {
+  /** Default: all of them. */
   readonly clients?: readonly ClientName[]
   /** How long a client may take to show a step: only ends a hung run, the times are reported. */
   readonly deadlineMs?: number
@@ -66,7 +70,7 @@ interface Client {
 let scenarios = 0
 
 export async function runScenario(target: ScenarioTarget, scenario: Scenario, options: RunOptions = {}): Promise<ScenarioReport> {
-  const names = options.clients ?? ['sluice', 'tanstack']
+  const names = options.clients ?? ALL_CLIENTS
   const deadlineMs = options.deadlineMs ?? 15_000
   const prefix = `sc${++scenarios}_${process.pid}`
   const render = (sql: string): string => sql.replace(/\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => `${prefix}_${name}`)

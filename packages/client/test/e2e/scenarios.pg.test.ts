@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { useSluice } from '../harness.js'
-import { type ClientName, runScenario } from './scenario-runner.js'
+import { ALL_CLIENTS, runScenario } from './scenario-runner.js'
 import { PLAIN_SCENARIOS } from './scenarios.js'
 
 /**
@@ -12,7 +12,7 @@ import { PLAIN_SCENARIOS } from './scenarios.js'
  * (`SUBQUERY_SCENARIOS`) join this list once the server serves them.
  */
 const sluice = useSluice()
-const CLIENTS: readonly ClientName[] = ['sluice', 'tanstack', 'tanstack-progressive', 'tanstack-on-demand']
+const CLIENTS = ALL_CLIENTS
 
 describe('every client follows a shape to the rows Postgres selects', () => {
   for (const scenario of PLAIN_SCENARIOS) {
