@@ -92,6 +92,21 @@ export class TodoPage {
     await row.getByRole('button', { name: `Delete todo "${title}"` }).click()
   }
 
+  /** A chip of someone the selected list is shared with (synced: no write pending). */
+  member(name: string): Locator {
+    return this.page.locator(`[data-testid="member"][data-member="${name}"]:not([data-pending])`)
+  }
+
+  async share(member: string): Promise<void> {
+    const input = this.page.getByLabel('Share with', { exact: true })
+    await input.fill(member)
+    await input.press('Enter')
+  }
+
+  async unshare(member: string): Promise<void> {
+    await this.page.getByRole('button', { name: `Stop sharing with ${member}`, exact: true }).click()
+  }
+
   async clearCompleted(): Promise<void> {
     await this.page.getByRole('button', { name: 'Clear completed' }).click()
   }
