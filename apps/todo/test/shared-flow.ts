@@ -7,6 +7,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vi
 import { type Stack, startStack } from './stack.js'
 import { TodoPage } from './todo-page.js'
 
+/** A dozen synced steps in two browsers: room for a busy shared machine, where each step may take seconds. */
+const FLOW_TIMEOUT_MS = 180_000
+
 export function defineSharedViewFlow(label: string, options: { readonly viaNginx: boolean }): void {
   describe(label, () => {
     let stack: Stack
@@ -87,6 +90,6 @@ export function defineSharedViewFlow(label: string, options: { readonly viaNginx
       await bob.sharedList('Camping').waitFor({ state: 'detached' })
       expect(await bob.sharedView()).toEqual(await sharedWith('bob'))
       expect(await bob.sharedView()).toEqual([['Diary', ['Secret']]])
-    })
+    }, FLOW_TIMEOUT_MS)
   })
 }
