@@ -30,10 +30,13 @@ export interface Scenario {
   readonly steps: readonly Step[]
 }
 
-/** `tanstack` is the collection in its default `eager` mode; TanStack's own suite also runs the other two. */
-export type ClientName = 'sluice' | 'tanstack' | 'tanstack-progressive' | 'tanstack-on-demand'
+/**
+ * `sluice` long-polls, `sluice-sse` follows live changes over server-sent events; `tanstack` is the
+ * collection in its default `eager` mode (TanStack's own suite also runs the other two).
+ */
+export type ClientName = 'sluice' | 'sluice-sse' | 'tanstack' | 'tanstack-progressive' | 'tanstack-on-demand'
 
-export const ALL_CLIENTS: readonly ClientName[] = ['sluice', 'tanstack', 'tanstack-progressive', 'tanstack-on-demand']
+export const ALL_CLIENTS: readonly ClientName[] = ['sluice', 'sluice-sse', 'tanstack', 'tanstack-progressive', 'tanstack-on-demand']
 
 export interface ScenarioTarget {
   readonly cluster: PostgresCluster
@@ -50,7 +53,7 @@ export interface RunOptions {
 
 export interface StepReport {
   readonly step: number
-  /** Per client, ms from the step's last commit until its rows equalled Postgres. */
+  /** Per client, ms from reading Postgres's rows after the step's last commit until the client's rows equalled them (polled every 5 ms). */
   readonly ms: Readonly<Partial<Record<ClientName, number>>>
 }
 
@@ -96,7 +99,7 @@ export async function runScenario(target: ScenarioTarget, scenario: Scenario, op
 }
 
 async function openClient(name: ClientName, url: string, table: string, where: string | undefined, params: readonly string[] | undefined): Promise<Client> {
-  if (name !== 'sluice') {
+  if (name !== 'sluice' && name !== 'sluice-sse') {
     const syncMode = name === 'tanstack' ? 'eager' : name === 'tanstack-progressive' ? 'progressive' : 'on-demand'
     const followed: FollowedCollection = await followCollection({
       url,
@@ -118,6 +121,7 @@ async function openClient(name: ClientName, url: string, table: string, where: s
     url,
     params: { table, ...(where === undefined ? {} : { where }), ...(params === undefined ? {} : { params }) },
     backoff: FAST_BACKOFF,
+    liveSse: name === 'sluice-sse',
   })
   const shape = new Shape(stream)
   await shape.ready()
