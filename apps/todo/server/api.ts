@@ -35,6 +35,8 @@ const MAX_TEXT = 500
 const uuid = { type: 'string', format: 'uuid' } as const
 const text = { type: 'string', minLength: 1, maxLength: MAX_TEXT, pattern: '\\S' } as const
 const idParams = { type: 'object', required: ['id'], properties: { id: uuid } } as const
+/** A user name as the sharing view names people: short, lower case, no spaces (it ends up in URLs). */
+const memberName = { type: 'string', pattern: '^[a-z0-9][a-z0-9_.-]{0,39}$' } as const
 
 interface WriteResult {
   readonly txid: string
@@ -101,7 +103,9 @@ export function buildTodoApi(options: TodoApiOptions): FastifyInstance {
           : missing !== undefined
             ? 'is required'
             : first?.keyword === 'pattern'
-              ? 'must not be blank'
+              ? field === 'member'
+                ? 'must be 1-40 lower-case letters, digits, ".", "_" or "-"'
+                : 'must not be blank'
               : (first?.message ?? 'is invalid')
       const message = field === undefined ? `${where} ${problem}` : `${where}.${field} ${problem}`
       return sendError(reply, new ApiError(400, 'invalid_request', message, field))
@@ -166,6 +170,37 @@ export function buildTodoApi(options: TodoApiOptions): FastifyInstance {
       return { id, deleted: rowCount ?? 0 }
     })
   })
+
+  app.post<{ Params: { id: string }; Body: { member: string } }>(
+    '/api/lists/:id/members',
+    { schema: { params: idParams, body: { type: 'object', required: ['member'], additionalProperties: false, properties: { member: memberName } } } },
+    async (request, reply) => {
+      const { id } = request.params
+      const result = await inTransaction(pool, async (client) => {
+        // Sharing twice is not an error: the list is shared with them either way.
+        const { rowCount } = await client.query(
+          'INSERT INTO list_members (list_id, member) SELECT id, $2 FROM lists WHERE id = $1 ON CONFLICT DO NOTHING',
+          [id, request.body.member],
+        )
+        if (rowCount === 0 && (await client.query('SELECT 1 FROM lists WHERE id = $1', [id])).rowCount === 0) throw notFound('list', id)
+        return { id }
+      })
+      return reply.code(201).send(result)
+    },
+  )
+
+  app.delete<{ Params: { id: string; member: string } }>(
+    '/api/lists/:id/members/:member',
+    { schema: { params: { type: 'object', required: ['id', 'member'], properties: { id: uuid, member: memberName } } } },
+    async (request) => {
+      const { id, member } = request.params
+      return inTransaction(pool, async (client) => {
+        const { rowCount } = await client.query('DELETE FROM list_members WHERE list_id = $1 AND member = $2', [id, member])
+        if (rowCount === 0) throw new ApiError(404, 'member_not_found', `List ${id} is not shared with ${member}`)
+        return { id }
+      })
+    },
+  )
 
   app.post<{ Body: { id?: string; list_id: string; title: string; completed?: boolean } }>(
     '/api/todos',

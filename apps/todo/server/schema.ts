@@ -20,6 +20,15 @@ export const MIGRATIONS: readonly string[] = [
      created_at timestamptz NOT NULL DEFAULT now()
    );
    CREATE INDEX todos_list_id ON todos (list_id);`,
+  // Sharing: who a list is shared with, by user name (the app has no accounts; a name is who you say you
+  // are). The "Shared with me" view follows shapes whose where clause selects through this table.
+  `CREATE TABLE list_members (
+     list_id uuid NOT NULL REFERENCES lists (id) ON DELETE CASCADE,
+     member text NOT NULL,
+     added_at timestamptz NOT NULL DEFAULT now(),
+     PRIMARY KEY (list_id, member)
+   );
+   CREATE INDEX list_members_member ON list_members (member);`,
 ]
 
 /** Any constant works; it only has to be the same in every process that migrates this database. */

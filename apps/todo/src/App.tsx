@@ -3,10 +3,12 @@ import { useShape } from '@sluice/react'
 import { useCallback, useEffect, useMemo, useState } from 'react'
 import { api } from './api'
 import { ConnectionBadge } from './components/ConnectionBadge'
+import { MembersBar } from './components/MembersBar'
+import { SharedPanel } from './components/SharedPanel'
 import { Sidebar } from './components/Sidebar'
 import { TodoPanel } from './components/TodoPanel'
 import { type RequestMonitor, useConnectionState } from './connection'
-import { type List, type Todo, byCreation } from './model'
+import { type List, type Member, type Todo, USER_NAME, byCreation } from './model'
 import { patch, upsert, useOptimisticWrites, without } from './optimistic'
 
 /** The selected list lives in the URL, so a reload (or a shared link) opens the same one. */
@@ -15,9 +17,19 @@ function selectedFromHash(): string | undefined {
   return match?.[1]
 }
 
+const SHARED_HASH = '#shared'
+const USER_KEY = 'sluice-todo:user'
+
+/** Who this browser says it is (there are no accounts): the name lists are shared with. */
+function savedUser(): string {
+  const saved = window.localStorage.getItem(USER_KEY)
+  return saved !== null && USER_NAME.test(saved) ? saved : 'me'
+}
+
 export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly monitor: RequestMonitor }) {
   const listsShape = useShape<List & Record<string, unknown>>({ url: shapeUrl, params: { table: 'lists' } })
   const todosShape = useShape<Todo & Record<string, unknown>>({ url: shapeUrl, params: { table: 'todos' } })
+  const membersShape = useShape<Member & Record<string, unknown>>({ url: shapeUrl, params: { table: 'list_members' } })
   const writes = useOptimisticWrites()
   const connection = useConnectionState([listsShape.stream as ShapeStream | undefined, todosShape.stream as ShapeStream | undefined], monitor)
 
@@ -27,15 +39,33 @@ export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly
   }, [writes, listsShape.data, todosShape.data])
 
   const [selected, setSelected] = useState(selectedFromHash)
+  const [sharedOpen, setSharedOpen] = useState(() => window.location.hash === SHARED_HASH)
+  const [user, setUser] = useState(savedUser)
+  const [userDraft, setUserDraft] = useState(user)
   useEffect(() => {
-    const onHash = () => setSelected(selectedFromHash())
+    const onHash = () => {
+      setSelected(selectedFromHash())
+      setSharedOpen(window.location.hash === SHARED_HASH)
+    }
     window.addEventListener('hashchange', onHash)
     return () => window.removeEventListener('hashchange', onHash)
   }, [])
   const select = useCallback((id: string) => {
     window.location.hash = `list=${id}`
     setSelected(id)
+    setSharedOpen(false)
   }, [])
+  const openShared = useCallback(() => {
+    window.location.hash = SHARED_HASH
+    setSharedOpen(true)
+  }, [])
+  const changeUser = (name: string) => {
+    const next = name.trim().toLowerCase()
+    if (!USER_NAME.test(next) || next === user) return setUserDraft(user)
+    window.localStorage.setItem(USER_KEY, next)
+    setUser(next)
+    setUserDraft(next)
+  }
   // A list deleted elsewhere (or never chosen) falls back to the first one.
   const current = lists.find((l) => l.id === selected) ?? lists[0]
 
@@ -48,6 +78,15 @@ export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly
 
   const { waitForTxid: waitLists } = listsShape
   const { waitForTxid: waitTodos } = todosShape
+  const { waitForTxid: waitMembers } = membersShape
+  const confirmMembers = useCallback(({ txid }: { txid: string }) => waitMembers(txid), [waitMembers])
+  const currentMembers = useMemo(
+    () => [...membersShape.data].filter((m) => m.list_id === current?.id).sort((a, b) => (a.member < b.member ? -1 : a.member > b.member ? 1 : 0)),
+    [membersShape.data, current],
+  )
+  // No optimistic copy: a chip appears once the sharing is synced (its key is marked pending meanwhile).
+  const share = (listId: string, member: string) => void writes.run({ ids: [`${listId}/${member}`] }, () => api.shareList(listId, member), confirmMembers)
+  const unshare = (listId: string, member: string) => void writes.run({ ids: [`${listId}/${member}`] }, () => api.unshareList(listId, member), confirmMembers)
   const confirmLists = useCallback(({ txid }: { txid: string }) => waitLists(txid), [waitLists])
   const confirmTodos = useCallback(({ txid }: { txid: string }) => waitTodos(txid), [waitTodos])
   const { run } = writes
@@ -107,6 +146,18 @@ export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly
           </span>
           Sluice Todos
         </div>
+        <form
+          className="user-form"
+          onSubmit={(event) => {
+            event.preventDefault()
+            changeUser(userDraft)
+          }}
+        >
+          <label>
+            You are{' '}
+            <input aria-label="Your user name" value={userDraft} maxLength={40} onChange={(event) => setUserDraft(event.target.value)} onBlur={() => changeUser(userDraft)} />
+          </label>
+        </form>
         <ConnectionBadge state={connection} />
       </header>
       <div className="layout">
@@ -119,6 +170,8 @@ export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly
           onCreate={createList}
           onRename={renameList}
           onDelete={deleteList}
+          sharedOpen={sharedOpen}
+          onOpenShared={openShared}
         />
         <main className="main">
           {error !== undefined && error !== null ? (
@@ -126,6 +179,8 @@ export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly
               <h2>Sync stopped</h2>
               <p>{error instanceof Error ? error.message : String(error)}</p>
             </div>
+          ) : sharedOpen ? (
+            <SharedPanel shapeUrl={shapeUrl} user={user} />
           ) : loading ? (
             <div className="empty">
               <div className="spinner" aria-label="Loading" />
@@ -147,6 +202,14 @@ export function App({ shapeUrl, monitor }: { readonly shapeUrl: string; readonly
               onRename={renameTodo}
               onDelete={deleteTodo}
               onClearCompleted={clearCompleted}
+              members={
+                <MembersBar
+                  members={currentMembers}
+                  pendingIds={writes.pendingIds}
+                  onShare={(member) => share(current.id, member)}
+                  onUnshare={(member) => unshare(current.id, member)}
+                />
+              }
             />
           )}
         </main>

@@ -45,6 +45,8 @@ export const api = {
   createTodo: (id: string, listId: string, title: string) => send('POST', '/api/todos', { id, list_id: listId, title }),
   updateTodo: (id: string, change: { title?: string; completed?: boolean }) => send('PATCH', `/api/todos/${id}`, change),
   deleteTodo: (id: string) => send('DELETE', `/api/todos/${id}`),
+  shareList: (listId: string, member: string) => send('POST', `/api/lists/${listId}/members`, { member }),
+  unshareList: (listId: string, member: string) => send('DELETE', `/api/lists/${listId}/members/${encodeURIComponent(member)}`),
 }
 
 export async function loadConfig(): Promise<{ shapeUrl: string }> {

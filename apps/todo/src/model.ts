@@ -15,6 +15,24 @@ export interface Todo {
   readonly created_at: string
 }
 
+/** A row of `list_members`: list `list_id` is shared with the user named `member`. */
+export interface Member {
+  readonly list_id: string
+  readonly member: string
+  readonly added_at: string
+}
+
+/**
+ * The "Shared with me" view's shapes: lists and todos selected through
+ * `list_members` with a subquery, `$1` being the user's name. Sluice keeps
+ * them current as lists are shared and unshared (rows move in and out).
+ */
+export const SHARED_LISTS_WHERE = 'id IN (SELECT list_id FROM list_members WHERE member = $1)'
+export const SHARED_TODOS_WHERE = 'list_id IN (SELECT list_id FROM list_members WHERE member = $1)'
+
+/** User names as the API accepts them. */
+export const USER_NAME = /^[a-z0-9][a-z0-9_.-]{0,39}$/
+
 /**
  * Milliseconds for a timestamptz as Postgres prints it (`2026-08-21 10:11:12.345678+00`)
  * or as the browser does (`toISOString()`, used for optimistic rows), so both sort together.

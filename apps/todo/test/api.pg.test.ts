@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildTodoApi } from '../server/api.js'
-import { migrate } from '../server/schema.js'
+import { MIGRATIONS, migrate } from '../server/schema.js'
 
 /** The write API against a real Postgres (requests through fastify's inject: no socket needed to test validation). */
 describe('todo API', () => {
@@ -15,7 +15,7 @@ describe('todo API', () => {
     pool = new pg.Pool({ connectionString: cluster.url, max: 4 })
     // Two processes starting at once: the advisory lock makes one wait, then find nothing to do.
     const results = await Promise.all([migrate(pool), migrate(pool)])
-    expect(results.map((r) => r.applied).sort()).toEqual([0, 1])
+    expect(results.map((r) => r.applied).sort()).toEqual([0, MIGRATIONS.length])
     app = buildTodoApi({ pool, shapeUrl: 'http://127.0.0.1:1/v1/shape' })
   })
 
@@ -101,6 +101,39 @@ describe('todo API', () => {
       expect(response.statusCode, what).toBe(status)
       expect(response.json(), what).toMatchObject(body)
     }
+  })
+
+  it('shares a list with a user and stops sharing it; a deleted list takes its members with it', async () => {
+    const list = (await send('POST', '/api/lists', { name: 'Shared' })).json().id as string
+    const members = async () => (await pool.query('SELECT member FROM list_members WHERE list_id = $1 ORDER BY member', [list])).rows.map((r) => r.member)
+    const shared = await send('POST', `/api/lists/${list}/members`, { member: 'alice' })
+    expect(shared.statusCode).toBe(201)
+    expect(shared.json()).toMatchObject({ id: list })
+    const { rows } = await pool.query<{ xmin: string }>('SELECT xmin::text AS xmin FROM list_members WHERE list_id = $1', [list])
+    expect(rows[0]!.xmin).toBe(low32(shared.json().txid))
+    // Sharing again changes nothing and is not an error.
+    expect((await send('POST', `/api/lists/${list}/members`, { member: 'alice' })).statusCode).toBe(201)
+    expect((await send('POST', `/api/lists/${list}/members`, { member: 'bob' })).statusCode).toBe(201)
+    expect(await members()).toEqual(['alice', 'bob'])
+
+    const unshared = await send('DELETE', `/api/lists/${list}/members/alice`)
+    expect(unshared.statusCode).toBe(200)
+    expect(await members()).toEqual(['bob'])
+
+    const missing = crypto.randomUUID()
+    const cases: Array<[string, Awaited<ReturnType<typeof send>>, number, object]> = [
+      ['not a user name', await send('POST', `/api/lists/${list}/members`, { member: 'Alice Smith' }), 400, { error: 'invalid_request', field: 'member' }],
+      ['no member', await send('POST', `/api/lists/${list}/members`, {}), 400, { message: 'body.member is required' }],
+      ['no such list', await send('POST', `/api/lists/${missing}/members`, { member: 'carol' }), 404, { error: 'list_not_found' }],
+      ['not shared with them', await send('DELETE', `/api/lists/${list}/members/alice`), 404, { error: 'member_not_found' }],
+    ]
+    for (const [what, response, status, body] of cases) {
+      expect(response.statusCode, what).toBe(status)
+      expect(response.json(), what).toMatchObject(body)
+    }
+
+    expect((await send('DELETE', `/api/lists/${list}`)).statusCode).toBe(200)
+    expect(await members()).toEqual([])
   })
 
   it('tells the browser where to read shapes from', async () => {

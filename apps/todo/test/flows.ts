@@ -184,6 +184,24 @@ export function defineFlows(label: string, options: FlowOptions): void {
       await Promise.all([a.waitForTitles(['Water the plants']), b.waitForTitles(['Water the plants'])])
     })
 
+    it('sharing a list shows who it is shared with in every browser, and unsharing removes them', async () => {
+      const [a, b] = await Promise.all([open(), open()])
+      const list = named('Trip')
+      const id = await listWithTodos(a, list, ['Book the train'])
+      await b.selectList(list)
+      const members = async () => (await stack.db.query<{ member: string }>('SELECT member FROM list_members WHERE list_id = $1 ORDER BY member', [id])).rows.map((r) => r.member)
+
+      await a.share('bob')
+      await a.share('carol')
+      await Promise.all([a.member('bob').waitFor(), a.member('carol').waitFor(), b.member('bob').waitFor(), b.member('carol').waitFor()])
+      expect(await members()).toEqual(['bob', 'carol'])
+
+      await b.unshare('bob')
+      await Promise.all([a.member('bob').waitFor({ state: 'detached' }), b.member('bob').waitFor({ state: 'detached' })])
+      expect(await members()).toEqual(['carol'])
+      expect(await a.member('carol').count()).toBe(1)
+    })
+
     it('a reload resumes from the saved offset: no offset=-1 request after it', async () => {
       const a = await open()
       const list = named('Reading')

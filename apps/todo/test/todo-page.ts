@@ -92,6 +92,44 @@ export class TodoPage {
     await row.getByRole('button', { name: `Delete todo "${title}"` }).click()
   }
 
+  /** A chip of someone the selected list is shared with (synced: no write pending). */
+  member(name: string): Locator {
+    return this.page.locator(`[data-testid="member"][data-member="${name}"]:not([data-pending])`)
+  }
+
+  async share(member: string): Promise<void> {
+    const input = this.page.getByLabel('Share with', { exact: true })
+    await input.fill(member)
+    await input.press('Enter')
+  }
+
+  async unshare(member: string): Promise<void> {
+    await this.page.getByRole('button', { name: `Stop sharing with ${member}`, exact: true }).click()
+  }
+
+  /** Opens the "Shared with me" view from the sidebar. */
+  async openShared(): Promise<void> {
+    await this.page.getByTestId('shared-link').click()
+    await this.page.getByRole('region', { name: 'Shared with me' }).waitFor()
+  }
+
+  /** A list in the "Shared with me" view. */
+  sharedList(name: string): Locator {
+    return this.page.getByTestId('shared-list').filter({ has: this.page.locator('.shared-list-name', { hasText: exact(name) }) })
+  }
+
+  /** A todo of a shared list, with this completion. */
+  sharedTodo(list: string, title: string, completed: boolean): Locator {
+    return this.sharedList(list).locator(`[data-testid="shared-todo"][data-completed="${completed}"]`).filter({ has: this.page.locator('.todo-title', { hasText: exact(title) }) })
+  }
+
+  /** `[list name, todo titles]` of the "Shared with me" view as rendered. */
+  async sharedView(): Promise<Array<[string, string[]]>> {
+    return this.page.getByTestId('shared-list').evaluateAll((lists) =>
+      lists.map((list) => [list.querySelector('.shared-list-name')?.textContent ?? '', [...list.querySelectorAll('[data-testid="shared-todo"] .todo-title')].map((t) => t.textContent ?? '')]),
+    )
+  }
+
   async clearCompleted(): Promise<void> {
     await this.page.getByRole('button', { name: 'Clear completed' }).click()
   }

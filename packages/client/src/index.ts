@@ -41,6 +41,7 @@ export {
   type Message,
   isChangeMessage,
   isControlMessage,
+  isEventMessage,
   isMustRefetchMessage,
   isUpToDateMessage,
   parseBody,
@@ -60,6 +61,7 @@ export {
 export { type ArrayValue, parseArrayLiteral } from './array-literal.js'
 export { type BackoffOptions, DEFAULT_BACKOFF, backoffDelay, parseRetryAfter } from './backoff.js'
 export { readSseEvents } from './sse-reader.js'
+export { type PersistedRowTags, type TagHeaders, TagTracker } from './tag-tracker.js'
 export { MemoryShapeStorage, PERSISTED_SHAPE_VERSION, type PersistedShape, type ShapeStorage } from './storage.js'
 export { decodePersistedShape, encodePersistedShape } from './storage-codec.js'
 export { LocalStorageShapeStorage, type StringStorage } from './local-storage.js'

@@ -26,6 +26,11 @@ export function isControlMessage<T extends Row>(message: Message<T>): message is
   return 'control' in message.headers
 }
 
+/** A subquery shape's `move-in` / `move-out` event (neither a change nor a control message). */
+export function isEventMessage<T extends Row>(message: Message<T>): message is EventMessage {
+  return 'event' in message.headers
+}
+
 export function isUpToDateMessage<T extends Row>(message: Message<T>): message is ControlMessage {
   return isControlMessage(message) && message.headers.control === 'up-to-date'
 }

@@ -1,8 +1,9 @@
 import { ShapeStream } from './shape-stream.js'
 import type { ShapeStreamOptions } from './stream-options.js'
 import { AbortedError, InvalidOptionsError } from './errors.js'
-import { type Message, isChangeMessage, isControlMessage } from './messages.js'
+import { type Message, isChangeMessage, isControlMessage, isEventMessage } from './messages.js'
 import { MemoryShapeStorage, PERSISTED_SHAPE_VERSION, type PersistedShape, type ShapeStorage } from './storage.js'
+import { TagTracker } from './tag-tracker.js'
 import { type SnapshotVisibility, type Txid, lowXid, snapshotVisibility, visibleInSnapshot } from './txid.js'
 import type { Row } from './value-parser.js'
 
@@ -11,6 +12,12 @@ import type { Row } from './value-parser.js'
  * and kept current: inserts set, updates merge (a `replica=default` update
  * carries only the key and the changed columns), deletes remove, and a
  * `must-refetch` empties the Map before the new snapshot arrives.
+ *
+ * Shapes whose where clause has a subquery also follow each row's tags: a
+ * `move-out` event removes the rows it takes out of the shape, a `move-in`
+ * restores conditions of rows still held, and the rows that enter arrive as
+ * the inserts after it (`tag-tracker.ts`). The rows then equal what the where
+ * clause selects in Postgres, which a client that ignores the events does not.
  *
  * Subscribers are told at up-to-date points only, when the rows are a
  * consistent picture of the database at one moment (never half a transaction
@@ -57,6 +64,7 @@ interface TxidWaiter {
 export class Shape<T extends Row = Row> {
   readonly stream: ShapeStream<T>
   readonly #rows = new Map<string, T>()
+  readonly #tags = new TagTracker()
   #rowList: T[] | undefined
   readonly #subscribers = new Set<(data: ShapeData<T>) => void>()
   readonly #storage: ShapeStorage | undefined
@@ -97,6 +105,7 @@ export class Shape<T extends Row = Row> {
     this.#maxTxids = options.maxRememberedTxids ?? DEFAULT_MAX_REMEMBERED_TXIDS
     if (options.initial !== undefined) {
       for (const [key, row] of options.initial.rows) this.#rows.set(key, row as T)
+      if (options.initial.tags !== undefined) this.#tags.restore(options.initial.tags)
       this.#lastSyncedAt = options.initial.savedAt
     }
     this.#unsubscribe = stream.subscribe(
@@ -194,13 +203,23 @@ export class Shape<T extends Row = Row> {
       if (isChangeMessage(message)) {
         changed = true
         this.#apply(message.key, message.headers.operation, message.value)
+        if (message.headers.operation === 'delete') this.#tags.remove(message.key)
+        else this.#tags.change(message.key, message.headers, message.headers.operation === 'insert')
         const txids = message.headers.txids
         if (txids !== undefined) for (const xid of txids) this.#pendingTxids.push(xid)
+      } else if (isEventMessage(message)) {
+        const headers = message.headers
+        if (headers.event === 'move-out') {
+          for (const key of this.#tags.moveOut(headers.patterns)) changed = this.#rows.delete(key) || changed
+        } else if (headers.event === 'move-in') this.#tags.moveIn(headers.patterns)
+        // A transaction that touched only the inner table is synced once its move is applied.
+        if (headers.txids !== undefined) for (const xid of headers.txids) this.#pendingTxids.push(xid)
       } else if (isControlMessage(message)) {
         const headers = message.headers
         if (headers.control === 'up-to-date') reachedHead = true
         else if (headers.control === 'must-refetch') {
           this.#rows.clear()
+          this.#tags.clear()
           this.#upToDate = false
           this.#snapshots.length = 0
           changed = true
@@ -270,6 +289,7 @@ export class Shape<T extends Row = Row> {
       offset: this.stream.lastOffset,
       schema: this.stream.schema,
       rows: [...this.#rows],
+      ...(this.#tags.size === 0 ? {} : { tags: this.#tags.persist() }),
       savedAt: this.#lastSyncedAt ?? Date.now(),
     })
   }

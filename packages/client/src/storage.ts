@@ -1,4 +1,5 @@
 import type { ShapeSchema } from '@sluice/protocol'
+import type { PersistedRowTags } from './tag-tracker.js'
 import type { Row } from './value-parser.js'
 
 /**
@@ -18,6 +19,11 @@ export interface PersistedShape {
   readonly schema: ShapeSchema | undefined
   /** `[row key, row]`, rows as the parsers produced them. */
   readonly rows: ReadonlyArray<readonly [string, Row]>
+  /**
+   * Subquery shapes: each row's tags and active conditions, so a `move-out`
+   * after a reload still finds the rows it removes. Absent for plain shapes.
+   */
+  readonly tags?: readonly PersistedRowTags[]
   /** When it was saved (ms since the epoch). */
   readonly savedAt: number
 }

@@ -36,6 +36,8 @@ export interface ChangeHeaders {
   readonly tags?: readonly string[]
   readonly removed_tags?: readonly string[]
   readonly active_conditions?: readonly boolean[]
+  /** Subquery shapes: a row that entered the shape because a subquery value entered its inner set. */
+  readonly is_move_in?: true
   /** Rows of a subset snapshot (§6): the response's `snapshot_mark`. */
   readonly snapshot_mark?: number
 }
@@ -95,7 +97,12 @@ export interface MovePattern {
 }
 
 export interface EventMessage {
-  readonly headers: { readonly event: 'move-out' | 'move-in'; readonly patterns: readonly MovePattern[] }
+  readonly headers: {
+    readonly event: 'move-out' | 'move-in'
+    readonly patterns: readonly MovePattern[]
+    /** The inner-table transactions that caused the move (32-bit xids). */
+    readonly txids?: readonly number[]
+  }
 }
 
 export type Message = ChangeMessage | ControlMessage | EventMessage

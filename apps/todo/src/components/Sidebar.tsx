@@ -11,9 +11,12 @@ interface Props {
   readonly onCreate: (name: string) => void
   readonly onRename: (id: string, name: string) => void
   readonly onDelete: (list: List) => void
+  /** The "Shared with me" view is open (then no list is selected). */
+  readonly sharedOpen: boolean
+  readonly onOpenShared: () => void
 }
 
-export function Sidebar({ lists, openCounts, selectedId, pendingIds, onSelect, onCreate, onRename, onDelete }: Props) {
+export function Sidebar({ lists, openCounts, selectedId, pendingIds, onSelect, onCreate, onRename, onDelete, sharedOpen, onOpenShared }: Props) {
   return (
     <nav className="sidebar" aria-label="Lists">
       <h2 className="sidebar-title">Lists</h2>
@@ -24,7 +27,7 @@ export function Sidebar({ lists, openCounts, selectedId, pendingIds, onSelect, o
             data-testid="list"
             data-id={list.id}
             data-pending={pendingIds.has(list.id) || undefined}
-            className={`list-item${list.id === selectedId ? ' selected' : ''}`}
+            className={`list-item${!sharedOpen && list.id === selectedId ? ' selected' : ''}`}
             onClick={() => onSelect(list.id)}
           >
             <EditableText value={list.name} what="list" className="list-name" onSave={(name) => onRename(list.id, name)} />
@@ -46,6 +49,9 @@ export function Sidebar({ lists, openCounts, selectedId, pendingIds, onSelect, o
         ))}
       </ul>
       <NewItemForm className="new-list" label="New list" placeholder="+ New list" onAdd={onCreate} />
+      <button type="button" className={`list-item shared-link${sharedOpen ? ' selected' : ''}`} data-testid="shared-link" onClick={onOpenShared}>
+        Shared with me
+      </button>
     </nav>
   )
 }

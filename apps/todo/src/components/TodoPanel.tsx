@@ -1,3 +1,4 @@
+import type { ReactNode } from 'react'
 import type { List, Todo } from '../model'
 import { EditableText } from './EditableText'
 import { NewItemForm } from './NewItemForm'
@@ -12,9 +13,11 @@ interface Props {
   readonly onRename: (todo: Todo, title: string) => void
   readonly onDelete: (todo: Todo) => void
   readonly onClearCompleted: () => void
+  /** Who the list is shared with, and the field to share it. */
+  readonly members?: ReactNode
 }
 
-export function TodoPanel({ list, todos, pendingIds, onRenameList, onAdd, onToggle, onRename, onDelete, onClearCompleted }: Props) {
+export function TodoPanel({ list, todos, pendingIds, onRenameList, onAdd, onToggle, onRename, onDelete, onClearCompleted, members }: Props) {
   const done = todos.filter((t) => t.completed).length
   const left = todos.length - done
   return (
@@ -31,6 +34,7 @@ export function TodoPanel({ list, todos, pendingIds, onRenameList, onAdd, onTogg
             <div style={{ width: `${(done / todos.length) * 100}%` }} />
           </div>
         )}
+        {members}
       </header>
       <NewItemForm className="new-todo" label="New todo" placeholder="What needs doing?" onAdd={onAdd} />
       <ul className="todos">

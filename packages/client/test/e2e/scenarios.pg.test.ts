@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest'
+import { useSluice } from '../harness.js'
+import { ALL_CLIENTS, runScenario } from './scenario-runner.js'
+import { PLAIN_SCENARIOS } from './scenarios.js'
+
+/**
+ * The scenario runner against a real Sluice server on real Postgres:
+ * `@sluice/client`'s Shape and TanStack DB's Electric collection (npm, in its
+ * eager, progressive and on-demand modes) must each hold exactly the rows
+ * Postgres selects after the setup and after every step, and fresh clients
+ * must agree at the end. Subquery scenarios
+ * (`SUBQUERY_SCENARIOS`) join this list once the server serves them.
+ */
+const sluice = useSluice()
+const CLIENTS = ALL_CLIENTS
+
+describe('every client follows a shape to the rows Postgres selects', () => {
+  for (const scenario of PLAIN_SCENARIOS) {
+    it(scenario.name, async () => {
+      const report = await runScenario({ cluster: sluice.cluster, shapeUrl: sluice.shapeUrl }, scenario, { clients: CLIENTS })
+      expect(report.steps.map((s) => Object.keys(s.ms).sort())).toEqual(report.steps.map(() => [...CLIENTS].sort()))
+      console.log(`${scenario.name}: ms per step (${CLIENTS.join('/')}) ${report.steps.map((s) => CLIENTS.map((c) => s.ms[c]).join('/')).join(' ')}`)
+    })
+  }
+})
