@@ -11,6 +11,8 @@ import {
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_SHAPES,
+  DEFAULT_COMPACT_MIN_ENTRIES,
+  DEFAULT_COMPACT_RATIO,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_SSE_TIMEOUT_MS,
@@ -47,6 +49,8 @@ export interface SluiceConfig {
   readonly routeAhead: boolean
   readonly snapshotConnections: number
   readonly maxShapes: number
+  readonly compactRatio: number
+  readonly compactMinEntries: number
   readonly tableCacheMs: number
   readonly catalogCheckMs: number
   readonly publication: string
@@ -140,6 +144,18 @@ export const SETTINGS: readonly Setting[] = [
       'How often the catalog is checked for DDL on tables with shapes that no write announces (a dropped or renamed table, a new primary key or replica identity): the longest a request waiting on such a shape waits for its 409 (0: never).',
   },
   { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a request for a new shape beyond it is refused.' },
+  {
+    key: 'compactRatio',
+    flag: 'compact-ratio',
+    env: 'SLUICE_COMPACT_RATIO',
+    type: 'integer',
+    default: String(DEFAULT_COMPACT_RATIO),
+    min: 0,
+    max: 1_000_000,
+    description:
+      "Compact a shape's log in the background (each row's changes merged into its current row) once it holds this many times the entries it had after its last compaction; 0: never.",
+  },
+  { key: 'compactMinEntries', flag: 'compact-min-entries', env: 'SLUICE_COMPACT_MIN_ENTRIES', type: 'integer', default: String(DEFAULT_COMPACT_MIN_ENTRIES), min: 1, max: 1_000_000_000, description: 'A log is compacted only once it has grown by at least this many entries since its last compaction.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
   { key: 'routeAhead', flag: 'route-ahead', env: 'SLUICE_ROUTE_AHEAD', type: 'boolean', default: 'true', description: 'Route a transaction that Postgres streams before its commit while it arrives, keeping its encoded lines in a scratch file until the commit, so its rows reach clients soon after it; --no-route-ahead routes it only once it has committed (to compare the two).' },

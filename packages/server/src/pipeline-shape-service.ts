@@ -16,6 +16,7 @@ import {
   headOffset,
 } from './shape-service.js'
 import { type ShapeDefinition, compileDefinition } from './shapes/definition/index.js'
+import { handleOfLogId } from './shapes/compaction/log-ids.js'
 import type { ShapeInvalidated, ShapeManager } from './shapes/shape-manager.js'
 import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from './shapes/snapshot/index.js'
 import type { CompiledSubset } from './shapes/snapshot/index.js'
@@ -92,11 +93,18 @@ export class PipelineShapeService implements ShapeService {
   }
 
   get(handle: string): ShapeLog | undefined {
-    return this.store.get(handle)
+    // A compacted shape's log is stored under another id (shapes/compaction/log-ids.ts).
+    return this.shapes.log(handle) ?? this.store.get(handle)
   }
 
   onFlush(listener: FlushListener): () => void {
-    return this.store.onFlush(listener)
+    // Waiters wait on handles: a compacted log's id names its handle with a suffix.
+    return this.store.onFlush((result) => {
+      const ids = result.advanced
+      let i = 0
+      while (i < ids.length && handleOfLogId(ids[i]!) === ids[i]) i++
+      listener(i === ids.length ? result : { durableLsn: result.durableLsn, advanced: ids.map(handleOfLogId) })
+    })
   }
 
   onInvalidated(listener: (handle: string) => void): () => void {

@@ -125,6 +125,8 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       routeAhead: config.routeAhead,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
+      compactRatio: config.compactRatio,
+      compactMinEntries: config.compactMinEntries,
       tableCacheMs: config.tableCacheMs,
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
       catalogCheckMs: config.catalogCheckMs,

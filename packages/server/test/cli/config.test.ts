@@ -36,6 +36,8 @@ const DEFAULTS: Partial<SluiceConfig> = {
   catalogCheckMs: 1000,
   standby: false,
   writerLockWaitMs: 10_000,
+  compactRatio: 4,
+  compactMinEntries: 10_000,
 }
 
 /** A valid non-default value for each setting: [text, parsed]. */
@@ -55,6 +57,8 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   tailBudgetBytes: ['64MiB', 64 * 1024 ** 2],
   snapshotConnections: ['12', 12],
   maxShapes: ['500', 500],
+  compactRatio: ['0', 0],
+  compactMinEntries: ['500', 500],
   tableCacheMs: ['250ms', 250],
   catalogCheckMs: ['5s', 5000],
   publication: ['My Pub', 'My Pub'],
