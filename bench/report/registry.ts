@@ -6,6 +6,7 @@
  */
 import type { ReportSection } from './section.js'
 import { chunksSection } from './sections/chunks.js'
+import { compactionSection } from './sections/compaction.js'
 import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
 import { fanoutSection } from './sections/fanout.js'
@@ -53,4 +54,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'cdn', script: 'bench:cdn', quickEnv: { QUICK: '1' }, section: cdnSection },
   // QUICK: 1, 100 and 300 overlapping shapes, 10 writes each; 100 and 400 shapes created at once (the 400 meet the admission limit).
   { name: 'overlap', script: 'bench:overlap', quickEnv: { QUICK: '1' }, section: overlapSection },
+  // QUICK: 1,000 rows updated 50,000 times, 3 syncs per log (about two minutes: the old log's grace period is one).
+  { name: 'compaction', script: 'bench:compaction', quickEnv: { QUICK: '1' }, section: compactionSection },
 ]

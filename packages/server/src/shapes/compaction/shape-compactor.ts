@@ -1,3 +1,4 @@
+import { BEFORE_ALL, type LogOffset } from '@sluice/protocol'
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
 import type { LiveShape } from '../live-shape.js'
 import type { ShapeTarget } from '../route-contracts.js'
@@ -63,11 +64,27 @@ export interface CompactionStats {
   peakKeys: number
   /** Bytes of routed parts held while the largest merge ran. */
   peakPendingBytes: number
+  /** How long the last compaction took, from the tee to the switch. */
+  lastDurationMs: number
   running: boolean
 }
 
+/** Entries of the log's snapshot region (its chunks' ranges, no byte read). */
+function snapshotEntries(log: ShapeLog): number {
+  let count = 0
+  let at: LogOffset = BEFORE_ALL
+  for (;;) {
+    const read = log.read(at)
+    read.release()
+    if (read.entryCount === 0 || read.nextOffset.tx !== 0n) return count
+    count += read.entryCount
+    at = read.nextOffset
+    if (read.reachedHead) return count
+  }
+}
+
 export class ShapeCompactor {
-  readonly stats: CompactionStats = { compactions: 0, failures: 0, bytesReclaimed: 0, peakKeys: 0, peakPendingBytes: 0, running: false }
+  readonly stats: CompactionStats = { compactions: 0, failures: 0, bytesReclaimed: 0, peakKeys: 0, peakPendingBytes: 0, lastDurationMs: 0, running: false }
   /** Entries of each log after its compaction, or when first seen. */
   private readonly baseline = new WeakMap<ShapeLog, number>()
   private readonly busy = new Set<string>()
@@ -104,10 +121,11 @@ export class ShapeCompactor {
 
   private isDue(log: ShapeLog): boolean {
     const entries = log.head().entryCount
-    const base = this.baseline.get(log)
+    let base = this.baseline.get(log)
     if (base === undefined) {
-      this.baseline.set(log, entries)
-      return false
+      // First sight (a restart forgets): the snapshot region's entries, a log's rows before any history.
+      base = snapshotEntries(log)
+      this.baseline.set(log, base)
     }
     return entries >= base * this.options.ratio && entries - base >= this.options.minEntries
   }
@@ -125,6 +143,7 @@ export class ShapeCompactor {
     if (old === undefined || this.busy.has(handle) || this.abort.signal.aborted) return undefined
     this.busy.add(handle)
     this.stats.running = true
+    const began = performance.now()
     const tee = new TeeTarget(old)
     let stitching: StitchingTarget | undefined
     const back = (to: ShapeTarget) => (current: ShapeTarget): ShapeTarget | undefined => {
@@ -164,6 +183,7 @@ export class ShapeCompactor {
       switched = true
       this.baseline.set(result.log, result.log.head().entryCount)
       this.stats.compactions++
+      this.stats.lastDurationMs = performance.now() - began
       this.stats.bytesReclaimed += Math.max(0, result.bytesBefore - result.bytesAfter)
       this.stats.peakKeys = Math.max(this.stats.peakKeys, result.keys)
       this.options.logger?.info(
