@@ -20,7 +20,7 @@ export interface Sync {
 
 export interface Side {
   readonly syncs: readonly Sync[]
-  /** Bytes of the shape's log files on disk (every generation present). */
+  /** Bytes of the shape's log files on disk (after compaction: the compacted generation, which stays once the old log's grace period ends). */
   readonly diskBytes: number
 }
 

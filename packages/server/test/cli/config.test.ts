@@ -169,6 +169,8 @@ describe('config schema', () => {
     [[], { SLUICE_TAIL_BUDGET: '1MiB' }, 'SLUICE_TAIL_BUDGET (environment): expected a size from 4MiB to 1TiB, such as 64MiB, 512KiB or 1048576, got "1MiB"'],
     [['--snapshot-connections', '0'], {}, '--snapshot-connections: expected an integer from 1 to 1000, got "0"'],
     [['--max-shapes', 'many'], {}, '--max-shapes: expected an integer from 1 to 100000000, got "many"'],
+    [['--compact-ratio', '-1'], {}, '--compact-ratio: expected an integer from 0 to 1000000, got "-1"'],
+    [[], { SLUICE_COMPACT_MIN_ENTRIES: '0' }, 'SLUICE_COMPACT_MIN_ENTRIES (environment): expected an integer from 1 to 1000000000, got "0"'],
     [['--table-cache', '2h'], {}, '--table-cache: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--catalog-check', '2h'], {}, '--catalog-check: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--publication', 'x'.repeat(64)], {}, `--publication: expected a name of 1-63 bytes without NUL, got "${'x'.repeat(64)}"`],

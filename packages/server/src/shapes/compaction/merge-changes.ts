@@ -2,7 +2,7 @@ import type { LogOffset } from '@sluice/protocol'
 import { compareOffsets } from '@sluice/protocol'
 
 /*
- * What compaction keeps of a log's prefix (docs/protocol.md §4.6): per row key,
+ * What compaction keeps of a log's prefix (docs/protocol.md §4.5): per row key,
  * one message that brings a client from any earlier offset to the row as it
  * stands at the compaction point, at the offset of the key's last change. So
  * an offset a client holds resolves in the compacted log exactly as it did in
