@@ -136,7 +136,7 @@ async function main(): Promise<void> {
 
     // 2. Compaction on: the first check finds the log due (its snapshot region holds ROWS entries, its log far more).
     const started = performance.now()
-    server = await startSluice({ databaseUrl: cluster.url, storageDir, flags: ['--compact-ratio', '4', '--compact-min-entries', '10000'] })
+    server = await startSluice({ databaseUrl: cluster.url, storageDir, flags: ['--compact-ratio', '4', '--compact-min-entries', String(Math.min(10_000, Math.floor(UPDATES / 2)))] })
     await until('a compaction', 10 * 60_000, async () => (await metric(server.url, 'sluice_compactions_total')) >= 1)
     const startToDoneMs = performance.now() - started
     const compaction = {
