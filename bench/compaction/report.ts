@@ -40,6 +40,8 @@ export interface Report {
   /** Routing the updates: last update committed to the shape's head reaching it. */
   readonly catchUpMs: number
   readonly runSeconds: number
+  /** Share of the run's wall time some task waited for a CPU (PSI), in percent; null without PSI. Absent from the first full run's file. */
+  readonly cpuPressurePercent?: number | null
   readonly loads: readonly LoadNote[]
 }
 

@@ -25,6 +25,7 @@ import { startSluice } from '../http/sluice-process.js'
 import { BENCH_PG_SETTINGS } from '../pipeline/pg.js'
 import type { LoadNote } from '../pipeline/report.js'
 import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
+import { SystemMeter } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { type Report, type Side, type Sync, markdown, medianBytes, writeReport } from './report.js'
 
@@ -87,6 +88,7 @@ async function main(): Promise<void> {
   const storageDir = join(root, 'store')
   const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
+  const meter = new SystemMeter()
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
   try {
     await cluster.query(`CREATE TABLE ${TABLE} (id int4 PRIMARY KEY, n int8 NOT NULL, note text NOT NULL)`)
@@ -165,6 +167,7 @@ async function main(): Promise<void> {
       compaction,
       catchUpMs,
       runSeconds: runSeconds(),
+      cpuPressurePercent: meter.cpuPressurePercent() ?? null,
       loads: [...loads, loadNote('end')],
     }
     const name = QUICK ? 'compaction.quick' : PARTIAL ? 'compaction.partial' : 'compaction'

@@ -2,7 +2,7 @@
 import type { Report, Side } from '../../compaction/report.js'
 import { TARGET_RATIO, medianBytes, medianMs, targetMet } from '../../compaction/report.js'
 import type { ChartSpec } from '../chart.js'
-import { loadLine, machineLines, mib, ms, num, plural, ratio, spread } from '../format.js'
+import { loadLine, machineLines, mib, ms, num, plural, pressureLine, ratio, spread } from '../format.js'
 import type { ReportSection, SectionContent, Table } from '../section.js'
 
 function render(report: Report): SectionContent {
@@ -51,7 +51,7 @@ function render(report: Report): SectionContent {
       `The compaction: ${ms(report.compaction.durationMs)} by the server's metric (${ms(report.compaction.startToDoneMs)} from the restart, the first check coming after 10 s), ${num(report.compaction.peakKeys)} keys held, ${mib(report.compaction.reclaimedBytes)} reclaimed.`,
     ],
     machine: machineLines(report.machine),
-    load: [loadLine(report.loads)],
+    load: [loadLine(report.loads), pressureLine(report.cpuPressurePercent === undefined ? [] : [report.cpuPressurePercent])],
     tables: [table, targets],
     charts: [chart],
     headline: [
