@@ -99,6 +99,7 @@ export class ShapeCompactor {
   start(): void {
     if (this.options.ratio <= 0 || this.timer !== undefined) return
     const tick = (): void => {
+      if (this.abort.signal.aborted) return
       this.timer = setTimeout(() => {
         this.running = this.runDue().finally(tick)
       }, this.options.intervalMs)
