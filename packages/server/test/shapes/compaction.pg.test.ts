@@ -125,8 +125,8 @@ describe('shape log compaction', () => {
         // The official client that followed live throughout.
         const wantClient = await expectedClientRows(cluster, table, SCHEMA, keyOf, s.where)
         await eventually(() => equalMaps(live[i]!.shape.currentValue, wantClient), `live client of ${s.name}`)
-        if (process.env.DEBUG_COMPACT) for (const e of live[i]!.exchanges) console.log(s.name, e.status, e.url.search, e.headers.get('electric-offset'), e.headers.get('electric-handle'), e.headers.get('cache-control'))
         expect(live[i]!.log.controls()).not.toContain('must-refetch')
+        expect(live[i]!.exchanges.filter((e) => e.status !== 200).map((e) => e.status)).toEqual([])
         expect(live[i]!.log.errors).toEqual([])
       }
       // A new official client on the compacted log.
