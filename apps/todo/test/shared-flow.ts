@@ -1,7 +1,6 @@
 // The "Shared with me" view in Chromium: lists and todos that reach a browser
 // through subquery shapes, moving in and out as lists are shared and unshared.
-// Needs a Sluice that serves subquery shapes; a test file enables it with
-// `defineSharedViewFlow(...)`.
+// browser-shared.pg.test.ts runs it.
 import type { BrowserContext } from 'playwright-core'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
 import { type Stack, startStack } from './stack.js'

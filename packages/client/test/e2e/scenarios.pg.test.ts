@@ -8,8 +8,8 @@ import { PLAIN_SCENARIOS } from './scenarios.js'
  * `@sluice/client`'s Shape and TanStack DB's Electric collection (npm, in its
  * eager, progressive and on-demand modes) must each hold exactly the rows
  * Postgres selects after the setup and after every step, and fresh clients
- * must agree at the end. Subquery scenarios
- * (`SUBQUERY_SCENARIOS`) join this list once the server serves them.
+ * must agree at the end. The subquery scenarios are in
+ * subquery-scenarios.pg.test.ts.
  */
 const sluice = useSluice()
 const CLIENTS = ALL_CLIENTS

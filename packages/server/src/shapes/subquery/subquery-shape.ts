@@ -259,6 +259,12 @@ export class SubqueryShape {
         this.kill(`a change to ${state.table.schema}.${state.table.name} moved a nested subquery's rows, which is not followed live`)
         return op
       }
+      if (state.dep.negated && [...moved.entered, ...moved.left].some((values) => values.includes(null))) {
+        // NOT IN over a set holding a NULL is NULL for every row not in it: a NULL entering takes every row
+        // out, one leaving brings them back. A move event names values, not "all rows", so the shape resyncs.
+        this.kill(`a NULL entered or left the set of a NOT IN subquery on ${state.table.schema}.${state.table.name}`)
+        return op
+      }
       moves.set(state, moved)
     }
     const outs: MovePattern[] = []
