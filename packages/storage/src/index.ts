@@ -2,7 +2,6 @@
 // src/file/, the memory engine in src/memory/.
 export type {
   AppendOptions,
-  SnapshotAppendOptions,
   FlushListenerOptions,
   FlushResult,
   LogEntryInput,

@@ -24,8 +24,7 @@ export abstract class LogCut extends LogTail {
   /** Sets the state found by recovery. */
   restore(head: HeadState, chunks: readonly ChunkInfo[]): void {
     this.chunks.length = 0
-    // Not push(...chunks): a long log's hundreds of thousands of chunks would overflow the stack as arguments.
-    for (const c of chunks) this.chunks.push(c)
+    this.chunks.push(...chunks)
     this.setAppended(head)
     this.setPublished(head)
     this.dropUnpublished()

@@ -100,11 +100,10 @@ export function snapshotWriter(host: SnapshotHost, id: string, tmpDir: string, m
     }
   }
   return {
-    append: (rows, options) => {
+    append: (rows) => {
       if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
-      if (options?.closeChunk === true && rows.length === 0) throw new StorageError('invalid_append', `shape ${id}: closeChunk needs a row`)
       try {
-        log.appendSnapshot(rows, undefined, options?.closeChunk === true)
+        log.appendSnapshot(rows)
       } catch (err) {
         void drop()
         throw err

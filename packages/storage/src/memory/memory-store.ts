@@ -223,10 +223,9 @@ export class MemoryLogStore implements ShapeLogStore {
       if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
     }
     return {
-      append: (rows, options) => {
+      append: (rows) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
-        if (options?.closeChunk === true && rows.length === 0) throw new StorageError('invalid_append', `shape ${id}: closeChunk needs a row`)
-        for (let i = 0; i < rows.length; i++) log.pushSnapshotRow(rows[i]!, options?.closeChunk === true && i === rows.length - 1)
+        for (const row of rows) log.pushSnapshotRow(row, false)
       },
       endSnapshot: (snapshotEnd) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
