@@ -1,3 +1,5 @@
+// Kept in one file past 500 lines: it is one table, a row per setting, and
+// splitting the rows by topic would only scatter the one place a flag is defined.
 // The server's settings: one schema feeds command-line flags, SLUICE_* environment
 // variables, defaults and `sluice --help`. Parsing is pure (argv and env are
 // arguments); `main.ts` is the only place that hands it `process.argv`/`process.env`.

@@ -51,7 +51,7 @@ const USERS_POSTS = `CREATE TABLE {users} (id int4 PRIMARY KEY, active bool NOT 
   INSERT INTO {posts} VALUES (10, 1, 'post 10', false), (20, 2, 'post 20', false), (30, 3, 'post 30', false)`
 const ACTIVE_AUTHORS = 'user_id IN (SELECT id FROM {users} WHERE active = true)'
 
-/** Shapes with subqueries (run by subquery-scenarios.pg.test.ts). */
+/** Shapes with subqueries (scenarios.pg.test.ts runs them after the plain ones). */
 export const SUBQUERY_SCENARIOS: readonly Scenario[] = [
   {
     name: '1, 32: the snapshot has only posts of active users; a live insert of a matching post arrives',

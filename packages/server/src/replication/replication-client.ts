@@ -1,3 +1,6 @@
+// Kept in one file past 500 lines: the connect / stream / reconnect loop and its
+// flow control are one state machine; acknowledgement lives in standby-status.ts,
+// one connection's state in replication-stream.ts, configuration in client-config.ts.
 import { EventEmitter } from 'node:events'
 import type pg from 'pg'
 import { type BackoffPolicy, DEFAULT_BACKOFF, backoffDelay } from './backoff.js'

@@ -1,3 +1,12 @@
+// One concern, kept in one file past 500 lines: taking a committed transaction
+// to the shapes it touches. The whole, the batched (spilled) and the routed-ahead
+// (streamed) paths, the subquery hooks (commit hooks, held advances, logical
+// messages) and invalidation all share one per-transaction state (`TxnRouting`)
+// and the router's reusable scratch arrays, and must agree on one order of
+// joins, leaves and promises to the store; split by path, each file would reach
+// into the others' private state. What stands alone lives beside it:
+// route-contracts.ts, table-route.ts, txn-routing.ts, shape-index.ts,
+// recent-xids.ts, invalidation.ts.
 import type {
   Awaitable,
   BufferedTransaction,

@@ -1,7 +1,6 @@
 import { EventEmitter } from 'node:events'
 import type { ShapeDefinitionParams } from '@sluice/protocol'
-import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
-import type pg from 'pg'
+import type { ShapeLog } from '@sluice/storage'
 import {
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_SHAPES,
@@ -10,26 +9,33 @@ import {
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_TABLE_CACHE_MS,
 } from '../defaults.js'
-import type { PublicationManager, Queryable, SpillDir } from '../replication/index.js'
 import { type WhereClause, loadWhereParser } from '../where/index.js'
 import { CatalogWatch } from './catalog-watch.js'
 import { type ShapeDefinition, ShapeRegistry, systemMicrosClock } from './definition/index.js'
-import { EvictionQueue } from './eviction-queue.js'
 import { catalogChanged } from './invalidation.js'
 import { type LiveShape, type ShapeRemoval, routeSpec } from './live-shape.js'
 import { QueueBudget } from './queue-budget.js'
 import { readStoredShapes, revive } from './restore-shapes.js'
 import type { Invalidation } from './route-contracts.js'
-import type { ShapeRouter } from './router.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
-import { ShapeUses, sweepInterval } from './shape-uses.js'
+import { ShapeLifecycle } from './shape-lifecycle.js'
 import { SubqueryShape } from './subquery/subquery-shape.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { TableCache } from './table-cache.js'
 import { type TableInfo, loadTable, loadTableStates, tableStateOf } from './table-catalog.js'
 
 export type { ShapeRemoval } from './live-shape.js'
+export type {
+  ShapeManagerOptions,
+  CreationGate,
+  ShapeLogger,
+  ResolvedShape,
+  ShapeInvalidated,
+  ShapeManagerEvents,
+  ShapeManagerStats,
+} from './shape-manager-contracts.js'
+import type { CreationGate, ResolvedShape, ShapeManagerEvents, ShapeManagerOptions, ShapeManagerStats } from './shape-manager-contracts.js'
 
 /**
  * Shapes from request to live log (docs/architecture.md §2): the registry of shapes and
@@ -53,7 +59,7 @@ export type { ShapeRemoval } from './live-shape.js'
  * Memory: queues of shapes waiting for their snapshot are the only routed data
  * kept in memory, within `memoryBudgetBytes` (`QueueBudget`).
  *
- * Lifecycle (docs/operations.md, "Shape lifecycle"): every request that
+ * Lifecycle (`ShapeLifecycle`; docs/operations.md, "Shape lifecycle"): every request that
  * resolves to a shape stamps it (`ShapeUses`). A sweep every
  * `shapeTtlMs / 8` (at most a minute) expires the ready shapes unused for
  * `shapeTtlMs` on which no live request waits; a new shape past `maxShapes`
@@ -61,89 +67,6 @@ export type { ShapeRemoval } from './live-shape.js'
  * an invalidation does (409 for clients that come back, the log deleted) and
  * forget it, so nothing of the shape stays in memory.
  */
-
-export interface ShapeManagerOptions {
-  readonly store: ShapeLogStore
-  readonly router: ShapeRouter
-  /** Catalog and publication queries. */
-  readonly db: Queryable
-  /** Connections for snapshots; `snapshotConnections` of them are used at once. */
-  readonly snapshotPool: pg.Pool
-  readonly snapshotConnections?: number
-  readonly publication: PublicationManager
-  /** Scratch space for queues that spill, opened (and so wiped) once by the caller. */
-  readonly spillDir: SpillDir
-  readonly memoryBudgetBytes?: number
-  /** Called with true when replication must pause for memory, false when it may resume. */
-  readonly onPressure?: (paused: boolean) => void
-  readonly maxShapes?: number
-  /** How long a finished catalog lookup is reused (0: only lookups in flight are shared). Default DEFAULT_TABLE_CACHE_MS. */
-  readonly tableCacheMs?: number
-  /** How often the catalog is checked for DDL on tables with shapes (0: never). Default DEFAULT_CATALOG_CHECK_MS. */
-  readonly catalogCheckMs?: number
-  /** Ready shapes no request used for this long expire (0: never). Default DEFAULT_SHAPE_TTL_MS. */
-  readonly shapeTtlMs?: number
-  /** Milliseconds on a clock that never goes back, for expiry; default `performance.now`. */
-  readonly clock?: () => number
-  readonly logger?: ShapeLogger
-}
-
-/**
- * Admission of new shapes (the HTTP layer's `Admission`): `admit` is called
- * just before a shape is created and throws to refuse it; it returns the
- * release, called once the creation ends. `evict`: whether the creation may
- * evict another shape to make room past `maxShapes`.
- */
-export interface CreationGate {
-  admit(client: string | undefined): () => void
-  readonly evict: boolean
-}
-
-export interface ShapeLogger {
-  info(data: object, message: string): void
-  warn(data: object, message: string): void
-  error(data: object, message: string): void
-}
-
-export interface ResolvedShape {
-  readonly handle: string
-  readonly definition: ShapeDefinition
-  readonly where: WhereClause | undefined
-  readonly table: TableInfo
-  /** This call created it. */
-  readonly created: boolean
-}
-
-export interface ShapeInvalidated {
-  readonly handle: string
-  readonly definition: ShapeDefinition
-  readonly reason: Invalidation | ShapeRemoval
-}
-
-export interface ShapeManagerEvents {
-  /** A shape's log exists and is live. */
-  ready: [handle: string]
-  invalidated: [ShapeInvalidated]
-}
-
-/** Point-in-time figures for logs, metrics and tests. */
-export interface ShapeManagerStats {
-  readonly shapes: number
-  /** Shapes whose initial snapshot has not finished. */
-  readonly creating: number
-  /** Bytes of routed transactions held in memory for shapes still creating. */
-  readonly queuedBytes: number
-  /** Queues of creating shapes that moved to disk. */
-  readonly spilledQueues: number
-  /** Times the replication stream was paused for memory, and whether it is now. */
-  readonly pauses: number
-  readonly paused: boolean
-  /** Shapes expired since start (unused for the shape TTL). */
-  readonly expired: number
-  /** Shapes evicted since start (least recently used, past the shape limit). */
-  readonly evicted: number
-}
-
 export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly registry: ShapeRegistry
   private readonly shapes = new Map<string, LiveShape>()
@@ -156,17 +79,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly queues: QueueBudget
   private readonly builder: ShapeBuilder
   private readonly watch: CatalogWatch
-  private readonly uses: ShapeUses
-  private readonly evictions = new EvictionQueue()
-  private readonly ttlMs: number
-  private readonly clock: () => number
-  private inUse: (handle: string) => boolean = () => false
-  private sweepTimer: NodeJS.Timeout | undefined
-  private sweeping: Promise<void> | undefined
-  /** Set when shapes were retired since the last sweep: their compiled definitions are then dropped. */
-  private retiredSinceSweep = false
-  private expiredCount = 0
-  private evictedCount = 0
+  private readonly lifecycle: ShapeLifecycle
   private closed = false
 
   private constructor(
@@ -176,9 +89,16 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     super()
     this.registry = registry
     this.maxShapes = options.maxShapes ?? DEFAULT_MAX_SHAPES
-    this.ttlMs = options.shapeTtlMs ?? DEFAULT_SHAPE_TTL_MS
-    this.clock = options.clock ?? (() => performance.now())
-    this.uses = new ShapeUses(this.clock())
+    this.lifecycle = new ShapeLifecycle(
+      {
+        shapes: this.shapes,
+        invalidate: (handle, reason) => this.invalidateHandles([handle], reason),
+        pruneDefinitions: () => this.tables.prune((definition) => this.registry.lookup(definition) !== undefined),
+        closed: () => this.closed,
+        onSweepError: (error) => options.logger?.error({ err: error }, 'expiring unused shapes failed'),
+      },
+      { ttlMs: options.shapeTtlMs ?? DEFAULT_SHAPE_TTL_MS, maxShapes: this.maxShapes, clock: options.clock ?? (() => performance.now()) },
+    )
     this.tables = new TableCache(options.db, options.publication, options.tableCacheMs ?? DEFAULT_TABLE_CACHE_MS)
     this.queues = new QueueBudget(options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES, options.onPressure, (error) =>
       options.logger?.error({ err: error }, 'spilling a snapshot queue failed'),
@@ -250,7 +170,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     }
     options.logger?.info({ shapes: manager.shapes.size }, 'shapes restored')
     manager.watch.start()
-    manager.startSweeping()
+    manager.lifecycle.start()
     return manager
   }
 
@@ -259,65 +179,17 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * never expire, and are evicted only when every other ready shape is gone.
    */
   setInUse(inUse: (handle: string) => boolean): void {
-    this.inUse = inUse
+    this.lifecycle.setInUse(inUse)
   }
 
   /** Whether live requests wait on the shape (as `setInUse` was told). */
   waitedOn(handle: string): boolean {
-    return this.inUse(handle)
+    return this.lifecycle.waitedOn(handle)
   }
 
   /** Expires the shapes unused for the TTL now, rather than at the next sweep; resolves when they are gone. */
   sweep(): Promise<void> {
-    if (this.sweeping !== undefined) return this.sweeping
-    const run = this.expireUnused().finally(() => {
-      this.sweeping = undefined
-    })
-    this.sweeping = run
-    return run
-  }
-
-  private startSweeping(): void {
-    // Stamps are paired with the clock at each sweep; without a TTL, eviction needs no clock at all.
-    if (!(this.ttlMs > 0)) return
-    this.sweepTimer = setInterval(() => {
-      this.sweep().catch((error: unknown) => this.options.logger?.error({ err: error }, 'expiring unused shapes failed'))
-    }, sweepInterval(this.ttlMs))
-    this.sweepTimer.unref()
-  }
-
-  private async expireUnused(): Promise<void> {
-    const now = this.clock()
-    this.uses.mark(now)
-    const threshold = this.ttlMs > 0 ? this.uses.unusedSince(now, this.ttlMs) : -1
-    const due: LiveShape[] = []
-    if (threshold >= 0) {
-      for (const shape of this.shapes.values()) if (this.expires(shape, threshold)) due.push(shape)
-    }
-    for (const shape of due) {
-      if (this.closed) break
-      // Checked again: a request may have used it while earlier ones were deleted.
-      if (this.shapes.get(shape.handle) !== shape || !this.expires(shape, threshold)) continue
-      this.expiredCount++
-      await this.invalidateHandles([shape.handle], { kind: 'expired', detail: `unused for ${Math.round(this.ttlMs / 1000)} s` })
-    }
-    if (this.retiredSinceSweep) {
-      this.retiredSinceSweep = false
-      this.tables.prune((definition) => this.registry.lookup(definition) !== undefined)
-    }
-  }
-
-  /** Ready, unused since the threshold stamp, and no live request waits on it. */
-  private expires(shape: LiveShape, threshold: number): boolean {
-    return shape.log !== undefined && shape.lastUsed <= threshold && !this.inUse(shape.handle)
-  }
-
-  /** Evicts the least recently used shape; `too_many_shapes` when none may go (every shape is being created). */
-  private async evictOne(): Promise<void> {
-    const victim = this.evictions.next(this.shapes, this.inUse)
-    if (victim === undefined) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes, and none may be evicted now`)
-    this.evictedCount++
-    await this.invalidateHandles([victim.handle], { kind: 'evicted', detail: `least recently used of ${this.maxShapes} shapes` })
+    return this.lifecycle.sweep()
   }
 
   get size(): number {
@@ -327,7 +199,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   stats(): ShapeManagerStats {
     let creating = 0
     for (const shape of this.shapes.values()) if (shape.log === undefined) creating++
-    return { shapes: this.shapes.size, creating, ...this.queues.stats(), expired: this.expiredCount, evicted: this.evictedCount }
+    return { shapes: this.shapes.size, creating, ...this.queues.stats(), expired: this.lifecycle.expired, evicted: this.lifecycle.evicted }
   }
 
   /** Handles of every shape, ready or not. */
@@ -348,7 +220,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     if (existing !== undefined) {
       const shape = this.shapes.get(existing)
       if (shape !== undefined && (shape.table === info || this.stillFollows(shape.table, info))) {
-        shape.lastUsed = this.uses.stamp()
+        shape.lastUsed = this.lifecycle.stamp()
         return { handle: existing, definition, where: shape.where, table: shape.table, created: false }
       }
       // Made for a table of the same name that is gone, or for another key or other columns: stale.
@@ -370,7 +242,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       // Room is made last, after every await but the evictions': a shape another request created meanwhile evicts nothing.
       while (this.registry.lookup(definition) === undefined && this.shapes.size >= this.maxShapes) {
         if (gate?.evict === false) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
-        await this.evictOne()
+        await this.lifecycle.evictOne()
       }
     } catch (error) {
       release?.()
@@ -383,7 +255,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       const shape = this.shapes.get(handle)
       if (shape !== undefined) {
         release?.()
-        shape.lastUsed = this.uses.stamp()
+        shape.lastUsed = this.lifecycle.stamp()
         return { handle, definition, where: shape.where, table: shape.table, created: false }
       }
     }
@@ -450,7 +322,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       // Retired for good: status() still answers 'expired' for it by the handle floor, with nothing kept per handle.
       this.registry.forget(handle)
       if (shape === undefined || definition === undefined) continue
-      this.retiredSinceSweep = true
+      this.lifecycle.noteRetired()
       this.drop(shape)
       shape.cancelled = reason
       shape.abort?.abort(new ShapeError('shape_invalidated', reason.detail))
@@ -465,8 +337,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
 
   async close(): Promise<void> {
     this.closed = true
-    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer)
-    await this.sweeping
+    await this.lifecycle.stop()
     await this.watch.stop()
     for (const shape of this.shapes.values()) {
       if (shape.log === undefined) shape.abort?.abort(new ShapeError('shutting_down'))
@@ -502,7 +373,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       cancelled: undefined,
       abort: new AbortController(),
       queue: undefined,
-      lastUsed: this.uses.stamp(),
+      lastUsed: this.lifecycle.stamp(),
     }
     if (inner !== undefined && where !== undefined) {
       shape.subquery = new SubqueryShape({

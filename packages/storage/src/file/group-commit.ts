@@ -1,3 +1,7 @@
+// Kept in one file past 500 lines: the flush pass below is one sequence whose
+// steps share its in-flight state (target watermark, append sequence, the logs it
+// covers); the pieces that stand alone are journal.ts, write-back.ts,
+// snapshot-finisher.ts, flush-lists.ts and watermark.ts.
 /**
  * Group commit: what the file store does between appends and the durable
  * watermark. With the journal, an append records its bytes and entry records
