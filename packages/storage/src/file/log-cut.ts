@@ -24,7 +24,8 @@ export abstract class LogCut extends LogTail {
   /** Sets the state found by recovery. */
   restore(head: HeadState, chunks: readonly ChunkInfo[]): void {
     this.chunks.length = 0
-    this.chunks.push(...chunks)
+    // Not push(...chunks): a long log's hundreds of thousands of chunks would overflow the stack as arguments.
+    for (const c of chunks) this.chunks.push(c)
     this.setAppended(head)
     this.setPublished(head)
     this.dropUnpublished()
