@@ -229,14 +229,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     if (this.shapes.size >= this.maxShapes && gate?.evict === false) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
     const release = gate?.admit(client)
     try {
-      try {
-        await this.tables.addToPublication(info)
-      } catch (error) {
-        throw await this.unlessTableGone(info, error)
-      }
-      if (info.replicaIdentity !== 'full') {
+      const published = await this.publish(info)
+      if (published !== info) {
         // Publishing set REPLICA IDENTITY FULL: the shape is made for the table as it is now.
-        info = await this.loadTable(params.table.schema, params.table.name, true)
+        info = published
         ;({ definition, where } = await this.tables.compiled(info, params))
       }
       // Room is made last, after every await but the evictions': a shape another request created meanwhile evicts nothing.
@@ -501,6 +497,19 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   }
 
   /**
+   * Adds the table to the publication; the table as it is afterwards (reloaded
+   * when publishing set REPLICA IDENTITY FULL, else the same object).
+   */
+  private async publish(info: TableInfo): Promise<TableInfo> {
+    try {
+      await this.tables.addToPublication(info)
+    } catch (error) {
+      throw await this.unlessTableGone(info, error)
+    }
+    return info.replicaIdentity === 'full' ? info : this.loadTable(info.schema, info.name, true)
+  }
+
+  /**
    * The tables a clause's subqueries read, at any depth, published (REPLICA
    * IDENTITY FULL, so both rows of an update are known) and loaded as they are
    * after that, by `schema\0name`.
@@ -511,14 +520,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       for (const dep of plan.dependencies) {
         const key = `${dep.schema}\u0000${dep.table}`
         if (!tables.has(key)) {
-          let info = await this.loadTable(dep.schema, dep.table)
-          try {
-            await this.tables.addToPublication(info)
-          } catch (error) {
-            throw await this.unlessTableGone(info, error)
-          }
-          if (info.replicaIdentity !== 'full') info = await this.loadTable(dep.schema, dep.table, true)
-          tables.set(key, info)
+          tables.set(key, await this.publish(await this.loadTable(dep.schema, dep.table)))
         }
         if (dep.where?.subqueries !== undefined) await visit(dep.where.subqueries)
       }
