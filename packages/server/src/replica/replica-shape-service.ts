@@ -103,11 +103,12 @@ export class ReplicaShapeService implements ShapeService {
   }
 
   async resolve(params: ShapeDefinitionParams): Promise<ResolvedShape> {
-    const { schema, name } = params.table
-    const info = await this.tables.load(schema, name)
-    if (info === undefined) throw new ShapeError('table_not_found', `table ${JSON.stringify(schema)}.${JSON.stringify(name)} does not exist`)
-    const { definition } = await this.tables.compiled(info, params)
-    const handle = this.shapes.lookup(definition)
+    const found = await this.locate(params)
+    if (found === undefined) {
+      const { schema, name } = params.table
+      throw new ShapeError('table_not_found', `table ${JSON.stringify(schema)}.${JSON.stringify(name)} does not exist`)
+    }
+    const { info, definition, handle } = found
     if (handle === undefined) throw new ReplicaError('shape_not_on_replica')
     // Made for another version of the table: the writer replaces it at the next request that reaches it.
     const problem = restoreProblem(info, this.shapes.meta(handle)?.table)
@@ -132,9 +133,15 @@ export class ReplicaShapeService implements ShapeService {
   }
 
   async find(params: ShapeDefinitionParams): Promise<string | undefined> {
+    return (await this.locate(params))?.handle
+  }
+
+  /** The request's table, its normalised definition and the writer's handle for it; undefined: no such table. */
+  private async locate(params: ShapeDefinitionParams): Promise<{ info: TableInfo; definition: ShapeDefinition; handle: string | undefined } | undefined> {
     const info = await this.tables.load(params.table.schema, params.table.name)
     if (info === undefined) return undefined
-    return this.shapes.lookup((await this.tables.compiled(info, params)).definition)
+    const { definition } = await this.tables.compiled(info, params)
+    return { info, definition, handle: this.shapes.lookup(definition) }
   }
 
   delete(): Promise<boolean> {
