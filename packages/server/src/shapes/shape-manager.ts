@@ -313,7 +313,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       const shape = this.shapes.get(handle)
       this.options.router.remove(handle)
       if (shape !== undefined) this.removeMembers(shape)
-      if (shape !== undefined) this.tables.forget(shape.table)
+      // Retired for being unused, its table is as it was: the catalog answer, compiled clauses and publication stand.
+      if (shape !== undefined && reason.kind !== 'expired' && reason.kind !== 'evicted') this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
       // Retired for good: status() still answers 'expired' for it by the handle floor, with nothing kept per handle.
       this.registry.forget(handle)
