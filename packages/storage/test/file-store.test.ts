@@ -16,6 +16,14 @@ import type { LogOffset } from '@sluice/protocol'
 import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
 
 const tempDirs = useTempDir()
+
+async function waitFor(done: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!done()) {
+    if (Date.now() > end) throw new Error('condition not reached')
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
 const o = parseOffset
 
 describe('file engine', () => {
@@ -212,6 +220,44 @@ describe('file engine', () => {
     await new Promise((r) => setTimeout(r, 50))
     expect(readdirSync(`${dir}/tmp`)).toEqual([])
     expect(readdirSync(`${dir}/trash`)).toEqual([])
+    expect(readdirSync(`${dir}/shapes`)).toEqual([])
+  })
+
+  it('a burst of deletions leaves no oversized trash/ behind once its removals drain', async () => {
+    const dir = await tempDirs.make('trash-burst')
+    let release: () => void = () => {}
+    const gate = new Promise<void>((r) => (release = r))
+    // Removals wait, as they would behind a burst of thousands: every deleted log sits in trash/ at once.
+    const fs: FsPort = { ...nodeFs, rm: async (path, options) => gate.then(() => nodeFs.rm(path, options)) }
+    const s = await openFileLogStore({ dir, chunkBytes: 2048, flushIntervalMs: 60_000, flushWhenIdle: false, fs })
+    open.push(s)
+    const ids = Array.from({ length: 700 }, (_, i) => `${String(i).padStart(4, '0')}-${'x'.repeat(120)}`)
+    await Promise.all([...ids, 'kept'].map((id) => makeShape(s, id, [row(1)])))
+    const keptRows = body(s.get('kept')!.read(BEFORE_ALL))
+    for (const id of ids) await s.deleteShape(id)
+    const grown = statSync(`${dir}/trash`).size
+    expect(grown).toBeGreaterThan(64 * 1024)
+    release()
+    await waitFor(() => readdirSync(`${dir}/trash`).length === 0 && statSync(`${dir}/trash`).size < grown)
+    expect(statSync(`${dir}/trash`).size).toBeLessThanOrEqual(4096)
+    // The store goes on deleting into the new trash/, and reopens with what it kept.
+    await makeShape(s, 'later', [row(1)])
+    expect(await s.deleteShape('later')).toBe(true)
+    await s.close()
+    open.length = 0
+    const again = await openStore(dir)
+    expect(again.ids()).toEqual(['kept'])
+    expect(body(again.get('kept')!.read(BEFORE_ALL))).toEqual(keptRows)
+  })
+
+  it('makes trash/ again when it is missing (a crash between removing and making it)', async () => {
+    const dir = await tempDirs.make('trash-missing')
+    const s = await openStore(dir)
+    await makeShape(s, 'a', [row(1)])
+    nodeFs.rmdirSync(`${dir}/trash`)
+    expect(await s.deleteShape('a')).toBe(true)
+    expect(s.ids()).toEqual([])
+    await waitFor(() => existsSync(`${dir}/trash`) && readdirSync(`${dir}/trash`).length === 0)
     expect(readdirSync(`${dir}/shapes`)).toEqual([])
   })
 
