@@ -119,3 +119,12 @@ export const DEFAULT_SENDFILE_MIN_BYTES = 256 * 1024
  * a trim of a quiet heap costs well under a millisecond.
  */
 export const HEAP_TRIM_INTERVAL_MS = 10_000
+
+/**
+ * Retired shapes (expired, evicted, deleted) after which V8 is asked to
+ * collect once retirements pause for `RETIREMENT_QUIET_MS` (heap-trim.ts): an
+ * idle shape holds a few KiB of heap, so a thousand of them are worth a
+ * collection, which an idle server would otherwise never run.
+ */
+export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
+export const RETIREMENT_QUIET_MS = 2_000
