@@ -501,23 +501,95 @@ describe('subquery shapes', () => {
     expect(shape.tracker.rows.size).toBe(0)
   })
 
-  it('8 (for now): a move of a nested subquery invalidates the shape; the new shape is right', async () => {
+  it('8: three levels: a grandparent change moves the outer shape in, reverting it moves it out with the same tag', async () => {
     await cluster.query(`
       CREATE TABLE gp8 (id int PRIMARY KEY, on_ bool);
       CREATE TABLE p8 (id int PRIMARY KEY, gp_id int);
       CREATE TABLE c8 (id int PRIMARY KEY, p_id int);
-      INSERT INTO gp8 VALUES (1, false); INSERT INTO p8 VALUES (1, 1); INSERT INTO c8 VALUES (1, 1);`)
+      INSERT INTO gp8 VALUES (1, false), (2, true); INSERT INTO p8 VALUES (1, 1), (2, 2); INSERT INTO c8 VALUES (1, 1), (2, 2);`)
     const shape = new Follower('c8', 'p_id IN (SELECT id FROM p8 WHERE gp_id IN (SELECT id FROM gp8 WHERE on_))')
     await shape.sync()
-    const got = await shape.live(() => cluster.query('UPDATE gp8 SET on_ = true'))
-    expect(got[0]!.headers).toEqual({ control: 'must-refetch' })
     await shape.expectMatches(byId('c8'))
-    // A middle-table change is followed live (a move-in at the outer shape), whatever the timing of the outer row.
     const handle = shape.handle
-    await cluster.query('INSERT INTO p8 VALUES (2, 1)')
-    await shape.live(() => cluster.query('INSERT INTO c8 VALUES (2, 2)'))
+    const h1 = hash(handle, 'v:1')
+    let xid = 0
+    const moveIn = await shape.live(async () => (xid = await xidOf('UPDATE gp8 SET on_ = true WHERE id = 1')))
+    expect(shape.handle).toBe(handle)
+    expect(moveIn[0]).toEqual({ headers: { event: 'move-in', patterns: [{ pos: 0, value: h1 }], txids: [xid] } })
+    expect(changes(moveIn).map((m) => [m.key, m.headers['is_move_in'], m.headers['tags']])).toEqual([['"public"."c8"/"1"', true, [h1]]])
+    await shape.expectMatches(byId('c8'))
+    const moveOut = await shape.live(async () => (xid = await xidOf('UPDATE gp8 SET on_ = false WHERE id = 1')))
+    expect(moveOut.filter((m) => m.headers['control'] !== 'up-to-date')).toEqual([{ headers: { event: 'move-out', patterns: [{ pos: 0, value: h1 }], txids: [xid] } }])
+    await shape.expectMatches(byId('c8'))
+    // The middle table's own changes, a parent moving between grandparents, a grandparent deleted, outer rows alongside.
+    await shape.live(() => cluster.query('INSERT INTO p8 VALUES (3, 2); INSERT INTO c8 VALUES (3, 3)'))
+    await shape.expectMatches(byId('c8'))
+    await shape.live(() => cluster.query('UPDATE p8 SET gp_id = 1 WHERE id = 2'))
+    await shape.expectMatches(byId('c8'))
+    await shape.live(() => cluster.query('BEGIN; UPDATE gp8 SET on_ = true WHERE id = 1; DELETE FROM gp8 WHERE id = 2; INSERT INTO c8 VALUES (4, 1); COMMIT'))
+    await shape.expectMatches(byId('c8'))
+    await shape.live(() => cluster.query('UPDATE p8 SET id = 5 WHERE id = 1; UPDATE c8 SET p_id = 5 WHERE id = 1'))
     await shape.converge(byId('c8'))
     expect(shape.handle).toBe(handle)
+    expect(shape.tracker.duplicateInserts).toBe(0)
+  })
+
+  it('11: an innermost change that keeps the middle set moves nothing and keeps the handle; four levels follow moves', async () => {
+    await cluster.query(`
+      CREATE TABLE s11 (id int PRIMARY KEY, on_ bool);
+      CREATE TABLE gp11 (id int PRIMARY KEY, on_ bool, s_id int);
+      CREATE TABLE p11 (id int PRIMARY KEY, gp_id int, gp2_id int);
+      CREATE TABLE c11 (id int PRIMARY KEY, p_id int, n int DEFAULT 0);
+      INSERT INTO s11 VALUES (1, true);
+      INSERT INTO gp11 VALUES (1, true, 1), (2, true, 1), (3, false, 1);
+      INSERT INTO p11 VALUES (1, 1, 2), (2, 3, 4);
+      INSERT INTO c11 VALUES (1, 1), (2, 2);`)
+    const shape = new Follower('c11', 'p_id IN (SELECT id FROM p11 WHERE gp_id IN (SELECT id FROM gp11 WHERE on_) OR gp2_id IN (SELECT id FROM gp11 WHERE NOT on_))')
+    await shape.sync()
+    await shape.expectMatches(byId('c11'))
+    const handle = shape.handle
+    // p11 1 is in through gp 1 (on); gp 2 going off brings it in through the second subquery too: the middle set keeps 1.
+    // An outer update after it ends the long-poll: the only line it gets.
+    const sentinel = (): Promise<unknown> => cluster.query('UPDATE c11 SET n = n + 1 WHERE id = 1')
+    const quiet = await shape.live(async () => {
+      await cluster.query('UPDATE gp11 SET on_ = false WHERE id = 2')
+      await sentinel()
+    })
+    expect(shape.handle).toBe(handle)
+    expect(events(quiet)).toEqual([])
+    expect(changes(quiet).map((m) => [m.key, m.headers['operation']])).toEqual([['"public"."c11"/"1"', 'update']])
+    await shape.expectMatches(byId('c11'))
+    // gp 1 going off empties the first set; p11 1 stays in through gp 2: nothing either.
+    const quiet2 = await shape.live(async () => {
+      await cluster.query('UPDATE gp11 SET on_ = false WHERE id = 1')
+      await sentinel()
+    })
+    expect(events(quiet2)).toEqual([])
+    expect(changes(quiet2).map((m) => [m.key, m.headers['operation']])).toEqual([['"public"."c11"/"1"', 'update']])
+    // gp 3 is off: p11 2 (gp2_id 3) enters the middle set, c11 2 moves in.
+    const moved = await shape.live(() => cluster.query('UPDATE p11 SET gp2_id = 3 WHERE id = 2'))
+    expect(events(moved).map((m) => m.headers['event'])).toEqual(['move-in'])
+    await shape.expectMatches(byId('c11'))
+    expect(shape.handle).toBe(handle)
+
+    const deep = new Follower('c11', 'p_id IN (SELECT id FROM p11 WHERE gp_id IN (SELECT id FROM gp11 WHERE s_id IN (SELECT id FROM s11 WHERE on_)))')
+    await deep.sync()
+    await deep.expectMatches(byId('c11'))
+    const deepHandle = deep.handle
+    const out = await deep.live(() => cluster.query('UPDATE s11 SET on_ = false'))
+    expect(events(out).map((m) => m.headers['event'])).toEqual(['move-out'])
+    await deep.expectMatches(byId('c11'))
+    const back = await deep.live(() => cluster.query('UPDATE s11 SET on_ = true'))
+    expect(events(back).map((m) => m.headers['event'])).toEqual(['move-in'])
+    await deep.expectMatches(byId('c11'))
+    const quiet3 = await deep.live(async () => {
+      await cluster.query('BEGIN; INSERT INTO s11 VALUES (2, true); UPDATE gp11 SET s_id = 2 WHERE id = 3; COMMIT')
+      await sentinel()
+    })
+    expect(events(quiet3)).toEqual([])
+    await deep.converge(byId('c11'))
+    expect(deep.handle).toBe(deepHandle)
+    expect(deep.tracker.duplicateInserts).toBe(0)
   })
 
   it('28 and 6 (inner): TRUNCATE of the outer or of an inner table invalidates the shape', async () => {

@@ -24,9 +24,11 @@ import { tagHash } from './tags.js'
  *   3. judges the outer table's changes against the views and writes them
  *      with their tags;
  * and hands the lines to the shape's target (queue, snapshot writer, log) as
- * one transaction. A change it cannot apply exactly (a value entering a view,
- * which needs the move-in query; a change of a nested subquery's view)
- * invalidates the shape instead: clients get 409 and start over, never wrong rows.
+ * one transaction. A nested subquery's view follows its own table and its
+ * subqueries' moves (candidate-rows.ts), so a change two levels down moves
+ * the outer shape like any other. A change it cannot apply exactly (a NULL
+ * entering a NOT IN set, too many transactions during a move-in) invalidates
+ * the shape instead: clients get 409 and start over, never wrong rows.
  *
  * Until the snapshot is taken the transactions are held; then those the
  * snapshot saw (the views were loaded in it) are dropped and the rest applied.
@@ -250,28 +252,27 @@ export class SubqueryShape {
     const plan = this.options.where.subqueries!
     const { handle } = this.options
     const moves = new Map<DependencyState, ViewMoves>()
+    // Deepest first: a nested subquery's moves re-judge its parent's rows before the parent's own moves are known.
     for (const state of [...this.states].reverse()) {
       const changes = txn.inner.get(state.table.oid)
-      if (changes === undefined) continue
-      const moved = applyInnerChanges(state, changes)
+      if (changes === undefined && !state.children.some((c) => moves.has(c))) continue
+      const moved = applyInnerChanges(state, changes ?? [], moves)
       if (moved.entered.length === 0 && moved.left.length === 0) continue
-      if (state.depth > 1) {
-        this.kill(`a change to ${state.table.schema}.${state.table.name} moved a nested subquery's rows, which is not followed live`)
-        return op
-      }
+      moves.set(state, moved)
+      if (state.depth > 1) continue
       if (state.dep.negated && [...moved.entered, ...moved.left].some((values) => values.includes(null))) {
         // NOT IN over a set holding a NULL is NULL for every row not in it: a NULL entering takes every row
         // out, one leaving brings them back. A move event names values, not "all rows", so the shape resyncs.
         this.kill(`a NULL entered or left the set of a NOT IN subquery on ${state.table.schema}.${state.table.name}`)
         return op
       }
-      moves.set(state, moved)
     }
     const outs: MovePattern[] = []
     const ins: MovePattern[] = []
     /** The views as they were before the values that move rows in entered (or, for NOT IN, left). */
     let before: SubqueryView[] | undefined
     for (const [state, moved] of moves) {
+      if (state.depth > 1) continue
       const index = this.roots.indexOf(state)
       const entering = state.dep.negated ? moved.left : moved.entered
       const leaving = state.dep.negated ? moved.entered : moved.left
