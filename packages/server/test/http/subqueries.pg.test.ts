@@ -45,7 +45,13 @@ class Follower {
     readonly table: string,
     readonly where: string,
     readonly extra: Record<string, string> = {},
+    /** The server followed: the file's own unless a test starts another. */
+    readonly via: () => TestServer = () => server,
   ) {}
+
+  private get(path: string): Promise<Res> {
+    return call(this.via().port, path)
+  }
 
   private url(live: boolean): string {
     return shapeUrl({ table: this.table, where: this.where, offset: this.offset, ...this.extra, ...(this.handle === '' ? {} : { handle: this.handle }), ...(live ? { live: 'true' } : {}) })
@@ -55,7 +61,7 @@ class Follower {
   async sync(): Promise<WireMessage[]> {
     const seen: WireMessage[] = []
     for (let i = 0; i < 50; i++) {
-      const res = await get(this.url(false))
+      const res = await this.get(this.url(false))
       if (res.status === 409) {
         seen.push(...this.refetch(res))
         continue
@@ -73,7 +79,7 @@ class Follower {
 
   /** One live long-poll (started before `write` runs), then on to up-to-date. */
   async live(write: () => Promise<unknown>): Promise<WireMessage[]> {
-    const pending = get(this.url(true))
+    const pending = this.get(this.url(true))
     await new Promise((r) => setTimeout(r, 100))
     await write()
     const res = await pending
@@ -591,6 +597,113 @@ describe('subquery shapes', () => {
     expect(deep.handle).toBe(deepHandle)
     expect(deep.tracker.duplicateInserts).toBe(0)
   })
+
+  it('20: a dependency snapshot held up for more than 5 s still answers the first request with 200 and the right rows', async () => {
+    await cluster.query(`
+      CREATE TABLE users20 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts20 (id int PRIMARY KEY, user_id int);
+      INSERT INTO users20 VALUES (1, true), (2, false);
+      INSERT INTO posts20 VALUES (1, 1), (2, 2);`)
+    // A first shape publishes both tables, so the second one's creation waits for nothing but its snapshot.
+    await new Follower('posts20', 'user_id IN (SELECT id FROM users20)').sync()
+    const locker = await cluster.connect()
+    const shape = new Follower('posts20', 'user_id IN (SELECT id FROM users20 WHERE active)')
+    let first: Promise<unknown> | undefined
+    let settled = false
+    try {
+      await locker.query('BEGIN')
+      await locker.query('LOCK TABLE users20 IN ACCESS EXCLUSIVE MODE')
+      first = shape.sync().finally(() => (settled = true))
+      await new Promise((r) => setTimeout(r, 6_000))
+      expect(settled).toBe(false)
+    } finally {
+      await locker.query('COMMIT')
+      await locker.end()
+    }
+    await first
+    await shape.expectMatches(byId('posts20'))
+    await shape.live(() => cluster.query('UPDATE users20 SET active = true WHERE id = 2'))
+    await shape.expectMatches(byId('posts20'))
+  }, 60_000)
+
+  it('26: with no transaction held when its query is done, a move-in waits for the stream to pass the query before splicing', async () => {
+    await cluster.query(`
+      CREATE TABLE users26 (id int PRIMARY KEY, active bool);
+      CREATE TABLE posts26 (id int PRIMARY KEY, user_id int, pad text);
+      INSERT INTO users26 SELECT g, false FROM generate_series(1, 5) g;
+      INSERT INTO posts26 VALUES (1, 1, '');`)
+    const shape = new Follower('posts26', 'user_id IN (SELECT id FROM users26 WHERE active)')
+    await shape.sync()
+    const handle = shape.handle
+    for (let round = 1; round <= 4; round++) {
+      // The move, then at once a big transaction with a post of the entering user: it commits before the move-in's
+      // query fixes its snapshot (so the query returns that post), but its many rows reach the shape after the
+      // query is done. Spliced before the stream passed the query, the post would come twice.
+      await shape.live(async () => {
+        await cluster.query(`UPDATE users26 SET active = true WHERE id = ${round + 1}`)
+        await cluster.query(
+          `INSERT INTO posts26 VALUES (${round * 100_000}, ${round + 1}, 'x'); INSERT INTO posts26 SELECT ${round * 100_000} + g, 0, repeat('x', 100) FROM generate_series(1, 20000) g`,
+        )
+      })
+      await shape.converge(byId('posts26'))
+    }
+    expect(shape.handle).toBe(handle)
+    expect(shape.tracker.duplicateInserts).toBe(0)
+  }, 120_000)
+
+  it('27 and the held-changes bound: too many transactions, or changes, during one move-in drop the shape (409); the new shape is right', async () => {
+    const limited = await startPipeline(cluster, await dirs.make('store27'), {
+      slotName: 'sluice_held27',
+      publicationName: 'sluice_held27',
+      subqueryHeld: { transactions: 5, changes: 50 },
+    })
+    const limitedServer = await startServer(limited, { longPollTimeoutMs: LONG_POLL_MS })
+    try {
+      await cluster.query(`
+        CREATE TABLE users27 (id int PRIMARY KEY, active bool, n int DEFAULT 0);
+        CREATE TABLE posts27 (id int PRIMARY KEY, user_id int);
+        INSERT INTO users27 SELECT g, g > 3 FROM generate_series(1, 100) g;
+        INSERT INTO posts27 VALUES (1, 1), (2, 2), (3, 3), (4, 4);`)
+      const where = 'user_id IN (SELECT id FROM users27 WHERE active)'
+      const bursts: [number, () => Promise<unknown>][] = [
+        // Six transactions of one change each, past 5 transactions.
+        [2, async () => { for (let i = 0; i < 6; i++) await cluster.query('UPDATE users27 SET n = n + 1 WHERE id = 10') }],
+        // One transaction of 97 changes (the active users), past 50 changes.
+        [3, () => cluster.query('UPDATE users27 SET n = n + 1 WHERE active')],
+      ]
+      for (const [user, burst] of bursts) {
+        const shape = new Follower('posts27', where, {}, () => limitedServer)
+        await shape.sync()
+        await shape.expectMatches(byId('posts27'))
+        const handle = shape.handle
+        const locker = await cluster.connect()
+        const got = await shape.live(async () => {
+          try {
+            // The lock holds the move-in's query up while the transactions arrive.
+            await locker.query('BEGIN')
+            await locker.query('LOCK TABLE posts27 IN ACCESS EXCLUSIVE MODE')
+            await cluster.query(`UPDATE users27 SET active = true WHERE id = ${user}`)
+            await burst()
+            for (const until = Date.now() + 20_000; ; ) {
+              const res = await call(limitedServer.port, shapeUrl({ table: 'posts27', where, offset: shape.offset, handle }))
+              if (res.status === 409) break
+              if (Date.now() > until) throw new Error(`the shape was not dropped (status ${res.status})`)
+              await new Promise((r) => setTimeout(r, 50))
+            }
+          } finally {
+            await locker.query('COMMIT')
+            await locker.end()
+          }
+        })
+        expect(got[0]!.headers).toEqual({ control: 'must-refetch' })
+        expect(shape.handle).not.toBe(handle)
+        await shape.expectMatches(byId('posts27'))
+      }
+    } finally {
+      await limitedServer.close()
+      await limited.stop()
+    }
+  }, 120_000)
 
   it('28 and 6 (inner): TRUNCATE of the outer or of an inner table invalidates the shape', async () => {
     await cluster.query(`

@@ -47,6 +47,8 @@ export interface SubqueryShapeOptions {
   readonly pool: pg.Pool
   /** For the move-in query: selected columns and params. */
   readonly definition: ShapeDefinition
+  /** Past these, transactions routed during one move-in drop the shape (defaults.ts DEFAULT_SUBQUERY_MAX_HELD_*). */
+  readonly maxHeld: { readonly transactions: number; readonly changes: number }
   /** The shape can no longer be kept exact. Called once. */
   readonly invalidate: (detail: string) => void
 }
@@ -70,6 +72,8 @@ interface MovingIn {
   result: MoveInResult | undefined
   /** Transactions routed since it started, in order. */
   readonly held: PendingTxn[]
+  /** The changes of every transaction held since it started. */
+  heldChanges: number
   /** Held transactions already written, whose inner changes wait for the splice. */
   readonly deferred: PendingTxn[]
   /** Where the stream delivered the query's message: every transaction it saw has been routed. */
@@ -77,9 +81,6 @@ interface MovingIn {
   readonly abort: AbortController
   readonly release: (wroteAt?: bigint) => void
 }
-
-/** Electric's bound (`subquery_buffer_max_transactions`): past it the shape is dropped rather than memory grown. */
-const MAX_HELD_TRANSACTIONS = 1000
 
 const encoder = new TextEncoder()
 
@@ -236,8 +237,16 @@ export class SubqueryShape {
       return
     }
     moving.held.push(txn)
-    if (moving.held.length > MAX_HELD_TRANSACTIONS) {
-      this.kill(`more than ${MAX_HELD_TRANSACTIONS} transactions arrived during one move-in`)
+    let changes = txn.outer.length
+    for (const list of txn.inner.values()) changes += list.length
+    moving.heldChanges += changes
+    const max = this.options.maxHeld
+    if (moving.held.length > max.transactions) {
+      this.kill(`more than ${max.transactions} transactions arrived during one move-in`)
+      return
+    }
+    if (moving.heldChanges > max.changes) {
+      this.kill(`more than ${max.changes} changes arrived during one move-in`)
       return
     }
     this.advanceMove()
@@ -328,6 +337,7 @@ export class SubqueryShape {
       xids: [txn.xid],
       result: undefined,
       held: [],
+      heldChanges: 0,
       deferred: [],
       markerLsn: undefined,
       abort: new AbortController(),
