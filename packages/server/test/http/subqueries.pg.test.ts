@@ -636,15 +636,21 @@ describe('subquery shapes', () => {
     await shape.sync()
     const handle = shape.handle
     for (let round = 1; round <= 4; round++) {
-      // The move, then at once a big transaction with a post of the entering user: it commits before the move-in's
-      // query fixes its snapshot (so the query returns that post), but its many rows reach the shape after the
-      // query is done. Spliced before the stream passed the query, the post would come twice.
-      await shape.live(async () => {
-        await cluster.query(`UPDATE users26 SET active = true WHERE id = ${round + 1}`)
-        await cluster.query(
-          `INSERT INTO posts26 VALUES (${round * 100_000}, ${round + 1}, 'x'); INSERT INTO posts26 SELECT ${round * 100_000} + g, 0, repeat('x', 100) FROM generate_series(1, 20000) g`,
-        )
-      })
+      // A big transaction with a post of the entering user, written first and committed right after the move: it
+      // commits before the move-in's query fixes its snapshot (so the query returns that post), but its many rows
+      // reach the shape after the query is done. Spliced before the stream passed the query, the post came twice.
+      const big = await cluster.connect()
+      try {
+        await big.query('BEGIN')
+        await big.query(`INSERT INTO posts26 VALUES (${round * 100_000}, ${round + 1}, 'x')`)
+        await big.query(`INSERT INTO posts26 SELECT ${round * 100_000} + g, 0, repeat('x', 100) FROM generate_series(1, 20000) g`)
+        await shape.live(async () => {
+          await cluster.query(`UPDATE users26 SET active = true WHERE id = ${round + 1}`)
+          await big.query('COMMIT')
+        })
+      } finally {
+        await big.end()
+      }
       await shape.converge(byId('posts26'))
     }
     expect(shape.handle).toBe(handle)
