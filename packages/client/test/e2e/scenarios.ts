@@ -177,6 +177,24 @@ export const SUBQUERY_SCENARIOS: readonly Scenario[] = [
     ],
   },
   {
+    name: '11: a middle level with two nested subqueries joined by OR: innermost changes that keep its set, then ones that move it',
+    setup: `CREATE TABLE {grandparents} (id int4 PRIMARY KEY, active bool NOT NULL);
+      CREATE TABLE {parents} (id int4 PRIMARY KEY, grandparent_id int4, other_id int4);
+      CREATE TABLE {children} (id int4 PRIMARY KEY, parent_id int4);
+      INSERT INTO {grandparents} VALUES (1, true), (2, true), (3, false);
+      INSERT INTO {parents} VALUES (1, 1, 2), (2, 3, 4);
+      INSERT INTO {children} VALUES (1, 1), (2, 2), (3, 1)`,
+    table: '{children}',
+    where:
+      'parent_id IN (SELECT id FROM {parents} WHERE grandparent_id IN (SELECT id FROM {grandparents} WHERE active) OR other_id IN (SELECT id FROM {grandparents} WHERE NOT active))',
+    steps: [
+      `UPDATE {grandparents} SET active = false WHERE id = 2`,
+      `UPDATE {grandparents} SET active = false WHERE id = 1`,
+      `UPDATE {parents} SET other_id = 3 WHERE id = 2`,
+      `UPDATE {grandparents} SET active = (id <> 1)`,
+    ],
+  },
+  {
     name: '9, 10, 24: OR with a row predicate: a move keeps rows present through the other disjunct; NULL authors',
     setup: `${USERS_POSTS}; UPDATE {posts} SET pinned = true WHERE id IN (10, 30); INSERT INTO {posts} VALUES (40, NULL, 'post 40', true), (50, NULL, 'post 50', false)`,
     table: '{posts}',
