@@ -676,7 +676,12 @@ describe('subquery shapes', () => {
       const where = 'user_id IN (SELECT id FROM users27 WHERE active)'
       const bursts: [number, () => Promise<unknown>][] = [
         // Six transactions of one change each, past 5 transactions.
-        [2, async () => { for (let i = 0; i < 6; i++) await cluster.query('UPDATE users27 SET n = n + 1 WHERE id = 10') }],
+        [
+          2,
+          async () => {
+            for (let i = 0; i < 6; i++) await cluster.query('UPDATE users27 SET n = n + 1 WHERE id = 10')
+          },
+        ],
         // One transaction of 97 changes (the active users), past 50 changes.
         [3, () => cluster.query('UPDATE users27 SET n = n + 1 WHERE active')],
       ]
