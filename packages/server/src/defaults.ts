@@ -128,3 +128,14 @@ export const HEAP_TRIM_INTERVAL_MS = 10_000
  */
 export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
 export const RETIREMENT_QUIET_MS = 2_000
+
+/**
+ * What a subquery shape holds while a move-in's query runs (docs/protocol.md,
+ * "Subquery shapes"): the transactions routed meanwhile wait in memory until
+ * the splice. Past either bound the shape is dropped (clients get 409 and
+ * resync) rather than memory grown: Electric's `subquery_buffer_max_transactions`
+ * for the count, and a bound on their changes, which a few huge transactions
+ * reach long before the count.
+ */
+export const DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS = 1000
+export const DEFAULT_SUBQUERY_MAX_HELD_CHANGES = 100_000

@@ -7,6 +7,8 @@ import {
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SHAPE_TTL_MS,
   DEFAULT_SNAPSHOT_CONNECTIONS,
+  DEFAULT_SUBQUERY_MAX_HELD_CHANGES,
+  DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS,
   DEFAULT_TABLE_CACHE_MS,
 } from '../defaults.js'
 import { type WhereClause, loadWhereParser } from '../where/index.js'
@@ -383,6 +385,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         router: this.options.router,
         pool: this.options.snapshotPool,
         definition,
+        maxHeld: {
+          transactions: this.options.subqueryHeld?.transactions ?? DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS,
+          changes: this.options.subqueryHeld?.changes ?? DEFAULT_SUBQUERY_MAX_HELD_CHANGES,
+        },
         invalidate: (detail) =>
           void this.invalidateHandles([handle], { kind: 'unroutable_change', schema: table.schema, table: table.name, detail }).catch((error: unknown) =>
             this.options.logger?.error({ err: error, handle }, 'invalidating a subquery shape failed'),
