@@ -30,7 +30,7 @@ import { type ResolvedShape, type ShapeService, headOffset } from '../shape-serv
 import { type Admission, clientKey } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
-import { ConnectionGone, type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
@@ -60,6 +60,12 @@ import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-rou
  *      before any byte is read, so a matching `If-None-Match` costs no I/O;
  *   6. `live=true` with nothing past the offset parks on the shape's waiter
  *      until a flush publishes more, the timeout, or an invalidation (409).
+ *
+ * The handler is not an async function: it hands the request to a
+ * `ShapeResponder`, which sends the reply (fastify waits for it) and, for a
+ * long-poll with nothing to send yet, parks itself on the live waiters and
+ * ends its async part. A parked long-poll is then that one object (next to
+ * fastify's request and reply and Node's own), not a chain of suspended calls.
  */
 
 /** The waiter registry (src/http/live), shared by long-polls and SSE streams. */
@@ -132,20 +138,16 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
 
   app.options(SHAPE_PATH, async (request, reply) => sendPreflight(request, reply))
 
-  app.get(SHAPE_PATH, async (request, reply) => {
+  // Not async (see above): a throw here is sent as the error, as an async handler's rejection would be.
+  app.get(SHAPE_PATH, (request, reply) => {
     const parsed = requests.parse(rawQuery(request.url))
     if (!parsed.ok) throw invalidRequest(parsed.errors)
     const req = parsed.value
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
     const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
     if (permit instanceof SluiceError) throw permit
-    const gone = new ConnectionGone(reply.raw)
-    try {
-      return await new ShapeResponder(context, request, reply, req, gone).serve()
-    } finally {
-      permit()
-      gone.dispose()
-    }
+    new ShapeResponder(context, request, reply, req, permit).start()
+    return undefined
   })
 
   // POST: subset snapshots with the subset in a JSON body (§6).
@@ -168,24 +170,82 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   })
 }
 
-class ShapeResponder {
+/** What `serve` returns when the request waits for data: its answer is sent when the wait ends. */
+const WAITING = Symbol('waiting')
+type Served = FastifyReply | typeof WAITING
+
+/**
+ * One GET from start to answer. It is also the request's wait for data
+ * (`DataWait`): an offset past the head waits for the log to reach it, a
+ * long-poll for data after it, each parked on the live waiters with no
+ * suspended call, and what comes of the wait is sent from `dataWaitEnded`.
+ * While parked it listens for the client leaving (one listener, removed when
+ * the wait ends). The admission permit is held until the answer is sent, or
+ * until the request fails or is abandoned, as it was for the whole handler.
+ */
+class ShapeResponder extends DataWait {
   private readonly requestOffset: string
-  private readonly shapes: ShapeService
-  private readonly http: HttpOptions
+  /** What the request waits for, while it waits; the shape and log it waits on. */
+  private waitingFor: 'reach' | 'data' | undefined = undefined
+  private shape: ResolvedShape | undefined = undefined
+  private log: ShapeLog | undefined = undefined
+  private after: LogOffset | undefined = undefined
+  /** Set when the client went away while the request waited. */
+  private gone = false
+  private permit: (() => void) | undefined
+  private readonly onClose = (): void => {
+    if (this.reply.raw.writableFinished) return
+    this.gone = true
+    this.cancelDataWait()
+  }
 
   constructor(
     private readonly context: ShapeReadContext,
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
-    private readonly gone: ConnectionGone,
+    permit: () => void,
   ) {
+    super()
     this.requestOffset = formatRequestOffset(req.offset)
-    this.shapes = context.shapes
-    this.http = context.http
+    this.permit = permit
   }
 
-  async serve(): Promise<FastifyReply> {
+  private get shapes(): ShapeService {
+    return this.context.shapes
+  }
+
+  private get http(): HttpOptions {
+    return this.context.http
+  }
+
+  start(): void {
+    this.serve().then(
+      (served) => {
+        if (served !== WAITING) this.finish()
+      },
+      (error: unknown) => this.fail(error),
+    )
+  }
+
+  /** The request's work is over: its permit goes back. */
+  private finish(): void {
+    const permit = this.permit
+    this.permit = undefined
+    permit?.()
+  }
+
+  /** What fastify does with an async handler's rejection: the error handler answers (`sendError`), unless a reply went out. */
+  private fail(error: unknown): void {
+    this.finish()
+    if (this.reply.sent) {
+      this.request.log.error({ err: error }, 'request failed after its reply was sent')
+      return
+    }
+    this.reply.send(error instanceof Error ? error : new Error(String(error)))
+  }
+
+  private async serve(): Promise<Served> {
     const params = this.req.shape
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
     const { creationGate } = this.context.admission
@@ -200,12 +260,70 @@ class ShapeResponder {
     if (this.req.offset === 'now') return this.sendNoChanges(shape, headOffset(log))
     const after = this.req.offset
     if (!isBeforeAll(after) && compareOffsets(after, headOffset(log)) > 0) {
-      const reached = await this.waitToReach(shape, log, after)
-      if (reached !== true) return reached
+      // An offset past the head: wait (half the long-poll timeout) for the log to get there.
+      return this.wait('reach', shape, log, after, this.http.longPollTimeoutMs / 2, this.context.untilReached)
     }
+    return this.serveAt(shape, log, after)
+  }
+
+  /** The offset is at or before the head. */
+  private serveAt(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<Served> | Served {
     if (!this.req.live) return this.sendRead(shape, this.readLog(log, after))
     if (this.req.liveSse) return this.streamSse(shape, after)
-    return this.longPoll(shape, log, after)
+    return this.wait('data', shape, log, after, this.http.longPollTimeoutMs, this.context.untilData)
+  }
+
+  private wait(what: 'reach' | 'data', shape: ResolvedShape, log: ShapeLog, after: LogOffset, timeoutMs: number, options: WaitForDataOptions): Served {
+    this.waitingFor = what
+    this.shape = shape
+    this.log = log
+    this.after = after
+    this.reply.raw.on('close', this.onClose)
+    this.waitForData(log, after, this.context.waiters, timeoutMs, options)
+    return WAITING
+  }
+
+  /** A client already gone when the request was about to park ends the wait at once (see DataWait). */
+  protected override cancelled(): boolean {
+    if (this.reply.raw.destroyed && !this.reply.raw.writableFinished) this.gone = true
+    return this.gone
+  }
+
+  /** The wait is over (perhaps at once): answer, and then the request's work is done. */
+  protected dataWaitEnded(result: LongPollResult): void {
+    this.reply.raw.off('close', this.onClose)
+    const what = this.waitingFor!
+    this.waitingFor = undefined
+    const answered = what === 'reach' ? this.reached(result) : this.longPollEnded(result)
+    answered.then(
+      (served) => {
+        if (served !== WAITING) this.finish()
+      },
+      (error: unknown) => this.fail(error),
+    )
+  }
+
+  private async reached(result: LongPollResult): Promise<Served> {
+    const shape = this.shape!
+    if (result === 'data') return this.serveAt(shape, this.log!, this.after!)
+    if (result === 'invalidated') return this.rotated(shape)
+    if (result === 'timeout') throw offsetOutOfBounds()
+    if (this.gone) return this.abandon()
+    throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
+  }
+
+  private async longPollEnded(result: LongPollResult): Promise<Served> {
+    const shape = this.shape!
+    if (result === 'data') {
+      // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
+      if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
+      // Every live request of this shape woken by the same write, at the same offset, gets the same read.
+      return this.sendRead(shape, this.context.sharedReads.read(this.log!, this.after!))
+    }
+    if (result === 'invalidated') return this.rotated(shape)
+    // Aborted without the client leaving: the server is closing, so answer as a timeout would.
+    if (result === 'aborted' && this.gone) return this.abandon()
+    return this.sendNoChanges(shape, this.after!)
   }
 
   /**
@@ -244,32 +362,6 @@ class ShapeResponder {
       this.request.log.error({ err: error }, 'SSE stream failed')
     }
     return this.reply
-  }
-
-  /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
-  private async waitToReach(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
-    const { waiters, untilReached } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
-    if (result === 'data') return true
-    if (result === 'invalidated') return this.rotated(shape)
-    if (result === 'timeout') throw offsetOutOfBounds()
-    if (this.gone.aborted) return this.abandon()
-    throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
-  }
-
-  private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
-    const { waiters, untilData } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
-    if (result === 'data') {
-      // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
-      if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      // Every live request of this shape woken by the same write, at the same offset, gets the same read.
-      return this.sendRead(shape, this.context.sharedReads.read(log, after))
-    }
-    if (result === 'invalidated') return this.rotated(shape)
-    // Aborted without the client leaving: the server is closing, so answer as a timeout would.
-    if (result === 'aborted' && this.gone.aborted) return this.abandon()
-    return this.sendNoChanges(shape, after)
   }
 
   private readLog(log: ShapeLog, after: LogOffset): LogRead {
