@@ -27,7 +27,7 @@ import {
 import type { LogRead, ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
-import { type Admission, clientKey } from './admission.js'
+import { type Admission, type RequestKind, clientKey } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
@@ -144,9 +144,10 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     if (!parsed.ok) throw invalidRequest(parsed.errors)
     const req = parsed.value
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
-    const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
-    if (permit instanceof SluiceError) throw permit
-    new ShapeResponder(context, request, reply, req, permit).start()
+    const kind = req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing'
+    const refused = admission.enter(kind)
+    if (refused !== undefined) throw refused
+    new ShapeResponder(context, request, reply, req, kind).start()
     return undefined
   })
 
@@ -183,16 +184,14 @@ type Served = FastifyReply | typeof WAITING
  * the wait ends). The admission permit is held until the answer is sent, or
  * until the request fails or is abandoned, as it was for the whole handler.
  */
-class ShapeResponder extends DataWait {
-  private readonly requestOffset: string
-  /** What the request waits for, while it waits; the shape and log it waits on. */
+class ShapeResponder extends DataWait<ShapeLog> {
+  /** What the request waits for, while it waits, and the shape it waits on (the log and offset are `waitedLog`, `waitedAfter`). */
   private waitingFor: 'reach' | 'data' | undefined = undefined
   private shape: ResolvedShape | undefined = undefined
-  private log: ShapeLog | undefined = undefined
-  private after: LogOffset | undefined = undefined
   /** Set when the client went away while the request waited. */
   private gone = false
-  private permit: (() => void) | undefined
+  /** The admission this request holds until `finish` (`Admission.enter`), undefined once left. */
+  private admitted: RequestKind | undefined
   private readonly onClose = (): void => {
     if (this.reply.raw.writableFinished) return
     this.gone = true
@@ -204,11 +203,15 @@ class ShapeResponder extends DataWait {
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
-    permit: () => void,
+    admitted: RequestKind,
   ) {
     super()
-    this.requestOffset = formatRequestOffset(req.offset)
-    this.permit = permit
+    this.admitted = admitted
+  }
+
+  /** The request's offset as the client wrote it (§3.3); made when needed rather than held by a parked request. */
+  private get requestOffset(): string {
+    return formatRequestOffset(this.req.offset)
   }
 
   private get shapes(): ShapeService {
@@ -228,11 +231,11 @@ class ShapeResponder extends DataWait {
     )
   }
 
-  /** The request's work is over: its permit goes back. */
+  /** The request's work is over: its admission goes back. */
   private finish(): void {
-    const permit = this.permit
-    this.permit = undefined
-    permit?.()
+    const admitted = this.admitted
+    this.admitted = undefined
+    if (admitted !== undefined) this.context.admission.leave(admitted)
   }
 
   /** What fastify does with an async handler's rejection: the error handler answers (`sendError`), unless a reply went out. */
@@ -276,8 +279,6 @@ class ShapeResponder extends DataWait {
   private wait(what: 'reach' | 'data', shape: ResolvedShape, log: ShapeLog, after: LogOffset, timeoutMs: number, options: WaitForDataOptions): Served {
     this.waitingFor = what
     this.shape = shape
-    this.log = log
-    this.after = after
     this.reply.raw.on('close', this.onClose)
     this.waitForData(log, after, this.context.waiters, timeoutMs, options)
     return WAITING
@@ -305,7 +306,7 @@ class ShapeResponder extends DataWait {
 
   private async reached(result: LongPollResult): Promise<Served> {
     const shape = this.shape!
-    if (result === 'data') return this.serveAt(shape, this.log!, this.after!)
+    if (result === 'data') return this.serveAt(shape, this.waitedLog!, this.waitedAfter!)
     if (result === 'invalidated') return this.rotated(shape)
     if (result === 'timeout') throw offsetOutOfBounds()
     if (this.gone) return this.abandon()
@@ -318,12 +319,12 @@ class ShapeResponder extends DataWait {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
       // Every live request of this shape woken by the same write, at the same offset, gets the same read.
-      return this.sendRead(shape, this.context.sharedReads.read(this.log!, this.after!))
+      return this.sendRead(shape, this.context.sharedReads.read(this.waitedLog!, this.waitedAfter!))
     }
     if (result === 'invalidated') return this.rotated(shape)
     // Aborted without the client leaving: the server is closing, so answer as a timeout would.
     if (result === 'aborted' && this.gone) return this.abandon()
-    return this.sendNoChanges(shape, this.after!)
+    return this.sendNoChanges(shape, this.waitedAfter!)
   }
 
   /**
@@ -376,7 +377,8 @@ class ShapeResponder extends DataWait {
     const responseOffset = formatOffset(end)
     // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
     const upToDate = read.reachedHead && !(this.req.offset !== 'now' && isBeforeAll(this.req.offset))
-    const etag = etagValue({ handle: shape.handle, requestOffset: this.requestOffset, responseOffset })
+    const requestOffset = this.requestOffset
+    const etag = etagValue({ handle: shape.handle, requestOffset, responseOffset })
     this.commonHeaders(shape, responseOffset, etag, true)
     if (ifNoneMatchIncludes(this.request.headers[RequestHeader.ifNoneMatch], etag)) {
       if (!(read instanceof SharedRange)) read.release()
@@ -390,7 +392,7 @@ class ShapeResponder extends DataWait {
     const tail = upToDate ? upToDateMessage(lsn) : undefined
     if (read instanceof SharedRange) return this.sendShared(read, tail)
     // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
-    return this.sendOwn(read, tail, `${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`)
+    return this.sendOwn(read, tail, `${shape.handle} ${requestOffset} ${responseOffset} ${tail ?? ''}`)
   }
 
   /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */

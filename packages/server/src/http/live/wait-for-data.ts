@@ -50,11 +50,13 @@ const DEFAULTS: WaitForDataOptions = Object.freeze({})
  * to `dataWaitEnded`, once, perhaps before `waitForData` returns (the data is
  * there already). `cancelDataWait` ends a parked wait with `'aborted'`.
  */
-export abstract class DataWait extends Waiter {
-  private waitedLog: WaitedLog | undefined = undefined
-  private waitedAfter: LogOffset | undefined = undefined
+export abstract class DataWait<L extends WaitedLog = WaitedLog> extends Waiter {
+  /** The log and offset of the last wait begun: kept past its end, for the answer. */
+  protected waitedLog: L | undefined = undefined
+  protected waitedAfter: LogOffset | undefined = undefined
   private waitOptions: WaitForDataOptions = DEFAULTS
   private waiters: LiveWaiters | undefined = undefined
+  /** Whole milliseconds, rounded up (never early), so that the field holds a small integer rather than a boxed double. */
   private deadline = 0
 
   protected abstract dataWaitEnded(result: LongPollResult): void
@@ -64,12 +66,12 @@ export abstract class DataWait extends Waiter {
     return false
   }
 
-  protected waitForData(log: WaitedLog, after: LogOffset, waiters: LiveWaiters, timeoutMs: number, options: WaitForDataOptions = DEFAULTS): void {
+  protected waitForData(log: L, after: LogOffset, waiters: LiveWaiters, timeoutMs: number, options: WaitForDataOptions = DEFAULTS): void {
     this.waitedLog = log
     this.waitedAfter = after
     this.waitOptions = options
     this.waiters = waiters
-    this.deadline = waiters.now() + timeoutMs
+    this.deadline = Math.ceil(waiters.now() + timeoutMs)
     this.look()
   }
 
@@ -98,9 +100,6 @@ export abstract class DataWait extends Waiter {
   }
 
   private end(result: LongPollResult): void {
-    // What it held is not needed past the outcome (a request object may outlive it, answering).
-    this.waitedLog = undefined
-    this.waitedAfter = undefined
     this.waiters = undefined
     this.dataWaitEnded(result)
   }
