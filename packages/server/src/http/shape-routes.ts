@@ -192,11 +192,8 @@ class ShapeResponder extends DataWait<ShapeLog> {
   private gone = false
   /** The admission this request holds until `finish` (`Admission.enter`), undefined once left. */
   private admitted: RequestKind | undefined
-  private readonly onClose = (): void => {
-    if (this.reply.raw.writableFinished) return
-    this.gone = true
-    this.cancelDataWait()
-  }
+  /** The 'close' listener while parked: `wentAway` bound (no closure, nor any listener for requests that never wait). */
+  private onClose: (() => void) | undefined = undefined
 
   constructor(
     private readonly context: ShapeReadContext,
@@ -279,9 +276,16 @@ class ShapeResponder extends DataWait<ShapeLog> {
   private wait(what: 'reach' | 'data', shape: ResolvedShape, log: ShapeLog, after: LogOffset, timeoutMs: number, options: WaitForDataOptions): Served {
     this.waitingFor = what
     this.shape = shape
+    this.onClose ??= this.wentAway.bind(this)
     this.reply.raw.on('close', this.onClose)
     this.waitForData(log, after, this.context.waiters, timeoutMs, options)
     return WAITING
+  }
+
+  private wentAway(): void {
+    if (this.reply.raw.writableFinished) return
+    this.gone = true
+    this.cancelDataWait()
   }
 
   /** A client already gone when the request was about to park ends the wait at once (see DataWait). */
@@ -292,7 +296,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
 
   /** The wait is over (perhaps at once): answer, and then the request's work is done. */
   protected dataWaitEnded(result: LongPollResult): void {
-    this.reply.raw.off('close', this.onClose)
+    this.reply.raw.off('close', this.onClose!)
     const what = this.waitingFor!
     this.waitingFor = undefined
     const answered = what === 'reach' ? this.reached(result) : this.longPollEnded(result)

@@ -38,10 +38,14 @@
  * 60 s SSE streams at 100 ms) plus the waiters actually resolved. A timeout is
  * never early and at most about `2 × resolutionMs` late.
  *
- * Resolution is exactly once: whichever of advanced / timeout / invalidated /
- * aborted comes first wins, and the waiter is removed from its shape set, its
- * bucket, and its signal's listeners at that moment (no leaks for waiters that
- * never see their signal fire).
+ * Resolution is exactly once per park: whichever of advanced / timeout /
+ * invalidated / aborted comes first wins, and the waiter is removed from its
+ * shape set and its bucket at that moment, before its `wake` runs (which may
+ * park it again). A waiter is an object the caller supplies (`Waiter`): a
+ * parked long-poll is its request's own object, with no promise or closure
+ * of its own. `wait` is the same as a promise, with an abort signal whose
+ * listener goes with the waiter (no leaks for waiters that never see their
+ * signal fire).
  *
  * Races: the store calls flush listeners synchronously, so a caller that reads
  * the head and calls `wait` in the same synchronous step cannot miss a flush
