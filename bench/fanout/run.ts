@@ -10,7 +10,9 @@
  * writes, for transactions of 1, 100 and 1,000 rows; the median client's time
  * too; the server's CPU during the writes and its resident set (VmRSS) before
  * the clients connect, with all of them parked, and after the writes (so the
- * memory one parked request costs).
+ * memory one parked request costs); the first two again, with the V8 heap in
+ * use, each right after a full collection (gc-on-signal.cjs), which leaves
+ * out garbage not collected yet.
  * Does not measure: clients on other machines, an HTTP cache in front, TLS,
  * many shapes (bench:http), initial sync.
  *
@@ -24,6 +26,8 @@
  * counts), BENCH_FANOUT_SSE (SSE count, 0 for none), BENCH_FANOUT_ROWS,
  * BENCH_FANOUT_WRITES, ONLY=sluice (no ceiling) give partial runs
  * (results/fanout.partial.*); BENCH_RESULTS_DIR moves the results.
+ * BENCH_FANOUT_HEAP_SNAPSHOTS=1 keeps a heap snapshot of each server at each
+ * of those collections, in the run's data directory.
  */
 import { spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
