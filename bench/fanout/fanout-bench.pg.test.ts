@@ -57,9 +57,14 @@ describe('bench:fanout (QUICK, tiny counts)', () => {
           expect(size.lastP50Ms).toBeLessThanOrEqual(size.lastMaxMs)
         }
         expect(side.rssParkedBytes).toBeGreaterThan(0)
+        // Read right after a full collection in the server (gc-on-signal.cjs): both figures present.
+        expect(side.collectedParked!.rssBytes).toBeGreaterThan(0)
+        expect(side.collectedParked!.heapUsedBytes).toBeGreaterThan(0)
+        expect(Number.isFinite(side.collectedHeapPerParkedBytes)).toBe(true)
       }
     }
     const md = readFileSync(join(out, 'fanout.quick.md'), 'utf8')
     expect(md).toContain('| 20 | long-poll | 100 | sluice |')
+    expect(md).toContain('memory after a full collection: 20 parked long-poll requests')
   }, 240_000)
 })

@@ -39,6 +39,12 @@ export interface SizeRow extends Summary {
   readonly loadavg1: number
 }
 
+/** A server's memory right after a full collection (bench/fanout/gc-on-signal.cjs). */
+export interface Collected {
+  readonly rssBytes: number
+  readonly heapUsedBytes: number
+}
+
 export interface Cell {
   readonly kind: 'long-poll' | 'sse'
   readonly clients: number
@@ -50,6 +56,13 @@ export interface Cell {
   /** Deliveries that did not arrive within the wait (clients × writes − received). */
   /** (RSS with every client parked − RSS before they connected) / clients. */
   readonly rssPerParkedBytes: number
+  /** Both read right after a full collection: before the clients connected, and with all of them parked. */
+  readonly collectedBefore?: Collected
+  readonly collectedParked?: Collected
+  /** (RSS parked − RSS before) / clients, each right after a full collection. */
+  readonly collectedRssPerParkedBytes?: number
+  /** The same for the V8 heap in use. */
+  readonly collectedHeapPerParkedBytes?: number
   readonly clientCounts: Record<string, number>
   readonly bySize: readonly SizeRow[]
 }
@@ -104,8 +117,18 @@ export function closingNote(report: Report): string[] {
   }
   for (const cell of report.cells) {
     lines.push(`memory: ${cell.clients} parked ${cell.kind} requests grew Sluice's RSS by ${f(cell.sluice.rssPerParkedBytes / 1024, 2)} KiB each${cell.ceiling === undefined ? '' : ` (ceiling ${f(cell.ceiling.rssPerParkedBytes / 1024, 2)} KiB)`}`)
+    const gcRss = (c: Cell | undefined): string => f(c?.collectedRssPerParkedBytes === undefined ? undefined : c.collectedRssPerParkedBytes / 1024, 2)
+    const gcHeap = (c: Cell | undefined): string => f(c?.collectedHeapPerParkedBytes === undefined ? undefined : c.collectedHeapPerParkedBytes / 1024, 2)
+    lines.push(
+      `memory after a full collection: ${cell.clients} parked ${cell.kind} requests, ${gcRss(cell.sluice)} KiB of RSS and ${gcHeap(cell.sluice)} KiB of heap each${cell.ceiling === undefined ? '' : ` (ceiling ${gcRss(cell.ceiling)} and ${gcHeap(cell.ceiling)} KiB)`}`,
+    )
   }
   return lines
+}
+
+function perParkedAfterGc(c: Cell): string {
+  if (c.collectedRssPerParkedBytes === undefined || c.collectedHeapPerParkedBytes === undefined) return '–'
+  return `${f(c.collectedRssPerParkedBytes / 1024, 2)} KiB, ${f(c.collectedHeapPerParkedBytes / 1024, 2)} KiB`
 }
 
 function renderMarkdown(report: Report): string {
@@ -120,8 +143,8 @@ function renderMarkdown(report: Report): string {
   out.push(`- settings: \`${JSON.stringify(report.settings)}\``)
   out.push(`- load average (1, 5, 15 min): ${report.loads.map((l) => `${l.label} ${l.loadavg.join('/')}`).join('; ')}`)
   out.push(`- run took ${(report.runSeconds / 60).toFixed(1)} min`, '')
-  out.push('| clients | kind | rows/tx | server | last client p50 | p99 | max | median client p50 | server CPU ms/write | RSS before → parked → peak (MiB) | RSS per parked request | Sluice / ceiling (last p50) |')
-  out.push('|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+  out.push('| clients | kind | rows/tx | server | last client p50 | p99 | max | median client p50 | server CPU ms/write | RSS before → parked → peak (MiB) | RSS per parked request | after a full collection: RSS, heap per parked request | Sluice / ceiling (last p50) |')
+  out.push('|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for (const cell of report.cells) {
     for (const size of cell.sluice.bySize) {
       for (const who of ['sluice', 'ceiling'] as const) {
@@ -131,7 +154,7 @@ function renderMarkdown(report: Report): string {
         if (s === undefined) continue
         const ceiling = cell.ceiling?.bySize.find((x) => x.rows === size.rows)
         out.push(
-          `| ${cell.clients} | ${cell.kind} | ${size.rows} | ${who} | ${f(s.lastP50Ms)} ms | ${f(s.lastP99Ms)} ms | ${f(s.lastMaxMs)} ms | ${f(s.medianClientP50Ms)} ms | ${f(s.serverCpuMsPerWrite, 0)} | ${mib(c.rssBeforeBytes)} → ${mib(c.rssParkedBytes)} → ${mib(c.rssPeakBytes)} | ${f(c.rssPerParkedBytes / 1024, 2)} KiB | ${who === 'sluice' && ceiling !== undefined ? `${f(size.lastP50Ms / ceiling.lastP50Ms, 2)}x` : ''} |`,
+          `| ${cell.clients} | ${cell.kind} | ${size.rows} | ${who} | ${f(s.lastP50Ms)} ms | ${f(s.lastP99Ms)} ms | ${f(s.lastMaxMs)} ms | ${f(s.medianClientP50Ms)} ms | ${f(s.serverCpuMsPerWrite, 0)} | ${mib(c.rssBeforeBytes)} → ${mib(c.rssParkedBytes)} → ${mib(c.rssPeakBytes)} | ${f(c.rssPerParkedBytes / 1024, 2)} KiB | ${perParkedAfterGc(c)} | ${who === 'sluice' && ceiling !== undefined ? `${f(size.lastP50Ms / ceiling.lastP50Ms, 2)}x` : ''} |`,
         )
       }
     }

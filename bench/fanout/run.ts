@@ -10,7 +10,9 @@
  * writes, for transactions of 1, 100 and 1,000 rows; the median client's time
  * too; the server's CPU during the writes and its resident set (VmRSS) before
  * the clients connect, with all of them parked, and after the writes (so the
- * memory one parked request costs).
+ * memory one parked request costs); the first two again, with the V8 heap in
+ * use, each right after a full collection (gc-on-signal.cjs), which leaves
+ * out garbage not collected yet.
  * Does not measure: clients on other machines, an HTTP cache in front, TLS,
  * many shapes (bench:http), initial sync.
  *
@@ -24,9 +26,11 @@
  * counts), BENCH_FANOUT_SSE (SSE count, 0 for none), BENCH_FANOUT_ROWS,
  * BENCH_FANOUT_WRITES, ONLY=sluice (no ceiling) give partial runs
  * (results/fanout.partial.*); BENCH_RESULTS_DIR moves the results.
+ * BENCH_FANOUT_HEAP_SNAPSHOTS=1 keeps a heap snapshot of each server at each
+ * of those collections, in the run's data directory.
  */
 import { spawnSync } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import http from 'node:http'
 import { loadavg, tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -40,7 +44,7 @@ import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { CommandChild } from '../http/json-lines.js'
 import { type SluiceProcess, startSluice } from '../http/sluice-process.js'
-import { type Cell, type Report, type WriteTiming, closingNote, summarize, writeReport } from './report.js'
+import { type Cell, type Collected, type Report, type WriteTiming, closingNote, summarize, writeReport } from './report.js'
 import { FANOUT_ROWS, SHAPE_QUERY, schemaSql } from './schema.js'
 import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 
@@ -91,6 +95,27 @@ let nextWrite = 1
 function rssBytes(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
   return m === null ? Number.NaN : Number(m[1]) * 1024
+}
+
+/** Node flags of both servers: a full collection on SIGUSR2 (gc-on-signal.cjs), written to GC_DIR. */
+const GC_NODE_ARGS = ['--expose-gc', '--require', fileURLToPath(new URL('./gc-on-signal.cjs', import.meta.url))]
+/** Longest wait for a server's full collection (10k parked requests: well under a second on a quiet host). */
+const GC_TIMEOUT_MS = 60_000
+
+/** A server's resident set and V8 heap in use right after a full collection (see gc-on-signal.cjs). */
+async function collected(pid: number): Promise<Collected> {
+  const dir = process.env.BENCH_FANOUT_GC_DIR
+  if (dir === undefined) throw new Error('BENCH_FANOUT_GC_DIR is not set')
+  const file = join(dir, `gc-${pid}.json`)
+  rmSync(file, { force: true })
+  process.kill(pid, 'SIGUSR2')
+  const deadline = performance.now() + GC_TIMEOUT_MS
+  while (!existsSync(file)) {
+    if (performance.now() > deadline) throw new Error(`process ${pid} did not report a collection within ${GC_TIMEOUT_MS} ms`)
+    await sleep(20)
+  }
+  const usage = JSON.parse(readFileSync(file, 'utf8')) as { rss: number; heapUsed: number }
+  return { rssBytes: usage.rss, heapUsedBytes: usage.heapUsed }
 }
 
 function get(url: string): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
@@ -166,6 +191,7 @@ async function parkedCount(target: Target, sse: boolean): Promise<number> {
 async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: number, at: Position, templates: Templates, writer: CommandChild): Promise<Cell> {
   const sse = kind === 'sse'
   const rssBefore = rssBytes(target.pid)
+  const gcBefore = await collected(target.pid)
   const procs: CommandChild[] = []
   const { hostname: host, port } = new URL(target.url)
   try {
@@ -206,7 +232,11 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
     const connectMs = performance.now() - startedAt
     await sleep(500)
     const rssParked = rssBytes(target.pid)
-    log(`  ${target.who} ${kind} ${clients}: ${parked} parked after ${(connectMs / 1000).toFixed(1)} s; RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssParked / 2 ** 20).toFixed(0)} MiB`)
+    const gcParked = await collected(target.pid)
+    const kib = (before: number, after: number): string => ((after - before) / clients / 1024).toFixed(2)
+    log(
+      `  ${target.who} ${kind} ${clients}: ${parked} parked after ${(connectMs / 1000).toFixed(1)} s; RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssParked / 2 ** 20).toFixed(0)} MiB; after a full collection ${kib(gcBefore.rssBytes, gcParked.rssBytes)} KiB of RSS and ${kib(gcBefore.heapUsedBytes, gcParked.heapUsedBytes)} KiB of heap per parked request (load ${loadavg()[0]!.toFixed(1)})`,
+    )
 
     const bySize: Cell['bySize'] = []
     let rssPeak = rssParked
@@ -292,6 +322,10 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
       rssParkedBytes: rssParked,
       rssPeakBytes: rssPeak,
       rssPerParkedBytes: (rssParked - rssBefore) / clients,
+      collectedBefore: gcBefore,
+      collectedParked: gcParked,
+      collectedRssPerParkedBytes: (gcParked.rssBytes - gcBefore.rssBytes) / clients,
+      collectedHeapPerParkedBytes: (gcParked.heapUsedBytes - gcBefore.heapUsedBytes) / clients,
       clientCounts: counts,
       bySize,
     }
@@ -309,6 +343,8 @@ async function main(): Promise<void> {
   const root = mkdtempSync(join(base, 'sluice-fanout-bench-'))
   const loads: LoadNote[] = [loadNote('start')]
   log(`fan-out benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; ulimit -n ${limit}; load average ${loads[0]!.loadavg.join(', ')}`)
+  process.env.BENCH_FANOUT_GC_DIR = join(root, 'gc')
+  mkdirSync(process.env.BENCH_FANOUT_GC_DIR)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
   let sluice: SluiceProcess | undefined
   let ceiling: CommandChild | undefined
@@ -316,12 +352,12 @@ async function main(): Promise<void> {
   const cells: Report['cells'] = []
   try {
     for (const sql of schemaSql()) await cluster.query(sql)
-    sluice = await startSluice({ databaseUrl: cluster.url, storageDir: join(root, 'sluice'), flags: SLUICE_FLAGS })
+    sluice = await startSluice({ databaseUrl: cluster.url, storageDir: join(root, 'sluice'), flags: SLUICE_FLAGS, nodeArgs: GC_NODE_ARGS })
     log(`Postgres ${cluster.version} on port ${cluster.port}; Sluice at ${sluice.url} (pid ${sluice.pid})`)
     writer = await CommandChild.spawn('writer', fileURLToPath(new URL('./writer.ts', import.meta.url)))
     await writer.call('connect', { connectionString: cluster.url })
     if (!ONLY_SLUICE) {
-      ceiling = await CommandChild.spawn('ceiling', fileURLToPath(new URL('./ceiling.ts', import.meta.url)))
+      ceiling = await CommandChild.spawn('ceiling', fileURLToPath(new URL('./ceiling.ts', import.meta.url)), GC_NODE_ARGS)
     }
     const ceilingPort = ceiling === undefined ? 0 : (await ceiling.call<{ port: number }>('listen')).port
     const at: Position = { handle: undefined, offset: '-1', cursor: '1' }
@@ -350,7 +386,9 @@ async function main(): Promise<void> {
   const { report, name, outDir } = save(root, limit, cluster.version, loads, cells)
   for (const line of closingNote(report)) log(line)
   log(`wrote ${name}.md and .json in ${outDir} (${report.runSeconds.toFixed(0)} s)`)
-  rmSync(root, { recursive: true, force: true })
+  // Heap snapshots asked for (gc-on-signal.cjs) are kept with the rest of the data, for reading.
+  if (process.env.BENCH_FANOUT_HEAP_SNAPSHOTS === '1') log(`heap snapshots kept in ${join(root, 'gc')}`)
+  else rmSync(root, { recursive: true, force: true })
 }
 
 function save(root: string, limit: string, postgresVersion: string, loads: LoadNote[], cells: Report['cells']): { report: Report; name: string; outDir: string } {

@@ -97,16 +97,31 @@ export class Admission {
 
   /** A release function, or the 503 to answer with. Call the release exactly once. */
   acquire(kind: RequestKind): (() => void) | SluiceError {
-    const limit = this.limits[kind]
-    if (this.inFlight[kind] >= limit) return concurrentRequestLimitExceeded(kind, limit, this.retryAfter(kind))
-    this.inFlight[kind]++
+    const refused = this.enter(kind)
+    if (refused !== undefined) return refused
     let released = false
     return () => {
       if (released) return
       released = true
-      this.inFlight[kind]--
-      this.done[kind].add(this.now())
+      this.leave(kind)
     }
+  }
+
+  /**
+   * `acquire` without the release function: undefined when admitted, and then
+   * the caller calls `leave(kind)` exactly once. For a request that may be held
+   * a long time (a parked long-poll), where a closure each adds up.
+   */
+  enter(kind: RequestKind): SluiceError | undefined {
+    const limit = this.limits[kind]
+    if (this.inFlight[kind] >= limit) return concurrentRequestLimitExceeded(kind, limit, this.retryAfter(kind))
+    this.inFlight[kind]++
+    return undefined
+  }
+
+  leave(kind: RequestKind): void {
+    this.inFlight[kind]--
+    this.done[kind].add(this.now())
   }
 
   get initial(): number {

@@ -18,6 +18,7 @@ import type { HttpMetrics } from './http-metrics.js'
 import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 import { urlForLog } from './raw-query.js'
+import { requestLogger } from './request-logger.js'
 import { SHAPE_PATH, type ShapeWaiters, shapeRoutes } from './shape-routes.js'
 
 /**
@@ -54,7 +55,7 @@ function noSchemaCompilers(): () => never {
 export function buildApp(options: BuildAppOptions): FastifyInstance {
   const http: HttpOptions = { ...DEFAULT_HTTP_OPTIONS, ...options.http }
   const app = Fastify({
-    ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger }),
+    ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger, childLoggerFactory: requestLogger }),
     // One debug line per request is logged below instead of fastify's two at info.
     logController: new LogController({ disableRequestLogging: true }),
     rewriteUrl: (req) => normalizeUrl(req.url ?? '/'),

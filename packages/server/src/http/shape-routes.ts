@@ -27,10 +27,10 @@ import {
 import type { LogRead, ShapeLog } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
-import { type Admission, clientKey } from './admission.js'
+import { type Admission, type RequestKind, clientKey } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
-import { ConnectionGone, type LiveWaiters, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse, waitForData } from './live/index.js'
+import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
@@ -60,6 +60,12 @@ import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-rou
  *      before any byte is read, so a matching `If-None-Match` costs no I/O;
  *   6. `live=true` with nothing past the offset parks on the shape's waiter
  *      until a flush publishes more, the timeout, or an invalidation (409).
+ *
+ * The handler is not an async function: it hands the request to a
+ * `ShapeResponder`, which sends the reply (fastify waits for it) and, for a
+ * long-poll with nothing to send yet, parks itself on the live waiters and
+ * ends its async part. A parked long-poll is then that one object (next to
+ * fastify's request and reply and Node's own), not a chain of suspended calls.
  */
 
 /** The waiter registry (src/http/live), shared by long-polls and SSE streams. */
@@ -132,20 +138,17 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
 
   app.options(SHAPE_PATH, async (request, reply) => sendPreflight(request, reply))
 
-  app.get(SHAPE_PATH, async (request, reply) => {
+  // Not async (see above): a throw here is sent as the error, as an async handler's rejection would be.
+  app.get(SHAPE_PATH, (request, reply) => {
     const parsed = requests.parse(rawQuery(request.url))
     if (!parsed.ok) throw invalidRequest(parsed.errors)
     const req = parsed.value
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
-    const permit = admission.acquire(req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing')
-    if (permit instanceof SluiceError) throw permit
-    const gone = new ConnectionGone(reply.raw)
-    try {
-      return await new ShapeResponder(context, request, reply, req, gone).serve()
-    } finally {
-      permit()
-      gone.dispose()
-    }
+    const kind = req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing'
+    const refused = admission.enter(kind)
+    if (refused !== undefined) throw refused
+    new ShapeResponder(context, request, reply, req, kind).start()
+    return undefined
   })
 
   // POST: subset snapshots with the subset in a JSON body (§6).
@@ -168,24 +171,81 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   })
 }
 
-class ShapeResponder {
-  private readonly requestOffset: string
-  private readonly shapes: ShapeService
-  private readonly http: HttpOptions
+/** What `serve` returns when the request waits for data: its answer is sent when the wait ends. */
+const WAITING = Symbol('waiting')
+type Served = FastifyReply | typeof WAITING
+
+/**
+ * One GET from start to answer. It is also the request's wait for data
+ * (`DataWait`): an offset past the head waits for the log to reach it, a
+ * long-poll for data after it, each parked on the live waiters with no
+ * suspended call, and what comes of the wait is sent from `dataWaitEnded`.
+ * While parked it listens for the client leaving (one listener, removed when
+ * the wait ends). The admission permit is held until the answer is sent, or
+ * until the request fails or is abandoned, as it was for the whole handler.
+ */
+class ShapeResponder extends DataWait<ShapeLog> {
+  /** What the request waits for, while it waits, and the shape it waits on (the log and offset are `waitedLog`, `waitedAfter`). */
+  private waitingFor: 'reach' | 'data' | undefined = undefined
+  private shape: ResolvedShape | undefined = undefined
+  /** Set when the client went away while the request waited. */
+  private gone = false
+  /** The admission this request holds until `finish` (`Admission.enter`), undefined once left. */
+  private admitted: RequestKind | undefined
+  /** The 'close' listener while parked: `wentAway` bound (no closure, nor any listener for requests that never wait). */
+  private onClose: (() => void) | undefined = undefined
 
   constructor(
     private readonly context: ShapeReadContext,
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly req: ShapeRequest,
-    private readonly gone: ConnectionGone,
+    admitted: RequestKind,
   ) {
-    this.requestOffset = formatRequestOffset(req.offset)
-    this.shapes = context.shapes
-    this.http = context.http
+    super()
+    this.admitted = admitted
   }
 
-  async serve(): Promise<FastifyReply> {
+  /** The request's offset as the client wrote it (§3.3); made when needed rather than held by a parked request. */
+  private get requestOffset(): string {
+    return formatRequestOffset(this.req.offset)
+  }
+
+  private get shapes(): ShapeService {
+    return this.context.shapes
+  }
+
+  private get http(): HttpOptions {
+    return this.context.http
+  }
+
+  start(): void {
+    this.serve().then(
+      (served) => {
+        if (served !== WAITING) this.finish()
+      },
+      (error: unknown) => this.fail(error),
+    )
+  }
+
+  /** The request's work is over: its admission goes back. */
+  private finish(): void {
+    const admitted = this.admitted
+    this.admitted = undefined
+    if (admitted !== undefined) this.context.admission.leave(admitted)
+  }
+
+  /** What fastify does with an async handler's rejection: the error handler answers (`sendError`), unless a reply went out. */
+  private fail(error: unknown): void {
+    this.finish()
+    if (this.reply.sent) {
+      this.request.log.error({ err: error }, 'request failed after its reply was sent')
+      return
+    }
+    this.reply.send(error instanceof Error ? error : new Error(String(error)))
+  }
+
+  private async serve(): Promise<Served> {
     const params = this.req.shape
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
     const { creationGate } = this.context.admission
@@ -200,12 +260,75 @@ class ShapeResponder {
     if (this.req.offset === 'now') return this.sendNoChanges(shape, headOffset(log))
     const after = this.req.offset
     if (!isBeforeAll(after) && compareOffsets(after, headOffset(log)) > 0) {
-      const reached = await this.waitToReach(shape, log, after)
-      if (reached !== true) return reached
+      // An offset past the head: wait (half the long-poll timeout) for the log to get there.
+      return this.wait('reach', shape, log, after, this.http.longPollTimeoutMs / 2, this.context.untilReached)
     }
+    return this.serveAt(shape, log, after)
+  }
+
+  /** The offset is at or before the head. */
+  private serveAt(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<Served> | Served {
     if (!this.req.live) return this.sendRead(shape, this.readLog(log, after))
     if (this.req.liveSse) return this.streamSse(shape, after)
-    return this.longPoll(shape, log, after)
+    return this.wait('data', shape, log, after, this.http.longPollTimeoutMs, this.context.untilData)
+  }
+
+  private wait(what: 'reach' | 'data', shape: ResolvedShape, log: ShapeLog, after: LogOffset, timeoutMs: number, options: WaitForDataOptions): Served {
+    this.waitingFor = what
+    this.shape = shape
+    this.onClose ??= this.wentAway.bind(this)
+    this.reply.raw.on('close', this.onClose)
+    this.waitForData(log, after, this.context.waiters, timeoutMs, options)
+    return WAITING
+  }
+
+  private wentAway(): void {
+    if (this.reply.raw.writableFinished) return
+    this.gone = true
+    this.cancelDataWait()
+  }
+
+  /** A client already gone when the request was about to park ends the wait at once (see DataWait). */
+  protected override cancelled(): boolean {
+    if (this.reply.raw.destroyed && !this.reply.raw.writableFinished) this.gone = true
+    return this.gone
+  }
+
+  /** The wait is over (perhaps at once): answer, and then the request's work is done. */
+  protected dataWaitEnded(result: LongPollResult): void {
+    this.reply.raw.off('close', this.onClose!)
+    const what = this.waitingFor!
+    this.waitingFor = undefined
+    const answered = what === 'reach' ? this.reached(result) : this.longPollEnded(result)
+    answered.then(
+      (served) => {
+        if (served !== WAITING) this.finish()
+      },
+      (error: unknown) => this.fail(error),
+    )
+  }
+
+  private async reached(result: LongPollResult): Promise<Served> {
+    const shape = this.shape!
+    if (result === 'data') return this.serveAt(shape, this.waitedLog!, this.waitedAfter!)
+    if (result === 'invalidated') return this.rotated(shape)
+    if (result === 'timeout') throw offsetOutOfBounds()
+    if (this.gone) return this.abandon()
+    throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
+  }
+
+  private async longPollEnded(result: LongPollResult): Promise<Served> {
+    const shape = this.shape!
+    if (result === 'data') {
+      // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
+      if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
+      // Every live request of this shape woken by the same write, at the same offset, gets the same read.
+      return this.sendRead(shape, this.context.sharedReads.read(this.waitedLog!, this.waitedAfter!))
+    }
+    if (result === 'invalidated') return this.rotated(shape)
+    // Aborted without the client leaving: the server is closing, so answer as a timeout would.
+    if (result === 'aborted' && this.gone) return this.abandon()
+    return this.sendNoChanges(shape, this.waitedAfter!)
   }
 
   /**
@@ -246,32 +369,6 @@ class ShapeResponder {
     return this.reply
   }
 
-  /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
-  private async waitToReach(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
-    const { waiters, untilReached } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
-    if (result === 'data') return true
-    if (result === 'invalidated') return this.rotated(shape)
-    if (result === 'timeout') throw offsetOutOfBounds()
-    if (this.gone.aborted) return this.abandon()
-    throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
-  }
-
-  private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
-    const { waiters, untilData } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
-    if (result === 'data') {
-      // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
-      if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
-      // Every live request of this shape woken by the same write, at the same offset, gets the same read.
-      return this.sendRead(shape, this.context.sharedReads.read(log, after))
-    }
-    if (result === 'invalidated') return this.rotated(shape)
-    // Aborted without the client leaving: the server is closing, so answer as a timeout would.
-    if (result === 'aborted' && this.gone.aborted) return this.abandon()
-    return this.sendNoChanges(shape, after)
-  }
-
   private readLog(log: ShapeLog, after: LogOffset): LogRead {
     const read = log.read(after)
     this.context.countRead()
@@ -284,7 +381,8 @@ class ShapeResponder {
     const responseOffset = formatOffset(end)
     // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
     const upToDate = read.reachedHead && !(this.req.offset !== 'now' && isBeforeAll(this.req.offset))
-    const etag = etagValue({ handle: shape.handle, requestOffset: this.requestOffset, responseOffset })
+    const requestOffset = this.requestOffset
+    const etag = etagValue({ handle: shape.handle, requestOffset, responseOffset })
     this.commonHeaders(shape, responseOffset, etag, true)
     if (ifNoneMatchIncludes(this.request.headers[RequestHeader.ifNoneMatch], etag)) {
       if (!(read instanceof SharedRange)) read.release()
@@ -298,7 +396,7 @@ class ShapeResponder {
     const tail = upToDate ? upToDateMessage(lsn) : undefined
     if (read instanceof SharedRange) return this.sendShared(read, tail)
     // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
-    return this.sendOwn(read, tail, `${shape.handle} ${this.requestOffset} ${responseOffset} ${tail ?? ''}`)
+    return this.sendOwn(read, tail, `${shape.handle} ${requestOffset} ${responseOffset} ${tail ?? ''}`)
   }
 
   /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */

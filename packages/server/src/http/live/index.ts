@@ -2,7 +2,6 @@
  * Live mode for `/v1/shape`: long-poll waiting and SSE streaming (docs/protocol.md
  * §4.4, §5.5). Independent of fastify; the route wires it in.
  */
-export { ConnectionGone } from './connection-gone.js'
 export {
   type AbortLike,
   DEFAULT_WAIT_RESOLUTION_MS,
@@ -11,8 +10,9 @@ export {
   type LiveWaitersOptions,
   type WaitOptions,
   type WaitResult,
+  Waiter,
 } from './live-waiters.js'
-export { type LongPollResult, type ShapeStatusSource, type WaitForDataOptions, waitForData } from './wait-for-data.js'
+export { DataWait, type LongPollResult, type ShapeStatusSource, type WaitedLog, type WaitForDataOptions, waitForData } from './wait-for-data.js'
 export {
   DEFAULT_SSE_KEEP_ALIVE_MS,
   DEFAULT_SSE_TIMEOUT_MS,

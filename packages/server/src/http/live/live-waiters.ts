@@ -38,10 +38,14 @@
  * 60 s SSE streams at 100 ms) plus the waiters actually resolved. A timeout is
  * never early and at most about `2 × resolutionMs` late.
  *
- * Resolution is exactly once: whichever of advanced / timeout / invalidated /
- * aborted comes first wins, and the waiter is removed from its shape set, its
- * bucket, and its signal's listeners at that moment (no leaks for waiters that
- * never see their signal fire).
+ * Resolution is exactly once per park: whichever of advanced / timeout /
+ * invalidated / aborted comes first wins, and the waiter is removed from its
+ * shape set and its bucket at that moment, before its `wake` runs (which may
+ * park it again). A waiter is an object the caller supplies (`Waiter`): a
+ * parked long-poll is its request's own object, with no promise or closure
+ * of its own. `wait` is the same as a promise, with an abort signal whose
+ * listener goes with the waiter (no leaks for waiters that never see their
+ * signal fire).
  *
  * Races: the store calls flush listeners synchronously, so a caller that reads
  * the head and calls `wait` in the same synchronous step cannot miss a flush
@@ -83,13 +87,39 @@ export interface WaitOptions {
 export const DEFAULT_WAIT_RESOLUTION_MS = 100
 export const DEFAULT_WAKE_SLICE = 256
 
-interface Waiter {
-  readonly handle: string
-  readonly bucket: number
-  readonly resolve: (result: WaitResult) => void
-  readonly signal: AbortLike | undefined
-  onAbort: (() => void) | undefined
-  done: boolean
+/**
+ * One parked wait, as the waiters hold it: what a long-poll parks as (see
+ * `DataWait`), so that a parked request is one object of its own and no
+ * suspended call. `park` registers it, and it is woken exactly once per
+ * registration, synchronously, from the flush listener, the timer tick,
+ * `invalidate`, `cancel` or `close`; `wake` may park it again at once. `wake`
+ * must not throw: the waiters of the same flush or tick are woken after it.
+ */
+export abstract class Waiter {
+  /** Managed by `LiveWaiters` while parked: the shape, the deadline's bucket, and whether it is registered. */
+  waitHandle = ''
+  waitBucket = 0
+  isParked = false
+  abstract wake(result: WaitResult): void
+}
+
+/** The waiter of one `wait` call: resolves its promise, and listens to its signal while parked. */
+class PromiseWaiter extends Waiter {
+  onAbort: (() => void) | undefined = undefined
+  constructor(
+    private readonly resolve: (result: WaitResult) => void,
+    private readonly signal: AbortLike | undefined,
+  ) {
+    super()
+  }
+
+  wake(result: WaitResult): void {
+    if (this.onAbort !== undefined) {
+      this.signal!.removeEventListener('abort', this.onAbort)
+      this.onAbort = undefined
+    }
+    this.resolve(result)
+  }
 }
 
 export class LiveWaiters {
@@ -155,31 +185,47 @@ export class LiveWaiters {
    */
   wait(handle: string, options: WaitOptions): Promise<WaitResult> {
     const { signal } = options
-    if (this.closed || signal?.aborted) return Promise.resolve('aborted')
-    if (!(options.timeoutMs > 0)) return Promise.resolve('timeout')
+    if (signal?.aborted) return Promise.resolve('aborted')
     return new Promise<WaitResult>((resolve) => {
-      const deadline = this.clock() + options.timeoutMs
-      const waiter: Waiter = {
-        handle,
-        bucket: Math.ceil(deadline / this.resolutionMs),
-        resolve,
-        signal,
-        onAbort: undefined,
-        done: false,
-      }
-      addTo(this.byHandle, handle, waiter)
-      addTo(this.buckets, waiter.bucket, waiter)
+      const waiter = new PromiseWaiter(resolve, signal)
+      const now = this.park(waiter, handle, options.timeoutMs)
+      if (now !== undefined) return resolve(now)
       if (signal) {
-        waiter.onAbort = () => this.settle(waiter, 'aborted')
+        waiter.onAbort = () => this.cancel(waiter)
         signal.addEventListener('abort', waiter.onAbort, { once: true })
       }
-      this.count++
-      this.listen()
-      if (this.timer === undefined) {
-        this.timer = setInterval(() => this.tick(), this.resolutionMs)
-        this.timer.unref()
-      }
     })
+  }
+
+  /**
+   * Registers `waiter` on the shape until its head moves ('advanced'), the
+   * timeout passes ('timeout'), the shape is invalidated ('invalidated'), or
+   * `cancel` or `close` ('aborted'); then calls its `wake` once. Returns
+   * undefined when parked; when the wait is over before it begins, the
+   * result, and `wake` is not called ('aborted' once closed, 'timeout' for a
+   * timeout of zero or less).
+   */
+  park(waiter: Waiter, handle: string, timeoutMs: number): 'aborted' | 'timeout' | undefined {
+    if (waiter.isParked) throw new Error('this waiter is parked already')
+    if (this.closed) return 'aborted'
+    if (!(timeoutMs > 0)) return 'timeout'
+    waiter.isParked = true
+    waiter.waitHandle = handle
+    waiter.waitBucket = Math.ceil((this.clock() + timeoutMs) / this.resolutionMs)
+    addTo(this.byHandle, handle, waiter)
+    addTo(this.buckets, waiter.waitBucket, waiter)
+    this.count++
+    this.listen()
+    if (this.timer === undefined) {
+      this.timer = setInterval(() => this.tick(), this.resolutionMs)
+      this.timer.unref()
+    }
+    return undefined
+  }
+
+  /** Wakes a parked waiter with 'aborted' (its request went away); nothing if it is not parked. */
+  cancel(waiter: Waiter): void {
+    this.settle(waiter, 'aborted')
   }
 
   /** Wakes every waiter of the shape with 'invalidated' (rotated, truncated, deleted). */
@@ -214,7 +260,8 @@ export class LiveWaiters {
     // Waiters resolved otherwise meanwhile are skipped, not counted.
     for (let woken = 0; i < pending.length && woken < this.wakeSlice; i++) {
       for (const w of pending[i]!) {
-        if (w.done) continue
+        // Resolved otherwise since (and perhaps parked again: a spurious 'advanced' only makes it look again).
+        if (!w.isParked) continue
         this.settle(w, 'advanced')
         woken++
       }
@@ -249,15 +296,13 @@ export class LiveWaiters {
   }
 
   private settle(w: Waiter, result: WaitResult): void {
-    if (w.done) return
-    w.done = true
-    removeFrom(this.byHandle, w.handle, w)
-    removeFrom(this.buckets, w.bucket, w)
-    if (w.onAbort) {
-      w.signal!.removeEventListener('abort', w.onAbort)
-      w.onAbort = undefined
-    }
+    if (!w.isParked) return
+    w.isParked = false
+    removeFrom(this.byHandle, w.waitHandle, w)
+    removeFrom(this.buckets, w.waitBucket, w)
     this.count--
+    w.wake(result)
+    // After the wake, which may have parked it again (a wait for an offset the flush did not reach).
     if (this.count === 0) {
       // Nobody left to wake: the flushed list holds only resolved waiters.
       this.dropPending()
@@ -267,7 +312,6 @@ export class LiveWaiters {
         this.timer = undefined
       }
     }
-    w.resolve(result)
   }
 }
 

@@ -14,11 +14,17 @@
  * listeners run synchronously), so a flush can never slip between them. The
  * shape's status is checked before every wait too: `LiveWaiters.invalidate`
  * only wakes current waiters.
+ *
+ * `DataWait` is the loop as an object: a request that parks is that object
+ * and nothing else (no suspended calls, promises or closures), which is most
+ * of what ten thousand parked long-polls cost beyond Node's own HTTP objects
+ * (docs/performance-notes.md, "What a parked long-poll holds").
+ * `waitForData` is the same loop as a promise.
  */
 import type { LogOffset } from '@sluice/protocol'
 import { compareOffsets } from '@sluice/protocol'
 import type { LogHead } from '@sluice/storage'
-import type { AbortLike, LiveWaiters } from './live-waiters.js'
+import { type AbortLike, type LiveWaiters, Waiter, type WaitResult } from './live-waiters.js'
 
 export type LongPollResult = 'data' | 'timeout' | 'invalidated' | 'aborted'
 
@@ -34,25 +40,110 @@ export interface WaitForDataOptions {
   readonly shapes?: ShapeStatusSource
 }
 
+/** What is waited on: a log's id and head. */
+export type WaitedLog = { readonly id: string; head(): Pick<LogHead, 'lastOffset'> }
+
 const DEFAULTS: WaitForDataOptions = Object.freeze({})
 
-export async function waitForData(
-  log: { readonly id: string; head(): Pick<LogHead, 'lastOffset'> },
+/**
+ * One wait for data at a time: `waitForData` starts it, and its outcome comes
+ * to `dataWaitEnded`, once, perhaps before `waitForData` returns (the data is
+ * there already). `cancelDataWait` ends a parked wait with `'aborted'`.
+ */
+export abstract class DataWait<L extends WaitedLog = WaitedLog> extends Waiter {
+  /** The log and offset of the last wait begun: kept past its end, for the answer. */
+  protected waitedLog: L | undefined = undefined
+  protected waitedAfter: LogOffset | undefined = undefined
+  private waitOptions: WaitForDataOptions = DEFAULTS
+  private waiters: LiveWaiters | undefined = undefined
+  /** Whole milliseconds, rounded up (never early), so that the field holds a small integer rather than a boxed double. */
+  private deadline = 0
+
+  protected abstract dataWaitEnded(result: LongPollResult): void
+
+  /** Checked before each park: true ends the wait with 'aborted' instead (the request went away before it parked). */
+  protected cancelled(): boolean {
+    return false
+  }
+
+  protected waitForData(log: L, after: LogOffset, waiters: LiveWaiters, timeoutMs: number, options: WaitForDataOptions = DEFAULTS): void {
+    this.waitedLog = log
+    this.waitedAfter = after
+    this.waitOptions = options
+    this.waiters = waiters
+    this.deadline = Math.ceil(waiters.now() + timeoutMs)
+    this.look()
+  }
+
+  /** Ends a parked wait with 'aborted' (its `dataWaitEnded` is called now); nothing if none is parked. */
+  protected cancelDataWait(): void {
+    this.waiters?.cancel(this)
+  }
+
+  /** From LiveWaiters: looks again after a flush, else the wait is over. */
+  wake(result: WaitResult): void {
+    if (result === 'advanced') this.look()
+    else this.end(result)
+  }
+
+  private look(): void {
+    const log = this.waitedLog!
+    const waiters = this.waiters!
+    const { shapes, until } = this.waitOptions
+    if (shapes !== undefined && shapes.status(log.id) !== 'active') return this.end('invalidated')
+    if (compareOffsets(log.head().lastOffset, this.waitedAfter!) >= (until === 'reach' ? 0 : 1)) return this.end('data')
+    const remaining = this.deadline - waiters.now()
+    if (remaining <= 0) return this.end('timeout')
+    if (this.cancelled()) return this.end('aborted')
+    const now = waiters.park(this, log.id, remaining)
+    if (now !== undefined) this.end(now)
+  }
+
+  private end(result: LongPollResult): void {
+    this.waiters = undefined
+    this.dataWaitEnded(result)
+  }
+}
+
+/** `DataWait` as a promise, with a signal to cancel it. */
+class PromisedDataWait extends DataWait {
+  private onAbort: (() => void) | undefined = undefined
+
+  constructor(
+    private readonly resolve: (result: LongPollResult) => void,
+    private readonly signal: AbortLike | undefined,
+  ) {
+    super()
+  }
+
+  start(log: WaitedLog, after: LogOffset, waiters: LiveWaiters, timeoutMs: number, options: WaitForDataOptions): void {
+    if (this.signal !== undefined) {
+      this.onAbort = () => this.cancelDataWait()
+      this.signal.addEventListener('abort', this.onAbort, { once: true })
+    }
+    this.waitForData(log, after, waiters, timeoutMs, options)
+  }
+
+  protected override cancelled(): boolean {
+    return this.signal?.aborted === true
+  }
+
+  protected dataWaitEnded(result: LongPollResult): void {
+    if (this.onAbort !== undefined) {
+      this.signal!.removeEventListener('abort', this.onAbort)
+      this.onAbort = undefined
+    }
+    this.resolve(result)
+  }
+}
+
+export function waitForData(
+  log: WaitedLog,
   after: LogOffset,
   waiters: LiveWaiters,
   timeoutMs: number,
   signal?: AbortLike,
   options: WaitForDataOptions = DEFAULTS,
 ): Promise<LongPollResult> {
-  const least = options.until === 'reach' ? 0 : 1
-  const shapes = options.shapes
-  const deadline = waiters.now() + timeoutMs
-  for (;;) {
-    if (shapes !== undefined && shapes.status(log.id) !== 'active') return 'invalidated'
-    if (compareOffsets(log.head().lastOffset, after) >= least) return 'data'
-    const remaining = deadline - waiters.now()
-    if (remaining <= 0) return 'timeout'
-    const result = await waiters.wait(log.id, { timeoutMs: remaining, signal })
-    if (result !== 'advanced') return result
-  }
+  return new Promise<LongPollResult>((resolve) => new PromisedDataWait(resolve, signal).start(log, after, waiters, timeoutMs, options))
 }
