@@ -99,8 +99,10 @@ async function settle(label: Phase['label'], pid: number, url: string, storeDir:
   const shapeFiles = diskUse(join(storeDir, 'shapes')).bytes + diskUse(join(storeDir, 'trash')).bytes
   const shapes = await metric(url, 'sluice_shapes')
   const heap = await metric(url, 'nodejs_heap_size_used_bytes')
+  const heapTotal = await metric(url, 'nodejs_heap_size_total_bytes')
+  const external = await metric(url, 'nodejs_external_memory_bytes')
   const point: Phase = { label, shapes, rssBytes: rss, heapUsedBytes: heap, diskBytes: disk.bytes, shapeFileBytes: shapeFiles, files: disk.files, load1: Math.round(loadavg()[0]! * 100) / 100 }
-  log(`${label}: ${shapes} shapes, RSS ${(rss / 2 ** 20).toFixed(1)} MiB, heap ${(heap / 2 ** 20).toFixed(1)} MiB, disk ${(disk.bytes / 2 ** 20).toFixed(2)} MiB in ${disk.files} files, load ${point.load1}`)
+  log(`${label}: ${shapes} shapes, RSS ${(rss / 2 ** 20).toFixed(1)} MiB, heap ${(heap / 2 ** 20).toFixed(1)} MiB (of ${(heapTotal / 2 ** 20).toFixed(1)} MiB; external ${(external / 2 ** 20).toFixed(1)} MiB), disk ${(disk.bytes / 2 ** 20).toFixed(2)} MiB in ${disk.files} files, load ${point.load1}`)
   return point
 }
 
