@@ -11,6 +11,7 @@ import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.
 import { type IntakeChange, readIntake } from './intake.js'
 import { type LineContext, type MovePattern, moveEventLine, outerChangeLines } from './shape-lines.js'
 import { tagHash } from './tags.js'
+import { ShapeViewRouting } from './view-routing.js'
 
 /*
  * A shape whose where clause has subqueries, between the router and its log
@@ -105,6 +106,8 @@ export class SubqueryShape {
   /** The snapshot the views were read in: transactions it saw are never applied again. */
   private seen: { snapshot: PgSnapshot; insertLsn: bigint } | undefined
   private readonly columns: readonly string[]
+  /** How the router files the outer member under the views' values (view-routing.ts). */
+  private readonly routing: ShapeViewRouting
 
   constructor(private readonly options: SubqueryShapeOptions) {
     const plan = options.where.subqueries
@@ -116,6 +119,7 @@ export class SubqueryShape {
     this.innerTables = tables
     const wanted = options.columns === undefined ? undefined : new Set(options.columns)
     this.columns = options.table.columns.map((c) => c.name).filter((name) => wanted === undefined || wanted.has(name))
+    this.routing = new ShapeViewRouting(plan)
   }
 
   get handle(): string {
@@ -126,9 +130,9 @@ export class SubqueryShape {
     return this.options.where
   }
 
-  /** How the router knows the outer member: every column, REPLICA FULL, every row. */
+  /** How the router knows the outer member: every column, REPLICA FULL, filed under the views' values. */
   outerSpec(): RouteSpec {
-    return { handle: this.options.handle, table: this.options.table, where: undefined, columns: undefined, replica: 'full' }
+    return { handle: this.options.handle, table: this.options.table, where: undefined, columns: undefined, replica: 'full', views: this.routing }
   }
 
   /** The outer member's target, writing to `target` (the builder's queue and stitching). */
@@ -174,7 +178,9 @@ export class SubqueryShape {
     const held = this.held ?? []
     this.held = undefined
     this.seen = { snapshot, insertLsn }
+    this.routing.seed(this.roots)
     for (const txn of held) if (!this.inSnapshot(txn)) this.enqueue(txn)
+    this.routing.setBroad(this.moving !== undefined)
   }
 
   private inSnapshot(txn: PendingTxn): boolean {
@@ -333,6 +339,7 @@ export class SubqueryShape {
       release: this.options.router.holdAdvance(),
     }
     this.moving = moving
+    this.routing.setBroad(true)
     this.unsubscribe ??= this.options.router.onMessage((message) => {
       const current = this.moving
       if (current === undefined || message.transactional || message.prefix !== MOVE_IN_MESSAGE_PREFIX) return
@@ -401,5 +408,6 @@ export class SubqueryShape {
     if (boundary !== undefined) boundary.op = op
     moving.release(lsn)
     for (const txn of held) this.enqueue(txn)
+    this.routing.setBroad(this.moving !== undefined)
   }
 }
