@@ -11,7 +11,9 @@ import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.
 import { type IntakeChange, readIntake } from './intake.js'
 import { type LineContext, type MovePattern, moveEventLine, outerChangeLines } from './shape-lines.js'
 import { tagHash } from './tags.js'
+import type { ViewBudget } from './view-budget.js'
 import { ShapeViewRouting } from './view-routing.js'
+import { ShapeError } from '../shape-error.js'
 
 /*
  * A shape whose where clause has subqueries, between the router and its log
@@ -48,6 +50,8 @@ export interface SubqueryShapeOptions {
   readonly definition: ShapeDefinition
   /** The shape can no longer be kept exact. Called once. */
   readonly invalidate: (detail: string) => void
+  /** Where the views' entries are counted (`--max-subquery-view-entries`); none: unbounded. */
+  readonly budget?: ViewBudget
 }
 
 interface PendingTxn {
@@ -87,6 +91,14 @@ export function memberHandle(handle: string, table: TableInfo): string {
   return `${handle}\u0000${table.oid}`
 }
 
+/** The refusal of a subquery shape whose views would not fit the bound. */
+export function viewsFull(budget: ViewBudget): ShapeError {
+  return new ShapeError(
+    'subquery_views_full',
+    `subquery shapes' result sets hold ${budget.used} values, at the limit of ${budget.limit} (--max-subquery-view-entries)`,
+  )
+}
+
 export class SubqueryShape {
   readonly roots: DependencyState[]
   readonly states: DependencyState[]
@@ -108,6 +120,8 @@ export class SubqueryShape {
   private readonly columns: readonly string[]
   /** How the router files the outer member under the views' values (view-routing.ts). */
   private readonly routing: ShapeViewRouting
+  /** Entries counted against the budget for this shape's views. */
+  private charged = 0
 
   constructor(private readonly options: SubqueryShapeOptions) {
     const plan = options.where.subqueries
@@ -178,9 +192,36 @@ export class SubqueryShape {
     const held = this.held ?? []
     this.held = undefined
     this.seen = { snapshot, insertLsn }
+    this.recount()
     this.routing.seed(this.roots)
     for (const txn of held) if (!this.inSnapshot(txn)) this.enqueue(txn)
     this.routing.setBroad(this.moving !== undefined)
+  }
+
+  /** A snapshot attempt starts loading the views anew: what an earlier attempt loaded is no longer held. */
+  resetLoad(): void {
+    this.options.budget?.charge(-this.charged)
+    this.charged = 0
+  }
+
+  /** New view entries read by the snapshot; refused (the shape is not made) past the bound. */
+  chargeLoad(entries: number): void {
+    const budget = this.options.budget
+    if (budget === undefined || this.dead) return
+    if (!budget.fits(entries)) throw viewsFull(budget)
+    budget.charge(entries)
+    this.charged += entries
+  }
+
+  /** Counts the views' entries against the budget again; returns how many more there are than last counted. */
+  private recount(): number {
+    if (this.dead) return 0
+    let total = 0
+    for (const state of this.states) total += state.view.size
+    const delta = total - this.charged
+    this.options.budget?.charge(delta)
+    this.charged = total
+    return delta
   }
 
   private inSnapshot(txn: PendingTxn): boolean {
@@ -224,6 +265,8 @@ export class SubqueryShape {
   /** The shape is gone: a move-in in flight stops holding the store back. */
   dispose(): void {
     this.dead = true
+    this.options.budget?.charge(-this.charged)
+    this.charged = 0
     const moving = this.moving
     this.moving = undefined
     moving?.abort.abort()
@@ -272,6 +315,11 @@ export class SubqueryShape {
         return op
       }
       moves.set(state, moved)
+    }
+    if (this.recount() > 0 && this.options.budget?.fits(0) === false) {
+      const { budget } = this.options
+      this.kill(`the result sets of subquery shapes grew to ${budget!.used} values, past --max-subquery-view-entries (${budget!.limit})`)
+      return op
     }
     const outs: MovePattern[] = []
     const ins: MovePattern[] = []

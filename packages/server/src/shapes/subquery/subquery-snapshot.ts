@@ -47,12 +47,13 @@ export function subquerySnapshotRequest(shape: SubqueryShape, def: ShapeDefiniti
   const values: string[] = []
   const text = renumberParams(query, valueOf, values)
   const prepare = async (client: pg.ClientBase): Promise<void> => {
+    shape.resetLoad()
     for (const state of shape.states) {
       const params: string[] = []
       const sql = renumberParams(viewQuery(state), valueOf, params)
       const result = await client.query({ text: sql, values: params, rowMode: 'array' })
       const view = new SubqueryView(state.dep.types)
-      for (const row of result.rows as (string | null)[][]) view.add(view.parse(row))
+      for (const row of result.rows as (string | null)[][]) if (view.add(view.parse(row))) shape.chargeLoad(1)
       state.view = view
     }
   }
