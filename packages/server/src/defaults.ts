@@ -25,7 +25,7 @@ export const DEFAULT_MAX_SHAPES = 1_000_000
  * Most values held in subquery shapes' views, summed over every shape
  * (docs/operations.md gives the memory per entry measured by bench/subquery).
  */
-export const DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES = 5_000_000
+export const DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES = 2_000_000
 
 /**
  * How long a ready shape no request uses is kept (0: for ever). A client that

@@ -23,7 +23,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   routeAhead: true,
   snapshotConnections: 4,
   maxShapes: 1_000_000,
-  maxSubqueryViewEntries: 5_000_000,
+  maxSubqueryViewEntries: 2_000_000,
   shapeTtlMs: 86_400_000,
   maxCreatingShapes: 100,
   clientShapesPerMinute: 0,
