@@ -28,6 +28,8 @@ export interface Burst {
   readonly writeChangesPerSecond: number
   /** The server process's CPU (user + system) over the burst, per 1,000 changes. */
   readonly serverCpuMsPerKChange: number | null
+  /** Share of the burst's time some task waited for a CPU (/proc/pressure/cpu), when the kernel tells. */
+  readonly cpuPressurePercent?: number | null
 }
 
 export interface Run {

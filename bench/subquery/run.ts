@@ -42,6 +42,7 @@ import { BENCH_PG_SETTINGS } from '../pipeline/pg.js'
 import { processCpuMs } from '../pipeline/proc.js'
 import { log } from '../pipeline/run-log.js'
 import { quantile } from '../pipeline/stats.js'
+import { SystemMeter } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { type Burst, type Latency, type Report, type Run, heapPerShape, markdown, perEntry, rssPerShape } from './report.js'
 import { type Mode, TODOS_PER_LIST, schemaSql, shapePath, todoIds, todoKey } from './schema.js'
@@ -126,6 +127,7 @@ function lsnNumber(text: string): number {
 
 async function burst(url: string, pid: number, writer: CommandChild, maxId: number): Promise<Burst> {
   const cpu0 = processCpuMs(pid)
+  const meter = new SystemMeter()
   const t0 = performance.now()
   const done = await writer.call<{ ms: number; lsn: string; changes: number }>('burst', { transactions: SETTINGS.burstTransactions, rows: SETTINGS.burstRows, maxId })
   const target = lsnNumber(done.lsn)
@@ -141,6 +143,7 @@ async function burst(url: string, pid: number, writer: CommandChild, maxId: numb
     changesPerSecond: done.changes / (routedMs / 1000),
     writeChangesPerSecond: done.changes / (done.ms / 1000),
     serverCpuMsPerKChange: cpu0 === undefined || cpu1 === undefined ? null : ((cpu1 - cpu0) / done.changes) * 1000,
+    cpuPressurePercent: meter.cpuPressurePercent() ?? null,
   }
 }
 

@@ -1,7 +1,7 @@
 /** The subquery benchmark's section: `IN (SELECT …)` shapes next to as many `list_id = $1` shapes. */
 import { type Report, type Run, find, heapPerShape, perEntry, rssPerShape } from '../../subquery/report.js'
 import type { ChartSpec } from '../chart.js'
-import { machineLines, ms, num, ratio } from '../format.js'
+import { machineLines, ms, num, pressureLine, ratio } from '../format.js'
 import type { ReportSection, SectionContent, Table } from '../section.js'
 
 const kib = (bytes: number): string => (Number.isFinite(bytes) ? `${num(bytes / 1024, 1)} KiB` : '-')
@@ -85,7 +85,10 @@ function render(report: Report): SectionContent {
       `Memory: median RSS over the second half of a settle window and the least V8 heap in use seen in it, before and after the shapes were made; per view entry from a third run with ${report.runs.find((r) => r.mode === 'subquery-wide')?.perUser ?? '-'} lists per user.`,
     ],
     machine: machineLines(report.machine),
-    load: [`load average (1 min) after each run: ${report.runs.map((r) => `${num(r.load1, 1)} (${r.mode} ×${num(r.shapes)})`).join(', ')}`],
+    load: [
+      `load average (1 min) after each run: ${report.runs.map((r) => `${num(r.load1, 1)} (${r.mode} ×${num(r.shapes)})`).join(', ')}`,
+      pressureLine(report.runs.map((r) => r.burst.cpuPressurePercent ?? null)),
+    ],
     tables: [runs, ratios, memory].filter((t) => t.rows.length > 0),
     charts: chart.points.length === 0 ? [] : [chart],
     headline,
