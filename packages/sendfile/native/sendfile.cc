@@ -15,6 +15,7 @@
 #include <napi.h>
 
 #include "file-lock.h"
+#include "memory-pressure.h"
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -362,6 +363,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("stats", Napi::Function::New(env, Stats));
   exports.Set("trimHeap", Napi::Function::New(env, TrimHeap));
   exports.Set("lockFile", Napi::Function::New(env, sluice::LockFile));
+  exports.Set("memoryPressure", Napi::Function::New(env, sluice::MemoryPressure));
   return exports;
 }
 

@@ -25,4 +25,6 @@ export interface NativeAddon {
   trimHeap?(): boolean
   /** flock(fd, LOCK_EX or LOCK_SH, LOCK_NB): false when another open file holds the lock. Missing from an older build. */
   lockFile?(fd: number, exclusive: boolean): boolean
+  /** V8's memory pressure notification (moderate, or critical when true). Missing from an older build. */
+  memoryPressure?(critical: boolean): boolean
 }

@@ -57,6 +57,17 @@ export class Sendfile {
   }
 
   /**
+   * Tells V8 the process should give memory back (its memory pressure
+   * notification): moderate starts an incremental collection that shrinks the
+   * heap, critical collects at once (a pause). For a heap that turned to
+   * garbage while the process went idle, which V8 would otherwise keep. False
+   * with an addon built before it existed.
+   */
+  memoryPressure(critical = false): boolean {
+    return typeof this.native.memoryPressure === 'function' ? this.native.memoryPressure(critical) : false
+  }
+
+  /**
    * Takes an exclusive flock(2) on an open file without waiting: true if
    * taken, false if another open file holds it; throws on any other failure.
    * The kernel releases it when the descriptor closes (its holder's exit

@@ -125,3 +125,23 @@ export const DEFAULT_SENDFILE_MIN_BYTES = 256 * 1024
  * a trim of a quiet heap costs well under a millisecond.
  */
 export const HEAP_TRIM_INTERVAL_MS = 10_000
+
+/**
+ * Retired shapes (expired, evicted, deleted) after which V8 is asked to
+ * collect once retirements pause for `RETIREMENT_QUIET_MS` (heap-trim.ts): an
+ * idle shape holds a few KiB of heap, so a thousand of them are worth a
+ * collection, which an idle server would otherwise never run.
+ */
+export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
+export const RETIREMENT_QUIET_MS = 2_000
+
+/**
+ * What a subquery shape holds while a move-in's query runs (docs/protocol.md,
+ * "Subquery shapes"): the transactions routed meanwhile wait in memory until
+ * the splice. Past either bound the shape is dropped (clients get 409 and
+ * resync) rather than memory grown: Electric's `subquery_buffer_max_transactions`
+ * for the count, and a bound on their changes, which a few huge transactions
+ * reach long before the count.
+ */
+export const DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS = 1000
+export const DEFAULT_SUBQUERY_MAX_HELD_CHANGES = 100_000

@@ -62,6 +62,8 @@ export interface PipelineOptions {
   readonly tableCacheMs?: number
   /** How often the catalog is checked for DDL on tables with shapes (default DEFAULT_CATALOG_CHECK_MS; 0: never). See ShapeManagerOptions.catalogCheckMs. */
   readonly catalogCheckMs?: number
+  /** Bounds on what a subquery shape holds during a move-in (default DEFAULT_SUBQUERY_MAX_HELD_*). See ShapeManagerOptions.subqueryHeld. */
+  readonly subqueryHeld?: { readonly transactions?: number; readonly changes?: number }
   /** Transactions above this many bytes are routed from disk, not memory. Default: an eighth of the memory budget. */
   readonly maxTransactionBytes?: number
   readonly protoVersion?: ReplicationClientOptions['protoVersion']
@@ -240,6 +242,7 @@ export class Pipeline {
         ...(options.shapeClock === undefined ? {} : { clock: options.shapeClock }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),
         ...(options.catalogCheckMs === undefined ? {} : { catalogCheckMs: options.catalogCheckMs }),
+        ...(options.subqueryHeld === undefined ? {} : { subqueryHeld: options.subqueryHeld }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
         onPressure: (paused) => (paused ? replication?.pause(PAUSE_SHAPE_MEMORY) : replication?.resume(PAUSE_SHAPE_MEMORY)),
       })

@@ -9,7 +9,7 @@ import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
-import { startHeapTrim } from './heap-trim.js'
+import { type HeapTrim, startHeapTrim } from './heap-trim.js'
 import { writerLockOptions } from './writer-lock.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
@@ -95,9 +95,9 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
   let pipeline: Pipeline | undefined
   let metrics: ServerMetrics | undefined
   let app: FastifyInstance | undefined
-  let stopHeapTrim = (): void => {}
+  let heapTrim: HeapTrim | undefined
   const undo = async (): Promise<void> => {
-    stopHeapTrim()
+    heapTrim?.stop()
     await app?.close().catch(() => {})
     await metrics?.close().catch(() => {})
     await pipeline?.stop().catch((err: unknown) => logger.error({ err }, 'pipeline stop failed'))
@@ -142,11 +142,13 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       const definition = shapes.definition(handle)
       shapeLog.info({ handle, table: definition === undefined ? undefined : `${definition.schema}.${definition.table}` }, 'shape ready')
     })
+    const trim = await startHeapTrim()
+    heapTrim = trim
     shapes.on('invalidated', ({ handle, definition, reason }) => {
       shapeLog.info({ handle, table: `${definition.schema}.${definition.table}`, reason: reason.kind }, 'shape invalidated')
+      trim.shapeRetired()
     })
 
-    stopHeapTrim = await startHeapTrim()
     const bodyPath = await resolveBodyPath(config.sendfile)
     if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
     else logger.info({ bodyPath: 'pread', reason: bodyPath.reason }, 'response bodies are sent with pread (no sendfile)')
@@ -179,7 +181,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       grace.unref()
       await app!.close()
       clearTimeout(grace)
-      stopHeapTrim()
+      trim.stop()
       await metrics!.close()
       // Makes everything routed durable and acknowledges it to Postgres.
       await pipeline!.stop()

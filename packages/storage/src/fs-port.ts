@@ -36,6 +36,8 @@ export interface FsPort {
   readFileSync(path: string): Buffer
   existsSync(path: string): boolean
   unlinkSync(path: string): void
+  /** Removes an empty directory (ENOTEMPTY otherwise). */
+  rmdirSync(path: string): void
   rm(path: string, options: { recursive: true; force: true }): Promise<void>
 }
 
@@ -98,6 +100,7 @@ export const nodeFs: FsPort = {
   readFileSync: (path) => fs.readFileSync(path),
   existsSync: (path) => fs.existsSync(path),
   unlinkSync: (path) => fs.unlinkSync(path),
+  rmdirSync: (path) => fs.rmdirSync(path),
   rm: (path, options) => fs.promises.rm(path, options),
   ...(syncfsReportsErrors(process.platform, release()) ? { syncFilesystem: syncfs } : {}),
 }

@@ -16,6 +16,14 @@ import type { LogOffset } from '@sluice/protocol'
 import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
 
 const tempDirs = useTempDir()
+
+async function waitFor(done: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!done()) {
+    if (Date.now() > end) throw new Error('condition not reached')
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
 const o = parseOffset
 
 describe('file engine', () => {
@@ -95,6 +103,28 @@ describe('file engine', () => {
   // Writing through (no journal), so the copy's files hold the non-durable tail
   // the damage lands on; with the journal that tail is in memory (write-behind)
   // and the crash test covers it.
+  it('recovers a log of 200,000 chunks (its chunk list is never spread as call arguments)', async () => {
+    const dir = await tempDirs.make('many-chunks')
+    // Chunks of 64 bytes: every change below seals one.
+    const s = await openStore(dir, 64, { journal: false })
+    await makeShape(s, 'long', [row(1)])
+    const log = s.get('long')!
+    const count = 200_000
+    for (let tx = 1; tx <= count; tx++) log.appendTransaction([change(BigInt(tx), 0, tx)])
+    s.advance(BigInt(count))
+    await s.flush()
+    const copy = await tempDirs.make('many-chunks-copy')
+    cpSync(dir, copy, { recursive: true })
+    writeFileSync(`${copy}/LOCK`, '999999999') // the "crashed" writer's pid: recovery scans the log's files
+    const r = await openStore(copy, 64, { journal: false })
+    expect(formatOffset(r.get('long')!.head().lastOffset)).toBe(`${count}_0`)
+    expect(statSync(`${copy}/shapes/long/chunks.idx`).size).toBeGreaterThan(HEADER_BYTES + count * 8)
+    // The last changes read back as written (reading all 200,000 would only slow the test).
+    const near = o(`${count - 5}_0`)
+    expect(body(r.get('long')!.read(near))).toEqual(body(log.read(near)))
+    expect(body(r.get('long')!.read(near)).length).toBeGreaterThan(0)
+  })
+
   it('recovers a copy taken mid-flight, whatever garbage follows the durable prefix', async () => {
     const dir = await tempDirs.make('crashcopy')
     const s = await openStore(dir, 1024, { journal: false })
@@ -212,6 +242,44 @@ describe('file engine', () => {
     await new Promise((r) => setTimeout(r, 50))
     expect(readdirSync(`${dir}/tmp`)).toEqual([])
     expect(readdirSync(`${dir}/trash`)).toEqual([])
+    expect(readdirSync(`${dir}/shapes`)).toEqual([])
+  })
+
+  it('a burst of deletions leaves no oversized trash/ behind once its removals drain', async () => {
+    const dir = await tempDirs.make('trash-burst')
+    let release: () => void = () => {}
+    const gate = new Promise<void>((r) => (release = r))
+    // Removals wait, as they would behind a burst of thousands: every deleted log sits in trash/ at once.
+    const fs: FsPort = { ...nodeFs, rm: async (path, options) => gate.then(() => nodeFs.rm(path, options)) }
+    const s = await openFileLogStore({ dir, chunkBytes: 2048, flushIntervalMs: 60_000, flushWhenIdle: false, fs })
+    open.push(s)
+    const ids = Array.from({ length: 700 }, (_, i) => `${String(i).padStart(4, '0')}-${'x'.repeat(120)}`)
+    await Promise.all([...ids, 'kept'].map((id) => makeShape(s, id, [row(1)])))
+    const keptRows = body(s.get('kept')!.read(BEFORE_ALL))
+    for (const id of ids) await s.deleteShape(id)
+    const grown = statSync(`${dir}/trash`).size
+    expect(grown).toBeGreaterThan(64 * 1024)
+    release()
+    await waitFor(() => readdirSync(`${dir}/trash`).length === 0 && statSync(`${dir}/trash`).size < grown)
+    expect(statSync(`${dir}/trash`).size).toBeLessThanOrEqual(4096)
+    // The store goes on deleting into the new trash/, and reopens with what it kept.
+    await makeShape(s, 'later', [row(1)])
+    expect(await s.deleteShape('later')).toBe(true)
+    await s.close()
+    open.length = 0
+    const again = await openStore(dir)
+    expect(again.ids()).toEqual(['kept'])
+    expect(body(again.get('kept')!.read(BEFORE_ALL))).toEqual(keptRows)
+  })
+
+  it('makes trash/ again when it is missing (a crash between removing and making it)', async () => {
+    const dir = await tempDirs.make('trash-missing')
+    const s = await openStore(dir)
+    await makeShape(s, 'a', [row(1)])
+    nodeFs.rmdirSync(`${dir}/trash`)
+    expect(await s.deleteShape('a')).toBe(true)
+    expect(s.ids()).toEqual([])
+    await waitFor(() => existsSync(`${dir}/trash`) && readdirSync(`${dir}/trash`).length === 0)
     expect(readdirSync(`${dir}/shapes`)).toEqual([])
   })
 

@@ -51,6 +51,20 @@ const USERS_POSTS = `CREATE TABLE {users} (id int4 PRIMARY KEY, active bool NOT 
   INSERT INTO {posts} VALUES (10, 1, 'post 10', false), (20, 2, 'post 20', false), (30, 3, 'post 30', false)`
 const ACTIVE_AUTHORS = 'user_id IN (SELECT id FROM {users} WHERE active = true)'
 
+/**
+ * TanStack DB's moves suite as it writes its tables: uuid keys, camel-case quoted columns, both tables in a
+ * schema of their own; users 1 and 2 active, 3 inactive, one post each.
+ */
+const TANSTACK_USERS_POSTS = `CREATE SCHEMA IF NOT EXISTS e2e_test;
+  CREATE TABLE e2e_test.{users} (id uuid PRIMARY KEY, name text NOT NULL, "isActive" boolean NOT NULL);
+  CREATE TABLE e2e_test.{posts} (id uuid PRIMARY KEY, "userId" uuid NOT NULL, title text NOT NULL);
+  INSERT INTO e2e_test.{users} VALUES ('00000000-0000-4000-8000-000000000001', 'user 1', true),
+    ('00000000-0000-4000-8000-000000000002', 'user 2', true), ('00000000-0000-4000-8000-000000000003', 'user 3', false);
+  INSERT INTO e2e_test.{posts} VALUES ('00000000-0000-4000-8000-0000000000a1', '00000000-0000-4000-8000-000000000001', 'post 1'),
+    ('00000000-0000-4000-8000-0000000000a2', '00000000-0000-4000-8000-000000000002', 'post 2'),
+    ('00000000-0000-4000-8000-0000000000a3', '00000000-0000-4000-8000-000000000003', 'post 3')`
+const TANSTACK_ACTIVE_AUTHORS = `"userId" IN (SELECT id FROM e2e_test.{users} WHERE "isActive" = true)`
+
 /** Shapes with subqueries (scenarios.pg.test.ts runs them after the plain ones). */
 export const SUBQUERY_SCENARIOS: readonly Scenario[] = [
   {
@@ -59,6 +73,23 @@ export const SUBQUERY_SCENARIOS: readonly Scenario[] = [
     table: '{posts}',
     where: ACTIVE_AUTHORS,
     steps: [`INSERT INTO {posts} VALUES (11, 1, 'post 11', false), (31, 3, 'post 31', false)`],
+  },
+  {
+    name: '32 (TanStack moves suite tables): posts of two active users appear, not the inactive user\'s; new posts alike',
+    setup: TANSTACK_USERS_POSTS,
+    table: 'e2e_test.{posts}',
+    where: TANSTACK_ACTIVE_AUTHORS,
+    steps: [
+      `INSERT INTO e2e_test.{posts} VALUES ('00000000-0000-4000-8000-0000000000a4', '00000000-0000-4000-8000-000000000003', 'post 4'),
+        ('00000000-0000-4000-8000-0000000000a5', '00000000-0000-4000-8000-000000000002', 'post 5')`,
+    ],
+  },
+  {
+    name: '34 (TanStack moves suite tables): an active user deactivated: the post disappears',
+    setup: TANSTACK_USERS_POSTS,
+    table: 'e2e_test.{posts}',
+    where: TANSTACK_ACTIVE_AUTHORS,
+    steps: [`UPDATE e2e_test.{users} SET "isActive" = false WHERE id = '00000000-0000-4000-8000-000000000001'`],
   },
   {
     name: '4, 34: a user deactivated: the posts move out',
@@ -143,6 +174,24 @@ export const SUBQUERY_SCENARIOS: readonly Scenario[] = [
       `UPDATE {grandparents} SET active = true WHERE id = 2`,
       `UPDATE {grandparents} SET active = false WHERE id = 2`,
       `INSERT INTO {grandparents} VALUES (4, true); UPDATE {parents} SET grandparent_id = 4 WHERE id = 3`,
+    ],
+  },
+  {
+    name: '11: a middle level with two nested subqueries joined by OR: innermost changes that keep its set, then ones that move it',
+    setup: `CREATE TABLE {grandparents} (id int4 PRIMARY KEY, active bool NOT NULL);
+      CREATE TABLE {parents} (id int4 PRIMARY KEY, grandparent_id int4, other_id int4);
+      CREATE TABLE {children} (id int4 PRIMARY KEY, parent_id int4);
+      INSERT INTO {grandparents} VALUES (1, true), (2, true), (3, false);
+      INSERT INTO {parents} VALUES (1, 1, 2), (2, 3, 4);
+      INSERT INTO {children} VALUES (1, 1), (2, 2), (3, 1)`,
+    table: '{children}',
+    where:
+      'parent_id IN (SELECT id FROM {parents} WHERE grandparent_id IN (SELECT id FROM {grandparents} WHERE active) OR other_id IN (SELECT id FROM {grandparents} WHERE NOT active))',
+    steps: [
+      `UPDATE {grandparents} SET active = false WHERE id = 2`,
+      `UPDATE {grandparents} SET active = false WHERE id = 1`,
+      `UPDATE {parents} SET other_id = 3 WHERE id = 2`,
+      `UPDATE {grandparents} SET active = (id <> 1)`,
     ],
   },
   {

@@ -32,6 +32,11 @@ export interface ShapeManagerOptions {
   readonly tableCacheMs?: number
   /** How often the catalog is checked for DDL on tables with shapes (0: never). Default DEFAULT_CATALOG_CHECK_MS. */
   readonly catalogCheckMs?: number
+  /**
+   * Past how many transactions, or changes in them, routed during one
+   * move-in a subquery shape is dropped. Default DEFAULT_SUBQUERY_MAX_HELD_*.
+   */
+  readonly subqueryHeld?: { readonly transactions?: number; readonly changes?: number }
   /** Ready shapes no request used for this long expire (0: never). Default DEFAULT_SHAPE_TTL_MS. */
   readonly shapeTtlMs?: number
   /** Milliseconds on a clock that never goes back, for expiry; default `performance.now`. */

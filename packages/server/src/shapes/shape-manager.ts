@@ -8,6 +8,8 @@ import {
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SHAPE_TTL_MS,
   DEFAULT_SNAPSHOT_CONNECTIONS,
+  DEFAULT_SUBQUERY_MAX_HELD_CHANGES,
+  DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS,
   DEFAULT_TABLE_CACHE_MS,
 } from '../defaults.js'
 import { type WhereClause, loadWhereParser } from '../where/index.js'
@@ -322,7 +324,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       const shape = this.shapes.get(handle)
       this.options.router.remove(handle)
       if (shape !== undefined) this.removeMembers(shape)
-      if (shape !== undefined) this.tables.forget(shape.table)
+      // Retired for being unused, its table is as it was: the catalog answer, compiled clauses and publication stand.
+      if (shape !== undefined && reason.kind !== 'expired' && reason.kind !== 'evicted') this.tables.forget(shape.table)
       const definition = this.registry.invalidate(handle)
       // Retired for good: status() still answers 'expired' for it by the handle floor, with nothing kept per handle.
       this.registry.forget(handle)
@@ -392,6 +395,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         pool: this.options.snapshotPool,
         definition,
         budget: this.viewBudget,
+        maxHeld: {
+          transactions: this.options.subqueryHeld?.transactions ?? DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS,
+          changes: this.options.subqueryHeld?.changes ?? DEFAULT_SUBQUERY_MAX_HELD_CHANGES,
+        },
         invalidate: (detail) =>
           void this.invalidateHandles([handle], { kind: 'unroutable_change', schema: table.schema, table: table.name, detail }).catch((error: unknown) =>
             this.options.logger?.error({ err: error, handle }, 'invalidating a subquery shape failed'),

@@ -32,7 +32,12 @@ export class TableCache {
   /** Catalog answers already interned, to their interned object: `load` interns each answer once, not per request. */
   private readonly interned = new WeakMap<TableInfo, TableInfo>()
   private readonly versions = new Map<number, { readonly text: string; readonly info: TableInfo }>()
-  private readonly compiledDefinitions = new WeakMap<TableInfo, Map<string, CompiledDefinition>>()
+  /**
+   * Per table, the definitions compiled against its current version. Keyed by
+   * oid rather than by the version object, so that `forget` and `prune` reach
+   * them: a version object outlives `forget` while anything still holds it.
+   */
+  private readonly compiledDefinitions = new Map<number, { readonly info: TableInfo; readonly known: Map<string, CompiledDefinition> }>()
   private readonly lastCompiled = new WeakMap<ShapeDefinitionParams, { readonly info: TableInfo; readonly result: CompiledDefinition }>()
   /** Tables known to be in the publication with REPLICA IDENTITY FULL. */
   private readonly published = new Set<number>()
@@ -109,8 +114,8 @@ export class TableCache {
 
   private async compiledByKey(info: TableInfo, params: ShapeDefinitionParams): Promise<CompiledDefinition> {
     const key = JSON.stringify([params.where ?? null, params.params, params.columns ?? null, params.queryableColumns ?? null, params.replica, params.log])
-    let known = this.compiledDefinitions.get(info)
-    const hit = known?.get(key)
+    const entry = this.compiledDefinitions.get(info.oid)
+    const hit = entry?.info === info ? entry.known.get(key) : undefined
     if (hit !== undefined) return hit
     const result = await compileDefinition(params, whereColumns(info), async (schema, name) => {
       const inner = await this.load(schema, name)
@@ -119,10 +124,13 @@ export class TableCache {
     checkColumns(info, result.definition.columns)
     // A clause with subqueries also depends on its inner tables' versions: compiled afresh each time.
     if (result.where?.subqueries !== undefined) return result
-    if (known === undefined) {
-      known = new Map()
-      this.compiledDefinitions.set(info, known)
+    let current = this.compiledDefinitions.get(info.oid)
+    // Those remembered were compiled against an older version of the table: stale.
+    if (current?.info !== info) {
+      current = { info, known: new Map() }
+      this.compiledDefinitions.set(info.oid, current)
     }
+    const { known } = current
     // Bounded: hostile clients can send endless distinct clauses.
     if (known.size >= MAX_COMPILED_PER_TABLE) known.clear()
     known.set(key, result)
@@ -147,16 +155,22 @@ export class TableCache {
     this.published.add(info.oid)
   }
 
+  /** How many compiled definitions are remembered, over every table. */
+  get compiledCount(): number {
+    let count = 0
+    for (const { known } of this.compiledDefinitions.values()) count += known.size
+    return count
+  }
+
   /**
    * Drops the compiled definitions that `keep` refuses (those of shapes that
    * expired or were evicted), so retired shapes leave nothing here. One pass
    * over what is remembered, run by the expiry sweep, not per request.
    */
   prune(keep: (definition: CompiledDefinition['definition']) => boolean): void {
-    for (const { info } of this.versions.values()) {
-      const known = this.compiledDefinitions.get(info)
-      if (known === undefined) continue
+    for (const [oid, { known }] of this.compiledDefinitions) {
       for (const [key, compiled] of known) if (!keep(compiled.definition)) known.delete(key)
+      if (known.size === 0) this.compiledDefinitions.delete(oid)
     }
   }
 
@@ -164,6 +178,7 @@ export class TableCache {
   forget(info: TableInfo): void {
     this.lookups.delete(tableKey(info.schema, info.name))
     this.versions.delete(info.oid)
+    this.compiledDefinitions.delete(info.oid)
     this.published.delete(info.oid)
     this.refused.delete(info.oid)
   }

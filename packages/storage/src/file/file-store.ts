@@ -42,6 +42,7 @@ import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
 import { PortWriter, writeBackThread } from './write-back.js'
 import type { FileWriter } from './write-back.js'
+import { Trash } from './trash.js'
 
 // The default reserve follows the budget up to here; a bigger budget grows the arena in slabs past it.
 const MAX_TAIL_RESERVE_BYTES = 1024 * 1024 * 1024
@@ -65,6 +66,7 @@ export class FileLogStore implements ShapeLogStore {
   private closed = false
   private closing: Promise<void> | undefined
   private tmpCounter = 0
+  private readonly trash: Trash
   /** Logs opened from the heads file a clean close left, without scanning their files. */
   cleanOpened = 0
   /** Ids of logs that failed to open and were moved to quarantine/. */
@@ -92,6 +94,7 @@ export class FileLogStore implements ShapeLogStore {
     this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? Math.min(Math.max(DEFAULT_ARENA_RESERVE_BYTES, tailBudget), MAX_TAIL_RESERVE_BYTES) : 0))
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
     const emitError = (err: StorageError): void => this.emitError(err)
+    this.trash = new Trash(fs, `${root}/trash`, emitError)
     const env = { fs, root, fds: this.fds, arena: this.arena, journal: this.journal, writer: this.writer }
     this.checkpointer = new Checkpointer({ ...env, tailBudget, emitError })
     this.commit = new GroupCommit(
@@ -154,7 +157,7 @@ export class FileLogStore implements ShapeLogStore {
 
   private async load(clean: Map<string, CleanLog> | undefined): Promise<void> {
     const loaded = await loadLogs(
-      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, emitError: (err) => this.emitError(err) },
+      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, emitError: (err) => this.emitError(err) },
       clean,
     )
     this.logs = loaded.logs
@@ -210,16 +213,12 @@ export class FileLogStore implements ShapeLogStore {
     log.deleted = true
     this.commit.forget(log)
     log.retire()
-    const trashed = `${this.root}/trash/${id}.${Date.now()}.${randomBytes(3).toString('hex')}`
     try {
-      this.fs.renameSync(log.dir, trashed)
+      this.trash.discard(log.dir, id)
       await syncDirectory(this.fs, `${this.root}/shapes`)
     } catch (err) {
       throw fromSystemError(err, `delete shape ${id}`)
     }
-    this.fs.rm(trashed, { recursive: true, force: true }).catch((err: unknown) => {
-      this.emitError(fromSystemError(err, `remove deleted shape ${id}`))
-    })
     return true
   }
 

@@ -16,6 +16,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
+import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
 export interface DirectoryContext {
@@ -25,6 +26,7 @@ export interface DirectoryContext {
   /** The durable watermark: recovery cuts what lies past it. */
   readonly durable: bigint
   readonly logHost: LogHost
+  readonly trash: Trash
   emitError(err: StorageError): void
 }
 
@@ -52,7 +54,7 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
   for (const name of fs.readdirSync(`${root}/tmp`)) {
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
-  emptyTrash(ctx)
+  ctx.trash.empty()
   for (const id of fs.readdirSync(`${root}/shapes`)) {
     const dir = `${root}/shapes/${id}`
     try {
@@ -139,13 +141,6 @@ function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: 
   return log
 }
 
-function emptyTrash(ctx: DirectoryContext): void {
-  for (const name of ctx.fs.readdirSync(`${ctx.root}/trash`)) {
-    ctx.fs.rm(`${ctx.root}/trash/${name}`, { recursive: true, force: true }).catch((err: unknown) => {
-      ctx.emitError(fromSystemError(err, `remove ${name} from trash`))
-    })
-  }
-}
 
 /** Writes every log's head for the next open (heads-file.ts); logs that cannot vouch for their files are left out. */
 export async function writeCleanHeads(fs: FsPort, root: string, durable: bigint, logs: Iterable<FileShapeLog>): Promise<void> {

@@ -2,6 +2,7 @@ import type { RowValues } from '@sluice/protocol'
 import type { SubqueryDependency, SubqueryPlan } from '../../where/index.js'
 import { SubqueryView, withViews } from '../../where/index.js'
 import type { TableInfo } from '../table-catalog.js'
+import { CandidateRows } from './candidate-rows.js'
 import type { IntakeChange } from './intake.js'
 
 /**
@@ -16,18 +17,41 @@ export interface DependencyState {
   view: SubqueryView
   readonly children: readonly DependencyState[]
   readonly depth: number
+  /** A subquery with subqueries of its own: the inner rows its view is counted from (candidate-rows.ts). */
+  readonly rows: CandidateRows | undefined
 }
 
 export type TableLookup = (schema: string, name: string) => TableInfo
 
 export function dependencyStates(plan: SubqueryPlan, table: TableLookup, depth = 1): DependencyState[] {
-  return plan.dependencies.map((dep) => ({
-    dep,
-    table: table(dep.schema, dep.table),
-    view: new SubqueryView(dep.types),
-    children: dep.where?.subqueries === undefined ? [] : dependencyStates(dep.where.subqueries, table, depth + 1),
-    depth,
-  }))
+  return plan.dependencies.map((dep) => {
+    const inner = dep.where?.subqueries
+    const children = inner === undefined ? [] : dependencyStates(inner, table, depth + 1)
+    const state: { -readonly [K in keyof DependencyState]: DependencyState[K] } = {
+      dep,
+      table: table(dep.schema, dep.table),
+      view: new SubqueryView(dep.types),
+      children,
+      depth,
+      rows: undefined,
+    }
+    if (inner !== undefined) {
+      state.rows = new CandidateRows(
+        {
+          table: state.table,
+          select: dep.select,
+          plan: inner,
+          childViews: () => children.map((c) => c.view),
+          get view() {
+            return state.view
+          },
+          matches: (row) => innerMatches(state, row),
+        },
+        dep.where!.columns,
+      )
+    }
+    return state
+  })
 }
 
 /** Every state of the tree, parents before children. */
@@ -57,11 +81,12 @@ export interface ViewMoves {
 }
 
 /**
- * Applies one transaction's changes of the state's table to its view; what
- * entered and left, net over the transaction (a value in and out again moves
- * nothing).
+ * Applies one transaction's changes of the state's table to its view, and,
+ * for a nested subquery, its subqueries' moves (`childMoves`, applied to
+ * their views already); what entered and left, net over the transaction (a
+ * value in and out again moves nothing).
  */
-export function applyInnerChanges(state: DependencyState, changes: readonly IntakeChange[]): ViewMoves {
+export function applyInnerChanges(state: DependencyState, changes: readonly IntakeChange[], childMoves?: ReadonlyMap<DependencyState, ViewMoves>): ViewMoves {
   const { view } = state
   const before = new Map<string, { values: readonly unknown[]; was: boolean }>()
   const touch = (values: readonly unknown[]): void => {
@@ -69,9 +94,15 @@ export function applyInnerChanges(state: DependencyState, changes: readonly Inta
     if (!before.has(key)) before.set(key, { values, was: view.has(values) })
   }
   const selected = (row: RowValues): unknown[] => view.parse(state.dep.select.map((c) => row[c] ?? null))
+  const rows = state.rows
   for (const change of changes) {
     const oldRow = change.operation === 'update' ? change.old : change.operation === 'delete' ? change.row : undefined
     const newRow = change.operation === 'delete' ? undefined : change.row
+    if (rows !== undefined) {
+      if (oldRow !== undefined) rows.remove(oldRow, touch)
+      if (newRow !== undefined) rows.add(newRow, touch)
+      continue
+    }
     if (oldRow !== undefined && innerMatches(state, oldRow)) {
       const values = selected(oldRow)
       touch(values)
@@ -82,6 +113,22 @@ export function applyInnerChanges(state: DependencyState, changes: readonly Inta
       touch(values)
       view.add(values)
     }
+  }
+  if (rows !== undefined && childMoves !== undefined) {
+    const moved = new Map<number, (readonly unknown[])[]>()
+    let all = false
+    state.children.forEach((child, dep) => {
+      const m = childMoves.get(child)
+      if (m === undefined) return
+      const tuples = [...m.entered, ...m.left]
+      if (tuples.length === 0) return
+      moved.set(dep, tuples)
+      // A NULL moving changes every miss (FALSE or NULL); a set becoming empty or not changes a NULL left side.
+      const size = child.view.size
+      const sizeBefore = size - m.entered.length + m.left.length
+      if (tuples.some((values) => values.includes(null)) || (size === 0) !== (sizeBefore === 0)) all = true
+    })
+    if (moved.size > 0) rows.rejudge(moved, all, touch)
   }
   const entered: (readonly unknown[])[] = []
   const left: (readonly unknown[])[] = []

@@ -27,9 +27,11 @@ import { ShapeError } from '../shape-error.js'
  *   3. judges the outer table's changes against the views and writes them
  *      with their tags;
  * and hands the lines to the shape's target (queue, snapshot writer, log) as
- * one transaction. A change it cannot apply exactly (a value entering a view,
- * which needs the move-in query; a change of a nested subquery's view)
- * invalidates the shape instead: clients get 409 and start over, never wrong rows.
+ * one transaction. A nested subquery's view follows its own table and its
+ * subqueries' moves (candidate-rows.ts), so a change two levels down moves
+ * the outer shape like any other. A change it cannot apply exactly (a NULL
+ * entering a NOT IN set, too many transactions during a move-in) invalidates
+ * the shape instead: clients get 409 and start over, never wrong rows.
  *
  * Until the snapshot is taken the transactions are held; then those the
  * snapshot saw (the views were loaded in it) are dropped and the rest applied.
@@ -48,6 +50,8 @@ export interface SubqueryShapeOptions {
   readonly pool: pg.Pool
   /** For the move-in query: selected columns and params. */
   readonly definition: ShapeDefinition
+  /** Past these, transactions routed during one move-in drop the shape (defaults.ts DEFAULT_SUBQUERY_MAX_HELD_*). */
+  readonly maxHeld: { readonly transactions: number; readonly changes: number }
   /** The shape can no longer be kept exact. Called once. */
   readonly invalidate: (detail: string) => void
   /** Where the views' entries are counted (`--max-subquery-view-entries`); none: unbounded. */
@@ -73,6 +77,8 @@ interface MovingIn {
   result: MoveInResult | undefined
   /** Transactions routed since it started, in order. */
   readonly held: PendingTxn[]
+  /** The changes of every transaction held since it started. */
+  heldChanges: number
   /** Held transactions already written, whose inner changes wait for the splice. */
   readonly deferred: PendingTxn[]
   /** Where the stream delivered the query's message: every transaction it saw has been routed. */
@@ -80,9 +86,6 @@ interface MovingIn {
   readonly abort: AbortController
   readonly release: (wroteAt?: bigint) => void
 }
-
-/** Electric's bound (`subquery_buffer_max_transactions`): past it the shape is dropped rather than memory grown. */
-const MAX_HELD_TRANSACTIONS = 1000
 
 const encoder = new TextEncoder()
 
@@ -217,7 +220,8 @@ export class SubqueryShape {
   private recount(): number {
     if (this.dead) return 0
     let total = 0
-    for (const state of this.states) total += state.view.size
+    // A nested subquery keeps its inner rows too (candidate-rows.ts): each counts as an entry.
+    for (const state of this.states) total += state.view.size + (state.rows?.size ?? 0)
     const delta = total - this.charged
     this.options.budget?.charge(delta)
     this.charged = total
@@ -283,8 +287,16 @@ export class SubqueryShape {
       return
     }
     moving.held.push(txn)
-    if (moving.held.length > MAX_HELD_TRANSACTIONS) {
-      this.kill(`more than ${MAX_HELD_TRANSACTIONS} transactions arrived during one move-in`)
+    let changes = txn.outer.length
+    for (const list of txn.inner.values()) changes += list.length
+    moving.heldChanges += changes
+    const max = this.options.maxHeld
+    if (moving.held.length > max.transactions) {
+      this.kill(`more than ${max.transactions} transactions arrived during one move-in`)
+      return
+    }
+    if (moving.heldChanges > max.changes) {
+      this.kill(`more than ${max.changes} changes arrived during one move-in`)
       return
     }
     this.advanceMove()
@@ -299,22 +311,20 @@ export class SubqueryShape {
     const plan = this.options.where.subqueries!
     const { handle } = this.options
     const moves = new Map<DependencyState, ViewMoves>()
+    // Deepest first: a nested subquery's moves re-judge its parent's rows before the parent's own moves are known.
     for (const state of [...this.states].reverse()) {
       const changes = txn.inner.get(state.table.oid)
-      if (changes === undefined) continue
-      const moved = applyInnerChanges(state, changes)
+      if (changes === undefined && !state.children.some((c) => moves.has(c))) continue
+      const moved = applyInnerChanges(state, changes ?? [], moves)
       if (moved.entered.length === 0 && moved.left.length === 0) continue
-      if (state.depth > 1) {
-        this.kill(`a change to ${state.table.schema}.${state.table.name} moved a nested subquery's rows, which is not followed live`)
-        return op
-      }
+      moves.set(state, moved)
+      if (state.depth > 1) continue
       if (state.dep.negated && [...moved.entered, ...moved.left].some((values) => values.includes(null))) {
         // NOT IN over a set holding a NULL is NULL for every row not in it: a NULL entering takes every row
         // out, one leaving brings them back. A move event names values, not "all rows", so the shape resyncs.
         this.kill(`a NULL entered or left the set of a NOT IN subquery on ${state.table.schema}.${state.table.name}`)
         return op
       }
-      moves.set(state, moved)
     }
     if (this.recount() > 0 && this.options.budget?.fits(0) === false) {
       const { budget } = this.options
@@ -326,6 +336,7 @@ export class SubqueryShape {
     /** The views as they were before the values that move rows in entered (or, for NOT IN, left). */
     let before: SubqueryView[] | undefined
     for (const [state, moved] of moves) {
+      if (state.depth > 1) continue
       const index = this.roots.indexOf(state)
       const entering = state.dep.negated ? moved.left : moved.entered
       const leaving = state.dep.negated ? moved.entered : moved.left
@@ -381,6 +392,7 @@ export class SubqueryShape {
       xids: [txn.xid],
       result: undefined,
       held: [],
+      heldChanges: 0,
       deferred: [],
       markerLsn: undefined,
       abort: new AbortController(),

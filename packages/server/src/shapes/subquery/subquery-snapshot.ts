@@ -30,6 +30,24 @@ function viewQuery(state: DependencyState): string {
   return `SELECT ${select.join(', ')} FROM ${from}${dep.where === undefined ? '' : ` WHERE (${dep.where.canonical})`}`
 }
 
+/**
+ * A nested subquery's rows (candidate-rows.ts), the columns they keep, in the
+ * snapshot's transaction. Every row is read: the clause is judged by the
+ * evaluator against the deeper views (read in the same transaction), as later
+ * changes will be, and rows no value of those views could bring in are
+ * dropped as they arrive.
+ */
+function rowsQuery(state: DependencyState, columns: readonly string[]): string {
+  const { table } = state
+  const select = columns.map((name) => {
+    const column = table.columns.find((c) => c.name === name)
+    if (column === undefined) throw new Error(`column ${name} is not in ${table.schema}.${table.name}`)
+    return columnText(column)
+  })
+  const from = `${table.kind === 'table' ? 'ONLY ' : ''}${quoteIdent(table.schema)}.${quoteIdent(table.name)}`
+  return `SELECT ${select.join(', ')} FROM ${from}`
+}
+
 export interface SubquerySnapshotRequest {
   readonly text: string
   readonly values: string[]
@@ -48,13 +66,28 @@ export function subquerySnapshotRequest(shape: SubqueryShape, def: ShapeDefiniti
   const text = renumberParams(query, valueOf, values)
   const prepare = async (client: pg.ClientBase): Promise<void> => {
     shape.resetLoad()
-    for (const state of shape.states) {
+    // Deepest first: a nested subquery's rows are judged against its subqueries' views.
+    for (const state of [...shape.states].reverse()) {
+      const view = new SubqueryView(state.dep.types)
+      state.view = view
       const params: string[] = []
+      if (state.rows !== undefined) {
+        const { rows } = state
+        rows.clear()
+        const sql = renumberParams(rowsQuery(state, rows.columns), valueOf, params)
+        const result = await client.query({ text: sql, values: params, rowMode: 'array' })
+        const touch = (): void => {}
+        for (const texts of result.rows as (string | null)[][]) {
+          const row: Record<string, string | null> = {}
+          rows.columns.forEach((name, i) => (row[name] = texts[i] ?? null))
+          rows.add(row, touch)
+        }
+        shape.chargeLoad(view.size + rows.size)
+        continue
+      }
       const sql = renumberParams(viewQuery(state), valueOf, params)
       const result = await client.query({ text: sql, values: params, rowMode: 'array' })
-      const view = new SubqueryView(state.dep.types)
       for (const row of result.rows as (string | null)[][]) if (view.add(view.parse(row))) shape.chargeLoad(1)
-      state.view = view
     }
   }
   return { text, values, prepare }
