@@ -84,6 +84,7 @@ const CLAUSES = {
   rowForm: '(a, b) IN (SELECT x, y FROM rt_pairs)',
   orPredicate: "list_id IN (SELECT list_id FROM rt_members WHERE user_id = 2) OR owner = 'x'",
   orSubqueries: 'list_id IN (SELECT list_id FROM rt_members WHERE user_id = 1) OR a IN (SELECT x FROM rt_pairs)',
+  nested: 'list_id IN (SELECT id FROM rt_lists WHERE team IN (SELECT team FROM rt_admins))',
 } as const
 type Name = keyof typeof CLAUSES
 
@@ -102,6 +103,10 @@ describe('routing outer-table changes of subquery shapes by their views', () => 
       CREATE TABLE rt_members (id serial PRIMARY KEY, user_id int NOT NULL, list_id int);
       CREATE TABLE rt_pairs (id serial PRIMARY KEY, x int, y int);
       CREATE TABLE rt_todos (id serial PRIMARY KEY, list_id int, owner text NOT NULL, a int, b int);
+      CREATE TABLE rt_lists (id int PRIMARY KEY, team int);
+      CREATE TABLE rt_admins (id serial PRIMARY KEY, team int);
+      INSERT INTO rt_lists (id, team) VALUES (10, 1), (11, 2), (12, 2), (13, 3);
+      INSERT INTO rt_admins (team) VALUES (1);
       INSERT INTO rt_members (user_id, list_id) VALUES (1, 10), (1, 11), (2, 11), (2, 12), (1, NULL);
       INSERT INTO rt_pairs (x, y) VALUES (1, 1), (2, NULL);
       INSERT INTO rt_todos (list_id, owner, a, b) VALUES
@@ -118,6 +123,9 @@ describe('routing outer-table changes of subquery shapes by their views', () => 
       const lists1 = await lists(1)
       const lists2 = await lists(2)
       const pairs = (await cluster.query<{ x: string | null; y: string | null }>('SELECT x::text, y::text FROM rt_pairs')).rows
+      const adminLists = new Set(
+        (await cluster.query<{ l: string }>('SELECT id::text AS l FROM rt_lists WHERE team IN (SELECT team FROM rt_admins)')).rows.map((r) => r.l),
+      )
       const handles = Object.fromEntries(Object.entries(clients).map(([name, c]) => [c.handle, name as Name]))
       const expected = (list: string | null, a: string | null, b: string | null): Name[] => {
         const names: Name[] = ['notIn', 'orPredicate']
@@ -125,6 +133,7 @@ describe('routing outer-table changes of subquery shapes by their views', () => 
         if (list !== null && lists2.has(list)) names.push('user2')
         if (a !== null && b !== null && pairs.some((p) => p.x === a && p.y === b)) names.push('rowForm')
         if (a !== null && pairs.some((p) => p.x === a) && !names.includes('orSubqueries')) names.push('orSubqueries')
+        if (list !== null && adminLists.has(list)) names.push('nested')
         return names.sort()
       }
       const actual = (list: string | null, a: string | null, b: string | null): Name[] =>
@@ -166,6 +175,12 @@ describe('routing outer-table changes of subquery shapes by their views', () => 
     await check()
     await cluster.query('DELETE FROM rt_members WHERE user_id = 2 AND list_id = 12')
     await cluster.query(`UPDATE rt_todos SET owner = 'x', list_id = 11 WHERE list_id = 12`)
+    await check()
+    // A nested subquery's set moves: its lists enter and leave the outer view through the inner one.
+    await cluster.query('INSERT INTO rt_admins (team) VALUES (2)')
+    await check()
+    await cluster.query('DELETE FROM rt_admins WHERE team = 1')
+    await cluster.query('UPDATE rt_lists SET team = 3 WHERE id = 12')
     await check()
   }, 180_000)
 })
