@@ -18,6 +18,7 @@ import { overlapSection } from './sections/overlap.js'
 import { pipelineSection } from './sections/pipeline.js'
 import { startSection } from './sections/start.js'
 import { storageSection } from './sections/storage.js'
+import { subquerySection } from './sections/subquery.js'
 
 export interface Benchmark {
   readonly name: string
@@ -56,4 +57,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'overlap', script: 'bench:overlap', quickEnv: { QUICK: '1' }, section: overlapSection },
   // QUICK: 500 shapes made, measured idle, expired after 45 s (about two minutes).
   { name: 'lifecycle', script: 'bench:lifecycle', quickEnv: { QUICK: '1' }, section: lifecycleSection },
+  // QUICK: 100 and 300 shapes of each kind, 8 move-in trials (about three minutes).
+  { name: 'subquery', script: 'bench:subquery', quickEnv: { QUICK: '1' }, section: subquerySection },
 ]

@@ -100,6 +100,13 @@ export const ERROR_CODES = {
     body: 'code_message',
     message: 'Too many shapes being created at once, please retry',
   },
+  // Sluice's bound on the memory of subquery shapes' result sets (--max-subquery-view-entries).
+  subquery_views_full: {
+    status: 503,
+    body: 'code_message',
+    message: 'Too many values held for subquery shapes, please retry later',
+    retryAfter: 5,
+  },
 } as const satisfies Readonly<Record<string, ErrorSpec>>
 
 export type ErrorCode = keyof typeof ERROR_CODES

@@ -46,6 +46,7 @@ describe('error bodies (docs/protocol.md §5.4)', () => {
     ['database_unreachable', 503, '{"code":"database_unreachable","error":"Database is unreachable"}'],
     ['shape_rate_limited', 429, '{"code":"shape_rate_limited","message":"Too many new shapes from this client, please retry later"}'],
     ['creation_limit_exceeded', 503, '{"code":"creation_limit_exceeded","message":"Too many shapes being created at once, please retry"}'],
+    ['subquery_views_full', 503, '{"code":"subquery_views_full","message":"Too many values held for subquery shapes, please retry later"}'],
   ]
 
   it.each(cases)('%s → %i %s', (code, status, expected) => {

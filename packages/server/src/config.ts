@@ -13,6 +13,7 @@ import {
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_SHAPES,
+  DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES,
   DEFAULT_SHAPE_TTL_MS,
   DEFAULT_MAX_CREATING_SHAPES,
   DEFAULT_CLIENT_SHAPES_PER_MINUTE,
@@ -53,6 +54,7 @@ export interface SluiceConfig {
   readonly routeAhead: boolean
   readonly snapshotConnections: number
   readonly maxShapes: number
+  readonly maxSubqueryViewEntries: number
   /** Ready shapes no request used for this long expire (0: never). */
   readonly shapeTtlMs: number
   /** Shapes being created at once before 503 (0: no limit). */
@@ -158,6 +160,7 @@ export const SETTINGS: readonly Setting[] = [
       'How often the catalog is checked for DDL on tables with shapes that no write announces (a dropped or renamed table, a new primary key or replica identity): the longest a request waiting on such a shape waits for its 409 (0: never).',
   },
   { key: 'maxShapes', flag: 'max-shapes', env: 'SLUICE_MAX_SHAPES', type: 'integer', default: String(DEFAULT_MAX_SHAPES), min: 1, max: 100_000_000, description: 'Most shapes kept at once; a new shape beyond it evicts the least recently used one (its clients get 409 and resync).' },
+  { key: 'maxSubqueryViewEntries', flag: 'max-subquery-view-entries', env: 'SLUICE_MAX_SUBQUERY_VIEW_ENTRIES', type: 'integer', default: String(DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES), min: 0, max: 1_000_000_000, description: "Values held in all subquery shapes' result sets; a new subquery shape past it gets 503 subquery_views_full, a live one growing past it is invalidated (409) (0: no limit)." },
   { key: 'shapeTtlMs', flag: 'shape-ttl', env: 'SLUICE_SHAPE_TTL', type: 'duration', default: `${DEFAULT_SHAPE_TTL_MS / 3_600_000}h`, min: 0, max: 31_536_000_000, description: 'A shape no request used for this long (and on which no live request waits) expires: its files and memory are freed, and a client that comes back gets 409 and resyncs (0: never). A restart counts as a use.' },
   { key: 'maxCreatingShapes', flag: 'max-creating-shapes', env: 'SLUICE_MAX_CREATING_SHAPES', type: 'integer', default: String(DEFAULT_MAX_CREATING_SHAPES), min: 0, max: 1_000_000, description: 'Shapes being created at once; a request that would create one more gets 503 creation_limit_exceeded + retry-after (0: no limit).' },
   { key: 'clientShapesPerMinute', flag: 'client-shapes-per-minute', env: 'SLUICE_CLIENT_SHAPES_PER_MINUTE', type: 'integer', default: String(DEFAULT_CLIENT_SHAPES_PER_MINUTE), min: 0, max: 100_000_000, description: 'New shapes one client may create per minute (that many at once, refilled over the minute); more get 429 shape_rate_limited + retry-after (0: no limit).' },

@@ -22,6 +22,12 @@ export const DEFAULT_SUBSET_CONNECTIONS = 2
 export const DEFAULT_MAX_SHAPES = 1_000_000
 
 /**
+ * Most values held in subquery shapes' views, summed over every shape
+ * (docs/operations.md gives the memory per entry measured by bench/subquery).
+ */
+export const DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES = 2_000_000
+
+/**
  * How long a ready shape no request uses is kept (0: for ever). A client that
  * follows a shape uses it at every long-poll (20 s) or SSE stream (60 s), and
  * every new client of it too, so only shapes nobody asked for in this long

@@ -59,6 +59,10 @@ export const SERVER_ERRORS = {
     description: 'This client created more new shapes than --client-shapes-per-minute allows; retry-after says when the next is allowed',
     wire: 'shape_rate_limited',
   },
+  subquery_views_full: {
+    description: "Creating this subquery shape would take the values held in all subquery shapes' result sets past --max-subquery-view-entries",
+    wire: 'subquery_views_full',
+  },
   creation_limit_exceeded: { description: 'More shapes are being created at once than --max-creating-shapes allows', wire: 'creation_limit_exceeded' },
   shutting_down: { description: 'The server is shutting down', wire: 'stack_not_ready', wireMessage: 'Server is shutting down' },
   invalid_shape_meta: { description: "A shape's stored definition does not decode", wire: 'internal' },

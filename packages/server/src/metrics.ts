@@ -155,6 +155,7 @@ export class ServerMetrics implements HttpMetrics {
     const shapeGauge = statsGauge(() => pipeline.shapes.stats())
     shapeGauge('sluice_shapes', 'Shapes kept (ready or being created).', (s) => s.shapes)
     shapeGauge('sluice_shapes_creating', 'Shapes whose initial snapshot has not finished.', (s) => s.creating)
+    shapeGauge('sluice_subquery_view_entries', "Values held in subquery shapes' result sets (--max-subquery-view-entries).", (s) => s.subqueryViewEntries)
     shapeGauge('sluice_shape_queue_bytes', 'Bytes of transactions held in memory for shapes being created.', (s) => s.queuedBytes)
     shapeGauge('sluice_shape_spilled_queues', 'Queues of shapes being created that moved to disk.', (s) => s.spilledQueues)
     shapeGauge('sluice_replication_paused', '1 while replication is paused for the memory of transactions and queues (--memory-budget).', (s) => (s.paused ? 1 : 0))

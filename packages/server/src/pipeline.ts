@@ -53,6 +53,7 @@ export interface PipelineOptions {
   /** Postgres connections for subset snapshots (docs/protocol.md §6), apart from the snapshot pool so they never delay shape creation. */
   readonly subsetConnections?: number
   readonly maxShapes?: number
+  readonly maxSubqueryViewEntries?: number
   /** Ready shapes no request used for this long expire (default DEFAULT_SHAPE_TTL_MS; 0: never). See ShapeManagerOptions.shapeTtlMs. */
   readonly shapeTtlMs?: number
   /** The clock shape expiry goes by (ShapeManagerOptions.clock; tests move it by hand). Default `performance.now`. */
@@ -236,6 +237,7 @@ export class Pipeline {
         spillDir: queues,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
+        ...(options.maxSubqueryViewEntries === undefined ? {} : { maxSubqueryViewEntries: options.maxSubqueryViewEntries }),
         ...(options.shapeTtlMs === undefined ? {} : { shapeTtlMs: options.shapeTtlMs }),
         ...(options.shapeClock === undefined ? {} : { clock: options.shapeClock }),
         ...(options.tableCacheMs === undefined ? {} : { tableCacheMs: options.tableCacheMs }),

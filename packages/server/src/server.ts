@@ -129,6 +129,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       routeAhead: config.routeAhead,
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
+      maxSubqueryViewEntries: config.maxSubqueryViewEntries,
       shapeTtlMs: config.shapeTtlMs,
       tableCacheMs: config.tableCacheMs,
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,

@@ -2,6 +2,7 @@ import type { ReplicaMode } from '@sluice/protocol'
 import type { AppendOptions } from '@sluice/storage'
 import type { WhereClause } from '../where/index.js'
 import type { TableInfo } from './table-catalog.js'
+import type { ViewRouting } from './view-index.js'
 
 /*
  * What the shape router promises its neighbours: what a shape's target
@@ -58,6 +59,12 @@ export interface RouteSpec {
   /** Selected columns; undefined for all. */
   readonly columns: readonly string[] | undefined
   readonly replica: ReplicaMode
+  /**
+   * A subquery shape's outer table: filed under its views' values instead of
+   * `where` (view-index.ts). The shape judges each row itself, so an update
+   * reaching it on either side arrives as the update, never split.
+   */
+  readonly views?: ViewRouting
 }
 
 /** 'table_dropped': the table was dropped or renamed (see catalogChanged). */

@@ -257,6 +257,16 @@ export class ShapeRouter implements TransactionSink {
     return route === undefined ? [] : [...route.shapes].map((s) => s.spec.handle)
   }
 
+  /**
+   * Handles of the shapes a row of a table (by oid) reaches now: what the
+   * index hands the router for it, before any shape judges it.
+   */
+  candidatesFor(oid: number, row: Readonly<Record<string, string | null>>): string[] {
+    const route = this.tables.get(oid)
+    if (route === undefined) return []
+    return [...route.index.affected(row)].map((s) => s.spec.handle)
+  }
+
   // ---- TransactionSink ----
 
   onRelation(relation: Relation): Awaitable {
@@ -329,7 +339,11 @@ export class ShapeRouter implements TransactionSink {
    * Otherwise it returns the index after the last change.
    */
   routeAhead(xid: number, firstIndex: number, changes: readonly StreamedChange[], take: (shape: RoutedShape, op: number, line: Uint8Array) => void): number | undefined {
-    for (const { change } of changes) if (change.kind === 'truncate') return undefined
+    for (const { change } of changes) {
+      if (change.kind === 'truncate') return undefined
+      // Shapes filed by their views may narrow or broaden before this transaction commits: it is routed then.
+      if (this.tables.get(change.relation.id)?.index.views.size) return undefined
+    }
     this.busy++
     const txn = this.begin(0n, xid)
     txn.nextIndex = firstIndex
@@ -436,7 +450,7 @@ export class ShapeRouter implements TransactionSink {
     for (let i = 0; i < inNew; i++) {
       const shape = hits[i]!
       shape.newRowMark = stamp
-      if (shape.oldRowMark === stamp) {
+      if (shape.oldRowMark === stamp || shape.whole) {
         update ??= new Item(change, 'update', op)
         this.take(txn, shape, update)
       } else {
@@ -447,6 +461,11 @@ export class ShapeRouter implements TransactionSink {
     for (let i = 0; i < inOld; i++) {
       const shape = oldHits[i]!
       if (shape.newRowMark === stamp) continue
+      if (shape.whole) {
+        update ??= new Item(change, 'update', op)
+        this.take(txn, shape, update)
+        continue
+      }
       moveOut ??= new Item(movedOut(change), 'delete', op)
       this.take(txn, shape, moveOut)
     }

@@ -163,6 +163,8 @@ export class ShapeBuilder {
 export function creationError(shape: LiveShape, error: unknown): Error {
   if (shape.cancelled !== undefined) return new ShapeError('shape_invalidated', shape.cancelled.detail, { cause: error })
   if (error instanceof ShapeError) return error
+  // Refused while the snapshot ran (a subquery shape's views past their bound): the refusal, not a failed snapshot.
+  if (error instanceof Error && error.cause instanceof ShapeError) return error.cause
   const message = error instanceof Error ? error.message : String(error)
   return new ShapeError('snapshot_failed', `the initial snapshot failed: ${message}`, { cause: error })
 }

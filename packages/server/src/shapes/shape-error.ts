@@ -12,6 +12,7 @@ export const SHAPE_ERROR_CODES = codeTable(
   'snapshot_failed',
   'shape_invalidated',
   'too_many_shapes',
+  'subquery_views_full',
   'shutting_down',
 )
 

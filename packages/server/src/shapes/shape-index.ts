@@ -1,5 +1,6 @@
 import type { RowValues } from '@sluice/protocol'
 import { type IndexableConjunct, type WhereClause, isCanonicalInt } from '../where/index.js'
+import { ViewIndex, type ViewRouting } from './view-index.js'
 
 /**
  * Finds the shapes of ONE table that a row belongs to, without evaluating
@@ -12,7 +13,9 @@ import { type IndexableConjunct, type WhereClause, isCanonicalInt } from '../whe
  * - no where clause: `everything`, returned for every row;
  * - a clause with an indexable conjunct: one hash index per conjunct domain,
  *   key → shapes, under the one conjunct chosen by {@link chooseConjunct};
- * - anything else (OR, ranges, LIKE...): `scan`, evaluated per row.
+ * - anything else (OR, ranges, LIKE...): `scan`, evaluated per row;
+ * - a subquery shape (`col IN (SELECT …)`, given its `ViewRouting`): filed
+ *   under its views' current values in a `ViewIndex` (view-index.ts).
  *
  * `affected(row)` computes each domain's row keys once (not once per shape) and
  * visits only the shapes filed under those keys, so its cost is
@@ -29,6 +32,8 @@ export class ShapeIndex<S> {
   /** The domains' values, for `affected` (walked per row change; a Map iterator each time is garbage per change). */
   private domainList: Array<DomainIndex<S>> = []
   private readonly placements = new Map<S, Placement<S>>()
+  /** Subquery shapes, filed under their views' values. */
+  readonly views = new ViewIndex<S>()
 
   /** Number of registered shapes. */
   get size(): number {
@@ -44,8 +49,13 @@ export class ShapeIndex<S> {
    * Adding a shape that is already registered replaces its clause, so a caller
    * never leaves a stale entry behind.
    */
-  add(shape: S, where: WhereClause | undefined): void {
+  add(shape: S, where: WhereClause | undefined, views?: ViewRouting): void {
     if (this.placements.has(shape)) this.remove(shape)
+    if (views !== undefined) {
+      this.views.add(shape, views)
+      this.placements.set(shape, { kind: 'views' })
+      return
+    }
     if (where === undefined) {
       this.everything.add(shape)
       this.placements.set(shape, { kind: 'everything' })
@@ -93,6 +103,10 @@ export class ShapeIndex<S> {
     }
     if (placement.kind === 'scan') {
       this.scan.delete(shape)
+      return
+    }
+    if (placement.kind === 'views') {
+      this.views.remove(shape)
       return
     }
     const domain = this.domains.get(placement.domain)
@@ -150,6 +164,7 @@ export class ShapeIndex<S> {
       for (const key of keySet) count = this.visit(domain, key, keySet, row, out, count)
     }
     if (this.scan.size > 0) for (const [shape, where] of this.scan) if (where.matches(row)) out[count++] = shape
+    if (this.views.size > 0) count = this.views.collect(row, out, count)
     return count
   }
 
@@ -261,6 +276,7 @@ class Entry<S> {
 type Placement<S> =
   | { readonly kind: 'everything' }
   | { readonly kind: 'scan' }
+  | { readonly kind: 'views' }
   | { readonly kind: 'indexed'; readonly domain: string; readonly keys: readonly string[]; readonly entry: Entry<S> }
 
 /**

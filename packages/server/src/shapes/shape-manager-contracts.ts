@@ -26,6 +26,8 @@ export interface ShapeManagerOptions {
   /** Called with true when replication must pause for memory, false when it may resume. */
   readonly onPressure?: (paused: boolean) => void
   readonly maxShapes?: number
+  /** Values held in all subquery shapes' views (0: no bound). Default DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES. */
+  readonly maxSubqueryViewEntries?: number
   /** How long a finished catalog lookup is reused (0: only lookups in flight are shared). Default DEFAULT_TABLE_CACHE_MS. */
   readonly tableCacheMs?: number
   /** How often the catalog is checked for DDL on tables with shapes (0: never). Default DEFAULT_CATALOG_CHECK_MS. */
@@ -96,4 +98,6 @@ export interface ShapeManagerStats {
   readonly expired: number
   /** Shapes evicted since start (least recently used, past the shape limit). */
   readonly evicted: number
+  /** Values held in subquery shapes' views (and views being loaded), against `--max-subquery-view-entries`. */
+  readonly subqueryViewEntries: number
 }

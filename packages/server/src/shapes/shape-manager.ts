@@ -4,6 +4,7 @@ import type { ShapeLog } from '@sluice/storage'
 import {
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_SHAPES,
+  DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SHAPE_TTL_MS,
   DEFAULT_SNAPSHOT_CONNECTIONS,
@@ -22,7 +23,8 @@ import type { Invalidation } from './route-contracts.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
 import { ShapeLifecycle } from './shape-lifecycle.js'
-import { SubqueryShape } from './subquery/subquery-shape.js'
+import { SubqueryShape, viewsFull } from './subquery/subquery-shape.js'
+import { ViewBudget } from './subquery/view-budget.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
 import { TableCache } from './table-cache.js'
 import { type TableInfo, loadTable, loadTableStates, tableStateOf } from './table-catalog.js'
@@ -77,6 +79,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   /** Router handles of subquery shapes' inner-table members, to their shape's handle. */
   private readonly memberOf = new Map<string, string>()
   private readonly maxShapes: number
+  /** What every subquery shape's views hold, against `--max-subquery-view-entries`. */
+  readonly viewBudget: ViewBudget
   private readonly tables: TableCache
   private readonly queues: QueueBudget
   private readonly builder: ShapeBuilder
@@ -91,6 +95,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     super()
     this.registry = registry
     this.maxShapes = options.maxShapes ?? DEFAULT_MAX_SHAPES
+    this.viewBudget = new ViewBudget(options.maxSubqueryViewEntries ?? DEFAULT_MAX_SUBQUERY_VIEW_ENTRIES)
     this.lifecycle = new ShapeLifecycle(
       {
         shapes: this.shapes,
@@ -201,7 +206,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   stats(): ShapeManagerStats {
     let creating = 0
     for (const shape of this.shapes.values()) if (shape.log === undefined) creating++
-    return { shapes: this.shapes.size, creating, ...this.queues.stats(), expired: this.lifecycle.expired, evicted: this.lifecycle.evicted }
+    return { shapes: this.shapes.size, creating, ...this.queues.stats(), expired: this.lifecycle.expired, evicted: this.lifecycle.evicted, subqueryViewEntries: this.viewBudget.used }
   }
 
   /** Handles of every shape, ready or not. */
@@ -247,6 +252,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       throw error
     }
     const inner = where?.subqueries === undefined ? undefined : await this.innerTables(where)
+    if (inner !== undefined && !this.viewBudget.fits(1)) {
+      release?.()
+      throw viewsFull(this.viewBudget)
+    }
     const { handle, created } = this.registry.registerEntry(definition)
     if (!created) {
       // Another request created it while this one awaited.
@@ -385,6 +394,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         router: this.options.router,
         pool: this.options.snapshotPool,
         definition,
+        budget: this.viewBudget,
         maxHeld: {
           transactions: this.options.subqueryHeld?.transactions ?? DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS,
           changes: this.options.subqueryHeld?.changes ?? DEFAULT_SUBQUERY_MAX_HELD_CHANGES,

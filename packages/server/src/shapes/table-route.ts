@@ -18,6 +18,8 @@ export interface RoutedShape {
   readonly route: TableRoute
   readonly encoder: ChangeEncoder
   target: ShapeTarget
+  /** Routed by its views (RouteSpec.views): takes an update whole when either of its rows reaches it. */
+  readonly whole: boolean
   /** Set while a transaction is being routed when the shape is being invalidated: take nothing more. */
   doomed: boolean
   /** The number of the last update whose old row (`oldRowMark`) or new row (`newRowMark`) the shape held (see routeChange). */
@@ -81,6 +83,7 @@ export function joinRoute(route: TableRoute, spec: RouteSpec, target: ShapeTarge
     route,
     encoder: shared.encoder,
     target,
+    whole: spec.views !== undefined,
     doomed: false,
     oldRowMark: 0,
     newRowMark: 0,
@@ -88,7 +91,7 @@ export function joinRoute(route: TableRoute, spec: RouteSpec, target: ShapeTarge
     txnSlot: 0,
   }
   route.shapes.add(shape)
-  route.index.add(shape, spec.where)
+  route.index.add(shape, spec.where, spec.views)
   return shape
 }
 

@@ -21,5 +21,5 @@ export {
   type WhereErrorField,
   type WhereErrorReason,
 } from './where-error.js'
-export { SubqueryView, withViews, SUBQUERY_VIEWS } from './subquery-view.js'
+export { SubqueryView, withViews, SUBQUERY_VIEWS, type ViewWatcher } from './subquery-view.js'
 export type { SubqueryDependency, SubqueryInnerClause, SubqueryPlan, SubqueryPosition } from './subquery-clause.js'

@@ -53,6 +53,8 @@ export interface SubqueryPosition {
   readonly sql: string
   /** The atom's three-valued value on a row (with views attached, subquery-view.ts); throws what Postgres would raise. */
   readonly value: (row: RowValues) => unknown
+  /** A subquery position's left-side values parsed from a row, as `value` compares them with the view (the router files shapes by them). */
+  readonly leftValues?: (row: RowValues) => unknown[]
 }
 
 export interface SubqueryPlan {
@@ -149,9 +151,12 @@ export function planSubqueries(tree: RawNode, prepared: PreparedSublinks, ctx: B
       const sublink = literal.atom['SubLink'] as Node | undefined
       let dep: number | undefined
       let left: readonly string[] = []
+      let leftValues: ((row: RowValues) => unknown[]) | undefined
       if (sublink !== undefined && expr.k === 'sublink') {
         dep = expr.dep
         left = expr.left.map((c) => c.name)
+        const parts = expr.left.map(compileExpr)
+        leftValues = (row) => parts.map((part) => part(row))
         const seen = polarity.get(dep)
         if (seen !== undefined && seen !== literal.negated) {
           fail('unsupported', 'a subquery dependency cannot be used with both positive and negative polarity in the same filter')
@@ -159,7 +164,7 @@ export function planSubqueries(tree: RawNode, prepared: PreparedSublinks, ctx: B
         polarity.set(dep, literal.negated)
       }
       list.push(positions.length)
-      positions.push({ negated: literal.negated, dep, left, sql: printAtom(literal.atom), value: compileExpr(expr) })
+      positions.push({ negated: literal.negated, dep, left, sql: printAtom(literal.atom), value: compileExpr(expr), ...(leftValues === undefined ? {} : { leftValues }) })
     }
     numbered.push(list)
   }

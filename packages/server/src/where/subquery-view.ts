@@ -13,7 +13,14 @@ import { EvaluationError } from './where-error.js'
  * membership follows Postgres's three-valued IN: a NULL on the left, or no
  * match while the set holds a tuple with a NULL, is NULL, not FALSE.
  */
+/** Hears each tuple that enters or leaves a view (its count crossing 0↔1), with the view's key for it. */
+export interface ViewWatcher {
+  entered(key: string, values: readonly unknown[]): void
+  left(key: string, values: readonly unknown[]): void
+}
+
 export class SubqueryView {
+  private watcher: ViewWatcher | undefined
   private readonly members = new Map<string, { readonly values: readonly unknown[]; count: number }>()
   /** Members with a NULL in them: they make a miss NULL rather than FALSE. */
   private nullMembers = 0
@@ -34,6 +41,16 @@ export class SubqueryView {
 
   get size(): number {
     return this.members.size
+  }
+
+  /** From now on `watcher` hears every tuple entering and leaving (a clone does not inherit it). */
+  watch(watcher: ViewWatcher | undefined): void {
+    this.watcher = watcher
+  }
+
+  /** Every member's key and values. */
+  *entries(): IterableIterator<[string, readonly unknown[]]> {
+    for (const [key, member] of this.members) yield [key, member.values]
   }
 
   /** Parses Postgres text values of the selected columns (as a row holds them). */
@@ -71,6 +88,7 @@ export class SubqueryView {
     }
     this.members.set(key, { values, count: 1 })
     if (values.includes(null)) this.nullMembers++
+    this.watcher?.entered(key, values)
     return true
   }
 
@@ -82,6 +100,7 @@ export class SubqueryView {
     if (--member.count > 0) return false
     this.members.delete(key)
     if (member.values.includes(null)) this.nullMembers--
+    this.watcher?.left(key, member.values)
     return true
   }
 
@@ -92,6 +111,7 @@ export class SubqueryView {
     if (member === undefined) return
     this.members.delete(key)
     if (member.values.includes(null)) this.nullMembers--
+    this.watcher?.left(key, member.values)
   }
 
   /** A copy with its own counts. */

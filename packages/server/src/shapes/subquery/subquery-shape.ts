@@ -11,6 +11,9 @@ import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.
 import { type IntakeChange, readIntake } from './intake.js'
 import { type LineContext, type MovePattern, moveEventLine, outerChangeLines } from './shape-lines.js'
 import { tagHash } from './tags.js'
+import type { ViewBudget } from './view-budget.js'
+import { ShapeViewRouting } from './view-routing.js'
+import { ShapeError } from '../shape-error.js'
 
 /*
  * A shape whose where clause has subqueries, between the router and its log
@@ -51,6 +54,8 @@ export interface SubqueryShapeOptions {
   readonly maxHeld: { readonly transactions: number; readonly changes: number }
   /** The shape can no longer be kept exact. Called once. */
   readonly invalidate: (detail: string) => void
+  /** Where the views' entries are counted (`--max-subquery-view-entries`); none: unbounded. */
+  readonly budget?: ViewBudget
 }
 
 interface PendingTxn {
@@ -89,6 +94,14 @@ export function memberHandle(handle: string, table: TableInfo): string {
   return `${handle}\u0000${table.oid}`
 }
 
+/** The refusal of a subquery shape whose views would not fit the bound. */
+export function viewsFull(budget: ViewBudget): ShapeError {
+  return new ShapeError(
+    'subquery_views_full',
+    `subquery shapes' result sets hold ${budget.used} values, at the limit of ${budget.limit} (--max-subquery-view-entries)`,
+  )
+}
+
 export class SubqueryShape {
   readonly roots: DependencyState[]
   readonly states: DependencyState[]
@@ -108,6 +121,10 @@ export class SubqueryShape {
   /** The snapshot the views were read in: transactions it saw are never applied again. */
   private seen: { snapshot: PgSnapshot; insertLsn: bigint } | undefined
   private readonly columns: readonly string[]
+  /** How the router files the outer member under the views' values (view-routing.ts). */
+  private readonly routing: ShapeViewRouting
+  /** Entries counted against the budget for this shape's views. */
+  private charged = 0
 
   constructor(private readonly options: SubqueryShapeOptions) {
     const plan = options.where.subqueries
@@ -119,6 +136,7 @@ export class SubqueryShape {
     this.innerTables = tables
     const wanted = options.columns === undefined ? undefined : new Set(options.columns)
     this.columns = options.table.columns.map((c) => c.name).filter((name) => wanted === undefined || wanted.has(name))
+    this.routing = new ShapeViewRouting(plan)
   }
 
   get handle(): string {
@@ -129,9 +147,9 @@ export class SubqueryShape {
     return this.options.where
   }
 
-  /** How the router knows the outer member: every column, REPLICA FULL, every row. */
+  /** How the router knows the outer member: every column, REPLICA FULL, filed under the views' values. */
   outerSpec(): RouteSpec {
-    return { handle: this.options.handle, table: this.options.table, where: undefined, columns: undefined, replica: 'full' }
+    return { handle: this.options.handle, table: this.options.table, where: undefined, columns: undefined, replica: 'full', views: this.routing }
   }
 
   /** The outer member's target, writing to `target` (the builder's queue and stitching). */
@@ -177,7 +195,37 @@ export class SubqueryShape {
     const held = this.held ?? []
     this.held = undefined
     this.seen = { snapshot, insertLsn }
+    this.recount()
+    this.routing.seed(this.roots)
     for (const txn of held) if (!this.inSnapshot(txn)) this.enqueue(txn)
+    this.routing.setBroad(this.moving !== undefined)
+  }
+
+  /** A snapshot attempt starts loading the views anew: what an earlier attempt loaded is no longer held. */
+  resetLoad(): void {
+    this.options.budget?.charge(-this.charged)
+    this.charged = 0
+  }
+
+  /** New view entries read by the snapshot; refused (the shape is not made) past the bound. */
+  chargeLoad(entries: number): void {
+    const budget = this.options.budget
+    if (budget === undefined || this.dead) return
+    if (!budget.fits(entries)) throw viewsFull(budget)
+    budget.charge(entries)
+    this.charged += entries
+  }
+
+  /** Counts the views' entries against the budget again; returns how many more there are than last counted. */
+  private recount(): number {
+    if (this.dead) return 0
+    let total = 0
+    // A nested subquery keeps its inner rows too (candidate-rows.ts): each counts as an entry.
+    for (const state of this.states) total += state.view.size + (state.rows?.size ?? 0)
+    const delta = total - this.charged
+    this.options.budget?.charge(delta)
+    this.charged = total
+    return delta
   }
 
   private inSnapshot(txn: PendingTxn): boolean {
@@ -221,6 +269,8 @@ export class SubqueryShape {
   /** The shape is gone: a move-in in flight stops holding the store back. */
   dispose(): void {
     this.dead = true
+    this.options.budget?.charge(-this.charged)
+    this.charged = 0
     const moving = this.moving
     this.moving = undefined
     moving?.abort.abort()
@@ -275,6 +325,11 @@ export class SubqueryShape {
         this.kill(`a NULL entered or left the set of a NOT IN subquery on ${state.table.schema}.${state.table.name}`)
         return op
       }
+    }
+    if (this.recount() > 0 && this.options.budget?.fits(0) === false) {
+      const { budget } = this.options
+      this.kill(`the result sets of subquery shapes grew to ${budget!.used} values, past --max-subquery-view-entries (${budget!.limit})`)
+      return op
     }
     const outs: MovePattern[] = []
     const ins: MovePattern[] = []
@@ -344,6 +399,7 @@ export class SubqueryShape {
       release: this.options.router.holdAdvance(),
     }
     this.moving = moving
+    this.routing.setBroad(true)
     this.unsubscribe ??= this.options.router.onMessage((message) => {
       const current = this.moving
       if (current === undefined || message.transactional || message.prefix !== MOVE_IN_MESSAGE_PREFIX) return
@@ -412,5 +468,6 @@ export class SubqueryShape {
     if (boundary !== undefined) boundary.op = op
     moving.release(lsn)
     for (const txn of held) this.enqueue(txn)
+    this.routing.setBroad(this.moving !== undefined)
   }
 }

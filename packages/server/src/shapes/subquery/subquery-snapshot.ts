@@ -65,6 +65,7 @@ export function subquerySnapshotRequest(shape: SubqueryShape, def: ShapeDefiniti
   const values: string[] = []
   const text = renumberParams(query, valueOf, values)
   const prepare = async (client: pg.ClientBase): Promise<void> => {
+    shape.resetLoad()
     // Deepest first: a nested subquery's rows are judged against its subqueries' views.
     for (const state of [...shape.states].reverse()) {
       const view = new SubqueryView(state.dep.types)
@@ -81,11 +82,12 @@ export function subquerySnapshotRequest(shape: SubqueryShape, def: ShapeDefiniti
           rows.columns.forEach((name, i) => (row[name] = texts[i] ?? null))
           rows.add(row, touch)
         }
+        shape.chargeLoad(view.size + rows.size)
         continue
       }
       const sql = renumberParams(viewQuery(state), valueOf, params)
       const result = await client.query({ text: sql, values: params, rowMode: 'array' })
-      for (const row of result.rows as (string | null)[][]) view.add(view.parse(row))
+      for (const row of result.rows as (string | null)[][]) if (view.add(view.parse(row))) shape.chargeLoad(1)
     }
   }
   return { text, values, prepare }
