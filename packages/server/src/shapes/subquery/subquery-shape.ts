@@ -247,6 +247,8 @@ export class SubqueryShape {
    * entered, the move-in starts (its rows are spliced in later).
    */
   private process(txn: PendingTxn, op: number): number {
+    // Killed by an earlier transaction of the same batch (held ones applied in turn): its log is deleted.
+    if (this.dead) return op
     const plan = this.options.where.subqueries!
     const { handle } = this.options
     const moves = new Map<DependencyState, ViewMoves>()
@@ -306,7 +308,7 @@ export class SubqueryShape {
 
   /** Appends lines as entries `<lsn>_<op>`, `<lsn>_<op+1>`…; returns the next op. */
   private write(lsn: bigint, xid: number, op: number, lines: readonly Uint8Array[]): number {
-    if (lines.length === 0) return op
+    if (lines.length === 0 || this.dead) return op
     // Logs skip entries at or below their last one (replays): an entry placed there would be lost silently.
     if (lsn < this.wroteAt || (lsn === this.wroteAt && op <= this.lastOp)) {
       this.kill(`lines at ${lsn}_${op} would not follow the log's last entry ${this.wroteAt}_${this.lastOp}`)
@@ -319,6 +321,8 @@ export class SubqueryShape {
   }
 
   private startMoveIn(txn: PendingTxn, before: SubqueryView[], patterns: MovePattern[]): void {
+    // A dead shape's hold would never be released (dispose has run): every shape's acknowledgement would wait.
+    if (this.dead) return
     const id = `${this.options.handle}:${++this.moveCount}`
     const moving: MovingIn = {
       id,
