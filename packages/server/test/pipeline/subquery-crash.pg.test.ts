@@ -9,7 +9,8 @@
  * starts a new one on the same storage directory.
  *
  * After a restart a client still holding its handle gets 409 (subquery shapes
- * are not restored: their views live in memory), drops its rows and refetches.
+ * are not restored: their views live in memory), drops its rows and refetches;
+ * a handle answering 200 from two children is a failure.
  * Every few kills, and after the last, the writers pause, the child catches up
  * and every client, read to up-to-date, must hold exactly Postgres's rows for
  * its clause: none lost, none twice, none extra.
@@ -78,6 +79,9 @@ describe('subquery shapes across SIGKILLs', () => {
     const problems: string[] = []
 
     let port = 0
+    /** Which child serves: a handle is of one child's life only (subquery shapes are not restored). */
+    let generation = 0
+    const handleGeneration = new Map<string, number>()
     const launch = async (): Promise<NodeProcess> => {
       const proc = spawnNode(FIXTURE, [], { cwd: SERVER_DIR })
       running.add(proc)
@@ -85,6 +89,7 @@ describe('subquery shapes across SIGKILLs', () => {
       proc.send(`go ${JSON.stringify(config)}`)
       const { line } = await waitFor(proc, (l) => l.startsWith('started '))
       port = (JSON.parse(line.slice('started '.length)) as { port: number }).port
+      generation++
       return proc
     }
     let child = await launch()
@@ -127,7 +132,7 @@ describe('subquery shapes across SIGKILLs', () => {
       followers.push(follower)
     }
     // Clients follow on their own, through kills: a request to a dead server fails and is tried again.
-    const reading = { on: true, paused: false }
+    const reading = { on: true, paused: false, busy: 0 }
     const stats = { kills: 0, moveInKills: 0, restarts: 0, checks: 0, rowsCompared: 0, connectionErrors: 0, refetchesAfterRestart: 0 }
     const readers = followers.map(async (follower) => {
       while (reading.on) {
@@ -135,14 +140,22 @@ describe('subquery shapes across SIGKILLs', () => {
           await sleep(10)
           continue
         }
+        const at = generation
+        reading.busy++
         try {
           await follower.sync(port)
+          const seen = handleGeneration.get(follower.handle)
+          if (seen !== undefined && seen !== at) problems.push(`${describeShape(follower.spec)}: handle ${follower.handle} of child ${seen} answered 200 from child ${at}`)
+          handleGeneration.set(follower.handle, at)
         } catch (error) {
           if (!isConnectionError(error)) {
             problems.push(`${describeShape(follower.spec)}: ${String(error)}`)
             return
           }
           stats.connectionErrors++
+          await sleep(50)
+        } finally {
+          reading.busy--
         }
         await sleep(rng.int(5, 60))
       }
@@ -152,6 +165,8 @@ describe('subquery shapes across SIGKILLs', () => {
       writers.paused = true
       reading.paused = true
       try {
+        // A client reads one response at a time: wait for the readers' requests in flight.
+        while (reading.busy > 0) await sleep(5)
         const lsn = await commitMarker(cluster)
         // The durable position passes the marker once every move-in before it is spliced.
         for (let attempt = 0; ; attempt++) {
@@ -215,7 +230,8 @@ describe('subquery shapes across SIGKILLs', () => {
         `${followers.length} shapes: ${total('refetches')} refetches (409), ${total('moveIns')} move-ins with ${total('moveInRows')} rows, ${total('moveOuts')} move-outs, ` +
         `${total('changes')} changes, ${total('requests')} requests, ${stats.connectionErrors} requests to a dead server`,
     )
-    // Every client saw at least one 409 per restart it lived through (the shapes are not restored).
-    for (const f of followers) expect(f.stats.refetches, describeShape(f.spec)).toBeGreaterThanOrEqual(stats.restarts)
+    for (const f of followers) console.log(`  ${describeShape(f.spec)}: ${JSON.stringify(f.stats)}`)
+    // Clients took the 409 and refetched (a handle answering 200 from two children is reported above).
+    expect(total('refetches')).toBeGreaterThan(0)
   }, SOAK ? 3_600_000 : 240_000)
 })
