@@ -79,7 +79,8 @@ export function moveInSql(query: MoveInQuery): { text: string; values: string[] 
       return `CAST($${VIEW_PARAM_BASE + arrays.length - 1} AS ${quoteIdent(type)}[])`
     })
     if (position.left.length === 1) return `${quoteIdent(position.left[0]!)} = ANY(${params[0]})`
-    return `(${position.left.map(quoteIdent).join(', ')}) IN (SELECT * FROM pg_catalog.unnest(${params.join(', ')}))`
+    // Postgres reads several arrays in one `unnest(a, b)` only unqualified; ROWS FROM zips qualified ones alike.
+    return `(${position.left.map(quoteIdent).join(', ')}) IN (SELECT * FROM ROWS FROM (${params.map((p) => `pg_catalog.unnest(${p})`).join(', ')}))`
   }
   const clause = (views: readonly SubqueryView[]): string =>
     plan.disjuncts

@@ -81,6 +81,29 @@ const MAX_HELD_TRANSACTIONS = 1000
 
 const encoder = new TextEncoder()
 
+/** The tuple with NULL in place of each non-empty subset of its non-NULL values. */
+function nullVariants(values: readonly unknown[]): unknown[][] {
+  const out: unknown[][] = []
+  for (let mask = 1; mask < 1 << values.length; mask++) {
+    if (values.some((v, i) => (mask & (1 << i)) !== 0 && v === null)) continue
+    out.push(values.map((v, i) => ((mask & (1 << i)) !== 0 ? null : v)))
+  }
+  return out
+}
+
+/** Drops repeated patterns in place (several moved tuples stand for the same all-NULL left side). */
+function dedupePatterns(patterns: MovePattern[]): void {
+  const seen = new Set<string>()
+  let kept = 0
+  for (const p of patterns) {
+    const key = `${p.pos}/${p.value}`
+    if (seen.has(key)) continue
+    seen.add(key)
+    patterns[kept++] = p
+  }
+  patterns.length = kept
+}
+
 /** The handle under which the shape's member on an inner table is routed. */
 export function memberHandle(handle: string, table: TableInfo): string {
   return `${handle}\u0000${table.oid}`
@@ -288,10 +311,20 @@ export class SubqueryShape {
       }
       plan.positions.forEach((position, pos) => {
         if (position.dep !== index) return
-        for (const values of leaving) outs.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
-        for (const values of entering) ins.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
+        const hash = (values: readonly unknown[]): string => tagHash(handle, position.left, state.view.texts(values))
+        for (const values of leaving) outs.push({ pos, value: hash(values) })
+        for (const values of entering) ins.push({ pos, value: hash(values) })
+        if (!state.dep.negated) return
+        // `l NOT IN S` for a left side with NULLs is NULL once S holds a tuple equal to it where l is not NULL
+        // (`NULL NOT IN S` once S is not empty), else TRUE: such rows move with those tuples, under tags of
+        // their own. Each left side the moved tuple could stand for, NULLs in place of some of its values,
+        // is named when the view now puts it on the side of the move.
+        for (const values of leaving) for (const left of nullVariants(values)) if (state.view.test(left) !== false) outs.push({ pos, value: hash(left) })
+        for (const values of entering) for (const left of nullVariants(values)) if (state.view.test(left) === false) ins.push({ pos, value: hash(left) })
       })
     }
+    dedupePatterns(outs)
+    dedupePatterns(ins)
     const lines: Uint8Array[] = []
     if (outs.length > 0) lines.push(encoder.encode(moveEventLine('move-out', outs, [txn.xid])))
     this.outerLines(txn, before ?? this.roots.map((s) => s.view), lines)
