@@ -312,15 +312,16 @@ export class SubqueryShape {
       plan.positions.forEach((position, pos) => {
         if (position.dep !== index) return
         const hash = (values: readonly unknown[]): string => tagHash(handle, position.left, state.view.texts(values))
-        for (const values of leaving) outs.push({ pos, value: hash(values) })
-        for (const values of entering) ins.push({ pos, value: hash(values) })
-        if (!state.dep.negated) return
+        // A pattern sets the position of the rows with that left side to what the view now makes it. Three-
+        // valued IN decides, not the tuple alone: with a NULL in the set, `v NOT IN S` stays NULL when v
+        // leaves; a tuple with a NULL in it makes no left side TRUE when it enters.
+        const holds = (left: readonly unknown[]): boolean => (state.dep.negated ? state.view.test(left) === false : state.view.test(left) === true)
         // `l NOT IN S` for a left side with NULLs is NULL once S holds a tuple equal to it where l is not NULL
         // (`NULL NOT IN S` once S is not empty), else TRUE: such rows move with those tuples, under tags of
-        // their own. Each left side the moved tuple could stand for, NULLs in place of some of its values,
-        // is named when the view now puts it on the side of the move.
-        for (const values of leaving) for (const left of nullVariants(values)) if (state.view.test(left) !== false) outs.push({ pos, value: hash(left) })
-        for (const values of entering) for (const left of nullVariants(values)) if (state.view.test(left) === false) ins.push({ pos, value: hash(left) })
+        // their own, NULLs in place of some of the tuple's values.
+        const lefts = (values: readonly unknown[]): (readonly unknown[])[] => (state.dep.negated ? [values, ...nullVariants(values)] : [values])
+        for (const values of leaving) for (const left of lefts(values)) if (!holds(left)) outs.push({ pos, value: hash(left) })
+        for (const values of entering) for (const left of lefts(values)) if (holds(left)) ins.push({ pos, value: hash(left) })
       })
     }
     dedupePatterns(outs)
