@@ -316,12 +316,19 @@ export class SubqueryShape {
         // valued IN decides, not the tuple alone: with a NULL in the set, `v NOT IN S` stays NULL when v
         // leaves; a tuple with a NULL in it makes no left side TRUE when it enters.
         const holds = (left: readonly unknown[]): boolean => (state.dep.negated ? state.view.test(left) === false : state.view.test(left) === true)
+        for (const values of leaving) if (!holds(values)) outs.push({ pos, value: hash(values) })
+        for (const values of entering) if (holds(values)) ins.push({ pos, value: hash(values) })
+        if (!state.dep.negated) return
         // `l NOT IN S` for a left side with NULLs is NULL once S holds a tuple equal to it where l is not NULL
         // (`NULL NOT IN S` once S is not empty), else TRUE: such rows move with those tuples, under tags of
-        // their own, NULLs in place of some of the tuple's values.
-        const lefts = (values: readonly unknown[]): (readonly unknown[])[] => (state.dep.negated ? [values, ...nullVariants(values)] : [values])
-        for (const values of leaving) for (const left of lefts(values)) if (!holds(left)) outs.push({ pos, value: hash(left) })
-        for (const values of entering) for (const left of lefts(values)) if (holds(left)) ins.push({ pos, value: hash(left) })
+        // their own, NULLs in place of some of the tuple's values. One that entered S makes them NULL; one
+        // that left makes them TRUE only if no other tuple of S still matches them (a scan of S).
+        for (const values of leaving) for (const left of nullVariants(values)) outs.push({ pos, value: hash(left) })
+        for (const values of entering) {
+          for (const left of nullVariants(values)) {
+            if (left.every((v) => v === null) ? state.view.size === 0 : holds(left)) ins.push({ pos, value: hash(left) })
+          }
+        }
       })
     }
     dedupePatterns(outs)
