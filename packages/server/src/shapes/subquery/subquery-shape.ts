@@ -321,9 +321,13 @@ export class SubqueryShape {
         if (!state.dep.negated) return
         // `l NOT IN S` for a left side with NULLs is NULL once S holds a tuple equal to it where l is not NULL
         // (`NULL NOT IN S` once S is not empty), else TRUE: such rows move with those tuples, under tags of
-        // their own, NULLs in place of some of the tuple's values. One that entered S makes them NULL; one
-        // that left makes them TRUE only if no other tuple of S still matches them (a scan of S).
-        for (const values of leaving) for (const left of nullVariants(values)) outs.push({ pos, value: hash(left) })
+        // their own, NULLs in place of some of the tuple's values. One that entered S makes them NULL (the
+        // all-NULL one only if S was empty); one that left makes them TRUE only if no other tuple of S still
+        // matches them (a scan of S).
+        const wasEmpty = state.view.size - leaving.length + entering.length === 0
+        for (const values of leaving) {
+          for (const left of nullVariants(values)) if (wasEmpty || !left.every((v) => v === null)) outs.push({ pos, value: hash(left) })
+        }
         for (const values of entering) {
           for (const left of nullVariants(values)) {
             if (left.every((v) => v === null) ? state.view.size === 0 : holds(left)) ins.push({ pos, value: hash(left) })
