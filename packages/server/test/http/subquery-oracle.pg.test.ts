@@ -42,6 +42,8 @@ const dirs = useTempDir('subquery-oracle')
 let pipeline: Pipeline
 let server: TestServer
 const invalidations = new Map<string, number>()
+/** What the pipeline logged as an error: none is expected. */
+const errors: string[] = []
 
 beforeAll(async () => {
   pipeline = await startPipeline(cluster, await dirs.make('store'), {
@@ -53,7 +55,7 @@ beforeAll(async () => {
         invalidations.set(detail, (invalidations.get(detail) ?? 0) + 1)
       },
       warn: () => {},
-      error: () => {},
+      error: (data: object, message: string) => void errors.push(`${message} ${JSON.stringify(data)}`),
     },
   })
   server = await startServer(pipeline, { longPollTimeoutMs: 20_000 })
@@ -250,6 +252,7 @@ describe('subquery oracle', () => {
         `${total('moveIns')} move-ins with ${total('moveInRows')} rows, ${total('moveOuts')} move-outs, ${total('changes')} changes, ${total('refetches')} refetches (409), ${total('requests')} requests; ` +
         `invalidations by cause ${JSON.stringify(Object.fromEntries(invalidations))}`,
     )
+    expect(errors).toEqual([])
     expect(counts.checks).toBe(STEPS + 1)
     // The workload did move rows both ways.
     expect(total('moveIns')).toBeGreaterThan(0)
