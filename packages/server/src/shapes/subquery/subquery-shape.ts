@@ -89,6 +89,29 @@ interface MovingIn {
 
 const encoder = new TextEncoder()
 
+/** The tuple with NULL in place of each non-empty subset of its non-NULL values. */
+function nullVariants(values: readonly unknown[]): unknown[][] {
+  const out: unknown[][] = []
+  for (let mask = 1; mask < 1 << values.length; mask++) {
+    if (values.some((v, i) => (mask & (1 << i)) !== 0 && v === null)) continue
+    out.push(values.map((v, i) => ((mask & (1 << i)) !== 0 ? null : v)))
+  }
+  return out
+}
+
+/** Drops repeated patterns in place (several moved tuples stand for the same all-NULL left side). */
+function dedupePatterns(patterns: MovePattern[]): void {
+  const seen = new Set<string>()
+  let kept = 0
+  for (const p of patterns) {
+    const key = `${p.pos}/${p.value}`
+    if (seen.has(key)) continue
+    seen.add(key)
+    patterns[kept++] = p
+  }
+  patterns.length = kept
+}
+
 /** The handle under which the shape's member on an inner table is routed. */
 export function memberHandle(handle: string, table: TableInfo): string {
   return `${handle}\u0000${table.oid}`
@@ -308,6 +331,8 @@ export class SubqueryShape {
    * entered, the move-in starts (its rows are spliced in later).
    */
   private process(txn: PendingTxn, op: number): number {
+    // Killed by an earlier transaction of the same batch (held ones applied in turn): its log is deleted.
+    if (this.dead) return op
     const plan = this.options.where.subqueries!
     const { handle } = this.options
     const moves = new Map<DependencyState, ViewMoves>()
@@ -351,10 +376,32 @@ export class SubqueryShape {
       }
       plan.positions.forEach((position, pos) => {
         if (position.dep !== index) return
-        for (const values of leaving) outs.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
-        for (const values of entering) ins.push({ pos, value: tagHash(handle, position.left, state.view.texts(values)) })
+        const hash = (values: readonly unknown[]): string => tagHash(handle, position.left, state.view.texts(values))
+        // A pattern sets the position of the rows with that left side to what the view now makes it. Three-
+        // valued IN decides, not the tuple alone: with a NULL in the set, `v NOT IN S` stays NULL when v
+        // leaves; a tuple with a NULL in it makes no left side TRUE when it enters.
+        const holds = (left: readonly unknown[]): boolean => (state.dep.negated ? state.view.test(left) === false : state.view.test(left) === true)
+        for (const values of leaving) if (!holds(values)) outs.push({ pos, value: hash(values) })
+        for (const values of entering) if (holds(values)) ins.push({ pos, value: hash(values) })
+        if (!state.dep.negated) return
+        // `l NOT IN S` for a left side with NULLs is NULL once S holds a tuple equal to it where l is not NULL
+        // (`NULL NOT IN S` once S is not empty), else TRUE: such rows move with those tuples, under tags of
+        // their own, NULLs in place of some of the tuple's values. One that entered S makes them NULL (the
+        // all-NULL one only if S was empty); one that left makes them TRUE only if no other tuple of S still
+        // matches them (a scan of S).
+        const wasEmpty = state.view.size - leaving.length + entering.length === 0
+        for (const values of leaving) {
+          for (const left of nullVariants(values)) if (wasEmpty || !left.every((v) => v === null)) outs.push({ pos, value: hash(left) })
+        }
+        for (const values of entering) {
+          for (const left of nullVariants(values)) {
+            if (left.every((v) => v === null) ? state.view.size === 0 : holds(left)) ins.push({ pos, value: hash(left) })
+          }
+        }
       })
     }
+    dedupePatterns(outs)
+    dedupePatterns(ins)
     const lines: Uint8Array[] = []
     if (outs.length > 0) lines.push(encoder.encode(moveEventLine('move-out', outs, [txn.xid])))
     this.outerLines(txn, before ?? this.roots.map((s) => s.view), lines)
@@ -371,7 +418,7 @@ export class SubqueryShape {
 
   /** Appends lines as entries `<lsn>_<op>`, `<lsn>_<op+1>`…; returns the next op. */
   private write(lsn: bigint, xid: number, op: number, lines: readonly Uint8Array[]): number {
-    if (lines.length === 0) return op
+    if (lines.length === 0 || this.dead) return op
     // Logs skip entries at or below their last one (replays): an entry placed there would be lost silently.
     if (lsn < this.wroteAt || (lsn === this.wroteAt && op <= this.lastOp)) {
       this.kill(`lines at ${lsn}_${op} would not follow the log's last entry ${this.wroteAt}_${this.lastOp}`)
@@ -384,6 +431,8 @@ export class SubqueryShape {
   }
 
   private startMoveIn(txn: PendingTxn, before: SubqueryView[], patterns: MovePattern[]): void {
+    // A dead shape's hold would never be released (dispose has run): every shape's acknowledgement would wait.
+    if (this.dead) return
     const id = `${this.options.handle}:${++this.moveCount}`
     const moving: MovingIn = {
       id,
