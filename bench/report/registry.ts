@@ -6,6 +6,7 @@
  */
 import type { ReportSection } from './section.js'
 import { chunksSection } from './sections/chunks.js'
+import { compactionSection } from './sections/compaction.js'
 import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
 import { fanoutSection } from './sections/fanout.js'
@@ -56,4 +57,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'overlap', script: 'bench:overlap', quickEnv: { QUICK: '1' }, section: overlapSection },
   // QUICK: 500 shapes made, measured idle, expired after 45 s (about two minutes).
   { name: 'lifecycle', script: 'bench:lifecycle', quickEnv: { QUICK: '1' }, section: lifecycleSection },
+  // QUICK: 1,000 rows updated 50,000 times, 3 syncs per log (about two minutes: the old log's grace period is one).
+  { name: 'compaction', script: 'bench:compaction', quickEnv: { QUICK: '1' }, section: compactionSection },
 ]

@@ -130,6 +130,8 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       snapshotConnections: config.snapshotConnections,
       maxShapes: config.maxShapes,
       shapeTtlMs: config.shapeTtlMs,
+      compactRatio: config.compactRatio,
+      compactMinEntries: config.compactMinEntries,
       tableCacheMs: config.tableCacheMs,
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
       catalogCheckMs: config.catalogCheckMs,

@@ -249,7 +249,7 @@ class ShapeResponder {
   /** An offset past the head: wait (half the long-poll timeout) for the log to get there. */
   private async waitToReach(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<true | FastifyReply> {
     const { waiters, untilReached } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
+    const result = await waitForData(byHandle(shape, log), after, waiters, this.http.longPollTimeoutMs / 2, this.gone, untilReached)
     if (result === 'data') return true
     if (result === 'invalidated') return this.rotated(shape)
     if (result === 'timeout') throw offsetOutOfBounds()
@@ -259,7 +259,7 @@ class ShapeResponder {
 
   private async longPoll(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<FastifyReply> {
     const { waiters, untilData } = this.context
-    const result = await waitForData(log, after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
+    const result = await waitForData(byHandle(shape, log), after, waiters, this.http.longPollTimeoutMs, this.gone, untilData)
     if (result === 'data') {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
@@ -433,4 +433,12 @@ class ShapeResponder {
 
 function sameSecret(given: Buffer, expected: Buffer): boolean {
   return given.length === expected.length && timingSafeEqual(given, expected)
+}
+
+/**
+ * The log as waiters know it: by the shape's handle, which a compacted log's
+ * store id is not (shapes/compaction/log-ids.ts).
+ */
+function byHandle(shape: ResolvedShape, log: ShapeLog): { readonly id: string; head(): ReturnType<ShapeLog['head']> } {
+  return { id: shape.handle, head: () => log.head() }
 }

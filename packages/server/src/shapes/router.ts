@@ -233,6 +233,27 @@ export class ShapeRouter implements TransactionSink {
     shape.target = target
   }
 
+  /** Where the shape's parts go now. */
+  targetOf(handle: string): ShapeTarget | undefined {
+    return this.shapes.get(handle)?.target
+  }
+
+  /**
+   * Retargets between transactions (no transaction being routed, so every one
+   * routed so far went whole to the old target and has been advanced): `make`
+   * gets the current target and returns the next, or undefined to leave it.
+   * False when the shape is not routed (any more).
+   */
+  async retargetBetween(handle: string, make: (current: ShapeTarget) => ShapeTarget | undefined): Promise<boolean> {
+    while (this.busy > 0) await this.boundary()
+    const shape = this.shapes.get(handle)
+    if (shape === undefined) return false
+    const next = make(shape.target)
+    if (next === undefined) return false
+    shape.target = next
+    return true
+  }
+
   /** Stops routing to a shape at once. */
   remove(handle: string): boolean {
     const shape = this.shapes.get(handle)

@@ -36,6 +36,7 @@ export interface WaitForDataOptions {
 
 const DEFAULTS: WaitForDataOptions = Object.freeze({})
 
+/** `log.id` is the shape's handle, what waiters and statuses are keyed by (a compacted log's store id is not). */
 export async function waitForData(
   log: { readonly id: string; head(): Pick<LogHead, 'lastOffset'> },
   after: LogOffset,
