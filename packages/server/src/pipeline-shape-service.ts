@@ -17,7 +17,7 @@ import {
 } from './shape-service.js'
 import { type ShapeDefinition, compileDefinition } from './shapes/definition/index.js'
 import type { CreationGate, ShapeInvalidated, ShapeManager } from './shapes/shape-manager.js'
-import { handleOfLogId } from './shapes/compaction/log-ids.js'
+import { byHandles } from './shapes/compaction/log-ids.js'
 import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from './shapes/snapshot/index.js'
 import { tagHeadersSql } from './shapes/subquery/snapshot-sql.js'
 import type { CompiledSubset } from './shapes/snapshot/index.js'
@@ -104,12 +104,7 @@ export class PipelineShapeService implements ShapeService {
 
   onFlush(listener: FlushListener): () => void {
     // Waiters wait on handles: a compacted log's id names its handle with a suffix.
-    return this.store.onFlush((result) => {
-      const ids = result.advanced
-      let i = 0
-      while (i < ids.length && handleOfLogId(ids[i]!) === ids[i]) i++
-      listener(i === ids.length ? result : { durableLsn: result.durableLsn, advanced: ids.map(handleOfLogId) })
-    })
+    return this.store.onFlush((result) => listener(byHandles(result)))
   }
 
   onInvalidated(listener: (handle: string) => void): () => void {

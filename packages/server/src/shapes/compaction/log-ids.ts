@@ -23,3 +23,11 @@ export function generationOfLogId(id: string): number {
   const m = SUFFIX.exec(id)
   return m === null ? 0 : Number(m[1])
 }
+
+/** A flush's advanced logs named by their handles (what live waiters wait on); the same object when no id is a compacted one. */
+export function byHandles<T extends { readonly advanced: readonly string[] }>(result: T): T {
+  const ids = result.advanced
+  let i = 0
+  while (i < ids.length && handleOfLogId(ids[i]!) === ids[i]) i++
+  return i === ids.length ? result : { ...result, advanced: ids.map(handleOfLogId) }
+}
