@@ -1,7 +1,7 @@
 import type { LogOffset } from '@sluice/protocol'
 import { BEFORE_ALL, compareOffsets } from '@sluice/protocol'
 import type { LogEntryInput, ShapeLog, ShapeLogStore } from '@sluice/storage'
-import { readSpansAsync } from '@sluice/storage'
+import { readSpans, readSpansAsync } from '@sluice/storage'
 import { splitEntries } from '../../http/live/split-entries.js'
 import { ChangeMerger, rowOf } from './merge-changes.js'
 import type { TeeTarget } from './tee-target.js'
@@ -28,11 +28,19 @@ export interface CompactedLog {
   readonly changes: number
 }
 
+/** Chunks up to this size are read synchronously, as HTTP reads small ranges (http/log-body.ts): a thread-pool round trip per small chunk, queued behind the group commit's fdatasyncs, made a compaction crawl. */
+const SYNC_READ_BYTES = 256 * 1024
+/** Work between two yields to the event loop, so routing and requests take turns with a compaction. */
+const YIELD_EVERY_BYTES = 256 * 1024
+
+const yieldToLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+
 /** Calls `each` with every chunk's bytes from the start to the chunk holding `until` (or the head); stops when it returns false. */
-async function eachChunk(log: ShapeLog, until: LogOffset, signal: AbortSignal | undefined, each: (bytes: Buffer, end: LogOffset) => boolean): Promise<void> {
+async function eachChunk(log: ShapeLog, until: LogOffset, check: () => void, each: (bytes: Buffer, end: LogOffset) => boolean): Promise<void> {
   let at: LogOffset = BEFORE_ALL
+  let sinceYield = 0
   for (;;) {
-    signal?.throwIfAborted()
+    check()
     const read = log.read(at)
     if (read.entryCount === 0) {
       read.release()
@@ -40,13 +48,18 @@ async function eachChunk(log: ShapeLog, until: LogOffset, signal: AbortSignal | 
     }
     let bytes: Buffer
     try {
-      bytes = await readSpansAsync(read)
+      bytes = read.byteLength > SYNC_READ_BYTES ? await readSpansAsync(read) : readSpans(read)
     } finally {
       read.release()
     }
     at = read.nextOffset
     if (!each(bytes, at)) return
     if (compareOffsets(at, until) >= 0) return
+    sinceYield += bytes.length
+    if (sinceYield >= YIELD_EVERY_BYTES) {
+      sinceYield = 0
+      await yieldToLoop()
+    }
   }
 }
 
@@ -59,9 +72,14 @@ export async function compactLog(
   tee: TeeTarget,
   signal?: AbortSignal,
 ): Promise<CompactedLog> {
+  // Stopped (the server stops), or the tee gave up (more changes held than it may keep).
+  const check = (): void => {
+    signal?.throwIfAborted()
+    if (tee.failed !== undefined) throw tee.failed
+  }
   const merger = new ChangeMerger()
   let bytesBefore = 0
-  await eachChunk(old, until, signal, (bytes, end) => {
+  await eachChunk(old, until, check, (bytes, end) => {
     bytesBefore += bytes.length
     const entries = splitEntries(bytes)
     if (end.tx === 0n) {
@@ -79,7 +97,7 @@ export async function compactLog(
     // The snapshot chunks again: rows no change superseded stay at their 0_n.
     // A chunk left empty keeps its last row (superseded later in the log, so
     // harmless) rather than vanish, which would renumber the chunks after it.
-    await eachChunk(old, until, signal, (bytes, end) => {
+    await eachChunk(old, until, check, (bytes, end) => {
       if (end.tx !== 0n) return false
       const kept: Buffer[] = []
       let last: Buffer | undefined
@@ -120,7 +138,7 @@ export async function compactLog(
     }
     if (group.length > 0) writer.appendTransaction(group)
     // One synchronous step: no part falls between the held ones and the later ones.
-    signal?.throwIfAborted()
+    check()
     tee.drainInto(writer)
     if (tee.failed !== undefined) throw tee.failed
     const log = await writer.finish()

@@ -145,7 +145,7 @@ export class ShapeCompactor {
     this.busy.add(handle)
     this.stats.running = true
     const began = performance.now()
-    const tee = new TeeTarget(old)
+    const tee = new TeeTarget(old, old.head().lastOffset.tx)
     let stitching: StitchingTarget | undefined
     const back = (to: ShapeTarget) => (current: ShapeTarget): ShapeTarget | undefined => {
       if (stitching !== undefined) {

@@ -16,6 +16,14 @@ export interface SecondTarget {
  * covered. A failure of the second copy never reaches the router: it fails the
  * compaction (`failed`), and the old log stays the shape's.
  */
+/**
+ * Copies held while the compacted log is written, at most: past this the
+ * compaction gives up (the old log stays the shape's, and the next check tries
+ * again), so a compaction that cannot keep up with a burst of writes costs a
+ * bounded amount of memory instead of growing with the burst.
+ */
+export const MAX_PENDING_BYTES = 64 * 1024 * 1024
+
 export class TeeTarget implements ShapeTarget {
   pending: TransactionPart[] | undefined = []
   /** Bytes of the copies held while the compacted log was being written (its memory). */
@@ -23,12 +31,23 @@ export class TeeTarget implements ShapeTarget {
   failed: unknown = undefined
   private second: SecondTarget | undefined
 
-  constructor(public first: ShapeTarget) {}
+  /**
+   * `heldThrough`: the LSN of the last transaction the log already holds when
+   * the tee starts. A part at or below it is a replay after a restart (the
+   * log skips it, and so would the compacted log, whose prefix holds it): it
+   * is not kept, so a restart's catch-up does not fill the held copies.
+   */
+  constructor(
+    public first: ShapeTarget,
+    private readonly heldThrough = 0n,
+    private readonly maxPendingBytes = MAX_PENDING_BYTES,
+  ) {}
 
   appendLines(lsn: bigint, ops: readonly number[], jsons: readonly Uint8Array[], count: number, options: AppendOptions | undefined, xid: number): void {
     this.first.appendLines(lsn, ops, jsons, count, options, xid)
     if (this.failed !== undefined) return
     if (this.pending !== undefined) {
+      if (lsn <= this.heldThrough) return
       // The router reuses its arrays once this returns: keep copies.
       const kept = new Array<Uint8Array>(count)
       for (let i = 0; i < count; i++) {
@@ -36,6 +55,10 @@ export class TeeTarget implements ShapeTarget {
         this.pendingBytes += jsons[i]!.length
       }
       this.pending.push({ lsn, xid, ops: ops.slice(0, count), jsons: kept, count, more: options?.more === true })
+      if (this.pendingBytes > this.maxPendingBytes) {
+        this.failed = new Error(`compaction gave up: more than ${this.maxPendingBytes} bytes of changes arrived while the compacted log was written`)
+        this.pending = []
+      }
       return
     }
     try {
