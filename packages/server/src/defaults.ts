@@ -125,11 +125,10 @@ export const HEAP_TRIM_INTERVAL_MS = 10_000
  * this many times the entries it had after its last compaction (or when the
  * process first saw it), and at least DEFAULT_COMPACT_MIN_ENTRIES more. 4 keeps
  * a new client's download within a few times the shape's current rows while a
- * log that mostly inserts is rarely rewritten for little gain (`--compact-ratio 4`
- * is the value to use); 0 turns it off. Off by default until its crash test passes a long run and read replicas
- * follow a compacted log's new generation (docs/operations.md, Log compaction).
+ * log that mostly inserts is rarely rewritten for little gain; 0 turns it off
+ * (docs/operations.md, Log compaction).
  */
-export const DEFAULT_COMPACT_RATIO = 0
+export const DEFAULT_COMPACT_RATIO = 4
 /** A small log is not worth a rewrite: its whole history costs a client little. */
 export const DEFAULT_COMPACT_MIN_ENTRIES = 10_000
 export const DEFAULT_COMPACT_INTERVAL_MS = 10_000

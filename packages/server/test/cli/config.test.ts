@@ -42,7 +42,7 @@ const DEFAULTS: Partial<SluiceConfig> = {
   writerLockWaitMs: 10_000,
   readOnly: false,
   replicaPollMs: 1000,
-  compactRatio: 0,
+  compactRatio: 4,
   compactMinEntries: 10_000,
 }
 

@@ -155,9 +155,9 @@ class Writer {
 }
 
 describe('crash safety of log compaction', () => {
-  it(`loses and duplicates nothing across SIGKILLs in every phase of a compaction (${KILLS} kills)`, async () => {
+  it(`loses and duplicates nothing across SIGKILLs in every phase of a compaction (${SOAK && FIXED_KILLS === undefined ? `until ${SOAK_LANDED} kills inside compactions` : `${KILLS} kills`})`, async () => {
     const rng = new Rng(SEED)
-    console.log(`compaction crash: seed ${SEED} (COMPACT_CRASH_SEED=${SEED}), ${KILLS} kills`)
+    console.log(`compaction crash: seed ${SEED} (COMPACT_CRASH_SEED=${SEED})`)
     await cluster.query(`CREATE TABLE ${TABLE} (id int4 PRIMARY KEY, v text, n int4, pad text)`)
     await cluster.query(`INSERT INTO ${TABLE} SELECT i, 'v' || i, i % 100, repeat('p', 30) FROM generate_series(1, ${ROWS}) i`)
     const storageDir = await dirs.make('store')

@@ -122,6 +122,8 @@ export class ShapeCompactor {
 
   private isDue(log: ShapeLog): boolean {
     const entries = log.head().entryCount
+    // Most logs never get there: they are not read at all (a server with 100k shapes checks them all every interval).
+    if (entries < this.options.minEntries) return false
     let base = this.baseline.get(log)
     if (base === undefined) {
       // First sight (a restart forgets): the snapshot region's entries, a log's rows before any history.
