@@ -151,7 +151,13 @@ export class ReplicaShapeService implements ShapeService {
 
   get(handle: string): ShapeLog | undefined {
     const id = this.shapes.logId(handle)
-    return id === undefined ? undefined : this.store.get(id)
+    if (id === undefined) return undefined
+    const log = this.store.get(id)
+    if (log !== undefined) return log
+    // Gone before the watch reported it: the writer deleted a generation a compaction replaced (or the shape).
+    this.shapes.rescan(true)
+    const now = this.shapes.logId(handle)
+    return now === undefined || now === id ? undefined : this.store.get(now)
   }
 
   onFlush(listener: FlushListener): () => void {

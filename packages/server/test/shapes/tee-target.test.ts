@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest'
 import { TeeTarget } from '../../src/shapes/compaction/tee-target.js'
 
 /** A target that records the LSNs it was given, in order. */
-function recorder(): { lsns: bigint[]; appendLines(lsn: bigint): void } {
+function recorder(): { lsns: bigint[]; appendLines(lsn: bigint): number } {
   const lsns: bigint[] = []
-  return { lsns, appendLines: (lsn: bigint) => void lsns.push(lsn) }
+  return { lsns, appendLines: (lsn: bigint) => lsns.push(lsn) }
 }
 
 const line = (n: number): Uint8Array => Buffer.from(`{"key":"k${n}","value":{"id":"${n}"},"headers":{"operation":"update"}}`)
