@@ -9,7 +9,7 @@ const change = (key: string, operation: string, value: Record<string, string | n
 const UNTIL = { tx: 1000n, op: 0n }
 
 function merged(m: ChangeMerger): unknown[] {
-  return m.merged().map((e) => ({ offset: `${e.offset.tx}_${e.offset.op}`, ...(JSON.parse(e.json.toString()) as object) }))
+  return [...m.merged()].map((e) => ({ offset: `${e.offset.tx}_${e.offset.op}`, ...(JSON.parse(e.json.toString()) as object) }))
 }
 
 describe('ChangeMerger', () => {

@@ -33,12 +33,26 @@ const SYNC_READ_BYTES = 256 * 1024
 /** Work between two yields to the event loop, so routing and requests take turns with a compaction. */
 const YIELD_EVERY_BYTES = 256 * 1024
 
-const yieldToLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+/** Counts work done in one step of the event loop; `due` once a step has done enough, `rest` gives the loop its turn. */
+class Pace {
+  private done = 0
+  constructor(private readonly check: () => void) {}
+
+  due(bytes: number): boolean {
+    this.done += bytes
+    return this.done >= YIELD_EVERY_BYTES
+  }
+
+  async rest(): Promise<void> {
+    this.done = 0
+    await new Promise((resolve) => setImmediate(resolve))
+    this.check()
+  }
+}
 
 /** Calls `each` with every chunk's bytes from the start to the chunk holding `until` (or the head); stops when it returns false. */
-async function eachChunk(log: ShapeLog, until: LogOffset, check: () => void, each: (bytes: Buffer, end: LogOffset) => boolean): Promise<void> {
+async function eachChunk(log: ShapeLog, until: LogOffset, check: () => void, each: (bytes: Buffer, end: LogOffset) => Promise<boolean>): Promise<void> {
   let at: LogOffset = BEFORE_ALL
-  let sinceYield = 0
   for (;;) {
     check()
     const read = log.read(at)
@@ -53,13 +67,8 @@ async function eachChunk(log: ShapeLog, until: LogOffset, check: () => void, eac
       read.release()
     }
     at = read.nextOffset
-    if (!each(bytes, at)) return
+    if (!(await each(bytes, at))) return
     if (compareOffsets(at, until) >= 0) return
-    sinceYield += bytes.length
-    if (sinceYield >= YIELD_EVERY_BYTES) {
-      sinceYield = 0
-      await yieldToLoop()
-    }
   }
 }
 
@@ -77,16 +86,17 @@ export async function compactLog(
     signal?.throwIfAborted()
     if (tee.failed !== undefined) throw tee.failed
   }
+  // Entries are parsed one by one, the event loop getting its turn every YIELD_EVERY_BYTES (a chunk may be 10 MiB).
+  const pace = new Pace(check)
   const merger = new ChangeMerger()
   let bytesBefore = 0
-  await eachChunk(old, until, check, (bytes, end) => {
+  await eachChunk(old, until, check, async (bytes, end) => {
     bytesBefore += bytes.length
-    const entries = splitEntries(bytes)
-    if (end.tx === 0n) {
-      for (const e of entries) merger.snapshotRow(e, end.op)
-      return true
+    for (const e of splitEntries(bytes)) {
+      if (end.tx === 0n) merger.snapshotRow(e, end.op)
+      else if (!merger.change(e, until)) return false
+      if (pace.due(e.length)) await pace.rest()
     }
-    for (const e of entries) if (!merger.change(e, until)) return false
     return true
   })
   if (merger.snapshotEnd === undefined) throw new Error(`log ${old.id} has no snapshot-end line`)
@@ -97,7 +107,7 @@ export async function compactLog(
     // The snapshot chunks again: rows no change superseded stay at their 0_n.
     // A chunk left empty keeps its last row (superseded later in the log, so
     // harmless) rather than vanish, which would renumber the chunks after it.
-    await eachChunk(old, until, check, (bytes, end) => {
+    await eachChunk(old, until, check, async (bytes, end) => {
       if (end.tx !== 0n) return false
       const kept: Buffer[] = []
       let last: Buffer | undefined
@@ -111,6 +121,7 @@ export async function compactLog(
         last = e
         if (merger.isUntouched(key)) kept.push(e)
         else if (merger.needsBase(key)) merger.base(key, value ?? {})
+        if (pace.due(e.length)) await pace.rest()
       }
       for (const e of kept) bytesAfter += e.length + 1
       if (holdsEnd) {
@@ -135,6 +146,7 @@ export async function compactLog(
         group = []
       }
       group.push(entry)
+      if (pace.due(entry.json.length)) await pace.rest()
     }
     if (group.length > 0) writer.appendTransaction(group)
     // One synchronous step: no part falls between the held ones and the later ones.

@@ -118,18 +118,17 @@ export class ChangeMerger {
     return this.keys.size
   }
 
-  /** The compacted live region, in offset order. */
-  merged(): MergedEntry[] {
-    const out: MergedEntry[] = []
-    for (const [key, s] of this.keys) {
-      if (s.op === 'snapshot') continue
+  /** The compacted live region, in offset order; each message is encoded as it is taken. */
+  *merged(): Generator<MergedEntry> {
+    const changed: Array<[string, KeyState]> = []
+    for (const entry of this.keys) if (entry[1].op !== 'snapshot') changed.push(entry)
+    changed.sort((a, b) => compareOffsets(a[1].offset, b[1].offset))
+    for (const [key, s] of changed) {
       // A rebase left without its base (no second pass) is still right as an update.
       const op = s.op === 'rebase' ? 'update' : s.op
       const headers = { operation: op, relation: s.relation, lsn: String(s.offset.tx), op_position: Number(s.offset.op), txids: s.txids }
-      out.push({ offset: s.offset, json: Buffer.from(JSON.stringify({ key, value: s.value, headers })) })
+      yield { offset: s.offset, json: Buffer.from(JSON.stringify({ key, value: s.value, headers })) }
     }
-    out.sort((a, b) => compareOffsets(a.offset, b.offset))
-    return out
   }
 }
 
