@@ -325,6 +325,8 @@ export class Pipeline {
         minEntries: options.compactMinEntries ?? DEFAULT_COMPACT_MIN_ENTRIES,
         intervalMs: options.compactIntervalMs ?? DEFAULT_COMPACT_INTERVAL_MS,
         retireAfterMs: options.compactRetireMs ?? DEFAULT_COMPACT_RETIRE_MS,
+        // A quarter of the budget for held transactions: a compaction is background work.
+        memoryBytes: Math.floor(memoryBudgetBytes / 4),
         logger: options.logger,
       })
       compactor.start()

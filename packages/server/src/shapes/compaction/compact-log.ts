@@ -80,6 +80,7 @@ export async function compactLog(
   newId: string,
   tee: TeeTarget,
   signal?: AbortSignal,
+  maxMergeBytes = Number.POSITIVE_INFINITY,
 ): Promise<CompactedLog> {
   // Stopped (the server stops), or the tee gave up (more changes held than it may keep).
   const check = (): void => {
@@ -95,6 +96,7 @@ export async function compactLog(
     for (const e of splitEntries(bytes)) {
       if (end.tx === 0n) merger.snapshotRow(e, end.op)
       else if (!merger.change(e, until)) return false
+      if (merger.heldBytes > maxMergeBytes) throw new Error(`compaction gave up: merging ${old.id} needs more than ${maxMergeBytes} bytes (--memory-budget / 4)`)
       if (pace.due(e.length)) await pace.rest()
     }
     return true

@@ -20,6 +20,9 @@ import { compareOffsets } from '@sluice/protocol'
 
 type Row = Record<string, string | null>
 
+/** A map entry and its state object, roughly, beside the key's characters. */
+const KEY_STATE_BYTES = 160
+
 interface Message {
   key?: string
   value?: Row
@@ -48,6 +51,8 @@ export class ChangeMerger {
   snapshotEnd: Buffer | undefined
   /** Live messages taken (the history the merge replaces). */
   changes = 0
+  /** An estimate of the memory the map holds (keys, states, the values of changed keys), for the compaction's budget. */
+  heldBytes = 0
 
   /** A snapshot row of chunk `chunk`. */
   snapshotRow(json: Buffer, chunk: bigint): void {
@@ -57,6 +62,7 @@ export class ChangeMerger {
       return
     }
     this.keys.set(m.key, { offset: { tx: 0n, op: chunk }, op: 'snapshot', value: undefined, relation: undefined, txids: undefined })
+    this.heldBytes += KEY_STATE_BYTES + 2 * m.key.length
   }
 
   /**
@@ -92,7 +98,12 @@ export class ChangeMerger {
       state.op = 'update'
       state.value = { ...state.value, ...m.value }
     }
-    if (prev === undefined) this.keys.set(key, state)
+    if (prev === undefined) {
+      this.keys.set(key, state)
+      this.heldBytes += KEY_STATE_BYTES + 2 * key.length
+    }
+    // A key's first change: its values (parsed, about twice their JSON) are held from now on.
+    if (prev === undefined || prev.op === 'snapshot') this.heldBytes += 2 * json.length
     return true
   }
 

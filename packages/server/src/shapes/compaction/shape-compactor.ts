@@ -52,6 +52,8 @@ export interface ShapeCompactorOptions {
   readonly intervalMs: number
   /** How long the old log keeps taking copies after the switch. */
   readonly retireAfterMs: number
+  /** What one compaction may hold in memory: the merge's map, and the copies the tee holds (each). */
+  readonly memoryBytes?: number
   readonly logger?: ShapeLogger | undefined
 }
 
@@ -147,7 +149,8 @@ export class ShapeCompactor {
     this.busy.add(handle)
     this.stats.running = true
     const began = performance.now()
-    const tee = new TeeTarget(old, old.head().lastOffset.tx)
+    const tee = new TeeTarget(old, old.head().lastOffset.tx, this.options.memoryBytes)
+    const entriesAtStart = old.head().entryCount
     let stitching: StitchingTarget | undefined
     const back = (to: ShapeTarget) => (current: ShapeTarget): ShapeTarget | undefined => {
       if (stitching !== undefined) {
@@ -172,7 +175,7 @@ export class ShapeCompactor {
       await this.options.store.flush()
       const until = old.head().lastOffset
       const newId = compactedLogId(handle, generationOfLogId(old.id) + 1)
-      const result = await compactLog(this.options.store, old, until, newId, tee, this.abort.signal)
+      const result = await compactLog(this.options.store, old, until, newId, tee, this.abort.signal, this.options.memoryBytes)
       this.stats.peakPendingBytes = Math.max(this.stats.peakPendingBytes, tee.pendingBytes)
       if (!this.options.shapes.holds(shape, old)) {
         // Invalidated or deleted meanwhile: its new log must not outlive it.
@@ -197,6 +200,8 @@ export class ShapeCompactor {
       return result
     } catch (error) {
       this.stats.failures++
+      // Not again at the next check: only once the log has grown by the ratio again (a log too big to merge, or too busy, would be re-read every interval).
+      this.baseline.set(old, entriesAtStart)
       if (!this.abort.signal.aborted) this.options.logger?.warn({ handle, err: error }, 'shape log compaction failed; the log stays as it was')
       return undefined
     } finally {
