@@ -6,6 +6,7 @@
  */
 import type { ReportSection } from './section.js'
 import { chunksSection } from './sections/chunks.js'
+import { compactionSection } from './sections/compaction.js'
 import { cdnSection } from './sections/cdn.js'
 import { clientSection } from './sections/client.js'
 import { fanoutSection } from './sections/fanout.js'
@@ -59,4 +60,6 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'lifecycle', script: 'bench:lifecycle', quickEnv: { QUICK: '1' }, section: lifecycleSection },
   // QUICK: 100 and 300 shapes of each kind, 8 move-in trials (about three minutes).
   { name: 'subquery', script: 'bench:subquery', quickEnv: { QUICK: '1' }, section: subquerySection },
+  // QUICK: 1,000 rows updated 50,000 times, 3 syncs per log (about two minutes: the old log's grace period is one).
+  { name: 'compaction', script: 'bench:compaction', quickEnv: { QUICK: '1' }, section: compactionSection },
 ]

@@ -17,6 +17,8 @@ import {
   DEFAULT_SHAPE_TTL_MS,
   DEFAULT_MAX_CREATING_SHAPES,
   DEFAULT_CLIENT_SHAPES_PER_MINUTE,
+  DEFAULT_COMPACT_MIN_ENTRIES,
+  DEFAULT_COMPACT_RATIO,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SNAPSHOT_CONNECTIONS,
   DEFAULT_SSE_TIMEOUT_MS,
@@ -63,6 +65,8 @@ export interface SluiceConfig {
   readonly clientShapesPerMinute: number
   /** The header that tells clients apart for the per-client limit; unset: the peer address. */
   readonly clientIdHeader: string | undefined
+  readonly compactRatio: number
+  readonly compactMinEntries: number
   readonly tableCacheMs: number
   readonly catalogCheckMs: number
   readonly publication: string
@@ -165,6 +169,18 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'maxCreatingShapes', flag: 'max-creating-shapes', env: 'SLUICE_MAX_CREATING_SHAPES', type: 'integer', default: String(DEFAULT_MAX_CREATING_SHAPES), min: 0, max: 1_000_000, description: 'Shapes being created at once; a request that would create one more gets 503 creation_limit_exceeded + retry-after (0: no limit).' },
   { key: 'clientShapesPerMinute', flag: 'client-shapes-per-minute', env: 'SLUICE_CLIENT_SHAPES_PER_MINUTE', type: 'integer', default: String(DEFAULT_CLIENT_SHAPES_PER_MINUTE), min: 0, max: 100_000_000, description: 'New shapes one client may create per minute (that many at once, refilled over the minute); more get 429 shape_rate_limited + retry-after (0: no limit).' },
   { key: 'clientIdHeader', flag: 'client-id-header', env: 'SLUICE_CLIENT_ID_HEADER', type: 'string', default: undefined, description: 'Request header that tells clients apart for --client-shapes-per-minute (set by an auth proxy or CDN in front, e.g. x-forwarded-for or a user id); unset or absent: the peer address.' },
+  {
+    key: 'compactRatio',
+    flag: 'compact-ratio',
+    env: 'SLUICE_COMPACT_RATIO',
+    type: 'integer',
+    default: String(DEFAULT_COMPACT_RATIO),
+    min: 0,
+    max: 1_000_000,
+    description:
+      "Compact a shape's log in the background (each row's changes merged into its current row) once it holds this many times the entries it had after its last compaction; 0: never.",
+  },
+  { key: 'compactMinEntries', flag: 'compact-min-entries', env: 'SLUICE_COMPACT_MIN_ENTRIES', type: 'integer', default: String(DEFAULT_COMPACT_MIN_ENTRIES), min: 1, max: 1_000_000_000, description: 'A log is compacted only once it has grown by at least this many entries since its last compaction.' },
   { key: 'publication', flag: 'publication', env: 'SLUICE_PUBLICATION', type: 'string', default: DEFAULT_PUBLICATION_NAME, description: 'Name of the Postgres publication Sluice creates and manages.' },
   { key: 'slot', flag: 'slot', env: 'SLUICE_SLOT', type: 'string', default: DEFAULT_SLOT_NAME, description: 'Name of the logical replication slot (lower-case letters, digits, _).' },
   { key: 'routeAhead', flag: 'route-ahead', env: 'SLUICE_ROUTE_AHEAD', type: 'boolean', default: 'true', description: 'Route a transaction that Postgres streams before its commit while it arrives, keeping its encoded lines in a scratch file until the commit, so its rows reach clients soon after it; --no-route-ahead routes it only once it has committed (to compare the two).' },

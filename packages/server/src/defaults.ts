@@ -145,3 +145,23 @@ export const RETIREMENT_QUIET_MS = 2_000
  */
 export const DEFAULT_SUBQUERY_MAX_HELD_TRANSACTIONS = 1000
 export const DEFAULT_SUBQUERY_MAX_HELD_CHANGES = 100_000
+
+/**
+ * Log compaction (shapes/compaction/): a shape's log is compacted once it holds
+ * this many times the entries it had after its last compaction (or when the
+ * process first saw it), and at least DEFAULT_COMPACT_MIN_ENTRIES more. 4 keeps
+ * a new client's download within a few times the shape's current rows while a
+ * log that mostly inserts is rarely rewritten for little gain; 0 turns it off
+ * (docs/operations.md, Log compaction).
+ */
+export const DEFAULT_COMPACT_RATIO = 4
+/** A small log is not worth a rewrite: its whole history costs a client little. */
+export const DEFAULT_COMPACT_MIN_ENTRIES = 10_000
+export const DEFAULT_COMPACT_INTERVAL_MS = 10_000
+/**
+ * How long a log that compaction replaced keeps taking copies of its shape's
+ * changes before it is deleted: longer than a long-poll (20 s) plus the wait
+ * for an offset past the head (10 s), so a request that picked up the old log
+ * just before the switch still finds it moving.
+ */
+export const DEFAULT_COMPACT_RETIRE_MS = 60_000

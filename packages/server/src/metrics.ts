@@ -167,6 +167,14 @@ export class ServerMetrics implements HttpMetrics {
     storeGauge('sluice_storage_journal_segments', 'Journal segments on disk (more than one: a checkpoint is due or running).', (s) => s.journalSegments)
     storeGauge('sluice_storage_paused', '1 while replication is paused for the storage tail budget (a checkpoint is writing tails out).', (s) => (s.underPressure ? 1 : 0))
     storeGauge('sluice_storage_pauses', 'Times replication was paused for the storage tail budget since start.', (s) => s.pressures)
+    const compaction = pipeline.compactor.stats
+    mirroredCounter('sluice_compactions_total', 'Shape logs compacted (--compact-ratio).', registers, () => compaction.compactions)
+    mirroredCounter('sluice_compaction_failures_total', 'Compactions that failed or were abandoned (the log stays as it was).', registers, () => compaction.failures)
+    mirroredCounter('sluice_compaction_reclaimed_bytes_total', 'Bytes of shape logs that compaction replaced by smaller ones.', registers, () => compaction.bytesReclaimed)
+    const compactionGauge = statsGauge(() => compaction)
+    compactionGauge('sluice_compaction_running', '1 while a shape log is being compacted.', (c) => (c.running ? 1 : 0))
+    compactionGauge('sluice_compaction_last_duration_seconds', 'How long the last compaction took.', (c) => c.lastDurationMs / 1000)
+    compactionGauge('sluice_compaction_peak_keys', 'Most row keys one compaction held in memory.', (c) => c.peakKeys)
 
     const created = new Counter({ name: 'sluice_shapes_ready_total', help: 'Shapes that became ready (snapshot finished or restored).', registers })
     const invalidated = new Counter({

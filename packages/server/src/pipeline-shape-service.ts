@@ -17,6 +17,7 @@ import {
 } from './shape-service.js'
 import { type ShapeDefinition, compileDefinition } from './shapes/definition/index.js'
 import type { CreationGate, ShapeInvalidated, ShapeManager } from './shapes/shape-manager.js'
+import { byHandles } from './shapes/compaction/log-ids.js'
 import { SnapshotError, SubsetError, buildSubsetQuery, compileSubset, runSubsetSnapshot } from './shapes/snapshot/index.js'
 import { tagHeadersSql } from './shapes/subquery/snapshot-sql.js'
 import type { CompiledSubset } from './shapes/snapshot/index.js'
@@ -97,11 +98,13 @@ export class PipelineShapeService implements ShapeService {
   }
 
   get(handle: string): ShapeLog | undefined {
-    return this.store.get(handle)
+    // A compacted shape's log is stored under another id (shapes/compaction/log-ids.ts).
+    return this.shapes.log(handle) ?? this.store.get(handle)
   }
 
   onFlush(listener: FlushListener): () => void {
-    return this.store.onFlush(listener)
+    // Waiters wait on handles: a compacted log's id names its handle with a suffix.
+    return this.store.onFlush((result) => listener(byHandles(result)))
   }
 
   onInvalidated(listener: (handle: string) => void): () => void {

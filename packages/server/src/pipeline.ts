@@ -16,6 +16,10 @@ import {
 import { PipelineShapeService } from './pipeline-shape-service.js'
 import type { ShapeService } from './shape-service.js'
 import {
+  DEFAULT_COMPACT_INTERVAL_MS,
+  DEFAULT_COMPACT_MIN_ENTRIES,
+  DEFAULT_COMPACT_RATIO,
+  DEFAULT_COMPACT_RETIRE_MS,
   DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SNAPSHOT_CONNECTIONS,
@@ -25,6 +29,7 @@ import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe, errorKey } from './log-dedupe.js'
 import { PAUSE_SHAPE_MEMORY, PAUSE_STORAGE_TAILS, PipelineHealth } from './pipeline-health.js'
 import { ShapeManager, type ShapeLogger } from './shapes/shape-manager.js'
 import { ShapeRouter } from './shapes/router.js'
+import { ShapeCompactor } from './shapes/compaction/shape-compactor.js'
 import { RoutedAhead } from './shapes/routed-ahead.js'
 import { catalogChanged } from './shapes/invalidation.js'
 import { loadTableStates } from './shapes/table-catalog.js'
@@ -78,6 +83,14 @@ export interface PipelineOptions {
   readonly healthReplicationTimeoutMs?: number
   /** Repeats of one error line are summarised once per this many ms (default DEFAULT_DEDUPE_WINDOW_MS). */
   readonly logDedupeWindowMs?: number
+  /** Compact a shape's log when it reaches this many times its entries after the last compaction (0: never). Default DEFAULT_COMPACT_RATIO. */
+  readonly compactRatio?: number
+  /** …and has grown by at least this many entries. Default DEFAULT_COMPACT_MIN_ENTRIES. */
+  readonly compactMinEntries?: number
+  /** How often shapes are checked for compaction. Default DEFAULT_COMPACT_INTERVAL_MS. */
+  readonly compactIntervalMs?: number
+  /** How long a compacted-away log keeps taking copies before it is deleted. Default DEFAULT_COMPACT_RETIRE_MS. */
+  readonly compactRetireMs?: number
 }
 
 /**
@@ -121,6 +134,7 @@ interface PipelineParts {
   /** Listeners on the store, removed on stop. */
   readonly unsubscribe: ReadonlyArray<() => void>
   readonly replicationGap: ReplicationGap | undefined
+  readonly compactor: ShapeCompactor
 }
 
 export class Pipeline {
@@ -134,6 +148,8 @@ export class Pipeline {
   readonly health: PipelineHealth
   /** Set when the restored shapes had to go because the slot was ahead of the store (see `start`). */
   readonly replicationGap: ReplicationGap | undefined
+  /** Background log compaction (shapes/compaction/). */
+  readonly compactor: ShapeCompactor
   private readonly dedupe: LogDedupe
   private readonly pools: readonly pg.Pool[]
   private readonly streams: SpillStreamBuffer
@@ -155,6 +171,7 @@ export class Pipeline {
     this.streams = parts.streams
     this.ahead = parts.ahead
     this.unsubscribe = parts.unsubscribe
+    this.compactor = parts.compactor
   }
 
   /** The global last-processed LSN of docs/protocol.md §3.4 (see `ShapeService.lastSeenLsn`). */
@@ -305,7 +322,20 @@ export class Pipeline {
       })
       await client.start()
       const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed, health })
-      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, ahead, unsubscribe, replicationGap })
+      const compactor = new ShapeCompactor({
+        store,
+        router,
+        shapes,
+        ratio: options.compactRatio ?? DEFAULT_COMPACT_RATIO,
+        minEntries: options.compactMinEntries ?? DEFAULT_COMPACT_MIN_ENTRIES,
+        intervalMs: options.compactIntervalMs ?? DEFAULT_COMPACT_INTERVAL_MS,
+        retireAfterMs: options.compactRetireMs ?? DEFAULT_COMPACT_RETIRE_MS,
+        // A quarter of the budget for held transactions: a compaction is background work.
+        memoryBytes: Math.floor(memoryBudgetBytes / 4),
+        logger: options.logger,
+      })
+      compactor.start()
+      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, ahead, unsubscribe, replicationGap, compactor })
     } catch (error) {
       // Its catalog watch would otherwise go on asking a closed pool.
       await shapes?.close().catch(() => {})
@@ -324,6 +354,7 @@ export class Pipeline {
   }
 
   private async shutdown(): Promise<void> {
+    await this.compactor.stop()
     await this.shapes.close()
     const flushed = await this.store.flush().catch(() => undefined)
     if (flushed !== undefined) this.replication.acknowledge(flushed.durableLsn)

@@ -131,6 +131,8 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       maxShapes: config.maxShapes,
       maxSubqueryViewEntries: config.maxSubqueryViewEntries,
       shapeTtlMs: config.shapeTtlMs,
+      compactRatio: config.compactRatio,
+      compactMinEntries: config.compactMinEntries,
       tableCacheMs: config.tableCacheMs,
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
       catalogCheckMs: config.catalogCheckMs,

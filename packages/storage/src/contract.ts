@@ -71,6 +71,10 @@ export interface LogHead {
   readonly snapshotChunks: number
 }
 
+export interface SnapshotAppendOptions {
+  readonly closeChunk?: boolean
+}
+
 export interface AppendOptions {
   readonly more?: boolean
 }
@@ -121,8 +125,14 @@ export interface ShapeLog {
  * must be in the new log before its directory becomes durable.
  */
 export interface SnapshotWriter {
-  /** Appends snapshot rows (JSON lines without separator). */
-  append(rows: readonly Uint8Array[]): void
+  /**
+   * Appends snapshot rows (JSON lines without separator). `closeChunk: true`
+   * closes the chunk after the last of them, whatever its size: a compacted log
+   * (built again from an existing one) keeps each snapshot row in the chunk
+   * number, so at the virtual offset `0_n`, it had, since clients hold those
+   * offsets. An empty `rows` with `closeChunk` is refused (a chunk ends at an entry).
+   */
+  append(rows: readonly Uint8Array[], options?: SnapshotAppendOptions): void
   /**
    * Appends the `snapshot-end` line and closes the last snapshot chunk. The store
    * then makes the log durable and publishes it in a group commit: the snapshot

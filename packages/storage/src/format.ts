@@ -28,8 +28,8 @@
  *   From offset 16, entries back to back. An entry is its JSON line followed by
  *   one `,` byte, so the bytes of any run of entries are an HTTP body for that
  *   run once wrapped in `[` ... `]` (the last `,` dropped or followed by a
- *   control line). Entries are never rewritten; compaction (a later feature)
- *   writes new files and new chunk records that point at them (`segment`).
+ *   control line). Entries are never rewritten; compaction (the server's)
+ *   writes a new log and deletes the old one.
  *
  * entries.idx (magic "SLGE"), record i at 16 + 32*i, little-endian:
  *   off size field
@@ -47,7 +47,7 @@
  *   8   8    end op
  *   16  8    end entry    number of entries up to and including this chunk
  *   24  8    end pos      position in log.dat just past the chunk's last entry
- *   32  4    segment      data file holding the chunk; always 0 (log.dat) for now
+ *   32  4    segment      data file holding the chunk; always 0 (log.dat)
  *   36  1    kind         0 live, 1 snapshot
  *   37  7    reserved     zero
  *   44  4    check        mix32 of the eleven little-endian u32 words at 0..43

@@ -2,6 +2,7 @@
 // src/file/, the memory engine in src/memory/.
 export type {
   AppendOptions,
+  SnapshotAppendOptions,
   FlushListenerOptions,
   FlushResult,
   LogEntryInput,

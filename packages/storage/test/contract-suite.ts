@@ -135,6 +135,25 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       expect(after.reachedHead).toBe(true)
     })
 
+
+    it('closes a snapshot chunk on request (closeChunk), so a rebuilt log keeps its rows at their 0_n', async () => {
+      const writer = store.createShape('rebuilt')
+      expect(codeOf(() => writer.append([], { closeChunk: true }))).toBe('invalid_append')
+      // Three small chunks, far below the 1000-byte threshold, then a last one holding snapshot-end.
+      writer.append([row(1), row(2)], { closeChunk: true })
+      writer.append([row(3)], { closeChunk: true })
+      writer.append([row(4)], { closeChunk: true })
+      writer.append([row(5)])
+      const log = await writer.finish(SNAPSHOT_END)
+      const head = log.head()
+      expect(head.snapshotChunks).toBe(4)
+      expect(formatOffset(head.lastOffset)).toBe('0_3')
+      const ids = (entries: unknown[]) => entries.map((e) => (e as { value?: { id: string } }).value?.id ?? 'end')
+      expect(ids(body(log.read(BEFORE_ALL)))).toEqual(['1', '2'])
+      expect(ids(body(log.read(o('0_0'))))).toEqual(['3'])
+      expect(ids(body(log.read(o('0_1'))))).toEqual(['4'])
+      expect(ids(body(log.read(o('0_2'))))).toEqual(['5', 'end'])
+    })
     it('publishes appends only once advanced and flushed', async () => {
       const log = await makeShape(store, 'live', [row(1)])
       expect(log.appendTransaction([change(100n, 0, 1), change(100n, 2, 2)])).toBe(2)

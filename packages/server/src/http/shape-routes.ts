@@ -278,7 +278,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
     this.shape = shape
     this.onClose ??= this.wentAway.bind(this)
     this.reply.raw.on('close', this.onClose)
-    this.waitForData(log, after, this.context.waiters, timeoutMs, options)
+    this.waitForData(log, after, this.context.waiters, timeoutMs, options, shape.handle)
     return WAITING
   }
 
@@ -532,3 +532,4 @@ class ShapeResponder extends DataWait<ShapeLog> {
 function sameSecret(given: Buffer, expected: Buffer): boolean {
   return given.length === expected.length && timingSafeEqual(given, expected)
 }
+

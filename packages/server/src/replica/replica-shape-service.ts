@@ -18,6 +18,7 @@ import type { HealthReport } from '../health-report.js'
 import type { Queryable } from '../replication/queryable.js'
 import type { FlushListener, ResolvedShape, ShapeService, ShapeStatus } from '../shape-service.js'
 import type { ShapeDefinition } from '../shapes/definition/index.js'
+import { byHandles } from '../shapes/compaction/log-ids.js'
 import { restoreProblem } from '../shapes/restore-shapes.js'
 import { ShapeError } from '../shapes/shape-error.js'
 import { type CompiledSubset, compileSubset } from '../shapes/snapshot/index.js'
@@ -149,11 +150,19 @@ export class ReplicaShapeService implements ShapeService {
   }
 
   get(handle: string): ShapeLog | undefined {
-    return this.shapes.status(handle) === 'active' ? this.store.get(handle) : undefined
+    const id = this.shapes.logId(handle)
+    if (id === undefined) return undefined
+    const log = this.store.get(id)
+    if (log !== undefined) return log
+    // Gone before the watch reported it: the writer deleted a generation a compaction replaced (or the shape).
+    this.shapes.rescan(true)
+    const now = this.shapes.logId(handle)
+    return now === undefined || now === id ? undefined : this.store.get(now)
   }
 
   onFlush(listener: FlushListener): () => void {
-    return this.store.onFlush(listener)
+    // Waiters wait on handles: a compacted log's id is its handle with a suffix.
+    return this.store.onFlush((result) => listener(byHandles(result)))
   }
 
   onInvalidated(listener: (handle: string) => void): () => void {

@@ -1,4 +1,5 @@
 import type { FsPort, ShapeLogStore } from '@sluice/storage'
+import { generationOfLogId, handleOfLogId } from '../shapes/compaction/log-ids.js'
 import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, parseHandle } from '../shapes/definition/index.js'
 
 /**
@@ -15,6 +16,14 @@ import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, p
  * directory changed since the last scan, so a client that got a new handle
  * from the writer an instant ago is not told it is unknown before the
  * notification arrives.
+ *
+ * A compacted log is a new directory, `<handle>_c<n>`, renamed in before the
+ * old one is deleted (shapes/compaction/log-ids.ts), so a handle can have two
+ * for a while: the newest generation is the one served, as on the writer
+ * (restore-shapes.ts), and a scan that finds a newer one switches to it. Both
+ * hold the same offsets past the compaction point, and the old one keeps
+ * taking the writer's copies until it is deleted, so a request that picked it
+ * up just before reads a log that still moves.
  */
 
 /** Handles seen going, remembered so that a client naming one hears `expired`, not `unknown`; bounded, as handles never repeat. */
@@ -33,6 +42,8 @@ export interface ReplicaShapesOptions {
 interface Indexed {
   readonly key: string
   readonly meta: ShapeMeta
+  /** The store id of the log served: the handle's newest generation. */
+  logId: string
 }
 
 export class ReplicaShapes {
@@ -62,13 +73,23 @@ export class ReplicaShapes {
     if (!force && stamp === this.stamp) return
     this.stamp = stamp
     this.scans++
-    const present = new Set(this.options.store.ids())
+    // Each handle's newest generation.
+    const present = new Map<string, string>()
+    for (const id of this.options.store.ids()) {
+      const handle = handleOfLogId(id)
+      const other = present.get(handle)
+      if (other === undefined || generationOfLogId(id) > generationOfLogId(other)) present.set(handle, id)
+    }
     for (const handle of [...this.byHandle.keys()]) {
       if (!present.has(handle)) this.remove(handle)
     }
-    for (const handle of present) {
-      if (this.byHandle.has(handle)) continue
-      const log = this.options.store.get(handle)
+    for (const [handle, logId] of present) {
+      const indexed = this.byHandle.get(handle)
+      if (indexed !== undefined) {
+        if (indexed.logId !== logId && this.options.store.get(logId) !== undefined) indexed.logId = logId
+        continue
+      }
+      const log = this.options.store.get(logId)
       if (log === undefined) continue
       let meta: ShapeMeta
       try {
@@ -83,9 +104,15 @@ export class ReplicaShapes {
       const other = this.byKey.get(key)
       if (other !== undefined && issuedAt(other) > issuedAt(handle)) continue
       this.byKey.set(key, handle)
-      this.byHandle.set(handle, { key, meta })
+      this.byHandle.set(handle, { key, meta, logId })
       this.gone.delete(handle)
     }
+  }
+
+  /** The store id of the log served for `handle` (its newest generation), if the store holds the shape. */
+  logId(handle: string): string | undefined {
+    if (this.status(handle) !== 'active') return undefined
+    return this.byHandle.get(handle)?.logId
   }
 
   /** The handle the writer serves this definition under, if the store holds it. */

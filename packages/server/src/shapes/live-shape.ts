@@ -25,9 +25,11 @@ export interface LiveShape {
   readonly definition: ShapeDefinition
   readonly where: WhereClause | undefined
   readonly table: TableInfo
-  /** Resolves with the log once the snapshot is finished and published. */
-  readonly ready: Promise<ShapeLog>
+  /** Resolves with the log once the snapshot is finished and published (the compacted log once there is one). */
+  ready: Promise<ShapeLog>
   log: ShapeLog | undefined
+  /** The log a compaction replaced, still taking copies of the parts until it is deleted (compaction/shape-compactor.ts). */
+  retiring?: ShapeLog | undefined
   /** Set when invalidated while the snapshot runs: the creation stops and cleans up. */
   cancelled: Invalidation | ShapeRemoval | undefined
   /** Only while the shape is being created (an idle controller costs ~300 bytes per shape). */

@@ -6,6 +6,7 @@ import type { ShapeTarget } from './route-contracts.js'
 import { signatureOf } from './shape-builder.js'
 import type { ShapeLogger } from './shape-manager.js'
 import { restoredTarget } from './shape-targets.js'
+import { generationOfLogId } from './compaction/log-ids.js'
 import { type TableInfo, whereColumns } from './table-catalog.js'
 
 /*
@@ -19,21 +20,37 @@ export interface StoredShape {
   readonly log: ShapeLog
 }
 
-/** The store's shapes; `broken` lists the logs whose meta cannot be read (to be deleted). */
+/**
+ * The store's shapes; `broken` lists the logs to delete: those whose meta
+ * cannot be read, and logs a compaction replaced (a crash came between the
+ * compacted log's rename and the old one's deletion: the newer generation of
+ * a handle is the shape's log, compaction/log-ids.ts).
+ */
 export function readStoredShapes(store: ShapeLogStore, logger: ShapeLogger | undefined): { stored: StoredShape[]; broken: string[] } {
-  const stored: StoredShape[] = []
+  const byHandle = new Map<string, StoredShape>()
   const broken: string[] = []
   for (const id of store.ids()) {
     const log = store.get(id)
     if (log === undefined) continue
+    let meta: ShapeMeta
     try {
-      stored.push({ meta: decodeShapeMeta(log.meta), log })
+      meta = decodeShapeMeta(log.meta)
     } catch (error) {
       logger?.error({ handle: id, err: error }, 'shape meta unreadable; deleting the shape')
       broken.push(id)
+      continue
     }
+    const other = byHandle.get(meta.handle)
+    if (other !== undefined) {
+      const [keep, drop] = generationOfLogId(other.log.id) > generationOfLogId(id) ? [other, log] : [{ meta, log }, other.log]
+      logger?.info({ handle: meta.handle, kept: keep.log.id, deleted: drop.id }, 'a compacted shape log replaced this one; deleting it')
+      broken.push(drop.id)
+      byHandle.set(meta.handle, keep)
+      continue
+    }
+    byHandle.set(meta.handle, { meta, log })
   }
-  return { stored, broken }
+  return { stored: [...byHandle.values()], broken }
 }
 
 /** A stored shape back to life with the router target it needs, or why it cannot come back. */

@@ -107,6 +107,8 @@ export class ShapeRouter implements TransactionSink {
   private readonly recent: RecentXids
   private busy = 0
   private boundaryWaiters: Array<() => void> = []
+  /** Retargets waiting for no routing to be under way (`retargetBetween`). */
+  private boundaryTasks: Array<() => void> = []
   private lastLsn = 0n
   private routedTransactions = 0
   /** Routing states not in use (one per transaction being routed; normally exactly one). */
@@ -231,6 +233,35 @@ export class ShapeRouter implements TransactionSink {
     const shape = this.shapes.get(handle)
     if (shape === undefined) throw new Error(`shape ${handle} is not routed`)
     shape.target = target
+  }
+
+  /** Where the shape's parts go now. */
+  targetOf(handle: string): ShapeTarget | undefined {
+    return this.shapes.get(handle)?.target
+  }
+
+  /**
+   * Retargets between transactions (no transaction being routed, so every one
+   * routed so far went whole to the old target and has been advanced): `make`
+   * gets the current target and returns the next, or undefined to leave it.
+   * False when the shape is not routed (any more).
+   */
+  retargetBetween(handle: string, make: (current: ShapeTarget) => ShapeTarget | undefined): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      const run = (): void => {
+        try {
+          const shape = this.shapes.get(handle)
+          const next = shape === undefined ? undefined : make(shape.target)
+          if (next !== undefined) shape!.target = next
+          resolve(next !== undefined)
+        } catch (error) {
+          reject(error)
+        }
+      }
+      // Run by `release` in the step that ends the routing under way: awaiting a boundary and checking again could starve behind back-to-back asynchronous transactions.
+      if (this.busy === 0) run()
+      else this.boundaryTasks.push(run)
+    })
   }
 
   /** Stops routing to a shape at once. */
@@ -651,6 +682,11 @@ export class ShapeRouter implements TransactionSink {
       this.idle.push(txn)
     }
     this.busy--
+    if (this.busy === 0 && this.boundaryTasks.length > 0) {
+      const tasks = this.boundaryTasks
+      this.boundaryTasks = []
+      for (const task of tasks) task()
+    }
     if (this.busy === 0 && this.boundaryWaiters.length > 0) {
       const waiters = this.boundaryWaiters
       this.boundaryWaiters = []

@@ -142,7 +142,9 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       { floor: systemMicrosClock() },
     )
     const manager = new ShapeManager(options, registry)
-    for (const id of [...broken, ...registry.expiredDuringRestore]) await options.store.deleteShape(id)
+    const logIds = new Map(stored.map((s) => [s.meta.handle, s.log.id]))
+    for (const id of broken) await options.store.deleteShape(id)
+    for (const handle of registry.expiredDuringRestore) await options.store.deleteShape(logIds.get(handle) ?? handle)
 
     // Each table loaded once, and awaited once: not a suspension per shape.
     const tables = new Map<string, TableInfo | undefined>()
@@ -169,7 +171,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       }
       const revived = revive(shape, table, options.store.durableLsn)
       if (revived.problem !== undefined) {
-        await manager.dropRestored(meta.handle, def, revived.problem)
+        await manager.dropRestored(meta.handle, shape.log.id, def, revived.problem)
         continue
       }
       manager.add(revived.shape)
@@ -277,6 +279,16 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     return shape.ready
   }
 
+  /** Shapes whose log is ready (what compaction looks at). */
+  *readyShapes(): Iterable<LiveShape> {
+    for (const shape of this.shapes.values()) if (shape.log !== undefined && shape.cancelled === undefined) yield shape
+  }
+
+  /** Whether `shape` is still the shape of its handle, serving `log`. */
+  holds(shape: LiveShape, log: ShapeLog): boolean {
+    return this.shapes.get(shape.handle) === shape && shape.cancelled === undefined && shape.log === log
+  }
+
   /** The shape's published log, if it is ready. */
   log(handle: string): ShapeLog | undefined {
     return this.shapes.get(handle)?.log
@@ -336,7 +348,9 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       shape.abort?.abort(new ShapeError('shape_invalidated', reason.detail))
       if (shape.log !== undefined) {
         // Durable before the transaction that caused it is promised to the store: a crash replays it instead.
-        await this.options.store.deleteShape(handle)
+        await this.options.store.deleteShape(shape.log.id)
+        // A log a compaction replaced and still keeps: restore must not find it.
+        if (shape.retiring !== undefined) await this.options.store.deleteShape(shape.retiring.id)
       }
       this.options.logger?.info({ handle, reason: reason.kind, detail: reason.detail }, 'shape invalidated')
       this.emit('invalidated', { handle, definition, reason })
@@ -550,10 +564,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     return [...(this.byTable.get(info) ?? [])]
   }
 
-  private async dropRestored(handle: string, definition: ShapeDefinition, why: string): Promise<void> {
+  private async dropRestored(handle: string, logId: string, definition: ShapeDefinition, why: string): Promise<void> {
     this.options.logger?.warn({ handle, why }, 'restored shape no longer matches its table; deleting it')
     this.registry.invalidate(handle)
-    await this.options.store.deleteShape(handle)
+    await this.options.store.deleteShape(logId)
     this.registry.forget(handle)
     this.emit('invalidated', { handle, definition, reason: { kind: 'deleted', detail: why } })
   }

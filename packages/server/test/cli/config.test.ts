@@ -43,6 +43,8 @@ const DEFAULTS: Partial<SluiceConfig> = {
   writerLockWaitMs: 10_000,
   readOnly: false,
   replicaPollMs: 1000,
+  compactRatio: 4,
+  compactMinEntries: 10_000,
 }
 
 /** A valid non-default value for each setting: [text, parsed]. */
@@ -67,6 +69,8 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   maxCreatingShapes: ['0', 0],
   clientShapesPerMinute: ['60', 60],
   clientIdHeader: ['X-User-Id', 'x-user-id'],
+  compactRatio: ['0', 0],
+  compactMinEntries: ['500', 500],
   tableCacheMs: ['250ms', 250],
   catalogCheckMs: ['5s', 5000],
   publication: ['My Pub', 'My Pub'],
@@ -184,6 +188,8 @@ describe('config schema', () => {
     [['--max-creating-shapes', '-1'], {}, '--max-creating-shapes: expected an integer from 0 to 1000000, got "-1"'],
     [[], { SLUICE_CLIENT_SHAPES_PER_MINUTE: 'lots' }, 'SLUICE_CLIENT_SHAPES_PER_MINUTE (environment): expected an integer from 0 to 100000000, got "lots"'],
     [['--client-id-header='], {}, '--client-id-header: expected a non-empty value, got ""'],
+    [['--compact-ratio', '-1'], {}, '--compact-ratio: expected an integer from 0 to 1000000, got "-1"'],
+    [[], { SLUICE_COMPACT_MIN_ENTRIES: '0' }, 'SLUICE_COMPACT_MIN_ENTRIES (environment): expected an integer from 1 to 1000000000, got "0"'],
     [['--table-cache', '2h'], {}, '--table-cache: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--catalog-check', '2h'], {}, '--catalog-check: expected a duration from 0ms to 1h, such as 500ms, 20s or 5m, got "2h"'],
     [['--publication', 'x'.repeat(64)], {}, `--publication: expected a name of 1-63 bytes without NUL, got "${'x'.repeat(64)}"`],

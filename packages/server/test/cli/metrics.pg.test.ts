@@ -100,6 +100,8 @@ describe('/metrics', () => {
     expect(after.get('sluice_storage_journal_segments')).toBeGreaterThanOrEqual(1)
     expect(after.get('sluice_storage_paused')).toBe(0)
     expect(after.get('sluice_storage_pauses')).toBe(0)
+    expect(after.get('sluice_compactions_total')).toBe(0)
+    expect(after.get('sluice_compaction_running')).toBe(0)
     expect(after.get('sluice_healthy')).toBe(1)
     expect(after.get('sluice_health_reason{code="storage_disk_full"}')).toBe(0)
     expect(after.get('sluice_storage_commit_failures_total')).toBe(0)

@@ -37,10 +37,13 @@ export function shapeParams(
 /**
  * A pipeline on the test cluster. Without a catalog cache (tableCacheMs 0, the
  * default is a second): a table dropped and created again is noticed by the
- * very next request, which the tests of invalidation count on.
+ * very next request, which the tests of invalidation count on. Without
+ * compaction unless asked (compactRatio): these tests check a log's history
+ * (strictly increasing offsets, a strict replay, append-only bytes), which a
+ * compaction replaces by design; the compaction tests turn it on.
  */
 export async function startPipeline(cluster: PostgresCluster, storageDir: string, options: Partial<PipelineOptions> = {}): Promise<Pipeline> {
-  return Pipeline.start({ connectionString: cluster.url, storageDir, flushIntervalMs: 5, tableCacheMs: 0, ...options })
+  return Pipeline.start({ connectionString: cluster.url, storageDir, flushIntervalMs: 5, tableCacheMs: 0, compactRatio: 0, ...options })
 }
 
 /**

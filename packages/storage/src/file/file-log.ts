@@ -179,9 +179,9 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
   }
 
   /** Snapshot rows: all rows of chunk n carry the virtual offset `0_n`. */
-  appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array): void {
+  appendSnapshot(rows: readonly Uint8Array[], end?: Uint8Array, closeChunk = false): void {
     const jsons = end ? [...rows, end] : rows
-    this.write(0n, jsons, undefined, jsons.length, end ? ENTRY_TXN_END : 0, end !== undefined)
+    this.write(0n, jsons, undefined, jsons.length, end ? ENTRY_TXN_END : 0, end !== undefined || closeChunk)
     if (end) this.snapshotHead = this.appended
   }
 

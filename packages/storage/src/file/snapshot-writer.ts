@@ -100,10 +100,11 @@ export function snapshotWriter(host: SnapshotHost, id: string, tmpDir: string, m
     }
   }
   return {
-    append: (rows) => {
+    append: (rows, options) => {
       if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
+      if (options?.closeChunk === true && rows.length === 0) throw new StorageError('invalid_append', `shape ${id}: closeChunk needs a row`)
       try {
-        log.appendSnapshot(rows)
+        log.appendSnapshot(rows, undefined, options?.closeChunk === true)
       } catch (err) {
         void drop()
         throw err

@@ -223,9 +223,10 @@ export class MemoryLogStore implements ShapeLogStore {
       if (state === 'dropped') throw new StorageError('invalid_append', `snapshot of shape ${id} was aborted or failed`)
     }
     return {
-      append: (rows) => {
+      append: (rows, options) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)
-        for (const row of rows) log.pushSnapshotRow(row, false)
+        if (options?.closeChunk === true && rows.length === 0) throw new StorageError('invalid_append', `shape ${id}: closeChunk needs a row`)
+        for (let i = 0; i < rows.length; i++) log.pushSnapshotRow(rows[i]!, options?.closeChunk === true && i === rows.length - 1)
       },
       endSnapshot: (snapshotEnd) => {
         if (state !== 'open') throw new StorageError('invalid_append', `snapshot of shape ${id} is ${state}`)

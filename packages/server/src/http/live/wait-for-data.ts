@@ -56,6 +56,8 @@ export abstract class DataWait<L extends WaitedLog = WaitedLog> extends Waiter {
   protected waitedAfter: LogOffset | undefined = undefined
   private waitOptions: WaitForDataOptions = DEFAULTS
   private waiters: LiveWaiters | undefined = undefined
+  /** What waiters and statuses know the wait by: the shape's handle, which a compacted log's store id is not. */
+  private waitedKey = ''
   /** Whole milliseconds, rounded up (never early), so that the field holds a small integer rather than a boxed double. */
   private deadline = 0
 
@@ -66,8 +68,10 @@ export abstract class DataWait<L extends WaitedLog = WaitedLog> extends Waiter {
     return false
   }
 
-  protected waitForData(log: L, after: LogOffset, waiters: LiveWaiters, timeoutMs: number, options: WaitForDataOptions = DEFAULTS): void {
+  /** `key`: the shape's handle when it is not `log.id` (a compacted log, shapes/compaction/log-ids.ts). */
+  protected waitForData(log: L, after: LogOffset, waiters: LiveWaiters, timeoutMs: number, options: WaitForDataOptions = DEFAULTS, key: string = log.id): void {
     this.waitedLog = log
+    this.waitedKey = key
     this.waitedAfter = after
     this.waitOptions = options
     this.waiters = waiters
@@ -90,12 +94,12 @@ export abstract class DataWait<L extends WaitedLog = WaitedLog> extends Waiter {
     const log = this.waitedLog!
     const waiters = this.waiters!
     const { shapes, until } = this.waitOptions
-    if (shapes !== undefined && shapes.status(log.id) !== 'active') return this.end('invalidated')
+    if (shapes !== undefined && shapes.status(this.waitedKey) !== 'active') return this.end('invalidated')
     if (compareOffsets(log.head().lastOffset, this.waitedAfter!) >= (until === 'reach' ? 0 : 1)) return this.end('data')
     const remaining = this.deadline - waiters.now()
     if (remaining <= 0) return this.end('timeout')
     if (this.cancelled()) return this.end('aborted')
-    const now = waiters.park(this, log.id, remaining)
+    const now = waiters.park(this, this.waitedKey, remaining)
     if (now !== undefined) this.end(now)
   }
 
