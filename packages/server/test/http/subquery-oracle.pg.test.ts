@@ -81,10 +81,12 @@ async function settle(): Promise<void> {
 const query = (text: string, values?: readonly unknown[]) => cluster.query<Record<string, unknown>>(text, values as unknown[])
 
 describe('subquery oracle', () => {
-  it('a shape invalidated by a transaction held during a move-in writes nothing more and holds nothing back', async () => {
-    // When a move-in's rows came back, the transactions held meanwhile were applied in turn; one that
-    // invalidated the shape (here by moving a nested subquery's rows) did not stop the next: its lines went
-    // to the deleted log, and a move-in it started held every shape's acknowledgement back for good.
+  it('a transaction held during a move-in that starts the next move-in: nothing is promised before its lines, nothing is held back', async () => {
+    // When a move-in's rows came back, the transactions held meanwhile were applied in turn. One that
+    // invalidated the shape did not stop the next (its lines went to the deleted log); and, now that a nested
+    // subquery's move streams, one that starts the next move-in found the store already promised everything
+    // routed (the first hold was released before the second was taken), so a client saw up-to-date without
+    // a held insert. The last move-in's marker also has to reach the stream with no later commit to flush it.
     await cluster.query(`
       CREATE TABLE held_users (id int PRIMARY KEY, active bool);
       CREATE TABLE held_groups (id int PRIMARY KEY, on_ bool);

@@ -25,6 +25,8 @@ import { tagHeadersSql } from './snapshot-sql.js'
 
 /** The prefix of the messages move-ins emit; the content names the move-in. */
 export const MOVE_IN_MESSAGE_PREFIX = 'sluice/move-in'
+/** The prefix of the transactional message that makes a move-in's marker reach the stream (see `runMoveIn`). */
+const MOVE_IN_FLUSH_PREFIX = 'sluice/move-in-flush'
 
 /**
  * While a move-in runs, routed transactions are not promised to the store
@@ -115,5 +117,9 @@ export async function runMoveIn(pool: pg.Pool, query: MoveInQuery, marker: strin
     },
     { rows: (batch) => void lines.push(...batch) },
   )
+  // A non-transactional message does not flush the WAL: on a database with no other commit to come, the
+  // stream would not deliver the marker, and the splice would wait for it indefinitely. A committed
+  // transactional message flushes everything before it (and the router ignores it).
+  await pool.query('SELECT pg_catalog.pg_logical_emit_message(true, $1, $2)', [MOVE_IN_FLUSH_PREFIX, marker])
   return { lines, snapshot: result.snapshot, insertLsn: result.insertLsn }
 }

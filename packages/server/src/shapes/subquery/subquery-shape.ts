@@ -515,8 +515,10 @@ export class SubqueryShape {
     }
     if (deferred.inner.size > 0) op = this.process(deferred, op)
     if (boundary !== undefined) boundary.op = op
-    moving.release(lsn)
     for (const txn of held) this.enqueue(txn)
+    // Released only now: a held transaction may have started the next move-in, whose hold must be taken
+    // first, else the store would be promised transactions whose lines this shape has not written yet.
+    moving.release(lsn)
     this.routing.setBroad(this.moving !== undefined)
   }
 }
