@@ -1,12 +1,11 @@
 // One concern, kept in one file past 500 lines: taking a committed transaction
 // to the shapes it touches. The whole, the batched (spilled) and the routed-ahead
-// (streamed) paths, the subquery hooks (commit hooks, held advances, logical
-// messages) and invalidation all share one per-transaction state (`TxnRouting`)
+// (streamed) paths and invalidation all share one per-transaction state (`TxnRouting`)
 // and the router's reusable scratch arrays, and must agree on one order of
 // joins, leaves and promises to the store; split by path, each file would reach
 // into the others' private state. What stands alone lives beside it:
 // route-contracts.ts, table-route.ts, txn-routing.ts, shape-index.ts,
-// recent-xids.ts, invalidation.ts.
+// recent-xids.ts, invalidation.ts, router-hooks.ts (what subquery shapes hook in).
 import type {
   Awaitable,
   BufferedTransaction,
@@ -22,6 +21,7 @@ import type {
 } from '../replication/index.js'
 import { schemaChanged, tableReplaced, truncated, unroutable } from './invalidation.js'
 import { RecentXids } from './recent-xids.js'
+import { RouterHooks } from './router-hooks.js'
 import {
   type Invalidation,
   MARK_WRAP,
@@ -106,8 +106,7 @@ export class ShapeRouter implements TransactionSink {
   private readonly shapes = new Map<string, RoutedShape>()
   private readonly recent: RecentXids
   private busy = 0
-  private boundaryWaiters: Array<() => void> = []
-  /** Retargets waiting for no routing to be under way (`retargetBetween`). */
+  /** Work waiting for no routing to be under way (`retargetBetween`, `boundary`), run by `release`. */
   private boundaryTasks: Array<() => void> = []
   private lastLsn = 0n
   private routedTransactions = 0
@@ -115,14 +114,12 @@ export class ShapeRouter implements TransactionSink {
   private readonly idle: TxnRouting[] = []
   private readonly joinListeners = new Set<JoinListener>()
   private routedAheadCount = 0
-  private commitHooks: Array<(lsn: bigint, xid: number) => void> = []
-  private advanceHolds = 0
-  private heldAdvance = 0n
-  private readonly messageListeners = new Set<(message: LogicalMessage) => void>()
+  private readonly hooks: RouterHooks
 
   constructor(private readonly options: ShapeRouterOptions) {
     this.recent = new RecentXids(Math.max(0, options.recentXids ?? 256))
     this.markWrap = options.markWrap ?? MARK_WRAP
+    this.hooks = new RouterHooks(options.advance)
   }
 
   /** Number of shapes routed to. */
@@ -176,50 +173,29 @@ export class ShapeRouter implements TransactionSink {
     return { recentXids: this.recent.inOrder(), lastRoutedLsn: this.lastLsn }
   }
 
-  /**
-   * Stops promising routed transactions to the store until the returned
-   * release is called (with the highest LSN the holder wrote at, if above the
-   * routed ones): a subquery shape's move-in writes lines at the LSNs of
-   * transactions routed while its query ran.
-   */
+  /** Stops promising routed transactions to the store until the returned release (router-hooks.ts). */
   holdAdvance(): (wroteAt?: bigint) => void {
-    this.advanceHolds++
-    let released = false
-    return (wroteAt = 0n) => {
-      if (released) return
-      released = true
-      if (wroteAt > this.heldAdvance) this.heldAdvance = wroteAt
-      if (--this.advanceHolds === 0 && this.heldAdvance > 0n) {
-        const lsn = this.heldAdvance
-        this.heldAdvance = 0n
-        this.options.advance(lsn)
-      }
-    }
+    return this.hooks.hold()
   }
 
   /** Whether a hold (`holdAdvance`) keeps routed transactions from the store. */
   get advanceHeld(): boolean {
-    return this.advanceHolds > 0
+    return this.hooks.held
   }
 
   /** `listener` hears every logical decoding message (pg_logical_emit_message), in stream order; returns the unsubscribe. */
   onMessage(listener: (message: LogicalMessage) => void): () => void {
-    this.messageListeners.add(listener)
-    return () => this.messageListeners.delete(listener)
+    return this.hooks.onMessage(listener)
   }
 
   onLogicalMessage(message: LogicalMessage): Awaitable {
-    for (const listener of this.messageListeners) listener(message)
+    this.hooks.message(message)
     return undefined
   }
 
-  /**
-   * Runs `fn` once the transaction being routed has reached every target and
-   * before it is promised to the store (subquery shapes write their lines
-   * there, having seen all of the transaction's tables).
-   */
+  /** Runs `fn` once the transaction being routed has reached every target, before it is promised to the store. */
   atCommit(fn: (lsn: bigint, xid: number) => void): void {
-    this.commitHooks.push(fn)
+    this.hooks.atCommit(fn)
   }
 
   /** Adds a shape at once (restoring at startup, before replication runs). */
@@ -379,7 +355,7 @@ export class ShapeRouter implements TransactionSink {
     const txn = this.begin(0n, xid)
     txn.nextIndex = firstIndex
     try {
-      this.routeBatch(txn, changes.map(changeOf))
+      this.routeBatch(txn, changes.map((streamed) => streamed.change))
       const { touched, held, pending, count } = txn
       for (let i = 0; i < count; i++) {
         const shape = touched[i]!
@@ -662,17 +638,11 @@ export class ShapeRouter implements TransactionSink {
   }
 
   private finish(txn: TxnRouting): void {
-    if (this.commitHooks.length > 0) {
-      const hooks = this.commitHooks
-      this.commitHooks = []
-      for (const hook of hooks) hook(txn.lsn, txn.xid)
-    }
+    this.hooks.committed(txn.lsn, txn.xid)
     this.recent.push(txn.xid)
     if (txn.lsn > this.lastLsn) this.lastLsn = txn.lsn
     this.routedTransactions++
-    if (this.advanceHolds > 0) {
-      if (txn.lsn > this.heldAdvance) this.heldAdvance = txn.lsn
-    } else this.options.advance(txn.lsn)
+    this.hooks.routed(txn.lsn)
   }
 
   /** Ends routing work; a transaction's lines die with it. */
@@ -687,16 +657,11 @@ export class ShapeRouter implements TransactionSink {
       this.boundaryTasks = []
       for (const task of tasks) task()
     }
-    if (this.busy === 0 && this.boundaryWaiters.length > 0) {
-      const waiters = this.boundaryWaiters
-      this.boundaryWaiters = []
-      for (const wake of waiters) wake()
-    }
   }
 
   private boundary(): Promise<void> {
     if (this.busy === 0) return Promise.resolve()
-    return new Promise((resolve) => this.boundaryWaiters.push(resolve))
+    return new Promise((resolve) => this.boundaryTasks.push(resolve))
   }
 
   private restartTxnMarks(): void {
@@ -721,10 +686,6 @@ export class ShapeRouter implements TransactionSink {
     this.byName.set(nameKey(info.schema, info.name), info.oid)
     return route
   }
-}
-
-function changeOf(streamed: StreamedChange): Change {
-  return streamed.change
 }
 
 function nameKey(schema: string, name: string): string {
