@@ -65,8 +65,6 @@ export class AdmissionError extends ServerError<'shape_rate_limited' | 'creation
   ) {
     super(code, message)
   }
-
-
 }
 
 interface Bucket {
