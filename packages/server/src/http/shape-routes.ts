@@ -338,7 +338,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
    * the official client turns into its next offset (§5.5 quirk); a batch
    * ending in the snapshot region reports the watermark instead.
    */
-  private async streamSse(shape: ResolvedShape, after: LogOffset): Promise<FastifyReply> {
+  private streamSse(shape: ResolvedShape, after: LogOffset): Promise<FastifyReply> | Served {
     const shapes = this.shapes
     if (shapes.status(shape.handle) !== 'active') return this.rotated(shape)
     const headers: Record<string, string | number | string[]> = {}
@@ -349,24 +349,27 @@ class ShapeResponder extends DataWait<ShapeLog> {
     headers[ResponseHeader.offset] = this.requestOffset
     headers[ResponseHeader.cursor] = this.cursor()
     this.reply.hijack()
-    try {
-      await serveSse({
-        raw: this.reply.raw,
-        headers,
-        handle: shape.handle,
-        after,
-        read: readFromStore(shapes, shape.handle, this.context.sharedReads),
-        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
-        waiters: this.context.waiters,
-        isInvalidated: () => shapes.status(shape.handle) !== 'active',
-        // No signal: the stream notices its client leaving itself, and waiters.close() ends it at shutdown.
-        timeoutMs: this.http.sseTimeoutMs,
-      })
-    } catch (error) {
-      // The stream was already open: it has been cut, and the client reconnects.
-      this.request.log.error({ err: error }, 'SSE stream failed')
-    }
-    return this.reply
+    // Not awaited: while the stream is held, the request is the stream's own object and this one (see DataWait), no suspended call.
+    serveSse({
+      raw: this.reply.raw,
+      headers,
+      handle: shape.handle,
+      after,
+      read: readFromStore(shapes, shape.handle, this.context.sharedReads),
+      upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
+      waiters: this.context.waiters,
+      isInvalidated: () => shapes.status(shape.handle) !== 'active',
+      // No signal: the stream notices its client leaving itself, and waiters.close() ends it at shutdown.
+      timeoutMs: this.http.sseTimeoutMs,
+    }).then(
+      () => this.finish(),
+      (error: unknown) => {
+        // The stream was already open: it has been cut, and the client reconnects.
+        this.request.log.error({ err: error }, 'SSE stream failed')
+        this.finish()
+      },
+    )
+    return WAITING
   }
 
   private readLog(log: ShapeLog, after: LogOffset): LogRead {

@@ -26,14 +26,15 @@
  *  - memory ranges: the stored bytes, copied once (a file log's write-behind
  *    tail may be overwritten by the next append, so they are copied in the
  *    turn they are read); each distinct body (`[`, the bytes, the up-to-date
- *    line, `]`) and the SSE events are built once from them;
+ *    line, `]`) and the SSE events (with and without each distinct
+ *    up-to-date event after them) are built once from them;
  *  - file ranges for sendfile (`fileRangeMinBytes`): the one `LogRead`, held by
  *    every response that sends from it and released by the last.
  */
 import type { LogOffset } from '@sluice/protocol'
 import type { LogRead, ShapeLog } from '@sluice/storage'
 import { readSpansInto, readSpansIntoAsync } from '@sluice/storage'
-import { frameEntries, MalformedEntriesError } from './split-entries.js'
+import { frameEntries, frameEvent, MalformedEntriesError } from './split-entries.js'
 
 /** Ranges read in one turn, together, past which further ones are not shared: a few large chunks. */
 export const DEFAULT_SHARED_READ_BYTES = 64 * 1024 * 1024
@@ -133,6 +134,22 @@ export class SharedRange {
       this.bodies.set(key, body)
     }
     return body
+  }
+
+  /**
+   * The entries as SSE events followed by `upToDate` as one more event, in one
+   * buffer per distinct line: every stream woken by the write sends the same
+   * bytes with one socket write.
+   */
+  sseEventsThen(upToDate: string): Promise<Buffer> {
+    const key = `sse ${upToDate}`
+    let framed = this.bodies.get(key)
+    if (framed === undefined) {
+      framed = this.sseEvents().then((events) => Buffer.concat([events, frameEvent(upToDate)]))
+      framed.catch(() => {})
+      this.bodies.set(key, framed)
+    }
+    return framed
   }
 
   /** The entries as SSE events, one `data:` event each. */

@@ -24,7 +24,7 @@ import type { LogOffset } from '@sluice/protocol'
 import { ResponseHeader, SSE_CONTENT_TYPE, compareOffsets, liveSseCacheControl } from '@sluice/protocol'
 import type { ShapeLogStore } from '@sluice/storage'
 import { readSpansAsync } from '@sluice/storage'
-import type { LiveWaiters } from './live-waiters.js'
+import { type LiveWaiters, type WaitResult, Waiter } from './live-waiters.js'
 import { SharedRange, type SharedReads } from './shared-reads.js'
 import { KEEP_ALIVE_COMMENT, MalformedEntriesError, frameEntries, frameEvent } from './split-entries.js'
 
@@ -44,6 +44,8 @@ export interface SseBatch {
   readonly reachedHead: boolean
   /** `bytes` framed as SSE events already (shared by the streams woken by one write). */
   readonly events?: Buffer | undefined
+  /** The events and then the up-to-date line as one more event, in one buffer shared by the streams woken by one write. */
+  readonly eventsThen?: ((upToDate: string) => Promise<Buffer>) | undefined
 }
 
 export interface ServeSseOptions {
@@ -97,81 +99,188 @@ export type SseOutcome = 'timeout' | 'invalidated' | 'disconnected' | 'aborted'
  * bytes are malformed; the headers have been sent by then, so the response is
  * destroyed first (the client sees a broken stream and retries).
  */
-export async function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
-  const { raw, waiters, handle } = options
-  const timeoutMs = options.timeoutMs ?? DEFAULT_SSE_TIMEOUT_MS
-  const keepAliveMs = options.keepAliveMs ?? DEFAULT_SSE_KEEP_ALIVE_MS
-  const stream = new Stream(raw)
-  try {
-    raw.writeHead(200, sseHeaders(options.headers, options.cacheControl ?? liveSseCacheControl(timeoutMs)))
-    raw.flushHeaders()
+export function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
+  const headers = sseHeaders(options.headers, options.cacheControl ?? liveSseCacheControl(options.timeoutMs ?? DEFAULT_SSE_TIMEOUT_MS))
+  // The stream keeps its options for its whole life, the headers are sent once: not kept.
+  const kept: ServeSseOptions = { ...options, headers: NO_HEADERS }
+  return new Promise<SseOutcome>((resolve, reject) => new SseStream(kept, resolve, reject).start(headers))
+}
 
-    let after = options.after
-    const deadline = waiters.now() + timeoutMs
-    let lastWrite = waiters.now()
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({})
+
+/**
+ * One stream. Between batches it is parked on the live waiters as itself (a
+ * `Waiter`), with no suspended call, promise or abort signal of its own, the
+ * way a parked long-poll is (`DataWait`); an async step runs only while a
+ * batch is read and written. Ten thousand streams woken by one write each
+ * take the write's shared events, up-to-date line included, in one socket
+ * write.
+ */
+class SseStream extends Waiter {
+  private after: LogOffset
+  private readonly deadline: number
+  private readonly keepAliveMs: number
+  private lastWrite: number
+  /** The client went away before the stream ended. */
+  private gone = false
+  /** `options.signal` fired (server shutdown). */
+  private aborted = false
+  private ended = false
+  /** Set while a write waits for the socket to drain: called when it does, or when the client leaves. */
+  private drained: (() => void) | undefined = undefined
+  private readonly onClose = (): void => {
+    // 'close' after a normal end too; only an unfinished response means the client left.
+    if (!this.options.raw.writableFinished) this.leave()
+  }
+  private readonly onAbort = (): void => {
+    this.aborted = true
+    if (this.isParked) this.options.waiters.cancel(this)
+  }
+
+  constructor(
+    private readonly options: ServeSseOptions,
+    private readonly resolve: (outcome: SseOutcome) => void,
+    private readonly reject: (error: unknown) => void,
+  ) {
+    super()
+    const now = options.waiters.now()
+    this.after = options.after
+    this.deadline = now + (options.timeoutMs ?? DEFAULT_SSE_TIMEOUT_MS)
+    this.keepAliveMs = options.keepAliveMs ?? DEFAULT_SSE_KEEP_ALIVE_MS
+    this.lastWrite = now
+  }
+
+  start(headers: Record<string, string | number | string[]>): void {
+    const { raw, signal } = this.options
+    raw.on('close', this.onClose)
+    if (raw.destroyed) this.gone = true
+    if (signal !== undefined) {
+      if (signal.aborted) this.aborted = true
+      else signal.addEventListener('abort', this.onAbort, { once: true })
+    }
+    try {
+      raw.writeHead(200, headers)
+      raw.flushHeaders()
+    } catch (error) {
+      this.fail(error)
+      return
+    }
     // Data already waiting is sent at once and the stream stays open: ending it
     // here would make every SSE request under a steady stream of commits a
     // short one, which the official client takes for a proxy that buffers SSE
     // and falls back to long-polling for good.
-    const first = await options.read(after)
-    if (first === undefined) return stream.gone ? 'disconnected' : 'invalidated'
-    if (first.entryCount > 0) {
-      after = first.nextOffset
-      await stream.write(framed(first))
-      if (first.reachedHead) await stream.write(frameEvent(options.upToDate(first.nextOffset)))
-      lastWrite = waiters.now()
-    }
-    const signal = options.signal ? AbortSignal.any([options.signal, stream.closed]) : stream.closed
-    /** Sends everything past `after` up to the head, chunk by chunk: `'gone'` when the shape is, `'empty'` when there was nothing. */
-    const drain = async (): Promise<'sent' | 'empty' | 'gone'> => {
-      for (let sent = false; ; sent = true) {
-        const batch = await options.read(after)
-        if (batch === undefined) return 'gone'
-        if (batch.entryCount === 0 || stream.gone) return sent ? 'sent' : 'empty'
-        after = batch.nextOffset
-        await stream.write(framed(batch))
-        lastWrite = waiters.now()
-        if (batch.reachedHead) {
-          await stream.write(frameEvent(options.upToDate(batch.nextOffset)))
-          return 'sent'
+    this.pump('advanced')
+  }
+
+  /** What comes next, decided in one synchronous step with the head check (see SseRead): end, send what is there, or park. */
+  private next(checkHead: boolean): void {
+    const { waiters, read } = this.options
+    if (this.gone) return this.finish('disconnected')
+    if (this.aborted) return this.finish('aborted')
+    if (this.options.isInvalidated?.()) return this.finish('invalidated')
+    const now = waiters.now()
+    if (now >= this.deadline) return this.finish('timeout')
+    if (checkHead && read.hasDataAfter?.(this.after)) return this.pump('check')
+    const keepAliveAt = this.lastWrite + this.keepAliveMs
+    const early = waiters.park(this, this.options.handle, Math.min(this.deadline, keepAliveAt) - now)
+    if (early !== undefined) this.wake(early)
+  }
+
+  wake(result: WaitResult): void {
+    if (this.ended) return
+    if (result === 'advanced') return this.pump('advanced')
+    if (result === 'invalidated') return this.finish('invalidated')
+    if (result === 'aborted') return this.finish(this.gone ? 'disconnected' : 'aborted')
+    if (this.options.waiters.now() >= this.deadline) return this.finish('timeout')
+    // Read once more before a comment: the safety net for a reader without hasDataAfter.
+    this.pump('timeout')
+  }
+
+  /**
+   * Sends what is past `after`, then goes on with `next`. After a timeout, a
+   * comment if there was nothing and the silence has lasted. Found nothing
+   * after the head check said there was (a reader that disagrees with
+   * itself): park rather than spin.
+   */
+  private pump(reason: 'advanced' | 'check' | 'timeout'): void {
+    this.drain().then(
+      async (drained) => {
+        if (this.ended) return
+        if (drained === 'gone') return this.finish(this.gone ? 'disconnected' : 'invalidated')
+        if (drained === 'empty' && reason === 'timeout' && this.options.waiters.now() >= this.lastWrite + this.keepAliveMs) {
+          await this.write(KEEP_ALIVE_COMMENT)
+          this.lastWrite = this.options.waiters.now()
         }
+        this.next(!(drained === 'empty' && reason === 'check'))
+      },
+    ).catch((error: unknown) => this.fail(error))
+  }
+
+  /** Sends everything past `after` up to the head, chunk by chunk: `'gone'` when the shape is, `'empty'` when there was nothing. */
+  private async drain(): Promise<'sent' | 'empty' | 'gone'> {
+    const { read, upToDate } = this.options
+    for (let sent = false; ; sent = true) {
+      const got = read(this.after)
+      const batch = got instanceof Promise ? await got : got
+      if (batch === undefined) return 'gone'
+      if (batch.entryCount === 0 || this.gone) return sent ? 'sent' : 'empty'
+      this.after = batch.nextOffset
+      let bytes: Buffer
+      if (!batch.reachedHead) bytes = framed(batch)
+      else {
+        const line = upToDate(batch.nextOffset)
+        bytes = typeof line === 'string' && batch.eventsThen !== undefined ? await batch.eventsThen(line) : Buffer.concat([framed(batch), frameEvent(line)])
       }
+      await this.write(bytes)
+      this.lastWrite = this.options.waiters.now()
+      if (batch.reachedHead) return 'sent'
     }
-    for (;;) {
-      if (stream.gone) return 'disconnected'
-      if (options.signal?.aborted) return 'aborted'
-      if (options.isInvalidated?.()) return 'invalidated'
-      if (waiters.now() >= deadline) return 'timeout'
-      // Checked and registered in one synchronous step (see SseRead).
-      if (options.read.hasDataAfter?.(after)) {
-        const drained = await drain()
-        if (drained === 'gone') return stream.gone ? 'disconnected' : 'invalidated'
-        if (drained === 'sent') continue
-        // 'empty' despite the check (a reader that disagrees with itself): wait rather than spin.
+  }
+
+  /** Hands the bytes to the socket; the promise, when there is one, resolves once the socket drains or the client is gone. */
+  private write(bytes: Uint8Array): Promise<void> | undefined {
+    const { raw } = this.options
+    if (this.gone || raw.destroyed) return undefined
+    if (raw.write(bytes)) return undefined
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        raw.off('drain', done)
+        this.drained = undefined
+        resolve()
       }
-      const keepAliveAt = lastWrite + keepAliveMs
-      const result = await waiters.wait(handle, { timeoutMs: Math.min(deadline, keepAliveAt) - waiters.now(), signal })
-      if (result === 'invalidated') return 'invalidated'
-      if (result === 'aborted') return stream.gone ? 'disconnected' : 'aborted' // our signal, or waiters.close()
-      if (result === 'timeout') {
-        if (waiters.now() >= deadline) return 'timeout'
-        // Read once more before a comment: the safety net for a reader without hasDataAfter.
-        const drained = await drain()
-        if (drained === 'gone') return stream.gone ? 'disconnected' : 'invalidated'
-        if (drained === 'empty' && waiters.now() >= keepAliveAt) {
-          await stream.write(KEEP_ALIVE_COMMENT)
-          lastWrite = waiters.now()
-        }
-        continue
-      }
-      // 'advanced'
-      if ((await drain()) === 'gone') return stream.gone ? 'disconnected' : 'invalidated'
-    }
-  } catch (err) {
-    stream.destroy()
-    throw err
-  } finally {
-    stream.end()
+      this.drained = done
+      raw.on('drain', done)
+    })
+  }
+
+  private leave(): void {
+    this.gone = true
+    if (this.isParked) this.options.waiters.cancel(this)
+    this.drained?.()
+  }
+
+  private cleanUp(): boolean {
+    if (this.ended) return false
+    this.ended = true
+    const { raw, signal, waiters } = this.options
+    raw.off('close', this.onClose)
+    signal?.removeEventListener('abort', this.onAbort)
+    if (this.isParked) waiters.cancel(this)
+    this.drained?.()
+    return true
+  }
+
+  private finish(outcome: SseOutcome): void {
+    if (!this.cleanUp()) return
+    const { raw } = this.options
+    if (!raw.destroyed && !raw.writableEnded) raw.end()
+    this.resolve(outcome)
+  }
+
+  private fail(error: unknown): void {
+    if (!this.cleanUp()) return
+    this.options.raw.destroy()
+    this.reject(error)
   }
 }
 
@@ -197,7 +306,8 @@ export function readFromStore(
     if (got instanceof SharedRange) {
       // Asked for in this turn: a shared file range is only held until the turn ends.
       const [bytes, events] = await Promise.all([got.bytes(), got.sseEvents()])
-      return { bytes, events, entryCount: got.entryCount, nextOffset: got.nextOffset, reachedHead: got.reachedHead }
+      const eventsThen = (upToDate: string): Promise<Buffer> => got.sseEventsThen(upToDate)
+      return { bytes, events, eventsThen, entryCount: got.entryCount, nextOffset: got.nextOffset, reachedHead: got.reachedHead }
     }
     const read = got
     try {
@@ -231,52 +341,4 @@ function sseHeaders(
   out[ResponseHeader.connection] = 'keep-alive'
   if (cacheControl !== false) out[ResponseHeader.cacheControl] = cacheControl
   return out
-}
-
-/** The response side: writes with backpressure, notices the client leaving. */
-class Stream {
-  private readonly controller = new AbortController()
-  private readonly onClose = (): void => {
-    // 'close' after a normal end too; only an unfinished response means the client left.
-    if (!this.raw.writableFinished) this.controller.abort()
-  }
-
-  constructor(private readonly raw: ServerResponse) {
-    raw.on('close', this.onClose)
-    if (raw.destroyed) this.controller.abort()
-  }
-
-  /** Aborts when the client disconnects. */
-  get closed(): AbortSignal {
-    return this.controller.signal
-  }
-
-  get gone(): boolean {
-    return this.controller.signal.aborted
-  }
-
-  /** Resolves once the bytes are handed to the socket, or the client is gone. */
-  write(bytes: Uint8Array): Promise<void> {
-    if (this.gone || this.raw.destroyed) return Promise.resolve()
-    if (this.raw.write(bytes)) return Promise.resolve()
-    return new Promise((resolve) => {
-      const done = (): void => {
-        this.raw.off('drain', done)
-        this.controller.signal.removeEventListener('abort', done)
-        resolve()
-      }
-      this.raw.on('drain', done)
-      this.controller.signal.addEventListener('abort', done, { once: true })
-    })
-  }
-
-  destroy(): void {
-    this.raw.destroy()
-  }
-
-  end(): void {
-    this.raw.off('close', this.onClose)
-    if (!this.raw.destroyed && !this.raw.writableEnded) this.raw.end()
-    this.controller.abort() // lets AbortSignal.any drop its follower
-  }
 }

@@ -7,7 +7,7 @@ import type { LogOffset } from '@sluice/protocol'
 import { BEFORE_ALL, ResponseHeader, SSE_CONTENT_TYPE, liveSseCacheControl, upToDateMessage } from '@sluice/protocol'
 import { MemoryLogStore, type ShapeLog, type ShapeLogStore, openFileLogStore } from '@sluice/storage'
 import { afterEach, describe, expect, it } from 'vitest'
-import { LiveWaiters, type ServeSseOptions, type SseOutcome, readFromStore, serveSse } from '../../../src/http/live/index.js'
+import { LiveWaiters, type ServeSseOptions, SharedReads, type SseOutcome, readFromStore, serveSse } from '../../../src/http/live/index.js'
 import { SNAPSHOT_END, changeJson, commit, makeShape, rowJson } from './helpers.js'
 
 const upToDate = (o: LogOffset): string => upToDateMessage(o.tx > 0n ? o.tx : 0n)
@@ -393,6 +393,44 @@ describe('serveSse on a real node:http server', () => {
     const bodies = await Promise.all(clients.map((c) => c.ended))
     for (const b of bodies) expect(b).toBe(tx.map(ev).join('') + ev(upToDate({ tx: 3n, op: 0n })))
     expect(await Promise.all(h.outcomes)).toEqual(Array(50).fill('timeout'))
+  })
+
+  it('streams woken by one write send it, up-to-date line included, with one socket write each, all from one shared buffer', async () => {
+    const store = await memoryStore()
+    const log = await makeShape(store, 'h9', [rowJson(1)])
+    const waiters = liveWaiters(store)
+    const shared = new SharedReads()
+    const h = await startServer(() => ({
+      headers: {},
+      handle: 'h9',
+      after: log.head().lastOffset,
+      read: readFromStore(store, 'h9', shared),
+      upToDate,
+      waiters,
+      timeoutMs: 600,
+      keepAliveMs: 60_000,
+    }))
+    const clients = await Promise.all(Array.from({ length: 20 }, () => connect(h.url)))
+    await until(() => waiters.size === 20)
+    // Every write each stream hands its socket from now on (the headers went out already).
+    const writes = h.raws.map((raw) => {
+      const seen: Uint8Array[] = []
+      const write = raw.write.bind(raw) as (chunk: Uint8Array) => boolean
+      raw.write = ((chunk: Uint8Array) => {
+        seen.push(chunk)
+        return write(chunk)
+      }) as typeof raw.write
+      return seen
+    })
+    const tx = [changeJson(3n, 0, 1), changeJson(3n, 1, 2)]
+    await commit(store, log, 3n, tx)
+    const bodies = await Promise.all(clients.map((c) => c.ended))
+    const expected = tx.map(ev).join('') + ev(upToDate({ tx: 3n, op: 1n }))
+    for (const b of bodies) expect(b).toBe(expected)
+    for (const seen of writes) expect(seen).toHaveLength(1)
+    const first = writes[0]![0]!
+    expect(Buffer.from(first).toString('utf8')).toBe(expected)
+    for (const seen of writes) expect(seen[0]).toBe(first)
   })
 
   it('a flush landing while a read is in flight is not missed (hasDataAfter checked right before each wait)', async () => {
