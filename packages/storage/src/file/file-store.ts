@@ -39,10 +39,11 @@ import { acquireStoreLock } from './store-lock.js'
 import { loadLogs, writeCleanHeads } from './store-directory.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
-import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
+import { publishWatermark, readWatermark } from './watermark.js'
 import { PortWriter, writeBackThread } from './write-back.js'
 import type { FileWriter } from './write-back.js'
 import { Trash } from './trash.js'
+import { dropBucketIfEmpty, migrateFlatLayout } from './shape-dirs.js'
 
 // The default reserve follows the budget up to here; a bigger budget grows the arena in slabs past it.
 const MAX_TAIL_RESERVE_BYTES = 1024 * 1024 * 1024
@@ -136,6 +137,8 @@ export class FileLogStore implements ShapeLogStore {
         watermark = { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
+      // Before replay, which finds each log at its bucketed place.
+      await migrateFlatLayout(fs, root)
       // Taken (and removed for good) before anything changes a log, replay included.
       const heads = await takeHeads(fs, root, watermark.lsn)
       // Before any log is opened: recovery's cut relies on the files holding
@@ -215,7 +218,8 @@ export class FileLogStore implements ShapeLogStore {
     log.retire()
     try {
       this.trash.discard(log.dir, id)
-      await syncDirectory(this.fs, `${this.root}/shapes`)
+      // In the same turn as the rename: no creation can refill the bucket in between.
+      await dropBucketIfEmpty(this.fs, this.root, id)
     } catch (err) {
       throw fromSystemError(err, `delete shape ${id}`)
     }
