@@ -6,12 +6,13 @@
  * replay), read-only stores over either layout, and creations and deletions
  * racing in one bucket.
  */
-import { cpSync, existsSync, readdirSync, renameSync, rmdirSync, statSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, rmdirSync, statSync, writeFileSync } from 'node:fs'
 import { BEFORE_ALL } from '@sluice/protocol'
 import type { LogOffset } from '@sluice/protocol'
 import { useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
 import { bucketOf, isBucketName, shapeDir } from '../src/file/shape-dirs.js'
+import { decodeWatermark, encodeWatermark } from '../src/format.js'
 import { nodeFs, openFileLogStore, openReadOnlyLogStore, readSpans } from '../src/index.js'
 import type { FileLogStore, FsPort, LogRead } from '../src/index.js'
 import { change, makeShape, row } from './contract-suite.js'
@@ -50,13 +51,18 @@ function sameBucket(count: number, prefix: string): string[] {
   return out
 }
 
-/** Turns a closed store into the flat layout that came before buckets: `shapes/<id>/`. */
+/** Turns a closed store into what the build before buckets left: the flat `shapes/<id>/`, a version-1 watermark. */
 function flatten(dir: string): void {
   for (const bucket of readdirSync(`${dir}/shapes`)) {
     for (const id of readdirSync(`${dir}/shapes/${bucket}`)) renameSync(`${dir}/shapes/${bucket}/${id}`, `${dir}/shapes/${id}`)
     rmdirSync(`${dir}/shapes/${bucket}`)
   }
+  const w = decodeWatermark(readFileSync(`${dir}/watermark`))
+  if (typeof w === 'string') throw new Error(`watermark: ${w}`)
+  writeFileSync(`${dir}/watermark`, encodeWatermark(w, 1))
 }
+
+const versionOf = (dir: string): number => readFileSync(`${dir}/watermark`)[4]!
 
 /** Logs with a snapshot and some transactions each, flushed; their bytes by id. */
 async function fill(s: FileLogStore, ids: readonly string[]): Promise<Map<string, Buffer>> {
@@ -170,8 +176,11 @@ describe('a store of the flat layout', () => {
     const early = ro.get(ids[0]!)!
     expect(readAll(early).equals(bytes.get(ids[0]!)!)).toBe(true)
 
+    expect(versionOf(dir)).toBe(1)
     const again = await openStore(dir)
     expect(readdirSync(`${dir}/shapes`).every(isBucketName)).toBe(true)
+    // Marked as bucketed only now: a build that knows only the flat layout refuses it from here on.
+    expect(versionOf(dir)).toBe(2)
     expect(storedIds(dir).sort()).toEqual([...ids].sort())
     expect(again.ids().sort()).toEqual([...ids].sort())
     expect(again.quarantined).toEqual([])
@@ -206,6 +215,8 @@ describe('a store of the flat layout', () => {
       },
     }
     await expect(openFileLogStore({ dir: crash, fs: dying, flushWhenIdle: false })).rejects.toThrow(/killed/)
+    // Not marked bucketed while logs are left to move.
+    expect(versionOf(crash)).toBe(1)
     const top = readdirSync(`${crash}/shapes`)
     expect(top.filter(isBucketName).length).toBeGreaterThan(0)
     expect(top.filter((n) => !isBucketName(n)).length).toBe(ids.length - 50)
@@ -216,6 +227,7 @@ describe('a store of the flat layout', () => {
 
     const again = await openStore(crash)
     expect(readdirSync(`${crash}/shapes`).every(isBucketName)).toBe(true)
+    expect(versionOf(crash)).toBe(2)
     expect(again.ids().sort()).toEqual([...ids].sort())
     expect(again.quarantined).toEqual([])
     expect(again.durableLsn).toBe(30n)

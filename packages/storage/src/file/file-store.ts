@@ -39,7 +39,8 @@ import { acquireStoreLock } from './store-lock.js'
 import { loadLogs, writeCleanHeads } from './store-directory.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
-import { publishWatermark, readWatermark } from './watermark.js'
+import { publishWatermark, readWatermark, watermarkVersion } from './watermark.js'
+import { BUCKETED_STORE_VERSION } from '../format.js'
 import { PortWriter, writeBackThread } from './write-back.js'
 import type { FileWriter } from './write-back.js'
 import { Trash } from './trash.js'
@@ -132,13 +133,14 @@ export class FileLogStore implements ShapeLogStore {
     }
     const unlock = await acquireStoreLock(fs, root, options.lock)
     try {
+      // Before replay, which finds each log at its bucketed place, and before
+      // the watermark says the store is bucketed (format.ts).
+      await migrateFlatLayout(fs, root)
       let watermark = readWatermark(fs, root)
-      if (!watermark) {
-        watermark = { lsn: 0n, sequence: 0n }
+      if (!watermark || watermarkVersion(fs, root) !== BUCKETED_STORE_VERSION) {
+        watermark ??= { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
-      // Before replay, which finds each log at its bucketed place.
-      await migrateFlatLayout(fs, root)
       // Taken (and removed for good) before anything changes a log, replay included.
       const heads = await takeHeads(fs, root, watermark.lsn)
       // Before any log is opened: recovery's cut relies on the files holding
