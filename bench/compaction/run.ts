@@ -14,6 +14,7 @@
  * any of the three set: results/compaction.partial.*; BENCH_RESULTS_DIR: where
  * to write. Writes results/compaction.{json,md}.
  */
+import { isBucketName } from '@sluice/storage'
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -65,7 +66,11 @@ function diskBytes(dir: string, prefix: string): number {
     if (st.isDirectory()) for (const name of readdirSync(path)) walk(join(path, name))
     else total += st.size
   }
-  for (const name of readdirSync(dir)) if (name.startsWith(prefix)) walk(join(dir, name))
+  // Logs live in bucket directories of shapes/ (storage's shape-dirs.ts).
+  for (const bucket of readdirSync(dir)) {
+    if (!isBucketName(bucket)) continue
+    for (const name of readdirSync(join(dir, bucket))) if (name.startsWith(prefix)) walk(join(dir, bucket, name))
+  }
   return total
 }
 

@@ -7,7 +7,9 @@
  *   <root>/watermark            the durable watermark (below), replaced atomically
  *   <root>/heads                only between a clean close and the next open: every log's head (heads-file.ts)
  *   <root>/journal/NNNNNNNN.jnl  redo log of every registered log's file writes since the last checkpoint
- *   <root>/shapes/<id>/         one directory per finished shape log
+ *   <root>/shapes/<b>/<id>/     one directory per finished shape log, in bucket
+ *                               <b> = b.00..b.ff by a hash of the id (shape-dirs.ts);
+ *                               a bucket is removed with its last log
  *       log.dat                 entry bytes
  *       entries.idx             one fixed-width record per entry
  *       chunks.idx              one fixed-width record per closed chunk
@@ -52,7 +54,8 @@
  *   37  7    reserved     zero
  *   44  4    check        mix32 of the eleven little-endian u32 words at 0..43
  *
- * watermark (magic "SLWM"), 48 bytes:
+ * watermark (magic "SLWM", version 2; version 1, of a store with the flat
+ *   `shapes/<id>/`, is still read), 48 bytes:
  *   0   16   header
  *   16  8    lsn          every transaction with commit LSN ≤ lsn is durable in every log
  *   24  8    sequence     incremented on every publish
@@ -87,10 +90,17 @@
 export const FORMAT_VERSION = 1
 /**
  * Kinds whose layout moved on keep their own version: the journal is at 2
- * (groups may carry a watermark record) and still reads 1.
+ * (groups may carry a watermark record) and still reads 1. The watermark's
+ * version is the store directory's: 2 since logs live in buckets of shapes/
+ * (shape-dirs.ts). Version 1 (the flat `shapes/<id>/`) is still read, and the
+ * writer moves such a store's logs into buckets at open before it writes
+ * version 2, so an older build, which would take every bucket for a damaged
+ * log and set it aside, refuses the store instead.
  */
-const WRITE_VERSION: Partial<Record<FileKind, number>> = { journal: 2 }
-const READ_VERSIONS: Partial<Record<FileKind, readonly number[]>> = { journal: [1, 2] }
+const WRITE_VERSION: Partial<Record<FileKind, number>> = { journal: 2, watermark: 2 }
+const READ_VERSIONS: Partial<Record<FileKind, readonly number[]>> = { journal: [1, 2], watermark: [1, 2] }
+/** The watermark version of a store whose logs are in buckets. */
+export const BUCKETED_STORE_VERSION = 2
 export const HEADER_BYTES = 16
 export const ENTRY_RECORD_BYTES = 32
 export const CHUNK_RECORD_BYTES = 48
@@ -294,9 +304,11 @@ export interface Watermark {
   readonly sequence: bigint
 }
 
-export function encodeWatermark(w: Watermark): Buffer {
+/** `version`: an older one, for tests that make a store as an older build left it. */
+export function encodeWatermark(w: Watermark, version?: number): Buffer {
   const buf = Buffer.alloc(WATERMARK_BYTES)
   encodeHeader('watermark').copy(buf, 0)
+  if (version !== undefined) buf[4] = version
   buf.writeBigUInt64LE(w.lsn, 16)
   buf.writeBigUInt64LE(w.sequence, 24)
   buf.writeUInt32LE(check(buf.subarray(0, 44)), 44)

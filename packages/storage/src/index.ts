@@ -30,6 +30,7 @@ export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file/s
 export { LOCK_RETRY_MS, type StoreLockOptions } from './file/store-lock.js'
 export type { FileShapeLog } from './file/file-log.js'
 export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './file/read-only-store.js'
+export { SHAPE_BUCKETS, bucketOf, isBucketName, shapeDir } from './file/shape-dirs.js'
 export type { ReadOnlyStoreOptions } from './file/read-only-store.js'
 export { MemoryLogStore } from './memory/memory-store.js'
 export { entriesFromLines } from './entries-from-lines.js'

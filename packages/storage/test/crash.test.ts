@@ -50,6 +50,8 @@
  * Default: 50 kill points (2 lanes). SOAK=1: 500. CRASH_KILLS, CRASH_LANES,
  * CRASH_PREWARM, CRASH_SEED override; CRASH_DEBUG=1 prints per-kill timings.
  */
+import { shapeDir } from '../src/file/shape-dirs.js'
+import { storedIds } from './fixtures/log-dirs.js'
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { parseSegment } from '../src/file/journal-format.js'
 import { tmpdir } from 'node:os'
@@ -171,7 +173,7 @@ class Lane {
     if (!existsSync(join(this.dir, 'watermark'))) {
       // Killed during the very first open, before the initial watermark was published.
       expect(this.lastW, `${this.name}: watermark file vanished`).toBe(0n)
-      expect(existsSync(join(this.dir, 'shapes')) ? readdirSync(join(this.dir, 'shapes')) : []).toEqual([])
+      expect(existsSync(join(this.dir, 'shapes')) ? storedIds(this.dir) : []).toEqual([])
       return 0n
     }
     // The journal carries the watermark; the file moves at checkpoints.
@@ -214,7 +216,7 @@ class Lane {
         for (const id of present) {
           this.checkLog(ws.get(id)!, id, w)
           const exp = this.exp(id)
-          checkLogFiles(join(this.dir, 'shapes', id), exp, exp.count(w))
+          checkLogFiles(shapeDir(this.dir, id), exp, exp.count(w))
         }
         expect(readdirSync(join(this.dir, 'tmp')), 'unfinished snapshots are dropped on open').toEqual([])
       } finally {
@@ -349,7 +351,7 @@ function followReadOnly(lane: Lane, rand: () => number): { stop(): Promise<void>
         if (ro.get(id) === undefined) continue // deleted between get and read
         const size = (f: string): number | string => {
           try {
-            return statSync(join(lane.dir, 'shapes', id, f)).size
+            return statSync(join(shapeDir(lane.dir, id), f)).size
           } catch (e) {
             return String(e)
           }
@@ -466,7 +468,7 @@ async function runLane(name: string, kills: number, seed: number, pool: Pool, vo
       await lane.verify(n % 2 === 1 ? 'writer' : 'readonly', printedW)
       for (const id of snapshots) {
         // Killed between createShape and finish resolving: absent, or (walked above) complete.
-        const exists = readdirSync(join(lane.dir, 'shapes')).includes(id)
+        const exists = storedIds(lane.dir).includes(id)
         const counts = finishing.includes(id) ? stats.finishingKills : stats.snapshotKills
         if (exists) counts.complete++
         else counts.absent++

@@ -3,6 +3,8 @@
  * into real files. Each fault must surface as a typed error, hold the watermark
  * back, leave nothing corrupt, and stop mattering once it clears.
  */
+import { shapeDir } from '../src/file/shape-dirs.js'
+import { storedIds } from './fixtures/log-dirs.js'
 import { statSync, writeFileSync } from 'node:fs'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { formatOffset, parseOffset } from '@sluice/protocol'
@@ -56,7 +58,7 @@ describe('fault injection', () => {
     log.appendTransaction([change(10n, 0, 1)])
     s.advance(10n)
     await s.flush()
-    const sizeBefore = statSync(`${dir}/shapes/a/log.dat`).size
+    const sizeBefore = statSync(`${shapeDir(dir, 'a')}/log.dat`).size
 
     rules.failNext('writeSync', { code: 'ENOSPC', match: onFile('log.dat') })
     expect(await codeOf(() => log.appendTransaction([change(20n, 0, 2), change(20n, 2, 3)]))).toBe('disk_full')
@@ -65,7 +67,7 @@ describe('fault injection', () => {
     s.advance(30n)
     const flushed = await s.flush()
     expect(flushed.durableLsn).toBe(19n)
-    expect(statSync(`${dir}/shapes/a/log.dat`).size).toBe(sizeBefore)
+    expect(statSync(`${shapeDir(dir, 'a')}/log.dat`).size).toBe(sizeBefore)
 
     // The fault clears; the replayed transaction goes in and the watermark catches up.
     expect(log.appendTransaction([change(20n, 0, 2), change(20n, 2, 3)])).toBe(2)
@@ -89,7 +91,7 @@ describe('fault injection', () => {
     expect(err).toBeInstanceOf(FlushError)
     expect((err as FlushError).rolledBack).toEqual(['torn'])
     expect(s.durableLsn).toBe(0n)
-    expect(statSync(`${dir}/shapes/torn/entries.idx`).size).toBe(16 + 32) // header + snapshot-end record
+    expect(statSync(`${shapeDir(dir, 'torn')}/entries.idx`).size).toBe(16 + 32) // header + snapshot-end record
     expect(log.appendTransaction([change(5n, 0, 1), change(5n, 2, 2)])).toBe(2)
     s.advance(5n)
     await s.flush()
@@ -109,7 +111,7 @@ describe('fault injection', () => {
     rules.tornWrite({ bytes: 'half', code: 'ENOSPC', match: onFile('log.dat') })
     expect(await codeOf(() => log.appendTransaction([change(5n, 0, 1)]))).toBe('disk_full')
     const head = log.appendedHead()
-    expect(statSync(`${dir}/shapes/tornd/log.dat`).size).toBe(head.dataEnd)
+    expect(statSync(`${shapeDir(dir, 'tornd')}/log.dat`).size).toBe(head.dataEnd)
     expect(log.appendTransaction([change(5n, 0, 1)])).toBe(1)
   })
 
@@ -215,7 +217,7 @@ describe('fault injection', () => {
     rules.failNext('fdatasync', { code: 'EIO' })
     expect(await codeOf(() => w.finish(SNAPSHOT_END))).toBe('io_error')
     expect(s.get('fin')).toBeUndefined()
-    expect(nodeFs.readdirSync(`${dir}/shapes`)).toEqual([])
+    expect(storedIds(dir)).toEqual([])
     await makeShape(s, 'fin', [row(1)])
     const log = s.get('fin')!
     expect(body(log.read(parseOffset('-1')))).toHaveLength(2)
@@ -242,7 +244,7 @@ describe('fault injection', () => {
     s.advance(60n)
     expect((await s.flush()).durableLsn).toBe(60n)
     expect(await tmpEmptied(dir)).toEqual([])
-    expect(nodeFs.readdirSync(`${dir}/shapes`)).toEqual(['other'])
+    expect(storedIds(dir)).toEqual(['other'])
     // Invalid input is not a fault: it leaves a finishing snapshot intact.
     const again = s.createShape('fin')
     const done = again.finish(SNAPSHOT_END)
@@ -262,8 +264,8 @@ describe('fault injection', () => {
     expect(log.appendTransaction([change(6n, 0, 1)])).toBe(1)
     s.advance(6n)
     await s.flush()
-    expect(statSync(`${dir}/shapes/cut/entries.idx`).size).toBe(16 + 2 * 32)
-    expect(statSync(`${dir}/shapes/cut/log.dat`).size).toBe(log.appendedHead().dataEnd)
+    expect(statSync(`${shapeDir(dir, 'cut')}/entries.idx`).size).toBe(16 + 2 * 32)
+    expect(statSync(`${shapeDir(dir, 'cut')}/log.dat`).size).toBe(log.appendedHead().dataEnd)
     await s.close()
     store = await openFileLogStore({ dir })
     expect(formatOffset(store.get('cut')!.head().lastOffset)).toBe('6_0')

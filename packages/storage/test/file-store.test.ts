@@ -3,6 +3,8 @@
  * the watermark, damaged tails, bounded descriptors, the store lock, quarantine
  * of damaged logs, and a read-only store following a writer.
  */
+import { bucketDir, shapeDir } from '../src/file/shape-dirs.js'
+import { storedIds } from './fixtures/log-dirs.js'
 import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
@@ -118,7 +120,7 @@ describe('file engine', () => {
     writeFileSync(`${copy}/LOCK`, '999999999') // the "crashed" writer's pid: recovery scans the log's files
     const r = await openStore(copy, 64, { journal: false })
     expect(formatOffset(r.get('long')!.head().lastOffset)).toBe(`${count}_0`)
-    expect(statSync(`${copy}/shapes/long/chunks.idx`).size).toBeGreaterThan(HEADER_BYTES + count * 8)
+    expect(statSync(`${shapeDir(copy, 'long')}/chunks.idx`).size).toBeGreaterThan(HEADER_BYTES + count * 8)
     // The last changes read back as written (reading all 200,000 would only slow the test).
     const near = o(`${count - 5}_0`)
     expect(body(r.get('long')!.read(near))).toEqual(body(log.read(near)))
@@ -156,13 +158,13 @@ describe('file engine', () => {
       const copy = await tempDirs.make('copy')
       cpSync(dir, copy, { recursive: true })
       writeFileSync(`${copy}/LOCK`, '999999999') // the "crashed" writer's pid
-      harm(`${copy}/shapes/a`)
+      harm(shapeDir(copy, 'a'))
       const r = await openStore(copy, 1024, { journal: false })
       const got = readAll(r.get('a')!)
       expect([what, formatOffset(r.get('a')!.head().lastOffset)]).toEqual([what, '25_4'])
       expect(got.equals(expected)).toBe(true)
       // Cut files hold exactly the durable prefix; appends continue after it.
-      const entries = statSync(`${copy}/shapes/a/entries.idx`).size
+      const entries = statSync(`${shapeDir(copy, 'a')}/entries.idx`).size
       expect((entries - HEADER_BYTES) % ENTRY_RECORD_BYTES).toBe(0)
       expect(r.get('a')!.appendTransaction([change(26n, 0, 26)])).toBe(1)
       r.advance(26n)
@@ -210,10 +212,10 @@ describe('file engine', () => {
     await makeShape(s, 'future', [row(3)])
     await s.close()
     open.length = 0
-    writeFileSync(`${dir}/shapes/bad/entries.idx`, 'not a sluice file')
-    const future = readFileSync(`${dir}/shapes/future/log.dat`)
+    writeFileSync(`${shapeDir(dir, 'bad')}/entries.idx`, 'not a sluice file')
+    const future = readFileSync(`${shapeDir(dir, 'future')}/log.dat`)
     future[4] = 99
-    writeFileSync(`${dir}/shapes/future/log.dat`, future)
+    writeFileSync(`${shapeDir(dir, 'future')}/log.dat`, future)
     // A log of an unknown version comes from a newer release (a downgrade): its clean close wrote its heads
     // file in its own version too, which this release cannot use, so every log is scanned (heads-file.test.ts
     // has the files-changed-under-a-usable-heads-file case).
@@ -242,7 +244,7 @@ describe('file engine', () => {
     await new Promise((r) => setTimeout(r, 50))
     expect(readdirSync(`${dir}/tmp`)).toEqual([])
     expect(readdirSync(`${dir}/trash`)).toEqual([])
-    expect(readdirSync(`${dir}/shapes`)).toEqual([])
+    expect(storedIds(dir)).toEqual([])
   })
 
   it('a burst of deletions leaves no oversized trash/ behind once its removals drain', async () => {
@@ -280,7 +282,7 @@ describe('file engine', () => {
     expect(await s.deleteShape('a')).toBe(true)
     expect(s.ids()).toEqual([])
     await waitFor(() => existsSync(`${dir}/trash`) && readdirSync(`${dir}/trash`).length === 0)
-    expect(readdirSync(`${dir}/shapes`)).toEqual([])
+    expect(storedIds(dir)).toEqual([])
   })
 
   it('publishes a transaction whose first part was appended while a flush was running', async () => {
@@ -457,7 +459,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
   it('never shows a read-only follower entries that are not synced, however appends and syncs interleave', async () => {
     const { dir, tracker, s } = await setup('ro-finishing', false)
     const reader = openReadOnlyLogStore({ dir })
-    const shapeDir = `${dir}/shapes/n`
+    const nDir = shapeDir(dir, 'n')
     /** What the follower shows of `n` is synced, byte for byte, and is exactly the expected transactions. */
     const checkFollower = (want: string[] | undefined) => {
       const ro = reader.get('n')
@@ -468,8 +470,8 @@ describe('a new log finishing with live transactions (file engine)', () => {
       expect(ro).toBeDefined()
       expect(lsns(ro!)).toEqual(want)
       const { entryCount } = ro!.head()
-      expect(HEADER_BYTES + entryCount * ENTRY_RECORD_BYTES).toBeLessThanOrEqual(tracker.syncedBytes(`${shapeDir}/entries.idx`))
-      expect(HEADER_BYTES + readAll(ro!).length).toBeLessThanOrEqual(tracker.syncedBytes(`${shapeDir}/log.dat`))
+      expect(HEADER_BYTES + entryCount * ENTRY_RECORD_BYTES).toBeLessThanOrEqual(tracker.syncedBytes(`${nDir}/entries.idx`))
+      expect(HEADER_BYTES + readAll(ro!).length).toBeLessThanOrEqual(tracker.syncedBytes(`${nDir}/log.dat`))
     }
 
     const w = s.createShape('n')
@@ -490,7 +492,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
     checkFollower(undefined)
 
     // The next flush syncs 40 too and renames; hold the sync of shapes/ that makes the rename durable.
-    const shapesSync = tracker.hold((p) => p === `${dir}/shapes`)
+    const shapesSync = tracker.hold((p) => p === bucketDir(dir, 'n'))
     const second = s.flush()
     await shapesSync.reached
     // Renamed: the follower may find it now, with everything synced and nothing else.
@@ -516,7 +518,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
 
     // The next flush writes 60's index records before syncing them: hold that sync.
     s.advance(60n)
-    const live = tracker.hold((p) => p === `${shapeDir}/entries.idx`)
+    const live = tracker.hold((p) => p === `${nDir}/entries.idx`)
     const third = s.flush()
     await live.reached
     checkFollower(['20_0', '30_0', '30_2', '40_0'])
@@ -568,7 +570,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
     const { dir, tracker, s } = await setup('abort-held')
     for (const [i, where] of [
       [1, (p: string) => p.includes('/tmp/') && p.endsWith('/log.dat')],
-      [2, (p: string) => p === `${dir}/shapes`],
+      [2, (p: string) => p === bucketDir(dir, `n2`)],
     ] as const) {
       const id = `n${i}`
       const w = s.createShape(id)
@@ -584,7 +586,7 @@ describe('a new log finishing with live transactions (file engine)', () => {
       await expect(finishing).rejects.toMatchObject({ code: 'shape_deleted' })
       await flushing
       expect(s.get(id)).toBeUndefined()
-      expect(readdirSync(`${dir}/shapes`).sort()).toEqual(['other'])
+      expect(storedIds(dir).sort()).toEqual(['other'])
       expect(codeOf(() => w.appendTransaction([change(70n, 0, 1)]))).toBe('invalid_append')
     }
     // Nothing of theirs holds the watermark back or lingers in the flush sets.

@@ -5,6 +5,7 @@
  * vouch for a log (a crash since, a damaged file, a log left mid-transaction,
  * files of other sizes).
  */
+import { shapeDir } from '../src/file/shape-dirs.js'
 import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
@@ -183,7 +184,7 @@ describe('heads file', () => {
     const s = await populated(dir)
     const before = snapshotOf(s)
     await s.close()
-    writeFileSync(`${dir}/shapes/b/entries.idx`, 'not a sluice file')
+    writeFileSync(`${shapeDir(dir, 'b')}/entries.idx`, 'not a sluice file')
 
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(again.cleanOpened).toBe(IDS.length - 1)
@@ -205,15 +206,15 @@ describe('heads file', () => {
     const before = Object.fromEntries(ids.map((id) => [id, entries(s.get(id)!)]))
     await s.close()
     // One log's index replaced by garbage (set aside), one log's data grown by a torn write (scanned, cut back).
-    writeFileSync(`${dir}/shapes/log7/entries.idx`, 'not a sluice file')
-    appendFileSync(`${dir}/shapes/log900/log.dat`, Buffer.alloc(100, 7))
+    writeFileSync(`${shapeDir(dir, 'log7')}/entries.idx`, 'not a sluice file')
+    appendFileSync(`${shapeDir(dir, 'log900')}/log.dat`, Buffer.alloc(100, 7))
 
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(again.cleanOpened).toBe(ids.length - 2)
     expect(again.quarantined).toEqual(['log7'])
     const { log7: _gone, ...rest } = before
     expect(Object.fromEntries(ids.filter((id) => id !== 'log7').map((id) => [id, entries(again.get(id)!)]))).toEqual(rest)
-    expect(statSync(`${dir}/shapes/log900/log.dat`).size).toBe(again.get('log900')!.appendedHead().dataEnd)
+    expect(statSync(`${shapeDir(dir, 'log900')}/log.dat`).size).toBe(again.get('log900')!.appendedHead().dataEnd)
     await again.close()
   })
 })

@@ -14,6 +14,7 @@
  *    record were torn, and every log is cut to empty, snapshot included;
  *  - one damaged durable record (bit rot) makes recovery cut the log there.
  */
+import { shapeDir } from '../src/file/shape-dirs.js'
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -41,9 +42,9 @@ async function durableStore(): Promise<{ dir: string; shapeDir: string; sizes: R
   await store.flush()
   expect(log.head().entryCount).toBe(5)
   await store.close()
-  const shapeDir = join(dir, 'shapes', 'v')
-  const sizes = Object.fromEntries(['log.dat', 'entries.idx', 'chunks.idx'].map((f) => [f, statSync(join(shapeDir, f)).size]))
-  return { dir, shapeDir, sizes }
+  const vDir = shapeDir(dir, 'v')
+  const sizes = Object.fromEntries(['log.dat', 'entries.idx', 'chunks.idx'].map((f) => [f, statSync(join(vDir, f)).size]))
+  return { dir, shapeDir: vDir, sizes }
 }
 
 /**
@@ -63,7 +64,7 @@ async function expectNothingDiscarded(dir: string, sizes: Record<string, number>
     const log = store.get('v')
     if (log) {
       expect(log.head().entryCount, 'entries left in the log after recovery').toBe(5)
-      const now = Object.fromEntries(Object.keys(sizes).map((f) => [f, statSync(join(dir, 'shapes', 'v', f)).size]))
+      const now = Object.fromEntries(Object.keys(sizes).map((f) => [f, statSync(join(shapeDir(dir, 'v'), f)).size]))
       expect(now, 'file sizes after recovery').toEqual(sizes)
     } else {
       expect(store.quarantined).toEqual(['v'])

@@ -4,6 +4,7 @@
  * system's error code; a closed log's write and a lost thread fail cleanly;
  * and a store on the real file system writes back through it.
  */
+import { shapeDir } from '../src/file/shape-dirs.js'
 import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { useTempDir } from '@sluice/test-utils'
@@ -207,8 +208,8 @@ describe('write-back thread', () => {
     }
     // Opened from the heads file, the logs know their files' inodes without opening them.
     const restored = again.get('l0') as unknown as { data: FileRef; entries: FileRef }
-    expect(restored.data.ino).toBe(statSync(`${dir}/shapes/l0/log.dat`).ino)
-    expect(restored.entries.ino).toBe(statSync(`${dir}/shapes/l0/entries.idx`).ino)
+    expect(restored.data.ino).toBe(statSync(`${shapeDir(dir, 'l0')}/log.dat`).ino)
+    expect(restored.entries.ino).toBe(statSync(`${shapeDir(dir, 'l0')}/entries.idx`).ino)
     await again.close()
   })
 })

@@ -5,6 +5,7 @@
  * readers see the same bytes either way, that a failed write-back loses
  * nothing, and that a cut racing a write-back in flight wins.
  */
+import { shapeDir } from '../src/file/shape-dirs.js'
 import { statSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
@@ -53,7 +54,7 @@ function entriesAfterSnapshot(log: ShapeLog): number {
   }
 }
 
-const sizeOf = (dir: string, id: string, file: string): number => statSync(`${dir}/shapes/${id}/${file}`).size
+const sizeOf = (dir: string, id: string, file: string): number => statSync(`${shapeDir(dir, id)}/${file}`).size
 
 describe('write-behind', () => {
   it('serves appends from memory until WRITE_BACK_BYTES or a checkpoint, then from the files, byte for byte the same', async () => {

@@ -1,4 +1,4 @@
-import type { FsPort, ShapeLogStore } from '@sluice/storage'
+import { type FsPort, type ShapeLogStore, isBucketName } from '@sluice/storage'
 import { generationOfLogId, handleOfLogId } from '../shapes/compaction/log-ids.js'
 import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, parseHandle } from '../shapes/definition/index.js'
 
@@ -7,9 +7,9 @@ import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, p
  * `shapes/` and each shape's meta (the definition the writer stored with
  * it), so that a request's definition finds the writer's handle.
  *
- * The writer renames a shape's directory into `shapes/` once its snapshot is
- * durable and out of it when the shape is invalidated or deleted, so the
- * directory's entries are exactly the live shapes. `rescan` diffs them with
+ * The writer renames a shape's directory into its bucket of `shapes/` once
+ * its snapshot is durable and out of it when the shape is invalidated or
+ * deleted, so the buckets' entries are exactly the live shapes. `rescan` diffs them with
  * what is indexed: a shape gone is reported through `onGone` (its clients
  * get 409, as on the writer). It runs on a change notification for
  * `shapes/`, and on a miss (a handle or definition not indexed) when the
@@ -33,7 +33,7 @@ export interface ReplicaShapesOptions {
   readonly store: ShapeLogStore
   /** The store's root directory. */
   readonly dir: string
-  readonly fs: Pick<FsPort, 'statSync'>
+  readonly fs: Pick<FsPort, 'statSync' | 'readdirSync'>
   readonly onGone: (handle: string) => void
   /** A shape's meta that does not decode: skipped (the writer deletes such a shape at its next start). */
   readonly onBadMeta?: (handle: string, error: unknown) => void
@@ -65,8 +65,9 @@ export class ReplicaShapes {
   }
 
   /**
-   * Re-reads `shapes/` if it changed since the last scan (its mtime, ctime
-   * and inode: every rename in or out changes them), or always with `force`.
+   * Re-reads `shapes/` if it changed since the last scan (the mtime, ctime
+   * and inode of it and of each bucket: every rename in or out changes them),
+   * or always with `force`.
    */
   rescan(force = false): void {
     const stamp = this.dirStamp()
@@ -146,14 +147,37 @@ export class ReplicaShapes {
     this.options.onGone(handle)
   }
 
+  /**
+   * `shapes/` and each of its buckets (storage's shape-dirs.ts): a shape
+   * comes or goes by a rename in or out of its bucket, and a bucket by a
+   * change of `shapes/`.
+   */
   private dirStamp(): string {
+    const top = `${this.options.dir}/shapes`
+    const { fs } = this.options
+    let stamp: string
+    let names: string[]
     try {
-      const st = this.options.fs.statSync(`${this.options.dir}/shapes`) as { ino: number; mtimeMs: number; ctimeMs?: number }
-      return `${st.ino}:${st.mtimeMs}:${st.ctimeMs ?? ''}`
+      stamp = statStamp(fs, top)
+      names = fs.readdirSync(top)
     } catch {
       return ''
     }
+    for (const name of names) {
+      if (!isBucketName(name)) continue
+      try {
+        stamp += `|${name}:${statStamp(fs, `${top}/${name}`)}`
+      } catch {
+        // Removed since the listing: `shapes/` changed too.
+      }
+    }
+    return stamp
   }
+}
+
+function statStamp(fs: Pick<FsPort, 'statSync'>, path: string): string {
+  const st = fs.statSync(path) as { ino: number; mtimeMs: number; ctimeMs?: number }
+  return `${st.ino}:${st.mtimeMs}:${st.ctimeMs ?? ''}`
 }
 
 /** A handle's microseconds: of two for one definition, the later one replaced the other. */

@@ -1,13 +1,19 @@
-import { type FSWatcher, watch as nodeWatch } from 'node:fs'
+import { type FSWatcher, readdirSync, watch as nodeWatch } from 'node:fs'
 import { join } from 'node:path'
+import { isBucketName } from '@sluice/storage'
 
 /**
  * How a read replica learns that the writer published, without a timer per
  * request or per waiter: one change notification (inotify through
  * `fs.watch`) on the store's root directory, which sees the writer's
  * in-place write of `watermark.live` after every flush and the rename of a
- * new `watermark` at each checkpoint, and one on `shapes/`, which sees a
- * shape's directory renamed in (created) or out (deleted). Events that
+ * new `watermark` at each checkpoint; one on `shapes/`, which sees its
+ * buckets (storage's shape-dirs.ts) made and removed; and one on each bucket,
+ * which sees a shape's directory renamed in (created) or out (deleted). A
+ * bucket's watch is set up again whenever `shapes/` names it, so one removed
+ * and made again is watched anew, and a rescan follows each such change,
+ * covering a shape renamed into a new bucket before its watch was set up.
+ * At most 257 watches (inotify's per-user limit is far above). Events that
  * arrive in one turn of the event loop are handled once, in the next.
  *
  * A file system that sends no notifications (NFS, most network and FUSE
@@ -27,11 +33,13 @@ export interface StoreWatchOptions {
   readonly fallbackMs: number
   /** The writer may have published: re-read the watermark. */
   readonly onPublished: () => void
-  /** A shape directory may have come or gone: re-read `shapes/`. */
+  /** A shape directory may have come or gone: re-read `shapes/` and its buckets. */
   readonly onShapesChanged: () => void
   /** A watch could not be set up or failed; the timer covers for it. */
   readonly onWatchError?: (error: unknown) => void
   readonly watch?: WatchFn
+  /** Lists `shapes/` (a port, like `watch`). */
+  readonly readdir?: (path: string) => string[]
 }
 
 /** What the watch did so far: for tests and logs. */
@@ -51,6 +59,7 @@ export class StoreWatch {
   private readonly watchFn: WatchFn
   private root: FSWatcher | undefined
   private shapes: FSWatcher | undefined
+  private readonly buckets = new Map<string, FSWatcher>()
   private timer: NodeJS.Timeout | undefined
   private pendingPublished = false
   private pendingShapes = false
@@ -84,7 +93,19 @@ export class StoreWatch {
       this.root ??= this.open(this.options.dir, (name) => {
         if (name === null || WATERMARK_NAMES.has(name)) this.schedule('published')
       })
-      this.shapes ??= this.open(join(this.options.dir, 'shapes'), () => this.schedule('shapes'))
+      if (this.shapes === undefined) {
+        this.shapes = this.open(join(this.options.dir, 'shapes'), (name) => {
+          try {
+            if (name === null) this.watchBuckets()
+            else if (isBucketName(name)) this.watchBucket(name)
+          } catch (error) {
+            this.stopWatching()
+            this.options.onWatchError?.(error)
+          }
+          this.schedule('shapes')
+        })
+        this.watchBuckets()
+      }
     } catch (error) {
       this.stopWatching()
       this.options.onWatchError?.(error)
@@ -101,9 +122,37 @@ export class StoreWatch {
     return watcher
   }
 
+  /** Watches every bucket `shapes/` holds now: all anew (`anew`), or only those not watched yet. */
+  private watchBuckets(anew = true): void {
+    const names = new Set((this.options.readdir ?? readdirSync)(join(this.options.dir, 'shapes')).filter(isBucketName))
+    for (const name of [...this.buckets.keys()]) if (!names.has(name)) this.watchBucket(name)
+    for (const name of names) if (anew || !this.buckets.has(name)) this.watchBucket(name)
+  }
+
+  /** (Re)watches bucket `name`: made, removed, or both since its last watch. */
+  private watchBucket(name: string): void {
+    this.buckets.get(name)?.close()
+    this.buckets.delete(name)
+    let watcher: FSWatcher
+    try {
+      watcher = this.watchFn(join(this.options.dir, 'shapes', name), { persistent: false }, () => this.schedule('shapes'))
+    } catch {
+      return // gone again; `shapes/` names it once more if it comes back
+    }
+    // Removed under the watch: `shapes/` names it, which sets the watch up again or drops it.
+    watcher.on('error', () => {
+      watcher.close()
+      if (this.buckets.get(name) === watcher) this.buckets.delete(name)
+      this.schedule('shapes')
+    })
+    this.buckets.set(name, watcher)
+  }
+
   private stopWatching(): void {
     this.root?.close()
     this.shapes?.close()
+    for (const watcher of this.buckets.values()) watcher.close()
+    this.buckets.clear()
     this.root = undefined
     this.shapes = undefined
   }
@@ -135,6 +184,13 @@ export class StoreWatch {
     if (this.closed) return
     this.fallbackTicks++
     if (this.root === undefined || this.shapes === undefined) this.startWatching()
+    else {
+      try {
+        this.watchBuckets(false)
+      } catch {
+        // Read again at the next tick.
+      }
+    }
     this.pendingShapes = true
     this.pendingPublished = true
     this.run()

@@ -38,7 +38,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import { openReadOnlyLogStore } from '@sluice/storage'
+import { openReadOnlyLogStore, shapeDir } from '@sluice/storage'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import pg from 'pg'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
@@ -424,7 +424,7 @@ describe('crash safety of the pipeline', () => {
                 if (seen !== undefined) stats.finishMarkers++
                 if (seen !== undefined && rng.chance(0.5)) {
                   // The moment its directory is renamed into place: complete on disk, but never reported ready.
-                  const dir = join(storageDir, 'logs', 'shapes', seen)
+                  const dir = shapeDir(join(storageDir, 'logs'), seen)
                   const deadline = Date.now() + 5000
                   while (!existsSync(dir) && Date.now() < deadline) await sleep(1)
                   if (existsSync(dir)) stats.renameKills++

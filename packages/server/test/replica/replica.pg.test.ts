@@ -9,12 +9,15 @@
  * writes nothing and replicates nothing.
  */
 import { chmod, readdir, stat } from 'node:fs/promises'
+import { existsSync } from 'node:fs'
 import { join } from 'node:path'
+import { bucketOf } from '@sluice/storage'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { type ReplicaServer, createReplicaServer } from '../../src/replica/replica-server.js'
 import { type SluiceServer, createServer } from '../../src/server.js'
+import { eventually } from '../compat/compat-harness.js'
 import { type Res, call, messages } from '../http/http-harness.js'
 
 const cluster = usePostgres()
@@ -163,6 +166,45 @@ describe('read replica', () => {
     const again = await get(r, 'table=r_gone&offset=-1')
     expect(again.status).toBe(200)
     expect(again.header('electric-handle')).toBe(next.header('electric-handle'))
+  })
+
+  it("learns of shapes renamed into new buckets and into watched ones, and of one leaving a bucket that keeps others, by notifications alone (--replica-poll 0)", async () => {
+    const dir = await storage()
+    await cluster.query('CREATE TABLE r_buckets (id int PRIMARY KEY, n int)')
+    await cluster.query('INSERT INTO r_buckets SELECT g, g FROM generate_series(1, 300) g')
+    const w = await writer(dir, ['--allow-delete'])
+    const r = await replica(dir, ['--replica-poll', '0'])
+    const where = (i: number): string => encodeURIComponent(`n > ${i}`)
+    // Shapes made one at a time until one shares its bucket with another: the replica must index each without a request of its own.
+    const byBucket = new Map<string, Array<{ handle: string; i: number }>>()
+    let pair: Array<{ handle: string; i: number }> | undefined
+    let newBuckets = 0
+    for (let i = 0; pair === undefined && i < 200; i++) {
+      const made = await get(w, `table=r_buckets&offset=-1&where=${where(i)}`)
+      expect(made.status).toBe(200)
+      const handle = made.header('electric-handle')!
+      const bucket = bucketOf(handle)
+      const inBucket = byBucket.get(bucket) ?? []
+      if (inBucket.length === 0) newBuckets++
+      inBucket.push({ handle, i })
+      byBucket.set(bucket, inBucket)
+      if (inBucket.length === 2) pair = inBucket
+      await eventually(() => r.shapes.stats().shapes === i + 1, `the replica to index shape ${i + 1} (${inBucket.length === 1 ? 'a new bucket' : 'a watched bucket'})`)
+    }
+    expect(pair).toBeDefined()
+    expect(newBuckets).toBeGreaterThan(1)
+    const [gone, stays] = pair!
+    const at = await get(r, `table=r_buckets&offset=-1&where=${where(gone!.i)}`)
+    expect(at.header('electric-handle')).toBe(gone!.handle)
+    const parked = get(r, `table=r_buckets&handle=${gone!.handle}&offset=${at.header('electric-offset')}&where=${where(gone!.i)}&live=true`)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect((await call(w.port, `/v1/shape?table=r_buckets&handle=${gone!.handle}&where=${where(gone!.i)}`, { method: 'DELETE' })).status).toBe(202)
+    expect((await parked).status).toBe(409)
+    expect(existsSync(join(dir, 'logs', 'shapes', bucketOf(stays!.handle), stays!.handle))).toBe(true)
+    const kept = await get(r, `table=r_buckets&offset=-1&where=${where(stays!.i)}`)
+    expect(kept.status).toBe(200)
+    expect(kept.header('electric-handle')).toBe(stays!.handle)
+    expect(r.shapes.stats().fallbackTicks).toBe(0)
   })
 
   it('answers 503 with retry-after for what only the writer can do: a new shape, a subset, a DELETE', async () => {

@@ -10,6 +10,7 @@ import { chmod, readdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
+import { storedIds } from '../replica/stored-ids.js'
 import { eventually } from '../compat/compat-harness.js'
 import { type Run, sluice } from '../cli/sluice-run.js'
 
@@ -100,7 +101,7 @@ describe('a crash while shapes expire', () => {
       try {
         // Only whole shapes in shapes/; the trash of the interrupted deletions is emptied.
         await eventually(async () => (await readdir(join(dir, 'logs', 'trash'))).length === 0, 'the trash to empty')
-        const kept = new Set(await readdir(join(dir, 'logs', 'shapes')))
+        const kept = new Set(storedIds(join(dir, 'logs')))
         for (const handle of kept) expect(expiredBeforeCrash.has(handle), `${handle} was expired before the crash`).toBe(false)
 
         for (const shape of followed) {

@@ -1,6 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { MUST_REFETCH_BODY } from '@sluice/protocol'
+import { shapeDir as logDir } from '@sluice/storage'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import type { Offset } from '@electric-sql/client'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -66,7 +67,7 @@ async function follow(get: (path: string) => Promise<Res>, table: string, where:
   return { handle, offset: res.header('electric-offset')! }
 }
 
-const shapeDir = (dir: string, handle: string): string => join(dir, 'logs', 'shapes', handle)
+const shapeDir = (dir: string, handle: string): string => logDir(join(dir, 'logs'), handle)
 
 /**
  * Expiry's clock, moved by the test: nothing expires by the machine's speed,

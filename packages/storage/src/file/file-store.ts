@@ -39,10 +39,12 @@ import { acquireStoreLock } from './store-lock.js'
 import { loadLogs, writeCleanHeads } from './store-directory.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
-import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
+import { publishWatermark, readWatermark, watermarkVersion } from './watermark.js'
+import { BUCKETED_STORE_VERSION } from '../format.js'
 import { PortWriter, writeBackThread } from './write-back.js'
 import type { FileWriter } from './write-back.js'
 import { Trash } from './trash.js'
+import { dropBucketIfEmpty, migrateFlatLayout } from './shape-dirs.js'
 
 // The default reserve follows the budget up to here; a bigger budget grows the arena in slabs past it.
 const MAX_TAIL_RESERVE_BYTES = 1024 * 1024 * 1024
@@ -131,9 +133,12 @@ export class FileLogStore implements ShapeLogStore {
     }
     const unlock = await acquireStoreLock(fs, root, options.lock)
     try {
+      // Before replay, which finds each log at its bucketed place, and before
+      // the watermark says the store is bucketed (format.ts).
+      await migrateFlatLayout(fs, root)
       let watermark = readWatermark(fs, root)
-      if (!watermark) {
-        watermark = { lsn: 0n, sequence: 0n }
+      if (!watermark || watermarkVersion(fs, root) !== BUCKETED_STORE_VERSION) {
+        watermark ??= { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
       // Taken (and removed for good) before anything changes a log, replay included.
@@ -215,7 +220,8 @@ export class FileLogStore implements ShapeLogStore {
     log.retire()
     try {
       this.trash.discard(log.dir, id)
-      await syncDirectory(this.fs, `${this.root}/shapes`)
+      // In the same turn as the rename: no creation can refill the bucket in between.
+      await dropBucketIfEmpty(this.fs, this.root, id)
     } catch (err) {
       throw fromSystemError(err, `delete shape ${id}`)
     }

@@ -22,6 +22,7 @@ import { readFully } from '../fs-port.js'
 import { JOURNAL_FILES, RECORD_TOMBSTONE, RECORD_WRITE, parseSegment } from './journal-format.js'
 import type { JournalFile, JournalRecord } from './journal-format.js'
 import { listSegments, readSegmentGroups } from './journal-replay.js'
+import { isBucketName } from './shape-dirs.js'
 
 interface Extent {
   pos: number
@@ -211,7 +212,7 @@ const FILE_OF = new Map<string, JournalFile>(JOURNAL_FILES.map((name, i) => [nam
 
 /**
  * A filesystem port that reads log files through the overlay: reads and sizes of
- * `shapes/<id>/<file>` descriptors are what the writer's files hold.
+ * `shapes/<bucket>/<id>/<file>` descriptors are what the writer's files hold.
  */
 export function overlayFs(base: FsPort, root: string, overlay: JournalOverlay): FsPort {
   const prefix = `${root}/shapes/`
@@ -225,7 +226,10 @@ export function overlayFs(base: FsPort, root: string, overlay: JournalOverlay): 
     openSync(path, flags, mode) {
       const fd = base.openSync(path, flags, mode)
       if (path.startsWith(prefix)) {
-        const [id, name, more] = path.slice(prefix.length).split('/')
+        const parts = path.slice(prefix.length).split('/')
+        // `<bucket>/<id>/<file>`, or `<id>/<file>` from a writer that has not moved its logs into buckets yet.
+        if (parts.length === 3 && isBucketName(parts[0]!)) parts.shift()
+        const [id, name, more] = parts
         const file = name === undefined ? undefined : FILE_OF.get(name)
         if (id && file !== undefined && more === undefined) keys.set(fd, { id, file })
       }

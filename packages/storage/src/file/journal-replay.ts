@@ -2,7 +2,8 @@
  * Reading the journal back: the writer's replay at open, and the ordered
  * per-file operations a read-only follower lays over the files.
  *
- * Replay applies, for every log directory still in shapes/, the writes and
+ * Replay applies, for every log directory still in shapes/ (the store's open
+ * has moved a flat-layout store's logs into their buckets first), the writes and
  * truncations of every valid group in order, skipping the records of an id that
  * come before that id's last tombstone (they belong to a deleted log; a log
  * re-created under the id starts after it). It then syncs the files and deletes
@@ -16,6 +17,7 @@ import type { FsPort } from '../fs-port.js'
 import { writeFully } from '../fs-port.js'
 import { JOURNAL_FILES, RECORD_TOMBSTONE, RECORD_WRITE, parseSegment, segmentGeneration } from './journal-format.js'
 import type { JournalFile, JournalRecord, ParsedGroup } from './journal-format.js'
+import { shapeDir } from './shape-dirs.js'
 import { publishWatermark, syncDirectory } from './watermark.js'
 
 export type FileOp = { readonly position: number; readonly bytes: Buffer } | { readonly size: number }
@@ -117,7 +119,7 @@ export async function replayJournal(fs: FsPort, root: string, fileWatermark: Wat
   const worker = async (): Promise<void> => {
     while (next < ids.length) {
       const id = ids[next++]!
-      const dir = `${root}/shapes/${id}`
+      const dir = shapeDir(root, id)
       if (!fs.existsSync(dir)) continue // deleted (its directory went to trash) or never renamed into place
       for (const [file, list] of ops.get(id)!) {
         const path = `${dir}/${JOURNAL_FILES[file]}`

@@ -29,6 +29,7 @@ import { JournalOverlay, overlayFs } from './journal-overlay.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readRange } from './log-reader.js'
 import { scanLog } from './recovery.js'
+import { flatShapeDir, listLogs, shapeDir } from './shape-dirs.js'
 import { LIVE_WATERMARK_FILE, WATERMARK_FILE, readWatermark } from './watermark.js'
 
 export interface ReadOnlyStoreOptions {
@@ -218,23 +219,35 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     } catch {
       return undefined
     }
-    const dir = `${this.root}/shapes/${id}`
+    // Its bucket, else the flat layout's place (a writer that has not moved it
+    // yet), else its bucket again: moves go only that way, so a log moved
+    // between the first two looks is found by the third.
+    const bucketed = shapeDir(this.root, id)
+    for (const dir of [bucketed, flatShapeDir(this.root, id), bucketed]) {
+      const found = this.openAt(id, dir)
+      if (found !== undefined) return found
+    }
+    this.forget(id)
+    return undefined
+  }
+
+  /** The log at `dir` (cached while the directory is the same one), or undefined if none is there. */
+  private openAt(id: string, dir: string): ReadOnlyShapeLog | undefined {
     let ino: number
     try {
       ino = this.fs.statSync(dir).ino
     } catch {
-      this.forget(id)
       return undefined
     }
     const cached = this.logs.get(id)
-    if (cached && cached.dirIno === ino) return cached
-    this.forget(id)
+    if (cached && cached.dirIno === ino && cached.dir === dir) return cached
     let meta: Buffer | string
     try {
       meta = decodeMeta(this.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
     } catch {
-      return undefined // deleted between the stat and the read
+      return undefined // deleted or moved between the stat and the read
     }
+    this.forget(id)
     if (typeof meta === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${meta})`)
     const log = new ReadOnlyShapeLog(id, dir, ino, meta, this)
     this.logs.set(id, log)
@@ -248,8 +261,11 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     cached.retire()
   }
 
+  /** Every log's id, in its bucket or (from a writer that has not moved it yet) at the flat layout's place. */
   ids(): string[] {
-    return this.fs.readdirSync(`${this.root}/shapes`)
+    const ids = new Set<string>()
+    for (const { id } of listLogs(this.fs, this.root)) ids.add(id)
+    return [...ids]
   }
 
   createShape(): SnapshotWriter {

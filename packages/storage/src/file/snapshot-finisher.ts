@@ -1,7 +1,8 @@
 /**
  * New logs becoming shapes: the snapshots whose `finish()` was called wait
  * here for a flush, which syncs each (everything appended so far, live
- * transactions included), renames it from tmp/ into shapes/ and registers it,
+ * transactions included), renames it from tmp/ into its bucket of shapes/
+ * (shape-dirs.ts) and registers it,
  * publishing the snapshot and the complete transactions that the sync covered
  * and the watermark covers.
  *
@@ -18,6 +19,7 @@ import { forEachConcurrently } from '../concurrently.js'
 import type { FdCache, FileRef } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { syncConcurrency, syncLog } from './log-sync.js'
+import { bucketDir, placeLog, shapeDir } from './shape-dirs.js'
 import { syncDirectory } from './watermark.js'
 
 export interface FinishingSnapshot {
@@ -135,6 +137,8 @@ export class SnapshotFinisher {
     })
     const moved: FinishingSnapshot[] = []
     const waiting: FinishingSnapshot[] = []
+    const buckets = new Set<string>()
+    let madeBucket = false
     // No await from each check to its rename: nothing can be appended in between.
     for (const s of ready) {
       if (s.log.deleted) continue // dropped by a failed append during the sync
@@ -146,9 +150,10 @@ export class SnapshotFinisher {
         waiting.push(s)
         continue
       }
-      const dir = `${root}/shapes/${s.log.id}`
+      const dir = shapeDir(root, s.log.id)
       try {
-        fs.renameSync(s.tmpDir, dir)
+        if (placeLog(fs, root, s.log.id, s.tmpDir) !== undefined) madeBucket = true
+        buckets.add(bucketDir(root, s.log.id))
       } catch (err) {
         s.reject(fromSystemError(err, `publish snapshot of shape ${s.log.id}`))
         continue
@@ -160,7 +165,13 @@ export class SnapshotFinisher {
     }
     if (moved.length === 0) return { created: [], waiting }
     try {
-      await syncDirectory(fs, `${root}/shapes`)
+      // Each bucket's new entries, then shapes/ for the buckets made: a log
+      // must not become durable in a bucket whose own entry may vanish. The
+      // descriptors are opened now, in the renames' turn, before any deletion
+      // can remove a bucket.
+      const syncs = [...buckets].map((b) => syncDirectory(fs, b))
+      if (madeBucket) syncs.push(syncDirectory(fs, `${root}/shapes`))
+      await Promise.all(syncs)
     } catch (err) {
       // The renames may not survive a crash; do not hand out logs that could vanish.
       for (const s of moved) {

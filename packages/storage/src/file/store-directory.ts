@@ -1,8 +1,9 @@
 /**
  * The store's directory at open and at close: leftovers of the last run
- * removed (tmp/, trash/), every log in shapes/ opened (from the heads file a
- * clean close left, or by recovery's scan), a damaged log moved to
- * quarantine/, and at close the heads file written for the next open.
+ * removed (tmp/, trash/), every log in shapes/ (its buckets, shape-dirs.ts)
+ * opened (from the heads file a clean close left, or by recovery's scan), a
+ * damaged log moved to quarantine/, buckets left empty removed, and at close
+ * the heads file written for the next open.
  */
 import { LOG_FILES, checkShapeId } from '../defaults.js'
 import { StorageError, fromSystemError } from '../errors.js'
@@ -16,6 +17,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
+import { dropEmptyBuckets, listLogs } from './shape-dirs.js'
 import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
@@ -55,8 +57,7 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
   ctx.trash.empty()
-  for (const id of fs.readdirSync(`${root}/shapes`)) {
-    const dir = `${root}/shapes/${id}`
+  for (const { id, dir } of listLogs(fs, root)) {
     try {
       checkShapeId(id)
       const known = clean?.get(id)
@@ -78,6 +79,7 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
       ctx.emitError(err)
     }
   }
+  dropEmptyBuckets(fs, root)
   return loaded
 }
 

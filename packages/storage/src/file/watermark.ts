@@ -60,6 +60,15 @@ export function readWatermark(fs: FsPort, root: string): Watermark | undefined {
   return w
 }
 
+/** The version byte of the watermark file, if there is one. */
+export function watermarkVersion(fs: FsPort, root: string): number | undefined {
+  try {
+    return fs.readFileSync(`${root}/${WATERMARK_FILE}`)[4]
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * The watermark as of the writer's last flush, for read-only followers: with
  * the journal, a flush makes its watermark durable inside its journal group
