@@ -37,6 +37,7 @@ import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
 import { acquireStoreLock } from './store-lock.js'
 import { loadLogs, writeCleanHeads } from './store-directory.js'
+import type { StatFiles } from './stat-files.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { publishWatermark, readWatermark, syncDirectory } from './watermark.js'
@@ -145,7 +146,8 @@ export class FileLogStore implements ShapeLogStore {
       const replay = await replayJournal(fs, root, watermark)
       const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
       // A clean close leaves no journal: with one, the heads file does not describe these files.
-      await store.load(segments === 0 ? heads : undefined)
+      // The native batch stats the real file system: another port keeps answering for its own files.
+      await store.load(segments === 0 ? heads : undefined, fs === nodeFs ? options.statFiles : undefined)
       if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
       store.commit.live?.write(replay.watermark)
       return store
@@ -155,9 +157,9 @@ export class FileLogStore implements ShapeLogStore {
     }
   }
 
-  private async load(clean: Map<string, CleanLog> | undefined): Promise<void> {
+  private async load(clean: Map<string, CleanLog> | undefined, statFiles: StatFiles | undefined): Promise<void> {
     const loaded = await loadLogs(
-      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, emitError: (err) => this.emitError(err) },
+      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles, emitError: (err) => this.emitError(err) },
       clean,
     )
     this.logs = loaded.logs

@@ -16,6 +16,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
+import { type StatFiles, statAll } from './stat-files.js'
 import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
@@ -27,6 +28,8 @@ export interface DirectoryContext {
   readonly durable: bigint
   readonly logHost: LogHost
   readonly trash: Trash
+  /** Stats the logs' files in one native call; only given with the real file system (the port's statSync otherwise). */
+  readonly statFiles?: StatFiles | undefined
   emitError(err: StorageError): void
 }
 
@@ -55,12 +58,16 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
   ctx.trash.empty()
-  for (const id of fs.readdirSync(`${root}/shapes`)) {
+  const ids = fs.readdirSync(`${root}/shapes`)
+  // Every listed log's files at once, in CLEAN_FILES' order; only a clean close's heads are checked against them.
+  const stats = clean === undefined ? undefined : statAll(fs, ctx.statFiles, `${root}/shapes`, ids, CLEAN_FILES)
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i]!
     const dir = `${root}/shapes/${id}`
     try {
       checkShapeId(id)
       const known = clean?.get(id)
-      const inodes = known === undefined ? undefined : cleanInodes(fs, known.head, dir)
+      const inodes = known === undefined || stats === undefined ? undefined : cleanInodes(stats, i, known.head)
       if (inodes !== undefined) {
         loaded.logs.set(id, openClean(ctx, known!, dir, inodes))
         loaded.cleanOpened++
@@ -107,27 +114,24 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
   }
 }
 
+/** The files `cleanInodes` checks, in the order their stats are laid out. */
+const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks] as const
+
 /**
- * The inodes of the log's files when they are the sizes its clean head gives
- * (else undefined): a stat per file, no open. Catches a file truncated,
- * replaced or restored from a backup while the server was down (the log is
- * then scanned like after a crash, and set aside if damaged); bytes rewritten
- * in place at the same size are not looked for here, as a scan would look
- * only at headers and the last records.
+ * The inodes of the `i`th log's files when they are the sizes its clean head
+ * gives (else undefined), from a stat per file (`statAll`), no open. Catches a
+ * file missing, truncated, replaced or restored from a backup while the server
+ * was down (the log is then scanned like after a crash, and set aside if
+ * damaged); bytes rewritten in place at the same size are not looked for here,
+ * as a scan would look only at headers and the last records.
  */
-function cleanInodes(fs: FsPort, head: HeadState, dir: string): FileInodes | undefined {
-  try {
-    const data = fs.statSync(`${dir}/${LOG_FILES.data}`)
-    const entries = fs.statSync(`${dir}/${LOG_FILES.entries}`)
-    const chunks = fs.statSync(`${dir}/${LOG_FILES.chunks}`)
-    const match =
-      data.size === head.dataEnd &&
-      entries.size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
-      chunks.size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
-    return match ? { data: data.ino, entries: entries.ino, chunks: chunks.ino } : undefined
-  } catch {
-    return undefined
-  }
+function cleanInodes(stats: Float64Array, i: number, head: HeadState): FileInodes | undefined {
+  const at = i * 2 * CLEAN_FILES.length
+  const match =
+    stats[at] === head.dataEnd &&
+    stats[at + 2] === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
+    stats[at + 4] === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+  return match ? { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! } : undefined
 }
 
 function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
