@@ -11,10 +11,12 @@ import type { FsPort } from '../fs-port.js'
 /**
  * For each directory of `dirs` (relative to `base`) and each file name of
  * `names`, writes the file's size at `out[2 * (d * names.length + n)]` and its
- * inode just after; a file that cannot be stat'ed gets size -1. Throws only
- * when it cannot run at all (the caller then stats file by file).
+ * inode just after; a file that cannot be stat'ed gets size -1. Resolves once
+ * `out` is filled (off the event loop: the opening thread decodes the heads
+ * file meanwhile); rejects only when it cannot run at all (the caller then
+ * stats file by file).
  */
-export type StatFiles = (base: string, dirs: readonly string[], names: readonly string[], out: Float64Array) => void
+export type StatFiles = (base: string, dirs: readonly string[], names: readonly string[], out: Float64Array) => Promise<void>
 
 /** `StatFiles` through a port's `statSync`. */
 export function statFilesSync(fs: FsPort, base: string, dirs: readonly string[], names: readonly string[], out: Float64Array): void {
@@ -34,12 +36,12 @@ export function statFilesSync(fs: FsPort, base: string, dirs: readonly string[],
   }
 }
 
-/** Stats every file, natively when `batch` is given (and runs), else through the port. */
-export function statAll(fs: FsPort, batch: StatFiles | undefined, base: string, dirs: readonly string[], names: readonly string[]): Float64Array {
+/** Stats every file, natively when `batch` is given (and runs), else through the port. Never rejects. */
+export async function statAll(fs: FsPort, batch: StatFiles | undefined, base: string, dirs: readonly string[], names: readonly string[]): Promise<Float64Array> {
   const out = new Float64Array(dirs.length * names.length * 2)
   if (batch !== undefined) {
     try {
-      batch(base, dirs, names, out)
+      await batch(base, dirs, names, out)
       return out
     } catch {
       // Fall through: the port's statSync reports what went wrong file by file.
@@ -47,4 +49,10 @@ export function statAll(fs: FsPort, batch: StatFiles | undefined, base: string, 
   }
   statFilesSync(fs, base, dirs, names, out)
   return out
+}
+
+/** A listing of a directory of logs and the stats of their files, under way. */
+export interface ListedLogs {
+  readonly ids: readonly string[]
+  readonly stats: Promise<Float64Array>
 }

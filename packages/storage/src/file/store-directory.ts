@@ -16,7 +16,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { type StatFiles, statAll } from './stat-files.js'
+import { type ListedLogs, type StatFiles, statAll } from './stat-files.js'
 import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
@@ -49,8 +49,11 @@ interface FileInodes {
   readonly chunks: number
 }
 
-/** `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files. */
-export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined): Promise<LoadedLogs> {
+/**
+ * `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files.
+ * `listed`: shapes/ listed and its logs' files stat'ed already (`listLogs`), only given with `clean`.
+ */
+export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined, listed?: ListedLogs): Promise<LoadedLogs> {
   const { fs, root } = ctx
   const loaded: LoadedLogs = { logs: new Map(), quarantined: [], cleanOpened: 0 }
   // Unfinished snapshots never became shapes: drop them.
@@ -58,9 +61,9 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
   ctx.trash.empty()
-  const ids = fs.readdirSync(`${root}/shapes`)
+  const ids = listed?.ids ?? fs.readdirSync(`${root}/shapes`)
   // Every listed log's files at once, in CLEAN_FILES' order; only a clean close's heads are checked against them.
-  const stats = clean === undefined ? undefined : statAll(fs, ctx.statFiles, `${root}/shapes`, ids, CLEAN_FILES)
+  const stats = clean === undefined ? undefined : await (listed?.stats ?? statAll(fs, ctx.statFiles, `${root}/shapes`, ids, CLEAN_FILES))
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i]!
     const dir = `${root}/shapes/${id}`
@@ -116,6 +119,16 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
 
 /** The files `cleanInodes` checks, in the order their stats are laid out. */
 const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks] as const
+
+/**
+ * Lists shapes/ and starts the stats of its logs' files (natively, off the
+ * event loop), for `loadLogs` after a clean close: the caller reads and
+ * decodes the heads file meanwhile. Lists and stats only; changes nothing.
+ */
+export function listLogs(fs: FsPort, root: string, statFiles: StatFiles): ListedLogs {
+  const ids = fs.readdirSync(`${root}/shapes`)
+  return { ids, stats: statAll(fs, statFiles, `${root}/shapes`, ids, CLEAN_FILES) }
+}
 
 /**
  * The inodes of the `i`th log's files when they are the sizes its clean head
