@@ -77,6 +77,22 @@ export class Sendfile {
     const native = this.native
     return typeof native.lockFile === 'function' ? (fd) => native.lockFile!(fd, true) : undefined
   }
+
+  /**
+   * Stats `names` in each of `dirs` (relative to `base`) in one call, on the
+   * libuv thread pool: each file's size at `out[2 * (d * names.length + n)]`
+   * and its inode just after; size -1 (and the errno in the inode's slot) for
+   * a file that cannot be stat'ed. Rejects when `base` cannot be opened.
+   * Lookups are relative to one open descriptor of `base`, and no JS object
+   * is made per file; `out` must not be touched until it resolves. Undefined
+   * with an addon built before it existed.
+   */
+  get statFiles(): ((base: string, dirs: readonly string[], names: readonly string[], out: Float64Array) => Promise<void>) | undefined {
+    const native = this.native
+    if (typeof native.statFiles !== 'function') return undefined
+    return (base, dirs, names, out) =>
+      new Promise<void>((resolve, reject) => native.statFiles!(base, dirs, names, out, (error) => (error === null ? resolve() : reject(error))))
+  }
 }
 
 /**

@@ -33,6 +33,7 @@ import { ShapeCompactor } from './shapes/compaction/shape-compactor.js'
 import { RoutedAhead } from './shapes/routed-ahead.js'
 import { catalogChanged } from './shapes/invalidation.js'
 import { loadTableStates } from './shapes/table-catalog.js'
+import { nativeStatFiles } from './native-stat.js'
 
 /**
  * The sync pipeline, wired (docs/architecture.md §2): the replication client feeds the
@@ -182,8 +183,10 @@ export class Pipeline {
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
   static async start(options: PipelineOptions): Promise<Pipeline> {
     const memoryBudgetBytes = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
+    const statFiles = await nativeStatFiles()
     const store = await openFileLogStore({
       dir: join(options.storageDir, 'logs'),
+      ...(statFiles === undefined ? {} : { statFiles }),
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
       ...(options.flushIntervalMs === undefined ? {} : { flushIntervalMs: options.flushIntervalMs }),
       ...(options.storageFs === undefined ? {} : { fs: options.storageFs }),

@@ -28,6 +28,7 @@ export {
 export { FileLogStore, openFileLogStore } from './file/file-store.js'
 export type { CheckpointStats, FileStoreOptions, FileStoreStats } from './file/store-options.js'
 export { LOCK_RETRY_MS, type StoreLockOptions } from './file/store-lock.js'
+export type { StatFiles } from './file/stat-files.js'
 export type { FileShapeLog } from './file/file-log.js'
 export { ReadOnlyFileLogStore, openReadOnlyLogStore } from './file/read-only-store.js'
 export { SHAPE_BUCKETS, bucketOf, isBucketName, shapeDir } from './file/shape-dirs.js'

@@ -5,13 +5,14 @@
  * vouch for a log (a crash since, a damaged file, a log left mid-transaction,
  * files of other sizes).
  */
+import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, truncateSync, writeFileSync } from 'node:fs'
+import { loadSendfile } from '@sluice/sendfile'
 import { shapeDir } from '../src/file/shape-dirs.js'
-import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
-import type { FileLogStore, FsPort } from '../src/index.js'
+import type { FileLogStore, FsPort, StatFiles } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { powerCut } from './fixtures/files.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
@@ -217,4 +218,75 @@ describe('heads file', () => {
     expect(statSync(`${shapeDir(dir, 'log900')}/log.dat`).size).toBe(again.get('log900')!.appendedHead().dataEnd)
     await again.close()
   })
+
+  it("with the addon's batched stat, opens every log of a clean close in one call and still catches a file truncated, grown or replaced", async () => {
+    const load = loadSendfile()
+    if (!load.available || load.sendfile.statFiles === undefined) throw new Error(`the addon's statFiles is not available: ${load.available ? 'an old build' : load.reason}`)
+    const native = load.sendfile.statFiles
+    const calls: number[] = []
+    const statFiles: StatFiles = (base, dirs, names, out) => {
+      calls.push(dirs.length)
+      return native(base, dirs, names, out)
+    }
+    const dir = await tempDirs.make('heads-batched')
+    const ids = Array.from({ length: 300 }, (_, i) => `log${i}`)
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    await Promise.all(ids.map((id) => makeShape(s, id, [row(1)])))
+    ids.forEach((id, i) => s.get(id)!.appendTransaction([change(1n, 0, i)]))
+    s.advance(1n)
+    await s.flush()
+    const before = Object.fromEntries(ids.map((id) => [id, entries(s.get(id)!)]))
+    await s.close()
+
+    const opened = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, statFiles })
+    expect(calls).toEqual([ids.length])
+    expect(opened.cleanOpened).toBe(ids.length)
+    expect(Object.fromEntries(ids.map((id) => [id, entries(opened.get(id)!)]))).toEqual(before)
+    // Appends after a batched open land in the files it found.
+    opened.get('log5')!.appendTransaction([change(2n, 0, 99)])
+    opened.advance(2n)
+    await opened.flush()
+    const log5 = entries(opened.get('log5')!)
+    await opened.close()
+
+    // Damage while the server is down: an index replaced by garbage, a data file grown by a torn write, one cut short.
+    writeFileSync(`${shapeDir(dir, 'log7')}/entries.idx`, 'not a sluice file')
+    appendFileSync(`${shapeDir(dir, 'log200')}/log.dat`, Buffer.alloc(100, 7))
+    truncateSync(`${shapeDir(dir, 'log42')}/log.dat`, statSync(`${shapeDir(dir, 'log42')}/log.dat`).size - 3)
+    calls.length = 0
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, statFiles })
+    expect(calls).toEqual([ids.length])
+    expect(again.cleanOpened).toBe(ids.length - 3)
+    expect(again.quarantined).toContain('log7')
+    expect(entries(again.get('log5')!)).toEqual(log5)
+    expect(statSync(`${shapeDir(dir, 'log200')}/log.dat`).size).toBe(again.get('log200')!.appendedHead().dataEnd)
+    await again.close()
+  })
+
+  it('falls back to a stat per file when the batched stat fails, and after a crash does not use it', async () => {
+    const dir = await tempDirs.make('heads-batch-fails')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    await s.close()
+    let calls = 0
+    const failing: StatFiles = async () => {
+      calls++
+      throw Object.assign(new Error('no batch here'), { errno: 24 })
+    }
+    writeFileSync(`${shapeDir(dir, 'b')}/entries.idx`, 'not a sluice file')
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, statFiles: failing })
+    expect(calls).toBe(1)
+    expect(again.cleanOpened).toBe(IDS.length - 1)
+    expect(again.quarantined).toEqual(['b'])
+    const { b: _b, ...rest } = before
+    expect(snapshotOf(again)).toEqual(rest)
+    // No clean close since (a crash): no heads file, so no batch either; every log is scanned.
+    powerCut(dir)
+    calls = 0
+    const crashed = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, statFiles: failing })
+    expect(calls).toBe(0)
+    expect(crashed.cleanOpened).toBe(0)
+    await crashed.close()
+  })
 })
+

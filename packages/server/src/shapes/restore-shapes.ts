@@ -93,7 +93,7 @@ export function restoreProblem(info: TableInfo | undefined, stored: TableSignatu
   if (info === undefined) return 'its table is gone'
   if (stored === undefined) return undefined
   if (stored.oid !== info.oid) return 'its table was dropped and created again'
-  const now = signatureOf(info).columns
+  const now = publishedColumns(info)
   const same = now.length === stored.columns.length && now.every((c, i) => {
     const s = stored.columns[i]
     return s !== undefined && s[0] === c[0] && s[1] === c[1] && s[2] === c[2]
@@ -102,4 +102,19 @@ export function restoreProblem(info: TableInfo | undefined, stored: TableSignatu
   if (stored.primaryKey !== undefined && stored.primaryKey.join('\u0000') !== info.primaryKey.join('\u0000')) return "its table's primary key changed"
   if (stored.replicaIdentity !== undefined && stored.replicaIdentity !== info.replicaIdentity) return "its table's replica identity changed"
   return undefined
+}
+
+/**
+ * The table's columns as a signature lists them, once per table description
+ * (a restart checks every stored shape of a table against the same one).
+ */
+const columnsOfInfo = new WeakMap<TableInfo, TableSignature['columns']>()
+
+function publishedColumns(info: TableInfo): TableSignature['columns'] {
+  let columns = columnsOfInfo.get(info)
+  if (columns === undefined) {
+    columns = signatureOf(info).columns
+    columnsOfInfo.set(info, columns)
+  }
+  return columns
 }

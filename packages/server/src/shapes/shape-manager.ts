@@ -142,9 +142,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       { floor: systemMicrosClock() },
     )
     const manager = new ShapeManager(options, registry)
-    const logIds = new Map(stored.map((s) => [s.meta.handle, s.log.id]))
     for (const id of broken) await options.store.deleteShape(id)
-    for (const handle of registry.expiredDuringRestore) await options.store.deleteShape(logIds.get(handle) ?? handle)
+    if (registry.expiredDuringRestore.length > 0) {
+      // Rare (a crash between a new shape and its predecessor's expiry): no map of every handle otherwise.
+      const logIds = new Map(stored.map((s) => [s.meta.handle, s.log.id]))
+      for (const handle of registry.expiredDuringRestore) await options.store.deleteShape(logIds.get(handle) ?? handle)
+    }
 
     // Each table loaded once, and awaited once: not a suspension per shape.
     const tables = new Map<string, TableInfo | undefined>()

@@ -359,14 +359,15 @@ export class Binder {
     }
     const inputs = left === undefined ? [right.type] : [left.type, right.type]
     const resolution = resolveOperator(operatorCandidates(op, left === undefined ? 1 : 2), inputs)
-    const what = this.describeOperator(op, left?.type, right.type)
-    if (resolution.kind !== 'found') return this.resolutionFailure(resolution, what, 'operator', at)
+    // Only a failure prints it: a restart binds 100k clauses that succeed.
+    const what = (): string => this.describeOperator(op, left?.type, right.type)
+    if (resolution.kind !== 'found') return this.resolutionFailure(resolution, what(), 'operator', at)
     const { signature, args } = resolution
-    if (!signature.supported) fail('unsupported', `operator is not supported in where clauses: ${what}`, at)
+    if (!signature.supported) fail('unsupported', `operator is not supported in where clauses: ${what()}`, at)
     if (left === undefined) {
       const argType = args[0] as SqlType
       const fn = prefixFn(op, argType)
-      if (fn === undefined) fail('unsupported', `operator is not supported in where clauses: ${what}`, at)
+      if (fn === undefined) fail('unsupported', `operator is not supported in where clauses: ${what()}`, at)
       const arg = this.coerce(right, argType, 'implicit')
       return foldExpr({ k: 'call', type: signature.result, fn, args: [arg], label: op, operator: op })
     }
@@ -374,7 +375,7 @@ export class Binder {
     const l = this.coerce(left, lt, 'implicit')
     const r = this.coerce(right, rt, 'implicit')
     const fn = this.operatorFn(op, lt, rt, signature, r)
-    if (fn === undefined) fail('unsupported', `operator is not supported in where clauses: ${what}`, at)
+    if (fn === undefined) fail('unsupported', `operator is not supported in where clauses: ${what()}`, at)
     const stable = COMPARISON_OPERATORS.has(op) && comparisonIsStable(lt, rt)
     return foldExpr({ k: 'call', type: signature.result, fn, args: [l, r], label: op, operator: op, ...(stable ? { stable } : {}) })
   }

@@ -29,14 +29,15 @@ import { Checkpointer } from './checkpointer.js'
 import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
-import { takeHeads } from './heads-file.js'
+import { HEADS_FILE, takeHeads } from './heads-file.js'
 import type { CleanLog } from './heads-file.js'
 import { Journal } from './journal.js'
 import { listSegments, replayJournal } from './journal-replay.js'
 import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
 import { acquireStoreLock } from './store-lock.js'
-import { loadLogs, writeCleanHeads } from './store-directory.js'
+import { listAndStatLogs, loadLogs, writeCleanHeads } from './store-directory.js'
+import type { ListedLogs, StatFiles } from './stat-files.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { publishWatermark, readWatermark, watermarkVersion } from './watermark.js'
@@ -141,6 +142,9 @@ export class FileLogStore implements ShapeLogStore {
         watermark ??= { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
+      // After a clean close, the logs' files are stat'ed on the thread pool while the heads file is read and
+      // decoded (loadLogs checks them against it); the batch stats the real file system only.
+      const listed = fs === nodeFs && options.statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, options.statFiles) : undefined
       // Taken (and removed for good) before anything changes a log, replay included.
       const heads = await takeHeads(fs, root, watermark.lsn)
       // Before any log is opened: recovery's cut relies on the files holding
@@ -150,7 +154,9 @@ export class FileLogStore implements ShapeLogStore {
       const replay = await replayJournal(fs, root, watermark)
       const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
       // A clean close leaves no journal: with one, the heads file does not describe these files.
-      await store.load(segments === 0 ? heads : undefined)
+      const clean = segments === 0 ? heads : undefined
+      // The native batch stats the real file system: another port keeps answering for its own files.
+      await store.load(clean, fs === nodeFs ? options.statFiles : undefined, clean === undefined ? undefined : listed)
       if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
       store.commit.live?.write(replay.watermark)
       return store
@@ -160,10 +166,11 @@ export class FileLogStore implements ShapeLogStore {
     }
   }
 
-  private async load(clean: Map<string, CleanLog> | undefined): Promise<void> {
+  private async load(clean: Map<string, CleanLog> | undefined, statFiles: StatFiles | undefined, listed: ListedLogs | undefined): Promise<void> {
     const loaded = await loadLogs(
-      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, emitError: (err) => this.emitError(err) },
+      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles, emitError: (err) => this.emitError(err) },
       clean,
+      listed,
     )
     this.logs = loaded.logs
     this.quarantined.push(...loaded.quarantined)

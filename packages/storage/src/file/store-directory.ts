@@ -17,7 +17,8 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { dropEmptyBuckets, listLogs } from './shape-dirs.js'
+import { type ListedLog, dropEmptyBuckets, listLogs, shapesRoot } from './shape-dirs.js'
+import { type ListedLogs, type StatFiles, statAll } from './stat-files.js'
 import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
@@ -29,6 +30,8 @@ export interface DirectoryContext {
   readonly durable: bigint
   readonly logHost: LogHost
   readonly trash: Trash
+  /** Stats the logs' files in one native call; only given with the real file system (the port's statSync otherwise). */
+  readonly statFiles?: StatFiles | undefined
   emitError(err: StorageError): void
 }
 
@@ -48,8 +51,11 @@ interface FileInodes {
   readonly chunks: number
 }
 
-/** `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files. */
-export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined): Promise<LoadedLogs> {
+/**
+ * `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files.
+ * `listed`: the logs listed and their files stat'ed already (`listAndStatLogs`), only given with `clean`.
+ */
+export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined, listed?: ListedLogs): Promise<LoadedLogs> {
   const { fs, root } = ctx
   const loaded: LoadedLogs = { logs: new Map(), quarantined: [], cleanOpened: 0 }
   // Unfinished snapshots never became shapes: drop them.
@@ -57,11 +63,15 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
   ctx.trash.empty()
-  for (const { id, dir } of listLogs(fs, root)) {
+  const logs = listed?.logs ?? listLogs(fs, root)
+  // Every listed log's files at once, in CLEAN_FILES' order; only a clean close's heads are checked against them.
+  const stats = clean === undefined ? undefined : await (listed?.stats ?? statListed(fs, ctx.statFiles, root, logs))
+  for (let i = 0; i < logs.length; i++) {
+    const { id, dir } = logs[i]!
     try {
       checkShapeId(id)
       const known = clean?.get(id)
-      const inodes = known === undefined ? undefined : cleanInodes(fs, known.head, dir)
+      const inodes = known === undefined || stats === undefined ? undefined : cleanInodes(stats, i, known.head)
       if (inodes !== undefined) {
         loaded.logs.set(id, openClean(ctx, known!, dir, inodes))
         loaded.cleanOpened++
@@ -109,27 +119,41 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
   }
 }
 
+/** The files `cleanInodes` checks, in the order their stats are laid out. */
+const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks] as const
+
 /**
- * The inodes of the log's files when they are the sizes its clean head gives
- * (else undefined): a stat per file, no open. Catches a file truncated,
- * replaced or restored from a backup while the server was down (the log is
- * then scanned like after a crash, and set aside if damaged); bytes rewritten
- * in place at the same size are not looked for here, as a scan would look
- * only at headers and the last records.
+ * Lists shapes/ and starts the stats of its logs' files (natively, off the
+ * event loop), for `loadLogs` after a clean close: the caller reads and
+ * decodes the heads file meanwhile. Lists and stats only; changes nothing.
  */
-function cleanInodes(fs: FsPort, head: HeadState, dir: string): FileInodes | undefined {
-  try {
-    const data = fs.statSync(`${dir}/${LOG_FILES.data}`)
-    const entries = fs.statSync(`${dir}/${LOG_FILES.entries}`)
-    const chunks = fs.statSync(`${dir}/${LOG_FILES.chunks}`)
-    const match =
-      data.size === head.dataEnd &&
-      entries.size === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
-      chunks.size === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
-    return match ? { data: data.ino, entries: entries.ino, chunks: chunks.ino } : undefined
-  } catch {
-    return undefined
-  }
+export function listAndStatLogs(fs: FsPort, root: string, statFiles: StatFiles): ListedLogs {
+  const logs = listLogs(fs, root)
+  return { logs, stats: statListed(fs, statFiles, root, logs) }
+}
+
+/** The stats of the listed logs' files, each log's directory named relative to shapes/ (bucket and id). */
+function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, logs: readonly ListedLog[]): Promise<Float64Array> {
+  const top = shapesRoot(root)
+  const dirs = logs.map((log) => log.dir.slice(top.length + 1))
+  return statAll(fs, statFiles, top, dirs, CLEAN_FILES)
+}
+
+/**
+ * The inodes of the `i`th log's files when they are the sizes its clean head
+ * gives (else undefined), from a stat per file (`statAll`), no open. Catches a
+ * file missing, truncated, replaced or restored from a backup while the server
+ * was down (the log is then scanned like after a crash, and set aside if
+ * damaged); bytes rewritten in place at the same size are not looked for here,
+ * as a scan would look only at headers and the last records.
+ */
+function cleanInodes(stats: Float64Array, i: number, head: HeadState): FileInodes | undefined {
+  const at = i * 2 * CLEAN_FILES.length
+  const match =
+    stats[at] === head.dataEnd &&
+    stats[at + 2] === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
+    stats[at + 4] === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+  return match ? { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! } : undefined
 }
 
 function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {

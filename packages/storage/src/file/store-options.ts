@@ -1,5 +1,6 @@
 /** The file store's settings and what it reports about itself (public types). */
 import type { FsPort } from '../fs-port.js'
+import type { StatFiles } from './stat-files.js'
 import type { StoreLockOptions } from './store-lock.js'
 
 /** The checkpoint running now, or else the last one (all zero before the first). */
@@ -111,4 +112,11 @@ export interface FileStoreOptions {
    * and how long to wait for a holder to let go.
    */
   readonly lock?: StoreLockOptions
+  /**
+   * Stats many files in one call (a native addon's; see stat-files.ts): an
+   * open after a clean stop checks three files per log against the heads
+   * file with it. Used only with the real file system (`fs` unset or
+   * nodeFs); without it, `statSync` per file.
+   */
+  readonly statFiles?: StatFiles
 }

@@ -61,9 +61,19 @@ export class ShapeRegistry {
    */
   static restore(entries: Iterable<ShapeMeta | ShapeEntry>, options: ShapeRegistryOptions = {}): ShapeRegistry {
     const registry = new ShapeRegistry(options)
-    // Each handle parsed once, not once per comparison: a restart with 100k shapes sorts them all.
-    const sorted = [...entries].map((entry) => ({ entry, micros: micros(entry.handle) })).sort((a, b) => a.micros - b.micros)
-    for (const { entry, micros: at } of sorted) {
+    // Each handle parsed once, not once per comparison, and sorted as indices: a restart with 100k
+    // shapes sorts them all, and an object per entry would live through the whole sort.
+    const list = [...entries]
+    const times = new Float64Array(list.length)
+    const order = new Uint32Array(list.length)
+    for (let i = 0; i < list.length; i++) {
+      times[i] = micros(list[i]!.handle)
+      order[i] = i
+    }
+    order.sort((a, b) => times[a]! - times[b]! || a - b)
+    for (const i of order) {
+      const entry = list[i]!
+      const at = times[i]!
       if (registry.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
       const definition = isFrozenDefinition(entry.definition) ? entry.definition : freezeDefinition(entry.definition)
       const key = uncachedDefinitionKey(definition)
