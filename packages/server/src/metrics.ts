@@ -8,6 +8,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { HEALTH_REASONS, type HealthReasonCode } from './health-report.js'
 import { type BodyPath, type BodyPathName, PREAD_PATH } from './http/body-path.js'
 import type { HttpMetrics } from './http/http-metrics.js'
+import type { RangeCacheStats } from './http/range-cache.js'
 import type { Pipeline } from './pipeline.js'
 
 export interface MetricsOptions {
@@ -74,6 +75,7 @@ export class ServerMetrics implements HttpMetrics {
   private sampling: Promise<PostgresSample | undefined> | undefined
   private readonly cleanup: Array<() => void> = []
   private closed = false
+  private rangeCacheWatched = false
 
   constructor(private readonly options: MetricsOptions) {
     const { pipeline } = options
@@ -287,6 +289,28 @@ export class ServerMetrics implements HttpMetrics {
   /** For the HTTP layer: one range of a shape log read. */
   addLogRead(): void {
     this.logReads.inc()
+  }
+
+  /** For the HTTP layer: the range cache's figures, read at each collection. */
+  watchRangeCache(stats: () => RangeCacheStats): void {
+    if (this.rangeCacheWatched) return
+    this.rangeCacheWatched = true
+    const registers = [this.registry]
+    const gauge = (name: string, help: string, read: (s: RangeCacheStats) => number): void => {
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read(stats()))
+        },
+      })
+    }
+    gauge('sluice_http_range_cache_bytes', 'Bytes of recently served log range bodies held in memory (--range-cache).', (s) => s.bytes)
+    gauge('sluice_http_range_cache_entries', 'Log range bodies held in memory.', (s) => s.entries)
+    mirroredCounter('sluice_http_range_cache_hits_total', 'Shape responses whose body was written from the range cache (no read of the log).', registers, () => stats().hits)
+    mirroredCounter('sluice_http_range_cache_misses_total', 'Range cache lookups that found nothing: the body was read from the log.', registers, () => stats().misses)
+    mirroredCounter('sluice_http_range_cache_evictions_total', 'Bodies dropped from the range cache to stay within its size.', registers, () => stats().evictions)
   }
 
   /** For the HTTP layer: the number of live requests currently waiting. */
