@@ -61,14 +61,12 @@ SELECT pg_current_wal_lsn()::text AS current,
 /** The metrics of one server; `buildApp` is given it as the HTTP layer's `metrics`. */
 export class ServerMetrics implements HttpMetrics {
   readonly registry = new Registry()
-  /** Bytes of response bodies sent for shape requests: the HTTP layer increments it. */
-  readonly bytesServed: Counter
-  /** The same bytes by the path that sent them (`path` = sendfile or pread). */
-  readonly bodyBytes: Counter<'path'>
-  /** Ranges of shape logs read to answer shape requests: the HTTP layer increments it. */
-  readonly logReads: Counter
-  /** Requests held open waiting for new data (long-polls and SSE streams): the HTTP layer sets it. */
-  readonly liveWaiters: Gauge
+  // What the HTTP layer counts per request is kept in plain numbers and read into the metrics when they are
+  // collected: a prom-client inc() or set() per request (with a label's hash) costs more than the rest of it.
+  private bytesServedTotal = 0
+  private readonly bodyBytesByPath: Record<BodyPathName, number> = { sendfile: 0, pread: 0 }
+  private logReadsTotal = 0
+  private liveWaitersNow = 0
   readonly flushSeconds: Histogram
   private readonly pool: pg.Pool
   private sample: PostgresSample | undefined
@@ -85,17 +83,26 @@ export class ServerMetrics implements HttpMetrics {
     this.pool.on('error', () => {})
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry })
 
-    this.bytesServed = new Counter({ name: 'sluice_http_bytes_served_total', help: 'Bytes of shape response bodies sent.', registers })
-    this.logReads = new Counter({
-      name: 'sluice_http_log_reads_total',
-      help: 'Ranges of shape logs read to answer shape requests; live requests woken by one write at the same offset share one read.',
+    mirroredCounter('sluice_http_bytes_served_total', 'Bytes of shape response bodies sent.', registers, () => this.bytesServedTotal)
+    mirroredCounter(
+      'sluice_http_log_reads_total',
+      'Ranges of shape logs read to answer shape requests; live requests woken by one write at the same offset share one read.',
       registers,
-    })
-    this.bodyBytes = new Counter({
+      () => this.logReadsTotal,
+    )
+    const byPath = this.bodyBytesByPath
+    const bodyBytesSeen: Record<BodyPathName, number> = { sendfile: 0, pread: 0 }
+    new Counter({
       name: 'sluice_http_body_bytes_total',
       help: 'Bytes of shape response bodies sent, by path: sendfile (file to socket in the kernel) or pread (read into a buffer, then written).',
       labelNames: ['path'],
       registers,
+      collect() {
+        for (const path of ['sendfile', 'pread'] as const) {
+          this.inc({ path }, byPath[path] - bodyBytesSeen[path])
+          bodyBytesSeen[path] = byPath[path]
+        }
+      },
     })
     const bodyPath = options.bodyPath ?? PREAD_PATH
     const pathGauge = new Gauge({
@@ -104,10 +111,7 @@ export class ServerMetrics implements HttpMetrics {
       labelNames: ['path'],
       registers,
     })
-    for (const path of ['sendfile', 'pread'] as const) {
-      pathGauge.set({ path }, path === bodyPath.name ? 1 : 0)
-      this.bodyBytes.inc({ path }, 0)
-    }
+    for (const path of ['sendfile', 'pread'] as const) pathGauge.set({ path }, path === bodyPath.name ? 1 : 0)
     const addon = bodyPath.sendfile
     if (addon !== undefined) {
       let callsSeen = addon.stats().calls
@@ -122,7 +126,15 @@ export class ServerMetrics implements HttpMetrics {
         },
       })
     }
-    this.liveWaiters = new Gauge({ name: 'sluice_live_waiters', help: 'Live requests (long-poll and SSE) waiting for new data.', registers })
+    const metrics = this
+    new Gauge({
+      name: 'sluice_live_waiters',
+      help: 'Live requests (long-poll and SSE) waiting for new data.',
+      registers,
+      collect() {
+        this.set(metrics.liveWaitersNow)
+      },
+    })
     this.flushSeconds = new Histogram({
       name: 'sluice_storage_flush_duration_seconds',
       help: 'Duration of storage flushes (group commits: fsync of every dirty log and the watermark).',
@@ -282,13 +294,13 @@ export class ServerMetrics implements HttpMetrics {
   /** For the HTTP layer: bytes of a shape response body sent. */
   addBytesServed(bytes: number, path: BodyPathName): void {
     if (bytes <= 0) return
-    this.bytesServed.inc(bytes)
-    this.bodyBytes.inc({ path }, bytes)
+    this.bytesServedTotal += bytes
+    this.bodyBytesByPath[path] += bytes
   }
 
   /** For the HTTP layer: one range of a shape log read. */
   addLogRead(): void {
-    this.logReads.inc()
+    this.logReadsTotal++
   }
 
   /** For the HTTP layer: the range cache's figures, read at each collection. */
@@ -315,7 +327,7 @@ export class ServerMetrics implements HttpMetrics {
 
   /** For the HTTP layer: the number of live requests currently waiting. */
   setLiveWaiters(count: number): void {
-    this.liveWaiters.set(count)
+    this.liveWaitersNow = count
   }
 
   /** Records every flush that published something, with the duration the store measured. */
