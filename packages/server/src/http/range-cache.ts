@@ -15,7 +15,10 @@ import { generationOfLogId } from '../shapes/compaction/log-ids.js'
  * that reaches further has another last offset, so another key. Nothing here
  * reads the log, so nothing past what a read returned can be served.
  *
- * Bounded by bytes (LRU). A body is kept the second time its key is offered
+ * Bounded by bytes, least recently used first out, approximately: a hit only
+ * marks its entry, and eviction gives a marked entry a second chance (moved to
+ * the back, unmarked) instead of moving every hit (a hot key would otherwise
+ * be removed and inserted again on every request). A body is kept the second time its key is offered
  * while the key is still remembered as offered once: a client paging once
  * through a large shape does not push out the chunks many clients ask for.
  * A shape's bodies are dropped when it is invalidated or deleted
@@ -39,6 +42,8 @@ export interface RangeCacheStats {
 interface Entry {
   readonly bytes: Buffer
   readonly handle: string
+  /** Served since it was last passed over for eviction (its second chance). */
+  used: boolean
 }
 
 interface ShapeBodies {
@@ -53,7 +58,7 @@ const SEEN_KEYS = 4096
 const MAX_ENTRY_SHARE = 8
 
 export class RangeCache {
-  /** In least recently used order (a `Map` iterates in insertion order; a hit moves its key to the end). */
+  /** In insertion order (a `Map` iterates so), entries given a second chance moved to the back. */
   private readonly entries = new Map<string, Entry>()
   private readonly byShape = new Map<string, ShapeBodies>()
   private readonly seenOnce = new Set<string>()
@@ -84,8 +89,7 @@ export class RangeCache {
       return undefined
     }
     this.hits++
-    this.entries.delete(key)
-    this.entries.set(key, entry)
+    entry.used = true
     return entry.bytes
   }
 
@@ -115,7 +119,7 @@ export class RangeCache {
     }
     const copy = Buffer.allocUnsafeSlow(bytes.length)
     copy.set(bytes)
-    this.entries.set(key, { bytes: copy, handle })
+    this.entries.set(key, { bytes: copy, handle, used: false })
     shape.keys.add(key)
     this.held += copy.length
     while (this.held > this.maxBytes) this.evictOldest()
@@ -139,7 +143,14 @@ export class RangeCache {
   }
 
   private evictOldest(): void {
-    const [key, entry] = this.entries.entries().next().value!
+    let [key, entry] = this.entries.entries().next().value!
+    // Every entry is passed over at most once: the loop ends at the first unmarked one.
+    while (entry.used) {
+      entry.used = false
+      this.entries.delete(key)
+      this.entries.set(key, entry)
+      ;[key, entry] = this.entries.entries().next().value!
+    }
     this.entries.delete(key)
     this.held -= entry.bytes.length
     this.evictions++
