@@ -25,6 +25,7 @@ import {
   DEFAULT_TABLE_CACHE_MS,
   DEFAULT_REPLICA_POLL_MS,
   DEFAULT_WRITER_LOCK_WAIT_MS,
+  DEFAULT_RANGE_CACHE_BYTES,
 } from './defaults.js'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
 
@@ -74,6 +75,8 @@ export interface SluiceConfig {
   readonly allowDelete: boolean
   /** Large bodies by sendfile(2) when the addon loaded; false: every body by pread. */
   readonly sendfile: boolean
+  /** Bytes of recently served range bodies kept in memory; 0: none. */
+  readonly rangeCacheBytes: number
   /** Wait for the storage writer lock as long as it takes (a standby writer). */
   readonly standby: boolean
   /** How long a start that is not a standby waits for the writer lock. */
@@ -186,6 +189,7 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'routeAhead', flag: 'route-ahead', env: 'SLUICE_ROUTE_AHEAD', type: 'boolean', default: 'true', description: 'Route a transaction that Postgres streams before its commit while it arrives, keeping its encoded lines in a scratch file until the commit, so its rows reach clients soon after it; --no-route-ahead routes it only once it has committed (to compare the two).' },
   { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
   { key: 'sendfile', flag: 'sendfile', env: 'SLUICE_SENDFILE', type: 'boolean', default: 'true', description: 'Send large ranges of shape logs from file to socket with sendfile(2) when the @sluice/sendfile addon loaded; --no-sendfile reads every body with pread (to compare the two).' },
+  { key: 'rangeCacheBytes', flag: 'range-cache', env: 'SLUICE_RANGE_CACHE', type: 'bytes', default: `${DEFAULT_RANGE_CACHE_BYTES / 1024 ** 2}MiB`, min: 0, max: 1024 ** 4, description: 'Memory for bodies of log ranges below the sendfile threshold recently served (LRU; a range is kept once asked for twice), so a hot chunk is written from memory without a read per request; 0: off.' },
   {
     key: 'standby',
     flag: 'standby',

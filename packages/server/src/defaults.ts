@@ -119,6 +119,14 @@ export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
 export const DEFAULT_SENDFILE_MIN_BYTES = 256 * 1024
 
 /**
+ * Memory for bodies of log ranges recently served (`http/range-cache.ts`): a
+ * hot chunk below the sendfile threshold is written from one buffer instead
+ * of being read and copied per request. Enough for a few hundred small
+ * shapes' initial chunks; 0 turns the cache off.
+ */
+export const DEFAULT_RANGE_CACHE_BYTES = 32 * 1024 * 1024
+
+/**
  * How often the C heap's free pages are given back to the kernel (glibc's
  * malloc_trim, through the native addon). A huge transaction frees hundreds of
  * MiB of buffers that glibc would otherwise keep for the life of the process;

@@ -8,6 +8,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { HEALTH_REASONS, type HealthReasonCode } from './health-report.js'
 import { type BodyPath, type BodyPathName, PREAD_PATH } from './http/body-path.js'
 import type { HttpMetrics } from './http/http-metrics.js'
+import type { RangeCacheStats } from './http/range-cache.js'
 import type { Pipeline } from './pipeline.js'
 
 export interface MetricsOptions {
@@ -60,20 +61,19 @@ SELECT pg_current_wal_lsn()::text AS current,
 /** The metrics of one server; `buildApp` is given it as the HTTP layer's `metrics`. */
 export class ServerMetrics implements HttpMetrics {
   readonly registry = new Registry()
-  /** Bytes of response bodies sent for shape requests: the HTTP layer increments it. */
-  readonly bytesServed: Counter
-  /** The same bytes by the path that sent them (`path` = sendfile or pread). */
-  readonly bodyBytes: Counter<'path'>
-  /** Ranges of shape logs read to answer shape requests: the HTTP layer increments it. */
-  readonly logReads: Counter
-  /** Requests held open waiting for new data (long-polls and SSE streams): the HTTP layer sets it. */
-  readonly liveWaiters: Gauge
+  // What the HTTP layer counts per request is kept in plain numbers and read into the metrics when they are
+  // collected: a prom-client inc() or set() per request (with a label's hash) costs more than the rest of it.
+  private bytesServedTotal = 0
+  private readonly bodyBytesByPath: Record<BodyPathName, number> = { sendfile: 0, pread: 0 }
+  private logReadsTotal = 0
+  private liveWaitersNow = 0
   readonly flushSeconds: Histogram
   private readonly pool: pg.Pool
   private sample: PostgresSample | undefined
   private sampling: Promise<PostgresSample | undefined> | undefined
   private readonly cleanup: Array<() => void> = []
   private closed = false
+  private rangeCacheWatched = false
 
   constructor(private readonly options: MetricsOptions) {
     const { pipeline } = options
@@ -83,17 +83,26 @@ export class ServerMetrics implements HttpMetrics {
     this.pool.on('error', () => {})
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry })
 
-    this.bytesServed = new Counter({ name: 'sluice_http_bytes_served_total', help: 'Bytes of shape response bodies sent.', registers })
-    this.logReads = new Counter({
-      name: 'sluice_http_log_reads_total',
-      help: 'Ranges of shape logs read to answer shape requests; live requests woken by one write at the same offset share one read.',
+    mirroredCounter('sluice_http_bytes_served_total', 'Bytes of shape response bodies sent.', registers, () => this.bytesServedTotal)
+    mirroredCounter(
+      'sluice_http_log_reads_total',
+      'Ranges of shape logs read to answer shape requests; live requests woken by one write at the same offset share one read.',
       registers,
-    })
-    this.bodyBytes = new Counter({
+      () => this.logReadsTotal,
+    )
+    const byPath = this.bodyBytesByPath
+    const bodyBytesSeen: Record<BodyPathName, number> = { sendfile: 0, pread: 0 }
+    new Counter({
       name: 'sluice_http_body_bytes_total',
       help: 'Bytes of shape response bodies sent, by path: sendfile (file to socket in the kernel) or pread (read into a buffer, then written).',
       labelNames: ['path'],
       registers,
+      collect() {
+        for (const path of ['sendfile', 'pread'] as const) {
+          this.inc({ path }, byPath[path] - bodyBytesSeen[path])
+          bodyBytesSeen[path] = byPath[path]
+        }
+      },
     })
     const bodyPath = options.bodyPath ?? PREAD_PATH
     const pathGauge = new Gauge({
@@ -102,10 +111,7 @@ export class ServerMetrics implements HttpMetrics {
       labelNames: ['path'],
       registers,
     })
-    for (const path of ['sendfile', 'pread'] as const) {
-      pathGauge.set({ path }, path === bodyPath.name ? 1 : 0)
-      this.bodyBytes.inc({ path }, 0)
-    }
+    for (const path of ['sendfile', 'pread'] as const) pathGauge.set({ path }, path === bodyPath.name ? 1 : 0)
     const addon = bodyPath.sendfile
     if (addon !== undefined) {
       let callsSeen = addon.stats().calls
@@ -120,7 +126,15 @@ export class ServerMetrics implements HttpMetrics {
         },
       })
     }
-    this.liveWaiters = new Gauge({ name: 'sluice_live_waiters', help: 'Live requests (long-poll and SSE) waiting for new data.', registers })
+    const metrics = this
+    new Gauge({
+      name: 'sluice_live_waiters',
+      help: 'Live requests (long-poll and SSE) waiting for new data.',
+      registers,
+      collect() {
+        this.set(metrics.liveWaitersNow)
+      },
+    })
     this.flushSeconds = new Histogram({
       name: 'sluice_storage_flush_duration_seconds',
       help: 'Duration of storage flushes (group commits: fsync of every dirty log and the watermark).',
@@ -280,18 +294,40 @@ export class ServerMetrics implements HttpMetrics {
   /** For the HTTP layer: bytes of a shape response body sent. */
   addBytesServed(bytes: number, path: BodyPathName): void {
     if (bytes <= 0) return
-    this.bytesServed.inc(bytes)
-    this.bodyBytes.inc({ path }, bytes)
+    this.bytesServedTotal += bytes
+    this.bodyBytesByPath[path] += bytes
   }
 
   /** For the HTTP layer: one range of a shape log read. */
   addLogRead(): void {
-    this.logReads.inc()
+    this.logReadsTotal++
+  }
+
+  /** For the HTTP layer: the range cache's figures, read at each collection. */
+  watchRangeCache(stats: () => RangeCacheStats): void {
+    if (this.rangeCacheWatched) return
+    this.rangeCacheWatched = true
+    const registers = [this.registry]
+    const gauge = (name: string, help: string, read: (s: RangeCacheStats) => number): void => {
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read(stats()))
+        },
+      })
+    }
+    gauge('sluice_http_range_cache_bytes', 'Bytes of recently served log range bodies held in memory (--range-cache).', (s) => s.bytes)
+    gauge('sluice_http_range_cache_entries', 'Log range bodies held in memory.', (s) => s.entries)
+    mirroredCounter('sluice_http_range_cache_hits_total', 'Shape responses whose body was written from the range cache (no read of the log).', registers, () => stats().hits)
+    mirroredCounter('sluice_http_range_cache_misses_total', 'Range cache lookups that found nothing: the body was read from the log.', registers, () => stats().misses)
+    mirroredCounter('sluice_http_range_cache_evictions_total', 'Bodies dropped from the range cache to stay within its size.', registers, () => stats().evictions)
   }
 
   /** For the HTTP layer: the number of live requests currently waiting. */
   setLiveWaiters(count: number): void {
-    this.liveWaiters.set(count)
+    this.liveWaitersNow = count
   }
 
   /** Records every flush that published something, with the duration the store measured. */

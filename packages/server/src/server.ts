@@ -64,6 +64,7 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     clientIdHeader: config.clientIdHeader,
     sseTimeoutMs: config.sseTimeoutMs,
     sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
+    rangeCacheBytes: config.rangeCacheBytes,
   }
 }
 

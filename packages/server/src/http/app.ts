@@ -271,6 +271,8 @@ function refuseExpectation(request: IncomingMessage, response: ServerResponse): 
 export function normalizeUrl(url: string): string {
   const at = url.indexOf('?')
   const path = at < 0 ? url : url.slice(0, at)
+  // Nearly every request: a route's own path is already normal.
+  if (ROUTES.has(path)) return url
   let decoded: string
   try {
     decoded = decodeURIComponent(path)

@@ -1,4 +1,5 @@
 import type { BodyPathName } from './body-path.js'
+import type { RangeCacheStats } from './range-cache.js'
 
 /**
  * The figures the HTTP layer reports, given to `buildApp` as an object (the
@@ -11,4 +12,6 @@ export interface HttpMetrics {
   setLiveWaiters(count: number): void
   /** A range of a shape log read to answer requests (one read may serve many live requests). */
   addLogRead(): void
+  /** Reports the range cache's figures (read when metrics are collected); called once per app. */
+  watchRangeCache?(stats: () => RangeCacheStats): void
 }

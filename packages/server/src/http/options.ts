@@ -4,6 +4,7 @@ import {
   DEFAULT_MAX_CONCURRENT_EXISTING,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_CREATING_SHAPES,
+  DEFAULT_RANGE_CACHE_BYTES,
   DEFAULT_SENDFILE_MIN_BYTES,
   DEFAULT_SSE_TIMEOUT_MS,
 } from '../defaults.js'
@@ -37,6 +38,8 @@ export interface HttpOptions {
   readonly sseTimeoutMs: number
   /** With a sendfile body path (`BuildAppOptions.bodyPath`): bodies with at least this many file-backed bytes use it. */
   readonly sendfileMinBytes: number
+  /** Bytes of recently served range bodies kept in memory (`range-cache.ts`); 0: none. */
+  readonly rangeCacheBytes: number
 }
 
 /** Electric's defaults, except where docs/protocol.md says otherwise. */
@@ -51,6 +54,7 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   clientShapesPerMinute: DEFAULT_CLIENT_SHAPES_PER_MINUTE,
   sseTimeoutMs: DEFAULT_SSE_TIMEOUT_MS,
   sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
+  rangeCacheBytes: DEFAULT_RANGE_CACHE_BYTES,
 })
 
 /**

@@ -35,6 +35,7 @@ import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
+import { RangeCache } from './range-cache.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
@@ -90,6 +91,8 @@ interface ShapeReadContext {
   readonly bodyPath: BodyPath
   /** Bodies of identical reads in flight, shared. */
   readonly bodies: SharedBodies
+  /** Bodies of ranges recently served, kept (`range-cache.ts`). */
+  readonly ranges: RangeCache
   /** `waitForData` for a long-poll: data after the offset, while the shape stays active. */
   readonly untilData: WaitForDataOptions
   /** `waitForData` for an offset past the head: the head reaching it. */
@@ -110,6 +113,15 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
   const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
   const countRead = metrics === undefined ? () => {} : () => metrics.addLogRead()
   const requests = new ParsedRequests()
+  const ranges = new RangeCache(http.rangeCacheBytes)
+  if (ranges.enabled) {
+    const stopDropping = shapes.onInvalidated((handle) => ranges.dropShape(handle))
+    app.addHook('onClose', (_instance, done) => {
+      stopDropping()
+      done()
+    })
+    metrics?.watchRangeCache?.(() => ranges.stats())
+  }
   const context: ShapeReadContext = {
     shapes,
     http,
@@ -117,6 +129,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     metrics,
     bodyPath,
     bodies: new SharedBodies(),
+    ranges,
     untilData: Object.freeze({ until: 'past', shapes }),
     untilReached: Object.freeze({ until: 'reach', shapes }),
     countRead,
@@ -268,7 +281,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
 
   /** The offset is at or before the head. */
   private serveAt(shape: ResolvedShape, log: ShapeLog, after: LogOffset): Promise<Served> | Served {
-    if (!this.req.live) return this.sendRead(shape, this.readLog(log, after))
+    if (!this.req.live) return this.sendRead(shape, this.readLog(log, after), log.id)
     if (this.req.liveSse) return this.streamSse(shape, after)
     return this.wait('data', shape, log, after, this.http.longPollTimeoutMs, this.context.untilData)
   }
@@ -378,8 +391,8 @@ class ShapeResponder extends DataWait<ShapeLog> {
     return read
   }
 
-  /** A range of the log: 304 if the client holds it, else its stored bytes. */
-  private async sendRead(shape: ResolvedShape, read: LogRead | SharedRange): Promise<FastifyReply> {
+  /** A range of the log (`logId`'s, for a read of this request's own): 304 if the client holds it, else its stored bytes. */
+  private async sendRead(shape: ResolvedShape, read: LogRead | SharedRange, logId?: string): Promise<FastifyReply> {
     const end = read.nextOffset
     const responseOffset = formatOffset(end)
     // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
@@ -398,8 +411,10 @@ class ShapeResponder extends DataWait<ShapeLog> {
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const tail = upToDate ? upToDateMessage(lsn) : undefined
     if (read instanceof SharedRange) return this.sendShared(read, tail)
-    // The handle and the two offsets name the stored bytes exactly (a log's range never changes); the tail the rest.
-    return this.sendOwn(read, tail, `${shape.handle} ${requestOffset} ${responseOffset} ${tail ?? ''}`)
+    // The log's id and the two offsets name the stored bytes exactly (a log's range never changes; a compaction
+    // makes a new log, with a new id); the tail the rest.
+    const range = RangeCache.key(logId!, requestOffset, responseOffset)
+    return this.sendOwn(read, tail, shape.handle, logId!, range)
   }
 
   /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */
@@ -414,9 +429,13 @@ class ShapeResponder extends DataWait<ShapeLog> {
     return this.reply.code(200).send(body)
   }
 
-  /** A range read for this request alone. */
-  private async sendOwn(read: LogRead, tail: string | undefined, key: string): Promise<FastifyReply> {
-    const { bodyPath, metrics } = this.context
+  /**
+   * A range read for this request alone, named by `range` (`RangeCache.key`):
+   * by sendfile or streamed when large, else from the range cache, else read
+   * (once for the requests in flight with the same bytes) and offered to it.
+   */
+  private async sendOwn(read: LogRead, tail: string | undefined, handle: string, logId: string, range: string): Promise<FastifyReply> {
+    const { bodyPath, metrics, ranges } = this.context
     if (
       bodyPath.name === 'sendfile' &&
       this.request.method === 'GET' &&
@@ -432,7 +451,18 @@ class ShapeResponder extends DataWait<ShapeLog> {
       metrics?.addBytesServed(body.length, 'pread')
       return this.reply.code(200).header('content-length', body.length).send(body.stream)
     }
-    const body = await this.context.bodies.body(key, read, tail)
+    // Only bodies without an up-to-date line are cached: that line carries the watermark, which moves with every flush.
+    const cacheable = tail === undefined && ranges.enabled
+    if (cacheable) {
+      const cached = ranges.get(range)
+      if (cached !== undefined) {
+        read.release()
+        if (this.request.method !== 'HEAD') metrics?.addBytesServed(cached.length, 'pread')
+        return this.reply.code(200).send(cached)
+      }
+    }
+    const body = await this.context.bodies.body(tail === undefined ? range : `${range} ${tail}`, read, tail)
+    if (cacheable) ranges.offer(handle, logId, range, body.bytes)
     // A client gone while the body was read has had its 'close' already: its share is given back now.
     if (this.reply.raw.destroyed) body.done()
     else this.reply.raw.once('close', body.done)

@@ -116,17 +116,25 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
   const fd = split > firstPos ? ctx.fds.acquire(ctx.data) : undefined
   if (fd !== undefined) spans.push({ kind: 'file', fd, position: firstPos, length: split - firstPos })
   if (mem && split < endPos) spans.push({ kind: 'bytes', bytes: Buffer.from(mem.data.subarray(split - mem.dataStart, endPos - mem.dataStart)) })
-  let released = fd === undefined
-  return {
-    spans,
-    byteLength: endPos - firstPos,
-    entryCount: endEntry - first,
-    nextOffset,
-    reachedHead: endEntry === head.entries,
-    release: () => {
-      if (released) return
-      released = true
-      ctx.fds.release(ctx.data)
-    },
+  return new FileRead(spans, endPos - firstPos, endEntry - first, nextOffset, endEntry === head.entries, fd === undefined ? undefined : ctx)
+}
+
+/** A read holding the data file's descriptor until released: a class rather than a closure per read, as reads are per request. */
+class FileRead implements LogRead {
+  constructor(
+    readonly spans: readonly Span[],
+    readonly byteLength: number,
+    readonly entryCount: number,
+    readonly nextOffset: LogOffset,
+    readonly reachedHead: boolean,
+    /** Where the descriptor goes back to; undefined once released (or when none was taken). */
+    private holder: ReadContext | undefined,
+  ) {}
+
+  release(): void {
+    const ctx = this.holder
+    if (ctx === undefined) return
+    this.holder = undefined
+    ctx.fds.release(ctx.data)
   }
 }
