@@ -8,10 +8,13 @@
  * The interval here is a minute, so "at once" and "after the interval" cannot
  * be confused by a slow machine: the test's own timeout is far shorter.
  */
+import { readFileSync } from 'node:fs'
+import { basename } from 'node:path'
 import { useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
-import { openFileLogStore } from '../src/index.js'
-import type { FileLogStore, FlushResult } from '../src/index.js'
+import { nodeFs, openFileLogStore } from '../src/index.js'
+import type { FileLogStore, FlushResult, FsPort } from '../src/index.js'
+import { decodeWatermark } from '../src/format.js'
 import { change, makeShape } from './contract-suite.js'
 
 const tempDirs = useTempDir()
@@ -100,5 +103,68 @@ describe('an idle change that finds a flush running', () => {
     const next = nextFlush(s)
     expect((await next).durableLsn).toBe(10n)
     expect(s.durableLsn).toBe(10n)
+  })
+})
+
+describe('between the fdatasync and the listeners', () => {
+  let store: FileLogStore | undefined
+  afterEach(async () => {
+    await store?.close().catch(() => undefined)
+    store = undefined
+  })
+
+  it('an idle flush does one fdatasync and no other file write before it tells its listeners; the followers\' notice comes after', { timeout: 10_000 }, async () => {
+    // Every write and sync the store makes, in order, by file name: the listeners (the live requests a
+    // flush wakes, in a server) must come right after the journal's fdatasync.
+    const events: string[] = []
+    const names = new Map<number, string>()
+    const fs: FsPort = {
+      ...nodeFs,
+      openSync(path, flags, mode) {
+        const fd = nodeFs.openSync(path, flags, mode)
+        names.set(fd, basename(path))
+        return fd
+      },
+      writeSync(fd, buffer, offset, length, position) {
+        events.push(`write ${names.get(fd) ?? fd}`)
+        return nodeFs.writeSync(fd, buffer, offset, length, position)
+      },
+      fdatasync(fd) {
+        events.push(`fdatasync ${names.get(fd) ?? fd}`)
+        return nodeFs.fdatasync(fd)
+      },
+    }
+    const dir = await tempDirs.make('order')
+    const s = (store = await openFileLogStore({ dir, flushIntervalMs: MINUTE, fs }))
+    const log = await makeShape(s, 'a', [])
+    // Settled: the shape's own flushes and their notices are done.
+    await s.flush()
+    await turns(5)
+    events.length = 0
+    let liveAtListener: bigint | undefined
+    const flushed = new Promise<void>((resolve) => {
+      const off = s.onFlush((r) => {
+        if (r.durableLsn !== 10n) return
+        off()
+        events.push('listener')
+        const w = decodeWatermark(readFileSync(`${dir}/watermark.live`))
+        liveAtListener = typeof w === 'string' ? undefined : w.lsn
+        resolve()
+      })
+    })
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await flushed
+    const told = events.indexOf('listener')
+    const before = events.slice(0, told)
+    expect(before.filter((e) => e.startsWith('fdatasync'))).toHaveLength(1)
+    const sync = before.findIndex((e) => e.startsWith('fdatasync'))
+    expect(before[sync]).toMatch(/^fdatasync /)
+    expect(before.slice(sync + 1)).toEqual([])
+    // The followers' notice still moves, a turn later.
+    expect(liveAtListener).not.toBe(10n)
+    await turns(2)
+    const w = decodeWatermark(readFileSync(`${dir}/watermark.live`))
+    expect(typeof w === 'string' ? undefined : w.lsn).toBe(10n)
   })
 })

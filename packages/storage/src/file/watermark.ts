@@ -75,6 +75,13 @@ export class LiveWatermark {
   private fd: number | undefined
   private syncing: Promise<void> | undefined
   private again = false
+  /** The watermark to write at the next turn of the event loop (see `write`). */
+  private pending: Watermark | undefined
+  private scheduled: NodeJS.Immediate | undefined
+  private readonly onImmediate = (): void => {
+    this.scheduled = undefined
+    this.writeNow()
+  }
 
   constructor(
     private readonly fs: FsPort,
@@ -82,7 +89,21 @@ export class LiveWatermark {
     private readonly onError: (err: StorageError) => void,
   ) {}
 
+  /**
+   * Written at the next turn of the event loop, not now: the flush that calls
+   * this tells its listeners next, and a write here (a system call that may
+   * wait on the file system's own journal) would stand between the fdatasync
+   * and the clients it wakes. Followers poll, so a turn later costs them nothing.
+   */
   write(w: Watermark): void {
+    this.pending = w
+    this.scheduled ??= setImmediate(this.onImmediate)
+  }
+
+  private writeNow(): void {
+    const w = this.pending
+    if (w === undefined) return
+    this.pending = undefined
     try {
       this.fd ??= this.fs.openSync(`${this.root}/${LIVE_WATERMARK_FILE}`, 'w', 0o644)
       const bytes = encodeWatermark(w)
@@ -111,6 +132,11 @@ export class LiveWatermark {
   }
 
   async close(): Promise<void> {
+    if (this.scheduled !== undefined) {
+      clearImmediate(this.scheduled)
+      this.scheduled = undefined
+    }
+    this.writeNow()
     await this.syncing
     if (this.fd === undefined) return
     try {
