@@ -75,12 +75,11 @@ export class LiveWatermark {
   private fd: number | undefined
   private syncing: Promise<void> | undefined
   private again = false
-  /** The watermark to write at the next turn of the event loop (see `write`). */
-  private pending: Watermark | undefined
+  /** A sync waiting for the next turn of the event loop (see `write`). */
   private scheduled: NodeJS.Immediate | undefined
   private readonly onImmediate = (): void => {
     this.scheduled = undefined
-    this.writeNow()
+    this.startSync()
   }
 
   constructor(
@@ -90,20 +89,13 @@ export class LiveWatermark {
   ) {}
 
   /**
-   * Written at the next turn of the event loop, not now: the flush that calls
-   * this tells its listeners next, and a write here (a system call that may
-   * wait on the file system's own journal) would stand between the fdatasync
-   * and the clients it wakes. Followers poll, so a turn later costs them nothing.
+   * The write now, before the flush tells its listeners (a follower sees a
+   * watermark no later than they do); its sync at the next turn of the event
+   * loop: the flush's listeners include the live requests it wakes, and
+   * handing an fdatasync to the thread pool (a thread woken on a busy core)
+   * would stand between the journal's sync and their responses.
    */
   write(w: Watermark): void {
-    this.pending = w
-    this.scheduled ??= setImmediate(this.onImmediate)
-  }
-
-  private writeNow(): void {
-    const w = this.pending
-    if (w === undefined) return
-    this.pending = undefined
     try {
       this.fd ??= this.fs.openSync(`${this.root}/${LIVE_WATERMARK_FILE}`, 'w', 0o644)
       const bytes = encodeWatermark(w)
@@ -113,6 +105,19 @@ export class LiveWatermark {
       this.onError(fromSystemError(err, `write ${LIVE_WATERMARK_FILE}`))
       return
     }
+    this.scheduled ??= setImmediate(this.onImmediate)
+  }
+
+  /** Starts the sync `write` put off, if any, now. */
+  syncNow(): void {
+    if (this.scheduled === undefined) return
+    clearImmediate(this.scheduled)
+    this.scheduled = undefined
+    this.startSync()
+  }
+
+  private startSync(): void {
+    if (this.fd === undefined) return
     if (this.syncing) {
       this.again = true
       return
@@ -132,11 +137,7 @@ export class LiveWatermark {
   }
 
   async close(): Promise<void> {
-    if (this.scheduled !== undefined) {
-      clearImmediate(this.scheduled)
-      this.scheduled = undefined
-    }
-    this.writeNow()
+    this.syncNow()
     await this.syncing
     if (this.fd === undefined) return
     try {
