@@ -288,6 +288,7 @@ export class Pipeline {
         ...(options.replicationSettings === undefined ? {} : { settings: options.replicationSettings }),
       })
       const client = replication
+      const ack = ackAfterWakes((lsn) => void client.acknowledge(lsn))
       const holdForStore = (held: boolean): void => (held ? client.pause(PAUSE_STORAGE_TAILS) : client.resume(PAUSE_STORAGE_TAILS))
       if (store.underPressure) holdForStore(true)
       const health = new PipelineHealth({
@@ -303,7 +304,8 @@ export class Pipeline {
         idle.cancel,
         // Tails past their budget wait for a checkpoint, which needs the event loop the stream would take.
         store.onPressure(holdForStore),
-        store.onFlush((result) => void client.acknowledge(result.durableLsn), { advanced: false }),
+        ack.cancel,
+        store.onFlush((result) => ack.soon(result.durableLsn), { advanced: false }),
         store.onError((error: StorageError) => {
           if (logger !== undefined) dedupe.log(errorKey('storage error', error), (data, msg) => logger.error(data, msg), { err: error }, 'storage error')
           if (!(error instanceof FlushError)) return
@@ -385,6 +387,32 @@ function untilPressureEnds(store: FileLogStore): Promise<void> {
       resolve()
     }
   })
+}
+
+/**
+ * Postgres hears of a flush at the next turn of the event loop, with the
+ * highest watermark given meanwhile: a flush's listeners include the live
+ * requests it wakes, and a status update sent before them (a socket write that
+ * also wakes the walsender) would stand between the fdatasync and the
+ * responses. The slot's position only has to follow the watermark.
+ */
+function ackAfterWakes(acknowledge: (lsn: bigint) => void): { soon: (lsn: bigint) => void; cancel: () => void } {
+  let latest = 0n
+  let immediate: NodeJS.Immediate | undefined
+  const run = (): void => {
+    immediate = undefined
+    acknowledge(latest)
+  }
+  return {
+    soon: (lsn) => {
+      if (lsn > latest) latest = lsn
+      immediate ??= setImmediate(run)
+    },
+    cancel: () => {
+      if (immediate !== undefined) clearImmediate(immediate)
+      immediate = undefined
+    },
+  }
 }
 
 /** `store.advance` at most once per `intervalMs`, with the highest LSN given meanwhile. */

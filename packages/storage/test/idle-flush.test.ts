@@ -8,14 +8,19 @@
  * The interval here is a minute, so "at once" and "after the interval" cannot
  * be confused by a slow machine: the test's own timeout is far shorter.
  */
+import { readFileSync } from 'node:fs'
+import { basename } from 'node:path'
 import { useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
-import { openFileLogStore } from '../src/index.js'
-import type { FileLogStore, FlushResult } from '../src/index.js'
+import { nodeFs, openFileLogStore } from '../src/index.js'
+import type { FileLogStore, FlushResult, FsPort } from '../src/index.js'
+import { decodeWatermark } from '../src/format.js'
 import { change, makeShape } from './contract-suite.js'
 
 const tempDirs = useTempDir()
 const MINUTE = 60_000
+/** An interval to wait out between two idle changes (waiting longer only makes the store idler). */
+const SHORT = 30
 
 function nextFlush(s: FileLogStore): Promise<FlushResult> {
   return new Promise((resolve) => {
@@ -100,5 +105,110 @@ describe('an idle change that finds a flush running', () => {
     const next = nextFlush(s)
     expect((await next).durableLsn).toBe(10n)
     expect(s.durableLsn).toBe(10n)
+  })
+})
+
+describe('an idle flush on the real file system', () => {
+  let store: FileLogStore | undefined
+  afterEach(async () => {
+    await store?.close().catch(() => undefined)
+    store = undefined
+  })
+
+  /**
+   * For one idle change: whether the flush was told before an immediate queued
+   * after the flush's own ran. A change made durable first opens the journal's
+   * segment (whose first sync also syncs the directory, through the pool);
+   * the store is idle again once the interval has passed without an advance.
+   */
+  async function toldWithinItsTurn(s: FileLogStore): Promise<boolean> {
+    const log = await makeShape(s, 'a', [])
+    log.appendTransaction([change(5n, 0, 1)])
+    s.advance(5n)
+    await s.flush()
+    await new Promise((r) => setTimeout(r, 3 * SHORT))
+    const order: string[] = []
+    s.onFlush((r) => {
+      if (r.durableLsn === 10n) order.push('flushed')
+    })
+    log.appendTransaction([change(10n, 0, 2)])
+    s.advance(10n)
+    // Queued after the flush's own immediate: through the thread pool, the fdatasync would still be running then.
+    setImmediate(() => order.push('next immediate'))
+    while (order.length < 2) await turns(1)
+    return order[0] === 'flushed'
+  }
+
+  it('syncs on the event loop\'s thread while the disk is fast: the flush is told in the turn that starts it, with no thread-pool hop', { timeout: 10_000 }, async () => {
+    // Any disk counts as fast here, so the outcome does not depend on this machine's.
+    const s = (store = await openFileLogStore({ dir: await tempDirs.make('inline'), flushIntervalMs: SHORT, idleSyncInlineMaxMs: Number.POSITIVE_INFINITY }))
+    expect(await toldWithinItsTurn(s)).toBe(true)
+  })
+
+  it('a sync slower than idleSyncInlineMaxMs sends the next one back to the thread pool; 0 never syncs inline', { timeout: 10_000 }, async () => {
+    // Every real sync takes longer than a picosecond: after the first one, none is inline.
+    const slow = (store = await openFileLogStore({ dir: await tempDirs.make('slow'), flushIntervalMs: SHORT, idleSyncInlineMaxMs: 1e-9 }))
+    expect(await toldWithinItsTurn(slow)).toBe(false)
+    await slow.close()
+    const never = (store = await openFileLogStore({ dir: await tempDirs.make('never'), flushIntervalMs: SHORT, idleSyncInlineMaxMs: 0 }))
+    expect(await toldWithinItsTurn(never)).toBe(false)
+  })
+})
+
+describe('between the fdatasync and the listeners', () => {
+  let store: FileLogStore | undefined
+  afterEach(async () => {
+    await store?.close().catch(() => undefined)
+    store = undefined
+  })
+
+  it('an idle flush does one fdatasync, the journal\'s, before it tells its listeners; the followers\' notice is written before and synced after', { timeout: 10_000 }, async () => {
+    // Every write and sync the store makes, in order, by file name: the listeners (the live requests a
+    // flush wakes, in a server) must not wait for a second sync to be handed to the thread pool.
+    const events: string[] = []
+    const names = new Map<number, string>()
+    const fs: FsPort = {
+      ...nodeFs,
+      openSync(path, flags, mode) {
+        const fd = nodeFs.openSync(path, flags, mode)
+        names.set(fd, basename(path))
+        return fd
+      },
+      writeSync(fd, buffer, offset, length, position) {
+        events.push(`write ${names.get(fd) ?? fd}`)
+        return nodeFs.writeSync(fd, buffer, offset, length, position)
+      },
+      fdatasync(fd) {
+        events.push(`fdatasync ${names.get(fd) ?? fd}`)
+        return nodeFs.fdatasync(fd)
+      },
+    }
+    const dir = await tempDirs.make('order')
+    const s = (store = await openFileLogStore({ dir, flushIntervalMs: MINUTE, fs }))
+    const log = await makeShape(s, 'a', [])
+    // Settled: the shape's own flushes and their notices are done.
+    await s.flush()
+    await turns(5)
+    events.length = 0
+    let liveAtListener: bigint | undefined
+    const flushed = new Promise<void>((resolve) => {
+      const off = s.onFlush((r) => {
+        if (r.durableLsn !== 10n) return
+        off()
+        events.push('listener')
+        const w = decodeWatermark(readFileSync(`${dir}/watermark.live`))
+        liveAtListener = typeof w === 'string' ? undefined : w.lsn
+        resolve()
+      })
+    })
+    log.appendTransaction([change(10n, 0, 1)])
+    s.advance(10n)
+    await flushed
+    const before = events.slice(0, events.indexOf('listener'))
+    expect(before.filter((e) => e.startsWith('fdatasync'))).toEqual(['fdatasync 00000001.jnl'])
+    // A follower never learns of a watermark later than the listeners do.
+    expect(liveAtListener).toBe(10n)
+    await turns(2)
+    expect(events.slice(events.indexOf('listener'))).toContain('fdatasync watermark.live')
   })
 })

@@ -1,5 +1,6 @@
 import { readdirSync } from 'node:fs'
 import { basename } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { type FsPort, nodeFs } from '@sluice/storage'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { beforeAll, describe, expect, it } from 'vitest'
@@ -326,6 +327,32 @@ describe('the sync pipeline on real Postgres', () => {
     const lines = readLog(pipeline.shapes.log(shape.handle)!)
     expect(lines[0]!.message.headers['control']).toBe('snapshot-end')
     expect(lines.slice(1).map((l) => [l.message.headers['operation'], l.message.key])).toEqual([['update', '"public"."other"/"8"']])
+  })
+
+  it('tells Postgres of a flush only after the flush\'s listeners (the live requests it wakes) have run', async () => {
+    const { pipeline } = await start()
+    const shape = await pipeline.shapes.resolve(shapeParams('public', 'other', { where: 'id = $1', params: ['3'] }))
+    await pipeline.shapes.ready(shape.handle)
+    await caughtUp(pipeline, cluster)
+    await sleep(50)
+    const before = pipeline.store.durableLsn
+    // Added after the pipeline's own listeners, as the live waiters are: what Postgres was told when it runs.
+    const seen: Array<{ durable: bigint; confirmed: bigint }> = []
+    const off = pipeline.store.onFlush((r) => seen.push({ durable: r.durableLsn, confirmed: pipeline.replication.confirmedLsn }), { advanced: false })
+    try {
+      await cluster.query(`UPDATE other SET v = v || '?' WHERE id = 3`)
+      await caughtUp(pipeline, cluster)
+    } finally {
+      off()
+    }
+    const moved = seen.find((s) => s.durable > before)
+    expect(moved).toBeDefined()
+    // Not yet: the status update would have come between the fdatasync and the responses.
+    expect(moved!.confirmed).toBeLessThan(moved!.durable)
+    // A turn of the event loop later it is sent.
+    const deadline = Date.now() + 5_000
+    while (pipeline.replication.confirmedLsn < pipeline.store.durableLsn && Date.now() < deadline) await sleep(5)
+    expect(pipeline.replication.confirmedLsn).toBeGreaterThanOrEqual(pipeline.store.durableLsn)
   })
 
   it('refuses definitions that cannot be shapes with typed errors', async () => {

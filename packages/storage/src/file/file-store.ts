@@ -31,7 +31,7 @@ import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
 import { HEADS_FILE, takeHeads } from './heads-file.js'
 import type { CleanLog } from './heads-file.js'
-import { Journal } from './journal.js'
+import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
 import { listSegments, replayJournal } from './journal-replay.js'
 import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
@@ -89,6 +89,7 @@ export class FileLogStore implements ShapeLogStore {
         : new Journal(fs, root, nextGeneration, {
             segmentBytes: options.journalSegmentBytes ?? DEFAULT_JOURNAL_SEGMENT_BYTES,
             segmentAgeMs: options.journalSegmentAgeMs ?? DEFAULT_JOURNAL_SEGMENT_AGE_MS,
+            inlineSyncMaxMs: options.idleSyncInlineMaxMs ?? (fs === nodeFs ? DEFAULT_IDLE_SYNC_INLINE_MAX_MS : 0),
           })
     this.fds = new FdCache(fs, options.maxOpenFiles ?? DEFAULT_MAX_OPEN_FILES)
     this.writer = (options.writeBackThread ?? fs === nodeFs) ? writeBackThread() : new PortWriter(fs, this.fds)
@@ -159,6 +160,7 @@ export class FileLogStore implements ShapeLogStore {
       await store.load(clean, fs === nodeFs ? options.statFiles : undefined, clean === undefined ? undefined : listed)
       if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
       store.commit.live?.write(replay.watermark)
+      store.commit.live?.syncNow()
       return store
     } catch (err) {
       unlock()

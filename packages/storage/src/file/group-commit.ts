@@ -105,8 +105,11 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   private readonly onTimer = (): void => this.timedFlush()
   private readonly onImmediate = (): void => {
     this.immediate = undefined
+    this.idleRun = true
     this.timedFlush()
   }
+  /** The flush starting now is an idle store's (`flushNow`): its journal commit may sync inline (Journal.commit). */
+  private idleRun = false
   private flushing: Promise<FlushResult> | undefined
   /** A flush queued for this turn of the event loop: an idle store's (see `schedule`). */
   private immediate: NodeJS.Immediate | undefined
@@ -225,8 +228,14 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     this.schedule(true)
   }
 
-  /** `named`: the caller reads the result's `advanced` (a `flush()` call): the flush finds the logs that moved even without listeners for them. */
-  async flush(named = false): Promise<FlushResult> {
+  /**
+   * `named`: the caller reads the result's `advanced` (a `flush()` call): the
+   * flush finds the logs that moved even without listeners for them. `timed`:
+   * the store's own flush (interval, threshold, idle), whose followers' notice
+   * is synced at the next turn (LiveWatermark.write); a caller's flush has
+   * that sync under way when it resolves, as before.
+   */
+  async flush(named = false, timed = false): Promise<FlushResult> {
     // A flush already running may have started before the caller's appends:
     // wait for it, then run one of our own.
     while (this.flushing) await this.flushing.catch(() => undefined)
@@ -236,6 +245,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     try {
       const result = await run
       succeeded = true
+      if (!timed) this.live?.syncNow()
       return result
     } finally {
       this.flushing = undefined
@@ -256,6 +266,8 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
 
   private async runFlush(named: boolean): Promise<FlushResult> {
     const started = performance.now()
+    const idle = this.idleRun
+    this.idleRun = false
     if (this.timer) {
       clearTimeout(this.timer)
       this.timer = undefined
@@ -306,7 +318,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
         // publishes a watermark that covers them too.
         if (whole.length > 0) await forEachConcurrently(whole, syncConcurrency(this.fds), (log) => syncFiles(this.fs, this.fds, log))
         const publishes = failed.length === 0 && (target > this.durable || this.republish)
-        await journal.commit(publishes ? { lsn: target > this.durable ? target : this.durable, sequence: this.sequence + 1n } : undefined)
+        await journal.commit(publishes ? { lsn: target > this.durable ? target : this.durable, sequence: this.sequence + 1n } : undefined, idle && whole.length === 0)
         if (publishes) this.republish = false
       } catch (err) {
         journalFailed = true
@@ -497,7 +509,7 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   private timedFlush(): void {
     this.timer = undefined
     if (this.stopped) return
-    this.flush()
+    this.flush(false, true)
       .then(() => {
         this.failedFlushes = 0
       })

@@ -49,6 +49,18 @@ export interface FileStoreOptions {
    * leaves flushing to the interval, the byte threshold and `flush()`.
    */
   readonly flushWhenIdle?: boolean
+  /**
+   * Such an idle flush runs its journal's fdatasync on the calling thread
+   * while the journal's last fdatasync took at most this many milliseconds:
+   * the thread pool's hop there and back (and the wake of the event loop that
+   * ends it) costs a lone change about as much as a fast disk's sync itself,
+   * and an idle store has nothing else to do meanwhile; a slower sync sends
+   * the next ones back to the thread pool, so the event loop is never held
+   * for long. Default 1 with the real file system; 0 (the default with any
+   * other port, whose own `fdatasync` is what tests and fault injection
+   * watch) never syncs inline.
+   */
+  readonly idleSyncInlineMaxMs?: number
   /** Dirty bytes that trigger a flush before the interval ends. */
   readonly flushBytes?: number
   /** Bound of the file-descriptor LRU (three files per log in use). */

@@ -84,6 +84,12 @@ export class LiveWatermark {
   private fd: number | undefined
   private syncing: Promise<void> | undefined
   private again = false
+  /** A sync waiting for the next turn of the event loop (see `write`). */
+  private scheduled: NodeJS.Immediate | undefined
+  private readonly onImmediate = (): void => {
+    this.scheduled = undefined
+    this.startSync()
+  }
 
   constructor(
     private readonly fs: FsPort,
@@ -91,6 +97,13 @@ export class LiveWatermark {
     private readonly onError: (err: StorageError) => void,
   ) {}
 
+  /**
+   * The write now, before the flush tells its listeners (a follower sees a
+   * watermark no later than they do); its sync at the next turn of the event
+   * loop: the flush's listeners include the live requests it wakes, and
+   * handing an fdatasync to the thread pool (a thread woken on a busy core)
+   * would stand between the journal's sync and their responses.
+   */
   write(w: Watermark): void {
     try {
       this.fd ??= this.fs.openSync(`${this.root}/${LIVE_WATERMARK_FILE}`, 'w', 0o644)
@@ -101,6 +114,19 @@ export class LiveWatermark {
       this.onError(fromSystemError(err, `write ${LIVE_WATERMARK_FILE}`))
       return
     }
+    this.scheduled ??= setImmediate(this.onImmediate)
+  }
+
+  /** Starts the sync `write` put off, if any, now. */
+  syncNow(): void {
+    if (this.scheduled === undefined) return
+    clearImmediate(this.scheduled)
+    this.scheduled = undefined
+    this.startSync()
+  }
+
+  private startSync(): void {
+    if (this.fd === undefined) return
     if (this.syncing) {
       this.again = true
       return
@@ -120,6 +146,7 @@ export class LiveWatermark {
   }
 
   async close(): Promise<void> {
+    this.syncNow()
     await this.syncing
     if (this.fd === undefined) return
     try {
