@@ -14,7 +14,8 @@ import type { TableInfo } from '../table-catalog.js'
  * are kept. A deeper move re-judges the rows whose left-side value moved,
  * found through an index; a move of a tuple with a NULL, or a view becoming
  * empty or not, re-judges them all (NULLs make IN's answer depend on the
- * whole set).
+ * whole set), and any move of a dependency re-judges the rows whose row-form
+ * left side holds a NULL beside a value.
  */
 
 interface Entry {
@@ -106,9 +107,12 @@ export class CandidateRows {
       if (position.dep === undefined) continue
       const view = views[position.dep]!
       const values = view.parse(position.left.map((c) => row[c] ?? null))
-      // A NULL on the left is re-judged by the full scans only (see the module comment).
-      if (values.includes(null)) continue
-      keys.push(`${position.dep}\u0000${view.keyOf(values)}`)
+      if (!values.includes(null)) keys.push(`${position.dep}\u0000${view.keyOf(values)}`)
+      // A row form holding a NULL beside other values, `(b, NULL) IN S`, is
+      // NULL as soon as S holds a tuple agreeing with its other values, so any
+      // move of the dependency may change it. A NULL alone is re-judged by the
+      // full scans (see the module comment).
+      else if (!values.every((v) => v === null)) keys.push(partlyNullKey(position.dep))
     }
     return [...new Set(keys)]
   }
@@ -172,6 +176,7 @@ export class CandidateRows {
       const found = new Set<string>()
       for (const [dep, tuples] of moved) {
         for (const values of tuples) for (const key of this.index.get(`${dep}\u0000${views[dep]!.keyOf(values)}`) ?? []) found.add(key)
+        for (const key of this.index.get(partlyNullKey(dep)) ?? []) found.add(key)
       }
       keys = found
     }
@@ -188,4 +193,9 @@ export class CandidateRows {
       }
     }
   }
+}
+
+/** The index key of the rows whose left side for dependency `dep` is a row form holding a NULL and a value. */
+function partlyNullKey(dep: number): string {
+  return `${dep}\u0000\u0001partly-null`
 }
