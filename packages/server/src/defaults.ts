@@ -136,6 +136,16 @@ export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
 export const RETIREMENT_QUIET_MS = 2_000
 
 /**
+ * How long after a large transaction (streamed by Postgres or past the
+ * assembler's limit) became durable, with no other one becoming durable
+ * meanwhile, the server collects its heap and trims the C heap (heap-trim.ts):
+ * its buffers are garbage then, and an idle V8 would keep them for minutes.
+ */
+export const LARGE_TRANSACTION_QUIET_MS = 1_000
+/** After that collection, how long before the C heap is trimmed: V8 frees dead buffers' memory on a background thread. */
+export const RELEASE_TRIM_DELAY_MS = 500
+
+/**
  * What a subquery shape holds while a move-in's query runs (docs/protocol.md,
  * "Subquery shapes"): the transactions routed meanwhile wait in memory until
  * the splice. Past either bound the shape is dropped (clients get 409 and

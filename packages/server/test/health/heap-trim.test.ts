@@ -1,6 +1,12 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { HEAP_TRIM_INTERVAL_MS, RETIRED_SHAPES_FOR_COLLECTION, RETIREMENT_QUIET_MS } from '../../src/defaults.js'
-import { type MemoryReturner, heapTrimWith } from '../../src/heap-trim.js'
+import {
+  HEAP_TRIM_INTERVAL_MS,
+  LARGE_TRANSACTION_QUIET_MS,
+  RELEASE_TRIM_DELAY_MS,
+  RETIRED_SHAPES_FOR_COLLECTION,
+  RETIREMENT_QUIET_MS,
+} from '../../src/defaults.js'
+import { type MemoryRelease, type MemoryReturner, heapTrimWith } from '../../src/heap-trim.js'
 
 /** Records what the heap trim asks of the addon (the addon's own effect is tested in @sluice/sendfile). */
 function recorder(): MemoryReturner & { trims: number; pressures: boolean[] } {
@@ -63,5 +69,39 @@ describe('heap trim', () => {
     trim.stop()
     vi.advanceTimersByTime(RETIREMENT_QUIET_MS * 2)
     expect(addon.pressures).toEqual([false])
+  })
+
+  it('collects at once and then trims, once large transactions have stopped becoming durable', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const heard: MemoryRelease[] = []
+    // No interval trim within the test's span: every trim counted comes from a release.
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, onRelease: (r) => heard.push(r) })
+
+    // Three in a row, each before the quiet time is up: nothing yet...
+    for (let i = 0; i < 3; i++) {
+      trim.largeTransactionDurable()
+      vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS - 1)
+    }
+    expect(addon.pressures).toEqual([])
+    // ...one critical collection once they stopped, the C heap trimmed after V8 has freed the dead buffers.
+    vi.advanceTimersByTime(1)
+    expect(addon.pressures).toEqual([true])
+    expect(addon.trims).toBe(0)
+    vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
+    expect(addon.trims).toBe(1)
+    expect(trim.releases).toEqual({ large_transaction: 1, retired_shapes: 0 })
+    expect(heard.map((r) => [r.reason, r.critical])).toEqual([['large_transaction', true]])
+
+    // The next one is released again; stop cancels what is pending.
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
+    expect(addon.pressures).toEqual([true, true])
+    trim.stop()
+    vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS * 2)
+    expect(addon.trims).toBe(1)
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS * 2)
+    expect(addon.pressures).toEqual([true, true])
   })
 })
