@@ -21,7 +21,8 @@
  *
  * Usage: `pnpm --filter @sluice/bench run bench:memory` (from the root:
  * `npm run bench:memory`). BENCH_REPS (3), BENCH_ROWS, BENCH_AFTER_S (60),
- * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_NODE_OPTIONS (for
+ * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_SMAPS_DIR (keeps the server's
+ * /proc/<pid>/smaps and /metrics before the transaction and at the end there), BENCH_NODE_OPTIONS (for
  * the server process, e.g. --heap-prof), BENCH_NODE_ARGS (Node flags NODE_OPTIONS refuses, e.g. --cpu-prof), BENCH_RESULTS_DIR. Runs with any of
  * these changed write results/memory.partial.md. QUICK=1: a smoke run (300,000
  * rows, one run, 10 s after) into results/memory.quick.*. BENCH_TRACE_CLIENT=1 prints

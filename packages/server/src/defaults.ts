@@ -144,6 +144,16 @@ export const RETIREMENT_QUIET_MS = 2_000
 export const LARGE_TRANSACTION_QUIET_MS = 1_000
 /** After that collection, how long before the C heap is trimmed: V8 frees dead buffers' memory on a background thread. */
 export const RELEASE_TRIM_DELAY_MS = 500
+/**
+ * After that release, the server looks every `IDLE_CHECK_MS` for the moment
+ * its event loop was busy less than `IDLE_UTILIZATION` of the time (the
+ * clients' downloads of the transaction are over) and releases once more,
+ * giving up after `IDLE_WATCH_MS`: what serving the transaction allocated is
+ * garbage then.
+ */
+export const IDLE_CHECK_MS = 1_000
+export const IDLE_UTILIZATION = 0.05
+export const IDLE_WATCH_MS = 120_000
 
 /**
  * What a subquery shape holds while a move-in's query runs (docs/protocol.md,

@@ -1,14 +1,21 @@
 import { performance } from 'node:perf_hooks'
 import {
   HEAP_TRIM_INTERVAL_MS,
+  IDLE_CHECK_MS,
+  IDLE_UTILIZATION,
+  IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
   RELEASE_TRIM_DELAY_MS,
   RETIRED_SHAPES_FOR_COLLECTION,
   RETIREMENT_QUIET_MS,
 } from './defaults.js'
 
-/** Why memory was given back at once (the interval's trims are not counted). */
-export type ReleaseReason = 'large_transaction' | 'retired_shapes'
+/**
+ * Why memory was given back at once (the interval's trims are not counted):
+ * a large transaction became durable; the server went idle after one; an
+ * expiry sweep ended.
+ */
+export type ReleaseReason = 'large_transaction' | 'idle_after_transaction' | 'retired_shapes'
 
 /** One release: a collection asked of V8, then the C heap trimmed. */
 export interface MemoryRelease {
@@ -34,6 +41,19 @@ export interface HeapTrimOptions {
   readonly intervalMs?: number
   /** Hears each release (the server logs it). */
   readonly onRelease?: (release: MemoryRelease) => void
+  /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
+  readonly loopUtilization?: () => number
+}
+
+/** Node's event loop utilization, each call measuring the time since the previous one. */
+function nodeLoopUtilization(): () => number {
+  let last = performance.eventLoopUtilization()
+  return () => {
+    const now = performance.eventLoopUtilization()
+    const { utilization } = performance.eventLoopUtilization(now, last)
+    last = now
+    return utilization
+  }
 }
 
 /**
@@ -54,7 +74,8 @@ export interface HeapTrimOptions {
  *   spill, routing and write-back buffers of hundreds of MiB are garbage then,
  *   and without it they stay resident until V8's memory reducer gets to them,
  *   a minute or more later. The collection's pause is that of marking what is
- *   still live, a few tens of ms for a server's usual heap.
+ *   still live, a few tens of ms for a server's usual heap. Once more when the
+ *   event loop is next idle (the clients' downloads of the transaction done).
  *
  * Where the addon cannot load nothing happens.
  */
@@ -67,7 +88,9 @@ export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<Heap
   } catch {
     // The optional package is missing: nothing to trim with.
   }
-  if (native === undefined) return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: { large_transaction: 0, retired_shapes: 0 }, stop: () => {} }
+  if (native === undefined) {
+    return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }, stop: () => {} }
+  }
   return heapTrimWith(native, options)
 }
 
@@ -80,7 +103,8 @@ export interface MemoryReturner {
 /** `startHeapTrim` over a loaded addon. */
 export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {}): HeapTrim {
   const timer = setInterval(() => addon.trimHeap(), options.intervalMs ?? HEAP_TRIM_INTERVAL_MS).unref()
-  const releases: Record<ReleaseReason, number> = { large_transaction: 0, retired_shapes: 0 }
+  const releases: Record<ReleaseReason, number> = { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }
+  const utilization = options.loopUtilization ?? nodeLoopUtilization()
   const timers = new Set<NodeJS.Timeout>()
   let stopped = false
   const later = (ms: number, run: () => void): NodeJS.Timeout | undefined => {
@@ -109,6 +133,14 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   let retired = 0
   let retiredQuiet: NodeJS.Timeout | undefined
   let transactionQuiet: NodeJS.Timeout | undefined
+  let idleCheck: NodeJS.Timeout | undefined
+  // Serving a large transaction (clients downloading it) allocates afresh: once the loop is idle, that is garbage too.
+  const watchIdle = (left: number): void => {
+    idleCheck = later(IDLE_CHECK_MS, () => {
+      if (utilization() < IDLE_UTILIZATION) release('idle_after_transaction', true)
+      else if (left > IDLE_CHECK_MS) watchIdle(left - IDLE_CHECK_MS)
+    })
+  }
   return {
     releases,
     shapeRetired: () => {
@@ -123,7 +155,12 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
     largeTransactionDurable: () => {
       // Debounced too: a run of large transactions is released once, after the last.
       cancel(transactionQuiet)
-      transactionQuiet = later(LARGE_TRANSACTION_QUIET_MS, () => release('large_transaction', true))
+      cancel(idleCheck)
+      transactionQuiet = later(LARGE_TRANSACTION_QUIET_MS, () => {
+        release('large_transaction', true)
+        utilization()
+        watchIdle(IDLE_WATCH_MS)
+      })
     },
     stop: () => {
       stopped = true

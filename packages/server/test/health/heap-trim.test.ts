@@ -1,6 +1,9 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
   HEAP_TRIM_INTERVAL_MS,
+  IDLE_CHECK_MS,
+  IDLE_UTILIZATION,
+  IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
   RELEASE_TRIM_DELAY_MS,
   RETIRED_SHAPES_FOR_COLLECTION,
@@ -76,7 +79,8 @@ describe('heap trim', () => {
     const addon = recorder()
     const heard: MemoryRelease[] = []
     // No interval trim within the test's span: every trim counted comes from a release.
-    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, onRelease: (r) => heard.push(r) })
+    // A loop kept busy: no second release while the transaction is being served.
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, onRelease: (r) => heard.push(r), loopUtilization: () => 1 })
 
     // Three in a row, each before the quiet time is up: nothing yet...
     for (let i = 0; i < 3; i++) {
@@ -90,7 +94,7 @@ describe('heap trim', () => {
     expect(addon.trims).toBe(0)
     vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
     expect(addon.trims).toBe(1)
-    expect(trim.releases).toEqual({ large_transaction: 1, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
     expect(heard.map((r) => [r.reason, r.critical])).toEqual([['large_transaction', true]])
 
     // The next one is released again; stop cancels what is pending.
@@ -103,5 +107,40 @@ describe('heap trim', () => {
     trim.largeTransactionDurable()
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS * 2)
     expect(addon.pressures).toEqual([true, true])
+  })
+
+  it('releases once more when the event loop is next idle after a large transaction, and gives up on a loop that stays busy', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const load: number[] = []
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, loopUtilization: () => load.shift() ?? 0 })
+    trim.largeTransactionDurable()
+    // The release reads the utilization once to start its window, then clients download for three seconds.
+    load.push(0.9, 0.8, 0.6, 0.3, IDLE_UTILIZATION / 2)
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    vi.advanceTimersByTime(IDLE_CHECK_MS * 3)
+    expect(trim.releases.idle_after_transaction).toBe(0)
+    vi.advanceTimersByTime(IDLE_CHECK_MS)
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0 })
+    expect(addon.pressures).toEqual([true, true])
+    vi.advanceTimersByTime(IDLE_WATCH_MS)
+    expect(addon.pressures).toEqual([true, true])
+
+    // Busy throughout the watch: no second release, and no checks after it.
+    let checks = 0
+    const busy = heapTrimWith(addon, {
+      intervalMs: 3_600_000,
+      loopUtilization: () => {
+        checks++
+        return 1
+      },
+    })
+    busy.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + IDLE_WATCH_MS * 2)
+    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(checks).toBe(1 + IDLE_WATCH_MS / IDLE_CHECK_MS)
+    trim.stop()
+    busy.stop()
   })
 })
