@@ -41,6 +41,8 @@ export interface HeapTrimOptions {
   readonly intervalMs?: number
   /** Hears each release (the server logs it). */
   readonly onRelease?: (release: MemoryRelease) => void
+  /** Lets go of buffers kept for a busy stream (the store's `shedMemory`), called before each release after a large transaction. */
+  readonly shed?: () => void
   /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
   readonly loopUtilization?: () => number
 }
@@ -122,6 +124,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
     timers.delete(t)
   }
   const release = (reason: ReleaseReason, critical: boolean): void => {
+    if (reason !== 'retired_shapes') options.shed?.()
     const started = performance.now()
     addon.memoryPressure(critical)
     const pauseMs = performance.now() - started

@@ -116,6 +116,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     }
 
     const trim = await startHeapTrim({
+      shed: () => pipeline?.store.shedMemory(),
       onRelease: ({ reason, critical, pauseMs }) => logger.info({ reason, critical, pauseMs: Math.round(pauseMs * 10) / 10 }, 'memory given back'),
     })
     heapTrim = trim

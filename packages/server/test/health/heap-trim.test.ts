@@ -113,7 +113,12 @@ describe('heap trim', () => {
     vi.useFakeTimers()
     const addon = recorder()
     const load: number[] = []
-    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, loopUtilization: () => load.shift() ?? 0 })
+    // What is shed, and when: before each collection, so that the buffers let go are collected by it.
+    const order: string[] = []
+    const trim = heapTrimWith(
+      { trimHeap: addon.trimHeap, memoryPressure: (critical) => (order.push('pressure'), addon.memoryPressure(critical)) },
+      { intervalMs: 3_600_000, loopUtilization: () => load.shift() ?? 0, shed: () => order.push('shed') },
+    )
     trim.largeTransactionDurable()
     // The release reads the utilization once to start its window, then clients download for three seconds.
     load.push(0.9, 0.8, 0.6, 0.3, IDLE_UTILIZATION / 2)
@@ -126,6 +131,7 @@ describe('heap trim', () => {
     expect(addon.pressures).toEqual([true, true])
     vi.advanceTimersByTime(IDLE_WATCH_MS)
     expect(addon.pressures).toEqual([true, true])
+    expect(order).toEqual(['shed', 'pressure', 'shed', 'pressure'])
 
     // Busy throughout the watch: no second release, and no checks after it.
     let checks = 0
