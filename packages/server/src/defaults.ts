@@ -142,6 +142,14 @@ export const RETIREMENT_QUIET_MS = 2_000
  * its buffers are garbage then, and an idle V8 would keep them for minutes.
  */
 export const LARGE_TRANSACTION_QUIET_MS = 1_000
+/**
+ * Those releases collect at once (critical pressure: full collections, a
+ * pause) only while V8's used heap is at most this; a bigger heap (many
+ * shapes) is marked incrementally instead (moderate: no long pause), and the
+ * interval's trim gives the C heap back after. The pause grows with what is
+ * live: a few tens of ms at 20 MiB, hundreds at 100 MiB.
+ */
+export const CRITICAL_RELEASE_MAX_HEAP_BYTES = 64 * 1024 * 1024
 /** After that collection, how long before the C heap is trimmed: V8 frees dead buffers' memory on a background thread. */
 export const RELEASE_TRIM_DELAY_MS = 500
 /**

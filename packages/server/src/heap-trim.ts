@@ -1,5 +1,7 @@
 import { performance } from 'node:perf_hooks'
+import { getHeapStatistics } from 'node:v8'
 import {
+  CRITICAL_RELEASE_MAX_HEAP_BYTES,
   HEAP_TRIM_INTERVAL_MS,
   IDLE_CHECK_MS,
   IDLE_UTILIZATION,
@@ -43,6 +45,8 @@ export interface HeapTrimOptions {
   readonly onRelease?: (release: MemoryRelease) => void
   /** Lets go of buffers kept for a busy stream (the store's `shedMemory`), called before each release after a large transaction. */
   readonly shed?: () => void
+  /** V8's used heap in bytes; Node's own by default. */
+  readonly heapUsedBytes?: () => number
   /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
   readonly loopUtilization?: () => number
 }
@@ -72,7 +76,9 @@ function nodeLoopUtilization(): () => number {
  *   marking, no long pause;
  * - once a large transaction is durable and no other one followed for a
  *   moment, critical pressure (a full collection at once, which also frees the
- *   external buffers the dead objects held), then the C heap's trim: the
+ *   external buffers the dead objects held; moderate for a heap past
+ *   `CRITICAL_RELEASE_MAX_HEAP_BYTES`, whose full collection would stall the
+ *   server), then the C heap's trim: the
  *   spill, routing and write-back buffers of hundreds of MiB are garbage then,
  *   and without it they stay resident until V8's memory reducer gets to them,
  *   a minute or more later. The collection's pause is that of marking what is
@@ -107,6 +113,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   const timer = setInterval(() => addon.trimHeap(), options.intervalMs ?? HEAP_TRIM_INTERVAL_MS).unref()
   const releases: Record<ReleaseReason, number> = { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }
   const utilization = options.loopUtilization ?? nodeLoopUtilization()
+  const heapUsed = options.heapUsedBytes ?? (() => getHeapStatistics().used_heap_size)
   const timers = new Set<NodeJS.Timeout>()
   let stopped = false
   const later = (ms: number, run: () => void): NodeJS.Timeout | undefined => {
@@ -140,7 +147,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   // Serving a large transaction (clients downloading it) allocates afresh: once the loop is idle, that is garbage too.
   const watchIdle = (left: number): void => {
     idleCheck = later(IDLE_CHECK_MS, () => {
-      if (utilization() < IDLE_UTILIZATION) release('idle_after_transaction', true)
+      if (utilization() < IDLE_UTILIZATION) release('idle_after_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES)
       else if (left > IDLE_CHECK_MS) watchIdle(left - IDLE_CHECK_MS)
     })
   }
@@ -160,7 +167,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
       cancel(transactionQuiet)
       cancel(idleCheck)
       transactionQuiet = later(LARGE_TRANSACTION_QUIET_MS, () => {
-        release('large_transaction', true)
+        release('large_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES)
         utilization()
         watchIdle(IDLE_WATCH_MS)
       })

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
+  CRITICAL_RELEASE_MAX_HEAP_BYTES,
   HEAP_TRIM_INTERVAL_MS,
   IDLE_CHECK_MS,
   IDLE_UTILIZATION,
@@ -80,7 +81,7 @@ describe('heap trim', () => {
     const heard: MemoryRelease[] = []
     // No interval trim within the test's span: every trim counted comes from a release.
     // A loop kept busy: no second release while the transaction is being served.
-    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, onRelease: (r) => heard.push(r), loopUtilization: () => 1 })
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, onRelease: (r) => heard.push(r), loopUtilization: () => 1, heapUsedBytes: () => 0 })
 
     // Three in a row, each before the quiet time is up: nothing yet...
     for (let i = 0; i < 3; i++) {
@@ -117,7 +118,7 @@ describe('heap trim', () => {
     const order: string[] = []
     const trim = heapTrimWith(
       { trimHeap: addon.trimHeap, memoryPressure: (critical) => (order.push('pressure'), addon.memoryPressure(critical)) },
-      { intervalMs: 3_600_000, loopUtilization: () => load.shift() ?? 0, shed: () => order.push('shed') },
+      { intervalMs: 3_600_000, loopUtilization: () => load.shift() ?? 0, shed: () => order.push('shed'), heapUsedBytes: () => 0 },
     )
     trim.largeTransactionDurable()
     // The release reads the utilization once to start its window, then clients download for three seconds.
@@ -137,6 +138,7 @@ describe('heap trim', () => {
     let checks = 0
     const busy = heapTrimWith(addon, {
       intervalMs: 3_600_000,
+      heapUsedBytes: () => 0,
       loopUtilization: () => {
         checks++
         return 1
@@ -148,5 +150,22 @@ describe('heap trim', () => {
     expect(checks).toBe(1 + IDLE_WATCH_MS / IDLE_CHECK_MS)
     trim.stop()
     busy.stop()
+  })
+
+  it('marks a large heap incrementally instead of collecting it at once, leaving the trim to the interval', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    let used = CRITICAL_RELEASE_MAX_HEAP_BYTES + 1
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, loopUtilization: () => 0, heapUsedBytes: () => used })
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + RELEASE_TRIM_DELAY_MS)
+    expect(addon.pressures).toEqual([false])
+    expect(addon.trims).toBe(0)
+    // By the idle check the heap has shrunk: collected at once, then trimmed.
+    used = CRITICAL_RELEASE_MAX_HEAP_BYTES
+    vi.advanceTimersByTime(IDLE_CHECK_MS + RELEASE_TRIM_DELAY_MS)
+    expect(addon.pressures).toEqual([false, true])
+    expect(addon.trims).toBe(1)
+    trim.stop()
   })
 })
