@@ -22,7 +22,8 @@
  *
  * Usage: `npm run bench:lifecycle` (from the root). BENCH_SHAPES (20000),
  * BENCH_CONCURRENCY (16), BENCH_TTL_S (480), BENCH_SETTLE_S (30),
- * BENCH_AFTER_S (120, the window after expiry), BENCH_RESULTS_DIR. Any of them set: results/lifecycle.partial.*. QUICK=1:
+ * BENCH_AFTER_S (120, the window after expiry), BENCH_RESULTS_DIR, BENCH_SMAPS_DIR (keeps the
+ * server's /proc/<pid>/smaps and /metrics at each point there). Any of them set: results/lifecycle.partial.*. QUICK=1:
  * 500 shapes, a 45 s TTL, 10 s windows, into results/lifecycle.quick.*.
  */
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
@@ -101,6 +102,13 @@ async function settle(label: Phase['label'], pid: number, url: string, storeDir:
   const heap = await metric(url, 'nodejs_heap_size_used_bytes')
   const heapTotal = await metric(url, 'nodejs_heap_size_total_bytes')
   const external = await metric(url, 'nodejs_external_memory_bytes')
+  const smapsDir = process.env.BENCH_SMAPS_DIR
+  if (smapsDir !== undefined) {
+    // Which mappings hold the memory at this point (malloc arenas, V8 pages, thread stacks...).
+    mkdirSync(smapsDir, { recursive: true })
+    writeFileSync(join(smapsDir, `smaps-${label}.txt`), readFileSync(`/proc/${pid}/smaps`, 'utf8'))
+    writeFileSync(join(smapsDir, `metrics-${label}.txt`), await (await fetch(`${url}/metrics`)).text())
+  }
   const point: Phase = { label, shapes, rssBytes: rss, heapUsedBytes: heap, diskBytes: disk.bytes, shapeFileBytes: shapeFiles, files: disk.files, load1: Math.round(loadavg()[0]! * 100) / 100 }
   log(`${label}: ${shapes} shapes, RSS ${(rss / 2 ** 20).toFixed(1)} MiB, heap ${(heap / 2 ** 20).toFixed(1)} MiB (of ${(heapTotal / 2 ** 20).toFixed(1)} MiB; external ${(external / 2 ** 20).toFixed(1)} MiB), disk ${(disk.bytes / 2 ** 20).toFixed(2)} MiB in ${disk.files} files, load ${point.load1}`)
   return point

@@ -21,7 +21,8 @@
  *
  * Usage: `pnpm --filter @sluice/bench run bench:memory` (from the root:
  * `npm run bench:memory`). BENCH_REPS (3), BENCH_ROWS, BENCH_AFTER_S (60),
- * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_NODE_OPTIONS (for
+ * BENCH_SLUICE_FLAGS (replaces the two budget flags), BENCH_SMAPS_DIR (keeps the server's
+ * /proc/<pid>/smaps and /metrics before the transaction and at the end there), BENCH_NODE_OPTIONS (for
  * the server process, e.g. --heap-prof), BENCH_NODE_ARGS (Node flags NODE_OPTIONS refuses, e.g. --cpu-prof), BENCH_RESULTS_DIR. Runs with any of
  * these changed write results/memory.partial.md. QUICK=1: a smoke run (300,000
  * rows, one run, 10 s after) into results/memory.quick.*. BENCH_TRACE_CLIENT=1 prints
@@ -81,6 +82,15 @@ function residentParts(pid: number): { mallocHeapMiB: number; otherAnonMiB: numb
     }
   }
   return { mallocHeapMiB: heap / 1024, otherAnonMiB: anon / 1024 }
+}
+
+/** BENCH_SMAPS_DIR: keeps the server's /proc/<pid>/smaps and /metrics at a moment, to see which mappings hold the memory. */
+function dumpSmaps(pid: number, base: string, rep: number, moment: string): void {
+  const dir = process.env.BENCH_SMAPS_DIR
+  if (dir === undefined) return
+  mkdirSync(dir, { recursive: true })
+  writeFileSync(join(dir, `smaps-${rep}-${moment}.txt`), readFileSync(`/proc/${pid}/smaps`, 'utf8'))
+  void get(`${base}/metrics`, 5_000).then((r) => writeFileSync(join(dir, `metrics-${rep}-${moment}.txt`), r.body), () => {})
 }
 
 function rssMiB(pid: number): number {
@@ -262,6 +272,7 @@ async function oneRun(rep: number): Promise<Run> {
       const pre = samples.filter((s) => s.t >= performance.now() - 2_000).map((s) => s.rssMiB)
       const preMiB = median(pre)
       const start = residentParts(sluice.pid)
+      dumpSmaps(sluice.pid, sluice.url, rep, 'before')
       const lsn0 = await walLsn(cluster)
       const sent = performance.now()
       console.log(`  rep ${rep}: inserting ${ROWS.toLocaleString('en')} rows (server RSS ${preMiB.toFixed(0)} MiB)`)
@@ -284,6 +295,7 @@ async function oneRun(rep: number): Promise<Run> {
       const atPeak = metrics.length === 0 ? undefined : metrics.reduce((a, b) => (Math.abs(b.t - peak.t) < Math.abs(a.t - peak.t) ? b : a))
       const load = loadavg().map((l) => l.toFixed(1)).join(', ')
       const end = residentParts(sluice.pid)
+      dumpSmaps(sluice.pid, sluice.url, rep, 'end')
       const catchUpS = await catchUp(sluice.url)
       const routedAhead = await counter(sluice.url, 'sluice_transactions_routed_ahead_total')
       const timeline: Array<[number, number]> = []

@@ -144,6 +144,34 @@ export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
 export const RETIREMENT_QUIET_MS = 2_000
 
 /**
+ * How long after a large transaction (streamed by Postgres or past the
+ * assembler's limit) became durable, with no other one becoming durable
+ * meanwhile, the server collects its heap and trims the C heap (heap-trim.ts):
+ * its buffers are garbage then, and an idle V8 would keep them for minutes.
+ */
+export const LARGE_TRANSACTION_QUIET_MS = 1_000
+/**
+ * Those releases collect at once (critical pressure: full collections, a
+ * pause) only while V8's used heap is at most this; a bigger heap (many
+ * shapes) is marked incrementally instead (moderate: no long pause), and the
+ * interval's trim gives the C heap back after. The pause grows with what is
+ * live: a few tens of ms at 20 MiB, hundreds at 100 MiB.
+ */
+export const CRITICAL_RELEASE_MAX_HEAP_BYTES = 64 * 1024 * 1024
+/** After that collection, how long before the C heap is trimmed: V8 frees dead buffers' memory on a background thread. */
+export const RELEASE_TRIM_DELAY_MS = 500
+/**
+ * After that release, the server looks every `IDLE_CHECK_MS` for the moment
+ * its event loop was busy less than `IDLE_UTILIZATION` of the time (the
+ * clients' downloads of the transaction are over) and releases once more,
+ * giving up after `IDLE_WATCH_MS`: what serving the transaction allocated is
+ * garbage then.
+ */
+export const IDLE_CHECK_MS = 1_000
+export const IDLE_UTILIZATION = 0.05
+export const IDLE_WATCH_MS = 120_000
+
+/**
  * What a subquery shape holds while a move-in's query runs (docs/protocol.md,
  * "Subquery shapes"): the transactions routed meanwhile wait in memory until
  * the splice. Past either bound the shape is dropped (clients get 409 and

@@ -1,10 +1,65 @@
-import { HEAP_TRIM_INTERVAL_MS, RETIRED_SHAPES_FOR_COLLECTION, RETIREMENT_QUIET_MS } from './defaults.js'
+import { performance } from 'node:perf_hooks'
+import { getHeapStatistics } from 'node:v8'
+import {
+  CRITICAL_RELEASE_MAX_HEAP_BYTES,
+  HEAP_TRIM_INTERVAL_MS,
+  IDLE_CHECK_MS,
+  IDLE_UTILIZATION,
+  IDLE_WATCH_MS,
+  LARGE_TRANSACTION_QUIET_MS,
+  RELEASE_TRIM_DELAY_MS,
+  RETIRED_SHAPES_FOR_COLLECTION,
+  RETIREMENT_QUIET_MS,
+} from './defaults.js'
+
+/**
+ * Why memory was given back at once (the interval's trims are not counted):
+ * a large transaction became durable; the server went idle after one; an
+ * expiry sweep ended.
+ */
+export type ReleaseReason = 'large_transaction' | 'idle_after_transaction' | 'retired_shapes'
+
+/** One release: a collection asked of V8, then the C heap trimmed. */
+export interface MemoryRelease {
+  readonly reason: ReleaseReason
+  /** A full collection at once (true), or incremental marking (false). */
+  readonly critical: boolean
+  /** How long the notification held the event loop (the whole collection, when critical). */
+  readonly pauseMs: number
+}
 
 /** Gives memory back to the system while the server runs (see `startHeapTrim`). */
 export interface HeapTrim {
   /** A shape was retired (expired, evicted, deleted, invalidated): counted towards a collection. */
   shapeRetired(): void
+  /** A large transaction (streamed or spilled) is durable: its buffers are garbage once the server goes quiet. */
+  largeTransactionDurable(): void
+  /** Releases made so far, by reason. */
+  readonly releases: Readonly<Record<ReleaseReason, number>>
   stop(): void
+}
+
+export interface HeapTrimOptions {
+  readonly intervalMs?: number
+  /** Hears each release (the server logs it). */
+  readonly onRelease?: (release: MemoryRelease) => void
+  /** Lets go of buffers kept for a busy stream (the store's `shedMemory`), called before each release after a large transaction. */
+  readonly shed?: () => void
+  /** V8's used heap in bytes; Node's own by default. */
+  readonly heapUsedBytes?: () => number
+  /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
+  readonly loopUtilization?: () => number
+}
+
+/** Node's event loop utilization, each call measuring the time since the previous one. */
+function nodeLoopUtilization(): () => number {
+  let last = performance.eventLoopUtilization()
+  return () => {
+    const now = performance.eventLoopUtilization()
+    const { utilization } = performance.eventLoopUtilization(now, last)
+    last = now
+    return utilization
+  }
 }
 
 /**
@@ -18,11 +73,21 @@ export interface HeapTrim {
  *   have stopped for a moment, V8's memory pressure notification: their state
  *   is garbage now, and V8 collects only when allocation asks it to, so an idle
  *   server would keep it resident indefinitely. Moderate pressure: incremental
- *   marking, no long pause.
+ *   marking, no long pause;
+ * - once a large transaction is durable and no other one followed for a
+ *   moment, critical pressure (a full collection at once, which also frees the
+ *   external buffers the dead objects held; moderate for a heap past
+ *   `CRITICAL_RELEASE_MAX_HEAP_BYTES`, whose full collection would stall the
+ *   server), then the C heap's trim: the
+ *   spill, routing and write-back buffers of hundreds of MiB are garbage then,
+ *   and without it they stay resident until V8's memory reducer gets to them,
+ *   a minute or more later. The collection's pause is that of marking what is
+ *   still live, a few tens of ms for a server's usual heap. Once more when the
+ *   event loop is next idle (the clients' downloads of the transaction done).
  *
  * Where the addon cannot load nothing happens.
  */
-export async function startHeapTrim(intervalMs: number = HEAP_TRIM_INTERVAL_MS): Promise<HeapTrim> {
+export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<HeapTrim> {
   let native: MemoryReturner | undefined
   try {
     const { loadSendfile } = await import('@sluice/sendfile')
@@ -31,8 +96,10 @@ export async function startHeapTrim(intervalMs: number = HEAP_TRIM_INTERVAL_MS):
   } catch {
     // The optional package is missing: nothing to trim with.
   }
-  if (native === undefined) return { shapeRetired: () => {}, stop: () => {} }
-  return heapTrimWith(native, intervalMs)
+  if (native === undefined) {
+    return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }, stop: () => {} }
+  }
+  return heapTrimWith(native, options)
 }
 
 /** What `startHeapTrim` uses of the addon. */
@@ -42,23 +109,74 @@ export interface MemoryReturner {
 }
 
 /** `startHeapTrim` over a loaded addon. */
-export function heapTrimWith(addon: MemoryReturner, intervalMs: number = HEAP_TRIM_INTERVAL_MS): HeapTrim {
-  const timer = setInterval(() => addon.trimHeap(), intervalMs).unref()
+export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {}): HeapTrim {
+  const timer = setInterval(() => addon.trimHeap(), options.intervalMs ?? HEAP_TRIM_INTERVAL_MS).unref()
+  const releases: Record<ReleaseReason, number> = { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }
+  const utilization = options.loopUtilization ?? nodeLoopUtilization()
+  const heapUsed = options.heapUsedBytes ?? (() => getHeapStatistics().used_heap_size)
+  const timers = new Set<NodeJS.Timeout>()
+  let stopped = false
+  const later = (ms: number, run: () => void): NodeJS.Timeout | undefined => {
+    if (stopped) return undefined
+    const t = setTimeout(() => {
+      timers.delete(t)
+      run()
+    }, ms).unref()
+    timers.add(t)
+    return t
+  }
+  const cancel = (t: NodeJS.Timeout | undefined): void => {
+    if (t === undefined) return
+    clearTimeout(t)
+    timers.delete(t)
+  }
+  const release = (reason: ReleaseReason, critical: boolean): void => {
+    if (reason !== 'retired_shapes') options.shed?.()
+    const started = performance.now()
+    addon.memoryPressure(critical)
+    const pauseMs = performance.now() - started
+    releases[reason]++
+    // After a full collection the dead buffers' memory is freed by V8's sweeper thread, so not at once.
+    if (critical) later(RELEASE_TRIM_DELAY_MS, () => addon.trimHeap())
+    options.onRelease?.({ reason, critical, pauseMs })
+  }
   let retired = 0
-  let quiet: NodeJS.Timeout | undefined
+  let retiredQuiet: NodeJS.Timeout | undefined
+  let transactionQuiet: NodeJS.Timeout | undefined
+  let idleCheck: NodeJS.Timeout | undefined
+  // Serving a large transaction (clients downloading it) allocates afresh: once the loop is idle, that is garbage too.
+  const watchIdle = (left: number): void => {
+    idleCheck = later(IDLE_CHECK_MS, () => {
+      if (utilization() < IDLE_UTILIZATION) release('idle_after_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES)
+      else if (left > IDLE_CHECK_MS) watchIdle(left - IDLE_CHECK_MS)
+    })
+  }
   return {
+    releases,
     shapeRetired: () => {
       if (++retired < RETIRED_SHAPES_FOR_COLLECTION) return
       // Debounced: one collection after the sweep, not one per thousand shapes during it.
-      clearTimeout(quiet)
-      quiet = setTimeout(() => {
+      cancel(retiredQuiet)
+      retiredQuiet = later(RETIREMENT_QUIET_MS, () => {
         retired = 0
-        addon.memoryPressure(false)
-      }, RETIREMENT_QUIET_MS).unref()
+        release('retired_shapes', false)
+      })
+    },
+    largeTransactionDurable: () => {
+      // Debounced too: a run of large transactions is released once, after the last.
+      cancel(transactionQuiet)
+      cancel(idleCheck)
+      transactionQuiet = later(LARGE_TRANSACTION_QUIET_MS, () => {
+        release('large_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES)
+        utilization()
+        watchIdle(IDLE_WATCH_MS)
+      })
     },
     stop: () => {
+      stopped = true
       clearInterval(timer)
-      clearTimeout(quiet)
+      for (const t of timers) clearTimeout(t)
+      timers.clear()
     },
   }
 }

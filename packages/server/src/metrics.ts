@@ -9,6 +9,7 @@ import { HEALTH_REASONS, type HealthReasonCode } from './health-report.js'
 import { type BodyPath, type BodyPathName, PREAD_PATH } from './http/body-path.js'
 import type { HttpMetrics } from './http/http-metrics.js'
 import type { RangeCacheStats } from './http/range-cache.js'
+import type { ReleaseReason } from './heap-trim.js'
 import type { Pipeline } from './pipeline.js'
 
 export interface MetricsOptions {
@@ -22,6 +23,8 @@ export interface MetricsOptions {
   readonly defaultMetrics?: boolean
   /** How large bodies are sent; default pread. */
   readonly bodyPath?: BodyPath
+  /** The heap trim's count of memory releases, by reason (heap-trim.ts). */
+  readonly memoryReleases?: Readonly<Record<ReleaseReason, number>>
 }
 
 interface PostgresSample {
@@ -154,6 +157,22 @@ export class ServerMetrics implements HttpMetrics {
       registers,
       () => pipeline.router.transactionsRoutedAhead,
     )
+    const releases = options.memoryReleases
+    if (releases !== undefined) {
+      const seen: Record<string, number> = {}
+      new Counter({
+        name: 'sluice_memory_releases_total',
+        help: 'Times memory was given back at once: a collection asked of V8, then the C heap trimmed; by reason (large_transaction: one became durable; idle_after_transaction: the server went idle after one; retired_shapes: an expiry sweep ended).',
+        labelNames: ['reason'],
+        registers,
+        collect() {
+          for (const [reason, now] of Object.entries(releases)) {
+            this.inc({ reason }, now - (seen[reason] ?? 0))
+            seen[reason] = now
+          }
+        },
+      })
+    }
     // A gauge per figure of a stats() snapshot, read at each scrape.
     const statsGauge =
       <S>(stats: () => S) =>

@@ -34,6 +34,7 @@ import { RoutedAhead } from './shapes/routed-ahead.js'
 import { catalogChanged } from './shapes/invalidation.js'
 import { loadTableStates } from './shapes/table-catalog.js'
 import { nativeStatFiles } from './native-stat.js'
+import { LargeTransactionWatch } from './large-transaction-watch.js'
 
 /**
  * The sync pipeline, wired (docs/architecture.md §2): the replication client feeds the
@@ -92,6 +93,8 @@ export interface PipelineOptions {
   readonly compactIntervalMs?: number
   /** How long a compacted-away log keeps taking copies before it is deleted. Default DEFAULT_COMPACT_RETIRE_MS. */
   readonly compactRetireMs?: number
+  /** A large (streamed or spilled) transaction is durable: the server gives its buffers' memory back (heap-trim.ts). */
+  readonly onLargeTransactionDurable?: (lsn: bigint) => void
 }
 
 /**
@@ -271,10 +274,13 @@ export class Pipeline {
       // crash before the first transaction is routed does not find a fresh store's shapes behind the slot.
       routed.lsn = store.durableLsn
       if (slotLsn > 0n) store.advance(slotLsn - 1n)
+      const buffering = new BufferingSink(streams, router, options.routeAhead === false ? undefined : ahead)
+      const onLarge = options.onLargeTransactionDurable
+      const largeTransactions = onLarge === undefined ? undefined : new LargeTransactionWatch(buffering, store, onLarge)
       replication = new ReplicationClient({
         connection: options.connectionString,
         // Streamed and oversized transactions wait in the spill buffer until they commit, routed meanwhile.
-        sink: new BufferingSink(streams, router, options.routeAhead === false ? undefined : ahead),
+        sink: largeTransactions ?? buffering,
         durableLsn: () => store.durableLsn,
         // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
         // Not while a move-in holds routed transactions back from the store (router.holdAdvance).
@@ -302,6 +308,7 @@ export class Pipeline {
       let failingSince: number | undefined
       const unsubscribe = [
         idle.cancel,
+        () => largeTransactions?.close(),
         // Tails past their budget wait for a checkpoint, which needs the event loop the stream would take.
         store.onPressure(holdForStore),
         ack.cancel,

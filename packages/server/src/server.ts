@@ -116,6 +116,11 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       )
     }
 
+    const trim = await startHeapTrim({
+      shed: () => pipeline?.store.shedMemory(),
+      onRelease: ({ reason, critical, pauseMs }) => logger.info({ reason, critical, pauseMs: Math.round(pauseMs * 10) / 10 }, 'memory given back'),
+    })
+    heapTrim = trim
     const writerLock = await writerLockOptions({ standby: config.standby, waitMs: config.writerLockWaitMs, logger })
     pipeline = await Pipeline.start({
       connectionString: databaseUrl,
@@ -138,6 +143,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       healthReplicationTimeoutMs: config.healthReplicationTimeoutMs,
       catalogCheckMs: config.catalogCheckMs,
       logger: pipelineLogger(logger.child({ component: 'pipeline' })),
+      onLargeTransactionDurable: () => trim.largeTransactionDurable(),
     })
     const shapes = pipeline.shapes
     const shapeLog = logger.child({ component: 'shapes' })
@@ -145,8 +151,6 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       const definition = shapes.definition(handle)
       shapeLog.info({ handle, table: definition === undefined ? undefined : `${definition.schema}.${definition.table}` }, 'shape ready')
     })
-    const trim = await startHeapTrim()
-    heapTrim = trim
     shapes.on('invalidated', ({ handle, definition, reason }) => {
       shapeLog.info({ handle, table: `${definition.schema}.${definition.table}`, reason: reason.kind }, 'shape invalidated')
       trim.shapeRetired()
@@ -155,7 +159,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     const bodyPath = await resolveBodyPath(config.sendfile)
     if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
     else logger.info({ bodyPath: 'pread', reason: bodyPath.reason }, 'response bodies are sent with pread (no sendfile)')
-    metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot, bodyPath })
+    metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot, bodyPath, memoryReleases: trim.releases })
     app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath })
     app.register(metricsRoute, { metrics })
     const address = await app.listen({ port: config.port, host: config.host })

@@ -98,4 +98,27 @@ describe('journal format', () => {
       expect(b.empty).toBe(true)
     }
   })
+
+  it('keeps the chunks a huge group grew for the next groups, up to a limit, and sheds them between groups', () => {
+    const chunk = 1024 * 1024
+    const b = new GroupBuilder(chunk)
+    const payload = Buffer.alloc(256 * 1024, 7)
+    for (let i = 0; i < 4 * 40; i++) b.write('shape-1', FILE_DATA, i * payload.length, payload, 0, payload.length)
+    b.seal(3, 1)
+    expect(b.heldBytes).toBeGreaterThanOrEqual(40 * chunk)
+    b.reset()
+    expect(b.heldBytes).toBe(16 * chunk)
+    // Not while a group is being built: its chunks hold records.
+    b.write('shape-1', FILE_DATA, 0, payload, 0, payload.length)
+    b.shed()
+    expect(b.heldBytes).toBe(16 * chunk)
+    b.seal(3, 2)
+    b.reset()
+    b.shed()
+    expect(b.heldBytes).toBe(chunk)
+    // The next group still builds and parses.
+    for (let i = 0; i < 8; i++) b.write('shape-2', FILE_DATA, i * payload.length, payload, 0, payload.length)
+    const g = parseGroup(Buffer.concat(b.seal(3, 3)), 0, 3)!
+    expect(g.records).toHaveLength(8)
+  })
 })

@@ -1,6 +1,16 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { HEAP_TRIM_INTERVAL_MS, RETIRED_SHAPES_FOR_COLLECTION, RETIREMENT_QUIET_MS } from '../../src/defaults.js'
-import { type MemoryReturner, heapTrimWith } from '../../src/heap-trim.js'
+import {
+  CRITICAL_RELEASE_MAX_HEAP_BYTES,
+  HEAP_TRIM_INTERVAL_MS,
+  IDLE_CHECK_MS,
+  IDLE_UTILIZATION,
+  IDLE_WATCH_MS,
+  LARGE_TRANSACTION_QUIET_MS,
+  RELEASE_TRIM_DELAY_MS,
+  RETIRED_SHAPES_FOR_COLLECTION,
+  RETIREMENT_QUIET_MS,
+} from '../../src/defaults.js'
+import { type MemoryRelease, type MemoryReturner, heapTrimWith } from '../../src/heap-trim.js'
 
 /** Records what the heap trim asks of the addon (the addon's own effect is tested in @sluice/sendfile). */
 function recorder(): MemoryReturner & { trims: number; pressures: boolean[] } {
@@ -63,5 +73,99 @@ describe('heap trim', () => {
     trim.stop()
     vi.advanceTimersByTime(RETIREMENT_QUIET_MS * 2)
     expect(addon.pressures).toEqual([false])
+  })
+
+  it('collects at once and then trims, once large transactions have stopped becoming durable', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const heard: MemoryRelease[] = []
+    // No interval trim within the test's span: every trim counted comes from a release.
+    // A loop kept busy: no second release while the transaction is being served.
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, onRelease: (r) => heard.push(r), loopUtilization: () => 1, heapUsedBytes: () => 0 })
+
+    // Three in a row, each before the quiet time is up: nothing yet...
+    for (let i = 0; i < 3; i++) {
+      trim.largeTransactionDurable()
+      vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS - 1)
+    }
+    expect(addon.pressures).toEqual([])
+    // ...one critical collection once they stopped, the C heap trimmed after V8 has freed the dead buffers.
+    vi.advanceTimersByTime(1)
+    expect(addon.pressures).toEqual([true])
+    expect(addon.trims).toBe(0)
+    vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
+    expect(addon.trims).toBe(1)
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(heard.map((r) => [r.reason, r.critical])).toEqual([['large_transaction', true]])
+
+    // The next one is released again; stop cancels what is pending.
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
+    expect(addon.pressures).toEqual([true, true])
+    trim.stop()
+    vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS * 2)
+    expect(addon.trims).toBe(1)
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS * 2)
+    expect(addon.pressures).toEqual([true, true])
+  })
+
+  it('releases once more when the event loop is next idle after a large transaction, and gives up on a loop that stays busy', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const load: number[] = []
+    // What is shed, and when: before each collection, so that the buffers let go are collected by it.
+    const order: string[] = []
+    const trim = heapTrimWith(
+      { trimHeap: addon.trimHeap, memoryPressure: (critical) => (order.push('pressure'), addon.memoryPressure(critical)) },
+      { intervalMs: 3_600_000, loopUtilization: () => load.shift() ?? 0, shed: () => order.push('shed'), heapUsedBytes: () => 0 },
+    )
+    trim.largeTransactionDurable()
+    // The release reads the utilization once to start its window, then clients download for three seconds.
+    load.push(0.9, 0.8, 0.6, 0.3, IDLE_UTILIZATION / 2)
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    vi.advanceTimersByTime(IDLE_CHECK_MS * 3)
+    expect(trim.releases.idle_after_transaction).toBe(0)
+    vi.advanceTimersByTime(IDLE_CHECK_MS)
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0 })
+    expect(addon.pressures).toEqual([true, true])
+    vi.advanceTimersByTime(IDLE_WATCH_MS)
+    expect(addon.pressures).toEqual([true, true])
+    expect(order).toEqual(['shed', 'pressure', 'shed', 'pressure'])
+
+    // Busy throughout the watch: no second release, and no checks after it.
+    let checks = 0
+    const busy = heapTrimWith(addon, {
+      intervalMs: 3_600_000,
+      heapUsedBytes: () => 0,
+      loopUtilization: () => {
+        checks++
+        return 1
+      },
+    })
+    busy.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + IDLE_WATCH_MS * 2)
+    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(checks).toBe(1 + IDLE_WATCH_MS / IDLE_CHECK_MS)
+    trim.stop()
+    busy.stop()
+  })
+
+  it('marks a large heap incrementally instead of collecting it at once, leaving the trim to the interval', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    let used = CRITICAL_RELEASE_MAX_HEAP_BYTES + 1
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, loopUtilization: () => 0, heapUsedBytes: () => used })
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + RELEASE_TRIM_DELAY_MS)
+    expect(addon.pressures).toEqual([false])
+    expect(addon.trims).toBe(0)
+    // By the idle check the heap has shrunk: collected at once, then trimmed.
+    used = CRITICAL_RELEASE_MAX_HEAP_BYTES
+    vi.advanceTimersByTime(IDLE_CHECK_MS + RELEASE_TRIM_DELAY_MS)
+    expect(addon.pressures).toEqual([false, true])
+    expect(addon.trims).toBe(1)
+    trim.stop()
   })
 })

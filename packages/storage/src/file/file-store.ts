@@ -280,10 +280,21 @@ export class FileLogStore implements ShapeLogStore {
     return this.checkpointer.stats
   }
 
+  /**
+   * Gives back memory kept for a busy stream that an idle one does not need:
+   * the journal's group buffers grown by a huge flush. The server calls it
+   * when it goes idle after a large transaction; the next big group grows them
+   * again.
+   */
+  shedMemory(): void {
+    this.journal?.shedMemory()
+  }
+
   stats(): FileStoreStats {
     return {
       logs: this.logs.size,
       journalSegments: this.journal?.segmentCount ?? 0,
+      journalBufferBytes: this.journal?.bufferBytes ?? 0,
       tailBytes: this.arena.bytesInUse,
       tailMemoryBytes: this.arena.slabBytes,
       underPressure: this.checkpointer.underPressure,

@@ -216,6 +216,20 @@ export class GroupBuilder {
     return this.records === 0
   }
 
+  /** Bytes of the chunks held: the group being built and those kept for the next ones. */
+  get heldBytes(): number {
+    return this.chunks.length * this.chunkBytes
+  }
+
+  /**
+   * Between groups (nothing recorded since the last reset), lets go of every
+   * chunk but the first: those a burst grew and `reset` kept for the next
+   * groups. For a process gone idle that gives its memory back.
+   */
+  shed(): void {
+    if (this.records === 0 && this.index === 0) this.chunks.length = 1
+  }
+
   /**
    * Writes header and check; returns the group's bytes as pieces to write back
    * to back (valid until the next reset).

@@ -311,6 +311,16 @@ export class Journal<T extends JournalOwner> {
   }
 
   /** A commit is under way (`seal` waits for it to end). */
+  /** Lets go of the group buffers a burst grew, when no group is being built (`GroupBuilder.shed`). */
+  shedMemory(): void {
+    this.builder.shed()
+  }
+
+  /** Bytes of group buffers held (`GroupBuilder.heldBytes`). */
+  get bufferBytes(): number {
+    return this.builder.heldBytes
+  }
+
   get committing(): boolean {
     return this.committingNow
   }

@@ -24,6 +24,8 @@ export interface FileStoreStats {
   readonly logs: number
   /** Journal segments on disk, the current one included (at most one when no checkpoint is due). */
   readonly journalSegments: number
+  /** Memory held for building journal groups (grown by a huge flush, kept up to 16 MiB, given back by `shedMemory`). */
+  readonly journalBufferBytes: number
   /** Bytes of write-behind tails and staged index records in memory (what `tailBudgetBytes` bounds). */
   readonly tailBytes: number
   /** Memory held for them (the tail arena's slabs, resident once touched). */
