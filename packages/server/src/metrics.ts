@@ -173,18 +173,7 @@ export class ServerMetrics implements HttpMetrics {
         },
       })
     }
-    // A gauge per figure of a stats() snapshot, read at each scrape.
-    const statsGauge =
-      <S>(stats: () => S) =>
-      (name: string, help: string, read: (s: S) => number) =>
-        new Gauge({
-          name,
-          help,
-          registers,
-          collect() {
-            this.set(read(stats()))
-          },
-        })
+    const statsGauge = <S>(stats: () => S) => statsGauges(registers, stats)
     const shapeGauge = statsGauge(() => pipeline.shapes.stats())
     shapeGauge('sluice_shapes', 'Shapes kept (ready or being created).', (s) => s.shapes)
     shapeGauge('sluice_shapes_creating', 'Shapes whose initial snapshot has not finished.', (s) => s.creating)
@@ -327,16 +316,7 @@ export class ServerMetrics implements HttpMetrics {
     if (this.rangeCacheWatched) return
     this.rangeCacheWatched = true
     const registers = [this.registry]
-    const gauge = (name: string, help: string, read: (s: RangeCacheStats) => number): void => {
-      new Gauge({
-        name,
-        help,
-        registers,
-        collect() {
-          this.set(read(stats()))
-        },
-      })
-    }
+    const gauge = statsGauges(registers, stats)
     gauge('sluice_http_range_cache_bytes', 'Bytes of recently served log range bodies held in memory (--range-cache).', (s) => s.bytes)
     gauge('sluice_http_range_cache_entries', 'Log range bodies held in memory.', (s) => s.entries)
     mirroredCounter('sluice_http_range_cache_hits_total', 'Shape responses whose body was written from the range cache (no read of the log).', registers, () => stats().hits)
@@ -394,4 +374,17 @@ export class ServerMetrics implements HttpMetrics {
     await this.sampling
     await this.pool.end().catch(() => {})
   }
+}
+
+/** A maker of gauges, one per figure of a `stats()` snapshot, read at each scrape. */
+function statsGauges<S>(registers: Registry[], stats: () => S): (name: string, help: string, read: (s: S) => number) => Gauge {
+  return (name, help, read) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(read(stats()))
+      },
+    })
 }
