@@ -1,4 +1,4 @@
-import { generationOfLogId } from '../shapes/compaction/log-ids.js'
+import { generationOfLogId, handleOfLogId } from '../shapes/compaction/log-ids.js'
 
 /**
  * Bodies of log ranges recently served, kept in memory (docs/architecture.md
@@ -94,17 +94,17 @@ export class RangeCache {
   }
 
   /**
-   * A body just read for `key` (a range of shape `handle`'s log `logId`, with
-   * no up-to-date line). Copied and kept on its second offer; `bytes` itself
-   * is not held.
+   * A body just read for `key` (a range of log `logId`, with no up-to-date
+   * line). Copied and kept on its second offer; `bytes` itself is not held.
    */
-  offer(handle: string, logId: string, key: string, bytes: Uint8Array): void {
+  offer(logId: string, key: string, bytes: Uint8Array): void {
     if (bytes.length > this.maxEntryBytes || this.entries.has(key)) return
     if (!this.seenOnce.delete(key)) {
       this.seenOnce.add(key)
       if (this.seenOnce.size > SEEN_KEYS) this.seenOnce.delete(this.seenOnce.values().next().value!)
       return
     }
+    const handle = handleOfLogId(logId)
     const generation = generationOfLogId(logId)
     let shape = this.byShape.get(handle)
     if (shape !== undefined && shape.generation !== generation) {

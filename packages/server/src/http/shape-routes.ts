@@ -336,7 +336,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
       // Every live request of this shape woken by the same write, at the same offset, gets the same read.
-      return this.sendRead(shape, this.context.sharedReads.read(this.waitedLog!, this.waitedAfter!))
+      return this.sendRead(shape, this.context.sharedReads.read(this.waitedLog!, this.waitedAfter!), this.waitedLog!.id)
     }
     if (result === 'invalidated') return this.rotated(shape)
     // Aborted without the client leaving: the server is closing, so answer as a timeout would.
@@ -391,8 +391,8 @@ class ShapeResponder extends DataWait<ShapeLog> {
     return read
   }
 
-  /** A range of the log (`logId`'s, for a read of this request's own): 304 if the client holds it, else its stored bytes. */
-  private async sendRead(shape: ResolvedShape, read: LogRead | SharedRange, logId?: string): Promise<FastifyReply> {
+  /** A range of log `logId`: 304 if the client holds it, else its stored bytes. */
+  private async sendRead(shape: ResolvedShape, read: LogRead | SharedRange, logId: string): Promise<FastifyReply> {
     const end = read.nextOffset
     const responseOffset = formatOffset(end)
     // Up-to-date iff the range ends at the head, never for offset=-1 (§4.3).
@@ -413,8 +413,8 @@ class ShapeResponder extends DataWait<ShapeLog> {
     if (read instanceof SharedRange) return this.sendShared(read, tail)
     // The log's id and the two offsets name the stored bytes exactly (a log's range never changes; a compaction
     // makes a new log, with a new id); the tail the rest.
-    const range = RangeCache.key(logId!, requestOffset, responseOffset)
-    return this.sendOwn(read, tail, shape.handle, logId!, range)
+    const range = RangeCache.key(logId, requestOffset, responseOffset)
+    return this.sendOwn(read, tail, logId, range)
   }
 
   /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */
@@ -434,7 +434,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
    * by sendfile or streamed when large, else from the range cache, else read
    * (once for the requests in flight with the same bytes) and offered to it.
    */
-  private async sendOwn(read: LogRead, tail: string | undefined, handle: string, logId: string, range: string): Promise<FastifyReply> {
+  private async sendOwn(read: LogRead, tail: string | undefined, logId: string, range: string): Promise<FastifyReply> {
     const { bodyPath, metrics, ranges } = this.context
     if (
       bodyPath.name === 'sendfile' &&
@@ -462,7 +462,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
       }
     }
     const body = await this.context.bodies.body(tail === undefined ? range : `${range} ${tail}`, read, tail)
-    if (cacheable) ranges.offer(handle, logId, range, body.bytes)
+    if (cacheable) ranges.offer(logId, range, body.bytes)
     // A client gone while the body was read has had its 'close' already: its share is given back now.
     if (this.reply.raw.destroyed) body.done()
     else this.reply.raw.once('close', body.done)

@@ -5,18 +5,18 @@ import { RangeCache } from '../../src/http/range-cache.js'
 const body = (size: number, fill: number): Buffer => Buffer.alloc(size, fill)
 
 /** Offers a body twice (what admits it). */
-function keep(cache: RangeCache, handle: string, logId: string, key: string, bytes: Buffer): void {
-  cache.offer(handle, logId, key, bytes)
-  cache.offer(handle, logId, key, bytes)
+function keep(cache: RangeCache, logId: string, key: string, bytes: Buffer): void {
+  cache.offer(logId, key, bytes)
+  cache.offer(logId, key, bytes)
 }
 
 describe('RangeCache', () => {
   it('keeps a body on its second offer, as a copy of it', () => {
     const cache = new RangeCache(1024 * 1024)
     const bytes = body(1000, 1)
-    cache.offer('h', 'h', 'h -1 0_0', bytes)
+    cache.offer('h', 'h -1 0_0', bytes)
     expect(cache.get('h -1 0_0')).toBeUndefined()
-    cache.offer('h', 'h', 'h -1 0_0', bytes)
+    cache.offer('h', 'h -1 0_0', bytes)
     bytes.fill(2)
     expect(cache.get('h -1 0_0')).toEqual(body(1000, 1))
     expect(cache.stats()).toMatchObject({ entries: 1, bytes: 1000, hits: 1, misses: 1 })
@@ -38,7 +38,7 @@ describe('RangeCache', () => {
             if (step.get) {
               const got = cache.get(key)
               if (got !== undefined) expect(got.equals(body(size, step.key))).toBe(true)
-            } else cache.offer('h', 'h', key, body(size, step.key))
+            } else cache.offer('h', key, body(size, step.key))
             const stats = cache.stats()
             expect(stats.bytes).toBeLessThanOrEqual(maxBytes)
           }
@@ -50,10 +50,10 @@ describe('RangeCache', () => {
 
   it('keeps a body served often while others pass through', () => {
     const cache = new RangeCache(80 * 1024)
-    keep(cache, 'hot', 'hot', 'hot -1 0_0', body(10 * 1024, 7))
+    keep(cache, 'hot', 'hot -1 0_0', body(10 * 1024, 7))
     for (let i = 0; i < 100; i++) {
       expect(cache.get('hot -1 0_0')).toBeDefined()
-      keep(cache, `h${i}`, `h${i}`, `h${i} -1 0_0`, body(10 * 1024, 1))
+      keep(cache, `h${i}`, `h${i} -1 0_0`, body(10 * 1024, 1))
     }
     expect(cache.get('hot -1 0_0')?.equals(body(10 * 1024, 7))).toBe(true)
     expect(cache.stats().evictions).toBeGreaterThan(80)
@@ -61,28 +61,28 @@ describe('RangeCache', () => {
 
   it('does not keep a body larger than an eighth of the cache', () => {
     const cache = new RangeCache(8 * 1024)
-    keep(cache, 'h', 'h', 'big', body(1025, 1))
-    keep(cache, 'h', 'h', 'small', body(1024, 1))
+    keep(cache, 'h', 'big', body(1025, 1))
+    keep(cache, 'h', 'small', body(1024, 1))
     expect(cache.get('big')).toBeUndefined()
     expect(cache.get('small')).toBeDefined()
   })
 
   it("drops a shape's bodies when it is dropped, and an older log's when a compacted log's body comes", () => {
     const cache = new RangeCache(1024 * 1024)
-    keep(cache, 'h', 'h', 'h -1 0_0', body(100, 1))
-    keep(cache, 'h', 'h', 'h 0_0 0_1', body(100, 2))
-    keep(cache, 'g', 'g', 'g -1 0_0', body(100, 3))
+    keep(cache, 'h', 'h -1 0_0', body(100, 1))
+    keep(cache, 'h', 'h 0_0 0_1', body(100, 2))
+    keep(cache, 'g', 'g -1 0_0', body(100, 3))
     cache.dropShape('h')
     expect(cache.get('h -1 0_0')).toBeUndefined()
     expect(cache.get('h 0_0 0_1')).toBeUndefined()
     expect(cache.get('g -1 0_0')).toBeDefined()
     expect(cache.stats()).toMatchObject({ entries: 1, bytes: 100 })
 
-    keep(cache, 'g', 'g_c1', 'g_c1 -1 0_0', body(50, 4))
+    keep(cache, 'g_c1', 'g_c1 -1 0_0', body(50, 4))
     expect(cache.get('g -1 0_0')).toBeUndefined()
     expect(cache.get('g_c1 -1 0_0')).toBeDefined()
     // A request still reading the log the compaction replaced does not bring its bodies back.
-    keep(cache, 'g', 'g', 'g 0_0 0_1', body(100, 5))
+    keep(cache, 'g', 'g 0_0 0_1', body(100, 5))
     expect(cache.get('g 0_0 0_1')).toBeUndefined()
     expect(cache.stats()).toMatchObject({ entries: 1, bytes: 50 })
   })
