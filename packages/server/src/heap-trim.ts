@@ -97,7 +97,7 @@ export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<Heap
     // The optional package is missing: nothing to trim with.
   }
   if (native === undefined) {
-    return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }, stop: () => {} }
+    return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: noReleases(), stop: () => {} }
   }
   return heapTrimWith(native, options)
 }
@@ -111,7 +111,7 @@ export interface MemoryReturner {
 /** `startHeapTrim` over a loaded addon. */
 export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {}): HeapTrim {
   const timer = setInterval(() => addon.trimHeap(), options.intervalMs ?? HEAP_TRIM_INTERVAL_MS).unref()
-  const releases: Record<ReleaseReason, number> = { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }
+  const releases = noReleases()
   const utilization = options.loopUtilization ?? nodeLoopUtilization()
   const heapUsed = options.heapUsedBytes ?? (() => getHeapStatistics().used_heap_size)
   const timers = new Set<NodeJS.Timeout>()
@@ -179,4 +179,8 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
       timers.clear()
     },
   }
+}
+
+function noReleases(): Record<ReleaseReason, number> {
+  return { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }
 }
