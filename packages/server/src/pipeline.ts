@@ -234,7 +234,8 @@ export class Pipeline {
           routed.lsn = lsn
           store.advance(lsn)
         },
-        holdBack: () => (store.underPressure ? untilPressureEnds(store) : undefined),
+        // Past the tail budget, until a checkpoint; else while one shape's tail waits on its write-back (a huge transaction).
+        holdBack: () => (store.underPressure ? untilPressureEnds(store) : store.writeBackBacklog()),
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
         },

@@ -20,6 +20,7 @@ import { writeBackThread } from '../src/file/write-back.js'
 
 const tempDirs = useTempDir()
 const enc = new TextEncoder()
+const MiB = 1024 * 1024
 
 function big(lsn: bigint, op: number, kb: number): { offset: { tx: bigint; op: bigint }; json: Uint8Array } {
   return { offset: { tx: lsn, op: BigInt(op) }, json: enc.encode(JSON.stringify({ headers: { lsn: String(lsn), op }, value: { pad: 'y'.repeat(kb * 1024) } })) }
@@ -88,6 +89,42 @@ describe('write-behind', () => {
     // Close checkpoints: everything reaches the files, and a reopen reads the same.
     await s.close()
     const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 64 * 1024 })
+    expect(liveBytes(again.get('a')!).equals(all)).toBe(true)
+    await again.close()
+  })
+
+  it('one transaction into one log, appended faster than write-backs land: a writer that waits on writeBackBacklog keeps the tail a few MiB, and every byte arrives', async () => {
+    const dir = await tempDirs.make('wb-backlog')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    const log = await makeShape(s, 'a', [row(1)])
+    expect(s.writeBackBacklog()).toBeUndefined()
+    // 48 MiB in 1 MiB batches of 64 KiB lines, all of one transaction, with no turn of the loop between batches
+    // unless the store asks for one: nothing else could let a write-back land.
+    const line = new Uint8Array(64 * 1024).fill(0x61)
+    const perBatch = 16
+    const batches = 48
+    let most = 0
+    let waits = 0
+    for (let b = 0; b < batches; b++) {
+      const ops = Array.from({ length: perBatch }, (_, i) => b * perBatch + i)
+      log.appendLines(7n, ops, Array.from({ length: perBatch }, () => line), perBatch, { more: b < batches - 1 })
+      most = Math.max(most, s.stats().tailBytes)
+      const wait = s.writeBackBacklog()
+      if (wait !== undefined) {
+        waits++
+        await wait
+        expect(s.writeBackBacklog()).toBeUndefined()
+      }
+    }
+    expect(waits).toBeGreaterThan(0)
+    // The tail's block doubles past 4 MiB at most once before the wait: under 16 MiB, not the 64 MiB the whole transaction takes.
+    expect(most).toBeLessThanOrEqual(16 * MiB)
+    s.advance(7n)
+    await s.flush()
+    expect(entriesAfterSnapshot(log)).toBe(batches * perBatch)
+    const all = liveBytes(log)
+    await s.close()
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     expect(liveBytes(again.get('a')!).equals(all)).toBe(true)
     await again.close()
   })

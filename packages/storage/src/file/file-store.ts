@@ -270,6 +270,17 @@ export class FileLogStore implements ShapeLogStore {
     return this.checkpointer.onPressure(listener)
   }
 
+  /**
+   * Undefined when every log's write-behind tail is small; else a promise that
+   * resolves once the write-backs of the logs whose tails passed BACKLOG_BYTES
+   * (one huge transaction into one shape, appended faster than a write-back
+   * lands) have caught up. A writer waits on it between batches of appends, as
+   * on `onPressure`, so such a tail stays a few MiB.
+   */
+  writeBackBacklog(): Promise<void> | undefined {
+    return this.commit.writeBackBacklog()
+  }
+
   /** Whether the writer is asked to hold back now (see `onPressure`). */
   get underPressure(): boolean {
     return this.checkpointer.underPressure

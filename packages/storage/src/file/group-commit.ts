@@ -43,7 +43,7 @@ import type { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import type { Journal } from './journal.js'
 import { JournalCommitError } from './journal.js'
-import type { LogHost } from './log-host.js'
+import type { BackloggedLog, LogHost } from './log-host.js'
 import { syncConcurrency, syncFiles, syncLog } from './log-sync.js'
 import { FlushLists } from './flush-lists.js'
 import type { FinisherHost, FinishingSnapshot } from './snapshot-finisher.js'
@@ -118,6 +118,8 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   /** An idle change arrived while a flush ran: the next flush starts as that one ends. */
   private flushFollows = false
   private readonly listeners = new Set<(r: FlushResult) => void>()
+  /** Logs that reported a write-back backlog at an append (`noteBacklog`), until it is gone. */
+  private readonly backlogged = new Set<BackloggedLog>()
   /** Listeners that read `FlushResult.advanced`: while there are none, timed flushes publish lazily (see `publish`). */
   private advancedListeners = 0
   /**
@@ -456,6 +458,27 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     this.dirtyBytes += bytes
     if (this.dirtyBytes >= this.flushBytes) this.schedule(true)
     else if (!this.timer) this.schedule(false)
+  }
+
+  noteBacklog(log: BackloggedLog): void {
+    this.backlogged.add(log)
+  }
+
+  /**
+   * Undefined when no log holds more than BACKLOG_BYTES not yet in its files;
+   * else a promise that resolves once none does (or a write-back failed).
+   */
+  writeBackBacklog(): Promise<void> | undefined {
+    for (const log of this.backlogged) if (!log.backlogged) this.backlogged.delete(log)
+    return this.backlogged.size === 0 ? undefined : this.drainBacklog()
+  }
+
+  private async drainBacklog(): Promise<void> {
+    while (this.backlogged.size > 0) {
+      const logs = [...this.backlogged]
+      const caughtUp = await Promise.all(logs.map((log) => log.catchUpWriteBack()))
+      for (let i = 0; i < logs.length; i++) if (!caughtUp[i] || !logs[i]!.backlogged) this.backlogged.delete(logs[i]!)
+    }
   }
 
   writeBackFailed(log: { readonly deleted: boolean }, err: StorageError): void {

@@ -34,6 +34,14 @@ export interface LogHost {
   noteFault(log: FileShapeLog, tx: bigint): void
   /** An append at or above the faulted transaction succeeded. */
   clearFault(log: FileShapeLog, tx: bigint): void
+  /** The log holds more than BACKLOG_BYTES not yet written back (log-write-back.ts). */
+  noteBacklog(log: BackloggedLog): void
   /** A background write-back failed; the bytes stay in memory and the journal, and are tried again. */
   writeBackFailed(log: { readonly deleted: boolean }, err: StorageError): void
+}
+
+/** A log whose write-behind tail outgrew its write-backs (log-write-back.ts). */
+export interface BackloggedLog {
+  readonly backlogged: boolean
+  catchUpWriteBack(): Promise<boolean>
 }

@@ -24,6 +24,17 @@ import type { FileWrite, FileWriter } from './write-back.js'
  */
 export const WRITE_BACK_BYTES = 64 * 1024
 
+/**
+ * A log holding more than this not yet in its files is reported to its host
+ * (`noteBacklog`), whose writer then waits for it to be written back before
+ * appending more (FileLogStore.writeBackBacklog). One transaction of millions
+ * of rows into one shape otherwise appends faster than its write-backs land:
+ * its tail doubled into ever larger blocks of its own (tens of MiB each, with
+ * the smaller ones left on the arena's free lists), which also counted
+ * against the tail budget and brought early checkpoints and pauses.
+ */
+export const BACKLOG_BYTES = 4 * 1024 * 1024
+
 interface WriteBackPlan {
   /** The log's cut epoch when planned: a cut since makes the write void. */
   readonly epoch: number
@@ -186,8 +197,30 @@ export abstract class LogWriteBack extends LogCut {
     this.staged.dropFront(plan.recordCount)
   }
 
+  /** More than BACKLOG_BYTES of this log are not in its files yet. */
+  get backlogged(): boolean {
+    return this.pendLen > BACKLOG_BYTES && !this.deleted
+  }
+
+  /**
+   * Waits for the write-back in flight and writes back what is left; false
+   * when a write-back failed (its bytes stay in memory and the journal, and
+   * the failure is reported as any background write-back's is).
+   */
+  async catchUpWriteBack(): Promise<boolean> {
+    try {
+      this.writeIndex()
+      await this.writeBack()
+      return true
+    } catch (err) {
+      this.host.writeBackFailed(this, fromSystemError(err, `write back shape ${this.id}`))
+      return false
+    }
+  }
+
   /** Starts a background write-back once the tail holds WRITE_BACK_BYTES and none is in flight. */
   protected startWriteBackIfDue(): void {
+    if (this.pendLen > BACKLOG_BYTES && this.journal && !this.deleted) this.host.noteBacklog(this)
     if (this.pendLen < WRITE_BACK_BYTES || this.flight || this.deleted || !this.journal) return
     // Journaled first: a write-back writes only records the journal holds.
     this.writeIndex()
