@@ -203,11 +203,17 @@ export abstract class LogWriteBack extends LogCut {
   }
 
   /**
-   * Waits for the write-back in flight and writes back what is left; false
-   * when a write-back failed (its bytes stay in memory and the journal, and
-   * the failure is reported as any background write-back's is).
+   * Waits for the write-back in flight to land (the one after it starts as it
+   * lands, so the thread writes while the writer appends again), or starts
+   * one; false when that write-back failed (its bytes stay in memory and the
+   * journal, and the failure is reported as any write-back's is).
    */
   async catchUpWriteBack(): Promise<boolean> {
+    const flight = this.flight
+    if (flight !== undefined) return flight.then(
+      () => true,
+      () => false,
+    )
     try {
       this.writeIndex()
       await this.writeBack()
