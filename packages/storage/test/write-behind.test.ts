@@ -129,6 +129,27 @@ describe('write-behind', () => {
     await again.close()
   })
 
+  it('a writer waiting on a log\'s write-back backlog is let go when the log is deleted or the store closes', async () => {
+    const dir = await tempDirs.make('wb-backlog-gone')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    const line = new Uint8Array(64 * 1024).fill(0x61)
+    const fill = (log: ShapeLog, tx: bigint): void => {
+      // 6 MiB with no turn of the loop between appends: past the backlog, and no write-back has landed.
+      for (let b = 0; b < 6; b++) log.appendLines(tx, Array.from({ length: 16 }, (_, i) => b * 16 + i), Array.from({ length: 16 }, () => line), 16, { more: true })
+    }
+    fill(await makeShape(s, 'a', [row(1)]), 3n)
+    const waitA = s.writeBackBacklog()
+    expect(waitA).toBeDefined()
+    await s.deleteShape('a')
+    await waitA
+    expect(s.writeBackBacklog()).toBeUndefined()
+    fill(await makeShape(s, 'b', [row(1)]), 4n)
+    const waitB = s.writeBackBacklog()
+    expect(waitB).toBeDefined()
+    await s.close()
+    await waitB
+  })
+
   it("stitches a read across the files' end: the written-back part from the file, the rest from memory", async () => {
     const dir = await tempDirs.make('wb-straddle')
     const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 1024 * 1024 })

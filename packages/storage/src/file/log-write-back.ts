@@ -209,6 +209,7 @@ export abstract class LogWriteBack extends LogCut {
    * journal, and the failure is reported as any write-back's is).
    */
   async catchUpWriteBack(): Promise<boolean> {
+    if (this.deleted) return true
     const flight = this.flight
     if (flight !== undefined) return flight.then(
       () => true,
