@@ -234,8 +234,8 @@ export class Pipeline {
           routed.lsn = lsn
           store.advance(lsn)
         },
-        // Past the tail budget, until a checkpoint; else while one shape's tail waits on its write-back (a huge transaction).
-        holdBack: () => (store.underPressure ? untilPressureEnds(store) : store.writeBackBacklog()),
+        // Past the tail budget, until a checkpoint; else while a write-back or a flush has fallen behind (a huge transaction).
+        holdBack: () => (store.underPressure ? untilPressureEnds(store) : store.backlog()),
         invalidate: async (handles, reason) => {
           await shapes?.invalidateHandles(handles, reason)
         },

@@ -6,7 +6,7 @@
  * nothing, and that a cut racing a write-back in flight wins.
  */
 import { shapeDir } from '../src/file/shape-dirs.js'
-import { statSync, writeFileSync } from 'node:fs'
+import { readlinkSync, statSync, writeFileSync } from 'node:fs'
 import { parseOffset } from '@sluice/protocol'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
@@ -93,11 +93,11 @@ describe('write-behind', () => {
     await again.close()
   })
 
-  it('one transaction into one log, appended faster than write-backs land: a writer that waits on writeBackBacklog keeps the tail a few MiB, and every byte arrives', async () => {
+  it('one transaction into one log, appended faster than write-backs land: a writer that waits on backlog keeps the tail a few MiB, and every byte arrives', async () => {
     const dir = await tempDirs.make('wb-backlog')
     const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
     const log = await makeShape(s, 'a', [row(1)])
-    expect(s.writeBackBacklog()).toBeUndefined()
+    expect(s.backlog()).toBeUndefined()
     // 48 MiB in 1 MiB batches of 64 KiB lines, all of one transaction, with no turn of the loop between batches
     // unless the store asks for one: nothing else could let a write-back land.
     const line = new Uint8Array(64 * 1024).fill(0x61)
@@ -109,11 +109,11 @@ describe('write-behind', () => {
       const ops = Array.from({ length: perBatch }, (_, i) => b * perBatch + i)
       log.appendLines(7n, ops, Array.from({ length: perBatch }, () => line), perBatch, { more: b < batches - 1 })
       most = Math.max(most, s.stats().tailBytes)
-      const wait = s.writeBackBacklog()
+      const wait = s.backlog()
       if (wait !== undefined) {
         waits++
         await wait
-        expect(s.writeBackBacklog()).toBeUndefined()
+        expect(s.backlog()).toBeUndefined()
       }
     }
     expect(waits).toBeGreaterThan(0)
@@ -138,16 +138,64 @@ describe('write-behind', () => {
       for (let b = 0; b < 6; b++) log.appendLines(tx, Array.from({ length: 16 }, (_, i) => b * 16 + i), Array.from({ length: 16 }, () => line), 16, { more: true })
     }
     fill(await makeShape(s, 'a', [row(1)]), 3n)
-    const waitA = s.writeBackBacklog()
+    const waitA = s.backlog()
     expect(waitA).toBeDefined()
     await s.deleteShape('a')
     await waitA
-    expect(s.writeBackBacklog()).toBeUndefined()
+    expect(s.backlog()).toBeUndefined()
     fill(await makeShape(s, 'b', [row(1)]), 4n)
-    const waitB = s.writeBackBacklog()
+    const waitB = s.backlog()
     expect(waitB).toBeDefined()
     await s.close()
     await waitB
+  })
+
+  it('a flush held up by a slow sync while a big transaction appends: past twice flushBytes the writer waits on backlog() until that flush ends', async () => {
+    const dir = await tempDirs.make('wb-backlog-flush')
+    let holdNext = false
+    let release!: () => void
+    let reached!: () => void
+    const gate = new Promise<void>((r) => (release = r))
+    const held = new Promise<void>((r) => (reached = r))
+    const fs: FsPort = {
+      ...nodeFs,
+      fdatasync: async (fd) => {
+        if (holdNext && readlinkSync(`/proc/self/fd/${fd}`).includes('/journal/')) {
+          holdNext = false
+          reached()
+          await gate
+        }
+        return nodeFs.fdatasync(fd)
+      },
+    }
+    const s = await openFileLogStore({ dir, fs, flushIntervalMs: 60_000, flushWhenIdle: false, flushBytes: MiB })
+    const log = await makeShape(s, 'a', [row(1)])
+    const line = new Uint8Array(64 * 1024).fill(0x61)
+    let op = 0
+    const append = (lines: number): void => {
+      log.appendLines(9n, Array.from({ length: lines }, () => op++), Array.from({ length: lines }, () => line), lines, { more: true })
+    }
+    holdNext = true
+    // Past flushBytes: a flush starts at the next turn, and its journal sync waits at the gate.
+    append(17)
+    await held
+    expect(s.backlog()).toBeUndefined()
+    // The next group gathers twice flushBytes behind the held flush: the writer is asked to wait.
+    append(33)
+    const wait = s.backlog()
+    expect(wait).toBeDefined()
+    let done = false
+    void wait!.then(() => (done = true))
+    await new Promise((r) => setTimeout(r, 50))
+    expect(done).toBe(false)
+    release()
+    await wait
+    expect(done).toBe(true)
+    log.appendLines(9n, [op], [line], 1)
+    s.advance(9n)
+    await s.flush()
+    expect(entriesAfterSnapshot(log)).toBe(op + 1)
+    await s.close()
   })
 
   it("stitches a read across the files' end: the written-back part from the file, the rest from memory", async () => {

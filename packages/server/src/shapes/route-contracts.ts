@@ -118,8 +118,8 @@ export interface ShapeRouterOptions {
   /**
    * Between two batches of a buffered transaction: a promise to wait for before
    * the next batch, or undefined to go on. The pipeline waits here while the
-   * store's tails are past their budget, and while one shape's tail waits for
-   * its write-back to catch up. Pausing the replication stream cannot
+   * store's tails are past their budget, and while a shape's write-back or the
+   * journal's flush has fallen behind the appends. Pausing the replication stream cannot
    * hold such a transaction back (it is read from its spill file, not the
    * stream), and routed faster than write-backs take its tails to the files,
    * one log's tail grew to the whole transaction.

@@ -271,14 +271,16 @@ export class FileLogStore implements ShapeLogStore {
   }
 
   /**
-   * Undefined when every log's write-behind tail is small; else a promise that
-   * resolves once the write-backs of the logs whose tails passed BACKLOG_BYTES
-   * (one huge transaction into one shape, appended faster than a write-back
-   * lands) have caught up. A writer waits on it between batches of appends, as
-   * on `onPressure`, so such a tail stays a few MiB.
+   * Undefined when what the store makes durable keeps up with the appends;
+   * else a promise that resolves once it has caught up: the write-backs of
+   * logs whose tails passed BACKLOG_BYTES (one huge transaction into one
+   * shape, appended faster than a write-back lands), and a slow flush while
+   * the next journal group has gathered twice the flush threshold. A writer
+   * waits on it between batches of a big transaction, as on `onPressure`, so
+   * neither a tail nor a journal group grows with the transaction.
    */
-  writeBackBacklog(): Promise<void> | undefined {
-    return this.commit.writeBackBacklog()
+  backlog(): Promise<void> | undefined {
+    return this.commit.backlog()
   }
 
   /** Whether the writer is asked to hold back now (see `onPressure`). */

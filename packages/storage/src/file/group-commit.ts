@@ -465,15 +465,23 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
   }
 
   /**
-   * Undefined when no log holds more than BACKLOG_BYTES not yet in its files;
-   * else a promise that resolves once none does (or a write-back failed).
+   * Undefined when nothing the store makes durable has fallen behind the
+   * appends; else a promise that resolves once it has caught up (or failed):
+   * a log whose tail holds more than BACKLOG_BYTES not yet written back
+   * (`noteBacklog`), or a flush under way (a slow fdatasync) while the next
+   * journal group has gathered twice `flushBytes` and would grow with
+   * everything appended meanwhile.
    */
-  writeBackBacklog(): Promise<void> | undefined {
+  backlog(): Promise<void> | undefined {
     for (const log of this.backlogged) if (!log.backlogged) this.backlogged.delete(log)
-    return this.backlogged.size === 0 ? undefined : this.drainBacklog()
+    const flushing = this.flushing !== undefined && this.dirtyBytes >= 2 * this.flushBytes ? this.flushing : undefined
+    if (this.backlogged.size === 0 && flushing === undefined) return undefined
+    return this.drainBacklog(flushing)
   }
 
-  private async drainBacklog(): Promise<void> {
+  private async drainBacklog(flushing: Promise<FlushResult> | undefined): Promise<void> {
+    // A failed flush is the flush's caller's to report; the writer only waits for it to end.
+    if (flushing !== undefined) await flushing.catch(() => undefined)
     while (this.backlogged.size > 0) {
       const logs = [...this.backlogged]
       const caughtUp = await Promise.all(logs.map((log) => log.catchUpWriteBack()))

@@ -27,7 +27,7 @@ export const WRITE_BACK_BYTES = 64 * 1024
 /**
  * A log holding more than this not yet in its files is reported to its host
  * (`noteBacklog`), whose writer then waits for it to be written back before
- * appending more (FileLogStore.writeBackBacklog). One transaction of millions
+ * appending more (FileLogStore.backlog). One transaction of millions
  * of rows into one shape otherwise appends faster than its write-backs land:
  * its tail doubled into ever larger blocks of its own (tens of MiB each, with
  * the smaller ones left on the arena's free lists), which also counted
