@@ -1,4 +1,4 @@
-import { type FsPort, type ShapeLogStore, isBucketName } from '@sluice/storage'
+import { type FsPort, type ShapeLogStore, bucketPath, listBuckets, shapesRoot } from '@sluice/storage'
 import { generationOfLogId, handleOfLogId } from '../shapes/compaction/log-ids.js'
 import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, parseHandle } from '../shapes/definition/index.js'
 
@@ -153,20 +153,18 @@ export class ReplicaShapes {
    * change of `shapes/`.
    */
   private dirStamp(): string {
-    const top = `${this.options.dir}/shapes`
-    const { fs } = this.options
+    const { fs, dir } = this.options
     let stamp: string
     let names: string[]
     try {
-      stamp = statStamp(fs, top)
-      names = fs.readdirSync(top)
+      stamp = statStamp(fs, shapesRoot(dir))
+      names = listBuckets(fs, dir)
     } catch {
       return ''
     }
     for (const name of names) {
-      if (!isBucketName(name)) continue
       try {
-        stamp += `|${name}:${statStamp(fs, `${top}/${name}`)}`
+        stamp += `|${name}:${statStamp(fs, bucketPath(dir, name))}`
       } catch {
         // Removed since the listing: `shapes/` changed too.
       }
