@@ -187,6 +187,7 @@ export class Pipeline {
   static async start(options: PipelineOptions): Promise<Pipeline> {
     const memoryBudgetBytes = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
     const statFiles = await nativeStatFiles()
+    let opening = true
     const store = await openFileLogStore({
       dir: join(options.storageDir, 'logs'),
       ...(statFiles === undefined ? {} : { statFiles }),
@@ -197,7 +198,13 @@ export class Pipeline {
       ...(options.tailBudgetBytes === undefined ? {} : { tailBudgetBytes: options.tailBudgetBytes }),
       // A long-running writer will use the tail reserve: map it now, not page by page on the append path.
       prefaultTails: true,
+      // A log set aside at open (quarantine/) is not restored: its shape is made again on request and
+      // its clients, naming the old handle, get 409. Later errors go to the listener below.
+      onError: (err) => {
+        if (opening) options.logger?.error({ err }, err.code === 'io_error' || err.code === 'disk_full' ? 'storage error at open' : 'shape log quarantined at open')
+      },
     })
+    opening = false
     const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
     const snapshotConnections = options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS
     const snapshotPool = new pg.Pool({

@@ -6,12 +6,12 @@
  * replay), read-only stores over either layout, and creations and deletions
  * racing in one bucket.
  */
-import { cpSync, existsSync, readFileSync, readdirSync, renameSync, rmdirSync, statSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs'
 import { BEFORE_ALL } from '@sluice/protocol'
 import type { LogOffset } from '@sluice/protocol'
 import { useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
-import { bucketOf, isBucketName, shapeDir } from '../src/file/shape-dirs.js'
+import { bucketOf, bucketPath, isBucketName, listBuckets, shapeDir, shapesRoot } from '../src/index.js'
 import { decodeWatermark, encodeWatermark } from '../src/format.js'
 import { nodeFs, openFileLogStore, openReadOnlyLogStore, readSpans } from '../src/index.js'
 import type { FileLogStore, FsPort, LogRead } from '../src/index.js'
@@ -85,6 +85,13 @@ describe('shapes/ in buckets', () => {
     }
     expect(readdirSync(`${dir}/shapes`).every(isBucketName)).toBe(true)
     expect(storedIds(dir).sort()).toEqual([...bytes.keys()].sort())
+    // The layout as a follower from outside reads it (the read replica's watch and stamp).
+    expect(shapesRoot(dir)).toBe(`${dir}/shapes`)
+    expect(listBuckets(nodeFs, dir).sort()).toEqual([...new Set([...bytes.keys()].map(bucketOf))].sort())
+    for (const id of bytes.keys()) expect(readdirSync(bucketPath(dir, bucketOf(id)))).toContain(id)
+    writeFileSync(`${dir}/shapes/stray`, '')
+    expect(listBuckets(nodeFs, dir)).not.toContain('stray')
+    rmSync(`${dir}/shapes/stray`)
     // A follower finds every log where the writer put it.
     const ro = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
     open.push(ro)

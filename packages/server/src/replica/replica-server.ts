@@ -5,7 +5,7 @@
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { type ReadOnlyFileLogStore, openReadOnlyLogStore } from '@sluice/storage'
+import { type ReadOnlyFileLogStore, WATERMARK_FILE, openReadOnlyLogStore } from '@sluice/storage'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import pg from 'pg'
 import { ConfigError, type SluiceConfig } from '../config.js'
@@ -112,7 +112,7 @@ export async function createReplicaServer(config: SluiceConfig, options: CreateR
 async function untilStoreExists(dir: string, waitMs: number, logger: SluiceLogger): Promise<void> {
   const deadline = Date.now() + waitMs
   let said = false
-  while (!existsSync(join(dir, 'watermark'))) {
+  while (!existsSync(join(dir, WATERMARK_FILE))) {
     if (Date.now() >= deadline) throw new ConfigError([`--read-only: ${dir} holds no store (has a writer run on this storage directory?)`])
     if (!said) logger.info({ dir }, 'read replica: waiting for a writer to create the store')
     said = true

@@ -1,4 +1,4 @@
-import { type FsPort, type ShapeLogStore, isBucketName } from '@sluice/storage'
+import { type FsPort, type ShapeLog, type ShapeLogStore, bucketPath, listBuckets, shapesRoot } from '@sluice/storage'
 import { generationOfLogId, handleOfLogId } from '../shapes/compaction/log-ids.js'
 import { type ShapeDefinition, type ShapeMeta, decodeShapeMeta, definitionKey, parseHandle } from '../shapes/definition/index.js'
 
@@ -35,7 +35,7 @@ export interface ReplicaShapesOptions {
   readonly dir: string
   readonly fs: Pick<FsPort, 'statSync' | 'readdirSync'>
   readonly onGone: (handle: string) => void
-  /** A shape's meta that does not decode: skipped (the writer deletes such a shape at its next start). */
+  /** A shape's meta that does not decode, or a log whose meta.bin is damaged: skipped (the writer deletes or quarantines such a shape at its next start). */
   readonly onBadMeta?: (handle: string, error: unknown) => void
 }
 
@@ -87,10 +87,10 @@ export class ReplicaShapes {
     for (const [handle, logId] of present) {
       const indexed = this.byHandle.get(handle)
       if (indexed !== undefined) {
-        if (indexed.logId !== logId && this.options.store.get(logId) !== undefined) indexed.logId = logId
+        if (indexed.logId !== logId && this.openLog(handle, logId) !== undefined) indexed.logId = logId
         continue
       }
-      const log = this.options.store.get(logId)
+      const log = this.openLog(handle, logId)
       if (log === undefined) continue
       let meta: ShapeMeta
       try {
@@ -107,6 +107,22 @@ export class ReplicaShapes {
       this.byKey.set(key, handle)
       this.byHandle.set(handle, { key, meta, logId })
       this.gone.delete(handle)
+    }
+  }
+
+  /**
+   * The store's log `logId`, or undefined when it is gone or damaged: a
+   * meta.bin that does not decode is reported and skipped like a bad shape
+   * meta, not thrown out of a scan (which runs from the store watch too,
+   * where a throw would end the process). The writer sets such a log aside at
+   * its next start.
+   */
+  private openLog(handle: string, logId: string): ShapeLog | undefined {
+    try {
+      return this.options.store.get(logId)
+    } catch (error) {
+      this.options.onBadMeta?.(handle, error)
+      return undefined
     }
   }
 
@@ -153,20 +169,18 @@ export class ReplicaShapes {
    * change of `shapes/`.
    */
   private dirStamp(): string {
-    const top = `${this.options.dir}/shapes`
-    const { fs } = this.options
+    const { fs, dir } = this.options
     let stamp: string
     let names: string[]
     try {
-      stamp = statStamp(fs, top)
-      names = fs.readdirSync(top)
+      stamp = statStamp(fs, shapesRoot(dir))
+      names = listBuckets(fs, dir)
     } catch {
       return ''
     }
     for (const name of names) {
-      if (!isBucketName(name)) continue
       try {
-        stamp += `|${name}:${statStamp(fs, `${top}/${name}`)}`
+        stamp += `|${name}:${statStamp(fs, bucketPath(dir, name))}`
       } catch {
         // Removed since the listing: `shapes/` changed too.
       }

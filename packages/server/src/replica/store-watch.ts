@@ -1,6 +1,5 @@
 import { type FSWatcher, readdirSync, watch as nodeWatch } from 'node:fs'
-import { join } from 'node:path'
-import { isBucketName } from '@sluice/storage'
+import { LIVE_WATERMARK_FILE, WATERMARK_FILE, bucketPath, isBucketName, listBuckets, shapesRoot } from '@sluice/storage'
 
 /**
  * How a read replica learns that the writer published, without a timer per
@@ -52,8 +51,8 @@ export interface StoreWatchStats {
   readonly watching: boolean
 }
 
-/** The watermark files of storage's `watermark.ts`. */
-const WATERMARK_NAMES = new Set(['watermark', 'watermark.live'])
+/** The files the writer publishes its watermark in. */
+const WATERMARK_NAMES = new Set([WATERMARK_FILE, LIVE_WATERMARK_FILE])
 
 export class StoreWatch {
   private readonly watchFn: WatchFn
@@ -94,7 +93,7 @@ export class StoreWatch {
         if (name === null || WATERMARK_NAMES.has(name)) this.schedule('published')
       })
       if (this.shapes === undefined) {
-        this.shapes = this.open(join(this.options.dir, 'shapes'), (name) => {
+        this.shapes = this.open(shapesRoot(this.options.dir), (name) => {
           try {
             if (name === null) this.watchBuckets()
             else if (isBucketName(name)) this.watchBucket(name)
@@ -124,7 +123,7 @@ export class StoreWatch {
 
   /** Watches every bucket `shapes/` holds now: all anew (`anew`), or only those not watched yet. */
   private watchBuckets(anew = true): void {
-    const names = new Set((this.options.readdir ?? readdirSync)(join(this.options.dir, 'shapes')).filter(isBucketName))
+    const names = new Set(listBuckets({ readdirSync: this.options.readdir ?? readdirSync }, this.options.dir))
     for (const name of [...this.buckets.keys()]) if (!names.has(name)) this.watchBucket(name)
     for (const name of names) if (anew || !this.buckets.has(name)) this.watchBucket(name)
   }
@@ -135,7 +134,7 @@ export class StoreWatch {
     this.buckets.delete(name)
     let watcher: FSWatcher
     try {
-      watcher = this.watchFn(join(this.options.dir, 'shapes', name), { persistent: false }, () => this.schedule('shapes'))
+      watcher = this.watchFn(bucketPath(this.options.dir, name), { persistent: false }, () => this.schedule('shapes'))
     } catch {
       return // gone again; `shapes/` names it once more if it comes back
     }

@@ -154,6 +154,7 @@ export class FileLogStore implements ShapeLogStore {
       const segments = listSegments(fs, root).length
       const replay = await replayJournal(fs, root, watermark)
       const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
+      if (options.onError !== undefined) store.onError(options.onError)
       // A clean close leaves no journal: with one, the heads file does not describe these files.
       const clean = segments === 0 ? heads : undefined
       // The native batch stats the real file system: another port keeps answering for its own files.

@@ -55,6 +55,14 @@ function corrupt(id: string, what: string): StorageError {
  * watermark move) skips the read.
  */
 function fileSize(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kind: FileKind, checked: boolean): number {
+  try {
+    return headerCheckedSize(fs, fds, id, ref, kind, checked)
+  } catch (err) {
+    throw missingFile(fs, id, ref, err) ?? err
+  }
+}
+
+function headerCheckedSize(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kind: FileKind, checked: boolean): number {
   return fds.use(ref, (fd) => {
     if (checked) return fs.fstatSync(fd).size
     const buf = Buffer.alloc(HEADER_BYTES)
@@ -66,6 +74,22 @@ function fileSize(fs: FsPort, fds: FdCache, id: string, ref: FileRef, kind: File
     if (problem) throw corrupt(id, `${ref.path} has a bad header (${problem})`)
     return fs.fstatSync(fd).size
   })
+}
+
+/**
+ * A log file that cannot be opened because it is not there. In a directory
+ * still in place that is damage (an operator's rm, a lost file after a disk
+ * fault, a copy that skipped it): the log cannot be trusted, like one with a
+ * bad header. With the directory gone too the log was deleted or moved (a
+ * follower racing the writer), which is not damage.
+ */
+function missingFile(fs: FsPort, id: string, ref: FileRef, err: unknown): StorageError | undefined {
+  const cause = err instanceof StorageError ? err.cause : err
+  if ((cause as NodeJS.ErrnoException | undefined)?.code !== 'ENOENT') return undefined
+  const path = ref.path
+  const dir = path.slice(0, path.lastIndexOf('/'))
+  if (!fs.existsSync(dir)) return new StorageError('shape_deleted', `shape ${id}: ${dir} is gone`, { cause: err })
+  return new StorageError('corrupt_log', `shape ${id}: ${path.slice(dir.length + 1)} is missing from ${dir}`, { cause: err })
 }
 
 // Records after a failed one examined for signs of damage (see scanLog).

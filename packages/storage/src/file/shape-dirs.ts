@@ -39,8 +39,25 @@ export function bucketOf(id: string): string {
   return `b.${b.toString(16).padStart(2, '0')}`
 }
 
+/** `shapes/`: its entries are the buckets (made with their first log, removed with their last), and logs of the flat layout. */
 export function shapesRoot(root: string): string {
   return `${root}/shapes`
+}
+
+/** The directory of the bucket named `name` (an entry of `shapes/` that `isBucketName` accepts); its entries are its logs. */
+export function bucketPath(root: string, name: string): string {
+  return `${root}/shapes/${name}`
+}
+
+/**
+ * The names of the buckets `shapes/` holds now. With `shapesRoot` and
+ * `bucketPath`, what a process that follows the store from outside (a read
+ * replica) watches or stamps to learn that a log came or went: a log is
+ * renamed into its bucket when created and out of it when deleted, and a
+ * bucket comes and goes in `shapes/`.
+ */
+export function listBuckets(fs: Pick<FsPort, 'readdirSync'>, root: string): string[] {
+  return fs.readdirSync(shapesRoot(root)).filter(isBucketName)
 }
 
 export function bucketDir(root: string, id: string): string {

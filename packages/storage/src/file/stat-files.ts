@@ -1,6 +1,6 @@
 /**
  * The sizes and inodes of many files in one call: an open after a clean stop
- * checks each log's three files against the heads file, and with many logs
+ * checks each log's files against the heads file, and with many logs
  * the checks are a good part of the open. A native batch (the server passes
  * one from its addon: no JS object per file, each lookup relative to one open
  * directory) does it for the real file system; otherwise `statSync` per file

@@ -7,7 +7,7 @@
  */
 import { LOG_FILES, checkShapeId } from '../defaults.js'
 import { StorageError, fromSystemError } from '../errors.js'
-import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, decodeMeta } from '../format.js'
+import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { FdCache } from './fd-cache.js'
 import { FileShapeLog } from './file-log.js'
@@ -15,7 +15,7 @@ import type { CleanLog } from './heads-file.js'
 import { writeHeads } from './heads-file.js'
 import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
-import type { ChunkInfo, HeadState } from './log-state.js'
+import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
 import { type ListedLog, dropEmptyBuckets, listLogs, shapesRoot } from './shape-dirs.js'
 import { type ListedLogs, type StatFiles, statAll } from './stat-files.js'
@@ -71,7 +71,7 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
     try {
       checkShapeId(id)
       const known = clean?.get(id)
-      const inodes = known === undefined || stats === undefined ? undefined : cleanInodes(stats, i, known.head)
+      const inodes = known === undefined || stats === undefined ? undefined : cleanInodes(stats, i, known)
       if (inodes !== undefined) {
         loaded.logs.set(id, openClean(ctx, known!, dir, inodes))
         loaded.cleanOpened++
@@ -101,7 +101,8 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
     meta = decoded
   } catch (err) {
     if (err instanceof StorageError) throw err
-    throw new StorageError('corrupt_log', `shape ${id}: cannot read meta.bin`, { cause: err })
+    const missing = (err as NodeJS.ErrnoException).code === 'ENOENT'
+    throw new StorageError('corrupt_log', `shape ${id}: ${missing ? `meta.bin is missing from ${dir}` : 'cannot read meta.bin'}`, { cause: err })
   }
   const log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
   try {
@@ -119,8 +120,13 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
   }
 }
 
-/** The files `cleanInodes` checks, in the order their stats are laid out. */
-const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks] as const
+/**
+ * The files `cleanInodes` checks, in the order their stats are laid out. The
+ * heads file carries the meta, so meta.bin is not read at a clean open; it is
+ * stat'ed all the same, as a log without it could not be opened after a crash
+ * nor by a follower.
+ */
+const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks, LOG_FILES.meta] as const
 
 /**
  * Lists shapes/ and starts the stats of its logs' files (natively, off the
@@ -141,18 +147,20 @@ function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, 
 
 /**
  * The inodes of the `i`th log's files when they are the sizes its clean head
- * gives (else undefined), from a stat per file (`statAll`), no open. Catches a
- * file missing, truncated, replaced or restored from a backup while the server
- * was down (the log is then scanned like after a crash, and set aside if
- * damaged); bytes rewritten in place at the same size are not looked for here,
+ * (and meta) gives (else undefined), from a stat per file (`statAll`), no
+ * open. Catches a file missing, truncated, replaced or restored from a backup
+ * while the server was down (the log is then scanned like after a crash, and
+ * set aside if damaged: a missing file always is); bytes rewritten in place at the same size are not looked for here,
  * as a scan would look only at headers and the last records.
  */
-function cleanInodes(stats: Float64Array, i: number, head: HeadState): FileInodes | undefined {
+function cleanInodes(stats: Float64Array, i: number, known: CleanLog): FileInodes | undefined {
+  const { head } = known
   const at = i * 2 * CLEAN_FILES.length
   const match =
     stats[at] === head.dataEnd &&
     stats[at + 2] === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
-    stats[at + 4] === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+    stats[at + 4] === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES &&
+    stats[at + 6] === META_HEADER_BYTES + known.meta.length
   return match ? { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! } : undefined
 }
 

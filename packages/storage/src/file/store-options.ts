@@ -1,4 +1,5 @@
 /** The file store's settings and what it reports about itself (public types). */
+import type { StorageError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
 import type { StatFiles } from './stat-files.js'
 import type { StoreLockOptions } from './store-lock.js'
@@ -128,9 +129,15 @@ export interface FileStoreOptions {
   readonly lock?: StoreLockOptions
   /**
    * Stats many files in one call (a native addon's; see stat-files.ts): an
-   * open after a clean stop checks three files per log against the heads
+   * open after a clean stop checks each log's four files against the heads
    * file with it. Used only with the real file system (`fs` unset or
    * nodeFs); without it, `statSync` per file.
    */
   readonly statFiles?: StatFiles
+  /**
+   * Registered before the logs are opened, so it hears what `onError` would
+   * have but is too late for: each log quarantined at open (a damaged or
+   * missing file), with why. Stays registered like an `onError` listener.
+   */
+  readonly onError?: (err: StorageError) => void
 }
