@@ -13,7 +13,7 @@ import { basename } from 'node:path'
 import { useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
 import { nodeFs, openFileLogStore } from '../src/index.js'
-import type { FileLogStore, FlushResult, FsPort } from '../src/index.js'
+import type { FileLogStore, FlushResult, FsPort, ShapeLog } from '../src/index.js'
 import { decodeWatermark } from '../src/format.js'
 import { change, makeShape } from './contract-suite.js'
 
@@ -139,19 +139,62 @@ describe('an idle flush on the real file system', () => {
     return order[0] === 'flushed'
   }
 
+  /** For one idle change to `log`, after the store has been idle for a while: whether the flush was told before an immediate queued after the flush's own ran. */
+  async function idleChangeToldWithinItsTurn(s: FileLogStore, log: ShapeLog, lsn: bigint): Promise<boolean> {
+    await new Promise((r) => setTimeout(r, 3 * SHORT))
+    const order: string[] = []
+    const off = s.onFlush((r) => {
+      if (r.durableLsn === lsn) order.push('flushed')
+    })
+    log.appendTransaction([change(lsn, 0, 2)])
+    s.advance(lsn)
+    setImmediate(() => order.push('next immediate'))
+    while (order.length < 2) await turns(1)
+    off()
+    return order[0] === 'flushed'
+  }
+
   it('syncs on the event loop\'s thread while the disk is fast: the flush is told in the turn that starts it, with no thread-pool hop', { timeout: 10_000 }, async () => {
     // Any disk counts as fast here, so the outcome does not depend on this machine's.
     const s = (store = await openFileLogStore({ dir: await tempDirs.make('inline'), flushIntervalMs: SHORT, idleSyncInlineMaxMs: Number.POSITIVE_INFINITY }))
     expect(await toldWithinItsTurn(s)).toBe(true)
   })
 
-  it('a sync slower than idleSyncInlineMaxMs sends the next one back to the thread pool; 0 never syncs inline', { timeout: 10_000 }, async () => {
-    // Every real sync takes longer than a picosecond: after the first one, none is inline.
+  it('an inline sync slower than idleSyncInlineMaxMs sends the next idle ones to the thread pool, until one is tried inline again a second later; 0 never syncs inline', { timeout: 10_000 }, async () => {
+    // Every real sync takes longer than a picosecond: the first idle sync runs inline and is slow.
     const slow = (store = await openFileLogStore({ dir: await tempDirs.make('slow'), flushIntervalMs: SHORT, idleSyncInlineMaxMs: 1e-9 }))
-    expect(await toldWithinItsTurn(slow)).toBe(false)
+    const log = await makeShape(slow, 'a', [])
+    // The journal's first commit opens its segment, and syncs the directory too: through the pool.
+    log.appendTransaction([change(5n, 0, 1)])
+    slow.advance(5n)
+    await slow.flush()
+    expect(await idleChangeToldWithinItsTurn(slow, log, 10n)).toBe(true)
+    expect(await idleChangeToldWithinItsTurn(slow, log, 11n)).toBe(false)
+    await new Promise((r) => setTimeout(r, 1100))
+    expect(await idleChangeToldWithinItsTurn(slow, log, 12n)).toBe(true)
+    // Slow again: the next try waits twice as long.
+    await new Promise((r) => setTimeout(r, 1100))
+    expect(await idleChangeToldWithinItsTurn(slow, log, 13n)).toBe(false)
     await slow.close()
     const never = (store = await openFileLogStore({ dir: await tempDirs.make('never'), flushIntervalMs: SHORT, idleSyncInlineMaxMs: 0 }))
     expect(await toldWithinItsTurn(never)).toBe(false)
+  })
+
+  it('a slow sync through the thread pool (the hop, a busy loop) does not keep idle syncs off the loop: only inline syncs are timed', { timeout: 10_000 }, async () => {
+    // The port's own fdatasync (the thread pool's) takes 30 ms; the disk's, inline, a fraction of that.
+    const port: FsPort = { ...nodeFs, fdatasync: async (fd) => {
+      await new Promise((r) => setTimeout(r, 30))
+      return nodeFs.fdatasync(fd)
+    } }
+    const s = (store = await openFileLogStore({ dir: await tempDirs.make('pool-slow'), fs: port, flushIntervalMs: SHORT, idleSyncInlineMaxMs: 20 }))
+    const log = await makeShape(s, 'a', [])
+    for (let tx = 20n; tx < 23n; tx++) {
+      // A caller's flush goes through the pool: 30 ms.
+      log.appendTransaction([change(tx * 2n, 0, 1)])
+      s.advance(tx * 2n)
+      await s.flush()
+      expect(await idleChangeToldWithinItsTurn(s, log, tx * 2n + 1n)).toBe(true)
+    }
   })
 })
 

@@ -18,6 +18,7 @@
  * descriptors belong to the FdCache).
  */
 import { fdatasyncSync } from 'node:fs'
+import { InlineSyncPolicy } from './inline-sync-policy.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES, GroupBuilder, segmentName } from './journal-format.js'
 import type { JournalFile } from './journal-format.js'
 import { encodeHeader } from '../format.js'
@@ -36,7 +37,8 @@ export interface JournalOptions {
   readonly segmentAgeMs: number
   /**
    * A commit asked to sync inline (see `commit`) blocks the calling thread in
-   * fdatasync(2) while the last commit's sync took at most this long (ms); 0:
+   * fdatasync(2) while recent inline syncs took at most this long (ms, their
+   * median); 0:
    * every sync goes through the port (FileStoreOptions.idleSyncInlineMaxMs).
    */
   readonly inlineSyncMaxMs?: number
@@ -142,8 +144,8 @@ export class Journal<T extends JournalOwner> {
   private checkpointing: Promise<void> | undefined
   /** A group is being written and synced: its segment must not be sealed under it. */
   private committingNow = false
-  /** How long the last commit's sync took (ms): an inline sync waits for a fast one. */
-  private lastSyncMs = 0
+  /** Whether an idle commit's sync runs inline (inline-sync-policy.ts). */
+  private readonly inlinePolicy: InlineSyncPolicy
   readonly dir: string
 
   constructor(
@@ -153,6 +155,7 @@ export class Journal<T extends JournalOwner> {
     private readonly options: JournalOptions,
   ) {
     this.dir = `${root}/journal`
+    this.inlinePolicy = new InlineSyncPolicy(options.inlineSyncMaxMs ?? 0)
   }
 
   write(owner: T, id: string, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
@@ -248,11 +251,12 @@ export class Journal<T extends JournalOwner> {
       // The writes of the next group list their owners in it (sealed meanwhile: see `seal`).
       if (!seg.sealed) this.openSegment = seg
       const fd = seg.fd
-      const maxMs = this.options.inlineSyncMaxMs ?? 0
       const started = performance.now()
-      if (inline && maxMs > 0 && !dirSync && this.lastSyncMs <= maxMs) fdatasyncSync(fd)
-      else await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])
-      this.lastSyncMs = performance.now() - started
+      if (inline && !dirSync && this.inlinePolicy.mayTry(started)) {
+        fdatasyncSync(fd)
+        const now = performance.now()
+        this.inlinePolicy.record(now - started, now)
+      } else await Promise.all([this.fs.fdatasync(fd), dirSync ? syncDirectory(this.fs, this.dir) : undefined])
       if (watermark) seg.watermark = watermark
       this.broken = false
       this.tombstones = this.tombstones.slice(tombstoned)

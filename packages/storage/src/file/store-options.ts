@@ -54,14 +54,16 @@ export interface FileStoreOptions {
   readonly flushWhenIdle?: boolean
   /**
    * Such an idle flush runs its journal's fdatasync on the calling thread
-   * while the journal's last fdatasync took at most this many milliseconds:
-   * the thread pool's hop there and back (and the wake of the event loop that
-   * ends it) costs a lone change about as much as a fast disk's sync itself,
-   * and an idle store has nothing else to do meanwhile; a slower sync sends
-   * the next ones back to the thread pool, so the event loop is never held
-   * for long. Default 1 with the real file system; 0 (the default with any
-   * other port, whose own `fdatasync` is what tests and fault injection
-   * watch) never syncs inline.
+   * while those run there lately took at most this many milliseconds (the
+   * median of the last eight: inline-sync-policy.ts): the thread pool's hop
+   * there and back (and the wake of the event loop that ends it) costs a
+   * lone change about as much as a fast disk's sync itself, and an idle store
+   * has nothing else to do meanwhile. Slower syncs send the next ones back to
+   * the thread pool, with one tried on the thread again after a second (then
+   * two, four, ... up to a minute while they stay slow), so the event loop is
+   * never held for long. Default 1 with the real file system; 0 (the default
+   * with any other port, whose own `fdatasync` is what tests and fault
+   * injection watch) never syncs inline.
    */
   readonly idleSyncInlineMaxMs?: number
   /** Dirty bytes that trigger a flush before the interval ends. */
