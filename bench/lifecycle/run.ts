@@ -23,7 +23,8 @@
  * Usage: `npm run bench:lifecycle` (from the root). BENCH_SHAPES (20000),
  * BENCH_CONCURRENCY (16), BENCH_TTL_S (480), BENCH_SETTLE_S (30),
  * BENCH_AFTER_S (120, the window after expiry), BENCH_RESULTS_DIR, BENCH_SMAPS_DIR (keeps the
- * server's /proc/<pid>/smaps and /metrics at each point there). Any of them set: results/lifecycle.partial.*. QUICK=1:
+ * server's /proc/<pid>/smaps and /metrics at each point there), BENCH_HEAP_SNAPSHOT_DIR (a V8 heap
+ * snapshot at each point, after its figures). Any of them set: results/lifecycle.partial.*. QUICK=1:
  * 500 shapes, a 45 s TTL, 10 s windows, into results/lifecycle.quick.*.
  */
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
@@ -47,6 +48,8 @@ const AFTER_S = Number(process.env.BENCH_AFTER_S ?? (QUICK ? 20 : 120))
 const SETTLE_S = Number(process.env.BENCH_SETTLE_S ?? (QUICK ? 10 : 30))
 const PARTIAL = ['BENCH_SHAPES', 'BENCH_CONCURRENCY', 'BENCH_TTL_S', 'BENCH_SETTLE_S', 'BENCH_AFTER_S'].some((k) => process.env[k] !== undefined)
 const RESULTS_DIR = process.env.BENCH_RESULTS_DIR ?? fileURLToPath(new URL('../results/', import.meta.url))
+/** BENCH_HEAP_SNAPSHOT_DIR: the server writes a V8 heap snapshot there at each point (after its figures). */
+const HEAP_SNAPSHOT_DIR = process.env.BENCH_HEAP_SNAPSHOT_DIR
 /** RSS is sampled this often during a settle window. */
 const SAMPLE_MS = 500
 
@@ -109,9 +112,32 @@ async function settle(label: Phase['label'], pid: number, url: string, storeDir:
     writeFileSync(join(smapsDir, `smaps-${label}.txt`), readFileSync(`/proc/${pid}/smaps`, 'utf8'))
     writeFileSync(join(smapsDir, `metrics-${label}.txt`), await (await fetch(`${url}/metrics`)).text())
   }
+  if (HEAP_SNAPSHOT_DIR !== undefined) await heapSnapshot(pid, label)
   const point: Phase = { label, shapes, rssBytes: rss, heapUsedBytes: heap, diskBytes: disk.bytes, shapeFileBytes: shapeFiles, files: disk.files, load1: Math.round(loadavg()[0]! * 100) / 100 }
   log(`${label}: ${shapes} shapes, RSS ${(rss / 2 ** 20).toFixed(1)} MiB, heap ${(heap / 2 ** 20).toFixed(1)} MiB (of ${(heapTotal / 2 ** 20).toFixed(1)} MiB; external ${(external / 2 ** 20).toFixed(1)} MiB), disk ${(disk.bytes / 2 ** 20).toFixed(2)} MiB in ${disk.files} files, load ${point.load1}`)
   return point
+}
+
+/**
+ * Has the server write a heap snapshot (after the point's figures were taken:
+ * writing one collects the heap and grows RSS) and waits for it.
+ */
+async function heapSnapshot(pid: number, label: string): Promise<void> {
+  const dir = HEAP_SNAPSHOT_DIR!
+  mkdirSync(dir, { recursive: true })
+  const before = new Set(readdirSync(dir))
+  process.kill(pid, 'SIGUSR2')
+  for (;;) {
+    await sleep(1000)
+    const made = readdirSync(dir).find((f) => !before.has(f) && f.endsWith('.heapsnapshot'))
+    if (made === undefined) continue
+    // The file is complete once its size stops changing.
+    const size = statSync(join(dir, made)).size
+    await sleep(2000)
+    if (statSync(join(dir, made)).size !== size) continue
+    log(`heap snapshot at ${label}: ${join(dir, made)}`)
+    return
+  }
 }
 
 async function createShapes(url: string): Promise<number> {
@@ -145,6 +171,7 @@ async function main(): Promise<void> {
       databaseUrl: cluster.url,
       storageDir,
       flags: ['--log-level', 'warn', '--shape-ttl', `${TTL_S}s`, '--client-shapes-per-minute', '0', '--max-creating-shapes', '0'],
+      nodeArgs: HEAP_SNAPSHOT_DIR === undefined ? [] : ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${HEAP_SNAPSHOT_DIR}`],
     })
     try {
       const storeDir = join(storageDir, 'logs')

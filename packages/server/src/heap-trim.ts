@@ -45,6 +45,12 @@ export interface HeapTrimOptions {
   readonly onRelease?: (release: MemoryRelease) => void
   /** Lets go of buffers kept for a busy stream (the store's `shedMemory`), called before each release after a large transaction. */
   readonly shed?: () => void
+  /**
+   * Empties the caches that remember requests (the HTTP layer's
+   * `RequestCaches`), called before each release after retirements: they hold
+   * the retired shapes' requests, and their compiled definitions through them.
+   */
+  readonly forget?: () => void
   /** V8's used heap in bytes; Node's own by default. */
   readonly heapUsedBytes?: () => number
   /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
@@ -132,6 +138,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   }
   const release = (reason: ReleaseReason, critical: boolean): void => {
     if (reason !== 'retired_shapes') options.shed?.()
+    else options.forget?.()
     const started = performance.now()
     addon.memoryPressure(critical)
     const pauseMs = performance.now() - started

@@ -33,9 +33,11 @@ import type { HttpMetrics } from './http-metrics.js'
 import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
+import { forgetParsedClauses } from '../where/parse-clause.js'
+import { BUFFERED_BODY_MAX_BYTES, releasePooledBodies, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
 import { RangeCache } from './range-cache.js'
+import type { RequestCaches } from './request-caches.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
@@ -80,6 +82,8 @@ export interface ShapeRoutesOptions {
   readonly metrics: HttpMetrics | undefined
   /** How large bodies are sent; default pread. */
   readonly bodyPath?: BodyPath
+  /** Where the request caches are registered, for the server to empty after a sweep. */
+  readonly caches?: RequestCaches
 }
 
 /** What every GET of one app shares: made once in `shapeRoutes`, not per request. */
@@ -121,6 +125,18 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
       done()
     })
     metrics?.watchRangeCache?.(() => ranges.stats())
+  }
+  if (options.caches !== undefined) {
+    const unregister = options.caches.add(() => {
+      requests.forget()
+      ranges.forgetOffered()
+      forgetParsedClauses()
+      releasePooledBodies()
+    })
+    app.addHook('onClose', (_instance, done) => {
+      unregister()
+      done()
+    })
   }
   const context: ShapeReadContext = {
     shapes,

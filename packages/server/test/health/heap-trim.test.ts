@@ -75,6 +75,25 @@ describe('heap trim', () => {
     expect(addon.pressures).toEqual([false])
   })
 
+  it('empties the request caches just before the collection after retirements, and not for a large transaction', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const order: string[] = []
+    const memoryPressure = addon.memoryPressure
+    addon.memoryPressure = (critical) => {
+      order.push('collect')
+      return memoryPressure(critical)
+    }
+    const trim = heapTrimWith(addon, { forget: () => order.push('forget'), shed: () => order.push('shed') })
+    for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
+    vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    expect(order).toEqual(['forget', 'collect'])
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
+    expect(order).toEqual(['forget', 'collect', 'shed', 'collect'])
+    trim.stop()
+  })
+
   it('collects at once and then trims, once large transactions have stopped becoming durable', () => {
     vi.useFakeTimers()
     const addon = recorder()
