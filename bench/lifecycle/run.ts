@@ -111,6 +111,7 @@ async function settle(label: Phase['label'], pid: number, url: string, storeDir:
     mkdirSync(smapsDir, { recursive: true })
     writeFileSync(join(smapsDir, `smaps-${label}.txt`), readFileSync(`/proc/${pid}/smaps`, 'utf8'))
     writeFileSync(join(smapsDir, `metrics-${label}.txt`), await (await fetch(`${url}/metrics`)).text())
+    writeFileSync(join(smapsDir, `rss-${label}.txt`), samples.map((b) => (b / 2 ** 20).toFixed(1)).join('\n'))
   }
   if (HEAP_SNAPSHOT_DIR !== undefined) await heapSnapshot(pid, label)
   const point: Phase = { label, shapes, rssBytes: rss, heapUsedBytes: heap, diskBytes: disk.bytes, shapeFileBytes: shapeFiles, files: disk.files, load1: Math.round(loadavg()[0]! * 100) / 100 }

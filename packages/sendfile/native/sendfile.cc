@@ -365,6 +365,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("trimHeap", Napi::Function::New(env, TrimHeap));
   exports.Set("lockFile", Napi::Function::New(env, sluice::LockFile));
   exports.Set("memoryPressure", Napi::Function::New(env, sluice::MemoryPressure));
+  exports.Set("lowMemory", Napi::Function::New(env, sluice::LowMemory));
   exports.Set("statFiles", Napi::Function::New(env, sluice::StatFiles));
   return exports;
 }

@@ -27,6 +27,8 @@ export interface NativeAddon {
   lockFile?(fd: number, exclusive: boolean): boolean
   /** V8's memory pressure notification (moderate, or critical when true). Missing from an older build. */
   memoryPressure?(critical: boolean): boolean
+  /** V8's low memory notification (repeated full, compacting collections). Missing from an older build. */
+  lowMemory?(): boolean
   /** Sizes and inodes of many files (native/stat-files.cc), on the thread pool with a callback. Missing from an older build. */
   statFiles?(base: string, dirs: readonly string[], names: readonly string[], out: Float64Array, callback?: (error: Error | null) => void): void
 }

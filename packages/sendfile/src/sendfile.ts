@@ -68,6 +68,16 @@ export class Sendfile {
   }
 
   /**
+   * V8's low memory notification: full, compacting collections until one
+   * frees nothing more (two to seven), after its compilation cache is cleared.
+   * For a heap known to be mostly garbage; the pause is a few times that of
+   * marking what is live. False with an addon built before it existed.
+   */
+  lowMemory(): boolean {
+    return typeof this.native.lowMemory === 'function' ? this.native.lowMemory() : false
+  }
+
+  /**
    * Takes an exclusive flock(2) on an open file without waiting: true if
    * taken, false if another open file holds it; throws on any other failure.
    * The kernel releases it when the descriptor closes (its holder's exit

@@ -10,7 +10,11 @@ import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgre
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
 import { type HeapTrim, startHeapTrim } from './heap-trim.js'
+import { releasePooledBodies } from './http/log-body.js'
 import { RequestCaches } from './http/request-caches.js'
+import { forgetDefinitionKeys } from './shapes/definition/shape-definition.js'
+import { forgetParsedClauses } from './where/parse-clause.js'
+import { forgetCanonicalTexts } from './where/where-clause.js'
 import { writerLockOptions } from './writer-lock.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
@@ -118,6 +122,8 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     }
 
     const requestCaches = new RequestCaches()
+    // The process-wide ones; the shape routes add their own.
+    for (const forget of [forgetParsedClauses, forgetCanonicalTexts, forgetDefinitionKeys, releasePooledBodies]) requestCaches.add(forget)
     const trim = await startHeapTrim({
       shed: () => pipeline?.store.shedMemory(),
       forget: () => requestCaches.forget(),

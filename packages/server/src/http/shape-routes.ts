@@ -33,8 +33,7 @@ import type { HttpMetrics } from './http-metrics.js'
 import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { forgetParsedClauses } from '../where/parse-clause.js'
-import { BUFFERED_BODY_MAX_BYTES, releasePooledBodies, streamedLogBody } from './log-body.js'
+import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
 import { RangeCache } from './range-cache.js'
 import type { RequestCaches } from './request-caches.js'
@@ -130,8 +129,6 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     const unregister = options.caches.add(() => {
       requests.forget()
       ranges.forgetOffered()
-      forgetParsedClauses()
-      releasePooledBodies()
     })
     app.addHook('onClose', (_instance, done) => {
       unregister()

@@ -7,6 +7,8 @@ import {
   IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
   RELEASE_TRIM_DELAY_MS,
+  COMPACTION_MAX_HEAP_BYTES,
+  RETIRED_COMPACTION_DELAY_MS,
   RETIRED_SHAPES_FOR_COLLECTION,
   RETIREMENT_QUIET_MS,
 } from '../../src/defaults.js'
@@ -94,6 +96,50 @@ describe('heap trim', () => {
     trim.stop()
   })
 
+  it('compacts what survived a sweep with the low memory notification once the heap has shrunk, then trims; not while the heap is large', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const low: number[] = []
+    const withLow: MemoryReturner = {
+      trimHeap: addon.trimHeap,
+      memoryPressure: addon.memoryPressure,
+      lowMemory: () => {
+        low.push(Date.now())
+        return true
+      },
+    }
+    let used = 200 * 1024 * 1024
+    const released: MemoryRelease[] = []
+    const trim = heapTrimWith(withLow, { heapUsedBytes: () => used, intervalMs: 3_600_000, onRelease: (r) => released.push(r) })
+    const sweep = (): void => {
+      for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
+      vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    }
+    sweep()
+    expect(addon.pressures).toEqual([false])
+    // The incremental collection has left the heap at what is live: compacted once, then the C heap trimmed.
+    used = COMPACTION_MAX_HEAP_BYTES
+    vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS - 1)
+    expect(low).toEqual([])
+    vi.advanceTimersByTime(1)
+    expect(low).toHaveLength(1)
+    expect(addon.trims).toBe(0)
+    vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
+    expect(addon.trims).toBe(1)
+    expect(released.map((r) => [r.reason, r.critical])).toEqual([
+      ['retired_shapes', false],
+      ['compacted_after_retirement', true],
+    ])
+
+    // A heap still large after the sweep (many shapes live): no full collections.
+    used = COMPACTION_MAX_HEAP_BYTES + 1
+    sweep()
+    vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS * 2)
+    expect(low).toHaveLength(1)
+    expect(trim.releases).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 2, compacted_after_retirement: 1 })
+    trim.stop()
+  })
+
   it('collects at once and then trims, once large transactions have stopped becoming durable', () => {
     vi.useFakeTimers()
     const addon = recorder()
@@ -114,7 +160,7 @@ describe('heap trim', () => {
     expect(addon.trims).toBe(0)
     vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
     expect(addon.trims).toBe(1)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
     expect(heard.map((r) => [r.reason, r.critical])).toEqual([['large_transaction', true]])
 
     // The next one is released again; stop cancels what is pending.
@@ -143,11 +189,11 @@ describe('heap trim', () => {
     // The release reads the utilization once to start its window, then clients download for three seconds.
     load.push(0.9, 0.8, 0.6, 0.3, IDLE_UTILIZATION / 2)
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
     vi.advanceTimersByTime(IDLE_CHECK_MS * 3)
     expect(trim.releases.idle_after_transaction).toBe(0)
     vi.advanceTimersByTime(IDLE_CHECK_MS)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0, compacted_after_retirement: 0 })
     expect(addon.pressures).toEqual([true, true])
     vi.advanceTimersByTime(IDLE_WATCH_MS)
     expect(addon.pressures).toEqual([true, true])
@@ -165,7 +211,7 @@ describe('heap trim', () => {
     })
     busy.largeTransactionDurable()
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + IDLE_WATCH_MS * 2)
-    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
     expect(checks).toBe(1 + IDLE_WATCH_MS / IDLE_CHECK_MS)
     trim.stop()
     busy.stop()
