@@ -69,3 +69,33 @@ describe('memoryPressure', () => {
     expect(after).toBeLessThan(idle / 4)
   })
 })
+
+// The same dead heap, and the low memory notification instead: full collections at once.
+const LOW_MEMORY_CHILD = `
+const addon = require(process.argv[1])
+const v8 = require('v8')
+const used = () => v8.getHeapStatistics().used_heap_size / 2 ** 20
+const oldSpace = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'old_space').space_size / 2 ** 20
+let list = []
+for (let i = 0; i < 1500000; i++) list.push({ a: 'x' + i, b: [i, i + 1] })
+global.gc(); global.gc()
+list = null
+setTimeout(() => {
+  const idle = used()
+  const notified = addon.lowMemory()
+  // No waiting: the collections ran within the call.
+  process.stdout.write(JSON.stringify({ idle, after: used(), oldSpace: oldSpace(), notified }))
+}, 1500)
+`
+
+describe('lowMemory', () => {
+  it('collects the dead heap of an idle process within the call and gives its pages back', () => {
+    const child = spawnSync(process.execPath, ['--expose-gc', '--no-memory-reducer', '-e', LOW_MEMORY_CHILD, ADDON_PATH], { encoding: 'utf8' })
+    expect(child.status, child.stderr).toBe(0)
+    const { idle, after, oldSpace, notified } = JSON.parse(child.stdout) as { idle: number; after: number; oldSpace: number; notified: boolean }
+    expect(notified).toBe(true)
+    expect(idle).toBeGreaterThan(150)
+    expect(after).toBeLessThan(idle / 4)
+    expect(oldSpace).toBeLessThan(idle / 4)
+  })
+})
