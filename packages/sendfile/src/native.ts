@@ -23,6 +23,8 @@ export interface NativeAddon {
   stats(): SendfileStats
   /** Missing from an addon built before it was added. */
   trimHeap?(): boolean
+  /** mallopt(M_ARENA_MAX, n). Missing from an older build. */
+  limitArenas?(n: number): boolean
   /** flock(fd, LOCK_EX or LOCK_SH, LOCK_NB): false when another open file holds the lock. Missing from an older build. */
   lockFile?(fd: number, exclusive: boolean): boolean
   /** V8's memory pressure notification (moderate, or critical when true). Missing from an older build. */

@@ -133,6 +133,14 @@ export const DEFAULT_RANGE_CACHE_BYTES = 32 * 1024 * 1024
  * a trim of a quiet heap costs well under a millisecond.
  */
 export const HEAP_TRIM_INTERVAL_MS = 10_000
+/**
+ * glibc malloc arenas the `sluice` command allows (heap-trim.ts
+ * `limitMallocArenas`; the environment's `MALLOC_ARENA_MAX` stands instead):
+ * the main thread's and one that the thread pool's and V8's helper threads
+ * share. Node allocates from the main thread almost always, so sharing costs
+ * little, and each arena more keeps its own fragments resident.
+ */
+export const MALLOC_ARENAS = 2
 
 /**
  * Retired shapes (expired, evicted, deleted) after which V8 is asked to

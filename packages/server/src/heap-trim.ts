@@ -5,6 +5,7 @@ import {
   CRITICAL_RELEASE_MAX_HEAP_BYTES,
   HEAP_TRIM_INTERVAL_MS,
   IDLE_CHECK_MS,
+  MALLOC_ARENAS,
   IDLE_UTILIZATION,
   IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
@@ -116,6 +117,28 @@ export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<Heap
     return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: noReleases(), stop: () => {} }
   }
   return heapTrimWith(native, options)
+}
+
+/**
+ * Caps glibc's malloc arenas at `MALLOC_ARENAS` (the addon's `limitArenas`,
+ * mallopt M_ARENA_MAX), unless the environment sets `MALLOC_ARENA_MAX`, which
+ * stands. glibc gives every thread that allocates an arena of its own, up to
+ * 8 per core, and each keeps the pages its surviving chunks sit on: the
+ * thread pool's and V8's helper threads, busy while thousands of shapes are
+ * made and removed, left several MiB resident for good. Threads that already
+ * have an arena keep it, so the `sluice` command calls this first thing.
+ * Returns the cap set, or undefined (none set: the environment's, another C
+ * library, or no addon).
+ */
+export async function limitMallocArenas(arenas: number = MALLOC_ARENAS): Promise<number | undefined> {
+  if (process.env.MALLOC_ARENA_MAX !== undefined) return undefined
+  try {
+    const { loadSendfile } = await import('@sluice/sendfile')
+    const loaded = loadSendfile()
+    return loaded.available && loaded.sendfile.limitArenas(arenas) ? arenas : undefined
+  } catch {
+    return undefined
+  }
 }
 
 /** What `startHeapTrim` uses of the addon. */
