@@ -99,3 +99,47 @@ describe('lowMemory', () => {
     expect(oldSpace).toBeLessThan(idle / 4)
   })
 })
+
+// Threads that allocate after the cap share the arenas there are: four worker
+// threads allocating at once leave at most the cap of malloc heaps (glibc
+// maps each thread arena as a 64 MiB-aligned reservation, the main arena is
+// the [heap]).
+const ARENAS_CHILD = `
+const addon = require(process.argv[1])
+const { Worker } = require('node:worker_threads')
+const fs = require('node:fs')
+const cap = Number(process.argv[2])
+const limited = cap > 0 ? addon.limitArenas(cap) : false
+const arenas = () => {
+  let n = 0
+  const lines = fs.readFileSync('/proc/self/maps', 'utf8').split('\\n')
+  for (let i = 0; i + 1 < lines.length; i++) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) rw-p 00000000 00:00 0\\s*$/.exec(lines[i])
+    const next = /^([0-9a-f]+)-([0-9a-f]+) ---p 00000000 00:00 0\\s*$/.exec(lines[i + 1])
+    if (m && next && m[2] === next[1] && BigInt('0x' + m[1]) % 67108864n === 0n && BigInt('0x' + next[2]) - BigInt('0x' + m[1]) === 67108864n) n++
+  }
+  return n
+}
+const before = arenas()
+const src = "const b = []; for (let i = 0; i < 2000; i++) b.push(Buffer.alloc(1024 + (i % 7)));  require('node:worker_threads').parentPort.postMessage(b.length)"
+Promise.all(Array.from({ length: 4 }, () => new Promise((resolve) => new Worker(src, { eval: true }).once('message', resolve)))).then(() => {
+  process.stdout.write(JSON.stringify({ limited, before, after: arenas() }))
+  process.exit(0)
+})
+`
+
+describe('limitArenas', () => {
+  it('caps the malloc arenas threads allocating later get', () => {
+    const run = (cap: number): { limited: boolean; before: number; after: number } => {
+      const child = spawnSync(process.execPath, ['-e', ARENAS_CHILD, ADDON_PATH, String(cap)], { encoding: 'utf8', env: { ...process.env, MALLOC_ARENA_MAX: '' } })
+      expect(child.status, child.stderr).toBe(0)
+      return JSON.parse(child.stdout) as { limited: boolean; before: number; after: number }
+    }
+    const free = run(0)
+    const capped = run(1)
+    expect(capped.limited).toBe(true)
+    // Without a cap the four threads made arenas of their own; with one, no thread arena was added.
+    expect(free.after).toBeGreaterThan(free.before)
+    expect(capped.after).toBe(capped.before)
+  })
+})

@@ -6,13 +6,14 @@ import {
   IDLE_UTILIZATION,
   IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
+  MALLOC_ARENAS,
   RELEASE_TRIM_DELAY_MS,
   COMPACTION_MAX_HEAP_BYTES,
   RETIRED_COMPACTION_DELAY_MS,
   RETIRED_SHAPES_FOR_COLLECTION,
   RETIREMENT_QUIET_MS,
 } from '../../src/defaults.js'
-import { type MemoryRelease, type MemoryReturner, heapTrimWith } from '../../src/heap-trim.js'
+import { type MemoryRelease, type MemoryReturner, heapTrimWith, limitMallocArenas } from '../../src/heap-trim.js'
 
 /** Records what the heap trim asks of the addon (the addon's own effect is tested in @sluice/sendfile). */
 function recorder(): MemoryReturner & { trims: number; pressures: boolean[] } {
@@ -232,5 +233,18 @@ describe('heap trim', () => {
     expect(addon.pressures).toEqual([false, true])
     expect(addon.trims).toBe(1)
     trim.stop()
+  })
+
+  it('caps the malloc arenas through the addon, unless MALLOC_ARENA_MAX in the environment says otherwise', async () => {
+    const given = process.env.MALLOC_ARENA_MAX
+    try {
+      process.env.MALLOC_ARENA_MAX = '4'
+      expect(await limitMallocArenas()).toBeUndefined()
+      delete process.env.MALLOC_ARENA_MAX
+      expect(await limitMallocArenas()).toBe(MALLOC_ARENAS)
+    } finally {
+      if (given === undefined) delete process.env.MALLOC_ARENA_MAX
+      else process.env.MALLOC_ARENA_MAX = given
+    }
   })
 })
