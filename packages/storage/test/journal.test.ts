@@ -715,21 +715,4 @@ describe('journal segment closing', () => {
     expect(s.journal!.tombstonesPending).toBe(false)
     await s.close()
   })
-
-  it('an idle store commits a deleted shape\'s tombstone by itself, without a write after it', async () => {
-    const dir = await tempDirs.make('journal-tombstone-idle')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 20, flushWhenIdle: false })
-    await makeShape(s, 'a', [row(1)])
-    s.get('a')!.appendTransaction([change(5n, 0, 1)])
-    s.advance(5n)
-    await s.flush()
-    // Past any flush the write had scheduled: the store is idle.
-    await new Promise((r) => setTimeout(r, 200))
-    expect(s.journal!.tombstonesPending).toBe(false)
-    await s.deleteShape('a')
-    expect(s.journal!.tombstonesPending).toBe(true)
-    // No write, no flush asked for: the store's own timed flush commits it.
-    await until(() => !s.journal!.tombstonesPending)
-    await s.close()
-  })
 })
