@@ -222,16 +222,6 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     }
   }
 
-  /**
-   * Also has the next timed flush commit the deleted log's tombstone: an idle
-   * store would otherwise hold it in memory, and every one after it, until the
-   * next write (after an expiry sweep of 20,000 shapes, about 1.3 MiB).
-   */
-  override forget(log: FileShapeLog): void {
-    super.forget(log)
-    if (this.journal?.tombstonesPending) this.schedule(false)
-  }
-
   /** Queues a finished snapshot for the next flush, which runs at once. */
   finishSnapshot(s: FinishingSnapshot): void {
     this.snapshots.add(s)
