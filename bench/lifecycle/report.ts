@@ -32,6 +32,8 @@ export interface Report {
   readonly settleSeconds: number
   /** The window after expiry (longer: V8 returns freed heap pages only after idle-time collections). */
   readonly afterSeconds: number
+  /** The baseline's window (as long as the one after expiry: a server just started settles for about 30 s); absent in runs made before it was. */
+  readonly baselineSeconds?: number
   /** How the shapes were made: over HTTP, one `offset=-1` GET each, against the `sluice start` process. */
   readonly createdOver: 'http'
   /** Wall time to create them all, and the rate. */

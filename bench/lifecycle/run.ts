@@ -22,8 +22,10 @@
  *
  * Usage: `npm run bench:lifecycle` (from the root). BENCH_SHAPES (20000),
  * BENCH_CONCURRENCY (16), BENCH_TTL_S (480), BENCH_SETTLE_S (30),
- * BENCH_AFTER_S (120, the window after expiry), BENCH_RESULTS_DIR, BENCH_SMAPS_DIR (keeps the
- * server's /proc/<pid>/smaps and /metrics at each point there). Any of them set: results/lifecycle.partial.*. QUICK=1:
+ * BENCH_AFTER_S (120, the window after expiry), BENCH_BASELINE_S (the baseline's window, as long as
+ * BENCH_AFTER_S), BENCH_RESULTS_DIR, BENCH_SMAPS_DIR (keeps the
+ * server's /proc/<pid>/smaps and /metrics at each point there), BENCH_HEAP_SNAPSHOT_DIR (a V8 heap
+ * snapshot at each point, after its figures). Any of them set: results/lifecycle.partial.*. QUICK=1:
  * 500 shapes, a 45 s TTL, 10 s windows, into results/lifecycle.quick.*.
  */
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
@@ -45,8 +47,16 @@ const TTL_S = Number(process.env.BENCH_TTL_S ?? (QUICK ? 45 : 480))
 /** The window after expiry is longer: V8 gives freed heap pages back only after idle-time collections. */
 const AFTER_S = Number(process.env.BENCH_AFTER_S ?? (QUICK ? 20 : 120))
 const SETTLE_S = Number(process.env.BENCH_SETTLE_S ?? (QUICK ? 10 : 30))
-const PARTIAL = ['BENCH_SHAPES', 'BENCH_CONCURRENCY', 'BENCH_TTL_S', 'BENCH_SETTLE_S', 'BENCH_AFTER_S'].some((k) => process.env[k] !== undefined)
+/**
+ * The baseline's window is as long as the one after expiry: for its first 20-45 s a server just started
+ * holds 10-17 MiB more than it settles to (start-up garbage, until V8's memory reducer and the C heap's
+ * trim), and a 30 s window's median fell on either side of that drop from run to run.
+ */
+const BASELINE_S = Number(process.env.BENCH_BASELINE_S ?? AFTER_S)
+const PARTIAL = ['BENCH_SHAPES', 'BENCH_CONCURRENCY', 'BENCH_TTL_S', 'BENCH_SETTLE_S', 'BENCH_AFTER_S', 'BENCH_BASELINE_S'].some((k) => process.env[k] !== undefined)
 const RESULTS_DIR = process.env.BENCH_RESULTS_DIR ?? fileURLToPath(new URL('../results/', import.meta.url))
+/** BENCH_HEAP_SNAPSHOT_DIR: the server writes a V8 heap snapshot there at each point (after its figures). */
+const HEAP_SNAPSHOT_DIR = process.env.BENCH_HEAP_SNAPSHOT_DIR
 /** RSS is sampled this often during a settle window. */
 const SAMPLE_MS = 500
 
@@ -108,10 +118,34 @@ async function settle(label: Phase['label'], pid: number, url: string, storeDir:
     mkdirSync(smapsDir, { recursive: true })
     writeFileSync(join(smapsDir, `smaps-${label}.txt`), readFileSync(`/proc/${pid}/smaps`, 'utf8'))
     writeFileSync(join(smapsDir, `metrics-${label}.txt`), await (await fetch(`${url}/metrics`)).text())
+    writeFileSync(join(smapsDir, `rss-${label}.txt`), samples.map((b) => (b / 2 ** 20).toFixed(1)).join('\n'))
   }
+  if (HEAP_SNAPSHOT_DIR !== undefined) await heapSnapshot(pid, label)
   const point: Phase = { label, shapes, rssBytes: rss, heapUsedBytes: heap, diskBytes: disk.bytes, shapeFileBytes: shapeFiles, files: disk.files, load1: Math.round(loadavg()[0]! * 100) / 100 }
   log(`${label}: ${shapes} shapes, RSS ${(rss / 2 ** 20).toFixed(1)} MiB, heap ${(heap / 2 ** 20).toFixed(1)} MiB (of ${(heapTotal / 2 ** 20).toFixed(1)} MiB; external ${(external / 2 ** 20).toFixed(1)} MiB), disk ${(disk.bytes / 2 ** 20).toFixed(2)} MiB in ${disk.files} files, load ${point.load1}`)
   return point
+}
+
+/**
+ * Has the server write a heap snapshot (after the point's figures were taken:
+ * writing one collects the heap and grows RSS) and waits for it.
+ */
+async function heapSnapshot(pid: number, label: string): Promise<void> {
+  const dir = HEAP_SNAPSHOT_DIR!
+  mkdirSync(dir, { recursive: true })
+  const before = new Set(readdirSync(dir))
+  process.kill(pid, 'SIGUSR2')
+  for (;;) {
+    await sleep(1000)
+    const made = readdirSync(dir).find((f) => !before.has(f) && f.endsWith('.heapsnapshot'))
+    if (made === undefined) continue
+    // The file is complete once its size stops changing.
+    const size = statSync(join(dir, made)).size
+    await sleep(2000)
+    if (statSync(join(dir, made)).size !== size) continue
+    log(`heap snapshot at ${label}: ${join(dir, made)}`)
+    return
+  }
 }
 
 async function createShapes(url: string): Promise<number> {
@@ -145,10 +179,11 @@ async function main(): Promise<void> {
       databaseUrl: cluster.url,
       storageDir,
       flags: ['--log-level', 'warn', '--shape-ttl', `${TTL_S}s`, '--client-shapes-per-minute', '0', '--max-creating-shapes', '0'],
+      nodeArgs: HEAP_SNAPSHOT_DIR === undefined ? [] : ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${HEAP_SNAPSHOT_DIR}`],
     })
     try {
       const storeDir = join(storageDir, 'logs')
-      const baseline = await settle('baseline', server.pid, server.url, storeDir)
+      const baseline = await settle('baseline', server.pid, server.url, storeDir, BASELINE_S)
       log(`creating ${SHAPES} shapes over HTTP, ${CONCURRENCY} at once, TTL ${TTL_S} s`)
       const createSeconds = await createShapes(server.url)
       const created = performance.now()
@@ -167,6 +202,7 @@ async function main(): Promise<void> {
         ttlSeconds: TTL_S,
         settleSeconds: SETTLE_S,
         afterSeconds: AFTER_S,
+        baselineSeconds: BASELINE_S,
         createdOver: 'http',
         createSeconds,
         createPerSecond: SHAPES / createSeconds,
@@ -198,7 +234,7 @@ function markdown(report: Report): string {
   const lines = [
     `# Lifecycle: ${report.shapes.toLocaleString('en-US')} idle shapes, then expired (${report.date})`,
     '',
-    `Shapes made over HTTP against \`sluice start\` (one \`offset=-1\` GET each, ${report.concurrency} at once): ${report.createSeconds.toFixed(0)} s, ${report.createPerSecond.toFixed(1)} shapes/s; \`--shape-ttl ${report.ttlSeconds}s\`; every shape expired ${report.expireSeconds.toFixed(0)} s after the last was made. Each figure is the median RSS of the second half of a window of samples (${report.settleSeconds} s; after expiry ${report.afterSeconds} s). Disk: everything under logs/; shape files: logs/shapes and logs/trash alone (the rest is the journal and the watermarks).`,
+    `Shapes made over HTTP against \`sluice start\` (one \`offset=-1\` GET each, ${report.concurrency} at once): ${report.createSeconds.toFixed(0)} s, ${report.createPerSecond.toFixed(1)} shapes/s; \`--shape-ttl ${report.ttlSeconds}s\`; every shape expired ${report.expireSeconds.toFixed(0)} s after the last was made. Each figure is the median RSS of the second half of a window of samples (${report.settleSeconds} s; after expiry ${report.afterSeconds} s; the baseline ${report.baselineSeconds ?? report.settleSeconds} s). Disk: everything under logs/; shape files: logs/shapes and logs/trash alone (the rest is the journal and the watermarks).`,
     '',
     '| point | shapes | RSS | V8 heap used | disk (logs/) | shape files | files | load (1 min) |',
     '|---|---:|---:|---:|---:|---:|---:|---:|',

@@ -53,7 +53,7 @@ function render(report: Report): SectionContent {
     method: [
       `Shapes made over HTTP against the server process (one \`offset=-1\` GET each, ${num(report.concurrency)} at once, the creation limits off): ${num(report.createSeconds)} s, ${num(report.createPerSecond, 1)} shapes/s.`,
       `\`--shape-ttl ${num(report.ttlSeconds)}s\`, above the creation time; every shape expired ${num(report.expireSeconds)} s after the last was made.`,
-      `Each point: RSS from /proc every 0.5 s for ${num(report.settleSeconds)} s (after expiry ${num(report.afterSeconds)} s), the median of the second half; the V8 heap and shape count from /metrics; disk as allocated blocks under logs/.`,
+      `Each point: RSS from /proc every 0.5 s for ${num(report.settleSeconds)} s (after expiry ${num(report.afterSeconds)} s; the baseline ${num(report.baselineSeconds ?? report.settleSeconds)} s), the median of the second half; the V8 heap and shape count from /metrics; disk as allocated blocks under logs/.`,
     ],
     machine: machineLines(report.machine),
     load: [`load average (1 min) at the three points: ${report.phases.map((p) => `${num(p.load1, 1)} (${p.label})`).join(', ')}`, pressureLine([])],

@@ -21,4 +21,16 @@ Napi::Value MemoryPressure(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
+// lowMemory(): V8's low memory notification, for a heap whose garbage is
+// known to be most of it: full collections, compacting, repeated (two to
+// seven) until one frees nothing more, after the compilation cache is
+// cleared. The pause is that of marking what is live, a few times.
+Napi::Value LowMemory(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  v8::Isolate* isolate = v8::Isolate::GetCurrent();
+  if (isolate == nullptr) return Napi::Boolean::New(env, false);
+  isolate->LowMemoryNotification();
+  return Napi::Boolean::New(env, true);
+}
+
 }  // namespace sluice

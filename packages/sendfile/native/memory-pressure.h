@@ -3,4 +3,5 @@
 
 namespace sluice {
 Napi::Value MemoryPressure(const Napi::CallbackInfo& info);
+Napi::Value LowMemory(const Napi::CallbackInfo& info);
 }

@@ -359,12 +359,30 @@ Napi::Value TrimHeap(const Napi::CallbackInfo& info) {
 #endif
 }
 
+// glibc gives each thread that allocates its own arena, up to 8 per core, and
+// an arena's pages stay resident as long as any chunk in them is live:
+// background threads (the thread pool's, V8's) that allocate in bursts leave
+// each a few MiB resident for good. limitArenas(n) caps how many there are
+// (mallopt M_ARENA_MAX); threads that already have an arena keep it, so it is
+// worth calling only at start-up.
+Napi::Value LimitArenas(const Napi::CallbackInfo& info) {
+#ifdef __GLIBC__
+  const int n = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 0;
+  if (n < 1) return Napi::Boolean::New(info.Env(), false);
+  return Napi::Boolean::New(info.Env(), mallopt(M_ARENA_MAX, n) == 1);
+#else
+  return Napi::Boolean::New(info.Env(), false);
+#endif
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Sender", Sender::Define(env));
   exports.Set("stats", Napi::Function::New(env, Stats));
   exports.Set("trimHeap", Napi::Function::New(env, TrimHeap));
+  exports.Set("limitArenas", Napi::Function::New(env, LimitArenas));
   exports.Set("lockFile", Napi::Function::New(env, sluice::LockFile));
   exports.Set("memoryPressure", Napi::Function::New(env, sluice::MemoryPressure));
+  exports.Set("lowMemory", Napi::Function::New(env, sluice::LowMemory));
   exports.Set("statFiles", Napi::Function::New(env, sluice::StatFiles));
   return exports;
 }

@@ -23,10 +23,14 @@ export interface NativeAddon {
   stats(): SendfileStats
   /** Missing from an addon built before it was added. */
   trimHeap?(): boolean
+  /** mallopt(M_ARENA_MAX, n). Missing from an older build. */
+  limitArenas?(n: number): boolean
   /** flock(fd, LOCK_EX or LOCK_SH, LOCK_NB): false when another open file holds the lock. Missing from an older build. */
   lockFile?(fd: number, exclusive: boolean): boolean
   /** V8's memory pressure notification (moderate, or critical when true). Missing from an older build. */
   memoryPressure?(critical: boolean): boolean
+  /** V8's low memory notification (repeated full, compacting collections). Missing from an older build. */
+  lowMemory?(): boolean
   /** Sizes and inodes of many files (native/stat-files.cc), on the thread pool with a callback. Missing from an older build. */
   statFiles?(base: string, dirs: readonly string[], names: readonly string[], out: Float64Array, callback?: (error: Error | null) => void): void
 }

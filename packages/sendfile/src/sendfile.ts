@@ -57,6 +57,16 @@ export class Sendfile {
   }
 
   /**
+   * Caps glibc's malloc arenas at `n` (mallopt M_ARENA_MAX): threads past it
+   * share the existing ones, so fewer heaps each keep pages resident. Threads
+   * that already have an arena keep it: call it at start-up. False on other C
+   * libraries or with an addon built before it existed.
+   */
+  limitArenas(n: number): boolean {
+    return typeof this.native.limitArenas === 'function' ? this.native.limitArenas(n) : false
+  }
+
+  /**
    * Tells V8 the process should give memory back (its memory pressure
    * notification): moderate starts an incremental collection that shrinks the
    * heap, critical collects at once (a pause). For a heap that turned to
@@ -65,6 +75,16 @@ export class Sendfile {
    */
   memoryPressure(critical = false): boolean {
     return typeof this.native.memoryPressure === 'function' ? this.native.memoryPressure(critical) : false
+  }
+
+  /**
+   * V8's low memory notification: full, compacting collections until one
+   * frees nothing more (two to seven), after its compilation cache is cleared.
+   * For a heap known to be mostly garbage; the pause is a few times that of
+   * marking what is live. False with an addon built before it existed.
+   */
+  lowMemory(): boolean {
+    return typeof this.native.lowMemory === 'function' ? this.native.lowMemory() : false
   }
 
   /**

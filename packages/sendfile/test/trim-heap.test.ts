@@ -69,3 +69,77 @@ describe('memoryPressure', () => {
     expect(after).toBeLessThan(idle / 4)
   })
 })
+
+// The same dead heap, and the low memory notification instead: full collections at once.
+const LOW_MEMORY_CHILD = `
+const addon = require(process.argv[1])
+const v8 = require('v8')
+const used = () => v8.getHeapStatistics().used_heap_size / 2 ** 20
+const oldSpace = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'old_space').space_size / 2 ** 20
+let list = []
+for (let i = 0; i < 1500000; i++) list.push({ a: 'x' + i, b: [i, i + 1] })
+global.gc(); global.gc()
+list = null
+setTimeout(() => {
+  const idle = used()
+  const notified = addon.lowMemory()
+  // No waiting: the collections ran within the call.
+  process.stdout.write(JSON.stringify({ idle, after: used(), oldSpace: oldSpace(), notified }))
+}, 1500)
+`
+
+describe('lowMemory', () => {
+  it('collects the dead heap of an idle process within the call and gives its pages back', () => {
+    const child = spawnSync(process.execPath, ['--expose-gc', '--no-memory-reducer', '-e', LOW_MEMORY_CHILD, ADDON_PATH], { encoding: 'utf8' })
+    expect(child.status, child.stderr).toBe(0)
+    const { idle, after, oldSpace, notified } = JSON.parse(child.stdout) as { idle: number; after: number; oldSpace: number; notified: boolean }
+    expect(notified).toBe(true)
+    expect(idle).toBeGreaterThan(150)
+    expect(after).toBeLessThan(idle / 4)
+    expect(oldSpace).toBeLessThan(idle / 4)
+  })
+})
+
+// Threads that allocate after the cap share the arenas there are: four worker
+// threads allocating at once leave at most the cap of malloc heaps (glibc
+// maps each thread arena as a 64 MiB-aligned reservation, the main arena is
+// the [heap]).
+const ARENAS_CHILD = `
+const addon = require(process.argv[1])
+const { Worker } = require('node:worker_threads')
+const fs = require('node:fs')
+const cap = Number(process.argv[2])
+const limited = cap > 0 ? addon.limitArenas(cap) : false
+const arenas = () => {
+  let n = 0
+  const lines = fs.readFileSync('/proc/self/maps', 'utf8').split('\\n')
+  for (let i = 0; i + 1 < lines.length; i++) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) rw-p 00000000 00:00 0\\s*$/.exec(lines[i])
+    const next = /^([0-9a-f]+)-([0-9a-f]+) ---p 00000000 00:00 0\\s*$/.exec(lines[i + 1])
+    if (m && next && m[2] === next[1] && BigInt('0x' + m[1]) % 67108864n === 0n && BigInt('0x' + next[2]) - BigInt('0x' + m[1]) === 67108864n) n++
+  }
+  return n
+}
+const before = arenas()
+const src = "const b = []; for (let i = 0; i < 2000; i++) b.push(Buffer.alloc(1024 + (i % 7)));  require('node:worker_threads').parentPort.postMessage(b.length)"
+Promise.all(Array.from({ length: 4 }, () => new Promise((resolve) => new Worker(src, { eval: true }).once('message', resolve)))).then(() => {
+  process.stdout.write(JSON.stringify({ limited, before, after: arenas() }))
+  process.exit(0)
+})
+`
+
+describe('limitArenas', () => {
+  it('caps the malloc arenas threads allocating later get', () => {
+    const run = (cap: number): { limited: boolean; before: number; after: number } => {
+      const child = spawnSync(process.execPath, ['-e', ARENAS_CHILD, ADDON_PATH, String(cap)], { encoding: 'utf8', env: { ...process.env, MALLOC_ARENA_MAX: '' } })
+      expect(child.status, child.stderr).toBe(0)
+      return JSON.parse(child.stdout) as { limited: boolean; before: number; after: number }
+    }
+    const free = run(0)
+    const capped = run(1)
+    expect(capped.limited).toBe(true)
+    // Without a cap the four threads made arenas of their own; with one, no thread arena was added.
+    expect(free.after).toBeGreaterThan(free.before)
+    expect(capped.after).toBe(capped.before)
+  })
+})

@@ -133,6 +133,14 @@ export const DEFAULT_RANGE_CACHE_BYTES = 32 * 1024 * 1024
  * a trim of a quiet heap costs well under a millisecond.
  */
 export const HEAP_TRIM_INTERVAL_MS = 10_000
+/**
+ * glibc malloc arenas the `sluice` command allows (heap-trim.ts
+ * `limitMallocArenas`; the environment's `MALLOC_ARENA_MAX` stands instead):
+ * the main thread's and one that the thread pool's and V8's helper threads
+ * share. Node allocates from the main thread almost always, so sharing costs
+ * little, and each arena more keeps its own fragments resident.
+ */
+export const MALLOC_ARENAS = 2
 
 /**
  * Retired shapes (expired, evicted, deleted) after which V8 is asked to
@@ -142,6 +150,15 @@ export const HEAP_TRIM_INTERVAL_MS = 10_000
  */
 export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
 export const RETIREMENT_QUIET_MS = 2_000
+/**
+ * That collection is incremental (no long pause) and moves few pages; this
+ * long after it, V8's low memory notification compacts what survived (full
+ * collections until one frees nothing more), if the heap used is by then at
+ * most `COMPACTION_MAX_HEAP_BYTES`: its pause grows with what is live (about
+ * 100 ms at 20 MiB, 150-190 ms at 40 MiB, on 2 cores).
+ */
+export const RETIRED_COMPACTION_DELAY_MS = 10_000
+export const COMPACTION_MAX_HEAP_BYTES = 32 * 1024 * 1024
 
 /**
  * How long after a large transaction (streamed by Postgres or past the

@@ -1,13 +1,16 @@
 import { performance } from 'node:perf_hooks'
 import { getHeapStatistics } from 'node:v8'
 import {
+  COMPACTION_MAX_HEAP_BYTES,
   CRITICAL_RELEASE_MAX_HEAP_BYTES,
   HEAP_TRIM_INTERVAL_MS,
   IDLE_CHECK_MS,
+  MALLOC_ARENAS,
   IDLE_UTILIZATION,
   IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
   RELEASE_TRIM_DELAY_MS,
+  RETIRED_COMPACTION_DELAY_MS,
   RETIRED_SHAPES_FOR_COLLECTION,
   RETIREMENT_QUIET_MS,
 } from './defaults.js'
@@ -15,14 +18,15 @@ import {
 /**
  * Why memory was given back at once (the interval's trims are not counted):
  * a large transaction became durable; the server went idle after one; an
- * expiry sweep ended.
+ * expiry sweep ended; and, a moment after that, the compacting collections
+ * that follow it.
  */
-export type ReleaseReason = 'large_transaction' | 'idle_after_transaction' | 'retired_shapes'
+export type ReleaseReason = 'large_transaction' | 'idle_after_transaction' | 'retired_shapes' | 'compacted_after_retirement'
 
 /** One release: a collection asked of V8, then the C heap trimmed. */
 export interface MemoryRelease {
   readonly reason: ReleaseReason
-  /** A full collection at once (true), or incremental marking (false). */
+  /** A full collection at once (true; repeated, compacting, for `compacted_after_retirement`), or incremental marking (false). */
   readonly critical: boolean
   /** How long the notification held the event loop (the whole collection, when critical). */
   readonly pauseMs: number
@@ -45,6 +49,12 @@ export interface HeapTrimOptions {
   readonly onRelease?: (release: MemoryRelease) => void
   /** Lets go of buffers kept for a busy stream (the store's `shedMemory`), called before each release after a large transaction. */
   readonly shed?: () => void
+  /**
+   * Empties the caches that remember requests (the HTTP layer's
+   * `RequestCaches`), called before each release after retirements: they hold
+   * the retired shapes' requests, and their compiled definitions through them.
+   */
+  readonly forget?: () => void
   /** V8's used heap in bytes; Node's own by default. */
   readonly heapUsedBytes?: () => number
   /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
@@ -73,7 +83,14 @@ function nodeLoopUtilization(): () => number {
  *   have stopped for a moment, V8's memory pressure notification: their state
  *   is garbage now, and V8 collects only when allocation asks it to, so an idle
  *   server would keep it resident indefinitely. Moderate pressure: incremental
- *   marking, no long pause;
+ *   marking, no long pause. The request caches (`forget`) are emptied first:
+ *   they hold the retired shapes' requests. Then, `RETIRED_COMPACTION_DELAY_MS`
+ *   later, if what is left of the heap is at most
+ *   `COMPACTION_MAX_HEAP_BYTES`, V8's low memory notification: full,
+ *   compacting collections until one frees nothing more. The survivors of
+ *   thousands of shapes' state are spread thin over many pages, which stay
+ *   resident until they are moved together; one collection moves only some
+ *   of them;
  * - once a large transaction is durable and no other one followed for a
  *   moment, critical pressure (a full collection at once, which also frees the
  *   external buffers the dead objects held; moderate for a heap past
@@ -102,10 +119,34 @@ export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<Heap
   return heapTrimWith(native, options)
 }
 
+/**
+ * Caps glibc's malloc arenas at `MALLOC_ARENAS` (the addon's `limitArenas`,
+ * mallopt M_ARENA_MAX), unless the environment sets `MALLOC_ARENA_MAX`, which
+ * stands. glibc gives every thread that allocates an arena of its own, up to
+ * 8 per core, and each keeps the pages its surviving chunks sit on: the
+ * thread pool's and V8's helper threads, busy while thousands of shapes are
+ * made and removed, left several MiB resident for good. Threads that already
+ * have an arena keep it, so the `sluice` command calls this first thing.
+ * Returns the cap set, or undefined (none set: the environment's, another C
+ * library, or no addon).
+ */
+export async function limitMallocArenas(arenas: number = MALLOC_ARENAS): Promise<number | undefined> {
+  if (process.env.MALLOC_ARENA_MAX !== undefined) return undefined
+  try {
+    const { loadSendfile } = await import('@sluice/sendfile')
+    const loaded = loadSendfile()
+    return loaded.available && loaded.sendfile.limitArenas(arenas) ? arenas : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /** What `startHeapTrim` uses of the addon. */
 export interface MemoryReturner {
   trimHeap(): boolean
   memoryPressure(critical?: boolean): boolean
+  /** V8's low memory notification; missing from an older addon (no compaction after retirements then). */
+  lowMemory?(): boolean
 }
 
 /** `startHeapTrim` over a loaded addon. */
@@ -131,9 +172,11 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
     timers.delete(t)
   }
   const release = (reason: ReleaseReason, critical: boolean): void => {
-    if (reason !== 'retired_shapes') options.shed?.()
+    if (reason === 'large_transaction' || reason === 'idle_after_transaction') options.shed?.()
+    else if (reason === 'retired_shapes') options.forget?.()
     const started = performance.now()
-    addon.memoryPressure(critical)
+    if (reason === 'compacted_after_retirement') addon.lowMemory?.()
+    else addon.memoryPressure(critical)
     const pauseMs = performance.now() - started
     releases[reason]++
     // After a full collection the dead buffers' memory is freed by V8's sweeper thread, so not at once.
@@ -142,6 +185,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   }
   let retired = 0
   let retiredQuiet: NodeJS.Timeout | undefined
+  let compaction: NodeJS.Timeout | undefined
   let transactionQuiet: NodeJS.Timeout | undefined
   let idleCheck: NodeJS.Timeout | undefined
   // Serving a large transaction (clients downloading it) allocates afresh: once the loop is idle, that is garbage too.
@@ -160,6 +204,11 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
       retiredQuiet = later(RETIREMENT_QUIET_MS, () => {
         retired = 0
         release('retired_shapes', false)
+        cancel(compaction)
+        // By then the incremental collection has run: the heap used is about what is live, which the pause grows with.
+        compaction = later(RETIRED_COMPACTION_DELAY_MS, () => {
+          if (addon.lowMemory !== undefined && heapUsed() <= COMPACTION_MAX_HEAP_BYTES) release('compacted_after_retirement', true)
+        })
       })
     },
     largeTransactionDurable: () => {
@@ -182,5 +231,5 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
 }
 
 function noReleases(): Record<ReleaseReason, number> {
-  return { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 }
+  return { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 }
 }

@@ -7,6 +7,7 @@ import { createLogger, redactUrl } from './logger.js'
 import { createReplicaServer } from './replica/replica-server.js'
 import { type SluiceServer, createServer } from './server.js'
 import { onShutdownSignals } from './shutdown-signals.js'
+import { limitMallocArenas } from './heap-trim.js'
 import { configureYoungGc } from './young-gc.js'
 
 function version(): string {
@@ -59,6 +60,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   const config = parsed.config
   const logger = createLogger({ level: config.logLevel })
   logger.info(configureYoungGc(), 'young-generation collections')
+  logger.info({ arenas: await limitMallocArenas() }, 'malloc arenas')
 
   let server: Running | undefined
   let stopping = false

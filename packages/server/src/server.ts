@@ -10,6 +10,11 @@ import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgre
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
 import { type HeapTrim, startHeapTrim } from './heap-trim.js'
+import { releasePooledBodies } from './http/log-body.js'
+import { RequestCaches } from './http/request-caches.js'
+import { forgetDefinitionKeys } from './shapes/definition/shape-definition.js'
+import { forgetParsedClauses } from './where/parse-clause.js'
+import { forgetCanonicalTexts } from './where/where-clause.js'
 import { writerLockOptions } from './writer-lock.js'
 import { metricsRoute } from './http/metrics-route.js'
 import type { HttpOptions } from './http/options.js'
@@ -116,8 +121,12 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       )
     }
 
+    const requestCaches = new RequestCaches()
+    // The process-wide ones; the shape routes add their own.
+    for (const forget of [forgetParsedClauses, forgetCanonicalTexts, forgetDefinitionKeys, releasePooledBodies]) requestCaches.add(forget)
     const trim = await startHeapTrim({
       shed: () => pipeline?.store.shedMemory(),
+      forget: () => requestCaches.forget(),
       onRelease: ({ reason, critical, pauseMs }) => logger.info({ reason, critical, pauseMs: Math.round(pauseMs * 10) / 10 }, 'memory given back'),
     })
     heapTrim = trim
@@ -160,7 +169,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
     else logger.info({ bodyPath: 'pread', reason: bodyPath.reason }, 'response bodies are sent with pread (no sendfile)')
     metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot, bodyPath, memoryReleases: trim.releases })
-    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath })
+    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath, caches: requestCaches })
     app.register(metricsRoute, { metrics })
     const address = await app.listen({ port: config.port, host: config.host })
     const port = Number(new URL(address).port)

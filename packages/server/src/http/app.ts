@@ -19,6 +19,7 @@ import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 import { urlForLog } from './raw-query.js'
 import { requestLogger } from './request-logger.js'
+import type { RequestCaches } from './request-caches.js'
 import { SHAPE_PATH, type ShapeWaiters, shapeRoutes } from './shape-routes.js'
 
 /**
@@ -39,6 +40,8 @@ export interface BuildAppOptions {
   readonly metrics?: HttpMetrics
   /** How large bodies are sent (`resolveBodyPath`); default pread. */
   readonly bodyPath?: BodyPath
+  /** Where the shape routes register their request caches, for the server to empty after a sweep (heap-trim.ts). */
+  readonly caches?: RequestCaches
 }
 
 const NO_QUERY: Record<string, never> = Object.freeze({})
@@ -132,7 +135,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   )
 
   app.register(rootRoutes, { shapes })
-  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics, ...(options.bodyPath === undefined ? {} : { bodyPath: options.bodyPath }) })
+  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics, ...(options.bodyPath === undefined ? {} : { bodyPath: options.bodyPath }), ...(options.caches === undefined ? {} : { caches: options.caches }) })
   return app
 }
 

@@ -54,6 +54,23 @@ function take(size: number): { buffer: Buffer; pool: Buffer[] | undefined } {
   return { buffer: pool.pop() ?? Buffer.allocUnsafeSlow(POOLED_BUFFER_BYTES << index), pool }
 }
 
+/**
+ * Lets go of every free pooled buffer. The pools fill to the peak of bodies
+ * built at once and keep it; after a sweep retired thousands of shapes the
+ * peak that filled them is over, and their memory (outside V8's heap, in the
+ * C heap) goes back to the system at the next trim.
+ */
+export function releasePooledBodies(): void {
+  for (const pool of pools) pool.length = 0
+}
+
+/** Free pooled buffers, for tests. */
+export function pooledBodies(): number {
+  let n = 0
+  for (const pool of pools) n += pool.length
+  return n
+}
+
 export interface LogBody {
   /** The body (a view into a possibly pooled buffer). */
   readonly bytes: Buffer

@@ -69,6 +69,22 @@ export class ParsedRequests {
     return result
   }
 
+  /**
+   * Forgets every remembered request. After a sweep retired thousands of
+   * shapes, what the cache holds is mostly their requests (and, through the
+   * frozen parameters, the compiled definitions other caches key on them), which
+   * no client may ever send again.
+   */
+  forget(): void {
+    this.known.clear()
+    this.live.clear()
+  }
+
+  /** Remembered requests, non-live and live templates. */
+  get size(): number {
+    return this.known.size + this.live.size
+  }
+
   /** Whether the full parse read the offset and cursor exactly as the template's values give them (no duplicate keys elsewhere, say). */
   private sameAsTemplate(value: ShapeRequest, template: LiveTemplate): boolean {
     const offset = logOffset(template.offset)

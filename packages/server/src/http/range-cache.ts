@@ -125,6 +125,20 @@ export class RangeCache {
     while (this.held > this.maxBytes) this.evictOldest()
   }
 
+  /**
+   * Forgets the keys offered once (bodies held stay): after a sweep retired
+   * thousands of shapes, those keys name their logs, which no read can offer
+   * again.
+   */
+  forgetOffered(): void {
+    this.seenOnce.clear()
+  }
+
+  /** Keys remembered as offered once. */
+  get offeredOnce(): number {
+    return this.seenOnce.size
+  }
+
   /** Drops every body of the shape (invalidated, deleted or compacted). */
   dropShape(handle: string): void {
     const shape = this.byShape.get(handle)

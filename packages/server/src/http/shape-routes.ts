@@ -36,6 +36,7 @@ import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
 import { RangeCache } from './range-cache.js'
+import type { RequestCaches } from './request-caches.js'
 import { rawQuery } from './raw-query.js'
 import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
@@ -80,6 +81,8 @@ export interface ShapeRoutesOptions {
   readonly metrics: HttpMetrics | undefined
   /** How large bodies are sent; default pread. */
   readonly bodyPath?: BodyPath
+  /** Where the request caches are registered, for the server to empty after a sweep. */
+  readonly caches?: RequestCaches
 }
 
 /** What every GET of one app shares: made once in `shapeRoutes`, not per request. */
@@ -121,6 +124,16 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
       done()
     })
     metrics?.watchRangeCache?.(() => ranges.stats())
+  }
+  if (options.caches !== undefined) {
+    const unregister = options.caches.add(() => {
+      requests.forget()
+      ranges.forgetOffered()
+    })
+    app.addHook('onClose', (_instance, done) => {
+      unregister()
+      done()
+    })
   }
   const context: ShapeReadContext = {
     shapes,

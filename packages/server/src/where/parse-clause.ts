@@ -96,6 +96,16 @@ export function parseWhereClause(clause: string, limits: WhereLimits): RawNode {
   return tree
 }
 
+/** Forgets the trees kept (after a sweep retired thousands of shapes, mostly theirs). */
+export function forgetParsedClauses(): void {
+  parsed.clear()
+}
+
+/** Trees kept, for tests. */
+export function parsedClausesKept(): number {
+  return parsed.size
+}
+
 function deepFreeze<T>(value: T): T {
   if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
     Object.freeze(value)

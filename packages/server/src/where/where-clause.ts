@@ -130,7 +130,12 @@ function columnType(column: WhereColumn, enums: Map<string, EnumType>): SqlType 
  * and parse trees are shared by clauses that differ only in their parameters
  * (parse-clause.ts), so a restart's 100k `user_id = $1` print it once.
  */
-const canonicalTexts = new WeakMap<object, WeakMap<ReadonlyMap<string, EnumType>, string>>()
+let canonicalTexts = new WeakMap<object, WeakMap<ReadonlyMap<string, EnumType>, string>>()
+
+/** Starts the canonical texts afresh (as `forgetDefinitionKeys`, for the table a WeakMap keeps at its peak). */
+export function forgetCanonicalTexts(): void {
+  canonicalTexts = new WeakMap()
+}
 
 function canonicalOf(tree: object, enums: ReadonlyMap<string, EnumType>): string {
   let byEnums = canonicalTexts.get(tree)

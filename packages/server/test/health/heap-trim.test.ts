@@ -6,11 +6,14 @@ import {
   IDLE_UTILIZATION,
   IDLE_WATCH_MS,
   LARGE_TRANSACTION_QUIET_MS,
+  MALLOC_ARENAS,
   RELEASE_TRIM_DELAY_MS,
+  COMPACTION_MAX_HEAP_BYTES,
+  RETIRED_COMPACTION_DELAY_MS,
   RETIRED_SHAPES_FOR_COLLECTION,
   RETIREMENT_QUIET_MS,
 } from '../../src/defaults.js'
-import { type MemoryRelease, type MemoryReturner, heapTrimWith } from '../../src/heap-trim.js'
+import { type MemoryRelease, type MemoryReturner, heapTrimWith, limitMallocArenas } from '../../src/heap-trim.js'
 
 /** Records what the heap trim asks of the addon (the addon's own effect is tested in @sluice/sendfile). */
 function recorder(): MemoryReturner & { trims: number; pressures: boolean[] } {
@@ -75,6 +78,69 @@ describe('heap trim', () => {
     expect(addon.pressures).toEqual([false])
   })
 
+  it('empties the request caches just before the collection after retirements, and not for a large transaction', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const order: string[] = []
+    const memoryPressure = addon.memoryPressure
+    addon.memoryPressure = (critical) => {
+      order.push('collect')
+      return memoryPressure(critical)
+    }
+    const trim = heapTrimWith(addon, { forget: () => order.push('forget'), shed: () => order.push('shed') })
+    for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
+    vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    expect(order).toEqual(['forget', 'collect'])
+    trim.largeTransactionDurable()
+    vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
+    expect(order).toEqual(['forget', 'collect', 'shed', 'collect'])
+    trim.stop()
+  })
+
+  it('compacts what survived a sweep with the low memory notification once the heap has shrunk, then trims; not while the heap is large', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const low: number[] = []
+    const withLow: MemoryReturner = {
+      trimHeap: addon.trimHeap,
+      memoryPressure: addon.memoryPressure,
+      lowMemory: () => {
+        low.push(Date.now())
+        return true
+      },
+    }
+    let used = 200 * 1024 * 1024
+    const released: MemoryRelease[] = []
+    const trim = heapTrimWith(withLow, { heapUsedBytes: () => used, intervalMs: 3_600_000, onRelease: (r) => released.push(r) })
+    const sweep = (): void => {
+      for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
+      vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    }
+    sweep()
+    expect(addon.pressures).toEqual([false])
+    // The incremental collection has left the heap at what is live: compacted once, then the C heap trimmed.
+    used = COMPACTION_MAX_HEAP_BYTES
+    vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS - 1)
+    expect(low).toEqual([])
+    vi.advanceTimersByTime(1)
+    expect(low).toHaveLength(1)
+    expect(addon.trims).toBe(0)
+    vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
+    expect(addon.trims).toBe(1)
+    expect(released.map((r) => [r.reason, r.critical])).toEqual([
+      ['retired_shapes', false],
+      ['compacted_after_retirement', true],
+    ])
+
+    // A heap still large after the sweep (many shapes live): no full collections.
+    used = COMPACTION_MAX_HEAP_BYTES + 1
+    sweep()
+    vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS * 2)
+    expect(low).toHaveLength(1)
+    expect(trim.releases).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 2, compacted_after_retirement: 1 })
+    trim.stop()
+  })
+
   it('collects at once and then trims, once large transactions have stopped becoming durable', () => {
     vi.useFakeTimers()
     const addon = recorder()
@@ -95,7 +161,7 @@ describe('heap trim', () => {
     expect(addon.trims).toBe(0)
     vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
     expect(addon.trims).toBe(1)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
     expect(heard.map((r) => [r.reason, r.critical])).toEqual([['large_transaction', true]])
 
     // The next one is released again; stop cancels what is pending.
@@ -124,11 +190,11 @@ describe('heap trim', () => {
     // The release reads the utilization once to start its window, then clients download for three seconds.
     load.push(0.9, 0.8, 0.6, 0.3, IDLE_UTILIZATION / 2)
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
     vi.advanceTimersByTime(IDLE_CHECK_MS * 3)
     expect(trim.releases.idle_after_transaction).toBe(0)
     vi.advanceTimersByTime(IDLE_CHECK_MS)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0, compacted_after_retirement: 0 })
     expect(addon.pressures).toEqual([true, true])
     vi.advanceTimersByTime(IDLE_WATCH_MS)
     expect(addon.pressures).toEqual([true, true])
@@ -146,7 +212,7 @@ describe('heap trim', () => {
     })
     busy.largeTransactionDurable()
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + IDLE_WATCH_MS * 2)
-    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
     expect(checks).toBe(1 + IDLE_WATCH_MS / IDLE_CHECK_MS)
     trim.stop()
     busy.stop()
@@ -167,5 +233,18 @@ describe('heap trim', () => {
     expect(addon.pressures).toEqual([false, true])
     expect(addon.trims).toBe(1)
     trim.stop()
+  })
+
+  it('caps the malloc arenas through the addon, unless MALLOC_ARENA_MAX in the environment says otherwise', async () => {
+    const given = process.env.MALLOC_ARENA_MAX
+    try {
+      process.env.MALLOC_ARENA_MAX = '4'
+      expect(await limitMallocArenas()).toBeUndefined()
+      delete process.env.MALLOC_ARENA_MAX
+      expect(await limitMallocArenas()).toBe(MALLOC_ARENAS)
+    } finally {
+      if (given === undefined) delete process.env.MALLOC_ARENA_MAX
+      else process.env.MALLOC_ARENA_MAX = given
+    }
   })
 })

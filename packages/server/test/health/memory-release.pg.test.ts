@@ -3,8 +3,11 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
+import { RETIRED_SHAPES_FOR_COLLECTION } from '../../src/defaults.js'
+import { pooledBodies } from '../../src/http/log-body.js'
+import { parsedClausesKept } from '../../src/where/parse-clause.js'
 import { type SluiceServer, createServer } from '../../src/server.js'
-import { call } from '../http/http-harness.js'
+import { call, shapeUrl } from '../http/http-harness.js'
 import { ShapeClient, selectRows, until } from './health-harness.js'
 
 /**
@@ -48,7 +51,7 @@ describe('memory release after a large transaction', () => {
       await client.catchUp()
       return client.rows.size === 5 ? true : undefined
     })
-    expect(await releases(server.port)).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0 })
+    expect(await releases(server.port)).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
 
     // About 6 MB in one transaction: more than the 2 MiB the assembler holds whole.
     await cluster.query(`INSERT INTO burst_rows SELECT i, repeat(md5(i::text), 6) FROM generate_series(6, 30005) i`)
@@ -67,5 +70,41 @@ describe('memory release after a large transaction', () => {
       idle = (await releases(server.port))['idle_after_transaction'] ?? 0
     }
     expect(idle).toBe(1)
+  })
+})
+
+describe('memory release after an expiry sweep', () => {
+  it('empties the request caches before collecting, once a sweep has retired a thousand shapes', { timeout: 180_000 }, async () => {
+    const shapes = RETIRED_SHAPES_FOR_COLLECTION
+    await cluster.query(`CREATE TABLE swept_rows (id int4 PRIMARY KEY); INSERT INTO swept_rows SELECT generate_series(1, ${shapes})`)
+    const dir = await dirs.make('swept')
+    await chmod(dir, 0o755)
+    const server = await createServer(
+      loadConfig([
+        ...['--database-url', cluster.url, '--storage-dir', dir, '--port', '0', '--log-level', 'silent'],
+        ...['--shape-ttl', '20s', '--client-shapes-per-minute', '0', '--max-creating-shapes', '0'],
+      ]),
+    )
+    running.push(server)
+    // One shape per where clause, as a client making many shapes does; this test's process is the server's.
+    let next = 0
+    const worker = async (): Promise<void> => {
+      for (let i = next++; i < shapes; i = next++) {
+        const res = await call(server.port, shapeUrl({ table: 'swept_rows', offset: '-1', where: `id = ${i + 1}` }))
+        expect(res.status).toBe(200)
+      }
+    }
+    await Promise.all(Array.from({ length: 8 }, worker))
+    expect(parsedClausesKept()).toBeGreaterThan(0)
+    expect(pooledBodies()).toBeGreaterThan(0)
+    expect((await releases(server.port))['retired_shapes']).toBe(0)
+
+    await until(
+      'every shape expired and the release after the sweep',
+      async () => ((await releases(server.port))['retired_shapes'] ?? 0) > 0 || undefined,
+      150_000,
+    )
+    expect(parsedClausesKept()).toBe(0)
+    expect(pooledBodies()).toBe(0)
   })
 })

@@ -3,7 +3,15 @@ import { join } from 'node:path'
 import type { Span } from '@sluice/storage'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
-import { BUFFERED_BODY_MAX_BYTES, POOLED_BUFFER_BYTES, STREAM_PIECE_BYTES, logBody, streamedLogBody } from '../../src/http/log-body.js'
+import {
+  BUFFERED_BODY_MAX_BYTES,
+  POOLED_BUFFER_BYTES,
+  STREAM_PIECE_BYTES,
+  logBody,
+  pooledBodies,
+  releasePooledBodies,
+  streamedLogBody,
+} from '../../src/http/log-body.js'
 import { readOf } from './log-read-fixture.js'
 
 const dirs = useTempDir('log-body')
@@ -69,6 +77,23 @@ describe('logBody', () => {
       const second = await logBody(readOf(spans), undefined)
       expect(second.bytes.buffer).not.toBe(first.bytes.buffer)
       second.done()
+    } finally {
+      close()
+    }
+  })
+
+  it('lets go of every free pooled buffer when asked, and builds in new ones after', async () => {
+    const { spans, close } = await fileRange(40, 960)
+    try {
+      const bodies = await Promise.all([logBody(readOf(spans), undefined), logBody(readOf(spans), undefined)])
+      for (const b of bodies) b.done()
+      expect(pooledBodies()).toBeGreaterThanOrEqual(2)
+      releasePooledBodies()
+      expect(pooledBodies()).toBe(0)
+      const next = await logBody(readOf(spans), undefined)
+      expect(bodies.some((b) => b.bytes.buffer === next.bytes.buffer)).toBe(false)
+      expect(JSON.parse(next.bytes.toString('utf8'))).toHaveLength(40)
+      next.done()
     } finally {
       close()
     }

@@ -18,6 +18,21 @@ describe('ParsedRequests', () => {
     expect(requests.parse(catchUp)).toBe(requests.parse(catchUp))
   })
 
+  it('forgets every remembered request, non-live and live, and parses them afresh after', () => {
+    const requests = new ParsedRequests()
+    const live = 'table=items&offset=3_1&handle=123-456&live=true&cursor=10'
+    const first = requests.parse(initial)
+    requests.parse(live)
+    const liveTemplate = requests.parse(live.replace('3_1', '3_2'))
+    expect(requests.size).toBe(2)
+    requests.forget()
+    expect(requests.size).toBe(0)
+    const again = requests.parse(initial)
+    expect(again).not.toBe(first)
+    expect(again).toEqual(first)
+    expect(requests.parse(live.replace('3_1', '3_2'))).toEqual(liveTemplate)
+  })
+
   it('parses live and invalid queries every time, with the answers a fresh parse gives', () => {
     const requests = new ParsedRequests()
     for (const query of ['table=items&offset=3_1&handle=123-456&live=true&cursor=10', 'table=items', 'offset=-1', 'table=items&offset=-1&live=true']) {

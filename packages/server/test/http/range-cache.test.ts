@@ -22,6 +22,19 @@ describe('RangeCache', () => {
     expect(cache.stats()).toMatchObject({ entries: 1, bytes: 1000, hits: 1, misses: 1 })
   })
 
+  it('forgets the keys offered once, keeping the bodies it holds', () => {
+    const cache = new RangeCache(1024 * 1024)
+    keep(cache, 'h', 'h -1 0_0', body(100, 1))
+    cache.offer('g', 'g -1 0_0', body(100, 2))
+    expect(cache.offeredOnce).toBe(1)
+    cache.forgetOffered()
+    expect(cache.offeredOnce).toBe(0)
+    // The next offer is a first one again: not kept.
+    cache.offer('g', 'g -1 0_0', body(100, 2))
+    expect(cache.get('g -1 0_0')).toBeUndefined()
+    expect(cache.get('h -1 0_0')).toEqual(body(100, 1))
+  })
+
   it('answers each key with what was offered for it and holds at most its bound, for random offers and lookups', () => {
     fc.assert(
       fc.property(

@@ -115,7 +115,17 @@ export function definitionKey(def: ShapeDefinition): string {
   return key
 }
 
-const frozenKeys = new WeakMap<ShapeDefinition, string>()
+let frozenKeys = new WeakMap<ShapeDefinition, string>()
+
+/**
+ * Starts the keys of frozen definitions afresh. A WeakMap drops the entries of
+ * dead definitions but keeps the table they grew (about 50 bytes a shape at its
+ * peak count): after a sweep retired thousands of shapes, a new map is the way
+ * to give it back; the live shapes' keys are built again when next asked for.
+ */
+export function forgetDefinitionKeys(): void {
+  frozenKeys = new WeakMap()
+}
 
 /**
  * {@link definitionKey} without its cache: for a caller that keeps the key

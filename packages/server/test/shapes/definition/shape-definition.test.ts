@@ -10,6 +10,7 @@ import {
   paramList,
   referencedParamNumbers,
 } from '../../../src/shapes/definition/index.js'
+import { forgetDefinitionKeys } from '../../../src/shapes/definition/shape-definition.js'
 import { compileWhere } from '../../../src/where/index.js'
 
 const COLUMNS: readonly WhereColumn[] = [
@@ -119,6 +120,14 @@ describe('normalizeDefinition', () => {
 
   it('refuses a where clause without its compiled form', () => {
     expect(() => normalizeDefinition(request('table=items&where=id=1'), undefined)).toThrow(TypeError)
+  })
+
+  it('gives the same keys after the kept ones are forgotten (a sweep starts their table afresh)', async () => {
+    const { definition } = await compileDefinition(request('table=items&where=id=$1&params[1]=3'), COLUMNS)
+    const before = definitionKey(definition)
+    forgetDefinitionKeys()
+    expect(definitionKey(definition)).toBe(before)
+    expect(definitionKey({ ...definition })).toBe(before)
   })
 
   it('the key is canonical JSON and the hash is stable', async () => {
