@@ -126,17 +126,7 @@ describe('an idle flush on the real file system', () => {
     log.appendTransaction([change(5n, 0, 1)])
     s.advance(5n)
     await s.flush()
-    await new Promise((r) => setTimeout(r, 3 * SHORT))
-    const order: string[] = []
-    s.onFlush((r) => {
-      if (r.durableLsn === 10n) order.push('flushed')
-    })
-    log.appendTransaction([change(10n, 0, 2)])
-    s.advance(10n)
-    // Queued after the flush's own immediate: through the thread pool, the fdatasync would still be running then.
-    setImmediate(() => order.push('next immediate'))
-    while (order.length < 2) await turns(1)
-    return order[0] === 'flushed'
+    return idleChangeToldWithinItsTurn(s, log, 10n)
   }
 
   /** For one idle change to `log`, after the store has been idle for a while: whether the flush was told before an immediate queued after the flush's own ran. */
@@ -148,6 +138,7 @@ describe('an idle flush on the real file system', () => {
     })
     log.appendTransaction([change(lsn, 0, 2)])
     s.advance(lsn)
+    // Queued after the flush's own immediate: through the thread pool, the fdatasync would still be running then.
     setImmediate(() => order.push('next immediate'))
     while (order.length < 2) await turns(1)
     off()
