@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { getHeapStatistics } from 'node:v8'
+import { loadNativeAddon } from './native-addon.js'
 import {
   COMPACTION_MAX_HEAP_BYTES,
   CRITICAL_RELEASE_MAX_HEAP_BYTES,
@@ -105,14 +106,7 @@ function nodeLoopUtilization(): () => number {
  * Where the addon cannot load nothing happens.
  */
 export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<HeapTrim> {
-  let native: MemoryReturner | undefined
-  try {
-    const { loadSendfile } = await import('@sluice/sendfile')
-    const loaded = loadSendfile()
-    if (loaded.available) native = loaded.sendfile
-  } catch {
-    // The optional package is missing: nothing to trim with.
-  }
+  const native: MemoryReturner | undefined = await loadNativeAddon()
   if (native === undefined) {
     return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: noReleases(), stop: () => {} }
   }
@@ -132,13 +126,8 @@ export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<Heap
  */
 export async function limitMallocArenas(arenas: number = MALLOC_ARENAS): Promise<number | undefined> {
   if (process.env.MALLOC_ARENA_MAX !== undefined) return undefined
-  try {
-    const { loadSendfile } = await import('@sluice/sendfile')
-    const loaded = loadSendfile()
-    return loaded.available && loaded.sendfile.limitArenas(arenas) ? arenas : undefined
-  } catch {
-    return undefined
-  }
+  const native = await loadNativeAddon()
+  return native !== undefined && native.limitArenas(arenas) ? arenas : undefined
 }
 
 /** What `startHeapTrim` uses of the addon. */

@@ -33,7 +33,7 @@ import { ShapeCompactor } from './shapes/compaction/shape-compactor.js'
 import { RoutedAhead } from './shapes/routed-ahead.js'
 import { catalogChanged } from './shapes/invalidation.js'
 import { loadTableStates } from './shapes/table-catalog.js'
-import { nativeStatFiles } from './native-stat.js'
+import { loadNativeAddon } from './native-addon.js'
 import { LargeTransactionWatch } from './large-transaction-watch.js'
 
 /**
@@ -186,7 +186,8 @@ export class Pipeline {
   /** Opens storage, restores shapes, ensures the publication and slot, and starts streaming. */
   static async start(options: PipelineOptions): Promise<Pipeline> {
     const memoryBudgetBytes = options.memoryBudgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES
-    const statFiles = await nativeStatFiles()
+    // The batched stat at the store's open after a clean stop; without it the store stats file by file.
+    const statFiles = (await loadNativeAddon())?.statFiles
     let opening = true
     const store = await openFileLogStore({
       dir: join(options.storageDir, 'logs'),

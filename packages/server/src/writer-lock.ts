@@ -1,4 +1,5 @@
 import type { StoreLockOptions } from '@sluice/storage'
+import { loadNativeAddon } from './native-addon.js'
 
 /** What the server logs about the lock (a pino logger's shape). */
 interface LockLogger {
@@ -15,14 +16,7 @@ interface LockLogger {
  * that is going away (a restart racing the old process's exit), then fails.
  */
 export async function writerLockOptions(options: { standby: boolean; waitMs: number; logger: LockLogger }): Promise<StoreLockOptions & { kind: 'flock' | 'pid file' }> {
-  let lockFile: ((fd: number) => boolean) | undefined
-  try {
-    const { loadSendfile } = await import('@sluice/sendfile')
-    const loaded = loadSendfile()
-    if (loaded.available) lockFile = loaded.sendfile.lockFile
-  } catch {
-    // The optional package is missing: the pid file it is.
-  }
+  const lockFile = (await loadNativeAddon())?.lockFile
   const kind = lockFile === undefined ? 'pid file' : 'flock'
   if (lockFile === undefined) {
     options.logger.warn({ lock: kind }, 'the storage writer lock is a pid file (the native addon did not load): every writer of this storage must run the same build')

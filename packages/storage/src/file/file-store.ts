@@ -143,9 +143,11 @@ export class FileLogStore implements ShapeLogStore {
         watermark ??= { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
+      // The native batch stats the real file system: another port keeps answering for its own files.
+      const statFiles = fs === nodeFs ? options.statFiles : undefined
       // After a clean close, the logs' files are stat'ed on the thread pool while the heads file is read and
-      // decoded (loadLogs checks them against it); the batch stats the real file system only.
-      const listed = fs === nodeFs && options.statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, options.statFiles) : undefined
+      // decoded (loadLogs checks them against it).
+      const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
       // Taken (and removed for good) before anything changes a log, replay included.
       const heads = await takeHeads(fs, root, watermark.lsn)
       // Before any log is opened: recovery's cut relies on the files holding
@@ -157,8 +159,7 @@ export class FileLogStore implements ShapeLogStore {
       if (options.onError !== undefined) store.onError(options.onError)
       // A clean close leaves no journal: with one, the heads file does not describe these files.
       const clean = segments === 0 ? heads : undefined
-      // The native batch stats the real file system: another port keeps answering for its own files.
-      await store.load(clean, fs === nodeFs ? options.statFiles : undefined, clean === undefined ? undefined : listed)
+      await store.load(clean, statFiles, clean === undefined ? undefined : listed)
       if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
       store.commit.live?.write(replay.watermark)
       store.commit.live?.syncNow()

@@ -38,8 +38,8 @@ export interface JournalOptions {
   /**
    * A commit asked to sync inline (see `commit`) blocks the calling thread in
    * fdatasync(2) while recent inline syncs took at most this long (ms, their
-   * median); 0:
-   * every sync goes through the port (FileStoreOptions.idleSyncInlineMaxMs).
+   * median: inline-sync-policy.ts); 0: every sync goes through the port
+   * (FileStoreOptions.idleSyncInlineMaxMs).
    */
   readonly inlineSyncMaxMs?: number
 }
@@ -209,7 +209,7 @@ export class Journal<T extends JournalOwner> {
    * directory sync when a new segment starts). Returns the owners it covered.
    * On failure the group is dropped and the error names its owners.
    * `inline`: the caller has nothing else to do (an idle store's flush): with
-   * `inlineSync` and a fast disk the fdatasync blocks this thread instead of
+   * `inlineSyncMaxMs` and a fast disk the fdatasync blocks this thread instead of
    * going through the thread pool.
    */
   async commit(watermark?: Watermark, inline = false): Promise<readonly T[]> {
