@@ -5,6 +5,7 @@
  * damaged log moved to quarantine/, buckets left empty removed, and at close
  * the heads file written for the next open.
  */
+import { constants } from 'node:os'
 import { LOG_FILES, checkShapeId } from '../defaults.js'
 import { StorageError, fromSystemError } from '../errors.js'
 import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta } from '../format.js'
@@ -78,7 +79,8 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
       } else {
         loaded.logs.set(id, await openLog(ctx, id, dir))
       }
-    } catch (err) {
+    } catch (caught) {
+      const err = unreadable(id, caught) ?? caught
       if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
         throw err
       }
@@ -93,6 +95,27 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
   return loaded
 }
 
+/** EUCLEAN's number on Linux: not in Node's table of errno names. */
+const LINUX_EUCLEAN = 117
+const osErrno = constants.errno
+
+/**
+ * Errors by which the disk or the file system says a file's blocks or its
+ * inode are damaged: EIO, and on Linux EBADMSG and EUCLEAN (ext4's and xfs's
+ * "structure needs cleaning"), which libuv has no names for, so they are told
+ * by number. They fail the one log whose files gave them, like a bad header:
+ * the log is set aside and its shape made again from Postgres, where failing
+ * the whole open would stop every other shape too. Errors of the store itself
+ * (its journal, its directories) still fail the open.
+ */
+const DAMAGE_ERRNOS: ReadonlySet<number> = new Set([osErrno.EIO, ...(process.platform === 'linux' ? [osErrno.EBADMSG, LINUX_EUCLEAN] : [])])
+
+function unreadable(id: string, err: unknown): StorageError | undefined {
+  const sys = (err instanceof StorageError ? err.cause : err) as NodeJS.ErrnoException | undefined
+  if (typeof sys?.errno !== 'number' || !DAMAGE_ERRNOS.has(Math.abs(sys.errno))) return undefined
+  return new StorageError('corrupt_log', `shape ${id}: its files cannot be read (${sys.message})`, { cause: err })
+}
+
 async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<FileShapeLog> {
   let meta: Buffer
   try {
@@ -101,8 +124,9 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
     meta = decoded
   } catch (err) {
     if (err instanceof StorageError) throw err
-    const missing = (err as NodeJS.ErrnoException).code === 'ENOENT'
-    throw new StorageError('corrupt_log', `shape ${id}: ${missing ? `meta.bin is missing from ${dir}` : 'cannot read meta.bin'}`, { cause: err })
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is missing from ${dir}`, { cause: err })
+    // Damage (EIO) sets the log aside (`unreadable`); a lack of descriptors or of permission is no fault of the log's and fails the open.
+    throw fromSystemError(err, `read meta.bin of shape ${id}`)
   }
   const log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
   try {
