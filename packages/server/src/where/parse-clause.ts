@@ -132,7 +132,10 @@ function parseUncached(clause: string, limits: WhereLimits): RawNode {
   const statement = STATEMENT_PREFIX + clause
   let result: { stmts?: readonly { stmt?: RawNode; stmt_len?: number }[] }
   try {
-    const nesting = countNestingTokens(statement)
+    // Every token is at least one character long, so a statement no longer
+    // than the limit cannot exceed it: the scan (a second pass over the text,
+    // as long as the parse itself) is for long clauses only.
+    const nesting = statement.length > MAX_NESTING_TOKENS ? countNestingTokens(statement) : 0
     if (nesting > MAX_NESTING_TOKENS) {
       throw new WhereClauseError(
         'limit_exceeded',
