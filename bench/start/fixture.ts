@@ -4,24 +4,32 @@
  * clean stop. The first shape is made by a real server over HTTP (so its meta
  * is exactly what the server writes); the rest are written straight through
  * the storage engine with that meta's table signature and snapshot, one
- * `id = $1` shape per id. Going through HTTP and the pipeline for 100,000
- * shapes takes over ten minutes here; the engine takes about a minute.
+ * `id = $1` shape per id (`where: 'literal'`: one `id = <n>` shape per id, a
+ * distinct clause text each, so a restore parses every one). Going through
+ * HTTP and the pipeline for 100,000 shapes takes over ten minutes here; the
+ * engine takes about a minute.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createServer, loadConfig } from '@sluice/server'
-import { openFileLogStore } from '@sluice/storage'
+import { type FileLogStore, openFileLogStore } from '@sluice/storage'
 import type { PostgresCluster } from '@sluice/test-utils'
 import { startPostgres } from '@sluice/test-utils'
 import { decodeShapeMeta, definitionHash, encodeShapeMeta, formatHandle, parseHandle } from '../../packages/server/src/shapes/definition/index.js'
 import { encodeSnapshotEnd } from '../../packages/server/src/shapes/snapshot/pg-snapshot.js'
+import { writerLockOptions } from '../../packages/server/src/writer-lock.js'
 
 export const TABLE = 'start_items'
+
+/** How the fixture's shapes differ: by a parameter (one clause text) or by a literal in the clause. */
+export type FixtureWhere = 'param' | 'literal'
 
 export interface StartFixture {
   readonly cluster: PostgresCluster
   readonly storageDir: string
   readonly shapes: number
+  /** The replication slot the store follows. */
+  readonly slot: string
 }
 
 /** Postgres settings: as the throwaway clusters', with room for the bench's few connections. */
@@ -32,53 +40,57 @@ const PG_SETTINGS = { wal_level: 'logical', fsync: false, autovacuum: false, max
  * of `shapes` shapes in `<dir>/store-<shapes>`. A store is reused only if a
  * finished earlier run marked it (`fixture.json`).
  */
-export async function startFixture(dir: string, shapes: number, cluster?: PostgresCluster): Promise<StartFixture> {
+export async function startFixture(dir: string, shapes: number, cluster?: PostgresCluster, where: FixtureWhere = 'param'): Promise<StartFixture> {
   mkdirSync(dir, { recursive: true })
   const pg = cluster ?? (await startPostgres({ settings: PG_SETTINGS, persistentDir: join(dir, 'pg') }))
   await pg.query(`CREATE TABLE IF NOT EXISTS ${TABLE} (id int PRIMARY KEY, title text NOT NULL)`)
-  const storageDir = join(dir, `store-${shapes}`)
+  const storageDir = join(dir, where === 'param' ? `store-${shapes}` : `store-${shapes}-${where}`)
   const marker = join(storageDir, 'fixture.json')
   if (existsSync(marker) && (JSON.parse(readFileSync(marker, 'utf8')) as { shapes: number }).shapes === shapes) {
-    await catchUp(pg, storageDir, shapes)
-    return { cluster: pg, storageDir, shapes }
+    await catchUp(pg, storageDir, shapes, where)
+    return { cluster: pg, storageDir, shapes, slot: slotName(shapes, where) }
   }
-  await makeStore(pg, storageDir, shapes)
+  await makeStore(pg, storageDir, shapes, where)
+  await catchUp(pg, storageDir, shapes, where)
   writeFileSync(marker, JSON.stringify({ shapes, made: new Date().toISOString() }))
-  return { cluster: pg, storageDir, shapes }
+  return { cluster: pg, storageDir, shapes, slot: slotName(shapes, where) }
 }
 
 /**
  * A stopped cluster drops its slots, so a reused store meets a new slot that
- * starts past its watermark (and the server would invalidate every shape).
- * Nothing wrote to the table since, so the store holds every commit up to the
- * new slot's start: say so by advancing its watermark there.
+ * starts past its watermark (and the server would invalidate every shape);
+ * and a slot the fixture's server confirmed can be a little past the store the
+ * fixture then wrote without it. Nothing wrote to the table since, so the
+ * store holds every commit up to the slot's position: say so by advancing its
+ * watermark there.
  */
-async function catchUp(pg: PostgresCluster, storageDir: string, shapes: number): Promise<void> {
-  const slot = `start_${shapes}`
-  const { rows } = await pg.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_replication_slots WHERE slot_name = $1', [slot])
-  if (rows[0]!.n > 0) return
+async function catchUp(pg: PostgresCluster, storageDir: string, shapes: number, where: FixtureWhere): Promise<void> {
+  const slot = slotName(shapes, where)
+  const { rows } = await pg.query<{ lsn: string }>('SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1', [slot])
   // Alone in its query: it refuses to run inside a multi-statement one.
-  const created = await pg.query<{ lsn: string }>("SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", [slot])
-  const [hi, lo] = created.rows[0]!.lsn.split('/')
+  const text = rows[0]?.lsn ?? (await pg.query<{ lsn: string }>("SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", [slot])).rows[0]!.lsn
+  const [hi, lo] = text.split('/')
   const lsn = (BigInt(`0x${hi}`) << 32n) | BigInt(`0x${lo}`)
-  const store = await openFileLogStore({ dir: join(storageDir, 'logs') })
+  const store = await openFixtureStore(storageDir)
   try {
-    store.advance(lsn)
-    await store.flush()
+    if (lsn > store.durableLsn) {
+      store.advance(lsn)
+      await store.flush()
+    }
   } finally {
     await store.close()
   }
 }
 
-async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number): Promise<void> {
+async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number, where: FixtureWhere): Promise<void> {
   await pg.query(`INSERT INTO ${TABLE} SELECT i, 'item ' || i FROM generate_series(1, $1) i ON CONFLICT DO NOTHING`, [shapes])
-  // Each store has a slot of its own, so the stores do not push one another's slots ahead.
-  const slot = `start_${shapes}`
+  const slot = slotName(shapes, where)
   const config = loadConfig(['--database-url', pg.url, '--port', '0', '--storage-dir', storageDir, '--slot', slot, '--log-level', 'warn'], {})
   const server = await createServer(config)
   let first: string
   try {
-    const url = `${server.url}/v1/shape?table=${TABLE}&where=${encodeURIComponent('id = $1')}&params%5B1%5D=1&offset=-1`
+    const query = where === 'param' ? `where=${encodeURIComponent('id = $1')}&params%5B1%5D=1` : `where=${encodeURIComponent('id = 1')}`
+    const url = `${server.url}/v1/shape?table=${TABLE}&${query}&offset=-1`
     const response = await fetch(url)
     if (response.status !== 200) throw new Error(`first shape: ${response.status} ${await response.text()}`)
     await response.arrayBuffer()
@@ -86,7 +98,7 @@ async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number
   } finally {
     await server.close()
   }
-  const store = await openFileLogStore({ dir: join(storageDir, 'logs') })
+  const store = await openFixtureStore(storageDir)
   try {
     const meta = decodeShapeMeta(store.get(first)!.meta)
     const startMicros = parseHandle(first)!.micros + 1
@@ -95,7 +107,7 @@ async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number
     for (let from = 2; from <= shapes; from += BATCH) {
       const finishing: Promise<unknown>[] = []
       for (let id = from; id < Math.min(from + BATCH, shapes + 1); id++) {
-        const definition = { ...meta.definition, params: { '1': String(id) } }
+        const definition = where === 'param' ? { ...meta.definition, params: { '1': String(id) } } : { ...meta.definition, where: literalClause(meta.definition.where, id) }
         const handle = formatHandle(definitionHash(definition), startMicros + id)
         const encoded = encodeShapeMeta(definition, handle, { ...(meta.table === undefined ? {} : { table: meta.table }), stitch: meta.stitch! })
         const writer = store.createShape(handle, { meta: encoded })
@@ -108,4 +120,21 @@ async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number
   } finally {
     await store.close()
   }
+}
+
+/** The store, locked the way the server locks it (flock on LOCK, which a server leaves behind naming its process: a pid-file lock would refuse it). */
+async function openFixtureStore(storageDir: string): Promise<FileLogStore> {
+  const { lockFile } = await writerLockOptions({ standby: false, waitMs: 0, logger: { info: () => {}, warn: () => {} } })
+  return openFileLogStore({ dir: join(storageDir, 'logs'), lock: { lockFile } })
+}
+
+/** Each store has a slot of its own, so the stores do not push one another's slots ahead. */
+function slotName(shapes: number, where: FixtureWhere): string {
+  return where === 'param' ? `start_${shapes}` : `start_${shapes}_${where}`
+}
+
+/** The first shape's canonical clause (`id = 1` as the server spells it, `("id" = 1)`) with another id. */
+function literalClause(first: string | undefined, id: number): string {
+  if (first === undefined || (first.match(/= 1\b/g) ?? []).length !== 1) throw new Error(`fixture: unexpected canonical clause ${String(first)}`)
+  return first.replace(/= 1\b/, `= ${id}`)
 }

@@ -11,9 +11,10 @@
  * stores there for the next run (making the 100k store takes a few minutes;
  * default: a temp dir, deleted at the end), START_NODE_ARGS (Node flags for
  * the server, e.g. --cpu-prof), START_LOG_DIR=<dir> (each server's output),
- * START_HEAP_SNAPSHOT=<dir> (a heap snapshot of each server once healthy, written there).
+ * START_HEAP_SNAPSHOT=<dir> (a heap snapshot of each server once healthy, written there),
+ * START_WHERE=literal (shapes `id = <n>`, a clause text each, in place of `id = $1` with a parameter).
  * Writes results/start.{json,md}
- * (results/start.partial.* when START_SIZES or START_RUNS is set).
+ * (results/start.partial.* when START_SIZES or START_RUNS is set; results/start-literal.partial.* with START_WHERE=literal).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
@@ -24,7 +25,7 @@ import { fileURLToPath } from 'node:url'
 import { freePort } from '@sluice/test-utils'
 import { median } from '../pipeline/stats.js'
 import { machineInfo } from '../storage/report.js'
-import { type StartFixture, startFixture } from './fixture.js'
+import { type FixtureWhere, type StartFixture, startFixture } from './fixture.js'
 import { MODES, type Mode, type Report, type Run, TARGET_MS } from './report.js'
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url))
@@ -38,7 +39,9 @@ const NODE_ARGS = (process.env.START_NODE_ARGS ?? '').split(' ').filter((a) => a
 const LOG_DIR = process.env.START_LOG_DIR
 /** START_HEAP_SNAPSHOT: once healthy, each server writes a heap snapshot there (what each restored shape holds); makes the report partial. */
 const SNAPSHOT_DIR = process.env.START_HEAP_SNAPSHOT
-const PARTIAL = SNAPSHOT_DIR !== undefined || process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || process.env.START_MODES !== undefined || NODE_ARGS.length > 0
+/** START_WHERE: how the stored shapes differ (fixture.ts); makes the report partial unless it is the default. */
+const WHERE: FixtureWhere = process.env.START_WHERE === 'literal' ? 'literal' : 'param'
+const PARTIAL = WHERE !== 'param' || SNAPSHOT_DIR !== undefined || process.env.START_RUNS !== undefined || process.env.START_SIZES !== undefined || process.env.START_MODES !== undefined || NODE_ARGS.length > 0
 /** START_MODES: which modes to run (compiled alone halves a run at 100k); makes the report partial. */
 const RUN_MODES: readonly Mode[] = (process.env.START_MODES ?? MODES.join(',')).split(',').map((m) => {
   if (!(MODES as readonly string[]).includes(m)) throw new Error(`START_MODES: unknown mode ${m}`)
@@ -105,7 +108,7 @@ async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promis
   for (const k of Object.keys(env)) if (k.startsWith('SLUICE_') || k === 'NODE_OPTIONS') delete env[k]
   if (mode === 'source') env['SLUICE_FROM_SOURCE'] = '1'
   const snapshotArgs = SNAPSHOT_DIR === undefined ? [] : ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${SNAPSHOT_DIR}`]
-  const args = [...NODE_ARGS, ...snapshotArgs, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', `start_${fixture.shapes}`]
+  const args = [...NODE_ARGS, ...snapshotArgs, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', fixture.slot]
   const load1 = loadavg()[0]!
   const t0 = performance.now()
   const child: ChildProcess = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
@@ -162,6 +165,10 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
     '',
     `Produced by \`npm run bench:start\` (\`pnpm --filter @sluice/bench run bench:start\`, \`bench/start/run.ts\`)${PARTIAL ? ' for a subset (START_SIZES / START_RUNS)' : ''} on ${new Date().toISOString().slice(0, 10)}; the run took ${(seconds / 60).toFixed(1)} minutes${fixtureReused ? ' (stores reused from START_FIXTURE)' : ''}.`,
     `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 1024 ** 3)} GiB, Node ${process.version}.`,
+    '',
+    WHERE === 'param'
+      ? 'Shapes: `id = $1` on one table, one per id, differing by their parameter (one clause text for all).'
+      : 'Shapes: `id = <n>` on one table, one per id, each its own clause text (START_WHERE=literal: a restore parses and compiles every clause).',
     '',
     '**Measures:** wall time from spawning `node packages/server/bin/sluice.js start --database-url … --storage-dir …` to the first',
     '200 of `GET /v1/health` (polled every 5 ms), on a store a previous run closed cleanly, with Postgres already running.',
@@ -226,7 +233,7 @@ async function main(): Promise<void> {
   try {
     for (const shapes of SIZES) {
       const made = performance.now()
-      const fixture = await startFixture(fixtureDir, shapes, cluster)
+      const fixture = await startFixture(fixtureDir, shapes, cluster, WHERE)
       cluster = fixture.cluster
       const madeMs = performance.now() - made
       if (madeMs > 5_000) process.stderr.write(`fixture of ${shapes} shapes made in ${fmt(madeMs)}\n`)
@@ -249,7 +256,8 @@ async function main(): Promise<void> {
     if (process.env.START_FIXTURE === undefined) rmSync(fixtureDir, { recursive: true, force: true })
   }
   const seconds = (performance.now() - t0) / 1000
-  const base = join(ROOT, 'bench/results', QUICK ? 'start.quick' : PARTIAL ? 'start.partial' : 'start')
+  // Literal clauses go to a file of their own, beside (not over) the usual partial run.
+  const base = join(ROOT, 'bench/results', QUICK ? 'start.quick' : WHERE === 'literal' ? 'start-literal.partial' : PARTIAL ? 'start.partial' : 'start')
   const results: Report = { date: new Date().toISOString(), machine, runsPerMode: RUNS, sizes: SIZES, runs }
   writeFileSync(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`)
   writeFileSync(`${base}.md`, report(runs, seconds, reused))
