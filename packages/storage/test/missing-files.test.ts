@@ -15,24 +15,11 @@ import { openFileLogStore, openReadOnlyLogStore, shapeDir } from '../src/index.j
 import type { FileLogStore, StatFiles, StorageError } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { powerCut } from './fixtures/files.js'
+import { IDS, OPTIONS, expectGoesOnWithout, populated } from './fixtures/quarantine.js'
 
 const tempDirs = useTempDir()
 
-const IDS = ['a', 'b', 'c', 'd']
 const FILES = ['log.dat', 'entries.idx', 'chunks.idx', 'meta.bin'] as const
-const OPTIONS = { flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 } as const
-
-/** Logs with snapshots, several chunks and transactions, all flushed. */
-async function populated(dir: string): Promise<{ store: FileLogStore; before: Record<string, unknown[]> }> {
-  const store = await openFileLogStore({ dir, ...OPTIONS })
-  for (const id of IDS) await makeShape(store, id, [row(1), row(2)])
-  for (let tx = 1n; tx <= 8n; tx++) {
-    IDS.forEach((id, i) => store.get(id)!.appendTransaction([change(tx, 0, i), change(tx, 1, i + 1)]))
-    store.advance(tx)
-  }
-  await store.flush()
-  return { store, before: Object.fromEntries(IDS.map((id) => [id, readAllEntries(store.get(id)!)])) }
-}
 
 function nativeStatFiles(): StatFiles {
   const load = loadSendfile()
@@ -79,18 +66,12 @@ async function openWithout(way: Way, file: (typeof FILES)[number]): Promise<void
     expect(readdirSync(`${dir}/quarantine/${kept[0]}`).sort()).toEqual(FILES.filter((f) => f !== file).sort())
     expect(existsSync(shapeDir(dir, 'b'))).toBe(false)
     for (const id of ['a', 'c', 'd']) expect(readAllEntries(again.get(id)!)).toEqual(before[id])
-    // The store goes on: the shape can be made again, and the others take appends.
-    await makeShape(again, 'b', [row(7)])
-    for (const id of IDS) again.get(id)!.appendTransaction([change(9n, 0, 1)])
-    again.advance(9n)
-    await again.flush()
-  } finally {
+  } catch (err) {
     await again.close()
+    throw err
   }
-  const reopened = await openFileLogStore({ dir, ...OPTIONS })
-  expect(reopened.quarantined).toEqual([])
-  expect(reopened.ids().sort()).toEqual(IDS)
-  await reopened.close()
+  // The store goes on: the shape can be made again, and the others take appends.
+  await expectGoesOnWithout(again, dir)
 }
 
 describe('a log with one of its files missing', () => {
