@@ -151,6 +151,14 @@ export const MALLOC_ARENAS = 2
 export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
 export const RETIREMENT_QUIET_MS = 2_000
 /**
+ * Shapes created after which, once creations pause for `CREATION_QUIET_MS`
+ * and the event loop is next idle, V8 is asked to collect (heap-trim.ts):
+ * making a shape allocates many times what it keeps, and an idle server would
+ * keep that garbage resident.
+ */
+export const CREATED_SHAPES_FOR_COLLECTION = 1_000
+export const CREATION_QUIET_MS = 2_000
+/**
  * That collection is incremental (no long pause) and moves few pages; this
  * long after it, V8's low memory notification compacts what survived (full
  * collections until one frees nothing more), if the heap used is by then at
