@@ -279,7 +279,11 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
         writeEntryRecordFast(arena.bufOf(block), arena.viewOf(block), at, txLo, txHi, entryOps[i]!, end, flags)
       }
       stage.count = slot
-      if (newChunks) for (const c of newChunks) this.chunks.push(c)
+      if (newChunks !== undefined) {
+        // A log's first chunks (a new shape's snapshot) get an array of their length: pushing would grow it to room for 17, kept for the life of a shape that may never close another.
+        if (this.chunks.length === 0) this.chunks = newChunks.slice()
+        else for (const c of newChunks) this.chunks.push(c)
+      }
       this.advanceAppended(beforeEntries + count, pos, txHi, txLo, entryOps[count - 1]!, closed, snapshotChunks, this.host.nextSeq())
       if (journal) {
         if (firstInGroup) this.journalRecords(journal)
