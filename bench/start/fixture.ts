@@ -14,6 +14,7 @@ import { openFileLogStore } from '@sluice/storage'
 import type { PostgresCluster } from '@sluice/test-utils'
 import { startPostgres } from '@sluice/test-utils'
 import { decodeShapeMeta, definitionHash, encodeShapeMeta, formatHandle, parseHandle } from '../../packages/server/src/shapes/definition/index.js'
+import { loadNativeAddon } from '../../packages/server/src/native-addon.js'
 import { encodeSnapshotEnd } from '../../packages/server/src/shapes/snapshot/pg-snapshot.js'
 
 export const TABLE = 'start_items'
@@ -61,13 +62,23 @@ async function catchUp(pg: PostgresCluster, storageDir: string, shapes: number):
   const created = await pg.query<{ lsn: string }>("SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", [slot])
   const [hi, lo] = created.rows[0]!.lsn.split('/')
   const lsn = (BigInt(`0x${hi}`) << 32n) | BigInt(`0x${lo}`)
-  const store = await openFileLogStore({ dir: join(storageDir, 'logs') })
+  const store = await openFileLogStore({ dir: join(storageDir, 'logs'), ...(await writerLock()) })
   try {
     store.advance(lsn)
     await store.flush()
   } finally {
     await store.close()
   }
+}
+
+/**
+ * The store opened here takes the writer lock the way the server does (flock
+ * through the addon, where it loads): the server leaves LOCK naming its pid,
+ * and a pid lock would take that for this process holding the store still.
+ */
+async function writerLock(): Promise<{ lock?: { lockFile: (fd: number) => boolean } }> {
+  const lockFile = (await loadNativeAddon())?.lockFile
+  return lockFile === undefined ? {} : { lock: { lockFile } }
 }
 
 async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number): Promise<void> {
@@ -86,7 +97,7 @@ async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number
   } finally {
     await server.close()
   }
-  const store = await openFileLogStore({ dir: join(storageDir, 'logs') })
+  const store = await openFileLogStore({ dir: join(storageDir, 'logs'), ...(await writerLock()) })
   try {
     const meta = decodeShapeMeta(store.get(first)!.meta)
     const startMicros = parseHandle(first)!.micros + 1

@@ -11,6 +11,10 @@ import {
   IDLE_WATCH_MS,
   CREATED_SHAPES_FOR_COLLECTION,
   CREATION_QUIET_MS,
+  CREATION_RECHECK_MS,
+  CREATION_RECHECKS,
+  SLACK_MIN_BYTES,
+  SLACK_RATIO,
   LARGE_TRANSACTION_QUIET_MS,
   RELEASE_TRIM_DELAY_MS,
   RETIRED_COMPACTION_DELAY_MS,
@@ -62,6 +66,8 @@ export interface HeapTrimOptions {
   readonly forget?: () => void
   /** V8's used heap in bytes; Node's own by default. */
   readonly heapUsedBytes?: () => number
+  /** V8's committed heap in bytes (what it holds from the system); Node's own by default. */
+  readonly heapTotalBytes?: () => number
   /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
   readonly loopUtilization?: () => number
 }
@@ -103,7 +109,10 @@ function nodeLoopUtilization(): () => number {
  *   grown heap is garbage that an idle server would keep resident, spread
  *   over pages that only a collection which reduces memory gives back. The
  *   request caches stay: they hold the new shapes' requests, which their
- *   clients are about to repeat;
+ *   clients are about to repeat. The notification starts a collection only
+ *   when none is running (one that allocation started during the burst
+ *   shrinks nothing), so a moment later, while V8 still holds far more than it
+ *   uses, it is sent again, a few times at most;
  * - once a large transaction is durable and no other one followed for a
  *   moment, critical pressure (a full collection at once, which also frees the
  *   external buffers the dead objects held; moderate for a heap past
@@ -156,6 +165,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   const releases = noReleases()
   const utilization = options.loopUtilization ?? nodeLoopUtilization()
   const heapUsed = options.heapUsedBytes ?? (() => getHeapStatistics().used_heap_size)
+  const heapTotal = options.heapTotalBytes ?? (() => getHeapStatistics().total_heap_size)
   const timers = new Set<NodeJS.Timeout>()
   let stopped = false
   const later = (ms: number, run: () => void): NodeJS.Timeout | undefined => {
@@ -202,8 +212,20 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   // Clients of new shapes follow their snapshots with catch-up and live requests: wait until those have quietened too.
   const watchIdleAfterCreation = (left: number): void => {
     creationIdle = later(IDLE_CHECK_MS, () => {
-      if (utilization() < IDLE_UTILIZATION) release('idle_after_creation', false)
-      else if (left > IDLE_CHECK_MS) watchIdleAfterCreation(left - IDLE_CHECK_MS)
+      if (utilization() < IDLE_UTILIZATION) {
+        release('idle_after_creation', false)
+        recheckAfterCreation(CREATION_RECHECKS)
+      } else if (left > IDLE_CHECK_MS) watchIdleAfterCreation(left - IDLE_CHECK_MS)
+    })
+  }
+  const recheckAfterCreation = (left: number): void => {
+    if (left <= 0) return
+    creationIdle = later(CREATION_RECHECK_MS, () => {
+      const used = heapUsed()
+      const slack = heapTotal() - used
+      if (slack <= SLACK_MIN_BYTES || slack <= used * SLACK_RATIO) return
+      release('idle_after_creation', false)
+      recheckAfterCreation(left - 1)
     })
   }
   return {

@@ -7,6 +7,9 @@ import {
   IDLE_WATCH_MS,
   CREATED_SHAPES_FOR_COLLECTION,
   CREATION_QUIET_MS,
+  CREATION_RECHECK_MS,
+  CREATION_RECHECKS,
+  SLACK_MIN_BYTES,
   LARGE_TRANSACTION_QUIET_MS,
   MALLOC_ARENAS,
   RELEASE_TRIM_DELAY_MS,
@@ -229,6 +232,7 @@ describe('heap trim', () => {
       intervalMs: 3_600_000,
       loopUtilization: () => load.shift() ?? 0,
       heapUsedBytes: () => 0,
+      heapTotalBytes: () => 0,
       forget: () => forgotten++,
     })
     for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION - 1; i++) trim.shapeCreated()
@@ -258,6 +262,41 @@ describe('heap trim', () => {
     trim.stop()
     vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_WATCH_MS)
     expect(addon.pressures).toEqual([false])
+  })
+
+  it('after a burst of creation, asks again while V8 holds far more heap than it uses, a few times at most', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const used = 100 * 1024 * 1024
+    let total = used * 2
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, loopUtilization: () => 0, heapUsedBytes: () => used, heapTotalBytes: () => total })
+    const burst = (): void => {
+      for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION; i++) trim.shapeCreated()
+      vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS)
+    }
+    burst()
+    expect(addon.pressures).toEqual([false])
+    // The first collection left the heap as large (another was running): asked again, then shrunk.
+    vi.advanceTimersByTime(CREATION_RECHECK_MS)
+    expect(addon.pressures).toEqual([false, false])
+    total = used + used / 8
+    vi.advanceTimersByTime(CREATION_RECHECK_MS * 5)
+    expect(addon.pressures).toEqual([false, false])
+
+    // A heap that never shrinks is asked CREATION_RECHECKS times more, then left alone.
+    total = used * 2
+    burst()
+    vi.advanceTimersByTime(CREATION_RECHECK_MS * (CREATION_RECHECKS + 5))
+    expect(addon.pressures).toHaveLength(2 + 1 + CREATION_RECHECKS)
+    expect(trim.releases.idle_after_creation).toBe(2 + 1 + CREATION_RECHECKS)
+
+    // A small slack is no reason, whatever its ratio.
+    const small = heapTrimWith(recorder(), { intervalMs: 3_600_000, loopUtilization: () => 0, heapUsedBytes: () => 1024, heapTotalBytes: () => SLACK_MIN_BYTES })
+    for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION; i++) small.shapeCreated()
+    vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS + CREATION_RECHECK_MS * 5)
+    expect(small.releases.idle_after_creation).toBe(1)
+    trim.stop()
+    small.stop()
   })
 
   it('marks a large heap incrementally instead of collecting it at once, leaving the trim to the interval', () => {
