@@ -14,6 +14,7 @@
 // running sendfile could send into a reused descriptor number).
 #include <napi.h>
 
+#include "exec-self.h"
 #include "file-lock.h"
 #include "memory-pressure.h"
 #include "stat-files.h"
@@ -384,6 +385,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("memoryPressure", Napi::Function::New(env, sluice::MemoryPressure));
   exports.Set("lowMemory", Napi::Function::New(env, sluice::LowMemory));
   exports.Set("statFiles", Napi::Function::New(env, sluice::StatFiles));
+  exports.Set("execSelf", Napi::Function::New(env, sluice::ExecSelf));
   return exports;
 }
 

@@ -31,6 +31,8 @@ export interface NativeAddon {
   memoryPressure?(critical: boolean): boolean
   /** V8's low memory notification (repeated full, compacting collections). Missing from an older build. */
   lowMemory?(): boolean
+  /** execve(file, argv, env), env as `NAME=value` (native/exec-self.cc): returns only on failure, with the errno; what `sluice start` runs first (the server's bin/malloc-arenas.js). Missing from an older build. */
+  execSelf?(file: string, argv: readonly string[], env: readonly string[]): number
   /** Sizes and inodes of many files (native/stat-files.cc), on the thread pool with a callback. Missing from an older build. */
   statFiles?(base: string, dirs: readonly string[], names: readonly string[], out: Float64Array, callback?: (error: Error | null) => void): void
 }

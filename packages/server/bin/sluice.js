@@ -14,19 +14,11 @@ import { createRequire, register } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { staleReason } from './build-stamp.js'
+import { execWithArenaCap } from './malloc-arenas.js'
 
 const packageDir = fileURLToPath(new URL('..', import.meta.url))
 const source = join(packageDir, 'src', 'main.ts')
 const compiled = join(packageDir, 'dist', 'main.js')
-
-function tsxAvailable() {
-  try {
-    createRequire(import.meta.url).resolve('tsx/esm/api')
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** Where Node finds package `name` from `dir` (node_modules here or in a parent), links followed. */
 function installedAt(dir, name) {
@@ -34,6 +26,18 @@ function installedAt(dir, name) {
     const candidate = join(at, 'node_modules', name)
     if (existsSync(join(candidate, 'package.json'))) return realpathSync(candidate)
     if (dirname(at) === at) throw new Error(`${name} is not installed`)
+  }
+}
+
+// First of all: what it does, it does best before the process has done anything.
+execWithArenaCap(process.argv.slice(2), process.env, () => join(installedAt(packageDir, '@sluice/sendfile'), 'build', 'Release', 'sluice_sendfile.node'))
+
+function tsxAvailable() {
+  try {
+    createRequire(import.meta.url).resolve('tsx/esm/api')
+    return true
+  } catch {
+    return false
   }
 }
 

@@ -151,6 +151,25 @@ export const MALLOC_ARENAS = 2
 export const RETIRED_SHAPES_FOR_COLLECTION = 1_000
 export const RETIREMENT_QUIET_MS = 2_000
 /**
+ * Shapes created after which, once creations pause for `CREATION_QUIET_MS`
+ * and the event loop is next idle, V8 is asked to collect (heap-trim.ts):
+ * making a shape allocates many times what it keeps, and an idle server would
+ * keep that garbage resident.
+ */
+export const CREATED_SHAPES_FOR_COLLECTION = 1_000
+export const CREATION_QUIET_MS = 2_000
+/**
+ * After that collection, every `CREATION_RECHECK_MS`, up to `CREATION_RECHECKS`
+ * times, the notification is sent again while V8's committed heap exceeds what
+ * it uses by more than `SLACK_MIN_BYTES` and `SLACK_RATIO` of it: the first
+ * starts nothing when a collection is already running (one started by the
+ * burst's allocation, which does not shrink the heap).
+ */
+export const CREATION_RECHECK_MS = 5_000
+export const CREATION_RECHECKS = 3
+export const SLACK_MIN_BYTES = 8 * 1024 * 1024
+export const SLACK_RATIO = 0.25
+/**
  * That collection is incremental (no long pause) and moves few pages; this
  * long after it, V8's low memory notification compacts what survived (full
  * collections until one frees nothing more), if the heap used is by then at

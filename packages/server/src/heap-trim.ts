@@ -9,6 +9,12 @@ import {
   MALLOC_ARENAS,
   IDLE_UTILIZATION,
   IDLE_WATCH_MS,
+  CREATED_SHAPES_FOR_COLLECTION,
+  CREATION_QUIET_MS,
+  CREATION_RECHECK_MS,
+  CREATION_RECHECKS,
+  SLACK_MIN_BYTES,
+  SLACK_RATIO,
   LARGE_TRANSACTION_QUIET_MS,
   RELEASE_TRIM_DELAY_MS,
   RETIRED_COMPACTION_DELAY_MS,
@@ -20,9 +26,9 @@ import {
  * Why memory was given back at once (the interval's trims are not counted):
  * a large transaction became durable; the server went idle after one; an
  * expiry sweep ended; and, a moment after that, the compacting collections
- * that follow it.
+ * that follow it; the server went idle after a burst of shape creation.
  */
-export type ReleaseReason = 'large_transaction' | 'idle_after_transaction' | 'retired_shapes' | 'compacted_after_retirement'
+export type ReleaseReason = 'large_transaction' | 'idle_after_transaction' | 'retired_shapes' | 'compacted_after_retirement' | 'idle_after_creation'
 
 /** One release: a collection asked of V8, then the C heap trimmed. */
 export interface MemoryRelease {
@@ -37,6 +43,8 @@ export interface MemoryRelease {
 export interface HeapTrim {
   /** A shape was retired (expired, evicted, deleted, invalidated): counted towards a collection. */
   shapeRetired(): void
+  /** A shape was created (its snapshot published): counted towards a collection once the server idles after a burst. */
+  shapeCreated(): void
   /** A large transaction (streamed or spilled) is durable: its buffers are garbage once the server goes quiet. */
   largeTransactionDurable(): void
   /** Releases made so far, by reason. */
@@ -58,6 +66,8 @@ export interface HeapTrimOptions {
   readonly forget?: () => void
   /** V8's used heap in bytes; Node's own by default. */
   readonly heapUsedBytes?: () => number
+  /** V8's committed heap in bytes (what it holds from the system); Node's own by default. */
+  readonly heapTotalBytes?: () => number
   /** The event loop's utilization (0 to 1) since the previous call; Node's own by default. */
   readonly loopUtilization?: () => number
 }
@@ -92,6 +102,17 @@ function nodeLoopUtilization(): () => number {
  *   thousands of shapes' state are spread thin over many pages, which stay
  *   resident until they are moved together; one collection moves only some
  *   of them;
+ * - once thousands of shapes were created and creations have stopped for a
+ *   moment, when the event loop is next idle: moderate pressure again. Making
+ *   a shape (its request, query, snapshot and first write-back) allocates
+ *   many times what the idle shape keeps, so after a burst most of the
+ *   grown heap is garbage that an idle server would keep resident, spread
+ *   over pages that only a collection which reduces memory gives back. The
+ *   request caches stay: they hold the new shapes' requests, which their
+ *   clients are about to repeat. The notification starts a collection only
+ *   when none is running (one that allocation started during the burst
+ *   shrinks nothing), so a moment later, while V8 still holds far more than it
+ *   uses, it is sent again, a few times at most;
  * - once a large transaction is durable and no other one followed for a
  *   moment, critical pressure (a full collection at once, which also frees the
  *   external buffers the dead objects held; moderate for a heap past
@@ -108,7 +129,7 @@ function nodeLoopUtilization(): () => number {
 export async function startHeapTrim(options: HeapTrimOptions = {}): Promise<HeapTrim> {
   const native: MemoryReturner | undefined = await loadNativeAddon()
   if (native === undefined) {
-    return { shapeRetired: () => {}, largeTransactionDurable: () => {}, releases: noReleases(), stop: () => {} }
+    return { shapeRetired: () => {}, shapeCreated: () => {}, largeTransactionDurable: () => {}, releases: noReleases(), stop: () => {} }
   }
   return heapTrimWith(native, options)
 }
@@ -144,6 +165,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   const releases = noReleases()
   const utilization = options.loopUtilization ?? nodeLoopUtilization()
   const heapUsed = options.heapUsedBytes ?? (() => getHeapStatistics().used_heap_size)
+  const heapTotal = options.heapTotalBytes ?? (() => getHeapStatistics().total_heap_size)
   const timers = new Set<NodeJS.Timeout>()
   let stopped = false
   const later = (ms: number, run: () => void): NodeJS.Timeout | undefined => {
@@ -173,6 +195,9 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
     options.onRelease?.({ reason, critical, pauseMs })
   }
   let retired = 0
+  let created = 0
+  let creationQuiet: NodeJS.Timeout | undefined
+  let creationIdle: NodeJS.Timeout | undefined
   let retiredQuiet: NodeJS.Timeout | undefined
   let compaction: NodeJS.Timeout | undefined
   let transactionQuiet: NodeJS.Timeout | undefined
@@ -182,6 +207,25 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
     idleCheck = later(IDLE_CHECK_MS, () => {
       if (utilization() < IDLE_UTILIZATION) release('idle_after_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES)
       else if (left > IDLE_CHECK_MS) watchIdle(left - IDLE_CHECK_MS)
+    })
+  }
+  // Clients of new shapes follow their snapshots with catch-up and live requests: wait until those have quietened too.
+  const watchIdleAfterCreation = (left: number): void => {
+    creationIdle = later(IDLE_CHECK_MS, () => {
+      if (utilization() < IDLE_UTILIZATION) {
+        release('idle_after_creation', false)
+        recheckAfterCreation(CREATION_RECHECKS)
+      } else if (left > IDLE_CHECK_MS) watchIdleAfterCreation(left - IDLE_CHECK_MS)
+    })
+  }
+  const recheckAfterCreation = (left: number): void => {
+    if (left <= 0) return
+    creationIdle = later(CREATION_RECHECK_MS, () => {
+      const used = heapUsed()
+      const slack = heapTotal() - used
+      if (slack <= SLACK_MIN_BYTES || slack <= used * SLACK_RATIO) return
+      release('idle_after_creation', false)
+      recheckAfterCreation(left - 1)
     })
   }
   return {
@@ -198,6 +242,16 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
         compaction = later(RETIRED_COMPACTION_DELAY_MS, () => {
           if (addon.lowMemory !== undefined && heapUsed() <= COMPACTION_MAX_HEAP_BYTES) release('compacted_after_retirement', true)
         })
+      })
+    },
+    shapeCreated: () => {
+      if (++created < CREATED_SHAPES_FOR_COLLECTION) return
+      cancel(creationQuiet)
+      cancel(creationIdle)
+      creationQuiet = later(CREATION_QUIET_MS, () => {
+        created = 0
+        utilization()
+        watchIdleAfterCreation(IDLE_WATCH_MS)
       })
     },
     largeTransactionDurable: () => {
@@ -220,5 +274,5 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
 }
 
 function noReleases(): Record<ReleaseReason, number> {
-  return { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 }
+  return { large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0, idle_after_creation: 0 }
 }

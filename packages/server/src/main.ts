@@ -60,7 +60,8 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   const config = parsed.config
   const logger = createLogger({ level: config.logLevel })
   logger.info(configureYoungGc(), 'young-generation collections')
-  logger.info({ arenas: await limitMallocArenas() }, 'malloc arenas')
+  // bin/malloc-arenas.js sets MALLOC_ARENA_MAX before the process starts (running it again in place); else the cap from here.
+  logger.info({ arenas: (await limitMallocArenas()) ?? env['MALLOC_ARENA_MAX'] }, 'malloc arenas')
 
   let server: Running | undefined
   let stopping = false

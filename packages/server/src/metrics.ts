@@ -162,7 +162,7 @@ export class ServerMetrics implements HttpMetrics {
       const seen: Record<string, number> = {}
       new Counter({
         name: 'sluice_memory_releases_total',
-        help: 'Times memory was given back at once: a collection asked of V8, then the C heap trimmed; by reason (large_transaction: one became durable; idle_after_transaction: the server went idle after one; retired_shapes: an expiry sweep ended; compacted_after_retirement: the compacting collections 10 s after that).',
+        help: 'Times memory was given back at once: a collection asked of V8, then the C heap trimmed; by reason (large_transaction: one became durable; idle_after_transaction: the server went idle after one; retired_shapes: an expiry sweep ended; compacted_after_retirement: the compacting collections 10 s after that; idle_after_creation: the server went idle after a burst of shape creation).',
         labelNames: ['reason'],
         registers,
         collect() {

@@ -159,6 +159,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     shapes.on('ready', (handle) => {
       const definition = shapes.definition(handle)
       shapeLog.info({ handle, table: definition === undefined ? undefined : `${definition.schema}.${definition.table}` }, 'shape ready')
+      trim.shapeCreated()
     })
     shapes.on('invalidated', ({ handle, definition, reason }) => {
       shapeLog.info({ handle, table: `${definition.schema}.${definition.table}`, reason: reason.kind }, 'shape invalidated')

@@ -61,8 +61,8 @@ function snapshotOf(s: FileLogStore): Record<string, unknown[]> {
 describe('heads file', () => {
   it('encodes and decodes every head, and refuses damage, another watermark and trailing bytes', () => {
     const logs = [
-      { id: 'x', meta: Buffer.from('meta-x'), head: { entries: 7, dataEnd: 900, last: { tx: 42n, op: 3n }, closedChunks: 1, snapshotChunks: 1 }, chunks: [{ end: { tx: 0n, op: 0n }, endEntry: 3, endPos: 400, kind: 1 }] },
-      { id: 'y'.repeat(200), meta: Buffer.alloc(0), head: { entries: 0, dataEnd: 16, last: { tx: 0n, op: 0n }, closedChunks: 0, snapshotChunks: 0 }, chunks: [] },
+      { id: 'x', meta: 'meta-x\u0000\u0080\u00ff', head: { entries: 7, dataEnd: 900, last: { tx: 42n, op: 3n }, closedChunks: 1, snapshotChunks: 1 }, chunks: [{ end: { tx: 0n, op: 0n }, endEntry: 3, endPos: 400, kind: 1 }] },
+      { id: 'y'.repeat(200), meta: '', head: { entries: 0, dataEnd: 16, last: { tx: 0n, op: 0n }, closedChunks: 0, snapshotChunks: 0 }, chunks: [] },
     ]
     const bytes = encodeHeads(42n, logs)
     const back = decodeHeads(bytes, 42n)
@@ -76,6 +76,26 @@ describe('heads file', () => {
     }
     expect(typeof decodeHeads(bytes.subarray(0, bytes.length - 3), 42n)).toBe('string')
     expect(typeof decodeHeads(Buffer.concat([bytes, Buffer.alloc(1)]), 42n)).toBe('string')
+  })
+
+  it('gives back every byte value of a meta as given, after a clean close and after a scan', async () => {
+    const dir = await tempDirs.make('heads-meta')
+    const meta = new Uint8Array([...Array.from({ length: 256 }, (_, i) => i), ...new TextEncoder().encode('{"table":"☃ 𝄞"}')])
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    const given = meta.slice()
+    await makeShape(s, 'm', [row(1)], given)
+    // The log keeps a copy: the caller's bytes may change after.
+    given.fill(0)
+    expect(s.get('m')!.meta).toEqual(Buffer.from(meta))
+    await s.close()
+    const clean = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    expect(clean.get('m')!.meta).toEqual(Buffer.from(meta))
+    await clean.close()
+    // Without the heads file: the meta from meta.bin.
+    writeFileSync(`${dir}/${HEADS_FILE}`, 'damaged')
+    const scanned = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    expect(scanned.get('m')!.meta).toEqual(Buffer.from(meta))
+    await scanned.close()
   })
 
   it('opens every log of a clean close without touching its files, removes the file first, and goes on as a scan would', async () => {

@@ -294,5 +294,6 @@ export function indexableConjuncts(expr: Expr): IndexableConjunct[] {
     const conjunct = conjunctOf(part)
     if (conjunct !== undefined) out.push(conjunct)
   }
-  return out
+  // A copy of its length: pushing grew the array to room for 17, and a compiled clause keeps it for the shape's life.
+  return out.slice()
 }

@@ -33,9 +33,9 @@ export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv 
   return { ...env, SLUICE_FROM_SOURCE: '1', ...extra }
 }
 
-export function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string>; detached?: boolean } = {}): Run {
+export function sluice(args: readonly string[], options: { cwd?: string; env?: Record<string, string>; detached?: boolean; nodeArgs?: readonly string[] } = {}): Run {
   // detached: a process group of its own, as a supervisor or a terminal would start it.
-  const child = spawn(process.execPath, [BIN, ...args], {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), BIN, ...args], {
     cwd: options.cwd ?? process.cwd(),
     env: cleanEnv(options.env),
     stdio: ['ignore', 'pipe', 'pipe'],

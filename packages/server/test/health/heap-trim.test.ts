@@ -5,6 +5,11 @@ import {
   IDLE_CHECK_MS,
   IDLE_UTILIZATION,
   IDLE_WATCH_MS,
+  CREATED_SHAPES_FOR_COLLECTION,
+  CREATION_QUIET_MS,
+  CREATION_RECHECK_MS,
+  CREATION_RECHECKS,
+  SLACK_MIN_BYTES,
   LARGE_TRANSACTION_QUIET_MS,
   MALLOC_ARENAS,
   RELEASE_TRIM_DELAY_MS,
@@ -137,7 +142,7 @@ describe('heap trim', () => {
     sweep()
     vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS * 2)
     expect(low).toHaveLength(1)
-    expect(trim.releases).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 2, compacted_after_retirement: 1 })
+    expect(trim.releases).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 2, compacted_after_retirement: 1, idle_after_creation: 0 })
     trim.stop()
   })
 
@@ -161,7 +166,7 @@ describe('heap trim', () => {
     expect(addon.trims).toBe(0)
     vi.advanceTimersByTime(RELEASE_TRIM_DELAY_MS)
     expect(addon.trims).toBe(1)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0, idle_after_creation: 0 })
     expect(heard.map((r) => [r.reason, r.critical])).toEqual([['large_transaction', true]])
 
     // The next one is released again; stop cancels what is pending.
@@ -190,11 +195,11 @@ describe('heap trim', () => {
     // The release reads the utilization once to start its window, then clients download for three seconds.
     load.push(0.9, 0.8, 0.6, 0.3, IDLE_UTILIZATION / 2)
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0, idle_after_creation: 0 })
     vi.advanceTimersByTime(IDLE_CHECK_MS * 3)
     expect(trim.releases.idle_after_transaction).toBe(0)
     vi.advanceTimersByTime(IDLE_CHECK_MS)
-    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0, compacted_after_retirement: 0 })
+    expect(trim.releases).toEqual({ large_transaction: 1, idle_after_transaction: 1, retired_shapes: 0, compacted_after_retirement: 0, idle_after_creation: 0 })
     expect(addon.pressures).toEqual([true, true])
     vi.advanceTimersByTime(IDLE_WATCH_MS)
     expect(addon.pressures).toEqual([true, true])
@@ -212,10 +217,86 @@ describe('heap trim', () => {
     })
     busy.largeTransactionDurable()
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS + IDLE_WATCH_MS * 2)
-    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
+    expect(busy.releases).toEqual({ large_transaction: 1, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0, idle_after_creation: 0 })
     expect(checks).toBe(1 + IDLE_WATCH_MS / IDLE_CHECK_MS)
     trim.stop()
     busy.stop()
+  })
+
+  it('collects incrementally once the event loop idles after a burst of shape creation, keeping the request caches, and not for a few', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const load: number[] = []
+    let forgotten = 0
+    const trim = heapTrimWith(addon, {
+      intervalMs: 3_600_000,
+      loopUtilization: () => load.shift() ?? 0,
+      heapUsedBytes: () => 0,
+      heapTotalBytes: () => 0,
+      forget: () => forgotten++,
+    })
+    for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION - 1; i++) trim.shapeCreated()
+    vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS * 5)
+    expect(addon.pressures).toEqual([])
+
+    // A burst of thousands, a shape every few ms: nothing while it goes on...
+    for (let i = 0; i < 3 * CREATED_SHAPES_FOR_COLLECTION; i++) {
+      trim.shapeCreated()
+      vi.advanceTimersByTime(2)
+    }
+    expect(addon.pressures).toEqual([])
+    // ...nor while the new shapes' clients keep the loop busy once it stopped (the first read starts the window)...
+    load.push(0, 0.7, 0.4, IDLE_UTILIZATION / 2)
+    vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS * 2)
+    expect(addon.pressures).toEqual([])
+    // ...then one moderate notification, the caches left as they are.
+    vi.advanceTimersByTime(IDLE_CHECK_MS)
+    expect(addon.pressures).toEqual([false])
+    expect(trim.releases.idle_after_creation).toBe(1)
+    expect(forgotten).toBe(0)
+    vi.advanceTimersByTime(IDLE_WATCH_MS * 2)
+    expect(addon.pressures).toEqual([false])
+
+    // The count starts again; stop cancels what is pending.
+    for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION; i++) trim.shapeCreated()
+    trim.stop()
+    vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_WATCH_MS)
+    expect(addon.pressures).toEqual([false])
+  })
+
+  it('after a burst of creation, asks again while V8 holds far more heap than it uses, a few times at most', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const used = 100 * 1024 * 1024
+    let total = used * 2
+    const trim = heapTrimWith(addon, { intervalMs: 3_600_000, loopUtilization: () => 0, heapUsedBytes: () => used, heapTotalBytes: () => total })
+    const burst = (): void => {
+      for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION; i++) trim.shapeCreated()
+      vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS)
+    }
+    burst()
+    expect(addon.pressures).toEqual([false])
+    // The first collection left the heap as large (another was running): asked again, then shrunk.
+    vi.advanceTimersByTime(CREATION_RECHECK_MS)
+    expect(addon.pressures).toEqual([false, false])
+    total = used + used / 8
+    vi.advanceTimersByTime(CREATION_RECHECK_MS * 5)
+    expect(addon.pressures).toEqual([false, false])
+
+    // A heap that never shrinks is asked CREATION_RECHECKS times more, then left alone.
+    total = used * 2
+    burst()
+    vi.advanceTimersByTime(CREATION_RECHECK_MS * (CREATION_RECHECKS + 5))
+    expect(addon.pressures).toHaveLength(2 + 1 + CREATION_RECHECKS)
+    expect(trim.releases.idle_after_creation).toBe(2 + 1 + CREATION_RECHECKS)
+
+    // A small slack is no reason, whatever its ratio.
+    const small = heapTrimWith(recorder(), { intervalMs: 3_600_000, loopUtilization: () => 0, heapUsedBytes: () => 1024, heapTotalBytes: () => SLACK_MIN_BYTES })
+    for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION; i++) small.shapeCreated()
+    vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS + CREATION_RECHECK_MS * 5)
+    expect(small.releases.idle_after_creation).toBe(1)
+    trim.stop()
+    small.stop()
   })
 
   it('marks a large heap incrementally instead of collecting it at once, leaving the trim to the interval', () => {

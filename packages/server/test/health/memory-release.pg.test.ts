@@ -51,7 +51,7 @@ describe('memory release after a large transaction', () => {
       await client.catchUp()
       return client.rows.size === 5 ? true : undefined
     })
-    expect(await releases(server.port)).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0 })
+    expect(await releases(server.port)).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 0, compacted_after_retirement: 0, idle_after_creation: 0 })
 
     // About 6 MB in one transaction: more than the 2 MiB the assembler holds whole.
     await cluster.query(`INSERT INTO burst_rows SELECT i, repeat(md5(i::text), 6) FROM generate_series(6, 30005) i`)

@@ -51,8 +51,22 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
   /** The appended head right after the snapshot-end line. */
   private snapshotHead: HeadState | undefined
 
-  constructor(id: string, dir: string, readonly meta: Uint8Array, host: LogHost, chunks: ChunkInfo[], head: HeadState) {
+  /**
+   * The meta bytes, one character per byte: a string lives in the V8 heap
+   * alone, where a `Uint8Array` of its own would be a view, an `ArrayBuffer`
+   * and a block of the C heap (about 270 bytes more per log, and a malloc
+   * and free per shape made and retired).
+   */
+  readonly metaText: string
+
+  constructor(id: string, dir: string, meta: Uint8Array | string, host: LogHost, chunks: ChunkInfo[], head: HeadState) {
     super(id, dir, host, chunks, head)
+    this.metaText = typeof meta === 'string' ? meta : Buffer.from(meta.buffer, meta.byteOffset, meta.byteLength).toString('latin1')
+  }
+
+  /** A copy of the meta bytes (read at restore; nothing on the serving path asks for them). */
+  get meta(): Uint8Array {
+    return Buffer.from(this.metaText, 'latin1')
   }
 
   head(): LogHead {
@@ -279,7 +293,11 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
         writeEntryRecordFast(arena.bufOf(block), arena.viewOf(block), at, txLo, txHi, entryOps[i]!, end, flags)
       }
       stage.count = slot
-      if (newChunks) for (const c of newChunks) this.chunks.push(c)
+      if (newChunks !== undefined) {
+        // A log's first chunks (a new shape's snapshot) get an array of their length: pushing would grow it to room for 17, kept for the life of a shape that may never close another.
+        if (this.chunks.length === 0) this.chunks = newChunks.slice()
+        else for (const c of newChunks) this.chunks.push(c)
+      }
       this.advanceAppended(beforeEntries + count, pos, txHi, txLo, entryOps[count - 1]!, closed, snapshotChunks, this.host.nextSeq())
       if (journal) {
         if (firstInGroup) this.journalRecords(journal)

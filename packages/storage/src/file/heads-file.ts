@@ -45,7 +45,8 @@ const SALT = 0x48ead5e1
 
 export interface CleanLog {
   readonly id: string
-  readonly meta: Uint8Array
+  /** The meta bytes, one character per byte (FileShapeLog.metaText). */
+  readonly meta: string
   readonly head: HeadState
   readonly chunks: readonly ChunkInfo[]
 }
@@ -68,7 +69,7 @@ export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffe
     buf[at++] = log.id.length
     at += buf.write(log.id, at, 'latin1')
     buf.writeUInt32LE(log.meta.length, at)
-    buf.set(log.meta, at + 4)
+    buf.write(log.meta, at + 4, 'latin1')
     at += 4 + log.meta.length
     const h = log.head
     buf.writeBigUInt64LE(BigInt(h.entries), at)
@@ -115,8 +116,8 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
     const metaLength = buf.readUInt32LE(at)
     at += 4
     if (!need(metaLength + 44)) return 'short'
-    // A copy: the file's buffer is not kept alive by 100k small views of it.
-    const meta = Buffer.from(buf.subarray(at, at + metaLength))
+    // A string of its own: the file's buffer is not kept alive by 100k small views of it.
+    const meta = buf.toString('latin1', at, at + metaLength)
     at += metaLength
     const last: LogOffset = { tx: u64.big(at + 16), op: ops.big(at + 24) }
     const head: HeadState = {

@@ -116,7 +116,7 @@ export abstract class LogHeads {
 
   constructor(
     /** Closed chunks, oldest first (the appended head's `closedChunks` of them count). */
-    protected readonly chunks: ChunkInfo[],
+    protected chunks: ChunkInfo[],
     head: HeadState,
   ) {
     // The start values of the fields laid out as doubles (see DOUBLE_FIELD) that the heads below leave alone.

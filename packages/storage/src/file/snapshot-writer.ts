@@ -63,8 +63,8 @@ export function makeShapeDir(fs: FsPort, tmpDir: string, id: string, meta: Uint8
 /** The writer of a new log in `tmpDir` (made by `makeShapeDir`). */
 export function snapshotWriter(host: SnapshotHost, id: string, tmpDir: string, meta: Uint8Array): SnapshotWriter {
   const commit = host.commit
-  // A copy of its own exact size: a pooled Buffer would keep a whole 8 KiB slab alive per log.
-  const log = new FileShapeLog(id, tmpDir, Uint8Array.prototype.slice.call(meta), commit, [], EMPTY_HEAD)
+  // Copied into the log's own string: the caller's bytes are neither kept nor viewed.
+  const log = new FileShapeLog(id, tmpDir, meta, commit, [], EMPTY_HEAD)
   let state: 'open' | 'ended' | 'finishing' | 'published' | 'resolved' | 'dropped' = 'open'
   let finishing: FinishingSnapshot | undefined
   let settled: Promise<unknown> = Promise.resolve()

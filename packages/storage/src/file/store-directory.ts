@@ -205,7 +205,7 @@ export async function writeCleanHeads(fs: FsPort, root: string, durable: bigint,
   const clean: CleanLog[] = []
   for (const log of logs) {
     const state = log.cleanState()
-    if (state !== undefined) clean.push({ id: log.id, meta: log.meta, head: state.head, chunks: state.chunks })
+    if (state !== undefined) clean.push({ id: log.id, meta: log.metaText, head: state.head, chunks: state.chunks })
   }
   await writeHeads(fs, root, durable, clean)
 }

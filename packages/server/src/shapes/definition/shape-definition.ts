@@ -170,17 +170,30 @@ export function definitionsEqual(a: ShapeDefinition, b: ShapeDefinition): boolea
   return definitionKey(a) === definitionKey(b)
 }
 
-/** Freezes a definition (and its arrays) so a registry's copy cannot be changed under it. */
+/**
+ * Freezes a definition (and its arrays) so a registry's copy cannot be changed
+ * under it. One frozen already (what the compiler hands out) is its own copy:
+ * a second object per shape would be held for the shape's whole life.
+ */
 export function freezeDefinition(def: ShapeDefinition): ShapeDefinition {
+  if (Object.isFrozen(def) && Object.isFrozen(def.params) && (def.columns === undefined || Object.isFrozen(def.columns))) return def
   return Object.freeze({
     schema: def.schema,
     table: def.table,
     where: def.where,
-    params: Object.freeze({ ...def.params }),
+    params: hasKeys(def.params) ? Object.freeze({ ...def.params }) : NO_PARAMS,
     columns: def.columns === undefined ? undefined : Object.freeze([...def.columns]),
     replica: def.replica,
     log: def.log,
   })
+}
+
+/** The params of every definition that has none (most): one frozen object, not one per shape. */
+const NO_PARAMS: ShapeDefinition['params'] = Object.freeze({})
+
+function hasKeys(o: object): boolean {
+  for (const _ in o) return true
+  return false
 }
 
 /** Code-point order, not UTF-16 unit order, so astral characters sort as Electric (and Postgres "C") sorts them. */

@@ -63,6 +63,19 @@ describe('ShapeRegistry', () => {
     expect(registry.get(handle)?.columns).toEqual(['id', 'title'])
   })
 
+  it('keeps a definition that is frozen already (as the compiler hands them out) itself, not a second copy for the life of the shape', () => {
+    const registry = frozenRegistry()
+    const frozen = Object.freeze({ ...ITEMS, params: Object.freeze({ ...ITEMS.params }), columns: Object.freeze(['id', 'title']) })
+    const handle = registry.register(frozen)
+    expect(registry.get(handle)).toBe(frozen)
+    // Frozen on the outside only: its parts could still change, so a copy.
+    const shallow = Object.freeze({ ...AWKWARD, params: { ...AWKWARD.params } })
+    const other = registry.register(shallow)
+    expect(registry.get(other)).not.toBe(shallow)
+    expect(registry.get(other)).toEqual(shallow)
+    expect(Object.isFrozen(registry.get(other)!.params)).toBe(true)
+  })
+
   it('invalidate expires the handle for good; the definition gets a new one', () => {
     const registry = frozenRegistry()
     const first = registry.register(ITEMS)
