@@ -39,6 +39,7 @@ import { quantile } from '../pipeline/stats.js'
 import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
 import { type CacheKind, type Distribution, type OriginKind, type Report, type Run, type WriteFigures, runLabel, targetChecks, writeReport } from './report.js'
+import { compileEpollClients } from './epoll-clients.js'
 import { treeCpuMs } from './tree-cpu.js'
 import { ensureVarnish, startVarnish, type VarnishServer } from './varnish.js'
 import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
@@ -94,6 +95,8 @@ const SETTINGS = {
     ...varnishParamOverrides(process.env.BENCH_CDN_VARNISH_PARAMS),
   },
   quietWaitSeconds: QUICK ? 0 : 10,
+  /** `c`: the clients are epoll-clients.c (raw sockets, one epoll loop per process); `node`: clients.ts's own (raw sockets too). */
+  clientEngine: process.env.BENCH_CDN_CLIENT === 'node' ? 'node' : 'c',
   /** varnishd's working directory (its shared-memory log, written for every request): on tmpfs, as the docs recommend. */
   varnishWorkBase: process.env.BENCH_CDN_VARNISH_WORKDIR ?? '/dev/shm',
 }
@@ -117,6 +120,8 @@ const DEPLOY = fileURLToPath(new URL('../../packages/server/deploy/', import.met
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
 let nextRun = 1
+/** The compiled C clients, or undefined for the Node ones (BENCH_CDN_CLIENT=node, or no C compiler). */
+let nativeClients: string | undefined
 
 /** The deploy file with its machine-specific values replaced, each of which must occur exactly once. */
 function substitute(file: string, pairs: ReadonlyArray<readonly [string, string]>): string {
@@ -254,6 +259,7 @@ async function oneRun(kind: CacheKind, clients: number, { kind: originKind, chil
           clients: Math.floor(clients / processes) + (i < clients % processes ? 1 : 0),
           localAddress: `127.0.0.${10 + i}`,
           syncConcurrency: SETTINGS.syncConcurrency,
+          ...(nativeClients === undefined ? {} : { native: nativeClients }),
         }),
       ),
     )
@@ -359,9 +365,11 @@ async function main(): Promise<void> {
   const varnishVersion = CACHES.includes('varnish') ? ensureVarnish() : '-'
   const nginxVersion = CACHES.includes('nginx') ? (await findNginx()).version : '-'
   const fdLimit = spawnSync('sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).stdout.trim()
+  if (SETTINGS.clientEngine === 'c') nativeClients = compileEpollClients()
+  const clientEngine = nativeClients === undefined ? 'node' : 'c'
   const root = mkdtempSync(join(process.env.BENCH_DIR ?? tmpdir(), 'sluice-cdn-bench-'))
   const loads: LoadNote[] = [loadNote('start')]
-  log(`CDN benchmark${QUICK ? ' (QUICK)' : ''}; nginx ${nginxVersion}, varnish ${varnishVersion}; ulimit -n ${fdLimit}; load ${loads[0]!.loadavg.join(', ')}`)
+  log(`CDN benchmark${QUICK ? ' (QUICK)' : ''}; nginx ${nginxVersion}, varnish ${varnishVersion}; ulimit -n ${fdLimit}; ${clientEngine === 'c' ? 'C' : 'Node'} clients; load ${loads[0]!.loadavg.join(', ')}`)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
   const db = new pg.Client({ connectionString: cluster.url })
   let origin: CommandChild | undefined
@@ -411,7 +419,7 @@ async function main(): Promise<void> {
     machine: { ...machineInfo(root), fdLimit },
     postgres: { version: cluster.version },
     versions: { nginx: nginxVersion, varnish: varnishVersion },
-    settings: SETTINGS,
+    settings: { ...SETTINGS, clientEngine },
     originFlags: ORIGIN_FLAGS,
     shape: { rows: SETTINGS.rows, chunkBytes: SETTINGS.chunkBytes },
     runSeconds: runSeconds(),
