@@ -49,6 +49,8 @@ export interface WriteFigures {
   readonly lastMs: number
   /** The same for the median client. */
   readonly p50ClientMs: number
+  /** The same for the first client: the origin's answer through the cache, before any fan-out (absent in older results). */
+  readonly firstMs?: number
 }
 
 export interface LiveFigures {
@@ -57,6 +59,8 @@ export interface LiveFigures {
   readonly lastClient: Distribution
   /** The median client's latency, over the writes. */
   readonly medianClient: Distribution
+  /** The first client's latency, over the writes (absent in older results). */
+  readonly firstClient?: Distribution
   /** Writes that some client never received within the drain time. */
   readonly incomplete: number
   /** Live requests that reached the origin during the writes and the idle time after them. */
@@ -156,13 +160,13 @@ export function markdown(report: Report): string {
   lines.push(`Machine: ${report.machine.nproc} CPUs (${report.machine.cpu}), ${report.machine.memoryGiB} GiB, ${report.machine.os}, Node ${report.machine.node}, ulimit -n ${report.machine.fdLimit}; Postgres ${report.postgres.version}.`, '')
   lines.push(`Load average (1 min): ${report.loads.map((l) => `${l.loadavg[0]} (${l.label})`).join(', ')}.`, '')
   lines.push(
-    '| cache | clients | sync wall | sync p99/client | origin 200s per chunk URL (max) | last client p50 | last client p99 | last client max | median client p50 | origin req per live window | origin live req / writes | incomplete writes | origin CPU | cache CPU per write | client CPU per write | load |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| cache | clients | sync wall | sync p99/client | origin 200s per chunk URL (max) | last client p50 | last client p99 | last client max | median client p50 | first client p50 | origin req per live window | origin live req / writes | incomplete writes | origin CPU | cache CPU per write | client CPU per write | load |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   )
   for (const r of report.runs) {
     const writes = r.live.writes.length
     lines.push(
-      `| ${runLabel(r)} | ${f(r.clients)} | ${f(r.sync.wallMs / 1000, 1)} s | ${f(r.sync.perClientMs.p99)} ms | ${f(r.sync.originServed.max200PerUrl)} (${f(r.sync.originUrls)} URLs) | ${f(r.live.lastClient.p50)} ms | ${f(r.live.lastClient.p99)} ms | ${f(r.live.lastClient.max)} ms | ${f(r.live.medianClient.p50)} ms | ${f(r.live.originPerWindow, 2)} | ${f(r.live.originLiveRequests)} / ${f(writes)} | ${f(r.live.incomplete)} | ${r.live.originCpuPercent === null ? '-' : `${f(r.live.originCpuPercent)}%`} | ${f(r.live.cacheCpuMsPerWrite)} ms | ${f(r.live.clientCpuMsPerWrite)} ms | ${f(r.live.loadavg1, 1)} |`,
+      `| ${runLabel(r)} | ${f(r.clients)} | ${f(r.sync.wallMs / 1000, 1)} s | ${f(r.sync.perClientMs.p99)} ms | ${f(r.sync.originServed.max200PerUrl)} (${f(r.sync.originUrls)} URLs) | ${f(r.live.lastClient.p50)} ms | ${f(r.live.lastClient.p99)} ms | ${f(r.live.lastClient.max)} ms | ${f(r.live.medianClient.p50)} ms | ${f(r.live.firstClient?.p50 ?? Number.NaN)} ms | ${f(r.live.originPerWindow, 2)} | ${f(r.live.originLiveRequests)} / ${f(writes)} | ${f(r.live.incomplete)} | ${r.live.originCpuPercent === null ? '-' : `${f(r.live.originCpuPercent)}%`} | ${f(r.live.cacheCpuMsPerWrite)} ms | ${f(r.live.clientCpuMsPerWrite)} ms | ${f(r.live.loadavg1, 1)} |`,
     )
   }
   lines.push('')

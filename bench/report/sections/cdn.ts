@@ -19,8 +19,8 @@ function render(report: Report): SectionContent {
   )
   const liveTable: Table = {
     title: `Live: one write, every client (${report.runs[0]?.live.writes.length ?? '?'} writes per run)`,
-    headers: ['clients', 'cache', 'last client p50', 'last client p99', 'last client max', 'median client (p50 of writes)', 'origin live requests per window', 'origin live requests / writes', 'incomplete writes', 'cache CPU per write', 'client CPU per write', 'load'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    headers: ['clients', 'cache', 'last client p50', 'last client p99', 'last client max', 'median client (p50 of writes)', 'first client (p50 of writes)', 'origin live requests per window', 'origin live requests / writes', 'incomplete writes', 'cache CPU per write', 'client CPU per write', 'load'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows: runs.map((r) => [
       num(r.clients),
       label(r),
@@ -28,6 +28,7 @@ function render(report: Report): SectionContent {
       ms(r.live.lastClient.p99),
       ms(r.live.lastClient.max),
       ms(r.live.medianClient.p50),
+      r.live.firstClient === undefined ? '-' : ms(r.live.firstClient.p50),
       r.cache === 'none' ? 'n/a' : num(r.live.originPerWindow, 2),
       `${num(r.live.originLiveRequests)} / ${num(r.live.writes.length)}`,
       num(r.live.incomplete),
@@ -35,7 +36,7 @@ function render(report: Report): SectionContent {
       ms(r.live.clientCpuMsPerWrite),
       num(r.live.loadavg1, 1),
     ]),
-    note: 'Last client: from the writer sending the update until the last of the clients holds the whole response, one figure per write; p50/p99/max over the writes. Origin requests are counted by the origin process itself; a window is a distinct live URL (each write and each long-poll timeout starts one). Without a cache every client has its own cursor, so only requests per write compare. CPU per write: all the cache\'s processes, and all the client processes, over the writes.',
+    note: 'Last client: from the writer sending the update until the last of the clients holds the whole response, one figure per write; p50/p99/max over the writes. The first client\'s figure is the origin\'s answer through the cache before any fan-out. Origin requests are counted by the origin process itself; a window is a distinct live URL (each write and each long-poll timeout starts one). Without a cache every client has its own cursor, so only requests per write compare. CPU per write: all the cache\'s processes, and all the client processes, over the writes.',
   }
   const syncTable: Table = {
     title: `Initial sync (${num(report.shape.rows)} rows, chunks of ${num(report.shape.chunkBytes / 1024)} KiB)`,
@@ -114,7 +115,7 @@ function render(report: Report): SectionContent {
       'A network or machines between clients, cache and origin (all share 2 cores here, so client-side CPU is part of every figure), TLS, SSE through a cache, many shapes, commercial CDNs (their collapsing differs), browsers.',
     method: [
       `Sluice runs as \`createServer\` builds it, in its own process, with a listener on its HTTP server that counts every request by URL (the origin's own count). Flags: \`${report.originFlags.join(' ')}\`.`,
-      `Clients: HTTP/1.1 on raw sockets (Node's http client costs several times the caches' CPU per response), one keep-alive connection each, up to ${num(Number(s['perProcess']))} per process, each process from its own 127.0.0.x; at most ${num(Number(s['syncConcurrency']))} clients of a process in their initial sync at once. They build URLs with the same parameter order, as the official client does.`,
+      `Clients: ${s['clientEngine'] === 'c' ? 'C (`cdn/epoll-clients.c`, one epoll loop per process)' : 'Node'}, HTTP/1.1 on raw sockets (Node's http client costs several times the caches' CPU per response), one keep-alive connection each, up to ${num(Number(s['perProcess']))} per process, each process from its own 127.0.0.x; at most ${num(Number(s['syncConcurrency']))} clients of a process in their initial sync at once. They build URLs with the same parameter order, as the official client does.`,
       `Writes: one \`UPDATE\` of one row, stamped with CLOCK_MONOTONIC just before it is sent; the next one ${num(Number(s['writeGapMs']))} ms after every client has the previous one (so the clients' next long-polls are parked). ${Number(s['idleSeconds']) > 0 ? `Then ${String(s['idleSeconds'])} s without writes, so one long-poll times out and a new window starts.` : ''}`,
       `nginx: ${String(s['nginxWorkers'])} workers (each has its own open-file limit), \`listen ... reuseport backlog=4096\`, everything else as the deploy file. Varnish: \`${Object.entries((s['varnishParams'] as Record<string, string>) ?? {}).map(([k, v]) => `-p ${k}=${v}`).join(' ')}\`; above ${num(Number(s['varnishClientsPerEdge']))} clients (one varnishd cannot hold more sockets than the ${report.machine.fdLimit}-descriptor limit) two edge varnishds share the clients in front of one shield varnishd, all with the same VCL.`,
       'A fresh cache for every run; the shape exists before the first run, so runs measure serving, not creation.',
