@@ -299,9 +299,13 @@ static void on_readable(client *c) {
       c->cap = c->cap * 2 + 65536;
       c->buf = realloc(c->buf, c->cap);
     }
-    ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
+    size_t space = c->cap - c->len;
+    ssize_t r = read(c->fd, c->buf + c->len, space);
     if (r > 0) {
       c->len += (size_t)r;
+      /* A short read drained the socket: no second read just to see EAGAIN (epoll is level-triggered, so
+       * anything arriving later is reported again). */
+      if ((size_t)r < space) break;
       continue;
     }
     if (r == 0) {
