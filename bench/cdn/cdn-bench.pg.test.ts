@@ -39,7 +39,7 @@ describe('bench:cdn (QUICK, 20 clients)', () => {
     expect(code, output.slice(-3000)).toBe(0)
     const report = JSON.parse(readFileSync(join(out, 'cdn.quick.json'), 'utf8')) as Report
     expect(report.quick).toBe(true)
-    expect(report.runs.map((r) => r.cache)).toEqual(['none', 'nginx', 'varnish'])
+    expect(report.runs.map((r) => `${r.cache} ${r.origin}`)).toEqual(['none sluice', 'nginx sluice', 'nginx ceiling', 'varnish sluice', 'varnish ceiling'])
     for (const run of report.runs) {
       expect(run.clients).toBe(20)
       expect(run.sync.errors).toBe(0)
@@ -57,7 +57,7 @@ describe('bench:cdn (QUICK, 20 clients)', () => {
       expect(run.clientErrors).toEqual({})
     }
     const [direct, ...cached] = report.runs
-    // Straight at the origin every client's requests reach it; through a cache, each chunk's body once.
+    // Straight at the origin every client's requests reach it; through a cache (ceiling runs too), each chunk's body once.
     expect(direct!.sync.originServed.max200PerUrl).toBe(20)
     for (const run of cached) {
       expect(run.sync.originServed.max200PerUrl).toBe(1)
@@ -67,5 +67,6 @@ describe('bench:cdn (QUICK, 20 clients)', () => {
     expect(md).toContain('# CDN benchmark (QUICK)')
     expect(md).toMatch(/- nginx, 20 clients: last client has the write, p99 at most 1 s: (met|missed)/)
     expect(md).toMatch(/- Varnish, 20 clients: origin requests per live window about 1 \(at most 1\.5\): (met|missed)/)
+    expect(md).toContain('| Varnish, in-memory origin (ceiling) | 20 |')
   }, 180_000)
 })

@@ -11,13 +11,18 @@
  * when its whole response body arrived (CLOCK_MONOTONIC, shared by every
  * process) minus the stamp.
  *
- * Commands: `start {baseUrl, table, clients, localAddress, syncConcurrency}`
+ * With `native` (the path of the compiled epoll-clients.c) the clients are
+ * the C ones instead, the same protocol at a fraction of the CPU per
+ * response, and this process only relays the commands to them.
+ *
+ * Commands: `start {baseUrl, table, clients, localAddress, syncConcurrency, native?}`
  * -> when every client is up to date: the initial sync's figures;
  * `measure {run}`; `count {stamp}` -> clients that have it; `receipts {}` -> per stamp, each client's latency in ms;
  * `status {}`; `stop {}`.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { serveCommands } from '../http/json-lines.js'
+import { NativeClients } from './epoll-clients.js'
 import { RawConnection, type RawReply } from './raw-http.js'
 
 const RETRY_MS = 100
@@ -35,13 +40,10 @@ const counts = { requests: 0, liveRequests: 0, liveWithData: 0, errors: 0, confl
 const statuses: Record<string, number> = {}
 const errorKinds: Record<string, number> = {}
 
-function header(r: RawReply, name: string): string | undefined {
-  return r.headers.get(name)
-}
-
 function record(r: RawReply): void {
   let data = false
-  for (const m of r.body.toString('utf8').matchAll(STAMP)) {
+  // latin1: the stamps are ASCII, and it decodes without validating UTF-8.
+  for (const m of r.body.toString('latin1').matchAll(STAMP)) {
     data = true
     if (Number(m[1]) !== currentRun) continue
     const stamp = m[2]!
@@ -109,7 +111,7 @@ async function client(table: string, gate: ReturnType<typeof semaphore>, synced:
       statuses[r.status] = (statuses[r.status] ?? 0) + 1
       if (r.status === 409) {
         counts.conflicts++
-        handle = header(r, 'electric-handle')
+        handle = r.handle
         offset = '-1'
         if (isLive) live--
         isLive = false
@@ -120,13 +122,13 @@ async function client(table: string, gate: ReturnType<typeof semaphore>, synced:
         await sleep(RETRY_MS)
         continue
       }
-      handle = header(r, 'electric-handle') ?? handle
-      offset = header(r, 'electric-offset') ?? offset
-      cursor = header(r, 'electric-cursor') ?? cursor
+      handle = r.handle ?? handle
+      offset = r.offset ?? offset
+      cursor = r.cursor ?? cursor
       if (isLive) record(r)
       else {
         counts.syncBytes += r.body.length
-        if (header(r, 'electric-up-to-date') !== undefined) {
+        if (r.upToDate) {
           isLive = true
           live++
           if (!released) synced(performance.now() - t0)
@@ -139,12 +141,29 @@ async function client(table: string, gate: ReturnType<typeof semaphore>, synced:
   }
 }
 
+/** Set when the clients are the C ones (`native` names the binary): every command goes to them. */
+let native: NativeClients | undefined
+
 async function start(args: Record<string, unknown>): Promise<Record<string, unknown>> {
-  if (loops.length > 0) throw new Error('already started')
+  if (loops.length > 0 || native !== undefined) throw new Error('already started')
   base = new URL(String(args.baseUrl))
   localAddress = args.localAddress === undefined ? undefined : String(args.localAddress)
   const n = Number(args.clients)
   const table = String(args.table)
+  if (typeof args.native === 'string') {
+    native = new NativeClients({
+      binary: args.native,
+      host: base.hostname,
+      port: Number(base.port),
+      localAddress,
+      clients: n,
+      syncConcurrency: Number(args.syncConcurrency),
+      table,
+    })
+    const synced = await native.synced
+    ;(synced.syncMs as number[]).sort((a, b) => a - b)
+    return synced
+  }
   stopping = false
   const gate = semaphore(Number(args.syncConcurrency))
   const syncMs: number[] = []
@@ -165,24 +184,34 @@ async function start(args: Record<string, unknown>): Promise<Record<string, unkn
   return { clients: n, wallMs, syncMs, ...counts, statuses: { ...statuses }, errorKinds: { ...errorKinds } }
 }
 
-function measure(args: Record<string, unknown>): void {
+async function measure(args: Record<string, unknown>): Promise<void> {
+  if (native !== undefined) await native.command(`measure ${Number(args.run)}`)
   currentRun = Number(args.run)
   receipts = new Map()
 }
 
-function collect(): Record<string, number[]> {
+async function collect(): Promise<Record<string, number[]>> {
+  if (native !== undefined) return (await native.command('receipts')) as Record<string, number[]>
   return Object.fromEntries(receipts)
 }
 
-function count(args: Record<string, unknown>): number {
+async function count(args: Record<string, unknown>): Promise<number> {
+  if (native !== undefined) return (await native.command(`count ${String(args.stamp)}`)).count as number
   return receipts.get(String(args.stamp))?.length ?? 0
 }
 
-function status(): Record<string, unknown> {
+async function status(): Promise<Record<string, unknown>> {
+  if (native !== undefined) return native.command('status')
   return { live, ...counts, statuses: { ...statuses }, errorKinds: { ...errorKinds } }
 }
 
 async function stop(): Promise<Record<string, unknown>> {
+  if (native !== undefined) {
+    const final = await native.command('stop')
+    native.kill()
+    native = undefined
+    return final
+  }
   stopping = true
   for (const c of connections) c.close()
   connections = []

@@ -10,14 +10,65 @@ import { type Socket, connect } from 'node:net'
 
 export interface RawReply {
   readonly status: number
-  /** Lower-cased names; only the last value of a repeated header. */
-  readonly headers: ReadonlyMap<string, string>
+  /** The shape headers a client follows (the last value of each), and whether `electric-up-to-date` was there. */
+  readonly handle: string | undefined
+  readonly offset: string | undefined
+  readonly cursor: string | undefined
+  readonly upToDate: boolean
   readonly body: Buffer
   /** CLOCK_MONOTONIC when the last byte of the body arrived. */
   readonly at: bigint
 }
 
 const CRLFCRLF = Buffer.from('\r\n\r\n')
+/**
+ * Only the headers a shape client acts on, found by one regex over the head: building a map of all of
+ * them (a cache adds its own) cost more than the rest of a client's work per response.
+ */
+const WANTED = /\r\n(content-length|transfer-encoding|connection|electric-handle|electric-offset|electric-cursor|electric-up-to-date):[ \t]*([^\r]*)/gi
+
+interface Head {
+  status: number
+  handle: string | undefined
+  offset: string | undefined
+  cursor: string | undefined
+  upToDate: boolean
+  close: boolean
+  length: number | undefined
+  chunked: boolean
+}
+
+function parseHead(text: string): Head {
+  const head: Head = { status: Number(text.slice(9, 12)), handle: undefined, offset: undefined, cursor: undefined, upToDate: false, close: false, length: undefined, chunked: false }
+  WANTED.lastIndex = 0
+  for (let m = WANTED.exec(text); m !== null; m = WANTED.exec(text)) {
+    const value = m[2]!.trimEnd()
+    switch (m[1]!.toLowerCase()) {
+      case 'content-length':
+        head.length = Number(value)
+        break
+      case 'transfer-encoding':
+        head.chunked = /chunked/i.test(value)
+        break
+      case 'connection':
+        head.close = value.toLowerCase() === 'close'
+        break
+      case 'electric-handle':
+        head.handle = value
+        break
+      case 'electric-offset':
+        head.offset = value
+        break
+      case 'electric-cursor':
+        head.cursor = value
+        break
+      case 'electric-up-to-date':
+        head.upToDate = true
+        break
+    }
+  }
+  return head
+}
 /**
  * Every client names the same site, as browsers of one app do: the caches key on Host as well as the
  * URL, and two edges reached on different ports must pass one key to the shield.
@@ -34,7 +85,7 @@ export class RawConnection {
   private buffer: Buffer = Buffer.alloc(0)
   private pending: Pending | undefined
   /** Parsed head of the response being read, once its headers are complete. */
-  private head: { status: number; headers: Map<string, string>; length: number | undefined; chunked: boolean } | undefined
+  private head: Head | undefined
 
   constructor(
     private readonly host: string,
@@ -81,21 +132,8 @@ export class RawConnection {
     if (this.head === undefined) {
       const end = this.buffer.indexOf(CRLFCRLF)
       if (end < 0) return
-      const lines = this.buffer.toString('latin1', 0, end).split('\r\n')
-      const status = Number(lines[0]!.split(' ', 3)[1])
-      const headers = new Map<string, string>()
-      for (let i = 1; i < lines.length; i++) {
-        const line = lines[i]!
-        const colon = line.indexOf(':')
-        if (colon > 0) headers.set(line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim())
-      }
-      const length = headers.get('content-length')
-      this.head = {
-        status,
-        headers,
-        length: length === undefined ? undefined : Number(length),
-        chunked: /chunked/i.test(headers.get('transfer-encoding') ?? ''),
-      }
+      // Through the CRLF of the last header line, so every header line starts with CRLF.
+      this.head = parseHead(this.buffer.toString('latin1', 0, end + 2))
       this.buffer = this.buffer.subarray(end + 4)
     }
     const head = this.head
@@ -113,8 +151,16 @@ export class RawConnection {
     this.head = undefined
     const p = this.pending
     this.pending = undefined
-    if (head.headers.get('connection')?.toLowerCase() === 'close') this.close()
-    p?.resolve({ status: head.status, headers: head.headers, body, at })
+    if (head.close) this.close()
+    p?.resolve({
+      status: head.status,
+      handle: head.handle,
+      offset: head.offset,
+      cursor: head.cursor,
+      upToDate: head.upToDate,
+      body,
+      at,
+    })
   }
 
   /** The whole chunked body once its last chunk is in the buffer (consumed then), else undefined. */

@@ -10,6 +10,9 @@ import type { Machine } from '../storage/report.js'
 /** `none`: the clients talk to the origin directly (the baseline every cache is compared with). */
 export type CacheKind = 'none' | 'nginx' | 'varnish'
 
+/** Who answers the cache: Sluice itself, or the ceiling (ceiling-origin.ts: live answers from memory the moment of the write). */
+export type OriginKind = 'sluice' | 'ceiling'
+
 export interface Distribution {
   readonly p50: number
   readonly p99: number
@@ -46,6 +49,8 @@ export interface WriteFigures {
   readonly lastMs: number
   /** The same for the median client. */
   readonly p50ClientMs: number
+  /** The same for the first client: the origin's answer through the cache, before any fan-out (absent in older results). */
+  readonly firstMs?: number
 }
 
 export interface LiveFigures {
@@ -54,6 +59,8 @@ export interface LiveFigures {
   readonly lastClient: Distribution
   /** The median client's latency, over the writes. */
   readonly medianClient: Distribution
+  /** The first client's latency, over the writes (absent in older results). */
+  readonly firstClient?: Distribution
   /** Writes that some client never received within the drain time. */
   readonly incomplete: number
   /** Live requests that reached the origin during the writes and the idle time after them. */
@@ -80,6 +87,8 @@ export interface LiveFigures {
 
 export interface Run {
   readonly cache: CacheKind
+  /** Absent in results written before the ceiling existed: Sluice. */
+  readonly origin?: OriginKind
   readonly clients: number
   readonly clientProcesses: number
   /** Cache instances the clients were spread over (Varnish above one process's open-file limit: two edges in front of one shield). */
@@ -105,6 +114,18 @@ export interface Report {
 }
 
 export const CACHE_LABEL: Record<CacheKind, string> = { none: 'no cache (origin direct)', nginx: 'nginx', varnish: 'Varnish' }
+
+export const CEILING_SUFFIX = ', in-memory origin (ceiling)'
+
+/** The cache, its topology, and the origin when it is the ceiling. */
+export function runLabel(run: Pick<Run, 'cache' | 'origin' | 'edges'>): string {
+  return `${CACHE_LABEL[run.cache]}${run.edges > 1 ? ` (${run.edges} edges + shield)` : ''}${run.origin === 'ceiling' ? CEILING_SUFFIX : ''}`
+}
+
+/** Targets are Sluice's: runs through a cache in front of Sluice. */
+export function isTargetRun(run: Run): boolean {
+  return run.cache !== 'none' && run.origin !== 'ceiling'
+}
 
 /** Targets of issue 31 item 10, from a run: about one origin request per window, the last client within 1 s at p99, each chunk from the origin once. */
 export interface TargetCheck {
@@ -139,20 +160,27 @@ export function markdown(report: Report): string {
   lines.push(`Machine: ${report.machine.nproc} CPUs (${report.machine.cpu}), ${report.machine.memoryGiB} GiB, ${report.machine.os}, Node ${report.machine.node}, ulimit -n ${report.machine.fdLimit}; Postgres ${report.postgres.version}.`, '')
   lines.push(`Load average (1 min): ${report.loads.map((l) => `${l.loadavg[0]} (${l.label})`).join(', ')}.`, '')
   lines.push(
-    '| cache | clients | sync wall | sync p99/client | origin 200s per chunk URL (max) | last client p50 | last client p99 | last client max | median client p50 | origin req per live window | origin live req / writes | incomplete writes | origin CPU | cache CPU per write | client CPU per write | load |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| cache | clients | sync wall | sync p99/client | origin 200s per chunk URL (max) | last client p50 | last client p99 | last client max | median client p50 | first client p50 | origin req per live window | origin live req / writes | incomplete writes | origin CPU | cache CPU per write | client CPU per write | load |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   )
   for (const r of report.runs) {
     const writes = r.live.writes.length
     lines.push(
-      `| ${CACHE_LABEL[r.cache]}${r.edges > 1 ? ` (${r.edges} edges + shield)` : ''} | ${f(r.clients)} | ${f(r.sync.wallMs / 1000, 1)} s | ${f(r.sync.perClientMs.p99)} ms | ${f(r.sync.originServed.max200PerUrl)} (${f(r.sync.originUrls)} URLs) | ${f(r.live.lastClient.p50)} ms | ${f(r.live.lastClient.p99)} ms | ${f(r.live.lastClient.max)} ms | ${f(r.live.medianClient.p50)} ms | ${f(r.live.originPerWindow, 2)} | ${f(r.live.originLiveRequests)} / ${f(writes)} | ${f(r.live.incomplete)} | ${r.live.originCpuPercent === null ? '-' : `${f(r.live.originCpuPercent)}%`} | ${f(r.live.cacheCpuMsPerWrite)} ms | ${f(r.live.clientCpuMsPerWrite)} ms | ${f(r.live.loadavg1, 1)} |`,
+      `| ${runLabel(r)} | ${f(r.clients)} | ${f(r.sync.wallMs / 1000, 1)} s | ${f(r.sync.perClientMs.p99)} ms | ${f(r.sync.originServed.max200PerUrl)} (${f(r.sync.originUrls)} URLs) | ${f(r.live.lastClient.p50)} ms | ${f(r.live.lastClient.p99)} ms | ${f(r.live.lastClient.max)} ms | ${f(r.live.medianClient.p50)} ms | ${f(r.live.firstClient?.p50 ?? Number.NaN)} ms | ${f(r.live.originPerWindow, 2)} | ${f(r.live.originLiveRequests)} / ${f(writes)} | ${f(r.live.incomplete)} | ${r.live.originCpuPercent === null ? '-' : `${f(r.live.originCpuPercent)}%`} | ${f(r.live.cacheCpuMsPerWrite)} ms | ${f(r.live.clientCpuMsPerWrite)} ms | ${f(r.live.loadavg1, 1)} |`,
     )
   }
   lines.push('')
   lines.push('Targets (issue 31 item 10), per cached run:', '')
   for (const r of report.runs) {
-    if (r.cache === 'none') continue
+    if (!isTargetRun(r)) continue
     for (const t of targetChecks(r)) lines.push(`- ${CACHE_LABEL[r.cache]}, ${f(r.clients)} clients: ${t.what}: ${t.met ? 'met' : 'missed'} (${t.figure})`)
+  }
+  const ceilings = report.runs.filter((r) => r.origin === 'ceiling')
+  if (ceilings.length > 0) {
+    lines.push('')
+    lines.push(
+      `Ceiling rows (${CEILING_SUFFIX.slice(2)}): the same cache and clients in front of a bare node:http origin that answers every parked live request from memory the moment of the write (no Postgres, no log, no fsync); the writes are stamped when the ceiling is told of them. What is left of their time to the last client is the cache's and the clients' fan-out on this machine.`,
+    )
   }
   lines.push('')
   lines.push(`Run took ${f(report.runSeconds / 60, 1)} min. Settings: \`${JSON.stringify(report.settings)}\`; origin flags \`${report.originFlags.join(' ')}\`.`, '')

@@ -38,7 +38,8 @@ import type { LoadNote } from '../pipeline/report.js'
 import { quantile } from '../pipeline/stats.js'
 import { SystemMeter, waitForQuiet } from '../storage/measure.js'
 import { machineInfo } from '../storage/report.js'
-import { type CacheKind, type Distribution, type Report, type Run, type WriteFigures, CACHE_LABEL, targetChecks, writeReport } from './report.js'
+import { type CacheKind, type Distribution, type OriginKind, type Report, type Run, type WriteFigures, runLabel, targetChecks, writeReport } from './report.js'
+import { compileEpollClients } from './epoll-clients.js'
 import { treeCpuMs } from './tree-cpu.js'
 import { ensureVarnish, startVarnish, type VarnishServer } from './varnish.js'
 import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
@@ -46,7 +47,26 @@ import { loadNote, log, runSeconds } from '../pipeline/run-log.js'
 const QUICK = process.env.QUICK === '1'
 const CLIENTS = process.env.BENCH_CDN_CLIENTS?.split(',').map(Number)
 const CACHES = (process.env.BENCH_CDN_CACHES?.split(',').map((s) => s.trim()) ?? ['none', 'nginx', 'varnish']) as CacheKind[]
-const PARTIAL = CLIENTS !== undefined || process.env.BENCH_CDN_CACHES !== undefined || process.env.BENCH_CDN_WRITES !== undefined
+/** `ceiling`: the same cache and clients in front of a bare in-memory origin (ceiling-origin.ts), for every cache. */
+const ORIGINS = (process.env.BENCH_CDN_ORIGINS?.split(',').map((s) => s.trim()) ?? ['sluice', 'ceiling']) as OriginKind[]
+const PARTIAL =
+  process.env.BENCH_CDN_ORIGINS !== undefined ||
+  CLIENTS !== undefined ||
+  process.env.BENCH_CDN_CACHES !== undefined ||
+  process.env.BENCH_CDN_WRITES !== undefined ||
+  process.env.BENCH_CDN_VARNISH_PARAMS !== undefined
+
+/** `name=value,name=value` onto the recommended varnishd parameters, to try others. */
+function varnishParamOverrides(text: string | undefined): Record<string, string> {
+  if (text === undefined || text.trim() === '') return {}
+  return Object.fromEntries(
+    text.split(',').map((pair) => {
+      const [name, value] = pair.split('=').map((s) => s.trim())
+      if (!name || value === undefined) throw new Error(`BENCH_CDN_VARNISH_PARAMS: "${pair}" is not name=value`)
+      return [name, value]
+    }),
+  )
+}
 
 const SETTINGS = {
   clients: CLIENTS ?? (QUICK ? [100, 500] : [1_000, 5_000, 10_000, 20_000]),
@@ -70,8 +90,26 @@ const SETTINGS = {
   /** One varnishd holds at most the open-file limit minus a few dozen clients; above this, two edges share them. */
   varnishClientsPerEdge: 15_000,
   /** timeout_idle 75 s as nginx's keepalive_timeout: Varnish's 5 s closes keep-alive sockets a client is about to reuse. */
-  varnishParams: { listen_depth: '4096', timeout_idle: '75', workspace_client: '32k', thread_pool_min: '200', thread_pool_max: '5000' },
+  /**
+   * As docs/cdn.md recommends. Few threads and a deep queue: waiting requests hold no thread, and a
+   * write woke thousands of them (thread_pool_max 5000) at several times the CPU per client.
+   */
+  varnishParams: {
+    ...{
+      listen_depth: '4096',
+      timeout_idle: '75',
+      workspace_client: '32k',
+      thread_pool_min: '50',
+      thread_pool_max: '100',
+      thread_queue_limit: '100000',
+    },
+    ...varnishParamOverrides(process.env.BENCH_CDN_VARNISH_PARAMS),
+  },
   quietWaitSeconds: QUICK ? 0 : 10,
+  /** `c`: the clients are epoll-clients.c (raw sockets, one epoll loop per process); `node`: clients.ts's own (raw sockets too). */
+  clientEngine: process.env.BENCH_CDN_CLIENT === 'node' ? 'node' : 'c',
+  /** varnishd's working directory (its shared-memory log, written for every request): on tmpfs, as the docs recommend. */
+  varnishWorkBase: process.env.BENCH_CDN_VARNISH_WORKDIR ?? '/dev/shm',
 }
 
 const TABLE = 'cdn_items'
@@ -93,6 +131,8 @@ const DEPLOY = fileURLToPath(new URL('../../packages/server/deploy/', import.met
 const here = dirname(fileURLToPath(import.meta.url))
 const resultsDir = join(here, '..', 'results')
 let nextRun = 1
+/** The compiled C clients, or undefined for the Node ones (BENCH_CDN_CLIENT=node, or no C compiler). */
+let nativeClients: string | undefined
 
 /** The deploy file with its machine-specific values replaced, each of which must occur exactly once. */
 function substitute(file: string, pairs: ReadonlyArray<readonly [string, string]>): string {
@@ -149,7 +189,7 @@ async function startCache(kind: CacheKind, clients: number, originUrl: string): 
       },
     }
   }
-  const options = { storage: 'malloc,256m', params: SETTINGS.varnishParams }
+  const options = { storage: 'malloc,256m', params: SETTINGS.varnishParams, workBase: SETTINGS.varnishWorkBase }
   const edges = Math.ceil(clients / SETTINGS.varnishClientsPerEdge)
   if (edges === 1) {
     const v = await startVarnish({ ...options, vcl: varnishVcl(originPort) })
@@ -206,7 +246,14 @@ function served(responses: Record<string, number>, live: boolean): { byStatus: R
   return { byStatus, max200PerUrl }
 }
 
-async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, originUrl: string, db: pg.Client): Promise<Run> {
+interface Origin {
+  readonly kind: OriginKind
+  readonly child: CommandChild
+  readonly url: string
+}
+
+async function oneRun(kind: CacheKind, clients: number, { kind: originKind, child: origin, url: originUrl }: Origin, db: pg.Client): Promise<Run> {
+  const label = runLabel({ cache: kind, origin: originKind, edges: 1 })
   await waitForQuiet(SETTINGS.quietWaitSeconds * 1000)
   const cache = await startCache(kind, clients, originUrl)
   const groups: CommandChild[] = []
@@ -223,6 +270,7 @@ async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, or
           clients: Math.floor(clients / processes) + (i < clients % processes ? 1 : 0),
           localAddress: `127.0.0.${10 + i}`,
           syncConcurrency: SETTINGS.syncConcurrency,
+          ...(nativeClients === undefined ? {} : { native: nativeClients }),
         }),
       ),
     )
@@ -243,7 +291,7 @@ async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, or
       statuses,
     }
     log(
-      `  ${CACHE_LABEL[kind]}, ${clients} clients: initial sync ${(syncWall / 1000).toFixed(1)} s (per client p50 ${sync.perClientMs.p50.toFixed(0)} ms, p99 ${sync.perClientMs.p99.toFixed(0)} ms), origin ${sync.originRequests} requests for ${sync.originUrls} URLs (max ${sync.originMaxPerUrl} per URL; responses ${JSON.stringify(syncServed.byStatus)}, max ${syncServed.max200PerUrl} 200s per URL), ${sync.errors} errors`,
+      `  ${label}, ${clients} clients: initial sync ${(syncWall / 1000).toFixed(1)} s (per client p50 ${sync.perClientMs.p50.toFixed(0)} ms, p99 ${sync.perClientMs.p99.toFixed(0)} ms), origin ${sync.originRequests} requests for ${sync.originUrls} URLs (max ${sync.originMaxPerUrl} per URL; responses ${JSON.stringify(syncServed.byStatus)}, max ${syncServed.max200PerUrl} 200s per URL), ${sync.errors} errors`,
     )
 
     // Every client's first long-poll reaches the cache (and one of them the origin) before the first write.
@@ -261,7 +309,8 @@ async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, or
       await sleep(SETTINGS.writeGapMs)
       const stamp = process.hrtime.bigint()
       stamps.push(stamp)
-      await db.query({ name: 'stamp', text: `UPDATE ${TABLE} SET stamp = $1 WHERE id = 1`, values: [`${run}:${stamp}`] })
+      if (originKind === 'ceiling') await origin.call('write', { stamp: `${run}:${stamp}` })
+      else await db.query({ name: 'stamp', text: `UPDATE ${TABLE} SET stamp = $1 WHERE id = 1`, values: [`${run}:${stamp}`] })
       const deadline = performance.now() + SETTINGS.drainMs
       for (;;) {
         const got = (await Promise.all(groups.map((g) => g.call<number>('count', { stamp: String(stamp) })))).reduce((a, b) => a + b, 0)
@@ -282,12 +331,18 @@ async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, or
     const receipts = await Promise.all(groups.map((g) => g.call<Record<string, number[]>>('receipts')))
     const writes: WriteFigures[] = stamps.map((stamp) => {
       const all = receipts.flatMap((r) => r[String(stamp)] ?? [])
-      return { received: all.length, lastMs: all.length === 0 ? Number.NaN : Math.max(...all), p50ClientMs: quantile(all, 0.5) }
+      return {
+        received: all.length,
+        lastMs: all.length === 0 ? Number.NaN : Math.max(...all),
+        p50ClientMs: quantile(all, 0.5),
+        firstMs: all.length === 0 ? Number.NaN : Math.min(...all),
+      }
     })
     const live = {
       writes,
       lastClient: distribution(writes.map((w) => w.lastMs)),
       medianClient: distribution(writes.map((w) => w.p50ClientMs)),
+      firstClient: distribution(writes.map((w) => w.firstMs)),
       incomplete: writes.filter((w) => w.received < clients).length,
       originLiveRequests: liveCounts.requests,
       originLiveUrls: liveCounts.urls,
@@ -304,7 +359,7 @@ async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, or
       originServed: served(responses, true),
     }
     log(
-      `  ${CACHE_LABEL[kind]}, ${clients} clients: last client p50 ${live.lastClient.p50.toFixed(0)} ms, p99 ${live.lastClient.p99.toFixed(0)} ms, max ${live.lastClient.max.toFixed(0)} ms; median client p50 ${live.medianClient.p50.toFixed(0)} ms; ${live.incomplete} incomplete writes; origin ${live.originLiveRequests} live requests for ${live.originLiveUrls} URLs (${live.originPerWindow.toFixed(2)} per window, max ${live.originMaxPerUrl}), ${live.originOtherRequests} other; origin CPU ${live.originCpuPercent?.toFixed(0) ?? '-'}%; CPU per write: cache ${cacheCpuPerWrite.toFixed(0)} ms, clients ${clientCpuPerWrite.toFixed(0)} ms (load ${live.loadavg1.toFixed(1)})`,
+      `  ${label}, ${clients} clients: last client p50 ${live.lastClient.p50.toFixed(0)} ms, p99 ${live.lastClient.p99.toFixed(0)} ms, max ${live.lastClient.max.toFixed(0)} ms; median client p50 ${live.medianClient.p50.toFixed(0)} ms; first client p50 ${live.firstClient.p50.toFixed(0)} ms; ${live.incomplete} incomplete writes; origin ${live.originLiveRequests} live requests for ${live.originLiveUrls} URLs (${live.originPerWindow.toFixed(2)} per window, max ${live.originMaxPerUrl}), ${live.originOtherRequests} other; origin CPU ${live.originCpuPercent?.toFixed(0) ?? '-'}%; CPU per write: cache ${cacheCpuPerWrite.toFixed(0)} ms, clients ${clientCpuPerWrite.toFixed(0)} ms (load ${live.loadavg1.toFixed(1)})`,
     )
     const finals = await Promise.all(groups.map((g) => g.call<{ errorKinds: Record<string, number> }>('stop')))
     const clientErrors: Record<string, number> = {}
@@ -314,8 +369,8 @@ async function oneRun(kind: CacheKind, clients: number, origin: CommandChild, or
       stats === undefined
         ? undefined
         : Object.fromEntries(Object.entries(stats).filter(([k]) => /^MAIN\.(backend_req|cache_hit|cache_miss|busy_sleep|busy_wakeup|busy_killed|sess_conn|sess_drop|sess_fail|threads|threads_failed|client_req)$/.test(k)))
-    const result: Run = { cache: kind, clients, clientProcesses: processes, edges: cache.urls.length, sync, live, clientErrors, ...(cacheStats === undefined ? {} : { cacheStats }) }
-    if (kind !== 'none') for (const t of targetChecks(result)) log(`    target: ${t.what}: ${t.met ? 'met' : 'MISSED'} (${t.figure})`)
+    const result: Run = { cache: kind, origin: originKind, clients, clientProcesses: processes, edges: cache.urls.length, sync, live, clientErrors, ...(cacheStats === undefined ? {} : { cacheStats }) }
+    if (kind !== 'none' && originKind === 'sluice') for (const t of targetChecks(result)) log(`    target: ${t.what}: ${t.met ? 'met' : 'MISSED'} (${t.figure})`)
     return result
   } finally {
     for (const g of groups) await g.close()
@@ -327,12 +382,15 @@ async function main(): Promise<void> {
   const varnishVersion = CACHES.includes('varnish') ? ensureVarnish() : '-'
   const nginxVersion = CACHES.includes('nginx') ? (await findNginx()).version : '-'
   const fdLimit = spawnSync('sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).stdout.trim()
+  if (SETTINGS.clientEngine === 'c') nativeClients = compileEpollClients()
+  const clientEngine = nativeClients === undefined ? 'node' : 'c'
   const root = mkdtempSync(join(process.env.BENCH_DIR ?? tmpdir(), 'sluice-cdn-bench-'))
   const loads: LoadNote[] = [loadNote('start')]
-  log(`CDN benchmark${QUICK ? ' (QUICK)' : ''}; nginx ${nginxVersion}, varnish ${varnishVersion}; ulimit -n ${fdLimit}; load ${loads[0]!.loadavg.join(', ')}`)
+  log(`CDN benchmark${QUICK ? ' (QUICK)' : ''}; nginx ${nginxVersion}, varnish ${varnishVersion}; ulimit -n ${fdLimit}; ${clientEngine === 'c' ? 'C' : 'Node'} clients; load ${loads[0]!.loadavg.join(', ')}`)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
   const db = new pg.Client({ connectionString: cluster.url })
   let origin: CommandChild | undefined
+  let ceiling: CommandChild | undefined
   const runs: Run[] = []
   try {
     await cluster.query(`CREATE TABLE ${TABLE} (id int PRIMARY KEY, stamp text NOT NULL, pad text NOT NULL)`)
@@ -345,15 +403,28 @@ async function main(): Promise<void> {
     if (first.status !== 200) throw new Error(`the first request answered ${first.status}: ${await first.text()}`)
     await first.arrayBuffer()
     log(`Postgres ${cluster.version}; origin (Sluice) at ${originUrl}, pid ${origin.pid}`)
+    const origins: Origin[] = []
+    if (ORIGINS.includes('sluice')) origins.push({ kind: 'sluice', child: origin, url: originUrl })
+    if (ORIGINS.includes('ceiling')) {
+      ceiling = await CommandChild.spawn('ceiling', fileURLToPath(new URL('./ceiling-origin.ts', import.meta.url)))
+      const { url } = await ceiling.call<{ url: string }>('start', { sluiceUrl: originUrl, longPollTimeoutMs: SETTINGS.longPollTimeoutMs })
+      origins.push({ kind: 'ceiling', child: ceiling, url })
+    }
     for (const clients of SETTINGS.clients) {
       for (const kind of CACHES) {
         if (kind === 'none' && clients > SETTINGS.directMaxClients) continue
-        runs.push(await oneRun(kind, clients, origin, originUrl, db))
-        loads.push(loadNote(`after ${kind} ${clients}`))
+        for (const o of origins) {
+          // Straight at the origin there is no cache to measure a ceiling of.
+          if (kind === 'none' && o.kind === 'ceiling') continue
+          runs.push(await oneRun(kind, clients, o, db))
+          loads.push(loadNote(`after ${kind}${o.kind === 'ceiling' ? ' (ceiling)' : ''} ${clients}`))
+        }
       }
     }
   } finally {
     await db.end().catch(() => {})
+    await ceiling?.call('stop').catch(() => {})
+    await ceiling?.close()
     await origin?.call('stop').catch(() => {})
     await origin?.close()
     await cluster.stop()
@@ -365,7 +436,7 @@ async function main(): Promise<void> {
     machine: { ...machineInfo(root), fdLimit },
     postgres: { version: cluster.version },
     versions: { nginx: nginxVersion, varnish: varnishVersion },
-    settings: SETTINGS,
+    settings: { ...SETTINGS, clientEngine },
     originFlags: ORIGIN_FLAGS,
     shape: { rows: SETTINGS.rows, chunkBytes: SETTINGS.chunkBytes },
     runSeconds: runSeconds(),

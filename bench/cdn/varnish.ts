@@ -48,6 +48,8 @@ export interface VarnishOptions {
   readonly params: Readonly<Record<string, string>>
   /** Object storage, e.g. `malloc,256m`. */
   readonly storage: string
+  /** Where the working directory (with the shared-memory log varnishd writes for every request) is made; the system's temp dir by default. */
+  readonly workBase?: string
 }
 
 export interface VarnishServer {
@@ -71,7 +73,7 @@ function canConnect(port: number): Promise<boolean> {
 }
 
 export async function startVarnish(options: VarnishOptions): Promise<VarnishServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-varnish-'))
+  const dir = mkdtempSync(join(options.workBase ?? tmpdir(), 'sluice-varnish-'))
   const vclPath = join(dir, 'sluice.vcl')
   writeFileSync(vclPath, options.vcl)
   const port = await freePort()

@@ -1,21 +1,26 @@
 /** The CDN benchmark's section: one shape, thousands of long-poll clients through nginx or Varnish in front of Sluice. */
-import { CACHE_LABEL, type CacheKind, type Report, type Run, targetChecks } from '../../cdn/report.js'
+import { CACHE_LABEL, CEILING_SUFFIX, type CacheKind, type Report, type Run, isTargetRun, runLabel, targetChecks } from '../../cdn/report.js'
 import type { ChartSpec } from '../chart.js'
 import { loadLine, machineLines, ms, num, plural, pressureLine, ratio } from '../format.js'
 import type { ReportSection, SectionContent, Table } from '../section.js'
 
 const CACHES: readonly CacheKind[] = ['nginx', 'varnish', 'none']
 
-function label(run: Run): string {
-  return `${CACHE_LABEL[run.cache]}${run.edges > 1 ? ` (${run.edges} edges + shield)` : ''}`
+const label = runLabel
+
+/** A chart series: the cache, and the ceiling's own series next to it. */
+function series(run: Run): string {
+  return `${CACHE_LABEL[run.cache]}${run.origin === 'ceiling' ? CEILING_SUFFIX : ''}`
 }
 
 function render(report: Report): SectionContent {
-  const runs = [...report.runs].sort((a, b) => a.clients - b.clients || CACHES.indexOf(a.cache) - CACHES.indexOf(b.cache))
+  const runs = [...report.runs].sort(
+    (a, b) => a.clients - b.clients || CACHES.indexOf(a.cache) - CACHES.indexOf(b.cache) || Number(a.origin === 'ceiling') - Number(b.origin === 'ceiling'),
+  )
   const liveTable: Table = {
     title: `Live: one write, every client (${report.runs[0]?.live.writes.length ?? '?'} writes per run)`,
-    headers: ['clients', 'cache', 'last client p50', 'last client p99', 'last client max', 'median client (p50 of writes)', 'origin live requests per window', 'origin live requests / writes', 'incomplete writes', 'cache CPU per write', 'client CPU per write', 'load'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    headers: ['clients', 'cache', 'last client p50', 'last client p99', 'last client max', 'median client (p50 of writes)', 'first client (p50 of writes)', 'origin live requests per window', 'origin live requests / writes', 'incomplete writes', 'cache CPU per write', 'client CPU per write', 'load'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows: runs.map((r) => [
       num(r.clients),
       label(r),
@@ -23,6 +28,7 @@ function render(report: Report): SectionContent {
       ms(r.live.lastClient.p99),
       ms(r.live.lastClient.max),
       ms(r.live.medianClient.p50),
+      r.live.firstClient === undefined ? '-' : ms(r.live.firstClient.p50),
       r.cache === 'none' ? 'n/a' : num(r.live.originPerWindow, 2),
       `${num(r.live.originLiveRequests)} / ${num(r.live.writes.length)}`,
       num(r.live.incomplete),
@@ -30,7 +36,7 @@ function render(report: Report): SectionContent {
       ms(r.live.clientCpuMsPerWrite),
       num(r.live.loadavg1, 1),
     ]),
-    note: 'Last client: from the writer sending the update until the last of the clients holds the whole response, one figure per write; p50/p99/max over the writes. Origin requests are counted by the origin process itself; a window is a distinct live URL (each write and each long-poll timeout starts one). Without a cache every client has its own cursor, so only requests per write compare. CPU per write: all the cache\'s processes, and all the client processes, over the writes.',
+    note: 'Last client: from the writer sending the update until the last of the clients holds the whole response, one figure per write; p50/p99/max over the writes. The first client\'s figure is the origin\'s answer through the cache before any fan-out. Origin requests are counted by the origin process itself; a window is a distinct live URL (each write and each long-poll timeout starts one). Without a cache every client has its own cursor, so only requests per write compare. CPU per write: all the cache\'s processes, and all the client processes, over the writes.',
   }
   const syncTable: Table = {
     title: `Initial sync (${num(report.shape.rows)} rows, chunks of ${num(report.shape.chunkBytes / 1024)} KiB)`,
@@ -54,10 +60,11 @@ function render(report: Report): SectionContent {
     title: 'Targets (issue 31, item 10)',
     headers: ['clients', 'cache', 'target', 'figure', 'met'],
     align: ['r', 'l', 'l', 'r', 'l'],
-    rows: runs.filter((r) => r.cache !== 'none').flatMap((r) => targetChecks(r).map((t) => [num(r.clients), label(r), t.what, t.figure, t.met ? 'met' : 'missed'])),
+    rows: runs.filter(isTargetRun).flatMap((r) => targetChecks(r).map((t) => [num(r.clients), label(r), t.what, t.figure, t.met ? 'met' : 'missed'])),
   }
   const charts: ChartSpec[] = []
   const latencySeries = (['nginx', 'varnish'] as const).flatMap((c) => [`${CACHE_LABEL[c]} p50`, `${CACHE_LABEL[c]} p99`])
+  const ceilingSeries = [...new Set(runs.filter((r) => r.origin === 'ceiling').map(series))].flatMap((s) => [`${s} p50`, `${s} p99`])
   charts.push({
     id: 'cdn-last-client',
     title: 'Through a cache: time until the last client has a write',
@@ -65,12 +72,13 @@ function render(report: Report): SectionContent {
     y: { title: 'ms (over the writes; log scale)', log: true },
     series: [
       ...latencySeries.map((name) => ({ name })),
+      ...ceilingSeries.map((name) => ({ name, dashed: true })),
       { name: `${CACHE_LABEL.none} p50`, dashed: true },
       { name: `${CACHE_LABEL.none} p99`, dashed: true },
     ],
     points: runs.flatMap((r) => [
-      { series: `${CACHE_LABEL[r.cache]} p50`, x: r.clients, y: r.live.lastClient.p50 },
-      { series: `${CACHE_LABEL[r.cache]} p99`, x: r.clients, y: r.live.lastClient.p99 },
+      { series: `${series(r)} p50`, x: r.clients, y: r.live.lastClient.p50 },
+      { series: `${series(r)} p99`, x: r.clients, y: r.live.lastClient.p99 },
     ]),
   })
   charts.push({
@@ -79,12 +87,12 @@ function render(report: Report): SectionContent {
     x: { title: 'clients following one shape', log: true },
     y: { title: 'origin live requests per write (log scale)', log: true },
     series: [{ name: CACHE_LABEL.nginx }, { name: CACHE_LABEL.varnish }, { name: CACHE_LABEL.none, dashed: true }],
-    points: runs.map((r) => ({ series: CACHE_LABEL[r.cache], x: r.clients, y: r.live.originLiveRequests / Math.max(1, r.live.writes.length) })),
+    points: runs.filter((r) => r.origin !== 'ceiling').map((r) => ({ series: CACHE_LABEL[r.cache], x: r.clients, y: r.live.originLiveRequests / Math.max(1, r.live.writes.length) })),
   })
   const headline: string[] = []
   const top = Math.max(...runs.map((r) => r.clients))
   const least = Math.min(...runs.map((r) => r.clients))
-  const at = (cache: CacheKind, clients: number): Run | undefined => runs.find((r) => r.cache === cache && r.clients === clients)
+  const at = (cache: CacheKind, clients: number): Run | undefined => runs.find((r) => r.cache === cache && r.clients === clients && r.origin !== 'ceiling')
   const nginx = at('nginx', top)
   const varnish = at('varnish', top)
   if (nginx !== undefined && varnish !== undefined) {
@@ -107,10 +115,11 @@ function render(report: Report): SectionContent {
       'A network or machines between clients, cache and origin (all share 2 cores here, so client-side CPU is part of every figure), TLS, SSE through a cache, many shapes, commercial CDNs (their collapsing differs), browsers.',
     method: [
       `Sluice runs as \`createServer\` builds it, in its own process, with a listener on its HTTP server that counts every request by URL (the origin's own count). Flags: \`${report.originFlags.join(' ')}\`.`,
-      `Clients: HTTP/1.1 on raw sockets (Node's http client costs several times the caches' CPU per response), one keep-alive connection each, up to ${num(Number(s['perProcess']))} per process, each process from its own 127.0.0.x; at most ${num(Number(s['syncConcurrency']))} clients of a process in their initial sync at once. They build URLs with the same parameter order, as the official client does.`,
+      `Clients: ${s['clientEngine'] === 'c' ? 'C (`cdn/epoll-clients.c`, one epoll loop per process)' : 'Node'}, HTTP/1.1 on raw sockets (Node's http client costs several times the caches' CPU per response), one keep-alive connection each, up to ${num(Number(s['perProcess']))} per process, each process from its own 127.0.0.x; at most ${num(Number(s['syncConcurrency']))} clients of a process in their initial sync at once. They build URLs with the same parameter order, as the official client does.`,
       `Writes: one \`UPDATE\` of one row, stamped with CLOCK_MONOTONIC just before it is sent; the next one ${num(Number(s['writeGapMs']))} ms after every client has the previous one (so the clients' next long-polls are parked). ${Number(s['idleSeconds']) > 0 ? `Then ${String(s['idleSeconds'])} s without writes, so one long-poll times out and a new window starts.` : ''}`,
       `nginx: ${String(s['nginxWorkers'])} workers (each has its own open-file limit), \`listen ... reuseport backlog=4096\`, everything else as the deploy file. Varnish: \`${Object.entries((s['varnishParams'] as Record<string, string>) ?? {}).map(([k, v]) => `-p ${k}=${v}`).join(' ')}\`; above ${num(Number(s['varnishClientsPerEdge']))} clients (one varnishd cannot hold more sockets than the ${report.machine.fdLimit}-descriptor limit) two edge varnishds share the clients in front of one shield varnishd, all with the same VCL.`,
       'A fresh cache for every run; the shape exists before the first run, so runs measure serving, not creation.',
+      `Ceiling (rows "${CEILING_SUFFIX.slice(2)}"): the same cache and clients in front of a bare node:http origin (\`cdn/ceiling-origin.ts\`) that answers every parked live request from one buffer the moment it is told of the write, with Sluice's live headers; the initial sync still goes to Sluice. No Postgres, no log, no fsync: what is left is the cache's and the clients' fan-out on this machine.`,
     ],
     machine: machineLines(report.machine, [`Postgres ${report.postgres.version}, nginx ${report.versions.nginx}, Varnish ${report.versions.varnish}, ulimit -n ${report.machine.fdLimit}; run took ${num(report.runSeconds / 60, 1)} min`]),
     load: [loadLine(report.loads), pressureLine(loads)],

@@ -2,9 +2,13 @@ vcl 4.1;
 # Varnish (7.x) as a caching CDN in front of Sluice, the counterpart of deploy/nginx.conf.
 #
 # bench/cdn/ (`npm run bench:cdn`) runs this exact file: it replaces only the origin's address.
-# Start varnishd with a listen queue deep enough for a reconnect storm (`-p listen_depth=4096`) and an
+# Start varnishd with a listen queue deep enough for a reconnect storm (`-p listen_depth=4096`), an
 # open-file limit above the number of clients (each client's connection is a descriptor of the one
-# varnishd process); docs/cdn.md has the whole command line and the figures behind it.
+# varnishd process), and few worker threads with a deep queue (`-p thread_pool_min=50
+# -p thread_pool_max=100 -p thread_queue_limit=100000`): requests parked on a waiting list hold no
+# thread, and thousands of threads woken for one write cost several times the CPU of a hundred taking
+# turns. Raise thread_pool_max with the number of shapes followed at once: each shape's live request
+# parked at the origin holds one thread. docs/cdn.md has the whole command line and the figures behind it.
 #
 # What makes it work (docs/protocol.md §4.4, §5.2): every shape response carries cache-control, the cache key
 # is the whole request URL, and live URLs change with `cursor` every long-poll window. Varnish parks every
