@@ -34,6 +34,7 @@ const buf = readFileSync(headsPath)
 const logs = decodeHeads(buf, buf.readBigUInt64LE(16))
 lap('decodeHeads')
 const stored = []
+// The heads file gives each meta as a string of one character per byte, as the log keeps it (metaText).
 for (const [, l] of logs) stored.push({ meta: decodeShapeMeta(l.meta), log: { id: l.id } })
 lap('decodeMeta')
 const registry = ShapeRegistry.restore(stored.map((s) => s.meta))

@@ -83,6 +83,8 @@ export interface ShapeLog {
   readonly id: string
   /** Opaque bytes given at creation (the server keeps the shape definition here). */
   readonly meta: Uint8Array
+  /** The same bytes as a string of one character per byte (latin1), where the log keeps them so: no copy to read. */
+  readonly metaText?: string
   /** The published head. */
   head(): LogHead
   /**

@@ -34,7 +34,8 @@ export function readStoredShapes(store: ShapeLogStore, logger: ShapeLogger | und
     if (log === undefined) continue
     let meta: ShapeMeta
     try {
-      meta = decodeShapeMeta(log.meta)
+      // The text form where the log keeps one: a restart decodes every meta.
+      meta = decodeShapeMeta(log.metaText ?? log.meta)
     } catch (error) {
       logger?.error({ handle: id, err: error }, 'shape meta unreadable; deleting the shape')
       broken.push(id)

@@ -106,11 +106,24 @@ export function encodeShapeMeta(
 /** One for every decode: a restart decodes every shape's meta, and making a decoder costs more than using one. */
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
-/** Decodes and validates; throws ShapeMetaError on anything malformed or of another version. */
-export function decodeShapeMeta(bytes: Uint8Array): ShapeMeta {
+/**
+ * The meta's JSON text, from its bytes or from a string holding one character
+ * per byte (the storage log's `metaText`), which for a meta of ASCII alone
+ * (the usual case) is the text already: no buffer and no UTF-8 pass per shape
+ * when a restart decodes every meta.
+ */
+function metaJson(meta: Uint8Array | string): string {
+  if (typeof meta !== 'string') return utf8.decode(meta)
+  return NOT_ASCII.test(meta) ? utf8.decode(Buffer.from(meta, 'latin1')) : meta
+}
+
+const NOT_ASCII = /[^\x00-\x7f]/
+
+/** Decodes and validates (`meta` as bytes, or as one character per byte); throws ShapeMetaError on anything malformed or of another version. */
+export function decodeShapeMeta(bytes: Uint8Array | string): ShapeMeta {
   let raw: unknown
   try {
-    raw = JSON.parse(utf8.decode(bytes))
+    raw = JSON.parse(metaJson(bytes))
   } catch (error) {
     throw new ShapeMetaError(`shape meta is not UTF-8 JSON: ${error instanceof Error ? error.message : String(error)}`, { cause: error })
   }
@@ -182,12 +195,43 @@ function tableSignature(raw: Record<string, unknown>): TableSignature | undefine
   if (pk !== undefined && !(Array.isArray(pk) && pk.every((c) => typeof c === 'string'))) throw new ShapeMetaError('shape meta: bad table_pk')
   const replident = raw['table_replident']
   if (replident !== undefined && typeof replident !== 'string') throw new ShapeMetaError('shape meta: bad table_replident')
-  return {
-    oid,
-    columns: columns as Array<[string, number, number]>,
-    ...(pk === undefined ? {} : { primaryKey: pk as string[] }),
-    ...(replident === undefined ? {} : { replicaIdentity: replident }),
+  const list = columns as Array<[string, number, number]>
+  const primaryKey = pk as string[] | undefined
+  const last = lastSignature
+  if (last !== undefined && last.oid === oid && last.replicaIdentity === replident && sameList(last.primaryKey, primaryKey) && sameColumns(last.columns, list)) {
+    return last
   }
+  for (const column of list) Object.freeze(column)
+  const signature: TableSignature = Object.freeze({
+    oid,
+    columns: Object.freeze(list),
+    ...(primaryKey === undefined ? {} : { primaryKey: Object.freeze(primaryKey) }),
+    ...(replident === undefined ? {} : { replicaIdentity: replident }),
+  })
+  lastSignature = signature
+  return signature
+}
+
+/**
+ * The last table signature decoded (frozen, so shared): a restart decodes
+ * every shape's meta, and the shapes of one table carry the same signature,
+ * which would otherwise be kept once per shape until the restore is done.
+ */
+let lastSignature: TableSignature | undefined
+
+function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b
+  return a.length === b.length && a.every((x, i) => x === b[i])
+}
+
+function sameColumns(a: TableSignature['columns'], b: TableSignature['columns']): boolean {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i]!
+    const y = b[i]!
+    if (x[0] !== y[0] || x[1] !== y[1] || x[2] !== y[2]) return false
+  }
+  return true
 }
 
 function snapshotStitch(raw: Record<string, unknown>): SnapshotStitch | undefined {

@@ -178,6 +178,37 @@ describe('shape meta', () => {
     expect(decodeShapeMeta(encodeShapeMeta(ITEMS, '12-34')).table).toBeUndefined()
   })
 
+  it('decodes the text form a storage log keeps (one character per byte), non-ASCII text included', () => {
+    for (const def of [ITEMS, AWKWARD, { ...ITEMS, where: `name = 'café ☕'` }]) {
+      const bytes = encodeShapeMeta(def, '12-34')
+      const text = Buffer.from(bytes).toString('latin1')
+      expect(decodeShapeMeta(text)).toEqual(decodeShapeMeta(bytes))
+      expect(decodeShapeMeta(text).definition).toEqual(def)
+    }
+    // A text that is not UTF-8 once read back as bytes is refused, as those bytes are.
+    expect(() => decodeShapeMeta(Buffer.from(encodeShapeMeta(ITEMS, '1-2')).toString('latin1').replace('items', 'it\xffms'))).toThrow(/not UTF-8 JSON/)
+  })
+
+  it('shares one table signature among the metas that carry the same one', () => {
+    const table = { oid: 16384, columns: [['id', 23, -1], ['name', 1043, 24]] as const, primaryKey: ['id'] }
+    const a = decodeShapeMeta(encodeShapeMeta(ITEMS, '12-34', { table })).table
+    const b = decodeShapeMeta(encodeShapeMeta(AWKWARD, '12-35', { table })).table
+    expect(a).toEqual(table)
+    expect(b).toBe(a)
+    expect(Object.isFrozen(a)).toBe(true)
+    expect(Object.isFrozen(a!.columns[0])).toBe(true)
+    for (const other of [
+      { ...table, oid: 16385 },
+      { ...table, columns: [['id', 23, -1], ['name', 1043, 25]] as const },
+      { ...table, primaryKey: ['name'] },
+      { ...table, replicaIdentity: 'f' },
+    ]) {
+      const c = decodeShapeMeta(encodeShapeMeta(ITEMS, '12-36', { table: other })).table
+      expect(c).toEqual(other)
+      expect(c).not.toBe(a)
+    }
+  })
+
   it('carries a version field', () => {
     const record = JSON.parse(new TextDecoder().decode(encodeShapeMeta(ITEMS, '1-2'))) as Record<string, unknown>
     expect(record['v']).toBe(SHAPE_META_VERSION)
