@@ -17,12 +17,12 @@
 import { type IncomingMessage, type ServerResponse, createServer, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { serveCommands } from '../http/json-lines.js'
+import { RequestCounts } from './request-counts.js'
 
 let server: ReturnType<typeof createServer> | undefined
 let sluice: URL | undefined
 let timeoutMs = 20_000
-let counts = new Map<string, number>()
-let answered = new Map<string, number>()
+const seen = new RequestCounts()
 let parked: Array<{ res: ServerResponse; handle: string; offset: string; timer: NodeJS.Timeout }> = []
 let seq = 0
 
@@ -59,12 +59,8 @@ function passToSluice(req: IncomingMessage, res: ServerResponse): void {
 }
 
 function onRequest(req: IncomingMessage, res: ServerResponse): void {
+  seen.count(req, res)
   const url = req.url ?? ''
-  counts.set(url, (counts.get(url) ?? 0) + 1)
-  res.once('finish', () => {
-    const key = `${res.statusCode} ${url}`
-    answered.set(key, (answered.get(key) ?? 0) + 1)
-  })
   const query = new URL(url, 'http://origin').searchParams
   if (query.get('live') !== 'true') {
     passToSluice(req, res)
@@ -113,19 +109,6 @@ function write(args: Record<string, unknown>): number {
   return woken.length
 }
 
-function snapshot(): Record<string, number> {
-  return Object.fromEntries(counts)
-}
-
-function responses(): Record<string, number> {
-  return Object.fromEntries(answered)
-}
-
-function reset(): void {
-  counts = new Map()
-  answered = new Map()
-}
-
 async function stop(): Promise<void> {
   for (const p of parked) {
     clearTimeout(p.timer)
@@ -137,4 +120,4 @@ async function stop(): Promise<void> {
   if (s !== undefined) await new Promise<void>((resolve) => s.close(() => resolve()))
 }
 
-serveCommands({ start, write, counts: snapshot, responses, reset, stop })
+serveCommands({ start, write, counts: () => seen.counts(), responses: () => seen.responses(), reset: () => seen.reset(), stop })

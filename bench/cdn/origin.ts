@@ -13,11 +13,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createServer, loadConfig, type SluiceServer } from '@sluice/server'
 import { serveCommands } from '../http/json-lines.js'
+import { RequestCounts } from './request-counts.js'
 
 let server: SluiceServer | undefined
-let counts = new Map<string, number>()
-/** Responses per URL and status, e.g. `200 /v1/shape?...`: a 304 revalidation costs the origin no log read. */
-let answered = new Map<string, number>()
+const seen = new RequestCounts()
 
 async function start(args: Record<string, unknown>): Promise<Record<string, unknown>> {
   const flags = (args.flags as string[]) ?? []
@@ -26,28 +25,8 @@ async function start(args: Record<string, unknown>): Promise<Record<string, unkn
     {},
   )
   server = await createServer(config)
-  server.app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    const url = req.url ?? ''
-    counts.set(url, (counts.get(url) ?? 0) + 1)
-    res.once('finish', () => {
-      const key = `${res.statusCode} ${url}`
-      answered.set(key, (answered.get(key) ?? 0) + 1)
-    })
-  })
+  server.app.server.on('request', (req: IncomingMessage, res: ServerResponse) => seen.count(req, res))
   return { url: server.url, pid: process.pid }
-}
-
-function snapshot(): Record<string, number> {
-  return Object.fromEntries(counts)
-}
-
-function responses(): Record<string, number> {
-  return Object.fromEntries(answered)
-}
-
-function reset(): void {
-  counts = new Map()
-  answered = new Map()
 }
 
 async function stop(): Promise<void> {
@@ -55,4 +34,4 @@ async function stop(): Promise<void> {
   server = undefined
 }
 
-serveCommands({ start, counts: snapshot, responses, reset, stop })
+serveCommands({ start, counts: () => seen.counts(), responses: () => seen.responses(), reset: () => seen.reset(), stop })
