@@ -202,22 +202,24 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   let compaction: NodeJS.Timeout | undefined
   let transactionQuiet: NodeJS.Timeout | undefined
   let idleCheck: NodeJS.Timeout | undefined
+  // Checks the loop every IDLE_CHECK_MS, for at most `left` ms, and runs `run` once it is idle; `keep` holds the pending check.
+  const whenIdle = (left: number, keep: (check: NodeJS.Timeout | undefined) => void, run: () => void): void => {
+    keep(
+      later(IDLE_CHECK_MS, () => {
+        if (utilization() < IDLE_UTILIZATION) run()
+        else if (left > IDLE_CHECK_MS) whenIdle(left - IDLE_CHECK_MS, keep, run)
+      }),
+    )
+  }
   // Serving a large transaction (clients downloading it) allocates afresh: once the loop is idle, that is garbage too.
-  const watchIdle = (left: number): void => {
-    idleCheck = later(IDLE_CHECK_MS, () => {
-      if (utilization() < IDLE_UTILIZATION) release('idle_after_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES)
-      else if (left > IDLE_CHECK_MS) watchIdle(left - IDLE_CHECK_MS)
-    })
-  }
+  const watchIdle = (left: number): void =>
+    whenIdle(left, (check) => (idleCheck = check), () => release('idle_after_transaction', heapUsed() <= CRITICAL_RELEASE_MAX_HEAP_BYTES))
   // Clients of new shapes follow their snapshots with catch-up and live requests: wait until those have quietened too.
-  const watchIdleAfterCreation = (left: number): void => {
-    creationIdle = later(IDLE_CHECK_MS, () => {
-      if (utilization() < IDLE_UTILIZATION) {
-        release('idle_after_creation', false)
-        recheckAfterCreation(CREATION_RECHECKS)
-      } else if (left > IDLE_CHECK_MS) watchIdleAfterCreation(left - IDLE_CHECK_MS)
+  const watchIdleAfterCreation = (left: number): void =>
+    whenIdle(left, (check) => (creationIdle = check), () => {
+      release('idle_after_creation', false)
+      recheckAfterCreation(CREATION_RECHECKS)
     })
-  }
   const recheckAfterCreation = (left: number): void => {
     if (left <= 0) return
     creationIdle = later(CREATION_RECHECK_MS, () => {
