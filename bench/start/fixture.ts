@@ -5,11 +5,13 @@
  * is exactly what the server writes); the rest are written straight through
  * the storage engine with that meta's table signature and snapshot, one
  * `id = $1` shape per id (`where: 'literal'`: one `id = <n>` shape per id, a
- * distinct clause text each, so a restore parses every one). Going through
+ * distinct clause text each). Each meta carries the route the server records
+ * for its clause (the first shape's, with the shape's id as key), so a restore
+ * files them as it would a server's. Going through
  * HTTP and the pipeline for 100,000 shapes takes over ten minutes here; the
  * engine takes about a minute.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createServer, loadConfig } from '@sluice/server'
 import { type FileLogStore, openFileLogStore } from '@sluice/storage'
@@ -32,6 +34,9 @@ export interface StartFixture {
   readonly slot: string
 }
 
+/** Raised when the stores a fixture writes change (2: metas carry their routes), so older ones are made again. */
+const FIXTURE_FORMAT = 2
+
 /** Postgres settings: as the throwaway clusters', with room for the bench's few connections. */
 const PG_SETTINGS = { wal_level: 'logical', fsync: false, autovacuum: false, max_replication_slots: 16, max_wal_senders: 16 } as const
 
@@ -46,13 +51,19 @@ export async function startFixture(dir: string, shapes: number, cluster?: Postgr
   await pg.query(`CREATE TABLE IF NOT EXISTS ${TABLE} (id int PRIMARY KEY, title text NOT NULL)`)
   const storageDir = join(dir, where === 'param' ? `store-${shapes}` : `store-${shapes}-${where}`)
   const marker = join(storageDir, 'fixture.json')
-  if (existsSync(marker) && (JSON.parse(readFileSync(marker, 'utf8')) as { shapes: number }).shapes === shapes) {
+  const made = existsSync(marker) ? (JSON.parse(readFileSync(marker, 'utf8')) as { shapes: number; format?: number }) : undefined
+  if (made?.shapes === shapes && made.format === FIXTURE_FORMAT) {
     await catchUp(pg, storageDir, shapes, where)
     return { cluster: pg, storageDir, shapes, slot: slotName(shapes, where) }
   }
+  if (existsSync(storageDir)) {
+    // Made by an older fixture (or left unfinished): made again from nothing, slot included.
+    rmSync(storageDir, { recursive: true, force: true })
+    await pg.query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1', [slotName(shapes, where)])
+  }
   await makeStore(pg, storageDir, shapes, where)
   await catchUp(pg, storageDir, shapes, where)
-  writeFileSync(marker, JSON.stringify({ shapes, made: new Date().toISOString() }))
+  writeFileSync(marker, JSON.stringify({ shapes, format: FIXTURE_FORMAT, made: new Date().toISOString() }))
   return { cluster: pg, storageDir, shapes, slot: slotName(shapes, where) }
 }
 
@@ -109,7 +120,9 @@ async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number
       for (let id = from; id < Math.min(from + BATCH, shapes + 1); id++) {
         const definition = where === 'param' ? { ...meta.definition, params: { '1': String(id) } } : { ...meta.definition, where: literalClause(meta.definition.where, id) }
         const handle = formatHandle(definitionHash(definition), startMicros + id)
-        const encoded = encodeShapeMeta(definition, handle, { ...(meta.table === undefined ? {} : { table: meta.table }), stitch: meta.stitch! })
+        // The route the server records for `id = <id>`: the first shape's, with this id as its key.
+        const route = meta.route === undefined ? undefined : { ...meta.route, keys: [String(id)] }
+        const encoded = encodeShapeMeta(definition, handle, { ...(meta.table === undefined ? {} : { table: meta.table }), stitch: meta.stitch!, route })
         const writer = store.createShape(handle, { meta: encoded })
         writer.append([new TextEncoder().encode(`{"key":"\\"public\\".\\"${TABLE}\\"/\\"${id}\\"","value":{"id":"${id}","title":"item ${id}"},"headers":{"operation":"insert","relation":["public","${TABLE}"]}}`)])
         finishing.push(writer.finish(snapshotEnd))

@@ -20,7 +20,7 @@ const [root, headsPath] = process.argv.slice(2)
 const imp = (p) => import(`${root}/packages/${p}`)
 const { decodeHeads } = await imp('storage/dist/file/heads-file.js')
 const { ShapeRegistry, decodeShapeMeta } = await imp('server/dist/shapes/definition/index.js')
-const { revive } = await imp('server/dist/shapes/restore-shapes.js')
+const { revive, RestoreRoutes } = await imp('server/dist/shapes/restore-shapes.js')
 const { ShapeRouter } = await imp('server/dist/shapes/router.js')
 const { routeSpec } = await imp('server/dist/shapes/live-shape.js')
 const { loadWhereParser } = await imp('server/dist/where/index.js')
@@ -42,7 +42,8 @@ lap('registry')
 const col = (name, attnum, typeOid, typeName) => ({ name, attnum, typeOid, typeMod: -1, typeName, dims: 0, notNull: true, typeCategory: typeName === 'int4' ? 'N' : 'S' })
 const info = { oid: 16384, schema: 'public', name: 'start_items', kind: 'r', replicaIdentity: 'full', columns: [col('id', 1, 23, 'int4'), col('title', 2, 25, 'text')], primaryKey: ['id'] }
 const revived = []
-for (const s of stored) { if (registry.status(s.meta.handle) !== 'active') continue; const r = revive(s, info, 1n << 60n); if (r.problem) throw new Error(r.problem); revived.push(r) }
+const routes = new RestoreRoutes()
+for (const s of stored) { if (registry.status(s.meta.handle) !== 'active') continue; const r = revive(s, info, 1n << 60n, routes); if (r.problem) throw new Error(r.problem); revived.push(r) }
 lap('revive')
 const router = new ShapeRouter({ advance() {}, invalidate: async () => {} })
 for (const r of revived) router.add(routeSpec(r.shape), r.target)

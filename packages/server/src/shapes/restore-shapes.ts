@@ -1,5 +1,5 @@
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
-import { compileWhereSync } from '../where/index.js'
+import { type IndexableConjunct, RestoredClause, type WhereClause, compileWhereSync, sameRoute } from '../where/index.js'
 import { type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
 import type { LiveShape } from './live-shape.js'
 import type { ShapeTarget } from './route-contracts.js'
@@ -57,8 +57,38 @@ export function readStoredShapes(store: ShapeLogStore, logger: ShapeLogger | und
 /** A stored shape back to life with the router target it needs, or why it cannot come back. */
 export type Revival = { readonly shape: LiveShape; readonly target: ShapeTarget; readonly problem?: undefined } | { readonly problem: string }
 
+/**
+ * For one restore: per table and key domain, the compiled conjunct of the
+ * first shape restored there when it agreed with that shape's recorded route
+ * (the other shapes of the domain take their row keys from it and are not
+ * compiled), or null when it did not (every shape of the domain is compiled).
+ */
+export class RestoreRoutes {
+  readonly #byTable = new Map<TableInfo, Map<string, IndexableConjunct | null>>()
+
+  /** The stored shape's clause: restored from its route when its domain is trusted, else compiled (throws if it does not compile). */
+  clause(meta: ShapeMeta, info: TableInfo): WhereClause {
+    const def = meta.definition
+    const source = def.where!
+    const columns = whereColumns(info)
+    const route = meta.route
+    // Without the table's signature restore did not check the table against the one the route was made for.
+    if (route === undefined || meta.table === undefined) return compileWhereSync(source, { columns, params: paramList(def) })
+    let domains = this.#byTable.get(info)
+    if (domains === undefined) this.#byTable.set(info, (domains = new Map()))
+    const known = domains.get(route.domain)
+    if (known === undefined) {
+      const clause = compileWhereSync(source, { columns, params: paramList(def) })
+      domains.set(route.domain, sameRoute(route, clause.exact) ? clause.exact! : null)
+      return clause
+    }
+    if (known === null) return compileWhereSync(source, { columns, params: paramList(def) })
+    return new RestoredClause(source, paramList(def), route, known, columns)
+  }
+}
+
 /** Checks a stored shape against its table as the catalog describes it now (`info`, undefined when it is gone). */
-export function revive(stored: StoredShape, info: TableInfo | undefined, durableLsn: bigint): Revival {
+export function revive(stored: StoredShape, info: TableInfo | undefined, durableLsn: bigint, routes: RestoreRoutes): Revival {
   const { meta, log } = stored
   const def = meta.definition
   const problem = restoreProblem(info, meta.table)
@@ -69,7 +99,7 @@ export function revive(stored: StoredShape, info: TableInfo | undefined, durable
   }
   let where
   try {
-    where = def.where === undefined ? undefined : compileWhereSync(def.where, { columns: whereColumns(info), params: paramList(def) })
+    where = def.where === undefined ? undefined : routes.clause(meta, info)
   } catch (error) {
     return { problem: `its where clause no longer compiles: ${String(error)}` }
   }

@@ -14,6 +14,7 @@ import { encodeSnapshotEnd, isVisibleInSnapshot, runSnapshot } from './snapshot/
 import { renumberParams } from './snapshot/renumber-params.js'
 import { subquerySnapshotRequest } from './subquery/subquery-snapshot.js'
 import type { TableInfo } from './table-catalog.js'
+import { routeSummaryOf } from '../where/index.js'
 
 /** Attempts at a snapshot that raced a commit (see RegistrationTicket) before giving up. */
 const MAX_SNAPSHOT_ATTEMPTS = 5
@@ -83,7 +84,7 @@ export class ShapeBuilder {
             // The log is made once the snapshot is fixed, so its meta records it: a restored shape keeps stitching.
             start: (info) => {
               const stitch = { snapshot: info.snapshot, insertLsn: info.insertLsn }
-              const meta = encodeShapeMeta(shape.definition, shape.handle, { table: signatureOf(shape.table), stitch })
+              const meta = encodeShapeMeta(shape.definition, shape.handle, { table: signatureOf(shape.table), stitch, route: routeSummaryOf(shape.where) })
               w = store.createShape(shape.handle, { meta })
               writer = w
             },

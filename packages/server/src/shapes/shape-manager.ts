@@ -18,7 +18,7 @@ import { type ShapeDefinition, ShapeRegistry, systemMicrosClock } from './defini
 import { catalogChanged } from './invalidation.js'
 import { type LiveShape, type ShapeRemoval, routeSpec } from './live-shape.js'
 import { QueueBudget } from './queue-budget.js'
-import { readStoredShapes, revive } from './restore-shapes.js'
+import { RestoreRoutes, readStoredShapes, revive } from './restore-shapes.js'
 import type { Invalidation } from './route-contracts.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
@@ -154,6 +154,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     let lastSchema: string | undefined
     let lastTable: string | undefined
     let lastKey = ''
+    const routes = new RestoreRoutes()
     for (const shape of stored) {
       const { meta } = shape
       if (registry.status(meta.handle) !== 'active') continue
@@ -172,7 +173,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         )
         tables.set(key, table)
       }
-      const revived = revive(shape, table, options.store.durableLsn)
+      const revived = revive(shape, table, options.store.durableLsn, routes)
       if (revived.problem !== undefined) {
         await manager.dropRestored(meta.handle, shape.log.id, def, revived.problem)
         continue

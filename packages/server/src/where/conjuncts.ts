@@ -31,6 +31,8 @@ export interface IndexableConjunct {
   /**
    * Identifies the key function: conjuncts (of any shape on the table) with the
    * same domain compute the same keys from a row, so an index is kept per domain.
+   * Domains and keys are stored in shape metas (route-summary.ts): a change to
+   * how either is written raises ROUTE_SUMMARY_VERSION.
    */
   readonly domain: string
   readonly keys: readonly string[]

@@ -6,7 +6,7 @@ import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { ShapeError } from '../../src/shapes/shape-error.js'
 import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
-import { WhereClauseError } from '../../src/where/index.js'
+import { RestoredClause, WhereClauseError } from '../../src/where/index.js'
 import { caughtUp, compareShape, shapeParams, sorted, usePipelines } from './harness.js'
 import { type LogLine, readLog } from './log-replay.js'
 
@@ -216,6 +216,56 @@ describe('the sync pipeline on real Postgres', () => {
       expect(sorted(c.actual)).toEqual(sorted(c.expected))
       checkLogStructure(c.lines)
     }
+  })
+
+  it('restores one-conjunct shapes from their recorded routes without compiling their clauses, and routes their changes as before', async () => {
+    await cluster.query(`
+      CREATE TABLE routed (id int8 PRIMARY KEY, owner text, flag bool, n int4);
+      INSERT INTO routed SELECT i, (ARRAY['ann','bob','cid'])[1 + i % 3], i % 2 = 0, i FROM generate_series(1, 40) i;
+    `)
+    const specs: ReadonlyArray<{ where: string; params?: readonly string[] }> = [
+      { where: 'id = 3' },
+      { where: 'id = 4' },
+      { where: 'id IN (5, 6, 7)' },
+      { where: 'id = $1', params: ['8'] },
+      { where: "owner = 'bob'" },
+      { where: "owner = 'cid'" },
+      { where: 'flag' },
+      { where: 'NOT flag' },
+      { where: "n > 30 AND owner = 'ann'" },
+    ]
+    const { pipeline, dir } = await start()
+    const handles: string[] = []
+    for (const spec of specs) {
+      const resolved = await pipeline.shapes.resolve(shapeParams('public', 'routed', spec))
+      await pipeline.shapes.ready(resolved.handle)
+      handles.push(resolved.handle)
+    }
+    await stop(pipeline)
+    await cluster.query(`UPDATE routed SET owner = 'bob' WHERE id IN (3, 6, 9)`)
+
+    const { pipeline: second } = await start({}, dir)
+    const restored = handles.map((h) => second.shapes.where(h))
+    // One shape per key domain (id, owner, flag) is compiled to check its route; the rest wait until something asks.
+    const lazy = restored.filter((w) => w instanceof RestoredClause && !w.isCompiled)
+    expect(lazy.length).toBe(5)
+    expect(restored[8]).not.toBeInstanceOf(RestoredClause)
+
+    await cluster.query(`
+      UPDATE routed SET n = n + 100 WHERE id IN (3, 4, 5, 8, 12);
+      UPDATE routed SET owner = 'cid', flag = NOT flag WHERE id IN (6, 10, 11);
+      UPDATE routed SET id = 7000 WHERE id = 7;
+      INSERT INTO routed VALUES (4000, 'bob', true, 4), (4001, 'ann', false, 99);
+      DELETE FROM routed WHERE id IN (2, 8);
+    `)
+    await caughtUp(second, cluster)
+    for (const [i, spec] of specs.entries()) {
+      const c = await compareShape(second, cluster, handles[i]!, { ...spec, bools: ['flag'] })
+      expect(sorted(c.actual), spec.where).toEqual(sorted(c.expected))
+      checkLogStructure(c.lines)
+    }
+    // Routing their rows, moves in and out included, compiled none of them.
+    expect(lazy.every((w) => w instanceof RestoredClause && !w.isCompiled)).toBe(true)
   })
 
   it('fills unchanged TOAST values from the old row', async () => {

@@ -2,6 +2,7 @@ import { LOG_MODES, REPLICA_MODES } from '@sluice/protocol'
 import type { LogMode, ReplicaMode } from '@sluice/protocol'
 import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/pg-snapshot.js'
 import { ServerError } from '../../errors.js'
+import { ROUTE_SUMMARY_VERSION, type RouteSummary } from '../../where/index.js'
 import { isValidHandle } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
 
@@ -34,6 +35,12 @@ import type { ShapeDefinition } from './shape-definition.js'
  *   insert_lsn  string, optional          decimal pg_current_wal_insert_lsn() just after it
  *                                         (with `snapshot`: a restored shape keeps dropping the
  *                                         transactions its snapshot holds, see ShapeManager.open)
+ *   route       [version, kind, column, domain, keys[]], optional
+ *                                         how the router files the where clause, when it is one
+ *                                         indexable conjunct (where/route-summary.ts): a restart
+ *                                         files the shape without compiling the clause. One of
+ *                                         another version, or malformed, is ignored (the clause
+ *                                         is compiled instead)
  *
  * JSON rather than a binary layout: it is written once per shape, and the
  * definition is a handful of strings.
@@ -48,6 +55,8 @@ export interface ShapeMeta {
   readonly table?: TableSignature
   /** The initial snapshot and the WAL insert position just after it (absent in metas written before they were recorded). */
   readonly stitch?: SnapshotStitch
+  /** How the router files the clause, as recorded when the shape was made (absent: compile the clause to know). */
+  readonly route?: RouteSummary
 }
 
 /** What decides which replicated transactions a shape's snapshot already holds. */
@@ -75,7 +84,7 @@ export class ShapeMetaError extends ServerError<'invalid_shape_meta'> {
 export function encodeShapeMeta(
   def: ShapeDefinition,
   handle: string,
-  options: { expired?: boolean; table?: TableSignature; stitch?: SnapshotStitch } = {},
+  options: { expired?: boolean; table?: TableSignature; stitch?: SnapshotStitch; route?: RouteSummary | undefined } = {},
 ): Uint8Array {
   if (!isValidHandle(handle)) throw new ShapeMetaError(`not a valid handle: ${handle}`)
   const record: Record<string, unknown> = {
@@ -99,6 +108,10 @@ export function encodeShapeMeta(
   if (options.stitch !== undefined) {
     record['snapshot'] = formatPgSnapshot(options.stitch.snapshot)
     record['insert_lsn'] = options.stitch.insertLsn.toString()
+  }
+  if (options.route !== undefined) {
+    const { kind, column, domain, keys } = options.route
+    record['route'] = [ROUTE_SUMMARY_VERSION, kind, column, domain, keys]
   }
   return new TextEncoder().encode(JSON.stringify(record))
 }
@@ -151,6 +164,7 @@ export function decodeShapeMeta(bytes: Uint8Array | string): ShapeMeta {
   if (!(LOG_MODES as readonly unknown[]).includes(log)) throw new ShapeMetaError('shape meta: bad log')
   const signature = tableSignature(raw)
   const stitch = snapshotStitch(raw)
+  const route = routeSummary(raw['route'])
   // The parsed params and columns are this meta's own: frozen where they are, not copied (freezeDefinition would copy them).
   const definition: ShapeDefinition = Object.freeze({
     schema,
@@ -164,7 +178,33 @@ export function decodeShapeMeta(bytes: Uint8Array | string): ShapeMeta {
   const meta: { -readonly [K in keyof ShapeMeta]: ShapeMeta[K] } = { handle, expired, definition }
   if (signature !== undefined) meta.table = signature
   if (stitch !== undefined) meta.stitch = stitch
+  if (route !== undefined) meta.route = route
   return meta
+}
+
+const ROUTE_KINDS: ReadonlySet<unknown> = new Set<RouteSummary['kind']>(['equals', 'any', 'contains'])
+
+/** The recorded route, or undefined for none, another version, or a malformed one (the clause is compiled then). */
+function routeSummary(raw: unknown): RouteSummary | undefined {
+  if (!Array.isArray(raw) || raw.length !== 5 || raw[0] !== ROUTE_SUMMARY_VERSION) return undefined
+  const [, kind, column, domain, keys] = raw as unknown[]
+  if (!ROUTE_KINDS.has(kind) || typeof column !== 'string' || typeof domain !== 'string') return undefined
+  if (!Array.isArray(keys) || keys.length === 0 || !keys.every((k) => typeof k === 'string')) return undefined
+  return Object.freeze({ kind: kind as RouteSummary['kind'], column: sharedText(column), domain: sharedText(domain), keys: Object.freeze(keys as string[]) })
+}
+
+/**
+ * Column and domain texts by value: the shapes of one template share them, and
+ * a restart decodes 100k metas, each parse a new copy. Bounded, as a hostile
+ * mix of clauses could make any number of domains.
+ */
+const texts = new Map<string, string>()
+
+function sharedText(text: string): string {
+  const known = texts.get(text)
+  if (known !== undefined) return known
+  if (texts.size < 10_000) texts.set(text, text)
+  return text
 }
 
 /** Keys are `$n` numbers without leading zeros, values strings. */

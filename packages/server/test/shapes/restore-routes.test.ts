@@ -1,0 +1,67 @@
+import { beforeAll, describe, expect, it } from 'vitest'
+import { type ShapeMeta, decodeShapeMeta, encodeShapeMeta } from '../../src/shapes/definition/index.js'
+import { RestoreRoutes } from '../../src/shapes/restore-shapes.js'
+import { signatureOf } from '../../src/shapes/shape-builder.js'
+import { type TableInfo, whereColumns } from '../../src/shapes/table-catalog.js'
+import { RestoredClause, type RouteSummary, compileWhereSync, loadWhereParser, routeSummaryOf } from '../../src/where/index.js'
+
+const column = (name: string, attnum: number, typeOid: number, typeName: string) =>
+  ({ name, attnum, typeOid, typeMod: -1, typeName, dims: 0, notNull: false }) as const
+
+const TABLE: TableInfo = {
+  oid: 16384,
+  schema: 'public',
+  name: 'things',
+  kind: 'r',
+  replicaIdentity: 'default',
+  columns: [column('id', 1, 23, 'int4'), column('owner', 2, 25, 'text')],
+  primaryKey: ['id'],
+}
+
+let micros = 1_700_000_000_000_000
+
+/** A stored shape's meta as a restart decodes it, its route as recorded (or `route` in its place). */
+function meta(where: string, route?: RouteSummary, options: { signature?: boolean } = {}): ShapeMeta {
+  const clause = compileWhereSync(where, { columns: whereColumns(TABLE) })
+  const definition = { schema: 'public', table: 'things', where: clause.canonical, params: {}, replica: 'default', log: 'full' } as const
+  const bytes = encodeShapeMeta(definition, `1-${micros++}`, {
+    route: route ?? routeSummaryOf(clause),
+    ...(options.signature === false ? {} : { table: signatureOf(TABLE) }),
+  })
+  return decodeShapeMeta(bytes)
+}
+
+describe('RestoreRoutes: which restored clauses skip compiling', () => {
+  beforeAll(loadWhereParser)
+
+  it('compiles the first shape of each table and domain, and files the rest from their routes', () => {
+    const routes = new RestoreRoutes()
+    const clauses = ['id = 1', 'id = 2', 'id IN (3, 4)', "owner = 'a'", "owner = 'b'", "id = 5 AND owner = 'c'"].map((w) => routes.clause(meta(w), TABLE))
+    expect(clauses.map((c) => c instanceof RestoredClause)).toEqual([false, true, true, false, true, false])
+    expect(clauses[2]!.exact?.keys).toEqual(['3', '4'])
+    // The same domain on another table is checked afresh: domains name columns, not a relation.
+    const other = { ...TABLE, oid: 16385, name: 'others' }
+    expect(routes.clause(meta('id = 9'), other)).not.toBeInstanceOf(RestoredClause)
+  })
+
+  it('compiles every shape of a domain whose first route disagrees with its compiled clause', () => {
+    const routes = new RestoreRoutes()
+    const wrong = { kind: 'equals', column: 'id', domain: 'value:int:"id"', keys: ['100'] } as const
+    const first = routes.clause(meta('id = 1', wrong), TABLE)
+    expect(first.exact?.keys).toEqual(['1'])
+    for (const where of ['id = 2', 'id = 3']) {
+      const clause = routes.clause(meta(where), TABLE)
+      expect(clause).not.toBeInstanceOf(RestoredClause)
+    }
+    // Another domain is not affected.
+    routes.clause(meta("owner = 'a'"), TABLE)
+    expect(routes.clause(meta("owner = 'b'"), TABLE)).toBeInstanceOf(RestoredClause)
+  })
+
+  it('compiles a shape whose meta has no table signature (its table was never checked against the route)', () => {
+    const routes = new RestoreRoutes()
+    routes.clause(meta('id = 1'), TABLE)
+    expect(routes.clause(meta('id = 2', undefined, { signature: false }), TABLE)).not.toBeInstanceOf(RestoredClause)
+    expect(routes.clause(meta('id = 3'), TABLE)).toBeInstanceOf(RestoredClause)
+  })
+})
