@@ -104,17 +104,19 @@ function makeConjunct(
 }
 
 /**
- * Domains by their text: every clause of one template names the same domain,
- * and a restart restores 100k clauses. Holds one string per distinct domain
- * ever made, which a process has few of.
+ * Domains (and the column names of recorded routes, route-summary.ts) by
+ * their text: every clause of one template names the same domain, and a
+ * restart restores 100k clauses. Holds one string per distinct text ever
+ * made, which a process has few of; bounded, as a hostile mix of clauses
+ * could make any number.
  */
-const domains = new Map<string, string>()
+const texts = new Map<string, string>()
 
-function interned(domain: string): string {
-  const known = domains.get(domain)
+export function interned(text: string): string {
+  const known = texts.get(text)
   if (known !== undefined) return known
-  if (domains.size < 10_000) domains.set(domain, domain)
-  return domain
+  if (texts.size < 10_000) texts.set(text, text)
+  return text
 }
 
 /**

@@ -13,7 +13,7 @@ export {
 export { loadWhereParser } from './parse-clause.js'
 export { ROUTE_SUMMARY_VERSION, RestoredClause, type RouteSummary, routeSummaryOf, sameRoute } from './route-summary.js'
 export type { IndexableConjunct } from './conjuncts.js'
-export { isCanonicalInt } from './conjuncts.js'
+export { interned, isCanonicalInt } from './conjuncts.js'
 export { DEFAULT_WHERE_LIMITS, type WhereLimits } from './limits.js'
 export {
   type EvaluationErrorCode,

@@ -2,19 +2,28 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { type ShapeMeta, decodeShapeMeta, encodeShapeMeta } from '../../src/shapes/definition/index.js'
 import { RestoreRoutes } from '../../src/shapes/restore-shapes.js'
 import { signatureOf } from '../../src/shapes/shape-builder.js'
-import { type TableInfo, whereColumns } from '../../src/shapes/table-catalog.js'
+import { type TableColumn, type TableInfo, whereColumns } from '../../src/shapes/table-catalog.js'
 import { RestoredClause, type RouteSummary, compileWhereSync, loadWhereParser, routeSummaryOf } from '../../src/where/index.js'
 
-const column = (name: string, attnum: number, typeOid: number, typeName: string) =>
-  ({ name, attnum, typeOid, typeMod: -1, typeName, dims: 0, notNull: false }) as const
+const column = (name: string, attnum: number, typeOid: number, typeName: string, typeCategory: string): TableColumn => ({
+  name,
+  attnum,
+  typeOid,
+  typeMod: -1,
+  typeName,
+  typeCategory,
+  castToTextIsOutput: true,
+  dims: 0,
+  notNull: false,
+})
 
 const TABLE: TableInfo = {
   oid: 16384,
   schema: 'public',
   name: 'things',
-  kind: 'r',
+  kind: 'table',
   replicaIdentity: 'default',
-  columns: [column('id', 1, 23, 'int4'), column('owner', 2, 25, 'text')],
+  columns: [column('id', 1, 23, 'int4', 'N'), column('owner', 2, 25, 'text', 'S')],
   primaryKey: ['id'],
 }
 
@@ -23,7 +32,7 @@ let micros = 1_700_000_000_000_000
 /** A stored shape's meta as a restart decodes it, its route as recorded (or `route` in its place). */
 function meta(where: string, route?: RouteSummary, options: { signature?: boolean } = {}): ShapeMeta {
   const clause = compileWhereSync(where, { columns: whereColumns(TABLE) })
-  const definition = { schema: 'public', table: 'things', where: clause.canonical, params: {}, replica: 'default', log: 'full' } as const
+  const definition = { schema: 'public', table: 'things', where: clause.canonical, params: {}, columns: undefined, replica: 'default', log: 'full' } as const
   const bytes = encodeShapeMeta(definition, `1-${micros++}`, {
     route: route ?? routeSummaryOf(clause),
     ...(options.signature === false ? {} : { table: signatureOf(TABLE) }),

@@ -28,7 +28,7 @@ const EXACT: ReadonlyArray<readonly [where: string, params: readonly string[], y
 /** A stored shape's route after the meta's round trip through its bytes, as a restart reads it. */
 function storedRoute(where: string, params: readonly string[]): RouteSummary | undefined {
   const clause = compile(where, params)
-  const definition = { schema: 'public', table: 'things', where: clause.canonical, params: {}, replica: 'default', log: 'full' } as const
+  const definition = { schema: 'public', table: 'things', where: clause.canonical, params: {}, columns: undefined, replica: 'default', log: 'full' } as const
   const meta = encodeShapeMeta(definition, '123-1700000000000000', { route: routeSummaryOf(clause) })
   return decodeShapeMeta(meta).route
 }

@@ -2,7 +2,7 @@ import { LOG_MODES, REPLICA_MODES } from '@sluice/protocol'
 import type { LogMode, ReplicaMode } from '@sluice/protocol'
 import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/pg-snapshot.js'
 import { ServerError } from '../../errors.js'
-import { ROUTE_SUMMARY_VERSION, type RouteSummary } from '../../where/index.js'
+import { ROUTE_SUMMARY_VERSION, type RouteSummary, interned } from '../../where/index.js'
 import { isValidHandle } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
 
@@ -190,21 +190,7 @@ function routeSummary(raw: unknown): RouteSummary | undefined {
   const [, kind, column, domain, keys] = raw as unknown[]
   if (!ROUTE_KINDS.has(kind) || typeof column !== 'string' || typeof domain !== 'string') return undefined
   if (!Array.isArray(keys) || keys.length === 0 || !keys.every((k) => typeof k === 'string')) return undefined
-  return Object.freeze({ kind: kind as RouteSummary['kind'], column: sharedText(column), domain: sharedText(domain), keys: Object.freeze(keys as string[]) })
-}
-
-/**
- * Column and domain texts by value: the shapes of one template share them, and
- * a restart decodes 100k metas, each parse a new copy. Bounded, as a hostile
- * mix of clauses could make any number of domains.
- */
-const texts = new Map<string, string>()
-
-function sharedText(text: string): string {
-  const known = texts.get(text)
-  if (known !== undefined) return known
-  if (texts.size < 10_000) texts.set(text, text)
-  return text
+  return Object.freeze({ kind: kind as RouteSummary['kind'], column: interned(column), domain: interned(domain), keys: Object.freeze(keys as string[]) })
 }
 
 /** Keys are `$n` numbers without leading zeros, values strings. */
