@@ -83,6 +83,10 @@ describe('the replication connection', () => {
     client.on('disconnected', (d) => disconnects.push(d))
     await client.start()
     await sleep(300)
+    // The slot may still have been held by the previous test's walsender (55006 at the first attempt):
+    // what is judged is a live connection going silent.
+    await waitFor(() => client?.connected, 'a live connection')
+    disconnects.length = 0
     proxy.freeze()
     const reason = await waitFor(() => disconnects[0]?.reason, 'the liveness check to fire')
     expect((reason as ReplicationError).code).toBe('connection_lost')
