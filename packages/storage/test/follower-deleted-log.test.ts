@@ -143,9 +143,9 @@ describe('a read-only follower holding a log the writer deletes', () => {
     expect(segments(dir)).toEqual(first)
     const tx = await checkpointAway(s, y, first, 11n)
 
-    // The old code served x's head at 5 with bytes its data file never got (a short read).
+    // The old code served x's head at 5, the range after the snapshot with bytes its data file never got (a short read).
+    expect(attempt(rx, parseOffset('0_0'))).toBe('shape_deleted')
     expect(attempt(rx, parseOffset('-1'))).toBe('shape_deleted')
-    expect(attempt(rx, parseOffset('5_1'))).toBe('shape_deleted')
     expect(ro.get('x')).toBeUndefined()
     // y lost nothing: the checkpoint wrote its tail back.
     const want = ['5', ...Array.from({ length: Number((tx - 11n) / 2n) }, (_, i) => String(11 + 2 * i))].flatMap((l) => [l, l])
@@ -154,32 +154,62 @@ describe('a read-only follower holding a log the writer deletes', () => {
     await s.close()
   })
 
-  it('throws shape_deleted when its records lay in segments that came and went unread', async () => {
+  it('throws shape_deleted when the writer deleted it and closed, checkpointing away every segment the follower had read', async () => {
+    const dir = await tempDirs.make('ro-deleted-closed')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    const x = await makeShape(s, 'x', [row(1)])
+    append(x, 5n, 1)
+    s.advance(5n)
+    await s.flush()
+    const ro = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
+    const rx = ro.get('x')!
+    expect(lsnsOf(rx)).toEqual(['5', '5'])
+
+    // No watermark moves: the close's checkpoint replaces the watermark file
+    // (same value) and deletes the segment, tombstone and all.
+    await s.deleteShape('x')
+    await s.close()
+    expect(segments(dir)).toEqual([])
+    expect(ro.durableLsn).toBe(5n)
+
+    // The old code kept x's head at 5 and gave the range after the snapshot from bytes its data file never got.
+    expect(attempt(rx, parseOffset('0_0'))).toBe('shape_deleted')
+    expect(ro.get('x')).toBeUndefined()
+    await ro.close()
+  })
+
+  it('throws shape_deleted when its records lay in segments that came and went unread, after the writer restarted', async () => {
     const dir = await tempDirs.make('ro-deleted-unread')
     const first = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: SEGMENT_BYTES })
     append(await makeShape(first, 'x', [row(1)]), 5n, 1)
     append(await makeShape(first, 'y', [row(1)]), 5n, 1)
     first.advance(5n)
     await first.flush()
-    // A clean close checkpoints everything: no journal is left.
-    await first.close()
+    expect(segments(dir)).toEqual(['00000001.jnl'])
 
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: SEGMENT_BYTES })
+    // The follower reads x through the first writer's segment.
     const ro = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
     const rx = ro.get('x')!
     const ry = ro.get('y')!
+    expect(lsnsOf(rx)).toEqual(['5', '5'])
+
+    // A clean close checkpoints everything; the follower sees the journal empty.
+    await first.close()
     expect(segments(dir)).toEqual([])
     expect(lsnsOf(rx)).toEqual(['5', '5'])
 
-    // Transaction 7 to x, x deleted before the flush; the follower does not look
-    // while that segment fills, closes and is checkpointed away.
+    // The next writer numbers its segments from 1 again. Transaction 7 to x, x
+    // deleted before the flush; the follower does not look while that segment
+    // fills, closes and is checkpointed away, so the one it finds next follows
+    // the last one it read by number, from another writer.
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: SEGMENT_BYTES })
     append(s.get('x')!, 7n, 3)
     s.advance(7n)
     await s.deleteShape('x')
     await s.flush()
-    const gone = segments(dir)
-    expect(gone).toHaveLength(1)
-    const tx = await checkpointAway(s, s.get('y')!, gone, 11n)
+    expect(segments(dir)).toEqual(['00000001.jnl'])
+    const tx = await checkpointAway(s, s.get('y')!, ['00000001.jnl'], 11n)
+    expect(segments(dir)[0]).toBe('00000002.jnl')
     expect(ro.durableLsn).toBe(tx - 2n)
 
     // The old code answered an empty range at the head after 5_1, with 7 published.

@@ -138,8 +138,6 @@ export class JournalOverlay {
    * holding them for it: a reset, or a segment created and deleted unread.
    */
   epoch = 0
-  /** Generation of the last segment opened (-1: none yet). */
-  private lastGeneration = -1
 
   constructor(
     private readonly fs: FsPort,
@@ -160,11 +158,13 @@ export class JournalOverlay {
     const known = new Set(this.segments.map((s) => s.generation))
     for (const s of present) {
       if (known.has(s.generation)) continue
-      // Generations follow one another within a writer's life: a gap means
-      // segments came and went unread (a new writer numbers afresh, which
-      // counts too), and a deleted log's records in them are nowhere now.
-      if (s.generation !== this.lastGeneration + 1) this.epoch++
-      this.lastGeneration = s.generation
+      // Within a writer's life generations follow one another and segments go
+      // oldest first, so a new one right after the last one known hides
+      // nothing. Anything else (a gap, none known: a new writer numbers from
+      // the last segment it found, or from 1) may hide segments that came and
+      // went unread, with a deleted log's records that are nowhere now.
+      const last = this.segments.at(-1)
+      if (last === undefined || s.generation !== last.generation + 1) this.epoch++
       let fd: number
       try {
         fd = this.fs.openSync(s.path, 'r')
