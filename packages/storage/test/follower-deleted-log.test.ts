@@ -12,7 +12,7 @@
  * The writer and the follower run in this process and take turns by hand, so
  * each ordering is forced: real files, a real writer and a real follower.
  */
-import { existsSync, readdirSync } from 'node:fs'
+import { existsSync, readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import type { LogOffset } from '@sluice/protocol'
 import { formatOffset, parseOffset } from '@sluice/protocol'
@@ -32,6 +32,20 @@ function segments(dir: string): string[] {
   return readdirSync(join(dir, 'journal'))
     .filter((n) => n.endsWith('.jnl'))
     .sort()
+}
+
+/** Files this process holds open under `dir` (moved there or removed since: the kernel still names the path). */
+function heldUnder(dir: string): string[] {
+  const held: string[] = []
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`)
+      if (target.startsWith(`${dir}/`)) held.push(target)
+    } catch {
+      // Closed meanwhile (readdir's own descriptor).
+    }
+  }
+  return held
 }
 
 /** One transaction of two entries at `tx` to `log`. */
@@ -102,6 +116,8 @@ describe('a read-only follower holding a log the writer deletes', () => {
 
     // The old code answered an empty range at the head after 5_1, with 7 published.
     expect(attempt(rx, parseOffset('5_1'))).toBe('shape_deleted')
+    // Found deleted, it lets go of the files (in trash/, or removed: their space is freed).
+    expect(heldUnder(join(dir, 'trash'))).toEqual([])
     expect(() => rx.head()).toThrow(expect.objectContaining({ code: 'shape_deleted' }))
     expect(ro.get('x')).toBeUndefined()
     expect(lsnsOf(ry)).toEqual(['5', '5', '7', '7'])

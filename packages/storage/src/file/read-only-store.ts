@@ -117,6 +117,8 @@ class ReadOnlyShapeLog implements ShapeLog {
     }
     if (ino !== this.dirIno) {
       this.deleted = true
+      // Its descriptors hold the deleted files' space: closed once no read pins them.
+      this.store.drop(this)
       throw this.deletedError()
     }
     this.checkedEpoch = epoch
@@ -306,6 +308,12 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     const log = new ReadOnlyShapeLog(id, dir, ino, meta, this)
     this.logs.set(id, log)
     return log
+  }
+
+  /** A log found deleted: no longer served, its descriptors closed (`retire` waits for pinned reads). */
+  drop(log: ReadOnlyShapeLog): void {
+    if (this.logs.get(log.id) === log) this.forget(log.id)
+    else log.retire()
   }
 
   private forget(id: string): void {
