@@ -46,6 +46,9 @@
  * While the children run, a read-only store in this process follows the same
  * directory across kills and recoveries (`verifyRange` with the watermark
  * bracket of each read): a reader never sees anything unpublished or torn.
+ * It sometimes pauses between `get` and the read, so a log is deleted under
+ * it: the writer never writes a deleted log's tail back, and such a read must
+ * answer `shape_deleted`, never a view that lacks what the watermark covers.
  *
  * Default: 50 kill points (2 lanes). SOAK=1: 500. CRASH_KILLS, CRASH_LANES,
  * CRASH_PREWARM, CRASH_SEED override; CRASH_DEBUG=1 prints per-kill timings.
@@ -97,6 +100,8 @@ interface Stats {
   /** Kills between a queued shape's finish() and its resolution. */
   finishingKills: { absent: number; complete: number }
   liveReads: number
+  /** Follower reads of a log the writer deleted after the follower's `get` (answered `shape_deleted`). */
+  deletedReads: number
   childRuns: number
   /** Kills while a journal checkpoint was due or running (segment closed, not yet deleted). */
   checkpointKills: number
@@ -112,6 +117,7 @@ const stats: Stats = {
   snapshotKills: { absent: 0, complete: 0 },
   finishingKills: { absent: 0, complete: 0 },
   liveReads: 0,
+  deletedReads: 0,
   childRuns: 0,
   checkpointKills: 0,
 }
@@ -341,6 +347,8 @@ function followReadOnly(lane: Lane, rand: () => number): { stop(): Promise<void>
       const id = ids[Math.floor(rand() * ids.length)]!
       const log = ro.get(id)
       if (!log) continue // deleted meanwhile
+      // Time for the writer to delete it, as a request that waits does.
+      if (rand() < 0.25) await sleep(Math.floor(rand() * 20))
       const exp = lane.exp(id)
       const dLow = ro.durableLsn
       const after = exp.randomOffset(rand, exp.count(dLow))
@@ -348,7 +356,10 @@ function followReadOnly(lane: Lane, rand: () => number): { stop(): Promise<void>
       try {
         read = log.read(after)
       } catch (err) {
-        if (ro.get(id) === undefined) continue // deleted between get and read
+        if (ro.get(id) === undefined) {
+          stats.deletedReads++
+          continue // deleted between get and read
+        }
         const size = (f: string): number | string => {
           try {
             return statSync(join(shapeDir(lane.dir, id), f)).size
@@ -507,7 +518,7 @@ describe('crash recovery under SIGKILL', () => {
       await Promise.all(Array.from({ length: LANES }, (_, i) => runLane(`lane${i}`, perLane, (SEED + i * 7919) >>> 0, pool, i % 2 === 1)))
     } catch (err) {
       // The seed, so that a failure seen once (a timing of a loaded host) can be run again.
-      console.log(`crash test failed with seed ${SEED} (CRASH_SEED=${SEED}); lanes' activity: ${stats.kills} kills, ${stats.liveReads} live read-only reads`)
+      console.log(`crash test failed with seed ${SEED} (CRASH_SEED=${SEED}); lanes' activity: ${stats.kills} kills, ${stats.liveReads} live read-only reads, ${stats.deletedReads} of a log deleted meanwhile`)
       throw err
     } finally {
       await pool.close()
@@ -520,7 +531,7 @@ describe('crash recovery under SIGKILL', () => {
         `kills by phase ${JSON.stringify(stats.byPhase)}, mid-snapshot kills ${JSON.stringify(stats.snapshotKills)}, ` +
         `kills while a queued shape finished ${JSON.stringify(stats.finishingKills)}, ` +
         `${stats.checkpointKills} kills during a journal checkpoint, ` +
-        `${stats.liveReads} live read-only reads, ${stats.childRuns} child processes, seed ${SEED}, ${seconds} s`,
+        `${stats.liveReads} live read-only reads (and ${stats.deletedReads} of a log deleted meanwhile), ${stats.childRuns} child processes, seed ${SEED}, ${seconds} s`,
     )
     expect(stats.kills).toBeGreaterThanOrEqual(KILLS)
     expect(stats.transactions).toBeGreaterThan(0)

@@ -15,6 +15,13 @@
  * Per file the operations collapse into sorted, disjoint extents; appends
  * extend the last one in place (amortised doubling), which is what almost
  * every journaled write is.
+ *
+ * That holds for logs the writer still has. A deleted log's tail is never
+ * written back: its records leave the view at its tombstone, and with any
+ * segment the overlay drops (a reset) or never read (checkpointed before this
+ * follower looked). So the overlay reports those events (`onTombstone`,
+ * `epoch`), and a reader holding such a log checks it is still there before
+ * trusting a view that may have lost them (read-only-store.ts).
  */
 import { fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
@@ -126,10 +133,17 @@ interface KnownSegment {
 export class JournalOverlay {
   private segments: KnownSegment[] = []
   private files = new Map<string, Map<JournalFile, FileOverlay>>()
+  /**
+   * Moves when records may have left the view without a live log's files
+   * holding them for it: a reset, or a segment created and deleted unread.
+   */
+  epoch = 0
 
   constructor(
     private readonly fs: FsPort,
     private readonly root: string,
+    /** Called for each tombstone applied: the records of that id before it left the view. */
+    private readonly onTombstone: (id: string) => void = () => {},
   ) {}
 
   view(id: string, file: JournalFile): FileOverlay | undefined {
@@ -144,12 +158,22 @@ export class JournalOverlay {
     const known = new Set(this.segments.map((s) => s.generation))
     for (const s of present) {
       if (known.has(s.generation)) continue
+      // Within a writer's life generations follow one another and segments go
+      // oldest first, so a new one right after the last one known hides
+      // nothing. Anything else (a gap, none known: a new writer numbers from
+      // the last segment it found, or from 1) may hide segments that came and
+      // went unread, with a deleted log's records that are nowhere now.
+      const last = this.segments.at(-1)
+      if (last === undefined || s.generation !== last.generation + 1) this.epoch++
       let fd: number
       try {
         fd = this.fs.openSync(s.path, 'r')
       } catch (err) {
-        // Checkpointed just now: its logs' files hold its writes.
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+        // Checkpointed just now: its live logs' files hold its writes (not a deleted log's).
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+          this.epoch++
+          continue
+        }
         throw fromSystemError(err, `open ${s.path}`)
       }
       this.segments.push({ generation: s.generation, path: s.path, fd, parsed: 0, ino: this.fs.fstatSync(fd).ino })
@@ -180,6 +204,7 @@ export class JournalOverlay {
     for (const r of records) {
       if (r.type === RECORD_TOMBSTONE) {
         this.files.delete(r.id)
+        this.onTombstone(r.id)
         continue
       }
       let files = this.files.get(r.id)
@@ -194,6 +219,7 @@ export class JournalOverlay {
   private reset(): void {
     this.close()
     this.files = new Map()
+    this.epoch++
   }
 
   close(): void {

@@ -14,6 +14,19 @@
  * transactions can lie below the watermark: the writer renames one into
  * shapes/ only with all of those synced, and refuses more afterwards. So a
  * follower never sees a finishing log's unsynced tail, even in the page cache.
+ *
+ * It does not hold for a log the writer deleted: its tail was never written
+ * back, and its records in the journal leave the follower's view at its
+ * tombstone (or with a segment checkpointed away). A log held open here (its
+ * descriptors still read the files, wherever they went) would then serve a
+ * head the watermark has passed, or bytes its files never got. So whenever the
+ * view may have lost a deleted log's records (journal-overlay.ts: `epoch`,
+ * `onTombstone`), a log checks, before its next catch-up, that its directory
+ * is still the one it opened, and otherwise throws `shape_deleted`, as the
+ * writer's own handle of a deleted log does. A directory still there after
+ * the journal was read means the log was not deleted before it, so what the
+ * new watermark covers is in its files or in the view. That check is one
+ * `stat`, only on those rare events, never per read.
  */
 import type { LogOffset } from '@sluice/protocol'
 import type { FlushResult, LogHead, LogRead, ShapeLog, ShapeLogStore, SnapshotWriter } from '../contract.js'
@@ -51,6 +64,13 @@ class ReadOnlyShapeLog implements ShapeLog {
   private chunks: ChunkInfo[] = []
   private state: HeadState | undefined
   private seenLsn = -1n
+  /**
+   * The journal view's epoch when the directory was last found in place; -1
+   * after a tombstone of this id (see the top of this file).
+   */
+  checkedEpoch: number
+  /** Found deleted: every read throws, as the writer's handle does. */
+  deleted = false
   /** Entries as last reported to `onFlush` listeners. */
   reportedEntries = -1
 
@@ -65,12 +85,18 @@ class ReadOnlyShapeLog implements ShapeLog {
     this.data = new FileRef(dir, 'r', LOG_FILES.data)
     this.entries = new FileRef(dir, 'r', LOG_FILES.entries)
     this.chunkFile = new FileRef(dir, 'r', LOG_FILES.chunks)
+    // The caller found the directory after the journal's last reading.
+    this.checkedEpoch = store.journal.epoch
   }
 
   /** Extends the known prefix to the current watermark. */
   catchUp(): HeadState {
+    if (this.deleted) throw this.deletedError()
     const lsn = this.store.durableLsn
-    if (this.state && lsn === this.seenLsn) return this.state
+    const epoch = this.store.journal.epoch
+    if (this.state && lsn === this.seenLsn && this.checkedEpoch === epoch) return this.state
+    // After the journal was read (durableLsn above), so a directory still in place covers all it said.
+    if (this.checkedEpoch !== epoch) this.checkInPlace(epoch)
     const known = this.state ? { head: this.state, chunks: this.chunks } : undefined
     const found = scanLog(this.store.fs, this.store.fds, this.id, { data: this.data, entries: this.entries, chunks: this.chunkFile }, lsn, known)
     if (!this.state) this.reportedEntries = found.head.entries
@@ -78,6 +104,28 @@ class ReadOnlyShapeLog implements ShapeLog {
     this.chunks = found.chunks
     this.seenLsn = lsn
     return found.head
+  }
+
+  /** Throws `shape_deleted` unless the log's directory is still the one it opened. */
+  private checkInPlace(epoch: number): void {
+    let ino: number | undefined
+    try {
+      ino = this.store.baseFs.statSync(this.dir).ino
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw fromSystemError(err, `stat ${this.dir}`)
+    }
+    if (ino !== this.dirIno) {
+      this.deleted = true
+      // Its descriptors hold the deleted files' space: closed once no read pins them.
+      this.store.drop(this)
+      throw this.deletedError()
+    }
+    this.checkedEpoch = epoch
+  }
+
+  private deletedError(): StorageError {
+    return new StorageError('shape_deleted', `shape ${this.id} was deleted`)
   }
 
   head(): LogHead {
@@ -154,7 +202,11 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     maxOpenFiles: number,
     private readonly pollIntervalMs: number,
   ) {
-    this.journal = new JournalOverlay(baseFs, root)
+    // The view lost the records of a deleted log: a log held here under that id checks it is still there.
+    this.journal = new JournalOverlay(baseFs, root, (id) => {
+      const log = this.logs.get(id)
+      if (log) log.checkedEpoch = -1
+    })
     this.fs = overlayFs(baseFs, root, this.journal)
     this.fds = new FdCache(this.fs, maxOpenFiles)
   }
@@ -240,7 +292,11 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
       return undefined
     }
     const cached = this.logs.get(id)
-    if (cached && cached.dirIno === ino && cached.dir === dir) return cached
+    if (cached && !cached.deleted && cached.dirIno === ino && cached.dir === dir) {
+      // Found in place after the journal's last reading: as good as its own check.
+      cached.checkedEpoch = this.journal.epoch
+      return cached
+    }
     let meta: Buffer | string
     try {
       meta = decodeMeta(this.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
@@ -252,6 +308,12 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     const log = new ReadOnlyShapeLog(id, dir, ino, meta, this)
     this.logs.set(id, log)
     return log
+  }
+
+  /** A log found deleted: no longer served, its descriptors closed (`retire` waits for pinned reads). */
+  drop(log: ReadOnlyShapeLog): void {
+    if (this.logs.get(log.id) === log) this.forget(log.id)
+    else log.retire()
   }
 
   private forget(id: string): void {
