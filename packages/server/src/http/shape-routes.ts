@@ -24,7 +24,7 @@ import {
   readSecret,
   upToDateMessage,
 } from '@sluice/protocol'
-import type { LogRead, ShapeLog } from '@sluice/storage'
+import { type LogRead, type ShapeLog, StorageError } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
 import { type Admission, type RequestKind, clientKey } from './admission.js'
@@ -211,8 +211,9 @@ type Served = FastifyReply | typeof WAITING
  * until the request fails or is abandoned, as it was for the whole handler.
  */
 class ShapeResponder extends DataWait<ShapeLog> {
-  /** What the request waits for, while it waits, and the shape it waits on (the log and offset are `waitedLog`, `waitedAfter`). */
+  /** What the request waits for, while it waits (the log and offset are `waitedLog`, `waitedAfter`). */
   private waitingFor: 'reach' | 'data' | undefined = undefined
+  /** The shape served, once it is ready. */
   private shape: ResolvedShape | undefined = undefined
   /** Set when the client went away while the request waited. */
   private gone = false
@@ -263,6 +264,17 @@ class ShapeResponder extends DataWait<ShapeLog> {
 
   /** What fastify does with an async handler's rejection: the error handler answers (`sendError`), unless a reply went out. */
   private fail(error: unknown): void {
+    const shape = this.shape
+    if (shape !== undefined && !this.reply.sent && error instanceof StorageError && error.code === 'shape_deleted') {
+      // The log was deleted under the read (expired or evicted between the lookup and the read, or, on a
+      // replica, deleted by the writer): the shape is gone, which a 409 says, not a server failure.
+      this.shape = undefined
+      this.rotated(shape).then(
+        () => this.finish(),
+        (next: unknown) => this.fail(next),
+      )
+      return
+    }
     this.finish()
     if (this.reply.sent) {
       this.request.log.error({ err: error }, 'request failed after its reply was sent')
@@ -282,6 +294,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
     const ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined, creationGate, client)
     if (ready === undefined) return this.rotated(resolved)
     const { shape, log } = ready
+    this.shape = shape
 
     if (this.req.offset === 'now') return this.sendNoChanges(shape, headOffset(log))
     const after = this.req.offset
