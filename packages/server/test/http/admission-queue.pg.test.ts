@@ -203,6 +203,29 @@ describe('the initial-request queue (§5.4)', () => {
     expect(order).toEqual([0, 1, 2, 3, 4, 5])
   })
 
+  it('closing the server answers queued requests 503 at once instead of waiting for their turn', async () => {
+    const metrics = new ServerMetrics({ pipeline, connectionString: cluster.url, slotName: 'sluice_slot', defaultMetrics: false })
+    cleanup.push(() => metrics.close())
+    const app = buildApp({ shapes: pipeline.shapeService, http: { maxConcurrentInitial: 1, initialQueueLength: 5, initialQueueWaitMs: 60_000 }, metrics })
+    app.register(metricsRoute, { metrics })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (app.server.address() as AddressInfo).port
+    const lock = await lockHeld()
+    const held = call(port, newShape('held', ++heldShapes))
+    const queued = call(port, newShape('queued_items', 700))
+    for (;;) {
+      if ((await call(port, '/metrics')).text.includes('sluice_http_admission_queue_length{kind="initial"} 1')) break
+      await sleep(20)
+    }
+    const closed = app.close()
+    const answer = await queued
+    expect(answer.status).toBe(503)
+    expect(answer.json()).toEqual({ message: 'Server is shutting down' })
+    await lock.release()
+    expect((await held).status).toBe(200)
+    await closed
+  })
+
   it('with a queue of length 0, refuses past the limit at once as before', async () => {
     const server = await start({ maxConcurrentInitial: 1, initialQueueLength: 0 })
     const lock = await lockHeld()
