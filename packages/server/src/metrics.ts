@@ -344,12 +344,12 @@ export class ServerMetrics implements HttpMetrics {
     })
     new Gauge({
       name: 'sluice_http_admission_queue_length',
-      help: 'Shape requests over their kind’s limit waiting for a slot (--initial-queue-length).',
+      help: 'Shape requests over their kind’s limit waiting for a slot (--initial-queue-length); kind creation: new shapes waiting past --max-creating-shapes.',
       labelNames: ['kind'],
       registers,
       collect() {
         const { queues } = stats()
-        for (const kind of kinds) this.set({ kind }, queues[kind]?.length ?? 0)
+        for (const kind of [...kinds, 'creation'] as const) this.set({ kind }, queues[kind]?.length ?? 0)
       },
     })
     const queue = () => stats().queues.initial

@@ -9,14 +9,12 @@
  * armed for the head's deadline, serves the whole queue.
  */
 
-import type { SluiceError } from '@sluice/protocol'
-
 /** A request waiting in an admission queue. */
 export interface AdmissionWaiter {
-  /** Its turn came: it holds a slot of its kind now, given back with `Admission.leave` as after `enter`. */
+  /** Its turn came: it holds the slot it waited for now (given back as one taken at once would be). */
   admitted(): void
   /** It is out of the queue without a slot (it waited the longest allowed, or the server closes): answer `error`. */
-  refused(error: SluiceError): void
+  refused(error: Error): void
 }
 
 export interface QueueLimits {

@@ -24,8 +24,11 @@ export type { AdmissionWaiter, QueueLimits, QueueStats } from './admission-queue
  *
  * New shapes are admitted apart (`creationGate`), since any kind of request
  * can create one (a request naming a retired handle gets its replacement):
- * - at most `maxCreating` shapes being created at once, server-wide: more get
- *   503 `creation_limit_exceeded`, retried within seconds;
+ * - at most `maxCreating` shapes being created at once, server-wide: more
+ *   wait for a creation slot in a queue of their own, with the initial
+ *   queue's length and longest wait (an initial request admitted past the
+ *   creation limit would otherwise be refused after all); past those, 503
+ *   `creation_limit_exceeded`, retried within seconds;
  * - at most `clientPerMinute` new shapes per client, as a token bucket (that
  *   many at once, refilled evenly over a minute): more get 429
  *   `shape_rate_limited`, with `retry-after` when the next one is allowed.
@@ -92,8 +95,8 @@ export interface RefusalCounts {
 
 export interface AdmissionStats {
   readonly inFlight: Readonly<Record<RequestKind, number>>
-  /** Per kind with a queue. */
-  readonly queues: Partial<Record<RequestKind, QueueStats>>
+  /** Per kind with a queue, and `creation`: new shapes waiting for a creation slot. */
+  readonly queues: Partial<Record<RequestKind | 'creation', QueueStats>>
   readonly refused: Readonly<Record<RequestKind, Readonly<RefusalCounts>>>
 }
 
@@ -106,6 +109,8 @@ export class Admission {
   }
   private readonly done = { initial: new CompletionRate(), existing: new CompletionRate() }
   private creating = 0
+  /** New shapes waiting for a creation slot (past `maxCreating`), when the initial requests have a queue. */
+  private readonly creationQueue: AdmissionQueue | undefined
   private readonly buckets = new Map<string, Bucket>()
   /** Admits new shapes; its `evict` lets them evict the least recently used shape past the shape limit. */
   readonly creationGate: CreationGate
@@ -128,7 +133,11 @@ export class Admission {
         waiter.refused(this.refusal(kind))
       })
     }
-    const admit = (client: string | undefined): (() => void) => this.admitCreation(client)
+    const creationLimits = queues.initial
+    if (creation.maxCreating > 0 && creationLimits !== undefined && creationLimits.length > 0) {
+      this.creationQueue = new AdmissionQueue(creationLimits, now, (waiter) => waiter.refused(this.creationRefusal()))
+    }
+    const admit = (client: string | undefined): Promise<() => void> => this.admitCreation(client)
     this.creationGate = Object.freeze({ admit, evict: true })
     this.replacementGate = Object.freeze({ admit, evict: false })
   }
@@ -191,9 +200,10 @@ export class Admission {
     else this.inFlight[kind]--
   }
 
-  /** Refuses every queued request with `error()` (the server closes); they hold no slot. */
-  close(error: () => SluiceError): void {
+  /** Refuses every queued request and new shape with `error()` (the server closes); they hold no slot. */
+  close(error: () => Error): void {
     for (const queue of Object.values(this.queues)) for (const waiter of queue.drain()) waiter.refused(error())
+    for (const waiter of this.creationQueue?.drain() ?? []) waiter.refused(error())
   }
 
   /** Queued requests of `kind` now. */
@@ -203,11 +213,12 @@ export class Admission {
 
   /** The figures for /metrics. */
   stats(): AdmissionStats {
-    const queues: Partial<Record<RequestKind, QueueStats>> = {}
+    const queues: Partial<Record<RequestKind | 'creation', QueueStats>> = {}
     for (const kind of ['initial', 'existing'] as const) {
       const queue = this.queues[kind]
       if (queue !== undefined) queues[kind] = queue.stats()
     }
+    if (this.creationQueue !== undefined) queues.creation = this.creationQueue.stats()
     return { inFlight: { ...this.inFlight }, queues, refused: { initial: { ...this.refusals.initial }, existing: { ...this.refusals.existing } } }
   }
 
@@ -224,21 +235,44 @@ export class Admission {
     return this.creating
   }
 
-  /** Admits one new shape for `client` (undefined: not told apart); throws `AdmissionError` to refuse it. */
-  private admitCreation(client: string | undefined): () => void {
+  /**
+   * Admits one new shape for `client` (undefined: not told apart), at once or
+   * once a creation slot frees; rejects with `AdmissionError` to refuse it.
+   */
+  private admitCreation(client: string | undefined): Promise<() => void> {
     const { maxCreating, clientPerMinute } = this.creation
-    if (maxCreating > 0 && this.creating >= maxCreating) {
-      const retryAfter = CREATION_RETRY_MIN_S + Math.floor(this.random() * (CREATION_RETRY_MAX_S - CREATION_RETRY_MIN_S + 1))
-      throw new AdmissionError('creation_limit_exceeded', `Too many shapes being created at once (limit: ${maxCreating}), please retry`, retryAfter)
+    const full = maxCreating > 0 && this.creating >= maxCreating
+    if (full && this.creationQueue === undefined) return Promise.reject(this.creationRefusal())
+    try {
+      if (clientPerMinute > 0 && client !== undefined) this.takeToken(client, clientPerMinute)
+    } catch (error) {
+      return Promise.reject(error)
     }
-    if (clientPerMinute > 0 && client !== undefined) this.takeToken(client, clientPerMinute)
-    this.creating++
+    if (!full) {
+      this.creating++
+      return Promise.resolve(this.creationRelease())
+    }
+    return new Promise((resolve, reject) => {
+      const waiter: AdmissionWaiter = { admitted: () => resolve(this.creationRelease()), refused: reject }
+      if (!this.creationQueue!.add(waiter)) reject(this.creationRefusal())
+    })
+  }
+
+  /** Gives the creation slot back, or passes it to the first new shape waiting for one. */
+  private creationRelease(): () => void {
     let released = false
     return () => {
       if (released) return
       released = true
-      this.creating--
+      const next = this.creationQueue?.shift()
+      if (next !== undefined) next.admitted()
+      else this.creating--
     }
+  }
+
+  private creationRefusal(): AdmissionError {
+    const retryAfter = CREATION_RETRY_MIN_S + Math.floor(this.random() * (CREATION_RETRY_MAX_S - CREATION_RETRY_MIN_S + 1))
+    return new AdmissionError('creation_limit_exceeded', `Too many shapes being created at once (limit: ${this.creation.maxCreating}), please retry`, retryAfter)
   }
 
   private takeToken(client: string, perMinute: number): void {

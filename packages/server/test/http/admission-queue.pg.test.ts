@@ -43,7 +43,7 @@ afterAll(async () => {
 interface QueueServer {
   readonly port: number
   /** The admission figures as /metrics has them. */
-  scrape(): Promise<{ initialInFlight: number; queued: number; abandoned: number; admittedAfterWait: number; refused: (reason: string) => number }>
+  scrape(): Promise<{ initialInFlight: number; queued: number; creationQueued: number; abandoned: number; admittedAfterWait: number; refused: (reason: string) => number }>
   /** Polls /metrics until `check` holds (the server acts on a request some time after it is sent). */
   until(check: (m: Awaited<ReturnType<QueueServer['scrape']>>) => boolean): Promise<void>
 }
@@ -65,6 +65,7 @@ async function start(http: Partial<HttpOptions>): Promise<QueueServer> {
     return {
       initialInFlight: value('sluice_http_requests_in_flight{kind="initial"}'),
       queued: value('sluice_http_admission_queue_length{kind="initial"}'),
+      creationQueued: value('sluice_http_admission_queue_length{kind="creation"}'),
       abandoned: value('sluice_http_admission_queue_abandoned_total'),
       admittedAfterWait: value('sluice_http_admission_queued_admitted_total'),
       refused: (reason) => value(`sluice_http_admission_refused_total{kind="initial",reason="${reason}"}`) || 0,
@@ -224,6 +225,20 @@ describe('the initial-request queue (§5.4)', () => {
     await lock.release()
     expect((await held).status).toBe(200)
     await closed
+  })
+
+  it('a new shape past --max-creating-shapes waits for a creation slot, then is served', async () => {
+    const server = await start({ maxConcurrentInitial: 10, maxCreatingShapes: 1, initialQueueLength: 5, initialQueueWaitMs: 60_000 })
+    const lock = await lockHeld()
+    const held = holdSlots(server, 1)
+    await held.inFlight
+    const waiting = [call(server.port, newShape('queued_items', 800)), call(server.port, newShape('queued_items', 801))]
+    await server.until((m) => m.creationQueued === 2)
+    // Waiting for a creation slot, they hold their initial ones.
+    expect((await server.scrape()).initialInFlight).toBe(3)
+    await lock.release()
+    expect((await Promise.all([held.answers[0]!, ...waiting])).map((r) => r.status)).toEqual([200, 200, 200])
+    await server.until((m) => m.initialInFlight === 0 && m.creationQueued === 0)
   })
 
   it('with a queue of length 0, refuses past the limit at once as before', async () => {
