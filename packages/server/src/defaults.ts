@@ -108,7 +108,8 @@ export const DEFAULT_INITIAL_QUEUE_LENGTH = 5_000
  * before it gets the 503 after all. Electric's refused client comes back after
  * 6-10 s: waiting as long as that serves it no later than a refusal would; and
  * it stays well within the 20 s a long-poll is held, which every client and
- * proxy in front of a sync server must already allow a request.
+ * proxy in front of a sync server must already allow a request (the official
+ * client, 1.5, times out only live and refresh requests, after 45 s).
  */
 export const DEFAULT_INITIAL_QUEUE_WAIT_MS = 10_000
 
