@@ -10,6 +10,8 @@ import { ServerError } from './errors.js'
 import {
   DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
   DEFAULT_MAX_CONCURRENT_EXISTING,
+  DEFAULT_INITIAL_QUEUE_LENGTH,
+  DEFAULT_INITIAL_QUEUE_WAIT_MS,
   DEFAULT_CATALOG_CHECK_MS,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_SHAPES,
@@ -87,6 +89,10 @@ export interface SluiceConfig {
   readonly replicaPollMs: number
   readonly maxConcurrentInitial: number
   readonly maxConcurrentExisting: number
+  /** Initial requests over the limit that wait for a slot before 503 (0: none wait). */
+  readonly initialQueueLength: number
+  /** The longest an initial request waits in that queue before 503. */
+  readonly initialQueueWaitMs: number
   readonly logLevel: LogLevel
   /** How long replication may be disconnected before /v1/health answers 503. */
   readonly healthReplicationTimeoutMs: number
@@ -229,8 +235,10 @@ export const SETTINGS: readonly Setting[] = [
     description:
       "--read-only: how often the writer's watermark is re-read when no change notification arrived (live requests wake on inotify at once; this only bounds the delay on file systems without notifications, such as NFS); 0: never.",
   },
-  { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more get 503 + retry-after.' },
+  { key: 'maxConcurrentInitial', flag: 'max-concurrent-initial', env: 'SLUICE_MAX_CONCURRENT_INITIAL', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_INITIAL), min: 1, max: 1_000_000, description: 'Initial-sync requests (offset=-1) served at once; more wait in a queue (--initial-queue-length), then get 503 + retry-after.' },
   { key: 'maxConcurrentExisting', flag: 'max-concurrent-existing', env: 'SLUICE_MAX_CONCURRENT_EXISTING', type: 'integer', default: String(DEFAULT_MAX_CONCURRENT_EXISTING), min: 1, max: 10_000_000, description: 'Other shape requests (including live waiters) served at once; more get 503 + retry-after.' },
+  { key: 'initialQueueLength', flag: 'initial-queue-length', env: 'SLUICE_INITIAL_QUEUE_LENGTH', type: 'integer', default: String(DEFAULT_INITIAL_QUEUE_LENGTH), min: 0, max: 1_000_000, description: 'Initial-sync requests over --max-concurrent-initial that wait for a slot, in arrival order, before 503 + retry-after (0: refused at once).' },
+  { key: 'initialQueueWaitMs', flag: 'initial-queue-wait', env: 'SLUICE_INITIAL_QUEUE_WAIT', type: 'duration', default: `${DEFAULT_INITIAL_QUEUE_WAIT_MS / 1000}s`, min: 1, max: 600_000, description: 'The longest an initial-sync request waits in that queue before 503 + retry-after.' },
   {
     key: 'healthReplicationTimeoutMs',
     flag: 'health-replication-timeout',

@@ -93,6 +93,26 @@ export const DEFAULT_REPLICA_POLL_MS = 1_000
 /** Admission control: `offset=-1` requests served at once; more get 503 + retry-after. */
 export const DEFAULT_MAX_CONCURRENT_INITIAL = 300
 
+/**
+ * Admission control: `offset=-1` requests past `DEFAULT_MAX_CONCURRENT_INITIAL`
+ * that wait for a slot, in arrival order, rather than get a 503 at once. A
+ * burst of thousands of new clients (a deploy, a reconnect storm) is then
+ * served as fast as the server creates shapes, with no 503 round of 6-10 s
+ * during which it would sit idle. A queued request holds little besides its
+ * socket, which its client keeps open anyway (keep-alive, and it retries).
+ */
+export const DEFAULT_INITIAL_QUEUE_LENGTH = 5_000
+
+/**
+ * Admission control: the longest an `offset=-1` request waits in that queue
+ * before it gets the 503 after all. Electric's refused client comes back after
+ * 6-10 s: waiting as long as that serves it no later than a refusal would; and
+ * it stays well within the 20 s a long-poll is held, which every client and
+ * proxy in front of a sync server must already allow a request (the official
+ * client, 1.5, times out only live and refresh requests, after 45 s).
+ */
+export const DEFAULT_INITIAL_QUEUE_WAIT_MS = 10_000
+
 /** Admission control: other shape requests (live waiters included) served at once. */
 export const DEFAULT_MAX_CONCURRENT_EXISTING = 10_000
 

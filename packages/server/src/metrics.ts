@@ -7,6 +7,7 @@ import pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { HEALTH_REASONS, type HealthReasonCode } from './health-report.js'
 import { type BodyPath, type BodyPathName, PREAD_PATH } from './http/body-path.js'
+import type { AdmissionStats } from './http/admission.js'
 import type { HttpMetrics } from './http/http-metrics.js'
 import type { RangeCacheStats } from './http/range-cache.js'
 import type { ReleaseReason } from './heap-trim.js'
@@ -77,6 +78,7 @@ export class ServerMetrics implements HttpMetrics {
   private readonly cleanup: Array<() => void> = []
   private closed = false
   private rangeCacheWatched = false
+  private admissionWatched = false
 
   constructor(private readonly options: MetricsOptions) {
     const { pipeline } = options
@@ -322,6 +324,66 @@ export class ServerMetrics implements HttpMetrics {
     mirroredCounter('sluice_http_range_cache_hits_total', 'Shape responses whose body was written from the range cache (no read of the log).', registers, () => stats().hits)
     mirroredCounter('sluice_http_range_cache_misses_total', 'Range cache lookups that found nothing: the body was read from the log.', registers, () => stats().misses)
     mirroredCounter('sluice_http_range_cache_evictions_total', 'Bodies dropped from the range cache to stay within its size.', registers, () => stats().evictions)
+  }
+
+  /** For the HTTP layer: admission control's figures, read at each collection. */
+  watchAdmission(stats: () => AdmissionStats): void {
+    if (this.admissionWatched) return
+    this.admissionWatched = true
+    const registers = [this.registry]
+    const kinds = ['initial', 'existing'] as const
+    new Gauge({
+      name: 'sluice_http_requests_in_flight',
+      help: 'Shape requests holding an admission slot, by kind (initial: offset=-1; existing: the rest, parked long-polls included).',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        const { inFlight } = stats()
+        for (const kind of kinds) this.set({ kind }, inFlight[kind])
+      },
+    })
+    new Gauge({
+      name: 'sluice_http_admission_queue_length',
+      help: 'Shape requests over their kind’s limit waiting for a slot (--initial-queue-length); kind creation: new shapes waiting past --max-creating-shapes.',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        const { queues } = stats()
+        for (const kind of [...kinds, 'creation'] as const) this.set({ kind }, queues[kind]?.length ?? 0)
+      },
+    })
+    const queue = () => stats().queues.initial
+    mirroredCounter('sluice_http_admission_queued_admitted_total', 'Initial requests admitted after waiting in the queue.', registers, () => queue()?.admitted ?? 0)
+    mirroredCounter(
+      'sluice_http_admission_queue_wait_seconds_total',
+      'Seconds waited in the queue by the initial requests then admitted (divided by sluice_http_admission_queued_admitted_total: the mean wait).',
+      registers,
+      () => (queue()?.waitedMs ?? 0) / 1000,
+    )
+    mirroredCounter(
+      'sluice_http_admission_queue_abandoned_total',
+      'Initial requests whose client went away while they waited in the queue (they took no slot).',
+      registers,
+      () => queue()?.abandoned ?? 0,
+    )
+    const reasons = { limit: 'limit', queueFull: 'queue_full', queueWait: 'queue_wait' } as const
+    const refusedSeen = { initial: { limit: 0, queueFull: 0, queueWait: 0 }, existing: { limit: 0, queueFull: 0, queueWait: 0 } }
+    new Counter({
+      name: 'sluice_http_admission_refused_total',
+      help: 'Shape requests answered 503 concurrent_request_limit_exceeded, by kind and reason (limit: over the limit with no queue; queue_full; queue_wait: waited the longest allowed).',
+      labelNames: ['kind', 'reason'],
+      registers,
+      collect() {
+        const { refused } = stats()
+        for (const kind of kinds) {
+          for (const key of ['limit', 'queueFull', 'queueWait'] as const) {
+            const grew = refused[kind][key] - refusedSeen[kind][key]
+            if (grew > 0) this.inc({ kind, reason: reasons[key] }, grew)
+            refusedSeen[kind][key] = refused[kind][key]
+          }
+        }
+      },
+    })
   }
 
   /** For the HTTP layer: the number of live requests currently waiting. */

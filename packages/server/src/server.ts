@@ -64,6 +64,8 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     allowDelete: config.allowDelete,
     maxConcurrentInitial: config.maxConcurrentInitial,
     maxConcurrentExisting: config.maxConcurrentExisting,
+    initialQueueLength: config.initialQueueLength,
+    initialQueueWaitMs: config.initialQueueWaitMs,
     maxCreatingShapes: config.maxCreatingShapes,
     clientShapesPerMinute: config.clientShapesPerMinute,
     clientIdHeader: config.clientIdHeader,

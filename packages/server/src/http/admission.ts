@@ -2,25 +2,39 @@ import { concurrentRequestLimitExceeded, type SluiceError } from '@sluice/protoc
 import type { FastifyRequest } from 'fastify'
 import { ServerError } from '../errors.js'
 import type { CreationGate } from '../shape-service.js'
+import { AdmissionQueue, type AdmissionWaiter, type QueueLimits, type QueueStats } from './admission-queue.js'
+
+export type { AdmissionWaiter, QueueLimits, QueueStats } from './admission-queue.js'
 
 /**
  * Admission control (docs/protocol.md §5.4): a count of in-flight requests per kind.
  * `offset=-1` requests can each start a snapshot, so they get a small limit of
  * their own; every other `/v1/shape` request, long-polls included, counts
- * against the large one. Over the limit the request is refused at once with a
- * 503 whose `retry-after` is spread over a few seconds, so refused clients do
- * not return in lock step.
+ * against the large one. Over the limit a request of a kind with a queue
+ * (`offset=-1` by default) waits in it for a slot, in arrival order
+ * (`enterOrWait`, `admission-queue.ts`); one that finds the queue full, or
+ * waits its longest, is refused, as is one over the limit of a kind without a
+ * queue: a 503 whose `retry-after` is spread over a few seconds, so refused
+ * clients do not return in lock step.
+ *
+ * Invariant: a kind's queue is empty unless all its slots are taken. A freed
+ * slot goes straight to the head of the queue (`leave`), so the in-flight
+ * count stays at the limit while anyone waits, and a newcomer finds it full
+ * and queues behind them.
  *
  * New shapes are admitted apart (`creationGate`), since any kind of request
  * can create one (a request naming a retired handle gets its replacement):
- * - at most `maxCreating` shapes being created at once, server-wide: more get
- *   503 `creation_limit_exceeded`, retried within seconds;
+ * - at most `maxCreating` shapes being created at once, server-wide: more
+ *   wait for a creation slot in a queue of their own, with the initial
+ *   queue's length and longest wait (an initial request admitted past the
+ *   creation limit would otherwise be refused after all); past those, 503
+ *   `creation_limit_exceeded`, retried within seconds;
  * - at most `clientPerMinute` new shapes per client, as a token bucket (that
  *   many at once, refilled evenly over a minute): more get 429
  *   `shape_rate_limited`, with `retry-after` when the next one is allowed.
  *
  * How long to wait: spread at random from 1 s to twice the time the requests
- * in flight take to clear at the rate requests of that kind have been
+ * in flight and queued take to clear at the rate requests of that kind have been
  * completing (over the last two seconds), and never more than Electric's
  * 6-10 s. The refused clients then come back while slots free up, rather
  * than all after the burst has cleared and the server has gone idle, as they
@@ -72,10 +86,31 @@ interface Bucket {
   at: number
 }
 
+/** Requests of a kind refused with 503, by why: over the limit (no queue), the queue full, or waited too long. */
+export interface RefusalCounts {
+  limit: number
+  queueFull: number
+  queueWait: number
+}
+
+export interface AdmissionStats {
+  readonly inFlight: Readonly<Record<RequestKind, number>>
+  /** Per kind with a queue, and `creation`: new shapes waiting for a creation slot. */
+  readonly queues: Partial<Record<RequestKind | 'creation', QueueStats>>
+  readonly refused: Readonly<Record<RequestKind, Readonly<RefusalCounts>>>
+}
+
 export class Admission {
   private readonly inFlight = { initial: 0, existing: 0 }
+  private readonly queues: Partial<Record<RequestKind, AdmissionQueue>> = {}
+  private readonly refusals: Record<RequestKind, RefusalCounts> = {
+    initial: { limit: 0, queueFull: 0, queueWait: 0 },
+    existing: { limit: 0, queueFull: 0, queueWait: 0 },
+  }
   private readonly done = { initial: new CompletionRate(), existing: new CompletionRate() }
   private creating = 0
+  /** New shapes waiting for a creation slot (past `maxCreating`), when the initial requests have a queue. */
+  private readonly creationQueue: AdmissionQueue | undefined
   private readonly buckets = new Map<string, Bucket>()
   /** Admits new shapes; its `evict` lets them evict the least recently used shape past the shape limit. */
   readonly creationGate: CreationGate
@@ -87,8 +122,22 @@ export class Admission {
     private readonly random: () => number = Math.random,
     private readonly creation: CreationLimits = { maxCreating: 0, clientPerMinute: 0 },
     private readonly now: () => number = () => performance.now(),
+    /** Kinds whose requests over the limit wait; without one (or of length 0) they are refused at once. */
+    queues: Partial<Record<RequestKind, QueueLimits>> = {},
   ) {
-    const admit = (client: string | undefined): (() => void) => this.admitCreation(client)
+    for (const kind of ['initial', 'existing'] as const) {
+      const limits = queues[kind]
+      if (limits === undefined || limits.length <= 0) continue
+      this.queues[kind] = new AdmissionQueue(limits, now, (waiter) => {
+        this.refusals[kind].queueWait++
+        waiter.refused(this.refusal(kind))
+      })
+    }
+    const creationLimits = queues.initial
+    if (creation.maxCreating > 0 && creationLimits !== undefined && creationLimits.length > 0) {
+      this.creationQueue = new AdmissionQueue(creationLimits, now, (waiter) => waiter.refused(this.creationRefusal()))
+    }
+    const admit = (client: string | undefined): Promise<() => void> => this.admitCreation(client)
     this.creationGate = Object.freeze({ admit, evict: true })
     this.replacementGate = Object.freeze({ admit, evict: false })
   }
@@ -111,15 +160,66 @@ export class Admission {
    * a long time (a parked long-poll), where a closure each adds up.
    */
   enter(kind: RequestKind): SluiceError | undefined {
-    const limit = this.limits[kind]
-    if (this.inFlight[kind] >= limit) return concurrentRequestLimitExceeded(kind, limit, this.retryAfter(kind))
+    if (this.inFlight[kind] >= this.limits[kind]) {
+      this.refusals[kind].limit++
+      return this.refusal(kind)
+    }
     this.inFlight[kind]++
     return undefined
   }
 
+  /**
+   * `enter`, or over the limit a place at the back of the kind's queue: true
+   * when admitted now (then as after `enter`), false when queued (`waiter`
+   * hears later whether it was admitted or refused; `cancel` takes it out if
+   * its client goes away first), or the 503 to answer with when the kind has
+   * no queue or it is full.
+   */
+  enterOrWait(kind: RequestKind, waiter: AdmissionWaiter): boolean | SluiceError {
+    const queue = this.queues[kind]
+    if (queue === undefined) return this.enter(kind) ?? true
+    if (this.inFlight[kind] < this.limits[kind]) {
+      this.inFlight[kind]++
+      return true
+    }
+    if (queue.add(waiter)) return false
+    this.refusals[kind].queueFull++
+    return this.refusal(kind)
+  }
+
+  /** Takes a queued waiter out (its client went away): it holds no slot and is never called back. No-op if it is not queued. */
+  cancel(kind: RequestKind, waiter: AdmissionWaiter): void {
+    this.queues[kind]?.remove(waiter)
+  }
+
   leave(kind: RequestKind): void {
-    this.inFlight[kind]--
     this.done[kind].add(this.now())
+    const next = this.queues[kind]?.shift()
+    // The slot passes to the head of the queue: the count in flight stays as it is.
+    if (next !== undefined) next.admitted()
+    else this.inFlight[kind]--
+  }
+
+  /** Refuses every queued request and new shape with `error()` (the server closes); they hold no slot. */
+  close(error: () => Error): void {
+    for (const queue of Object.values(this.queues)) for (const waiter of queue.drain()) waiter.refused(error())
+    for (const waiter of this.creationQueue?.drain() ?? []) waiter.refused(error())
+  }
+
+  /** Queued requests of `kind` now. */
+  queued(kind: RequestKind): number {
+    return this.queues[kind]?.length ?? 0
+  }
+
+  /** The figures for /metrics. */
+  stats(): AdmissionStats {
+    const queues: Partial<Record<RequestKind | 'creation', QueueStats>> = {}
+    for (const kind of ['initial', 'existing'] as const) {
+      const queue = this.queues[kind]
+      if (queue !== undefined) queues[kind] = queue.stats()
+    }
+    if (this.creationQueue !== undefined) queues.creation = this.creationQueue.stats()
+    return { inFlight: { ...this.inFlight }, queues, refused: { initial: { ...this.refusals.initial }, existing: { ...this.refusals.existing } } }
   }
 
   get initial(): number {
@@ -135,21 +235,44 @@ export class Admission {
     return this.creating
   }
 
-  /** Admits one new shape for `client` (undefined: not told apart); throws `AdmissionError` to refuse it. */
-  private admitCreation(client: string | undefined): () => void {
+  /**
+   * Admits one new shape for `client` (undefined: not told apart), at once or
+   * once a creation slot frees; rejects with `AdmissionError` to refuse it.
+   */
+  private admitCreation(client: string | undefined): Promise<() => void> {
     const { maxCreating, clientPerMinute } = this.creation
-    if (maxCreating > 0 && this.creating >= maxCreating) {
-      const retryAfter = CREATION_RETRY_MIN_S + Math.floor(this.random() * (CREATION_RETRY_MAX_S - CREATION_RETRY_MIN_S + 1))
-      throw new AdmissionError('creation_limit_exceeded', `Too many shapes being created at once (limit: ${maxCreating}), please retry`, retryAfter)
+    const full = maxCreating > 0 && this.creating >= maxCreating
+    if (full && this.creationQueue === undefined) return Promise.reject(this.creationRefusal())
+    try {
+      if (clientPerMinute > 0 && client !== undefined) this.takeToken(client, clientPerMinute)
+    } catch (error) {
+      return Promise.reject(error)
     }
-    if (clientPerMinute > 0 && client !== undefined) this.takeToken(client, clientPerMinute)
-    this.creating++
+    if (!full) {
+      this.creating++
+      return Promise.resolve(this.creationRelease())
+    }
+    return new Promise((resolve, reject) => {
+      const waiter: AdmissionWaiter = { admitted: () => resolve(this.creationRelease()), refused: reject }
+      if (!this.creationQueue!.add(waiter)) reject(this.creationRefusal())
+    })
+  }
+
+  /** Gives the creation slot back, or passes it to the first new shape waiting for one. */
+  private creationRelease(): () => void {
     let released = false
     return () => {
       if (released) return
       released = true
-      this.creating--
+      const next = this.creationQueue?.shift()
+      if (next !== undefined) next.admitted()
+      else this.creating--
     }
+  }
+
+  private creationRefusal(): AdmissionError {
+    const retryAfter = CREATION_RETRY_MIN_S + Math.floor(this.random() * (CREATION_RETRY_MAX_S - CREATION_RETRY_MIN_S + 1))
+    return new AdmissionError('creation_limit_exceeded', `Too many shapes being created at once (limit: ${this.creation.maxCreating}), please retry`, retryAfter)
   }
 
   private takeToken(client: string, perMinute: number): void {
@@ -184,12 +307,16 @@ export class Admission {
     }
   }
 
+  private refusal(kind: RequestKind): SluiceError {
+    return concurrentRequestLimitExceeded(kind, this.limits[kind], this.retryAfter(kind))
+  }
+
   private retryAfter(kind: RequestKind): number {
     const spread = this.random()
     const fallback = RETRY_AFTER_MIN_S + Math.floor(spread * (RETRY_AFTER_MAX_S - RETRY_AFTER_MIN_S + 1))
     const perSecond = this.done[kind].perSecond(this.now())
     if (perSecond <= 0) return fallback
-    const clearS = this.inFlight[kind] / perSecond
+    const clearS = (this.inFlight[kind] + this.queued(kind)) / perSecond
     return Math.max(1, Math.min(fallback, Math.ceil(2 * clearS * spread)))
   }
 }

@@ -84,7 +84,10 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     { initial: http.maxConcurrentInitial, existing: http.maxConcurrentExisting },
     Math.random,
     { maxCreating: http.maxCreatingShapes, clientPerMinute: http.clientShapesPerMinute },
+    undefined,
+    { initial: { length: http.initialQueueLength, waitMs: http.initialQueueWaitMs } },
   )
+  metrics?.watchAdmission?.(() => admission.stats())
   const stopInvalidating = shapes.onInvalidated((handle) => waiters.invalidate(handle))
   // A shape a live request waits on is in use: it does not expire, and is evicted last.
   shapes.setInUse((handle) => waiters.has(handle))
@@ -92,6 +95,8 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   let closing = false
   app.addHook('preClose', async () => {
     closing = true
+    // Queued requests are answered as those that arrive now are: they never started, so the client may retry elsewhere.
+    admission.close(() => new SluiceError('stack_not_ready', { message: 'Server is shutting down' }))
     if (ownWaiters) waiters.close()
   })
   // A burst past the admission limits is refused by design, one 503 per request (thousands a second when

@@ -1,3 +1,4 @@
+import type { AdmissionStats } from './admission.js'
 import type { BodyPathName } from './body-path.js'
 import type { RangeCacheStats } from './range-cache.js'
 
@@ -14,4 +15,6 @@ export interface HttpMetrics {
   addLogRead(): void
   /** Reports the range cache's figures (read when metrics are collected); called once per app. */
   watchRangeCache?(stats: () => RangeCacheStats): void
+  /** Reports admission control's figures (requests in flight, queued, refused; read when metrics are collected); called once per app. */
+  watchAdmission?(stats: () => AdmissionStats): void
 }

@@ -1,6 +1,8 @@
 import { DEFAULT_LONG_POLL_TIMEOUT_MS, DEFAULT_MAX_AGE_SECONDS, DEFAULT_STALE_AGE_SECONDS } from '@sluice/protocol'
 import {
   DEFAULT_CLIENT_SHAPES_PER_MINUTE,
+  DEFAULT_INITIAL_QUEUE_LENGTH,
+  DEFAULT_INITIAL_QUEUE_WAIT_MS,
   DEFAULT_MAX_CONCURRENT_EXISTING,
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_CREATING_SHAPES,
@@ -26,6 +28,10 @@ export interface HttpOptions {
   readonly allowDelete: boolean
   /** Concurrent `offset=-1` requests before 503 (admission control, §5.4). */
   readonly maxConcurrentInitial: number
+  /** `offset=-1` requests over `maxConcurrentInitial` that wait for a slot, in arrival order, before 503 (0: none wait). */
+  readonly initialQueueLength: number
+  /** The longest an `offset=-1` request waits in that queue before 503. */
+  readonly initialQueueWaitMs: number
   /** Concurrent other `/v1/shape` requests (long-polls included) before 503. */
   readonly maxConcurrentExisting: number
   /** Shapes being created at once before a request that would create one more gets 503 (0: no limit). */
@@ -49,6 +55,8 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   staleAge: DEFAULT_STALE_AGE_SECONDS,
   allowDelete: false,
   maxConcurrentInitial: DEFAULT_MAX_CONCURRENT_INITIAL,
+  initialQueueLength: DEFAULT_INITIAL_QUEUE_LENGTH,
+  initialQueueWaitMs: DEFAULT_INITIAL_QUEUE_WAIT_MS,
   maxConcurrentExisting: DEFAULT_MAX_CONCURRENT_EXISTING,
   maxCreatingShapes: DEFAULT_MAX_CREATING_SHAPES,
   clientShapesPerMinute: DEFAULT_CLIENT_SHAPES_PER_MINUTE,

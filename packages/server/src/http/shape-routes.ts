@@ -27,7 +27,7 @@ import {
 import { type LogRead, type ShapeLog, StorageError } from '@sluice/storage'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { type ResolvedShape, type ShapeService, headOffset } from '../shape-service.js'
-import { type Admission, type RequestKind, clientKey } from './admission.js'
+import { type Admission, type AdmissionWaiter, type RequestKind, clientKey } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
@@ -171,9 +171,18 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     const req = parsed.value
     if (req.subset !== undefined) return serveSubset(subset, request, reply, req)
     const kind = req.offset !== 'now' && isBeforeAll(req.offset) ? 'initial' : 'existing'
-    const refused = admission.enter(kind)
-    if (refused !== undefined) throw refused
-    new ShapeResponder(context, request, reply, req, kind).start()
+    if (kind === 'existing') {
+      // Not queued: a long-poll holds its slot while parked, doing no work, and the limit is high.
+      const refused = admission.enter(kind)
+      if (refused !== undefined) throw refused
+      new ShapeResponder(context, request, reply, req, kind).start()
+      return undefined
+    }
+    const waiter = new QueuedRequest(context, request, reply, req, kind)
+    const admitted = admission.enterOrWait(kind, waiter)
+    if (admitted === true) waiter.admitted()
+    else if (admitted === false) waiter.queued()
+    else throw admitted
     return undefined
   })
 
@@ -195,6 +204,46 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     if (target === undefined || !(await shapes.delete(target))) throw new SluiceError('not_found')
     return reply.code(202).send()
   })
+}
+
+/**
+ * A GET over its kind's limit, waiting in the admission queue for a slot: it
+ * starts its `ShapeResponder` when admitted, is answered the 503 when refused,
+ * and leaves the queue at once if its client goes away, having started nothing.
+ */
+class QueuedRequest implements AdmissionWaiter {
+  private onClose: (() => void) | undefined = undefined
+
+  constructor(
+    private readonly context: ShapeReadContext,
+    private readonly request: FastifyRequest,
+    private readonly reply: FastifyReply,
+    private readonly req: ShapeRequest,
+    private readonly kind: RequestKind,
+  ) {}
+
+  queued(): void {
+    const cancel = (): void => this.context.admission.cancel(this.kind, this)
+    // Gone before it was queued: its 'close' has been emitted already.
+    if (this.reply.raw.destroyed) return cancel()
+    this.onClose = cancel
+    this.reply.raw.once('close', cancel)
+  }
+
+  admitted(): void {
+    this.stopListening()
+    new ShapeResponder(this.context, this.request, this.reply, this.req, this.kind).start()
+  }
+
+  refused(error: SluiceError): void {
+    this.stopListening()
+    this.reply.send(error)
+  }
+
+  private stopListening(): void {
+    if (this.onClose !== undefined) this.reply.raw.off('close', this.onClose)
+    this.onClose = undefined
+  }
 }
 
 /** What `serve` returns when the request waits for data: its answer is sent when the wait ends. */

@@ -46,12 +46,13 @@ export interface ShapeManagerOptions {
 
 /**
  * Admission of new shapes (the HTTP layer's `Admission`): `admit` is called
- * just before a shape is created and throws to refuse it; it returns the
- * release, called once the creation ends. `evict`: whether the creation may
- * evict another shape to make room past `maxShapes`.
+ * just before a shape is created and rejects to refuse it (perhaps after
+ * waiting for a creation slot); it resolves with the release, called once the
+ * creation ends. `evict`: whether the creation may evict another shape to make
+ * room past `maxShapes`.
  */
 export interface CreationGate {
-  admit(client: string | undefined): () => void
+  admit(client: string | undefined): Promise<() => void>
   readonly evict: boolean
 }
 

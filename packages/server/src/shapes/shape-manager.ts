@@ -240,7 +240,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       if (shape !== undefined) await this.invalidateStale(info)
     }
     if (this.shapes.size >= this.maxShapes && gate?.evict === false) throw new ShapeError('too_many_shapes', `at most ${this.maxShapes} shapes`)
-    const release = gate?.admit(client)
+    // May wait for a creation slot: whatever changed meanwhile is looked at again below (registerEntry).
+    const release = gate === undefined ? undefined : await gate.admit(client)
+    if (this.closed) {
+      release?.()
+      throw new ShapeError('shutting_down')
+    }
     try {
       const published = await this.publish(info)
       if (published !== info) {

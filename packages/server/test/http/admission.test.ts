@@ -59,4 +59,45 @@ describe('Admission', () => {
     admission.acquire('initial')
     expect(refusedAfter(admission, 'initial')).toBe(1)
   })
+
+  it('counts queued requests in the time to clear, and refuses with it once the queue is full', () => {
+    let now = 10_000
+    const admission = new Admission({ initial: 10, existing: 10 }, () => 0.5, undefined, () => now, { initial: { length: 20, waitMs: 60_000 } })
+    const waiter = { admitted: () => {}, refused: () => {} }
+    const releases: Array<() => void> = []
+    for (let i = 0; i < 10; i++) releases.push(admission.acquire('initial') as () => void)
+    // Each slot passed on at once as it completes.
+    for (let i = 0; i < 10; i++) {
+      now += 50
+      releases[i]!()
+      expect(admission.enterOrWait('initial', { ...waiter })).toBe(true)
+    }
+    for (let i = 0; i < 20; i++) expect(admission.enterOrWait('initial', { ...waiter })).toBe(false)
+    const refused = admission.enterOrWait('initial', { ...waiter })
+    if (typeof refused === 'boolean') throw new Error('expected a refusal')
+    // 10 completions over the last 1.5 s (the rate's window): 6.7 per second. 10 in flight and 20 queued
+    // clear in 4.5 s; spread 0.5 of twice that, rounded up: 5 (the 10 in flight alone would give 2).
+    expect(refused.retryAfter).toBe(5)
+    expect(admission.stats().refused.initial).toEqual({ limit: 0, queueFull: 1, queueWait: 0 })
+    admission.close(() => new Error('closing'))
+  })
+
+  it('passes a freed slot to the oldest queued request, never to a newcomer, and skips one that left', () => {
+    const admission = new Admission({ initial: 1, existing: 1 }, () => 0, undefined, undefined, { initial: { length: 5, waitMs: 60_000 } })
+    const admitted: string[] = []
+    const waiter = (name: string) => ({ admitted: () => admitted.push(name), refused: () => admitted.push(`${name} refused`) })
+    expect(admission.enterOrWait('initial', waiter('first'))).toBe(true)
+    const [a, b, c] = [waiter('a'), waiter('b'), waiter('c')]
+    for (const w of [a, b, c]) expect(admission.enterOrWait('initial', w)).toBe(false)
+    admission.cancel('initial', b)
+    admission.leave('initial')
+    expect(admitted).toEqual(['a'])
+    expect(admission.enterOrWait('initial', waiter('late'))).toBe(false)
+    admission.leave('initial')
+    admission.leave('initial')
+    expect(admitted).toEqual(['a', 'c', 'late'])
+    expect([admission.initial, admission.queued('initial')]).toEqual([1, 0])
+    admission.leave('initial')
+    expect([admission.initial, admission.queued('initial')]).toEqual([0, 0])
+  })
 })

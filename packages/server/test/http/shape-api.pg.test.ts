@@ -546,8 +546,8 @@ describe('admission control (§5.4)', () => {
     expect(about.every((l) => l.err === undefined)).toBe(true)
   })
 
-  it('503 past the initial-request limit while a snapshot is held by a lock', async () => {
-    const small = await startServer(pipeline, { maxConcurrentInitial: 1 })
+  it('503 past the initial-request limit while a snapshot is held by a lock (no queue)', async () => {
+    const small = await startServer(pipeline, { maxConcurrentInitial: 1, initialQueueLength: 0 })
     await cluster.query('CREATE TABLE locked (id int4 PRIMARY KEY)')
     const client = await cluster.connect()
     try {

@@ -250,8 +250,8 @@ describe('creation limits', () => {
     expect((await get(shapeUrl({ table, offset: '-1', where: 'n > 3' }), as('bob'))).status).toBe(200)
   })
 
-  it('answers 503 creation_limit_exceeded with retry-after past --max-creating-shapes', async () => {
-    const { pipeline, server, get } = await start({ shapeTtlMs: 0 }, { maxCreatingShapes: 1 })
+  it('answers 503 creation_limit_exceeded with retry-after past --max-creating-shapes (no queue)', async () => {
+    const { pipeline, server, get } = await start({ shapeTtlMs: 0 }, { maxCreatingShapes: 1, initialQueueLength: 0 })
     const table = await createTable()
     // Published first, so the next creation gets as far as its snapshot, which the lock holds.
     await follow(get, table, 'n > 0')
