@@ -88,21 +88,29 @@ function attempt(log: ShapeLog, after: LogOffset): string {
 const lsnsOf = (log: ShapeLog): string[] =>
   (readAllEntries(log) as Array<{ headers?: { lsn?: string } }>).flatMap((m) => (m.headers?.lsn === undefined ? [] : [m.headers.lsn]))
 
+/**
+ * A writer with logs x and y, each holding transaction 5 (durable), and a
+ * follower that has read x: the state every case below starts from.
+ */
+async function followedPair(name: string) {
+  const dir = await tempDirs.make(name)
+  const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: SEGMENT_BYTES })
+  const x = await makeShape(s, 'x', [row(1)])
+  const y = await makeShape(s, 'y', [row(1)])
+  append(x, 5n, 1)
+  append(y, 5n, 1)
+  s.advance(5n)
+  await s.flush()
+  const ro = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
+  const rx = ro.get('x')!
+  const ry = ro.get('y')!
+  expect(lsnsOf(rx)).toEqual(['5', '5'])
+  return { dir, s, x, y, ro, rx, ry }
+}
+
 describe('a read-only follower holding a log the writer deletes', () => {
   it('throws shape_deleted once it reads the tombstone, though the deleted log never got its last transaction', async () => {
-    const dir = await tempDirs.make('ro-deleted-tombstone')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: SEGMENT_BYTES })
-    const x = await makeShape(s, 'x', [row(1)])
-    const y = await makeShape(s, 'y', [row(1)])
-    append(x, 5n, 1)
-    append(y, 5n, 1)
-    s.advance(5n)
-    await s.flush()
-
-    const ro = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
-    const rx = ro.get('x')!
-    const ry = ro.get('y')!
-    expect(lsnsOf(rx)).toEqual(['5', '5'])
+    const { dir, s, x, y, ro, rx, ry } = await followedPair('ro-deleted-tombstone')
 
     // Transaction 7 goes to x and y; x is deleted before any flush made it
     // durable, as the server drops a shape between two transactions. The next
@@ -134,20 +142,8 @@ describe('a read-only follower holding a log the writer deletes', () => {
   })
 
   it('throws shape_deleted when the segment with its records and tombstone was checkpointed away before the follower looked again', async () => {
-    const dir = await tempDirs.make('ro-deleted-reset')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: SEGMENT_BYTES })
-    const x = await makeShape(s, 'x', [row(1)])
-    const y = await makeShape(s, 'y', [row(1)])
-    append(x, 5n, 1)
-    append(y, 5n, 1)
-    s.advance(5n)
-    await s.flush()
-
     // The follower reads x through the journal: transaction 5 is only there and in the writer's memory.
-    const ro = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
-    const rx = ro.get('x')!
-    const ry = ro.get('y')!
-    expect(lsnsOf(rx)).toEqual(['5', '5'])
+    const { dir, s, y, ro, rx, ry } = await followedPair('ro-deleted-reset')
     const first = segments(dir)
     expect(first).toHaveLength(1)
 
