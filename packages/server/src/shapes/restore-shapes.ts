@@ -71,18 +71,19 @@ export class RestoreRoutes {
     const def = meta.definition
     const source = def.where!
     const columns = whereColumns(info)
+    const compiled = (): WhereClause => compileWhereSync(source, { columns, params: paramList(def) })
     const route = meta.route
     // Without the table's signature restore did not check the table against the one the route was made for.
-    if (route === undefined || meta.table === undefined) return compileWhereSync(source, { columns, params: paramList(def) })
+    if (route === undefined || meta.table === undefined) return compiled()
     let domains = this.#byTable.get(info)
     if (domains === undefined) this.#byTable.set(info, (domains = new Map()))
     const known = domains.get(route.domain)
     if (known === undefined) {
-      const clause = compileWhereSync(source, { columns, params: paramList(def) })
+      const clause = compiled()
       domains.set(route.domain, sameRoute(route, clause.exact) ? clause.exact! : null)
       return clause
     }
-    if (known === null) return compileWhereSync(source, { columns, params: paramList(def) })
+    if (known === null) return compiled()
     return new RestoredClause(source, paramList(def), route, known, columns)
   }
 }
