@@ -31,10 +31,6 @@ export interface QueueStats {
   readonly admitted: number
   /** Milliseconds waited by the admitted ones, in all. */
   readonly waitedMs: number
-  /** Requests refused because the queue was full. */
-  readonly full: number
-  /** Requests refused after waiting the longest allowed. */
-  readonly expired: number
   /** Requests whose client went away while they waited. */
   readonly abandoned: number
 }
@@ -47,8 +43,6 @@ export class AdmissionQueue {
   private timerAt = Number.POSITIVE_INFINITY
   private admittedCount = 0
   private waitedMs = 0
-  private fullCount = 0
-  private expiredCount = 0
   private abandonedCount = 0
 
   constructor(
@@ -62,12 +56,9 @@ export class AdmissionQueue {
     return this.waiting.size
   }
 
-  /** Queues `waiter` at the back; false (and counted as refused) when the queue is full. */
+  /** Queues `waiter` at the back; false when the queue is full (the caller counts the refusal). */
   add(waiter: AdmissionWaiter): boolean {
-    if (this.waiting.size >= this.limits.length) {
-      this.fullCount++
-      return false
-    }
+    if (this.waiting.size >= this.limits.length) return false
     this.waiting.set(waiter, this.now())
     if (this.waiting.size === 1) this.arm()
     return true
@@ -106,8 +97,6 @@ export class AdmissionQueue {
       length: this.waiting.size,
       admitted: this.admittedCount,
       waitedMs: this.waitedMs,
-      full: this.fullCount,
-      expired: this.expiredCount,
       abandoned: this.abandonedCount,
     }
   }
@@ -141,7 +130,6 @@ export class AdmissionQueue {
     for (const [waiter, at] of this.waiting) {
       if (at + this.limits.waitMs > now) break
       this.waiting.delete(waiter)
-      this.expiredCount++
       due.push(waiter)
     }
     this.arm()

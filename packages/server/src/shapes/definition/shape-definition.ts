@@ -111,7 +111,7 @@ export function definitionKey(def: ShapeDefinition): string {
   if (known !== undefined) return known
   const key = buildKey(def)
   // A frozen definition (what the registry and the compiler hand out) keeps its key: requests for a known shape ask for it each time.
-  if (Object.isFrozen(def) && Object.isFrozen(def.params) && (def.columns === undefined || Object.isFrozen(def.columns))) frozenKeys.set(def, key)
+  if (isFrozenDefinition(def)) frozenKeys.set(def, key)
   return key
 }
 
@@ -176,7 +176,7 @@ export function definitionsEqual(a: ShapeDefinition, b: ShapeDefinition): boolea
  * a second object per shape would be held for the shape's whole life.
  */
 export function freezeDefinition(def: ShapeDefinition): ShapeDefinition {
-  if (Object.isFrozen(def) && Object.isFrozen(def.params) && (def.columns === undefined || Object.isFrozen(def.columns))) return def
+  if (isFrozenDefinition(def)) return def
   return Object.freeze({
     schema: def.schema,
     table: def.table,
@@ -186,6 +186,11 @@ export function freezeDefinition(def: ShapeDefinition): ShapeDefinition {
     replica: def.replica,
     log: def.log,
   })
+}
+
+/** Frozen as freezeDefinition leaves it (the compiler's and decodeShapeMeta's are): its own copy, which nothing can change. */
+function isFrozenDefinition(def: ShapeDefinition): boolean {
+  return Object.isFrozen(def) && Object.isFrozen(def.params) && (def.columns === undefined || Object.isFrozen(def.columns))
 }
 
 /** The params of every definition that has none (most): one frozen object, not one per shape. */

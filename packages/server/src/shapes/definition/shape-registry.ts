@@ -75,7 +75,7 @@ export class ShapeRegistry {
       const entry = list[i]!
       const at = times[i]!
       if (registry.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
-      const definition = isFrozenDefinition(entry.definition) ? entry.definition : freezeDefinition(entry.definition)
+      const definition = freezeDefinition(entry.definition)
       const key = uncachedDefinitionKey(definition)
       registry.#issuer.observe(at)
       registry.#byHandle.set(entry.handle, { definition, key, expired: entry.expired })
@@ -169,11 +169,6 @@ export class ShapeRegistry {
       .map(([handle, e]) => ({ handle, definition: e.definition, expired: e.expired }))
       .sort((a, b) => micros(a.handle) - micros(b.handle))
   }
-}
-
-/** Frozen as freezeDefinition leaves it (decodeShapeMeta's are): no copy needed. */
-function isFrozenDefinition(def: ShapeDefinition): boolean {
-  return Object.isFrozen(def) && Object.isFrozen(def.params) && (def.columns === undefined || Object.isFrozen(def.columns))
 }
 
 function micros(handle: string): number {
