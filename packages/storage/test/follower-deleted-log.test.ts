@@ -67,6 +67,11 @@ async function checkpointAway(s: FileLogStore, y: ShapeLog, gone: string[], from
   return tx
 }
 
+/** The LSNs y holds after transaction 5 and a `checkpointAway` from 11 that stopped before `tx`: two entries each. */
+function yLsns(tx: bigint): string[] {
+  return ['5', ...Array.from({ length: Number((tx - 11n) / 2n) }, (_, i) => String(11 + 2 * i))].flatMap((l) => [l, l])
+}
+
 /** What `read(after)` of a follower's log gives: its code if it throws, else the entries and whether its bytes are all there. */
 function attempt(log: ShapeLog, after: LogOffset): string {
   let r
@@ -160,8 +165,7 @@ describe('a read-only follower holding a log the writer deletes', () => {
     expect(attempt(rx, parseOffset('-1'))).toBe('shape_deleted')
     expect(ro.get('x')).toBeUndefined()
     // y lost nothing: the checkpoint wrote its tail back.
-    const want = ['5', ...Array.from({ length: Number((tx - 11n) / 2n) }, (_, i) => String(11 + 2 * i))].flatMap((l) => [l, l])
-    expect(lsnsOf(ry)).toEqual(want)
+    expect(lsnsOf(ry)).toEqual(yLsns(tx))
     await ro.close()
     await s.close()
   })
@@ -227,8 +231,7 @@ describe('a read-only follower holding a log the writer deletes', () => {
     // The old code answered an empty range at the head after 5_1, with 7 published.
     expect(attempt(rx, parseOffset('5_1'))).toBe('shape_deleted')
     expect(ro.get('x')).toBeUndefined()
-    const want = ['5', ...Array.from({ length: Number((tx - 11n) / 2n) }, (_, i) => String(11 + 2 * i))].flatMap((l) => [l, l])
-    expect(lsnsOf(ry)).toEqual(want)
+    expect(lsnsOf(ry)).toEqual(yLsns(tx))
     await ro.close()
     await s.close()
   })
