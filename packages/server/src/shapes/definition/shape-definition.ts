@@ -84,18 +84,23 @@ export async function compileDefinition(
   return { definition: normalizeDefinition(input, where), where }
 }
 
+/** The list of every definition without parameters. */
+const NO_PARAM_LIST: readonly string[] = Object.freeze([])
+
 /**
  * The positional values to recompile a stored definition's where clause with
  * (`compileWhere(def.where, { params: paramList(def) })`). Unreferenced
  * positions below the highest one are `''`: the clause never reads them.
  */
-export function paramList(def: ShapeDefinition): string[] {
+export function paramList(def: ShapeDefinition): readonly string[] {
   // A plain loop: a restart calls this for every stored shape.
   let count = 0
   for (const key in def.params) {
     const n = Number(key)
     if (n > count) count = n
   }
+  // Most clauses have none, and a restored clause keeps its list for the shape's life: one shared empty list.
+  if (count === 0) return NO_PARAM_LIST
   const list = new Array<string>(count)
   for (let i = 0; i < count; i++) list[i] = def.params[String(i + 1)] ?? ''
   return list
