@@ -21,6 +21,10 @@ export const DEFAULT_MAX_OPEN_FILES = defaultMaxOpenFiles()
 export const DEFAULT_JOURNAL_SEGMENT_BYTES = 64 * 1024 * 1024
 // Bounds how long a quiet store keeps a journal to replay (up to 10x with many logs).
 export const DEFAULT_JOURNAL_SEGMENT_AGE_MS = 30_000
+// How often a running writer rewrites the heads file when something changed
+// (heads-snapshots.ts): an open after a crash scans the logs appended to since.
+// With 100k logs each write takes a few hundred ms of CPU, in slices.
+export const DEFAULT_HEADS_INTERVAL_MS = 30_000
 // Large enough that a segment's own size, not memory, ends it: the budget
 // decides how many changes a log gathers between two write-backs, each of
 // which costs system calls on two files, so sealing segments early because of

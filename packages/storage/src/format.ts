@@ -5,7 +5,7 @@
  * ---------------
  *   <root>/LOCK                 pid of the writer holding the store (O_EXCL)
  *   <root>/watermark            the durable watermark (below), replaced atomically
- *   <root>/heads                only between a clean close and the next open: every log's head (heads-file.ts)
+ *   <root>/heads                every log's head as the writer last recorded it (heads-file.ts)
  *   <root>/journal/NNNNNNNN.jnl  redo log of every registered log's file writes since the last checkpoint
  *   <root>/shapes/<b>/<id>/     one directory per finished shape log, in bucket
  *                               <b> = b.00..b.ff by a hash of the id (shape-dirs.ts);
@@ -70,8 +70,8 @@
  * journal/NNNNNNNN.jnl (magic "SLJN", version 2; version 1 is still read): header,
  *   then groups; see journal-format.ts.
  *
- * heads (magic "SLHD"): every log's head as a clean close left it, taken (and
- *   removed) by the next open; see heads-file.ts.
+ * heads (magic "SLHD", version 2; version 1 is ignored): every log's head as the
+ *   writer last recorded it, at a clean close and while it runs; see heads-file.ts.
  *
  * meta.bin (magic "SLGM"):
  *   0   16   header
@@ -95,10 +95,12 @@ export const FORMAT_VERSION = 1
  * (shape-dirs.ts). Version 1 (the flat `shapes/<id>/`) is still read, and the
  * writer moves such a store's logs into buckets at open before it writes
  * version 2, so an older build, which would take every bucket for a damaged
- * log and set it aside, refuses the store instead.
+ * log and set it aside, refuses the store instead. The heads file is at 2
+ * (entries name their data file's inode); a version 1 file is ignored (its
+ * logs are scanned once).
  */
-const WRITE_VERSION: Partial<Record<FileKind, number>> = { journal: 2, watermark: 2 }
-const READ_VERSIONS: Partial<Record<FileKind, readonly number[]>> = { journal: [1, 2], watermark: [1, 2] }
+const WRITE_VERSION: Partial<Record<FileKind, number>> = { journal: 2, watermark: 2, heads: 2 }
+const READ_VERSIONS: Partial<Record<FileKind, readonly number[]>> = { journal: [1, 2], watermark: [1, 2], heads: [2] }
 /** The watermark version of a store whose logs are in buckets. */
 export const BUCKETED_STORE_VERSION = 2
 export const HEADER_BYTES = 16

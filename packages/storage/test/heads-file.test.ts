@@ -1,15 +1,16 @@
 /**
- * The clean-close heads file (heads-file.ts): the open after a clean close
- * takes every log's head from it instead of scanning the log's files, removes
- * it before changing anything, and falls back to scanning whenever it cannot
- * vouch for a log (a crash since, a damaged file, a log left mid-transaction,
- * files of other sizes).
+ * The heads file (heads-file.ts, heads-snapshots.ts): written at a clean close
+ * and while the writer runs, it lets an open take each log's head from it
+ * instead of scanning the log's files, for every log whose files are still the
+ * ones it names and end where it says; a log appended to since is scanned from
+ * its prefix on, any other whole (a damaged file, files of other sizes or
+ * another inode, a log re-created under its id).
  */
 import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, truncateSync, writeFileSync } from 'node:fs'
 import { loadSendfile } from '@sluice/sendfile'
 import { shapeDir } from '../src/file/shape-dirs.js'
 import { useTempDir } from '@sluice/test-utils'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort, StatFiles } from '../src/index.js'
@@ -59,16 +60,18 @@ function snapshotOf(s: FileLogStore): Record<string, unknown[]> {
 }
 
 describe('heads file', () => {
-  it('encodes and decodes every head, and refuses damage, another watermark and trailing bytes', () => {
+  it('encodes and decodes every head, and refuses damage, a watermark past the store\'s and trailing bytes', () => {
     const logs = [
-      { id: 'x', meta: 'meta-x\u0000\u0080\u00ff', head: { entries: 7, dataEnd: 900, last: { tx: 42n, op: 3n }, closedChunks: 1, snapshotChunks: 1 }, chunks: [{ end: { tx: 0n, op: 0n }, endEntry: 3, endPos: 400, kind: 1 }] },
-      { id: 'y'.repeat(200), meta: '', head: { entries: 0, dataEnd: 16, last: { tx: 0n, op: 0n }, closedChunks: 0, snapshotChunks: 0 }, chunks: [] },
+      { id: 'x', meta: 'meta-x\u0000\u0080\u00ff', head: { entries: 7, dataEnd: 900, last: { tx: 42n, op: 3n }, closedChunks: 1, snapshotChunks: 1 }, chunks: [{ end: { tx: 0n, op: 0n }, endEntry: 3, endPos: 400, kind: 1 }], dataIno: 2 ** 40 + 7 },
+      { id: 'y'.repeat(200), meta: '', head: { entries: 0, dataEnd: 16, last: { tx: 0n, op: 0n }, closedChunks: 0, snapshotChunks: 0 }, chunks: [], dataIno: 12 },
     ]
     const bytes = encodeHeads(42n, logs)
     const back = decodeHeads(bytes, 42n)
     expect(typeof back).toBe('object')
     expect([...(back as Map<string, unknown>).values()]).toEqual(logs)
-    expect(decodeHeads(bytes, 43n)).toBe('written at another watermark')
+    // Written at 42: true of a store whose watermark moved on since, not of one behind it.
+    expect(typeof decodeHeads(bytes, 43n)).toBe('object')
+    expect(decodeHeads(bytes, 41n)).toBe("written past the store's watermark")
     for (const at of [5, 20, 40, bytes.length - 1]) {
       const damaged = Buffer.from(bytes)
       damaged[at]! ^= 1
@@ -98,7 +101,7 @@ describe('heads file', () => {
     await scanned.close()
   })
 
-  it('opens every log of a clean close without touching its files, removes the file first, and goes on as a scan would', async () => {
+  it('opens every log of a clean close without touching its files, keeps the file, and goes on as a scan would', async () => {
     const dir = await tempDirs.make('heads-clean')
     const s = await populated(dir)
     const before = snapshotOf(s)
@@ -109,7 +112,7 @@ describe('heads file', () => {
     const again = await openFileLogStore({ dir, fs: counting.fs, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(counting.opens()).toBe(0)
     expect(again.cleanOpened).toBe(IDS.length)
-    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
     expect(snapshotOf(again)).toEqual(before)
     // Appends go on at the right place, replays of what is there are skipped.
     expect(again.get('a')!.appendTransaction([change(12n, 1, 1)])).toBe(0)
@@ -143,16 +146,16 @@ describe('heads file', () => {
     await again.close()
   })
 
-  it('is gone after a crash that follows a clean open: the next open scans and keeps only what was durable', async () => {
+  it('after a crash that follows a clean open, still vouches for the logs nothing was appended to; the others are scanned from its prefix and keep only what was durable', async () => {
     const dir = await tempDirs.make('heads-crash')
     const s = await populated(dir)
     await s.close()
 
-    // A clean open, then more work, then a power cut (nothing unsynced survives).
-    const again = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    // A clean open, then more work on a, b and c only, then a power cut (nothing unsynced survives).
+    const again = await openFileLogStore({ dir, fs: volatileFs(nodeFs), flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 0 })
     expect(again.cleanOpened).toBe(IDS.length)
     for (let tx = 13n; tx <= 20n; tx++) {
-      for (const id of IDS) again.get(id)!.appendTransaction([change(tx, 0, 1)])
+      for (const id of ['a', 'b', 'c']) again.get(id)!.appendTransaction([change(tx, 0, 1)])
       again.advance(tx)
       if (tx <= 16n) await again.flush()
     }
@@ -160,12 +163,98 @@ describe('heads file', () => {
     const kept = snapshotOf(again)
     powerCut(dir)
 
-    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
-    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
-    expect(after.cleanOpened).toBe(0)
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
+    const metaReads: string[] = []
+    const counting: FsPort = {
+      ...nodeFs,
+      readFileSync(path) {
+        if (path.endsWith('/meta.bin')) metaReads.push(path)
+        return nodeFs.readFileSync(path)
+      },
+    }
+    const after = await openFileLogStore({ dir, fs: counting, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    expect(after.cleanOpened).toBe(2)
+    // The three grown logs were scanned from the file's prefix on: a whole scan would read their meta.bin.
+    expect(metaReads).toEqual([])
     expect(after.durableLsn).toBe(durable)
     expect(snapshotOf(after)).toEqual(kept)
     await after.close()
+  })
+
+  it('is rewritten while the writer runs, when something changed: after a crash only the logs appended to since are scanned', async () => {
+    const dir = await tempDirs.make('heads-timed')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 20 })
+    for (const id of IDS) await makeShape(s, id, [row(1), row(2)])
+    IDS.forEach((id, i) => s.get(id)!.appendTransaction([change(1n, 0, i)]))
+    s.advance(1n)
+    await s.flush()
+    // Written by the timer: nothing else writes it before a close.
+    await vi.waitFor(() => expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true), { timeout: 5_000 })
+    // Past a write that may have been under way while the shapes were made.
+    await new Promise((r) => setTimeout(r, 200))
+    const first = statSync(`${dir}/${HEADS_FILE}`).mtimeMs
+    // Nothing changes: nothing is written.
+    await new Promise((r) => setTimeout(r, 150))
+    expect(statSync(`${dir}/${HEADS_FILE}`).mtimeMs).toBe(first)
+    s.get('e')!.appendTransaction([change(2n, 0, 7)])
+    s.advance(2n)
+    await s.flush()
+    await vi.waitFor(() => expect(statSync(`${dir}/${HEADS_FILE}`).mtimeMs).not.toBe(first), { timeout: 5_000 })
+    await s.close()
+
+    // A crash of a writer that wrote the file itself (writeHeads, as the timer does), then appended to a.
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 0 })
+    again.get('a')!.appendTransaction([change(3n, 0, 1)])
+    again.advance(3n)
+    await again.flush()
+    await again.writeHeads()
+    again.get('b')!.appendTransaction([change(4n, 0, 1)])
+    again.advance(4n)
+    await again.flush()
+    const kept = snapshotOf(again)
+    powerCut(dir)
+    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    expect(after.cleanOpened).toBe(IDS.length - 1)
+    expect(snapshotOf(after)).toEqual(kept)
+    await after.close()
+  })
+
+  it('does not vouch for a log deleted and made again under its id with files of the same sizes', async () => {
+    const dir = await tempDirs.make('heads-recreated')
+    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, headsIntervalMs: 0 })
+    await makeShape(s, 'a', [row(1)])
+    await makeShape(s, 'c', [row(1), row(2)])
+    await s.close()
+    const sizes = (): number[] => ['log.dat', 'entries.idx', 'chunks.idx', 'meta.bin'].map((f) => statSync(`${shapeDir(dir, 'c')}/${f}`).size)
+    const old = sizes()
+
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, headsIntervalMs: 0 })
+    expect(again.cleanOpened).toBe(2)
+    await again.deleteShape('c')
+    // Deleted alone, the file stays: it still vouches for a.
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
+    // The same sizes, other rows: only the inode, which the system may hand out again, tells them apart.
+    await makeShape(again, 'c', [row(3), row(4)])
+    expect(sizes()).toEqual(old)
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    const kept = snapshotOf(again)
+    powerCut(dir)
+
+    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })
+    expect(after.cleanOpened).toBe(0)
+    expect(snapshotOf(after)).toEqual(kept)
+    expect(JSON.stringify(snapshotOf(after).c)).toContain('"id":"3"')
+    // A writer whose open found the file naming a log gone since treats that id the same way.
+    await after.close()
+    const reopened = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, headsIntervalMs: 0 })
+    expect(reopened.cleanOpened).toBe(2)
+    await reopened.deleteShape('c')
+    powerCut(dir)
+    const crashed = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, headsIntervalMs: 0 })
+    expect(crashed.get('c')).toBeUndefined()
+    await makeShape(crashed, 'c', [row(5), row(6)])
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    await crashed.close()
   })
 
   it('leaves out a log closed in the middle of a transaction, and that log is cut back by its scan', async () => {
@@ -283,7 +372,7 @@ describe('heads file', () => {
     await again.close()
   })
 
-  it('falls back to a stat per file when the batched stat fails, and after a crash does not use it', async () => {
+  it('falls back to a stat per file when the batched stat fails, and uses the file again after a crash', async () => {
     const dir = await tempDirs.make('heads-batch-fails')
     const s = await populated(dir)
     const before = snapshotOf(s)
@@ -300,12 +389,13 @@ describe('heads file', () => {
     expect(again.quarantined).toEqual(['b'])
     const { b: _b, ...rest } = before
     expect(snapshotOf(again)).toEqual(rest)
-    // No clean close since (a crash): no heads file, so no batch either; every log is scanned.
+    // No clean close since (a crash): the file written at the last one still vouches for the logs.
     powerCut(dir)
     calls = 0
     const crashed = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, statFiles: failing })
-    expect(calls).toBe(0)
-    expect(crashed.cleanOpened).toBe(0)
+    expect(calls).toBe(1)
+    expect(crashed.cleanOpened).toBe(IDS.length - 1)
+    expect(snapshotOf(crashed)).toEqual(rest)
     await crashed.close()
   })
 })

@@ -76,18 +76,16 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
   }
 
   /**
-   * The head and chunks for the clean-close heads file (heads-file.ts), when
-   * the files end exactly there: everything appended is published and written
-   * back, nothing is open, staged or waiting to be cut. Undefined otherwise
-   * (the next open then scans this log).
+   * What the heads file records of this log (heads-file.ts): its published
+   * head, durable by definition, and the inode of its data file. Undefined for
+   * a deleted log and one whose data file was never opened (no inode known):
+   * the next open scans those.
    */
-  cleanState(): { head: HeadState; chunks: readonly ChunkInfo[] } | undefined {
-    if (this.deleted || this.open || this.pendingCut !== undefined || this.flight !== undefined) return undefined
+  headsState(): { head: HeadState; chunks: readonly ChunkInfo[]; dataIno: number } | undefined {
+    if (this.deleted || this.data.ino < 0) return undefined
     this.catchUp()
-    if (!this.publishedIsAppended() || this.hasUnpublished() || this.pendLen !== 0 || this.staged.count !== 0) return undefined
     const head = this.published
-    if (this.dataOnDisk !== head.dataEnd || this.recordsOnDisk !== head.entries || this.chunksOnDisk !== head.closedChunks) return undefined
-    return { head, chunks: this.chunks.slice(0, head.closedChunks) }
+    return { head, chunks: this.chunks.slice(0, head.closedChunks), dataIno: this.data.ino }
   }
 
   /** The appended (not necessarily durable) head: the skip point for replays. */

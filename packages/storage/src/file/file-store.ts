@@ -5,7 +5,8 @@
  *   GroupCommit       group-commit.ts       appends to durable watermark: flush, publish, listeners
  *   SnapshotFinisher  snapshot-finisher.ts  new logs synced and renamed into shapes/ by a flush
  *   Checkpointer      checkpointer.ts       journal checkpoints and tail-budget back-pressure
- *   store-directory.ts                      opening every log at open, the heads file at close
+ *   store-directory.ts                      opening every log at open (from the heads file, or by scanning)
+ *   HeadsSnapshots    heads-snapshots.ts    the heads file, while running and at close
  *   snapshot-writer.ts                      a shape being built in tmp/
  *
  * Layout and byte formats: `format.ts`. The logs themselves: `file-log.ts`.
@@ -16,6 +17,7 @@ import {
   DEFAULT_CHUNK_BYTES,
   DEFAULT_FLUSH_BYTES,
   DEFAULT_FLUSH_INTERVAL_MS,
+  DEFAULT_HEADS_INTERVAL_MS,
   DEFAULT_JOURNAL_SEGMENT_AGE_MS,
   DEFAULT_JOURNAL_SEGMENT_BYTES,
   DEFAULT_MAX_OPEN_FILES,
@@ -29,14 +31,15 @@ import { Checkpointer } from './checkpointer.js'
 import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
-import { HEADS_FILE, takeHeads } from './heads-file.js'
+import { HEADS_FILE, readHeads } from './heads-file.js'
 import type { CleanLog } from './heads-file.js'
+import { HeadsSnapshots } from './heads-snapshots.js'
 import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
-import { listSegments, replayJournal } from './journal-replay.js'
+import { replayJournal } from './journal-replay.js'
 import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
 import { acquireStoreLock } from './store-lock.js'
-import { listAndStatLogs, loadLogs, writeCleanHeads } from './store-directory.js'
+import { listAndStatLogs, loadLogs } from './store-directory.js'
 import type { ListedLogs, StatFiles } from './stat-files.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
@@ -61,6 +64,7 @@ export class FileLogStore implements ShapeLogStore {
   readonly journal: Journal<FileShapeLog> | undefined
   private readonly commit: GroupCommit
   private readonly checkpointer: Checkpointer
+  private readonly heads: HeadsSnapshots
   private logs = new Map<string, FileShapeLog>()
   /** Ids of shapes being built (in tmp/): taken, but not served by `get` yet. */
   private readonly creating = new Set<string>()
@@ -70,7 +74,7 @@ export class FileLogStore implements ShapeLogStore {
   private closing: Promise<void> | undefined
   private tmpCounter = 0
   private readonly trash: Trash
-  /** Logs opened from the heads file a clean close left, without scanning their files. */
+  /** Logs opened from the heads file without scanning their files. */
   cleanOpened = 0
   /** Ids of logs that failed to open and were moved to quarantine/. */
   readonly quarantined: string[] = []
@@ -110,7 +114,7 @@ export class FileLogStore implements ShapeLogStore {
         flushWhenIdle: options.flushWhenIdle ?? true,
       },
       watermark,
-      { emitError, maintainJournal: () => this.checkpointer.maintain(), reveal: (log) => this.reveal(log) },
+      { emitError, maintainJournal: () => this.checkpointer.maintain(), reveal: (log) => this.reveal(log), beforePlace: () => this.heads.beforePlace() },
     )
     this.snapshotHost = {
       fs,
@@ -122,6 +126,25 @@ export class FileLogStore implements ShapeLogStore {
       isRegistered: (log) => this.logs.get(log.id) === log,
       deleteShape: (id) => this.deleteShape(id),
     }
+    const store = this
+    this.heads = new HeadsSnapshots(
+      {
+        fs,
+        root,
+        logs: () => store.logs.values(),
+        get logCount() {
+          return store.logs.size
+        },
+        get durableLsn() {
+          return store.commit.durableLsn
+        },
+        get publishedSeq() {
+          return store.commit.publishedSeq
+        },
+        emitError,
+      },
+      options.headsIntervalMs ?? DEFAULT_HEADS_INTERVAL_MS,
+    )
   }
 
   static async open(options: FileStoreOptions): Promise<FileLogStore> {
@@ -143,23 +166,19 @@ export class FileLogStore implements ShapeLogStore {
         watermark ??= { lsn: 0n, sequence: 0n }
         await publishWatermark(fs, root, watermark)
       }
-      // The native batch stats the real file system: another port keeps answering for its own files.
-      const statFiles = fs === nodeFs ? options.statFiles : undefined
-      // After a clean close, the logs' files are stat'ed on the thread pool while the heads file is read and
-      // decoded (loadLogs checks them against it).
-      const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
-      // Taken (and removed for good) before anything changes a log, replay included.
-      const heads = await takeHeads(fs, root, watermark.lsn)
       // Before any log is opened: recovery's cut relies on the files holding
       // everything the watermark covers. Replayed whatever `journal` says now,
       // since the last run may have journaled.
-      const segments = listSegments(fs, root).length
       const replay = await replayJournal(fs, root, watermark)
+      // The native batch stats the real file system: another port keeps answering for its own files.
+      const statFiles = fs === nodeFs ? options.statFiles : undefined
+      // With a heads file, the logs' files are stat'ed on the thread pool while it is read and decoded
+      // (loadLogs checks them against it); after the replay, which may have grown them.
+      const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
+      const heads = readHeads(fs, root, replay.watermark.lsn)
       const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
       if (options.onError !== undefined) store.onError(options.onError)
-      // A clean close leaves no journal: with one, the heads file does not describe these files.
-      const clean = segments === 0 ? heads : undefined
-      await store.load(clean, statFiles, clean === undefined ? undefined : listed)
+      await store.load(heads, statFiles, heads === undefined ? undefined : listed)
       if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
       store.commit.live?.write(replay.watermark)
       store.commit.live?.syncNow()
@@ -179,6 +198,8 @@ export class FileLogStore implements ShapeLogStore {
     this.logs = loaded.logs
     this.quarantined.push(...loaded.quarantined)
     this.cleanOpened = loaded.cleanOpened
+    // The heads file names logs deleted before the crash (or set aside now): as if deleted in this run.
+    for (const id of clean?.keys() ?? []) if (!this.logs.has(id)) this.heads.deletedLog(id)
   }
 
   get durableLsn(): bigint {
@@ -203,6 +224,7 @@ export class FileLogStore implements ShapeLogStore {
     const meta = options?.meta ?? new Uint8Array()
     makeShapeDir(this.fs, tmpDir, id, meta)
     this.creating.add(id)
+    this.heads.creating(id)
     return snapshotWriter(this.snapshotHost, id, tmpDir, meta)
   }
 
@@ -225,6 +247,7 @@ export class FileLogStore implements ShapeLogStore {
     const log = this.logs.get(id)
     if (!log) return false
     this.logs.delete(id)
+    this.heads.deletedLog(id)
     if (log.registered) this.journal?.tombstone(log.journalId)
     log.deleted = true
     this.commit.forget(log)
@@ -250,6 +273,16 @@ export class FileLogStore implements ShapeLogStore {
   async flush(): Promise<FlushResult> {
     this.ensureOpen()
     return this.commit.flush(true)
+  }
+
+  /**
+   * Writes the heads file now (heads-snapshots.ts), as the writer does every
+   * `headsIntervalMs` when something changed: an open after a crash then scans
+   * only the logs appended to since.
+   */
+  writeHeads(): Promise<void> {
+    this.ensureOpen()
+    return this.heads.write(true)
   }
 
   /** Errors of background work (timed flushes, trash removal, quarantined logs). */
@@ -347,6 +380,7 @@ export class FileLogStore implements ShapeLogStore {
     this.commit.stop()
     // Nothing is appended any more: whoever was held back need not wait.
     this.checkpointer.stop()
+    await this.heads.stop()
     if (this.journal) {
       // A clean shutdown leaves nothing to replay.
       try {
@@ -360,9 +394,9 @@ export class FileLogStore implements ShapeLogStore {
     }
     this.commit.snapshots.rejectAll(new StorageError('store_closed'))
     if (error === undefined) {
-      // Last: the next open trusts these heads only because nothing came after them.
+      // Last, so that it describes every log as the next open finds it: nothing is scanned.
       try {
-        await writeCleanHeads(this.fs, this.root, this.commit.durableLsn, this.logs.values())
+        await this.heads.write(false)
       } catch (err) {
         error = err
       }

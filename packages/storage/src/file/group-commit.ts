@@ -76,6 +76,8 @@ export interface CommitHost {
   maintainJournal(): void
   /** A new log this flush registered may now be served by `get`. */
   reveal(log: FileShapeLog): void
+  /** What new logs wait for before they are renamed into shapes/ (FinisherHost.beforePlace). */
+  beforePlace(): Promise<void> | undefined
 }
 
 export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
@@ -505,6 +507,10 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
 
   scheduleFlush(): void {
     this.schedule(false)
+  }
+
+  beforePlace(): Promise<void> | undefined {
+    return this.host.beforePlace()
   }
 
   // ---- timing ----------------------------------------------------------------

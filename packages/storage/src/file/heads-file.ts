@@ -1,40 +1,49 @@
 /**
- * The clean-close heads file: what a writer that closed cleanly knew of every
- * log, so that the next open need not scan each log's files.
+ * The heads file: every log's head as the writer last recorded it, so that an
+ * open need not scan each log's files.
  *
  * Why: opening a log after a crash means finding its durable prefix (recovery.ts):
  * open and stat three files, read records and meta.bin, a dozen system calls per
- * log. With 100k logs that is most of the start-up time, paid on every
- * restart, crash or not. After a clean close nothing
- * needs finding: every log is synced and ends where its head says.
+ * log. With 100k logs that is most of the start-up time (and of a standby's
+ * takeover after a kill -9).
  *
- * The file is only ever trusted by the open that immediately follows the close
- * that wrote it, and that open removes it (durably: unlink, then fsync of the
- * directory) before the store changes anything. A crash at any later point
- * therefore finds no heads file and recovers every log by scanning, as before.
- * A file that is damaged, of another version, or written for another watermark
- * is removed and ignored. Its version follows FORMAT_VERSION, so a release that
- * changes the log formats also writes heads an older release will not use. A
- * log the close could not vouch for (a transaction still open, bytes not yet in
- * its files) is left out and scanned.
+ * The writer writes it at a clean close and, while it runs, every
+ * `headsIntervalMs` that something was appended (heads-snapshots.ts). Each
+ * log's entry is its published head at the moment it was taken: durable, so
+ * every later state of the same log holds at least that prefix, unchanged
+ * (durable bytes are never rewritten; a log re-created under its id has other
+ * files). An open (after the journal's replay, which puts everything durable
+ * into the files) therefore trusts an entry exactly when the log's files are
+ * still the ones it names (the data file's inode) and end where it says
+ * (sizes of the data, entries and chunk files, and of meta.bin): then nothing
+ * was appended since, not even an undurable write-back for recovery to cut.
+ * A log of the same inode whose files grew is scanned from the entry's
+ * prefix on; any other is scanned whole. So a stale file is never wrong, only
+ * less useful, and it stays in place across opens.
  *
- * Layout (magic "SLHD"), little-endian:
+ * A file that is damaged, of another version, or written at a watermark past
+ * the store's is removed and ignored. Its version moves with the log formats
+ * (2 since entries name their data file's inode), so a release that changes
+ * them also writes heads an older release will not use. A log that cannot vouch for its files (deleted, or with no known
+ * inode) is left out and scanned.
+ *
+ * Layout (magic "SLHD", version 2), little-endian:
  *   0   16   header (format.ts)
- *   16  8    watermark    the store's durable LSN at the close
+ *   16  8    watermark    the store's durable LSN when the last entry was taken
  *   24  4    count        logs that follow
  *   28  ...  per log: id length (1) and id (latin1); meta length (4) and meta;
- *             entries, dataEnd, last tx, last op (8 each); closed chunks,
- *             snapshot chunks, chunk count (4 each); per chunk: end tx, end op,
- *             end entry, end pos (8 each) and kind (1).
+ *             entries, dataEnd, last tx, last op, data file inode (8 each);
+ *             closed chunks, snapshot chunks, chunk count (4 each); per chunk:
+ *             end tx, end op, end entry, end pos (8 each) and kind (1).
  *   end-4 4  check        crc32 of every byte before it, XOR salt
  */
 import { crc32 } from 'node:zlib'
 import type { LogOffset } from '@sluice/protocol'
-import { StorageError, fromSystemError } from '../errors.js'
+import { fromSystemError } from '../errors.js'
 import { checkHeader, encodeHeader } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
-import { replaceFileDurably, syncDirectory } from './watermark.js'
+import { replaceFileDurably } from './watermark.js'
 
 export const HEADS_FILE = 'heads'
 const TEMP_FILE = 'heads.tmp'
@@ -49,20 +58,40 @@ export interface CleanLog {
   readonly meta: string
   readonly head: HeadState
   readonly chunks: readonly ChunkInfo[]
+  /** The inode of the log's data file when the entry was taken: a log re-created under the id has another. */
+  readonly dataIno: number
 }
 
 function logBytes(log: CleanLog): number {
-  return 1 + log.id.length + 4 + log.meta.length + 32 + 12 + log.chunks.length * CHUNK_BYTES
+  return 1 + log.id.length + 4 + log.meta.length + 40 + 12 + log.chunks.length * CHUNK_BYTES
 }
 
+/** A whole heads file for `logs`. */
 export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffer {
-  let size = FIXED_BYTES + CHECK_BYTES
+  return assembleHeads(watermark, logs.length, [encodeHeadsPart(logs)])
+}
+
+/**
+ * The file from parts encoded one batch at a time (`encodeHeadsPart`), so a
+ * writer with many logs can encode them over several turns of its event loop.
+ */
+export function assembleHeads(watermark: bigint, count: number, parts: readonly Buffer[]): Buffer {
+  const fixed = Buffer.alloc(FIXED_BYTES)
+  encodeHeader('heads').copy(fixed, 0)
+  fixed.writeBigUInt64LE(watermark, 16)
+  fixed.writeUInt32LE(count, 24)
+  const body = Buffer.concat([fixed, ...parts, Buffer.alloc(CHECK_BYTES)])
+  const end = body.length - CHECK_BYTES
+  body.writeUInt32LE((crc32(body.subarray(0, end)) ^ SALT) >>> 0, end)
+  return body
+}
+
+/** The per-log records of `logs`, as they follow the fixed fields. */
+export function encodeHeadsPart(logs: readonly CleanLog[]): Buffer {
+  let size = 0
   for (const log of logs) size += logBytes(log)
   const buf = Buffer.alloc(size)
-  encodeHeader('heads').copy(buf, 0)
-  buf.writeBigUInt64LE(watermark, 16)
-  buf.writeUInt32LE(logs.length, 24)
-  let at = FIXED_BYTES
+  let at = 0
   for (const log of logs) {
     // Shape ids are at most 128 ASCII characters (defaults.ts); the length takes one byte.
     if (log.id.length > 255) throw new RangeError(`shape id of ${log.id.length} characters`)
@@ -76,10 +105,11 @@ export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffe
     buf.writeBigUInt64LE(BigInt(h.dataEnd), at + 8)
     buf.writeBigUInt64LE(h.last.tx, at + 16)
     buf.writeBigUInt64LE(h.last.op, at + 24)
-    buf.writeUInt32LE(h.closedChunks, at + 32)
-    buf.writeUInt32LE(h.snapshotChunks, at + 36)
-    buf.writeUInt32LE(log.chunks.length, at + 40)
-    at += 44
+    buf.writeBigUInt64LE(BigInt(log.dataIno), at + 32)
+    buf.writeUInt32LE(h.closedChunks, at + 40)
+    buf.writeUInt32LE(h.snapshotChunks, at + 44)
+    buf.writeUInt32LE(log.chunks.length, at + 48)
+    at += 52
     for (const c of log.chunks) {
       buf.writeBigUInt64LE(c.end.tx, at)
       buf.writeBigUInt64LE(c.end.op, at + 8)
@@ -89,18 +119,17 @@ export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffe
       at += CHUNK_BYTES
     }
   }
-  buf.writeUInt32LE((crc32(buf.subarray(0, at)) ^ SALT) >>> 0, at)
   return buf
 }
 
-/** The logs of a heads file written at `watermark`, or why it cannot be used. */
+/** The logs of a heads file, or why it cannot be used; `watermark` is the store's durable one (a file written past it describes another store). */
 export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLog> | string {
   const problem = checkHeader('heads', buf)
   if (problem) return problem
   if (buf.length < FIXED_BYTES + CHECK_BYTES) return 'short'
   const end = buf.length - CHECK_BYTES
   if (buf.readUInt32LE(end) !== (crc32(buf.subarray(0, end)) ^ SALT) >>> 0) return 'check'
-  if (buf.readBigUInt64LE(16) !== watermark) return 'written at another watermark'
+  if (buf.readBigUInt64LE(16) > watermark) return 'written past the store\'s watermark'
   const count = buf.readUInt32LE(24)
   const logs = new Map<string, CleanLog>()
   let at = FIXED_BYTES
@@ -115,7 +144,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
     at += idLength
     const metaLength = buf.readUInt32LE(at)
     at += 4
-    if (!need(metaLength + 44)) return 'short'
+    if (!need(metaLength + 52)) return 'short'
     // A string of its own: the file's buffer is not kept alive by 100k small views of it.
     const meta = buf.toString('latin1', at, at + metaLength)
     at += metaLength
@@ -124,11 +153,12 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
       entries: u64.number(at),
       dataEnd: u64.number(at + 8),
       last,
-      closedChunks: buf.readUInt32LE(at + 32),
-      snapshotChunks: buf.readUInt32LE(at + 36),
+      closedChunks: buf.readUInt32LE(at + 40),
+      snapshotChunks: buf.readUInt32LE(at + 44),
     }
-    const chunkCount = buf.readUInt32LE(at + 40)
-    at += 44
+    const dataIno = u64.number(at + 32)
+    const chunkCount = buf.readUInt32LE(at + 48)
+    at += 52
     if (chunkCount !== head.closedChunks || !need(chunkCount * CHUNK_BYTES)) return 'short'
     const chunks: ChunkInfo[] = []
     for (let c = 0; c < chunkCount; c++, at += CHUNK_BYTES) {
@@ -142,7 +172,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
         kind: buf[at + 32]!,
       })
     }
-    logs.set(id, { id, meta, head, chunks })
+    logs.set(id, { id, meta, head, chunks, dataIno })
   }
   if (at !== end) return 'trailing bytes'
   return logs
@@ -177,23 +207,22 @@ class U64Reader {
   }
 }
 
-/** Writes the heads file (temporary name, fdatasync, rename, directory fsync): the last step of a clean close. */
-export async function writeHeads(fs: FsPort, root: string, watermark: bigint, logs: readonly CleanLog[]): Promise<void> {
+/** Writes the heads file (temporary name, fdatasync, rename, directory fsync). */
+export async function writeHeads(fs: FsPort, root: string, bytes: Buffer): Promise<void> {
   try {
-    await replaceFileDurably(fs, root, HEADS_FILE, TEMP_FILE, encodeHeads(watermark, logs))
+    await replaceFileDurably(fs, root, HEADS_FILE, TEMP_FILE, bytes)
   } catch (err) {
     throw fromSystemError(err, 'write the heads file')
   }
 }
 
 /**
- * Takes the heads file a clean close left: reads it, then removes it for good
- * (unlink and directory fsync) before returning, so nothing the store does
- * afterwards can be undone by a crash into a state the file would misdescribe.
- * Returns undefined when there is none or it cannot be used; throws when it
- * cannot be removed (opening on would risk trusting it after a later crash).
+ * The heads file's logs, or undefined when there is none or it cannot be used
+ * (such a file is removed: the next writer replaces it anyway). Leaves a good
+ * file in place: it stays true of every log it vouches for (see the top of
+ * this file), so a crash right after this open still finds it.
  */
-export async function takeHeads(fs: FsPort, root: string, watermark: bigint): Promise<Map<string, CleanLog> | undefined> {
+export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<string, CleanLog> | undefined {
   const path = `${root}/${HEADS_FILE}`
   try {
     if (fs.existsSync(`${root}/${TEMP_FILE}`)) fs.unlinkSync(`${root}/${TEMP_FILE}`)
@@ -204,10 +233,10 @@ export async function takeHeads(fs: FsPort, root: string, watermark: bigint): Pr
     } catch (err) {
       decoded = `unreadable: ${(err as Error).message}`
     }
+    if (typeof decoded !== 'string') return decoded
     fs.unlinkSync(path)
-    await syncDirectory(fs, root)
-    return typeof decoded === 'string' ? undefined : decoded
+    return undefined
   } catch (err) {
-    throw new StorageError('io_error', `cannot remove the heads file ${path}: ${(err as Error).message}`, { cause: err })
+    throw fromSystemError(err, `read the heads file ${path}`)
   }
 }

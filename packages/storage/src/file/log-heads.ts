@@ -156,18 +156,6 @@ export abstract class LogHeads {
     )
   }
 
-  protected publishedIsAppended(): boolean {
-    return (
-      this.publishedEntries === this.appendedEntries &&
-      this.publishedDataEnd === this.appendedDataEnd &&
-      this.publishedTxHi === this.appendedTxHi &&
-      this.publishedTxLo === this.appendedTxLo &&
-      this.publishedOp === this.appendedOp &&
-      this.publishedClosed === this.appendedClosed &&
-      this.publishedSnapshotChunks === this.appendedSnapshotChunks
-    )
-  }
-
   /**
    * The appended head after a successful append (its chunks already pushed).
    * `openChunkPos` moves only when the append closed a chunk.

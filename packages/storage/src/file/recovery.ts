@@ -206,11 +206,12 @@ export function scanLog(fs: FsPort, fds: FdCache, id: string, files: Files, lsn:
 }
 
 /**
- * The writer's open: scan, then cut the files to the durable head and sync the
- * cut, so that stale bytes can never reappear behind later appends.
+ * The writer's open: scan (from `known` on, a prefix known durable), then cut
+ * the files to the durable head and sync the cut, so that stale bytes can
+ * never reappear behind later appends.
  */
-export async function recoverLog(fs: FsPort, fds: FdCache, id: string, dir: string, lsn: bigint, files: Files): Promise<RecoveredLog> {
-  const found = scanLog(fs, fds, id, files, lsn)
+export async function recoverLog(fs: FsPort, fds: FdCache, id: string, dir: string, lsn: bigint, files: Files, known?: { head: HeadState; chunks: ChunkInfo[] }): Promise<RecoveredLog> {
+  const found = scanLog(fs, fds, id, files, lsn, known)
   if (!found.cut) return found
   const { head } = found
   const cuts: Array<[FileRef, number]> = [

@@ -61,6 +61,12 @@ export interface FinisherHost {
   listUnpublished(log: FileShapeLog): void
   listDirty(log: FileShapeLog): void
   scheduleFlush(): void
+  /**
+   * Awaited before new logs are renamed into shapes/: while a heads file that
+   * names an earlier log under a new log's id is being removed
+   * (heads-snapshots.ts), the new log must not become durable.
+   */
+  beforePlace(): Promise<void> | undefined
 }
 
 export class SnapshotFinisher {
@@ -135,6 +141,12 @@ export class SnapshotFinisher {
         s.reject(fromSystemError(err, `finish snapshot of shape ${s.log.id}`))
       }
     })
+    try {
+      await host.beforePlace()
+    } catch (err) {
+      for (const s of ready) s.reject(fromSystemError(err, `finish snapshot of shape ${s.log.id}`))
+      return { created: [], waiting: [] }
+    }
     const moved: FinishingSnapshot[] = []
     const waiting: FinishingSnapshot[] = []
     const buckets = new Set<string>()

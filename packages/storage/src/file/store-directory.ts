@@ -13,7 +13,6 @@ import type { FsPort } from '../fs-port.js'
 import type { FdCache } from './fd-cache.js'
 import { FileShapeLog } from './file-log.js'
 import type { CleanLog } from './heads-file.js'
-import { writeHeads } from './heads-file.js'
 import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
@@ -53,7 +52,9 @@ interface FileInodes {
 }
 
 /**
- * `clean`: the heads a clean close left (heads-file.ts); logs listed there are opened without scanning their files.
+ * `clean`: the heads file's logs (heads-file.ts); those whose files are still
+ * the ones it names and end where it says are opened without scanning them,
+ * those whose files grew since are scanned from its prefix on.
  * `listed`: the logs listed and their files stat'ed already (`listAndStatLogs`), only given with `clean`.
  */
 export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined, listed?: ListedLogs): Promise<LoadedLogs> {
@@ -65,19 +66,21 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLo
   }
   ctx.trash.empty()
   const logs = listed?.logs ?? listLogs(fs, root)
-  // Every listed log's files at once, in CLEAN_FILES' order; only a clean close's heads are checked against them.
+  // Every listed log's files at once, in CLEAN_FILES' order; only the heads file's entries are checked against them.
   const stats = clean === undefined ? undefined : await (listed?.stats ?? statListed(fs, ctx.statFiles, root, logs))
   for (let i = 0; i < logs.length; i++) {
     const { id, dir } = logs[i]!
     try {
       checkShapeId(id)
       const known = clean?.get(id)
-      const inodes = known === undefined || stats === undefined ? undefined : cleanInodes(stats, i, known)
-      if (inodes !== undefined) {
-        loaded.logs.set(id, openClean(ctx, known!, dir, inodes))
-        loaded.cleanOpened++
-      } else {
+      const found = known === undefined || stats === undefined ? undefined : checkHeads(stats, i, known)
+      if (found === undefined) {
         loaded.logs.set(id, await openLog(ctx, id, dir))
+      } else if (found === 'grown') {
+        loaded.logs.set(id, await openLog(ctx, id, dir, known))
+      } else {
+        loaded.logs.set(id, openClean(ctx, known!, dir, found))
+        loaded.cleanOpened++
       }
     } catch (caught) {
       const err = unreadable(id, caught) ?? caught
@@ -116,25 +119,13 @@ function unreadable(id: string, err: unknown): StorageError | undefined {
   return new StorageError('corrupt_log', `shape ${id}: its files cannot be read (${sys.message})`, { cause: err })
 }
 
-async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<FileShapeLog> {
-  let meta: Buffer
-  try {
-    const decoded = decodeMeta(ctx.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
-    if (typeof decoded === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${decoded})`)
-    meta = decoded
-  } catch (err) {
-    if (err instanceof StorageError) throw err
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is missing from ${dir}`, { cause: err })
-    // Damage (EIO) sets the log aside (`unreadable`); a lack of descriptors or of permission is no fault of the log's and fails the open.
-    throw fromSystemError(err, `read meta.bin of shape ${id}`)
-  }
+/** Opens a log by scanning its files: all of them, or (`known`, an entry of the heads file for these very files) from that prefix on. */
+async function openLog(ctx: DirectoryContext, id: string, dir: string, known?: CleanLog): Promise<FileShapeLog> {
+  const meta = known?.meta ?? readLogMeta(ctx, id, dir)
   const log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
   try {
-    const found = await recoverLog(ctx.fs, ctx.fds, id, dir, ctx.durable, {
-      data: log.data,
-      entries: log.entries,
-      chunks: log.chunkFile,
-    })
+    const files = { data: log.data, entries: log.entries, chunks: log.chunkFile }
+    const found = await recoverLog(ctx.fs, ctx.fds, id, dir, ctx.durable, files, known === undefined ? undefined : { head: known.head, chunks: known.chunks as ChunkInfo[] })
     log.restore(found.head, found.chunks)
     log.registered = true
     return log
@@ -144,11 +135,24 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string): Promise<
   }
 }
 
+function readLogMeta(ctx: DirectoryContext, id: string, dir: string): Buffer {
+  try {
+    const decoded = decodeMeta(ctx.fs.readFileSync(`${dir}/${LOG_FILES.meta}`))
+    if (typeof decoded === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${decoded})`)
+    return decoded
+  } catch (err) {
+    if (err instanceof StorageError) throw err
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is missing from ${dir}`, { cause: err })
+    // Damage (EIO) sets the log aside (`unreadable`); a lack of descriptors or of permission is no fault of the log's and fails the open.
+    throw fromSystemError(err, `read meta.bin of shape ${id}`)
+  }
+}
+
 /**
- * The files `cleanInodes` checks, in the order their stats are laid out. The
- * heads file carries the meta, so meta.bin is not read at a clean open; it is
- * stat'ed all the same, as a log without it could not be opened after a crash
- * nor by a follower.
+ * The files `checkHeads` checks, in the order their stats are laid out. The
+ * heads file carries the meta, so meta.bin is not read; it is stat'ed all the
+ * same, as a log without it could not be opened after a crash nor by a
+ * follower.
  */
 const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks, LOG_FILES.meta] as const
 
@@ -170,22 +174,24 @@ function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, 
 }
 
 /**
- * The inodes of the `i`th log's files when they are the sizes its clean head
- * (and meta) gives (else undefined), from a stat per file (`statAll`), no
- * open. Catches a file missing, truncated, replaced or restored from a backup
- * while the server was down (the log is then scanned like after a crash, and
- * set aside if damaged: a missing file always is); bytes rewritten in place at the same size are not looked for here,
- * as a scan would look only at headers and the last records.
+ * What the stats (`statAll`, no open) say of the `i`th log against its entry
+ * in the heads file: its files' inodes when they are still the files the entry
+ * names (the data file's inode) and end where it says, so the entry is its
+ * head now; 'grown' when they are those files and grew (appends since: scanned
+ * from the entry's prefix on); else undefined (scanned whole). Catches a file
+ * missing, truncated, replaced or restored from a backup, and a log re-created
+ * under the id; bytes rewritten in place at the same size are not looked for
+ * here, as a scan would look only at headers and the last records.
  */
-function cleanInodes(stats: Float64Array, i: number, known: CleanLog): FileInodes | undefined {
+function checkHeads(stats: Float64Array, i: number, known: CleanLog): FileInodes | 'grown' | undefined {
   const { head } = known
   const at = i * 2 * CLEAN_FILES.length
-  const match =
-    stats[at] === head.dataEnd &&
-    stats[at + 2] === HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES &&
-    stats[at + 4] === HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES &&
-    stats[at + 6] === META_HEADER_BYTES + known.meta.length
-  return match ? { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! } : undefined
+  const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
+  if (known.dataIno < 0 || stats[at + 1] !== known.dataIno || stats[at + 6] !== META_HEADER_BYTES + known.meta.length) return undefined
+  if (stats[at] === sizes[0] && stats[at + 2] === sizes[1] && stats[at + 4] === sizes[2]) {
+    return { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! }
+  }
+  return stats[at]! >= sizes[0] && stats[at + 2]! >= sizes[1] && stats[at + 4]! >= sizes[2] ? 'grown' : undefined
 }
 
 function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
@@ -197,15 +203,4 @@ function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: 
   log.chunkFile.ino = inodes.chunks
   log.registered = true
   return log
-}
-
-
-/** Writes every log's head for the next open (heads-file.ts); logs that cannot vouch for their files are left out. */
-export async function writeCleanHeads(fs: FsPort, root: string, durable: bigint, logs: Iterable<FileShapeLog>): Promise<void> {
-  const clean: CleanLog[] = []
-  for (const log of logs) {
-    const state = log.cleanState()
-    if (state !== undefined) clean.push({ id: log.id, meta: log.metaText, head: state.head, chunks: state.chunks })
-  }
-  await writeHeads(fs, root, durable, clean)
 }

@@ -84,6 +84,13 @@ export interface FileStoreOptions {
   /** ... or this age (with the same allowance, up to 10x). */
   readonly journalSegmentAgeMs?: number
   /**
+   * How often the running writer rewrites the heads file (heads-file.ts) when
+   * something was appended since: an open after a crash then scans only the
+   * logs appended to after it, not all. 0: only at close. Default
+   * DEFAULT_HEADS_INTERVAL_MS.
+   */
+  readonly headsIntervalMs?: number
+  /**
    * Memory reserved at open for write-behind tails and staged index records
    * (tail-arena.ts): address space, resident only as it is used; more is
    * added in 4 MiB slabs when it runs out. Default: the tail budget (at least
