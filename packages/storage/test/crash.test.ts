@@ -39,6 +39,11 @@
  * land in them (counted); every kill leaves a journal that the next open replays, so kills
  * during `open` land in replay.
  *
+ * Children also rewrite the heads file every few milliseconds, so the opens
+ * after most kills (the next child's, the parent's writer open) take most
+ * logs from a heads file written while the logs moved on, and some kills land
+ * while one is written.
+ *
  * Odd lanes run their children on fixtures/volatile-fs.ts, where writes reach
  * the files only when synced, so a kill there also loses every unsynced page
  * (a power cut) rather than none; every check above must hold under both.
@@ -85,6 +90,8 @@ const FINAL_TXS = 30
 const JOURNAL_SEGMENT_BYTES = 16 * 1024
 // Tails past half of it seal the current segment early (Journal.seal): kills land in those checkpoints too.
 const TAIL_BUDGET_BYTES = 24 * 1024
+// Heads files written many times per child (heads-snapshots.ts).
+const HEADS_INTERVAL_MS = 15
 const SCHEDULE: Schedule = { statics: 3, dynEvery: 25, dynLife: 70, touchPct: 45, queuedEvery: 30, queuedLag: 5, queuedLife: 40 }
 
 interface Stats {
@@ -105,6 +112,9 @@ interface Stats {
   childRuns: number
   /** Kills while a journal checkpoint was due or running (segment closed, not yet deleted). */
   checkpointKills: number
+  /** Logs the parent's writer opens took from a heads file a killed child left, and logs they opened in all. */
+  fromHeads: number
+  writerOpened: number
 }
 
 const stats: Stats = {
@@ -116,6 +126,8 @@ const stats: Stats = {
   verifications: { readonly: 0, writer: 0 },
   snapshotKills: { absent: 0, complete: 0 },
   finishingKills: { absent: 0, complete: 0 },
+  fromHeads: 0,
+  writerOpened: 0,
   liveReads: 0,
   deletedReads: 0,
   childRuns: 0,
@@ -168,6 +180,7 @@ class Lane {
       volatile: this.volatile,
       journalSegmentBytes: JOURNAL_SEGMENT_BYTES,
       tailBudgetBytes: TAIL_BUDGET_BYTES,
+      headsIntervalMs: HEADS_INTERVAL_MS,
       ...(stopAfter === undefined ? {} : { stopAfter }),
     }
     child.send(`go ${JSON.stringify(config)}`)
@@ -215,6 +228,8 @@ class Lane {
     if (mode === 'writer') {
       this.activity = 'parent writer open (recovery)'
       const ws = await openFileLogStore({ dir: this.dir, chunkBytes: CHUNK_BYTES, flushIntervalMs: 1000 })
+      stats.fromHeads += ws.cleanOpened
+      stats.writerOpened += ws.size
       try {
         expect(ws.quarantined).toEqual([])
         expect(ws.durableLsn).toBe(w)
@@ -531,6 +546,7 @@ describe('crash recovery under SIGKILL', () => {
         `kills by phase ${JSON.stringify(stats.byPhase)}, mid-snapshot kills ${JSON.stringify(stats.snapshotKills)}, ` +
         `kills while a queued shape finished ${JSON.stringify(stats.finishingKills)}, ` +
         `${stats.checkpointKills} kills during a journal checkpoint, ` +
+        `${stats.fromHeads} of ${stats.writerOpened} logs of the writer checks opened from a heads file, ` +
         `${stats.liveReads} live read-only reads (and ${stats.deletedReads} of a log deleted meanwhile), ${stats.childRuns} child processes, seed ${SEED}, ${seconds} s`,
     )
     expect(stats.kills).toBeGreaterThanOrEqual(KILLS)
