@@ -20,6 +20,7 @@ import { pipelineSection } from './sections/pipeline.js'
 import { startSection } from './sections/start.js'
 import { storageSection } from './sections/storage.js'
 import { subquerySection } from './sections/subquery.js'
+import { takeoverSection } from './sections/takeover.js'
 
 export interface Benchmark {
   readonly name: string
@@ -48,6 +49,8 @@ export const BENCHMARKS: readonly Benchmark[] = [
   { name: 'large', script: 'bench:large', quickEnv: { QUICK: '1' }, section: largeSection },
   // QUICK: 2 runs each at 10 and 1,000 shapes (making the 100k store alone takes a few minutes).
   { name: 'start', script: 'bench:start', quickEnv: { QUICK: '1' }, section: startSection },
+  // QUICK: one takeover of each way at 10 and 1,000 shapes (about a minute).
+  { name: 'takeover', script: 'bench:takeover', quickEnv: { QUICK: '1' }, section: takeoverSection },
   // QUICK: one 300,000-row transaction, RSS followed for 10 s after.
   { name: 'memory', script: 'bench:memory', quickEnv: { QUICK: '1' }, section: memorySection },
   // QUICK: 1 and 10 clients, one 2 s run each (about a minute).

@@ -16,20 +16,18 @@
  * Writes results/start.{json,md}
  * (results/start.partial.* when START_SIZES or START_RUNS is set; results/start-literal.partial.* with START_WHERE=literal).
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
-import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
+import { type ChildProcess, spawn } from 'node:child_process'
+import { readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { fileURLToPath } from 'node:url'
 import { freePort } from '@sluice/test-utils'
 import { median } from '../pipeline/stats.js'
 import { machineInfo } from '../storage/report.js'
 import { type FixtureWhere, type StartFixture, startFixture } from './fixture.js'
+import { BIN, ROOT, buildCompiled, fixtureTempDir, cpuTimeMs, healthy, rssKiB, serverEnv } from './proc.js'
 import { MODES, type Mode, type Report, type Run, TARGET_MS } from './report.js'
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url))
-const BIN = join(ROOT, 'packages/server/bin/sluice.js')
 const QUICK = process.env.QUICK === '1'
 const RUNS = Number(process.env.START_RUNS ?? (QUICK ? 2 : 7))
 const SIZES = (process.env.START_SIZES ?? (QUICK ? '10,1000' : '10,100000')).split(',').map(Number)
@@ -47,26 +45,6 @@ const RUN_MODES: readonly Mode[] = (process.env.START_MODES ?? MODES.join(',')).
   if (!(MODES as readonly string[]).includes(m)) throw new Error(`START_MODES: unknown mode ${m}`)
   return m as Mode
 })
-/** User + system CPU time of a live process, from /proc (clock ticks of 10 ms). */
-function cpuTimeMs(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
-    return (Number(fields[11]) + Number(fields[12])) * 10
-  } catch {
-    return Number.NaN
-  }
-}
-
-/** Resident memory of a live process, from /proc. */
-function rssKiB(pid: number): number {
-  try {
-    const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
-    return m === null ? Number.NaN : Number(m[1])
-  } catch {
-    return Number.NaN
-  }
-}
-
 /** Asks the server for a heap snapshot (it was started with --heapsnapshot-signal) and waits until the file is whole. */
 async function heapSnapshot(pid: number, dir: string): Promise<void> {
   const before = new Set(readdirSync(dir))
@@ -82,30 +60,8 @@ async function heapSnapshot(pid: number, dir: string): Promise<void> {
   }
 }
 
-function buildCompiled(): void {
-  // The same cached build `npm start` runs: a no-op when nothing changed.
-  const turbo = join(ROOT, 'node_modules/.bin/turbo')
-  const r = spawnSync(turbo, ['run', 'build', '--filter=@sluice/server...', '--output-logs=errors-only'], {
-    cwd: ROOT,
-    stdio: 'inherit',
-    env: { ...process.env, TURBO_TELEMETRY_DISABLED: '1' },
-  })
-  if (r.status !== 0) throw new Error(`build failed (exit ${r.status})`)
-}
-
-async function healthy(url: string): Promise<boolean> {
-  try {
-    const response = await fetch(url)
-    await response.arrayBuffer()
-    return response.status === 200
-  } catch {
-    return false
-  }
-}
-
 async function oneStart(fixture: StartFixture, mode: Mode, port: number): Promise<Run> {
-  const env: NodeJS.ProcessEnv = { ...process.env }
-  for (const k of Object.keys(env)) if (k.startsWith('SLUICE_') || k === 'NODE_OPTIONS') delete env[k]
+  const env = serverEnv()
   if (mode === 'source') env['SLUICE_FROM_SOURCE'] = '1'
   const snapshotArgs = SNAPSHOT_DIR === undefined ? [] : ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${SNAPSHOT_DIR}`]
   const args = [...NODE_ARGS, ...snapshotArgs, BIN, 'start', '--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', fixture.storageDir, '--slot', fixture.slot]
@@ -225,7 +181,7 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
 async function main(): Promise<void> {
   const t0 = performance.now()
   buildCompiled()
-  const fixtureDir = process.env.START_FIXTURE ?? mkdtempSync(join(tmpdir(), 'sluice-start-'))
+  const fixtureDir = process.env.START_FIXTURE ?? fixtureTempDir('sluice-start-')
   const machine = machineInfo(fixtureDir)
   const runs: Run[] = []
   let cluster: StartFixture['cluster'] | undefined
