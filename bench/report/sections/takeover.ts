@@ -77,7 +77,7 @@ function render(report: TakeoverReport): SectionContent {
     method: [
       `The start benchmark's fixture (bench/start/fixture.ts), shapes ${report.where === 'literal' ? '`id = <n>`, each its own clause text' : '`id = $1`, one per id'}; the runs use a copy of its store (\`cp -a\`) and of its replication slot, so the fixture stays as it was.`,
       `Each run: a writer started and healthy, a standby started and logging that it waits for the writer lock; ${plural(report.preCommits, 'row')} committed (a transaction each) and followed until the writer serves them; then the signal (t0), and at once a commit to the row of the store's last shape (\`id = <shape count>\`), which a client of the writer followed.`,
-      'After the standby serves the row it is stopped with SIGTERM, so the store is left clean for the next run, whose writer therefore starts after a clean stop; the standby after a SIGKILL opens a store the killed writer left (journal replay, logs scanned).',
+      'After the standby serves the row it is stopped with SIGTERM, so the store is left clean for the next run, whose writer therefore starts after a clean stop; the standby after a SIGKILL opens a store the killed writer left (journal replay; the logs appended to since the writer last wrote its heads file are scanned).',
       `${plural(report.runsPerWay, 'run')} per shape count and way, the ways alternating, their order reversing every run. The standby tries the lock every 100 ms (LOCK_RETRY_MS), which bounds how soon it can see the writer gone.`,
     ],
     machine: machineLines(report.machine),
