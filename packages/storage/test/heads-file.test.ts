@@ -7,7 +7,6 @@
  * another inode, a log re-created under its id).
  */
 import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, truncateSync, writeFileSync } from 'node:fs'
-import { loadSendfile } from '@sluice/sendfile'
 import { shapeDir } from '../src/file/shape-dirs.js'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it, vi } from 'vitest'
@@ -17,6 +16,7 @@ import type { FileLogStore, FsPort, StatFiles } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { powerCut } from './fixtures/files.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
+import { countedNativeStat } from './fixtures/native-stat.js'
 
 const tempDirs = useTempDir()
 
@@ -329,14 +329,7 @@ describe('heads file', () => {
   })
 
   it("with the addon's batched stat, opens every log of a clean close in one call and still catches a file truncated, grown or replaced", async () => {
-    const load = loadSendfile()
-    if (!load.available || load.sendfile.statFiles === undefined) throw new Error(`the addon's statFiles is not available: ${load.available ? 'an old build' : load.reason}`)
-    const native = load.sendfile.statFiles
-    const calls: number[] = []
-    const statFiles: StatFiles = (base, dirs, names, out) => {
-      calls.push(dirs.length)
-      return native(base, dirs, names, out)
-    }
+    const { statFiles, calls } = countedNativeStat()
     const dir = await tempDirs.make('heads-batched')
     const ids = Array.from({ length: 300 }, (_, i) => `log${i}`)
     const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false })

@@ -4,26 +4,18 @@
  * result, which must read exactly as the port's statSync file by file.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
-import { loadSendfile } from '@sluice/sendfile'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { statAll, statFilesSync } from '../src/file/stat-files.js'
 import { nodeFs } from '../src/index.js'
-import type { StatFiles } from '../src/index.js'
+import { countedNativeStat } from './fixtures/native-stat.js'
 
 const tempDirs = useTempDir()
 const NAMES = ['log.dat', 'entries.idx']
 
 describe('statAll', () => {
   it('gives, for thousands of directories stat-ed in parallel parts, what a stat per file gives', async () => {
-    const load = loadSendfile()
-    if (!load.available || load.sendfile.statFiles === undefined) throw new Error(`the addon's statFiles is not available: ${load.available ? 'an old build' : load.reason}`)
-    const native = load.sendfile.statFiles
-    const calls: number[] = []
-    const batch: StatFiles = (base, dirs, names, out) => {
-      calls.push(dirs.length)
-      return native(base, dirs, names, out)
-    }
+    const { statFiles: batch, calls } = countedNativeStat()
     const base = await tempDirs.make('stat-parts')
     const dirs: string[] = []
     for (let i = 0; i < 2100; i++) {

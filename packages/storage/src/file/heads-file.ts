@@ -27,15 +27,17 @@
  * them also writes heads an older release will not use. A log that cannot vouch for its files (deleted, or with no known
  * inode) is left out and scanned.
  *
- * Layout (magic "SLHD", version 2), little-endian:
+ * Layout (magic "SLHD", version 2), little-endian; what is known only once
+ * every entry was taken comes last, so the file is written as it is encoded,
+ * a batch at a time, and never held whole in memory:
  *   0   16   header (format.ts)
- *   16  8    watermark    the store's durable LSN when the last entry was taken
- *   24  4    count        logs that follow
- *   28  ...  per log: id length (1) and id (latin1); meta length (4) and meta;
+ *   16  ...  per log: id length (1) and id (latin1); meta length (4) and meta;
  *             entries, dataEnd, last tx, last op, data file inode (8 each);
  *             closed chunks, snapshot chunks, chunk count (4 each); per chunk:
  *             end tx, end op, end entry, end pos (8 each) and kind (1).
- *   end-4 4  check        crc32 of every byte before it, XOR salt
+ *   end-16 8 watermark    the store's durable LSN when the last entry was taken
+ *   end-8  4 count        logs before it
+ *   end-4  4 check        crc32 of every byte before it, XOR salt
  */
 import { crc32 } from 'node:zlib'
 import type { LogOffset } from '@sluice/protocol'
@@ -43,12 +45,14 @@ import { fromSystemError } from '../errors.js'
 import { checkHeader, encodeHeader } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
-import { replaceFileDurably } from './watermark.js'
+import { writeFully } from '../fs-port.js'
+import { syncDirectory } from './watermark.js'
 
 export const HEADS_FILE = 'heads'
 const TEMP_FILE = 'heads.tmp'
-const FIXED_BYTES = 28
-const CHECK_BYTES = 4
+const HEADER_BYTES = 16
+/** Watermark, count and check. */
+const TRAILER_BYTES = 16
 const CHUNK_BYTES = 33
 const SALT = 0x48ead5e1
 
@@ -66,31 +70,25 @@ function logBytes(log: CleanLog): number {
   return 1 + log.id.length + 4 + log.meta.length + 40 + 12 + log.chunks.length * CHUNK_BYTES
 }
 
-/** A whole heads file for `logs`. */
+/** A whole heads file for `logs` (tests; the store streams it, see `HeadsFileWriter`). */
 export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffer {
-  return assembleHeads(watermark, logs.length, [encodeHeadsPart(logs)])
-}
-
-/**
- * The file from parts encoded one batch at a time (`encodeHeadsPart`), so a
- * writer with many logs can encode them over several turns of its event loop.
- */
-export function assembleHeads(watermark: bigint, count: number, parts: readonly Buffer[]): Buffer {
-  const fixed = Buffer.alloc(FIXED_BYTES)
-  encodeHeader('heads').copy(fixed, 0)
-  fixed.writeBigUInt64LE(watermark, 16)
-  fixed.writeUInt32LE(count, 24)
-  const body = Buffer.concat([fixed, ...parts, Buffer.alloc(CHECK_BYTES)])
-  const end = body.length - CHECK_BYTES
-  body.writeUInt32LE((crc32(body.subarray(0, end)) ^ SALT) >>> 0, end)
+  const body = Buffer.concat([encodeHeader('heads'), encodeHeadsPart(logs), Buffer.alloc(TRAILER_BYTES)])
+  writeTrailer(body, body.length - TRAILER_BYTES, watermark, logs.length, crc32(body.subarray(0, body.length - TRAILER_BYTES)))
   return body
 }
 
-/** The per-log records of `logs`, as they follow the fixed fields. */
-export function encodeHeadsPart(logs: readonly CleanLog[]): Buffer {
+/** Watermark and count at `at`, then the check over everything before it (`crc` covers what precedes `at`). */
+function writeTrailer(buf: Buffer, at: number, watermark: bigint, count: number, crc: number): void {
+  buf.writeBigUInt64LE(watermark, at)
+  buf.writeUInt32LE(count, at + 8)
+  buf.writeUInt32LE((crc32(buf.subarray(at, at + 12), crc) ^ SALT) >>> 0, at + 12)
+}
+
+/** The per-log records of `logs`, as they follow the header: in `scratch` when it is large enough (a view of it). */
+export function encodeHeadsPart(logs: readonly CleanLog[], scratch?: Buffer): Buffer {
   let size = 0
   for (const log of logs) size += logBytes(log)
-  const buf = Buffer.alloc(size)
+  const buf = scratch !== undefined && scratch.length >= size ? scratch.subarray(0, size) : Buffer.alloc(size)
   let at = 0
   for (const log of logs) {
     // Shape ids are at most 128 ASCII characters (defaults.ts); the length takes one byte.
@@ -126,13 +124,14 @@ export function encodeHeadsPart(logs: readonly CleanLog[]): Buffer {
 export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLog> | string {
   const problem = checkHeader('heads', buf)
   if (problem) return problem
-  if (buf.length < FIXED_BYTES + CHECK_BYTES) return 'short'
-  const end = buf.length - CHECK_BYTES
-  if (buf.readUInt32LE(end) !== (crc32(buf.subarray(0, end)) ^ SALT) >>> 0) return 'check'
-  if (buf.readBigUInt64LE(16) > watermark) return 'written past the store\'s watermark'
-  const count = buf.readUInt32LE(24)
+  if (buf.length < HEADER_BYTES + TRAILER_BYTES) return 'short'
+  const check = buf.length - 4
+  if (buf.readUInt32LE(check) !== (crc32(buf.subarray(0, check)) ^ SALT) >>> 0) return 'check'
+  const end = buf.length - TRAILER_BYTES
+  if (buf.readBigUInt64LE(end) > watermark) return 'written past the store\'s watermark'
+  const count = buf.readUInt32LE(end + 8)
   const logs = new Map<string, CleanLog>()
-  let at = FIXED_BYTES
+  let at = HEADER_BYTES
   const need = (n: number): boolean => at + n <= end
   const u64 = new U64Reader(buf)
   const ops = new U64Reader(buf)
@@ -207,12 +206,77 @@ class U64Reader {
   }
 }
 
-/** Writes the heads file (temporary name, fdatasync, rename, directory fsync). */
-export async function writeHeads(fs: FsPort, root: string, bytes: Buffer): Promise<void> {
-  try {
-    await replaceFileDurably(fs, root, HEADS_FILE, TEMP_FILE, bytes)
-  } catch (err) {
-    throw fromSystemError(err, 'write the heads file')
+/**
+ * Writes the heads file as it is encoded, part by part, under a temporary
+ * name (the check carried along), then fdatasync, rename over the old file
+ * and fsync of the directory: a crash leaves the old file or the new one.
+ * Nothing of it is held whole in memory (with 100k logs it is about 15 MB,
+ * and buffers that large, counted as V8 external memory, start full
+ * collections of the whole heap).
+ */
+export class HeadsFileWriter {
+  private at = 0
+  private crc = 0
+  private count = 0
+
+  private constructor(
+    private readonly fs: FsPort,
+    private readonly root: string,
+    private readonly fd: number,
+  ) {}
+
+  static open(fs: FsPort, root: string): HeadsFileWriter {
+    let fd: number
+    try {
+      fd = fs.openSync(`${root}/${TEMP_FILE}`, 'w', 0o644)
+    } catch (err) {
+      throw fromSystemError(err, 'write the heads file')
+    }
+    const writer = new HeadsFileWriter(fs, root, fd)
+    writer.append(encodeHeader('heads'), 0)
+    return writer
+  }
+
+  /** Writes `bytes`, the records of `logs` logs (or the header). */
+  append(bytes: Buffer, logs: number): void {
+    try {
+      writeFully(this.fs, this.fd, bytes, bytes.length, this.at)
+    } catch (err) {
+      throw fromSystemError(err, 'write the heads file')
+    }
+    this.crc = crc32(bytes, this.crc)
+    this.at += bytes.length
+    this.count += logs
+  }
+
+  /** Ends the file at `watermark` and puts it in place durably. */
+  async finish(watermark: bigint): Promise<void> {
+    const trailer = Buffer.alloc(TRAILER_BYTES)
+    writeTrailer(trailer, 0, watermark, this.count, this.crc)
+    try {
+      writeFully(this.fs, this.fd, trailer, trailer.length, this.at)
+      await this.fs.fdatasync(this.fd)
+      this.fs.closeSync(this.fd)
+      this.fs.renameSync(`${this.root}/${TEMP_FILE}`, `${this.root}/${HEADS_FILE}`)
+      await syncDirectory(this.fs, this.root)
+    } catch (err) {
+      this.abort()
+      throw fromSystemError(err, 'write the heads file')
+    }
+  }
+
+  /** Gives up: the temporary file goes, the file in place stays. */
+  abort(): void {
+    try {
+      this.fs.closeSync(this.fd)
+    } catch {
+      // Closed by `finish` already.
+    }
+    try {
+      this.fs.unlinkSync(`${this.root}/${TEMP_FILE}`)
+    } catch {
+      // Renamed already, or never there: nothing to remove.
+    }
   }
 }
 

@@ -21,11 +21,14 @@ import type { StorageError } from '../errors.js'
 import { fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
 import type { FileShapeLog } from './file-log.js'
-import { type CleanLog, HEADS_FILE, assembleHeads, encodeHeadsPart, writeHeads } from './heads-file.js'
+import { type CleanLog, HEADS_FILE, HeadsFileWriter, encodeHeadsPart } from './heads-file.js'
 import { syncDirectory } from './watermark.js'
+import { Serial } from '../serial.js'
 
 /** Logs whose heads are taken in one turn of the event loop. */
 const BATCH_LOGS = 1000
+/** Room for a batch's records (about 150 bytes a log; a batch that needs more gets a buffer of its own). */
+const SCRATCH_BYTES = 256 * 1024
 
 /** What the snapshots read of the store. */
 export interface HeadsHost {
@@ -42,7 +45,7 @@ export interface HeadsHost {
 
 export class HeadsSnapshots {
   private readonly timer: NodeJS.Timeout | undefined
-  private running: Promise<void> | undefined
+  private readonly writes = new Serial()
   /** What the last file written was taken at (published sequence and log count). */
   private written = ''
   private stopped = false
@@ -70,7 +73,7 @@ export class HeadsSnapshots {
   }
 
   private tick(): void {
-    if (this.running !== undefined || this.stopped || this.state === this.written) return
+    if (this.writes.settled !== undefined || this.stopped || this.state === this.written) return
     this.write(true).catch((err: unknown) => this.host.emitError(fromSystemError(err, 'write the heads file')))
   }
 
@@ -81,16 +84,7 @@ export class HeadsSnapshots {
    * was called.
    */
   write(sliced: boolean): Promise<void> {
-    const queued = (this.running ?? Promise.resolve()).then(() => this.writeOnce(sliced))
-    const settled = queued.then(
-      () => undefined,
-      () => undefined,
-    )
-    this.running = settled
-    void settled.then(() => {
-      if (this.running === settled) this.running = undefined
-    })
-    return queued
+    return this.writes.run(() => this.writeOnce(sliced))
   }
 
   /** A log was deleted: the file on disk may still name it. */
@@ -106,7 +100,7 @@ export class HeadsSnapshots {
     // Writes begun or queued before now may name the earlier log: the removal
     // follows them. Later ones cannot (that log has left the store, the new one
     // has not joined it yet) and are not waited for, so none waits on another.
-    const earlier = [this.removing, this.running]
+    const earlier = [this.removing, this.writes.settled]
     const removing = (async () => {
       await Promise.allSettled(earlier)
       const { fs, root } = this.host
@@ -137,25 +131,36 @@ export class HeadsSnapshots {
     // Ids deleted from here on may be named by this file too; those before are not.
     const before = [...this.deleted]
     const logs = [...this.host.logs()]
-    const parts: Buffer[] = []
-    let count = 0
-    for (let from = 0; from < logs.length; from += BATCH_LOGS) {
-      if (sliced && from > 0) {
-        await nextTurn()
-        if (this.stopped || epoch !== this.epoch) return
+    const writer = HeadsFileWriter.open(this.host.fs, this.host.root)
+    try {
+      // One buffer for every batch's records: the file is never held whole.
+      const scratch = Buffer.allocUnsafe(SCRATCH_BYTES)
+      for (let from = 0; from < logs.length; from += BATCH_LOGS) {
+        if (sliced && from > 0) {
+          await nextTurn()
+          if (this.stopped || epoch !== this.epoch) {
+            writer.abort()
+            return
+          }
+        }
+        const batch: CleanLog[] = []
+        for (let i = from; i < Math.min(from + BATCH_LOGS, logs.length); i++) {
+          const log = logs[i]!
+          const taken = log.headsState()
+          if (taken !== undefined) batch.push({ id: log.id, meta: log.metaText, head: taken.head, chunks: taken.chunks, dataIno: taken.dataIno })
+        }
+        writer.append(encodeHeadsPart(batch, scratch), batch.length)
       }
-      const batch: CleanLog[] = []
-      for (let i = from; i < Math.min(from + BATCH_LOGS, logs.length); i++) {
-        const log = logs[i]!
-        const taken = log.headsState()
-        if (taken !== undefined) batch.push({ id: log.id, meta: log.metaText, head: taken.head, chunks: taken.chunks, dataIno: taken.dataIno })
+      if (epoch !== this.epoch) {
+        writer.abort()
+        return
       }
-      parts.push(encodeHeadsPart(batch))
-      count += batch.length
+    } catch (err) {
+      writer.abort()
+      throw err
     }
-    if (epoch !== this.epoch) return
     // Taken after every head: each is at or below it.
-    await writeHeads(this.host.fs, this.host.root, assembleHeads(this.host.durableLsn, count, parts))
+    await writer.finish(this.host.durableLsn)
     for (const id of before) this.deleted.delete(id)
     this.written = state
     this.count++
@@ -165,7 +170,7 @@ export class HeadsSnapshots {
   async stop(): Promise<void> {
     this.stopped = true
     if (this.timer !== undefined) clearInterval(this.timer)
-    await this.running
+    await this.writes.settled
     // A failed removal already failed the new logs that waited for it.
     await this.removing?.catch(() => undefined)
   }

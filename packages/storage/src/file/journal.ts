@@ -27,6 +27,7 @@ import type { FsPort } from '../fs-port.js'
 import { writeFully } from '../fs-port.js'
 import { syncDirectory } from './watermark.js'
 import { forEachConcurrently } from '../concurrently.js'
+import { Serial } from '../serial.js'
 
 export { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES }
 
@@ -141,7 +142,7 @@ export class Journal<T extends JournalOwner> {
   private openSegment: Segment<T> | undefined = undefined
   /** The open segment every owner of the group being built was listed in (undefined: not one segment for all). */
   private groupSegment: Segment<T> | undefined = undefined
-  private checkpointing: Promise<void> | undefined
+  private readonly checkpoints = new Serial()
   /** A group is being written and synced: its segment must not be sealed under it. */
   private committingNow = false
   /** Whether an idle commit's sync runs inline (inline-sync-policy.ts). */
@@ -378,23 +379,13 @@ export class Journal<T extends JournalOwner> {
       }
       await syncDirectory(this.fs, this.dir)
     }
-    const previous = this.checkpointing ?? Promise.resolve()
-    const mine = previous.then(run)
-    // Settles, never rejects: the caller of `checkpoint` gets the error.
-    const tracked: Promise<void> = mine.then(
-      () => undefined,
-      () => undefined,
-    )
-    this.checkpointing = tracked
-    void tracked.then(() => {
-      if (this.checkpointing === tracked) this.checkpointing = undefined
-    })
-    return mine
+    // The caller of `checkpoint` gets the error; `running` only settles.
+    return this.checkpoints.run(run)
   }
 
   /** A checkpoint in progress, if any. */
   get running(): Promise<void> | undefined {
-    return this.checkpointing
+    return this.checkpoints.settled
   }
 
   private closeSegment(seg: Segment<T>): void {
