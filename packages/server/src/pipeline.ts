@@ -139,6 +139,7 @@ interface PipelineParts {
   readonly unsubscribe: ReadonlyArray<() => void>
   readonly replicationGap: ReplicationGap | undefined
   readonly compactor: ShapeCompactor
+  readonly logger: ShapeLogger | undefined
 }
 
 export class Pipeline {
@@ -160,6 +161,7 @@ export class Pipeline {
   /** Streamed transactions being routed while they arrive (see routed-ahead.ts). */
   readonly ahead: RoutedAhead
   private readonly unsubscribe: ReadonlyArray<() => void>
+  private readonly logger: ShapeLogger | undefined
   private stopping: Promise<void> | undefined
 
   private constructor(parts: PipelineParts) {
@@ -176,6 +178,7 @@ export class Pipeline {
     this.ahead = parts.ahead
     this.unsubscribe = parts.unsubscribe
     this.compactor = parts.compactor
+    this.logger = parts.logger
   }
 
   /** The global last-processed LSN of docs/protocol.md §3.4 (see `ShapeService.lastSeenLsn`). */
@@ -356,7 +359,7 @@ export class Pipeline {
         logger: options.logger,
       })
       compactor.start()
-      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, ahead, unsubscribe, replicationGap, compactor })
+      return new Pipeline({ store, shapes, router, replication: client, shapeService, health, dedupe, pools, streams, ahead, unsubscribe, replicationGap, compactor, logger: options.logger })
     } catch (error) {
       // Its catalog watch would otherwise go on asking a closed pool.
       await shapes?.close().catch(() => {})
@@ -375,18 +378,31 @@ export class Pipeline {
   }
 
   private async shutdown(): Promise<void> {
+    // Each step's milliseconds, logged at the end: with many shapes a stop takes seconds, and a standby waits for it.
+    const steps: Record<string, number> = {}
+    let at = performance.now()
+    const step = (name: string): void => {
+      const now = performance.now()
+      steps[name] = Math.round(now - at)
+      at = now
+    }
     await this.compactor.stop()
     await this.shapes.close()
+    step('shapesMs')
     const flushed = await this.store.flush().catch(() => undefined)
     if (flushed !== undefined) this.replication.acknowledge(flushed.durableLsn)
     await this.replication.stop()
+    step('replicationMs')
     for (const off of this.unsubscribe) off()
     this.health.close()
     this.dedupe.flush()
     await this.streams.close().catch(() => {})
     await this.ahead.close().catch(() => {})
     await Promise.allSettled(this.pools.map((p) => p.end()))
+    step('poolsMs')
     await this.store.close()
+    step('storeMs')
+    this.logger?.info({ ...steps, shapes: this.shapes.size }, 'pipeline stopped')
   }
 }
 
