@@ -6,6 +6,7 @@
  *   <root>/LOCK                 pid of the writer holding the store (O_EXCL)
  *   <root>/watermark            the durable watermark (below), replaced atomically
  *   <root>/heads                every log's head as the writer last recorded it (heads-file.ts)
+ *   <root>/heads.old            the heads file a new one replaced, until it is removed
  *   <root>/journal/NNNNNNNN.jnl  redo log of every registered log's file writes since the last checkpoint
  *   <root>/shapes/<b>/<id>/     one directory per finished shape log, in bucket
  *                               <b> = b.00..b.ff by a hash of the id (shape-dirs.ts);

@@ -6,11 +6,11 @@
  * its prefix on, any other whole (a damaged file, files of other sizes or
  * another inode, a log re-created under its id).
  */
-import { appendFileSync, existsSync, readFileSync, readdirSync, statSync, truncateSync, writeFileSync } from 'node:fs'
+import { appendFileSync, existsSync, readFileSync, readdirSync, renameSync, statSync, truncateSync, writeFileSync } from 'node:fs'
 import { shapeDir } from '../src/file/shape-dirs.js'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it, vi } from 'vitest'
-import { HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
+import { HEADS_FILE, OLD_HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FsPort, StatFiles } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
@@ -216,6 +216,26 @@ describe('heads file', () => {
     const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
     expect(after.cleanOpened).toBe(IDS.length - 1)
     expect(snapshotOf(after)).toEqual(kept)
+    await after.close()
+  })
+
+  it('is taken back from where a write moved it aside when a crash came before the new one took its name', async () => {
+    const dir = await tempDirs.make('heads-aside')
+    const s = await populated(dir)
+    const before = snapshotOf(s)
+    await s.close()
+    // A rewrite of the file: the new one replaces the old, whose removal happens off the event loop.
+    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 0 })
+    await again.writeHeads()
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
+    expect(existsSync(`${dir}/${OLD_HEADS_FILE}`)).toBe(false)
+    await again.close()
+    // The state a crash between the write's two renames leaves: the old file aside, no new one in place.
+    renameSync(`${dir}/${HEADS_FILE}`, `${dir}/${OLD_HEADS_FILE}`)
+    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    expect(after.cleanOpened).toBe(IDS.length)
+    expect(snapshotOf(after)).toEqual(before)
+    expect(existsSync(`${dir}/${OLD_HEADS_FILE}`)).toBe(false)
     await after.close()
   })
 

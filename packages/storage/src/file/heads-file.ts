@@ -50,6 +50,8 @@ import { syncDirectory } from './watermark.js'
 
 export const HEADS_FILE = 'heads'
 const TEMP_FILE = 'heads.tmp'
+/** The file a new one replaces, moved aside until it is removed off the event loop (`HeadsFileWriter.finish`). */
+export const OLD_HEADS_FILE = 'heads.old'
 const HEADER_BYTES = 16
 /** Watermark, count and check. */
 const TRAILER_BYTES = 16
@@ -267,8 +269,15 @@ export class HeadsFileWriter {
       writeFully(this.fs, this.fd, trailer, trailer.length, this.at)
       await this.fs.fdatasync(this.fd)
       this.fs.closeSync(this.fd)
-      this.fs.renameSync(`${this.root}/${TEMP_FILE}`, `${this.root}/${HEADS_FILE}`)
+      // A rename over the old file would free its blocks (15 MB with 100k logs, about 20 ms) on the event
+      // loop: it is moved aside and removed on the thread pool. A crash in between leaves only the old
+      // one, which an open takes back (`readHeads`): older, not wrong.
+      const heads = `${this.root}/${HEADS_FILE}`
+      const aside = this.fs.existsSync(heads)
+      if (aside) this.fs.renameSync(heads, `${this.root}/${OLD_HEADS_FILE}`)
+      this.fs.renameSync(`${this.root}/${TEMP_FILE}`, heads)
       await syncDirectory(this.fs, this.root)
+      if (aside) await this.fs.rm(`${this.root}/${OLD_HEADS_FILE}`, { recursive: true, force: true })
     } catch (err) {
       this.abort()
       throw fromSystemError(err, 'write the heads file')
@@ -298,8 +307,14 @@ export class HeadsFileWriter {
  */
 export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<string, CleanLog> | undefined {
   const path = `${root}/${HEADS_FILE}`
+  const old = `${root}/${OLD_HEADS_FILE}`
   try {
     if (fs.existsSync(`${root}/${TEMP_FILE}`)) fs.unlinkSync(`${root}/${TEMP_FILE}`)
+    // Only the file a write moved aside: the crash came before its successor took its name.
+    if (fs.existsSync(old)) {
+      if (fs.existsSync(path)) fs.unlinkSync(old)
+      else fs.renameSync(old, path)
+    }
     if (!fs.existsSync(path)) return undefined
     let decoded: Map<string, CleanLog> | string
     try {

@@ -21,7 +21,7 @@ import type { StorageError } from '../errors.js'
 import { fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
 import type { FileShapeLog } from './file-log.js'
-import { type CleanLog, HEADS_FILE, HeadsFileWriter, encodeHeadsPart } from './heads-file.js'
+import { type CleanLog, HEADS_FILE, HeadsFileWriter, OLD_HEADS_FILE, encodeHeadsPart } from './heads-file.js'
 import { syncDirectory } from './watermark.js'
 import { Serial } from '../serial.js'
 
@@ -104,7 +104,7 @@ export class HeadsSnapshots {
     const removing = (async () => {
       await Promise.allSettled(earlier)
       const { fs, root } = this.host
-      if (fs.existsSync(`${root}/${HEADS_FILE}`)) fs.unlinkSync(`${root}/${HEADS_FILE}`)
+      for (const name of [HEADS_FILE, OLD_HEADS_FILE]) if (fs.existsSync(`${root}/${name}`)) fs.unlinkSync(`${root}/${name}`)
       await syncDirectory(fs, root)
     })()
     this.removing = removing
