@@ -182,6 +182,7 @@ export class FileLogStore implements ShapeLogStore {
       if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
       store.commit.live?.write(replay.watermark)
       store.commit.live?.syncNow()
+      store.heads.start()
       return store
     } catch (err) {
       unlock()

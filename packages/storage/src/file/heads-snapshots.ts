@@ -44,7 +44,6 @@ export interface HeadsHost {
 }
 
 export class HeadsSnapshots {
-  private readonly timer: NodeJS.Timeout | undefined
   private readonly writes = new Serial()
   /** What the last file written was taken at (published sequence and log count). */
   private written = ''
@@ -58,14 +57,18 @@ export class HeadsSnapshots {
   /** Files written since open (timed and at close). */
   count = 0
 
+  private timer: NodeJS.Timeout | undefined
+
   constructor(
     private readonly host: HeadsHost,
-    intervalMs: number,
-  ) {
-    if (intervalMs > 0) {
-      this.timer = setInterval(() => this.tick(), intervalMs)
-      this.timer.unref()
-    }
+    private readonly intervalMs: number,
+  ) {}
+
+  /** Starts the timed writes: once the store is open (a store whose open failed must never write). */
+  start(): void {
+    if (this.intervalMs <= 0 || this.timer !== undefined || this.stopped) return
+    this.timer = setInterval(() => this.tick(), this.intervalMs)
+    this.timer.unref()
   }
 
   private get state(): string {
