@@ -12,7 +12,7 @@ import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it, vi } from 'vitest'
 import { HEADS_FILE, OLD_HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
-import type { FileLogStore, FsPort, StatFiles } from '../src/index.js'
+import type { FileLogStore, FileStoreOptions, FsPort, StatFiles } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { powerCut } from './fixtures/files.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
@@ -53,6 +53,11 @@ async function populated(dir: string, fs: FsPort = nodeFs): Promise<FileLogStore
   }
   await s.flush()
   return s
+}
+
+/** Opens `dir` as these tests' stores are opened (timed flushes off, small chunks). */
+function reopen(dir: string, options: Partial<FileStoreOptions> = {}): Promise<FileLogStore> {
+  return openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, ...options })
 }
 
 function snapshotOf(s: FileLogStore): Record<string, unknown[]> {
@@ -122,12 +127,12 @@ describe('heads file', () => {
     await again.close()
 
     // The same store scanned (no heads file) reads the same.
-    const scanned = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const scanned = await reopen(dir)
     expect(scanned.cleanOpened).toBe(IDS.length)
     const viaHeads = snapshotOf(scanned)
     await scanned.close()
     writeFileSync(`${dir}/${HEADS_FILE}`, 'gone')
-    const full = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const full = await reopen(dir)
     expect(full.cleanOpened).toBe(0)
     expect(snapshotOf(full)).toEqual(viaHeads)
     expect(entries(full.get('a')!).length).toBe(entries(full.get('b')!).length + 1)
@@ -140,7 +145,7 @@ describe('heads file', () => {
     const before = snapshotOf(s)
     await Promise.all([s.close(), s.close()])
     await s.close()
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const again = await reopen(dir)
     expect(again.cleanOpened).toBe(IDS.length)
     expect(snapshotOf(again)).toEqual(before)
     await again.close()
@@ -183,7 +188,7 @@ describe('heads file', () => {
 
   it('is rewritten while the writer runs, when something changed: after a crash only the logs appended to since are scanned', async () => {
     const dir = await tempDirs.make('heads-timed')
-    const s = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 20 })
+    const s = await reopen(dir, { headsIntervalMs: 20 })
     for (const id of IDS) await makeShape(s, id, [row(1), row(2)])
     IDS.forEach((id, i) => s.get(id)!.appendTransaction([change(1n, 0, i)]))
     s.advance(1n)
@@ -203,7 +208,7 @@ describe('heads file', () => {
     await s.close()
 
     // A crash of a writer that wrote the file itself (writeHeads, as the timer does), then appended to a.
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 0 })
+    const again = await reopen(dir, { headsIntervalMs: 0 })
     again.get('a')!.appendTransaction([change(3n, 0, 1)])
     again.advance(3n)
     await again.flush()
@@ -213,7 +218,7 @@ describe('heads file', () => {
     await again.flush()
     const kept = snapshotOf(again)
     powerCut(dir)
-    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const after = await reopen(dir)
     expect(after.cleanOpened).toBe(IDS.length - 1)
     expect(snapshotOf(after)).toEqual(kept)
     await after.close()
@@ -225,14 +230,14 @@ describe('heads file', () => {
     const before = snapshotOf(s)
     await s.close()
     // A rewrite of the file: the new one replaces the old, whose removal happens off the event loop.
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 0 })
+    const again = await reopen(dir, { headsIntervalMs: 0 })
     await again.writeHeads()
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(true)
     expect(existsSync(`${dir}/${OLD_HEADS_FILE}`)).toBe(false)
     await again.close()
     // The state a crash between the write's two renames leaves: the old file aside, no new one in place.
     renameSync(`${dir}/${HEADS_FILE}`, `${dir}/${OLD_HEADS_FILE}`)
-    const after = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const after = await reopen(dir)
     expect(after.cleanOpened).toBe(IDS.length)
     expect(snapshotOf(after)).toEqual(before)
     expect(existsSync(`${dir}/${OLD_HEADS_FILE}`)).toBe(false)
@@ -285,7 +290,7 @@ describe('heads file', () => {
     s.get('c')!.appendTransaction([change(13n, 0, 1)], { more: true })
     await s.close()
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const again = await reopen(dir)
     expect(again.cleanOpened).toBe(IDS.length - 1)
     expect(snapshotOf(again)).toEqual(before)
     // The whole of 13 arrives again (the replay) and is taken.
@@ -302,7 +307,7 @@ describe('heads file', () => {
     bytes[bytes.length >> 1]! ^= 0x10
     writeFileSync(`${dir}/${HEADS_FILE}`, bytes)
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const again = await reopen(dir)
     expect(again.cleanOpened).toBe(0)
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
     expect(snapshotOf(again)).toEqual(before)
@@ -316,7 +321,7 @@ describe('heads file', () => {
     await s.close()
     writeFileSync(`${shapeDir(dir, 'b')}/entries.idx`, 'not a sluice file')
 
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300 })
+    const again = await reopen(dir)
     expect(again.cleanOpened).toBe(IDS.length - 1)
     expect(again.quarantined).toEqual(['b'])
     expect(readdirSync(`${dir}/quarantine`)).toHaveLength(1)
@@ -396,7 +401,7 @@ describe('heads file', () => {
       throw Object.assign(new Error('no batch here'), { errno: 24 })
     }
     writeFileSync(`${shapeDir(dir, 'b')}/entries.idx`, 'not a sluice file')
-    const again = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, statFiles: failing })
+    const again = await reopen(dir, { statFiles: failing })
     expect(calls).toBe(1)
     expect(again.cleanOpened).toBe(IDS.length - 1)
     expect(again.quarantined).toEqual(['b'])
@@ -405,7 +410,7 @@ describe('heads file', () => {
     // No clean close since (a crash): the file written at the last one still vouches for the logs.
     powerCut(dir)
     calls = 0
-    const crashed = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, statFiles: failing })
+    const crashed = await reopen(dir, { statFiles: failing })
     expect(calls).toBe(1)
     expect(crashed.cleanOpened).toBe(IDS.length - 1)
     expect(snapshotOf(crashed)).toEqual(rest)

@@ -28,6 +28,7 @@ import { Boundary, compareU64, lsnHalves, splitLsn } from './log-heads.js'
 import type { LogHost } from './log-host.js'
 import { readRange } from './log-reader.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
+import type { HeadsEntry } from './heads-file.js'
 import { STAGE_BYTES } from './log-tail.js'
 import { LogWriteBack } from './log-write-back.js'
 import { RECORDS_PER_BLOCK } from './record-stage.js'
@@ -76,16 +77,16 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
   }
 
   /**
-   * What the heads file records of this log (heads-file.ts): its published
+   * This log's entry in the heads file (heads-file.ts): its published
    * head, durable by definition, and the inode of its data file. Undefined for
    * a deleted log and one whose data file was never opened (no inode known):
    * the next open scans those.
    */
-  headsState(): { head: HeadState; chunks: readonly ChunkInfo[]; dataIno: number } | undefined {
+  headsEntry(): HeadsEntry | undefined {
     if (this.deleted || this.data.ino < 0) return undefined
     this.catchUp()
     const head = this.published
-    return { head, chunks: this.chunks.slice(0, head.closedChunks), dataIno: this.data.ino }
+    return { id: this.id, meta: this.metaText, head, chunks: this.chunks.slice(0, head.closedChunks), dataIno: this.data.ino }
   }
 
   /** The appended (not necessarily durable) head: the skip point for replays. */

@@ -32,7 +32,7 @@ import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
 import { HEADS_FILE, readHeads } from './heads-file.js'
-import type { CleanLog } from './heads-file.js'
+import type { HeadsEntry } from './heads-file.js'
 import { HeadsSnapshots } from './heads-snapshots.js'
 import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
 import { replayJournal } from './journal-replay.js'
@@ -190,7 +190,7 @@ export class FileLogStore implements ShapeLogStore {
     }
   }
 
-  private async load(clean: Map<string, CleanLog> | undefined, statFiles: StatFiles | undefined, listed: ListedLogs | undefined): Promise<void> {
+  private async load(clean: Map<string, HeadsEntry> | undefined, statFiles: StatFiles | undefined, listed: ListedLogs | undefined): Promise<void> {
     const loaded = await loadLogs(
       { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles, emitError: (err) => this.emitError(err) },
       clean,

@@ -24,8 +24,9 @@
  * A file that is damaged, of another version, or written at a watermark past
  * the store's is removed and ignored. Its version moves with the log formats
  * (2 since entries name their data file's inode), so a release that changes
- * them also writes heads an older release will not use. A log that cannot vouch for its files (deleted, or with no known
- * inode) is left out and scanned.
+ * them also writes heads an older release will not use. A log that cannot
+ * vouch for its files (deleted, or with no known inode) is left out and
+ * scanned.
  *
  * Layout (magic "SLHD", version 2), little-endian; what is known only once
  * every entry was taken comes last, so the file is written as it is encoded,
@@ -58,7 +59,7 @@ const TRAILER_BYTES = 16
 const CHUNK_BYTES = 33
 const SALT = 0x48ead5e1
 
-export interface CleanLog {
+export interface HeadsEntry {
   readonly id: string
   /** The meta bytes, one character per byte (FileShapeLog.metaText). */
   readonly meta: string
@@ -68,12 +69,12 @@ export interface CleanLog {
   readonly dataIno: number
 }
 
-function logBytes(log: CleanLog): number {
+function logBytes(log: HeadsEntry): number {
   return 1 + log.id.length + 4 + log.meta.length + 40 + 12 + log.chunks.length * CHUNK_BYTES
 }
 
 /** A whole heads file for `logs` (tests; the store streams it, see `HeadsFileWriter`). */
-export function encodeHeads(watermark: bigint, logs: readonly CleanLog[]): Buffer {
+export function encodeHeads(watermark: bigint, logs: readonly HeadsEntry[]): Buffer {
   const body = Buffer.concat([encodeHeader('heads'), encodeHeadsPart(logs), Buffer.alloc(TRAILER_BYTES)])
   writeTrailer(body, body.length - TRAILER_BYTES, watermark, logs.length, crc32(body.subarray(0, body.length - TRAILER_BYTES)))
   return body
@@ -97,7 +98,7 @@ function writeNumber64(buf: Buffer, n: number, at: number): void {
 }
 
 /** The per-log records of `logs`, as they follow the header: in `scratch` when it is large enough (a view of it). */
-export function encodeHeadsPart(logs: readonly CleanLog[], scratch?: Buffer): Buffer {
+export function encodeHeadsPart(logs: readonly HeadsEntry[], scratch?: Buffer): Buffer {
   let size = 0
   for (const log of logs) size += logBytes(log)
   const buf = scratch !== undefined && scratch.length >= size ? scratch.subarray(0, size) : Buffer.alloc(size)
@@ -133,7 +134,7 @@ export function encodeHeadsPart(logs: readonly CleanLog[], scratch?: Buffer): Bu
 }
 
 /** The logs of a heads file, or why it cannot be used; `watermark` is the store's durable one (a file written past it describes another store). */
-export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLog> | string {
+export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, HeadsEntry> | string {
   const problem = checkHeader('heads', buf)
   if (problem) return problem
   if (buf.length < HEADER_BYTES + TRAILER_BYTES) return 'short'
@@ -142,7 +143,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, CleanLo
   const end = buf.length - TRAILER_BYTES
   if (buf.readBigUInt64LE(end) > watermark) return 'written past the store\'s watermark'
   const count = buf.readUInt32LE(end + 8)
-  const logs = new Map<string, CleanLog>()
+  const logs = new Map<string, HeadsEntry>()
   let at = HEADER_BYTES
   const need = (n: number): boolean => at + n <= end
   const u64 = new U64Reader(buf)
@@ -305,7 +306,7 @@ export class HeadsFileWriter {
  * file in place: it stays true of every log it vouches for (see the top of
  * this file), so a crash right after this open still finds it.
  */
-export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<string, CleanLog> | undefined {
+export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<string, HeadsEntry> | undefined {
   const path = `${root}/${HEADS_FILE}`
   const old = `${root}/${OLD_HEADS_FILE}`
   try {
@@ -316,7 +317,7 @@ export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<stri
       else fs.renameSync(old, path)
     }
     if (!fs.existsSync(path)) return undefined
-    let decoded: Map<string, CleanLog> | string
+    let decoded: Map<string, HeadsEntry> | string
     try {
       decoded = decodeHeads(fs.readFileSync(path), watermark)
     } catch (err) {

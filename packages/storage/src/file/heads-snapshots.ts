@@ -21,7 +21,7 @@ import type { StorageError } from '../errors.js'
 import { fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
 import type { FileShapeLog } from './file-log.js'
-import { type CleanLog, HEADS_FILE, HeadsFileWriter, OLD_HEADS_FILE, encodeHeadsPart } from './heads-file.js'
+import { type HeadsEntry, HEADS_FILE, HeadsFileWriter, OLD_HEADS_FILE, encodeHeadsPart } from './heads-file.js'
 import { syncDirectory } from './watermark.js'
 import { Serial } from '../serial.js'
 
@@ -54,9 +54,6 @@ export class HeadsSnapshots {
   private removing: Promise<void> | undefined
   /** Moves when the file is removed: a write started before must not put it back. */
   private epoch = 0
-  /** Files written since open (timed and at close). */
-  count = 0
-
   private timer: NodeJS.Timeout | undefined
 
   constructor(
@@ -146,11 +143,10 @@ export class HeadsSnapshots {
             return
           }
         }
-        const batch: CleanLog[] = []
+        const batch: HeadsEntry[] = []
         for (let i = from; i < Math.min(from + BATCH_LOGS, logs.length); i++) {
-          const log = logs[i]!
-          const taken = log.headsState()
-          if (taken !== undefined) batch.push({ id: log.id, meta: log.metaText, head: taken.head, chunks: taken.chunks, dataIno: taken.dataIno })
+          const entry = logs[i]!.headsEntry()
+          if (entry !== undefined) batch.push(entry)
         }
         writer.append(encodeHeadsPart(batch, scratch), batch.length)
       }
@@ -166,7 +162,6 @@ export class HeadsSnapshots {
     await writer.finish(this.host.durableLsn)
     for (const id of before) this.deleted.delete(id)
     this.written = state
-    this.count++
   }
 
   /** No more timed writes; resolves once one under way has finished or given up. */

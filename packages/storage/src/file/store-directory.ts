@@ -12,7 +12,7 @@ import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES
 import type { FsPort } from '../fs-port.js'
 import type { FdCache } from './fd-cache.js'
 import { FileShapeLog } from './file-log.js'
-import type { CleanLog } from './heads-file.js'
+import type { HeadsEntry } from './heads-file.js'
 import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
@@ -57,7 +57,7 @@ interface FileInodes {
  * those whose files grew since are scanned from its prefix on.
  * `listed`: the logs listed and their files stat'ed already (`listAndStatLogs`), only given with `clean`.
  */
-export async function loadLogs(ctx: DirectoryContext, clean: Map<string, CleanLog> | undefined, listed?: ListedLogs): Promise<LoadedLogs> {
+export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEntry> | undefined, listed?: ListedLogs): Promise<LoadedLogs> {
   const { fs, root } = ctx
   const loaded: LoadedLogs = { logs: new Map(), quarantined: [], cleanOpened: 0 }
   // Unfinished snapshots never became shapes: drop them.
@@ -120,7 +120,7 @@ function unreadable(id: string, err: unknown): StorageError | undefined {
 }
 
 /** Opens a log by scanning its files: all of them, or (`known`, an entry of the heads file for these very files) from that prefix on. */
-async function openLog(ctx: DirectoryContext, id: string, dir: string, known?: CleanLog): Promise<FileShapeLog> {
+async function openLog(ctx: DirectoryContext, id: string, dir: string, known?: HeadsEntry): Promise<FileShapeLog> {
   const meta = known?.meta ?? readLogMeta(ctx, id, dir)
   const log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
   try {
@@ -183,18 +183,20 @@ function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, 
  * under the id; bytes rewritten in place at the same size are not looked for
  * here, as a scan would look only at headers and the last records.
  */
-function checkHeads(stats: Float64Array, i: number, known: CleanLog): FileInodes | 'grown' | undefined {
+function checkHeads(stats: Float64Array, i: number, known: HeadsEntry): FileInodes | 'grown' | undefined {
   const { head } = known
   const at = i * 2 * CLEAN_FILES.length
-  const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
   if (known.dataIno < 0 || stats[at + 1] !== known.dataIno || stats[at + 6] !== META_HEADER_BYTES + known.meta.length) return undefined
-  if (stats[at] === sizes[0] && stats[at + 2] === sizes[1] && stats[at + 4] === sizes[2]) {
-    return { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! }
-  }
-  return stats[at]! >= sizes[0] && stats[at + 2]! >= sizes[1] && stats[at + 4]! >= sizes[2] ? 'grown' : undefined
+  const data = stats[at]!
+  const entries = stats[at + 2]!
+  const chunks = stats[at + 4]!
+  const entriesEnd = HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES
+  const chunksEnd = HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
+  if (data === head.dataEnd && entries === entriesEnd && chunks === chunksEnd) return { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! }
+  return data >= head.dataEnd && entries >= entriesEnd && chunks >= chunksEnd ? 'grown' : undefined
 }
 
-function openClean(ctx: DirectoryContext, known: CleanLog, dir: string, inodes: FileInodes): FileShapeLog {
+function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes: FileInodes): FileShapeLog {
   // decodeHeads made the array for this log alone: no copy.
   const log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, known.chunks as ChunkInfo[], known.head)
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
