@@ -13,6 +13,7 @@ export const STORAGE_ERROR_CODES = {
   shape_deleted: 'The shape log was deleted',
   read_only: 'The store was opened read-only',
   store_closed: 'The store is closed',
+  store_not_promoted: 'The store is prepared for a standby and takes writes only once promoted',
   store_locked: 'Another process holds this store for writing',
 } as const
 

@@ -31,15 +31,15 @@ import { Checkpointer } from './checkpointer.js'
 import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
-import { HEADS_FILE, readHeads } from './heads-file.js'
+import { HEADS_FILE, type PeekedHeads, headsVersion, peekHeads, readHeads, sameHeadsVersion, tidyHeads } from './heads-file.js'
 import type { HeadsEntry } from './heads-file.js'
 import { HeadsSnapshots } from './heads-snapshots.js'
 import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
 import { replayJournal } from './journal-replay.js'
 import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
-import { acquireStoreLock } from './store-lock.js'
-import { listAndStatLogs, loadLogs } from './store-directory.js'
+import { type StoreLockOptions, acquireStoreLock } from './store-lock.js'
+import { type PreparedLogs, listAndStatLogs, loadLogs, prepareLogs } from './store-directory.js'
 import type { ListedLogs, StatFiles } from './stat-files.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
@@ -72,6 +72,12 @@ export class FileLogStore implements ShapeLogStore {
   private readonly snapshotHost: SnapshotHost
   private closed = false
   private closing: Promise<void> | undefined
+  /** Releases the writer lock; undefined while the store is prepared (`prepare`), not yet promoted. */
+  private unlock: (() => void) | undefined
+  /** A prepared store whose logs come from the heads file (false: a store without a usable watermark yet, left to `promote`). */
+  private preparing = false
+  /** The heads file the prepared logs were built from. */
+  private preparedFrom: PeekedHeads | undefined
   private tmpCounter = 0
   private readonly trash: Trash
   /** Logs opened from the heads file without scanning their files. */
@@ -82,15 +88,13 @@ export class FileLogStore implements ShapeLogStore {
   private constructor(
     readonly fs: FsPort,
     readonly root: string,
-    options: FileStoreOptions,
+    private readonly options: FileStoreOptions,
     watermark: { lsn: bigint; sequence: bigint },
-    private readonly unlock: () => void,
-    nextGeneration: number,
   ) {
     this.journal =
       options.journal === false
         ? undefined
-        : new Journal(fs, root, nextGeneration, {
+        : new Journal(fs, root, 0, {
             segmentBytes: options.journalSegmentBytes ?? DEFAULT_JOURNAL_SEGMENT_BYTES,
             segmentAgeMs: options.journalSegmentAgeMs ?? DEFAULT_JOURNAL_SEGMENT_AGE_MS,
             inlineSyncMaxMs: options.idleSyncInlineMaxMs ?? (fs === nodeFs ? DEFAULT_IDLE_SYNC_INLINE_MAX_MS : 0),
@@ -101,6 +105,7 @@ export class FileLogStore implements ShapeLogStore {
     // Without the journal nothing waits for a write-back: only staged records use the arena.
     this.arena = new TailArena(options.tailReserveBytes ?? (this.journal ? Math.min(Math.max(DEFAULT_ARENA_RESERVE_BYTES, tailBudget), MAX_TAIL_RESERVE_BYTES) : 0))
     this.chunkBytes = options.chunkBytes ?? DEFAULT_CHUNK_BYTES
+    if (options.onError !== undefined) this.errorListeners.add(options.onError)
     const emitError = (err: StorageError): void => this.emitError(err)
     this.trash = new Trash(fs, `${root}/trash`, emitError)
     const env = { fs, root, fds: this.fds, arena: this.arena, journal: this.journal, writer: this.writer }
@@ -147,42 +152,13 @@ export class FileLogStore implements ShapeLogStore {
     )
   }
 
+  /** Opens the store for writing: takes the lock (`options.lock`), replays the journal and opens every log. */
   static async open(options: FileStoreOptions): Promise<FileLogStore> {
-    const fs = options.fs ?? nodeFs
-    const root = options.dir
-    if (options.chunkBytes !== undefined && !(options.chunkBytes >= 1)) throw new RangeError('chunkBytes must be at least 1')
-    try {
-      for (const sub of ['', '/shapes', '/tmp', '/trash', '/quarantine', '/journal']) fs.mkdirSync(`${root}${sub}`, { recursive: true })
-    } catch (err) {
-      throw fromSystemError(err, `create store directory ${root}`)
-    }
+    const { fs, root } = makeStoreDirs(options)
     const unlock = await acquireStoreLock(fs, root, options.lock)
     try {
-      // Before replay, which finds each log at its bucketed place, and before
-      // the watermark says the store is bucketed (format.ts).
-      await migrateFlatLayout(fs, root)
-      let watermark = readWatermark(fs, root)
-      if (!watermark || watermarkVersion(fs, root) !== BUCKETED_STORE_VERSION) {
-        watermark ??= { lsn: 0n, sequence: 0n }
-        await publishWatermark(fs, root, watermark)
-      }
-      // Before any log is opened: recovery's cut relies on the files holding
-      // everything the watermark covers. Replayed whatever `journal` says now,
-      // since the last run may have journaled.
-      const replay = await replayJournal(fs, root, watermark)
-      // The native batch stats the real file system: another port keeps answering for its own files.
-      const statFiles = fs === nodeFs ? options.statFiles : undefined
-      // With a heads file, the logs' files are stat'ed on the thread pool while it is read and decoded
-      // (loadLogs checks them against it); after the replay, which may have grown them.
-      const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
-      const heads = readHeads(fs, root, replay.watermark.lsn)
-      const store = new FileLogStore(fs, root, options, replay.watermark, unlock, replay.nextGeneration)
-      if (options.onError !== undefined) store.onError(options.onError)
-      await store.load(heads, statFiles, heads === undefined ? undefined : listed)
-      if (options.prefaultTails === true) store.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, store.logs.size * PREFAULT_PER_LOG_BYTES))
-      store.commit.live?.write(replay.watermark)
-      store.commit.live?.syncNow()
-      store.heads.start()
+      const store = new FileLogStore(fs, root, options, ZERO_WATERMARK)
+      await store.takeOver(unlock)
       return store
     } catch (err) {
       unlock()
@@ -190,11 +166,125 @@ export class FileLogStore implements ShapeLogStore {
     }
   }
 
-  private async load(clean: Map<string, HeadsEntry> | undefined, statFiles: StatFiles | undefined, listed: ListedLogs | undefined): Promise<void> {
+  /**
+   * A store for a standby, built without the lock and without writing
+   * anything: every log the heads file names, at its head there, so that a
+   * server can restore its shapes on them while another process writes. It
+   * serves `get`, `ids`, `durableLsn` (the watermark on disk now: a lower
+   * bound) and a log's `head` and `meta`; everything that writes throws
+   * `store_not_promoted`. `refresh` keeps it current; `promote` takes the lock
+   * and makes it the writer, as `open` would have, keeping every log object
+   * whose id and meta are still those on disk.
+   */
+  static async prepare(options: FileStoreOptions): Promise<FileLogStore> {
+    const { fs, root } = makeStoreDirs(options)
+    const watermark = watermarkVersion(fs, root) === BUCKETED_STORE_VERSION ? readWatermark(fs, root) : undefined
+    const store = new FileLogStore(fs, root, options, watermark ?? ZERO_WATERMARK)
+    store.preparing = watermark !== undefined
+    store.refreshNow()
+    return store
+  }
+
+  /**
+   * Whether this store waits for its promotion (`prepare`). Such a store
+   * changes only through `refresh` and `promote`.
+   */
+  get prepared(): boolean {
+    return this.unlock === undefined && !this.closed
+  }
+
+  /**
+   * A prepared store: reads the heads file again if another one is in place
+   * since, and brings the logs to it (a log whose id and meta stay is the same
+   * object; the others are new, and those gone are retired). Resolves whether
+   * anything changed. Rereading costs about what `prepare` did (a second with
+   * 100k logs): a standby calls this every few seconds at most.
+   */
+  async refresh(): Promise<boolean> {
+    if (!this.prepared) throw new StorageError('store_closed', 'refresh: the store is not a prepared one')
+    if (!this.preparing) return false
+    const now = headsVersion(this.fs, this.root)
+    if (now === undefined || sameHeadsVersion(now, this.preparedFrom?.version)) return false
+    this.refreshNow()
+    return true
+  }
+
+  private refreshNow(): void {
+    if (!this.preparing) return
+    const read = peekHeads(this.fs, this.root)
+    if (read === undefined) return
+    this.logs = prepareLogs(this.root, this.commit, read.logs, this.logs)
+    this.preparedFrom = read
+  }
+
+  /**
+   * Makes a prepared store the writer: waits for the lock (`options.lock`,
+   * with `whileWaiting` run between attempts), replays the journal, and
+   * checks every log against its files as `open` does. Logs are kept as
+   * objects where their id, directory and meta are unchanged (brought to what
+   * is on disk in place); a log made or changed since is a new object, and a
+   * log gone is retired. After a failure the store is closed (the lock, if
+   * taken, released).
+   */
+  async promote(lock: StoreLockOptions = this.options.lock ?? {}): Promise<void> {
+    if (!this.prepared) throw new StorageError('store_closed', 'promote: the store is not a prepared one')
+    let unlock: (() => void) | undefined
+    try {
+      unlock = await acquireStoreLock(this.fs, this.root, lock)
+      await this.takeOver(unlock)
+    } catch (err) {
+      unlock?.()
+      this.closed = true
+      for (const log of this.logs.values()) log.retire()
+      this.logs.clear()
+      throw err
+    }
+  }
+
+  /** What `open` and `promote` do once the lock is theirs. */
+  private async takeOver(unlock: () => void): Promise<void> {
+    const { fs, root, options } = this
+    // Before replay, which finds each log at its bucketed place, and before
+    // the watermark says the store is bucketed (format.ts).
+    await migrateFlatLayout(fs, root)
+    let watermark = readWatermark(fs, root)
+    if (!watermark || watermarkVersion(fs, root) !== BUCKETED_STORE_VERSION) {
+      watermark ??= ZERO_WATERMARK
+      await publishWatermark(fs, root, watermark)
+    }
+    // Before any log is opened: recovery's cut relies on the files holding
+    // everything the watermark covers. Replayed whatever `journal` says now,
+    // since the last run may have journaled.
+    const replay = await replayJournal(fs, root, watermark)
+    this.commit.resume(replay.watermark)
+    this.journal?.resume(replay.nextGeneration)
+    tidyHeads(fs, root)
+    // The native batch stats the real file system: another port keeps answering for its own files.
+    const statFiles = fs === nodeFs ? options.statFiles : undefined
+    const prepared = this.preparedFrom
+    // The prepared logs' entries stand only while the file they came from is the one in place (the
+    // deleted-id guard removes it from disk, not from memory); else the file in place decides.
+    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && sameHeadsVersion(prepared.version, headsVersion(fs, root))
+    // With a heads file, the logs' files are stat'ed on the thread pool while it is read and decoded
+    // (loadLogs checks them against it); after the replay, which may have grown them.
+    const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
+    const heads = keep ? prepared.logs : readHeads(fs, root, replay.watermark.lsn)?.logs
+    await this.load(heads, statFiles, heads === undefined ? undefined : listed, { logs: this.logs, fromClean: keep })
+    this.preparedFrom = undefined
+    this.preparing = false
+    this.unlock = unlock
+    if (options.prefaultTails === true) this.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.logs.size * PREFAULT_PER_LOG_BYTES))
+    this.commit.live?.write(replay.watermark)
+    this.commit.live?.syncNow()
+    this.heads.start()
+  }
+
+  private async load(clean: Map<string, HeadsEntry> | undefined, statFiles: StatFiles | undefined, listed: ListedLogs | undefined, prepared: PreparedLogs): Promise<void> {
     const loaded = await loadLogs(
       { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles, emitError: (err) => this.emitError(err) },
       clean,
       listed,
+      prepared,
     )
     this.logs = loaded.logs
     this.quarantined.push(...loaded.quarantined)
@@ -354,6 +444,7 @@ export class FileLogStore implements ShapeLogStore {
 
   private ensureOpen(): void {
     if (this.closed) throw new StorageError('store_closed')
+    if (this.unlock === undefined) throw new StorageError('store_not_promoted')
   }
 
   /**
@@ -370,6 +461,13 @@ export class FileLogStore implements ShapeLogStore {
 
   private async closeOnce(): Promise<void> {
     if (this.closed) return
+    if (this.unlock === undefined) {
+      // Prepared, never promoted: nothing was written, nothing is held.
+      this.closed = true
+      for (const log of this.logs.values()) log.retire()
+      this.logs.clear()
+      return
+    }
     let error: unknown
     try {
       await this.commit.flush()
@@ -404,9 +502,24 @@ export class FileLogStore implements ShapeLogStore {
     }
     for (const log of this.logs.values()) log.retire()
     this.logs.clear()
-    this.unlock()
+    this.unlock?.()
     if (error) throw error
   }
+}
+
+const ZERO_WATERMARK = { lsn: 0n, sequence: 0n }
+
+/** The store's directories, made if missing (harmless beside a writer: it made them too). */
+function makeStoreDirs(options: FileStoreOptions): { fs: FsPort; root: string } {
+  const fs = options.fs ?? nodeFs
+  const root = options.dir
+  if (options.chunkBytes !== undefined && !(options.chunkBytes >= 1)) throw new RangeError('chunkBytes must be at least 1')
+  try {
+    for (const sub of ['', '/shapes', '/tmp', '/trash', '/quarantine', '/journal']) fs.mkdirSync(`${root}${sub}`, { recursive: true })
+  } catch (err) {
+    throw fromSystemError(err, `create store directory ${root}`)
+  }
+  return { fs, root }
 }
 
 /** Opens (creating if needed) a file store for writing. */

@@ -176,6 +176,18 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     return this.durable
   }
 
+  /**
+   * Starts from the watermark the journal's replay found, for a store built
+   * before it held the lock (`FileLogStore.prepare`) with the one it could
+   * read then. Nothing was appended or flushed before.
+   */
+  resume(watermark: { lsn: bigint; sequence: bigint }): void {
+    this.durable = watermark.lsn
+    this.lastPublishedLsn = watermark.lsn
+    this.advanced = watermark.lsn
+    this.sequence = watermark.sequence
+  }
+
   get appendSeq(): number {
     return this.seq
   }

@@ -46,7 +46,7 @@ import { fromSystemError } from '../errors.js'
 import { checkHeader, encodeHeader } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
-import { writeFully } from '../fs-port.js'
+import { readFully, writeFully } from '../fs-port.js'
 import { syncDirectory } from './watermark.js'
 
 export const HEADS_FILE = 'heads'
@@ -300,13 +300,82 @@ export class HeadsFileWriter {
   }
 }
 
+/** Which heads file is on disk: inode, size and trailer. A new file is a new inode, and its trailer's check tells apart two files that got the same one. */
+export interface HeadsVersion {
+  readonly ino: number
+  readonly size: number
+  readonly trailer: string
+}
+
+export function sameHeadsVersion(a: HeadsVersion | undefined, b: HeadsVersion | undefined): boolean {
+  return a !== undefined && b !== undefined && a.ino === b.ino && a.size === b.size && a.trailer === b.trailer
+}
+
+/** A heads file as read: its logs (or why they cannot be used), the watermark it was written at, and which file it was. */
+export interface HeadsRead {
+  readonly logs: Map<string, HeadsEntry> | string
+  readonly watermark: bigint
+  readonly version: HeadsVersion
+}
+
+/** A usable heads file as `peekHeads` found it. */
+export type PeekedHeads = HeadsRead & { readonly logs: Map<string, HeadsEntry> }
+
+/** The whole file at `path` with its version, or undefined when there is none. Inode and bytes from one descriptor: the writer may replace the file meanwhile. */
+function readHeadsAt(fs: FsPort, path: string, watermark: bigint): HeadsRead | undefined {
+  let fd: number
+  try {
+    fd = fs.openSync(path, 'r')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw err
+  }
+  try {
+    const { ino, size } = fs.fstatSync(fd)
+    const buf = Buffer.allocUnsafe(size)
+    const got = readFully(fs, fd, buf, 0, size, 0)
+    const bytes = got === size ? buf : buf.subarray(0, got)
+    const version = { ino, size: got, trailer: got >= TRAILER_BYTES ? bytes.toString('hex', got - TRAILER_BYTES) : '' }
+    const written = got >= HEADER_BYTES + TRAILER_BYTES ? bytes.readBigUInt64LE(got - TRAILER_BYTES) : 0n
+    let logs: Map<string, HeadsEntry> | string
+    try {
+      logs = decodeHeads(bytes, watermark)
+    } catch (err) {
+      logs = `unreadable: ${(err as Error).message}`
+    }
+    return { logs, watermark: written, version }
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/** The version of the heads file in place, without reading it whole; undefined when there is none. */
+export function headsVersion(fs: FsPort, root: string): HeadsVersion | undefined {
+  let fd: number
+  try {
+    fd = fs.openSync(`${root}/${HEADS_FILE}`, 'r')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw fromSystemError(err, `open the heads file in ${root}`)
+  }
+  try {
+    const { ino, size } = fs.fstatSync(fd)
+    const trailer = Buffer.alloc(TRAILER_BYTES)
+    const got = size >= TRAILER_BYTES ? readFully(fs, fd, trailer, 0, TRAILER_BYTES, size - TRAILER_BYTES) : 0
+    return { ino, size, trailer: got === TRAILER_BYTES ? trailer.toString('hex') : '' }
+  } catch (err) {
+    throw fromSystemError(err, `read the heads file in ${root}`)
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
 /**
- * The heads file's logs, or undefined when there is none or it cannot be used
- * (such a file is removed: the next writer replaces it anyway). Leaves a good
- * file in place: it stays true of every log it vouches for (see the top of
- * this file), so a crash right after this open still finds it.
+ * Puts the heads file where an open expects it, for the writer that holds the
+ * lock: removes a write's temporary file and takes back the file a crash left
+ * moved aside (`HeadsFileWriter.finish`).
  */
-export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<string, HeadsEntry> | undefined {
+export function tidyHeads(fs: FsPort, root: string): void {
   const path = `${root}/${HEADS_FILE}`
   const old = `${root}/${OLD_HEADS_FILE}`
   try {
@@ -316,17 +385,49 @@ export function readHeads(fs: FsPort, root: string, watermark: bigint): Map<stri
       if (fs.existsSync(path)) fs.unlinkSync(old)
       else fs.renameSync(old, path)
     }
-    if (!fs.existsSync(path)) return undefined
-    let decoded: Map<string, HeadsEntry> | string
-    try {
-      decoded = decodeHeads(fs.readFileSync(path), watermark)
-    } catch (err) {
-      decoded = `unreadable: ${(err as Error).message}`
-    }
-    if (typeof decoded !== 'string') return decoded
+  } catch (err) {
+    throw fromSystemError(err, `tidy the heads file in ${root}`)
+  }
+}
+
+/**
+ * The heads file's logs, for the writer (after `tidyHeads`), or undefined
+ * when there is none or it cannot be used (such a file is removed: the next
+ * writer replaces it anyway). Leaves a good file in place: it stays true of
+ * every log it vouches for (see the top of this file), so a crash right after
+ * this open still finds it.
+ */
+export function readHeads(fs: FsPort, root: string, watermark: bigint): { logs: Map<string, HeadsEntry>; version: HeadsVersion } | undefined {
+  const path = `${root}/${HEADS_FILE}`
+  try {
+    const read = readHeadsAt(fs, path, watermark)
+    if (read === undefined) return undefined
+    if (typeof read.logs !== 'string') return { logs: read.logs, version: read.version }
     fs.unlinkSync(path)
     return undefined
   } catch (err) {
     throw fromSystemError(err, `read the heads file ${path}`)
   }
+}
+
+/**
+ * The heads file as a process that does not hold the lock finds it (a standby
+ * preparing to take over, `FileLogStore.prepare`): changes nothing. Reads the
+ * file a write moved aside when there is none in place (the write is between
+ * its renames, or a crash came there). Undefined when there is no usable file.
+ * Not checked against the store's watermark, which only the lock holder's
+ * replay knows: the caller checks `watermark` then.
+ */
+export function peekHeads(fs: FsPort, root: string): PeekedHeads | undefined {
+  for (const name of [HEADS_FILE, OLD_HEADS_FILE]) {
+    let read: HeadsRead | undefined
+    try {
+      read = readHeadsAt(fs, `${root}/${name}`, 0xffff_ffff_ffff_ffffn)
+    } catch (err) {
+      throw fromSystemError(err, `read the heads file in ${root}`)
+    }
+    if (read === undefined) continue
+    return typeof read.logs === 'string' ? undefined : (read as PeekedHeads)
+  }
+  return undefined
 }

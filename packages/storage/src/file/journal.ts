@@ -159,6 +159,11 @@ export class Journal<T extends JournalOwner> {
     this.inlinePolicy = new InlineSyncPolicy(options.inlineSyncMaxMs ?? 0)
   }
 
+  /** The first generation this journal writes, once the replay found the last one (a store built before it held the lock). */
+  resume(nextGeneration: number): void {
+    this.nextGeneration = nextGeneration
+  }
+
   write(owner: T, id: string, file: JournalFile, position: number, bytes: Uint8Array, offset: number, length: number): void {
     if (owner.journalGroup !== this.group) this.list(owner)
     this.builder.write(id, file, position, bytes, offset, length)

@@ -17,7 +17,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { type ListedLog, dropEmptyBuckets, listLogs, shapesRoot } from './shape-dirs.js'
+import { type ListedLog, dropEmptyBuckets, listLogs, shapeDir, shapesRoot } from './shape-dirs.js'
 import { type ListedLogs, type StatFiles, statAll } from './stat-files.js'
 import type { Trash } from './trash.js'
 
@@ -52,12 +52,67 @@ interface FileInodes {
 }
 
 /**
+ * Logs a standby built before it held the lock (`prepareLogs`), to be used
+ * again by the open that promotes it, so that what was built on them (its
+ * shapes) stays valid. A log is used again only for the same id, directory
+ * and meta, and is then brought to what the open finds in place.
+ */
+export interface PreparedLogs {
+  readonly logs: ReadonlyMap<string, FileShapeLog>
+  /** The logs were built from the very entries given to `loadLogs` (so an entry they pass needs no restore). */
+  readonly fromClean: boolean
+}
+
+/**
+ * Logs built from a heads file's entries alone, for a store that does not
+ * hold the lock yet (a standby: `FileLogStore.prepare` and `refresh`). Nothing
+ * is opened or stat'ed: the open that promotes the store checks each against
+ * its files (`loadLogs`). A log of `prepared` with the same id, directory and
+ * meta is kept and brought to its entry's head in place; the others are
+ * retired.
+ */
+export function prepareLogs(root: string, logHost: LogHost, entries: ReadonlyMap<string, HeadsEntry>, prepared: ReadonlyMap<string, FileShapeLog>): Map<string, FileShapeLog> {
+  const logs = new Map<string, FileShapeLog>()
+  for (const entry of entries.values()) {
+    try {
+      checkShapeId(entry.id)
+    } catch {
+      // Not a log this store could hold: the open finds what its directory holds, if anything.
+      continue
+    }
+    const dir = shapeDir(root, entry.id)
+    const kept = prepared.get(entry.id)
+    if (kept !== undefined && kept.dir === dir && kept.metaText === entry.meta) {
+      kept.restore(entry.head, entry.chunks)
+      logs.set(entry.id, kept)
+    } else {
+      // decodeHeads made the array for this log alone: no copy.
+      logs.set(entry.id, new FileShapeLog(entry.id, dir, entry.meta, logHost, entry.chunks as ChunkInfo[], entry.head))
+    }
+  }
+  retireUnused(prepared, logs)
+  return logs
+}
+
+function retireUnused(prepared: ReadonlyMap<string, FileShapeLog> | undefined, used: ReadonlyMap<string, FileShapeLog>): void {
+  if (prepared === undefined) return
+  for (const [id, log] of prepared) if (used.get(id) !== log) log.retire()
+}
+
+/** The prepared log to use again for `id` in `dir` with `meta`, if there is one. */
+function reusable(prepared: PreparedLogs | undefined, id: string, dir: string, meta: string): FileShapeLog | undefined {
+  const log = prepared?.logs.get(id)
+  return log !== undefined && log.dir === dir && log.metaText === meta ? log : undefined
+}
+
+/**
  * `clean`: the heads file's logs (heads-file.ts); those whose files are still
  * the ones it names and end where it says are opened without scanning them,
  * those whose files grew since are scanned from its prefix on.
  * `listed`: the logs listed and their files stat'ed already (`listAndStatLogs`), only given with `clean`.
+ * `prepared`: logs to use again (`PreparedLogs`); those left unused are retired.
  */
-export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEntry> | undefined, listed?: ListedLogs): Promise<LoadedLogs> {
+export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEntry> | undefined, listed?: ListedLogs, prepared?: PreparedLogs): Promise<LoadedLogs> {
   const { fs, root } = ctx
   const loaded: LoadedLogs = { logs: new Map(), quarantined: [], cleanOpened: 0 }
   // Unfinished snapshots never became shapes: drop them.
@@ -75,11 +130,11 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEn
       const known = clean?.get(id)
       const found = known === undefined || stats === undefined ? undefined : checkHeads(stats, i, known)
       if (found === undefined) {
-        loaded.logs.set(id, await openLog(ctx, id, dir))
+        loaded.logs.set(id, await openLog(ctx, id, dir, undefined, prepared))
       } else if (found === 'grown') {
-        loaded.logs.set(id, await openLog(ctx, id, dir, known))
+        loaded.logs.set(id, await openLog(ctx, id, dir, known, prepared))
       } else {
-        loaded.logs.set(id, openClean(ctx, known!, dir, found))
+        loaded.logs.set(id, openClean(ctx, known!, dir, found, prepared))
         loaded.cleanOpened++
       }
     } catch (caught) {
@@ -94,6 +149,7 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEn
       ctx.emitError(err)
     }
   }
+  retireUnused(prepared?.logs, loaded.logs)
   dropEmptyBuckets(fs, root)
   return loaded
 }
@@ -119,10 +175,22 @@ function unreadable(id: string, err: unknown): StorageError | undefined {
   return new StorageError('corrupt_log', `shape ${id}: its files cannot be read (${sys.message})`, { cause: err })
 }
 
-/** Opens a log by scanning its files: all of them, or (`known`, an entry of the heads file for these very files) from that prefix on. */
-async function openLog(ctx: DirectoryContext, id: string, dir: string, known?: HeadsEntry): Promise<FileShapeLog> {
-  const meta = known?.meta ?? readLogMeta(ctx, id, dir)
-  const log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
+/**
+ * Opens a log by scanning its files: all of them, or (`known`, an entry of the
+ * heads file for these very files) from that prefix on. Into a prepared log
+ * of the same meta when there is one.
+ */
+async function openLog(ctx: DirectoryContext, id: string, dir: string, known: HeadsEntry | undefined, prepared: PreparedLogs | undefined): Promise<FileShapeLog> {
+  const meta = known?.meta ?? readLogMeta(ctx, id, dir).toString('latin1')
+  let log = reusable(prepared, id, dir, meta)
+  if (log === undefined) {
+    log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
+  } else {
+    // Its files are found by this open, as a new log's would be.
+    log.data.ino = -1
+    log.entries.ino = -1
+    log.chunkFile.ino = -1
+  }
   try {
     const files = { data: log.data, entries: log.entries, chunks: log.chunkFile }
     const found = await recoverLog(ctx.fs, ctx.fds, id, dir, ctx.durable, files, known === undefined ? undefined : { head: known.head, chunks: known.chunks as ChunkInfo[] })
@@ -196,9 +264,14 @@ function checkHeads(stats: Float64Array, i: number, known: HeadsEntry): FileInod
   return data >= head.dataEnd && entries >= entriesEnd && chunks >= chunksEnd ? 'grown' : undefined
 }
 
-function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes: FileInodes): FileShapeLog {
-  // decodeHeads made the array for this log alone: no copy.
-  const log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, known.chunks as ChunkInfo[], known.head)
+function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes: FileInodes, prepared: PreparedLogs | undefined): FileShapeLog {
+  let log = reusable(prepared, known.id, dir, known.meta)
+  if (log === undefined) {
+    // decodeHeads made the array for this log alone: no copy.
+    log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, known.chunks as ChunkInfo[], known.head)
+  } else if (!prepared!.fromClean) {
+    log.restore(known.head, known.chunks)
+  }
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
   log.data.ino = inodes.data
   log.entries.ino = inodes.entries

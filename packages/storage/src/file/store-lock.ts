@@ -27,6 +27,12 @@ export interface StoreLockOptions {
   readonly waitMs?: number | undefined
   /** Called once, when the first attempt finds the lock held (with what LOCK says about its holder). */
   readonly onWait?: ((holder: string) => void) | undefined
+  /**
+   * Work to do between two attempts while the lock is held by another (a
+   * standby keeping its prepared logs current, `FileLogStore.promote`): the
+   * next attempt waits for it.
+   */
+  readonly whileWaiting?: (() => Promise<void>) | undefined
 }
 
 /** How often a waiting writer tries the lock again: a standby takes over within this of the writer's exit. */
@@ -47,6 +53,7 @@ export async function acquireStoreLock(fs: FsPort, root: string, options: StoreL
       told = true
       options.onWait?.(attempt.holder)
     }
+    await options.whileWaiting?.()
     await sleep(Math.min(LOCK_RETRY_MS, Math.max(1, deadline - Date.now())))
   }
 }

@@ -1,0 +1,251 @@
+/**
+ * A standby's store (`FileLogStore.prepare`, `refresh`, `promote`): built from
+ * the heads file beside a running writer without the lock and without writing
+ * or opening a log file, kept current while it waits, and made the writer when
+ * the lock comes free, with every log checked against its files as an open
+ * does. Logs whose id and meta stay are the same objects before and after (a
+ * server's shapes were restored on them); the rest are new or gone.
+ *
+ * The writer runs in this process with a lock these tests hand over (a real
+ * flock would call a second holder in one process this process), its
+ * writes through a port that keeps unsynced bytes from every other reader, so
+ * giving the lock away without a close acts as a kill -9 that loses the page
+ * cache too.
+ */
+import { existsSync, writeFileSync } from 'node:fs'
+import { useTempDir } from '@sluice/test-utils'
+import { describe, expect, it } from 'vitest'
+import { HEADS_FILE } from '../src/file/heads-file.js'
+import { nodeFs, openFileLogStore, FileLogStore } from '../src/index.js'
+import type { FileStoreOptions, FsPort, ShapeLog, StoreLockOptions } from '../src/index.js'
+import { change, makeShape, readAllEntries, row } from './contract-suite.js'
+import { volatileFs } from './fixtures/volatile-fs.js'
+
+const tempDirs = useTempDir()
+
+const IDS = ['a', 'b', 'c', 'd', 'e']
+const BASE: Partial<FileStoreOptions> = { flushIntervalMs: 60_000, flushWhenIdle: false, chunkBytes: 300, headsIntervalMs: 0 }
+
+/** A lock one process can hand from one store to another: taken by the first caller, until `kill`. */
+function handoverLock(): { lock: StoreLockOptions; kill(): void } {
+  let held = false
+  return {
+    lock: {
+      lockFile: () => {
+        if (held) return false
+        held = true
+        return true
+      },
+    },
+    kill: () => {
+      held = false
+    },
+  }
+}
+
+/** Counts what is opened or read under shapes/ (a prepared store touches none of it). */
+function countingFs(): { fs: FsPort; opens: () => number } {
+  let opens = 0
+  return {
+    fs: {
+      ...nodeFs,
+      openSync(path, flags, mode) {
+        if (path.includes('/shapes/')) opens++
+        return nodeFs.openSync(path, flags, mode)
+      },
+      readFileSync(path) {
+        if (path.includes('/shapes/')) opens++
+        return nodeFs.readFileSync(path)
+      },
+      statSync(path) {
+        if (path.includes('/shapes/')) opens++
+        return nodeFs.statSync(path)
+      },
+    },
+    opens: () => opens,
+  }
+}
+
+function contents(s: FileLogStore): Record<string, unknown[]> {
+  return Object.fromEntries(s.ids().sort().map((id) => [id, readAllEntries(s.get(id)!)]))
+}
+
+/** A writer of five logs with snapshots, several chunks and transactions, flushed, that wrote its heads file; LOCK names another process, as a writer elsewhere leaves it. */
+async function runningWriter(dir: string, lock: StoreLockOptions): Promise<FileLogStore> {
+  const w = await openFileLogStore({ dir, fs: volatileFs(nodeFs), lock, ...BASE })
+  for (const id of IDS) await makeShape(w, id, [row(1), row(2)])
+  for (let tx = 1n; tx <= 8n; tx++) {
+    IDS.forEach((id, i) => w.get(id)!.appendTransaction([change(tx, 0, i), change(tx, 1, i + 1)]))
+    w.advance(tx)
+  }
+  await w.flush()
+  await w.writeHeads()
+  writeFileSync(`${dir}/LOCK`, '999999999')
+  return w
+}
+
+describe('standby store', () => {
+  it('is built from the heads file without opening a log, refuses writes, and on promotion keeps the objects of logs that stayed, at their durable heads', async () => {
+    const dir = await tempDirs.make('standby-promote')
+    const { lock, kill } = handoverLock()
+    const w = await runningWriter(dir, lock)
+
+    const counting = countingFs()
+    const standby = await FileLogStore.prepare({ dir, fs: counting.fs, ...BASE })
+    expect(counting.opens()).toBe(0)
+    expect(standby.prepared).toBe(true)
+    expect(standby.ids().sort()).toEqual(IDS)
+    for (const id of IDS) expect(standby.get(id)!.head()).toEqual(w.get(id)!.head())
+    expect(() => standby.createShape('x')).toThrow(expect.objectContaining({ code: 'store_not_promoted' }))
+    await expect(standby.flush()).rejects.toMatchObject({ code: 'store_not_promoted' })
+    await expect(standby.deleteShape('a')).rejects.toMatchObject({ code: 'store_not_promoted' })
+    const before = new Map(IDS.map((id) => [id, standby.get(id)!]))
+
+    // The writer goes on without writing its heads file again: a and b grow (durably), c goes, f comes,
+    // and d takes a transaction no flush made durable; then it dies.
+    for (const id of ['a', 'b']) w.get(id)!.appendTransaction([change(9n, 0, 7)])
+    w.advance(9n)
+    await w.flush()
+    await w.deleteShape('c')
+    await makeShape(w, 'f', [row(3)])
+    const durable = contents(w)
+    w.get('d')!.appendTransaction([change(10n, 0, 8)])
+    w.advance(10n)
+    kill()
+
+    await standby.promote({ ...lock, waitMs: 5_000 })
+    expect(standby.prepared).toBe(false)
+    expect(standby.durableLsn).toBe(9n)
+    for (const id of ['a', 'b', 'd', 'e']) expect(standby.get(id)).toBe(before.get(id))
+    expect(standby.get('c')).toBeUndefined()
+    expect(standby.get('f')).toBeDefined()
+    expect(contents(standby)).toEqual(durable)
+    expect(standby.cleanOpened).toBe(2)
+
+    // A writer now: what it appends survives a close and an open.
+    standby.get('a')!.appendTransaction([change(11n, 0, 9)])
+    standby.advance(11n)
+    await standby.flush()
+    const after = contents(standby)
+    await standby.close()
+    // The handed-over lock knows no close: a lock taken afresh.
+    const reopened = await openFileLogStore({ dir, lock: { lockFile: () => true }, ...BASE })
+    expect(contents(reopened)).toEqual(after)
+    await reopened.close()
+  })
+
+  it('follows each new heads file on refresh (logs that stay keep their object), and promotes without reading it again', async () => {
+    const dir = await tempDirs.make('standby-refresh')
+    const { lock, kill } = handoverLock()
+    const w = await runningWriter(dir, lock)
+    const standby = await FileLogStore.prepare({ dir, ...BASE })
+    const a = standby.get('a')
+    expect(await standby.refresh()).toBe(false)
+
+    w.get('a')!.appendTransaction([change(9n, 0, 7)])
+    w.advance(9n)
+    await w.flush()
+    await w.deleteShape('b')
+    await makeShape(w, 'g', [row(4)])
+    await w.writeHeads()
+    expect(await standby.refresh()).toBe(true)
+    expect(await standby.refresh()).toBe(false)
+    expect(standby.get('a')).toBe(a)
+    expect(standby.get('a')!.head()).toEqual(w.get('a')!.head())
+    expect(standby.get('b')).toBeUndefined()
+    expect(standby.get('g')!.head()).toEqual(w.get('g')!.head())
+    const durable = contents(w)
+    kill()
+
+    await standby.promote({ ...lock, waitMs: 5_000 })
+    // Every log stood as the file in place says: none scanned.
+    expect(standby.cleanOpened).toBe(IDS.length)
+    expect(standby.get('a')).toBe(a)
+    expect(contents(standby)).toEqual(durable)
+    await standby.close()
+  })
+
+  it('does not trust what it prepared once the heads file in place is another: a log made again under a deleted id is read from its files', async () => {
+    const dir = await tempDirs.make('standby-recreated')
+    const { lock, kill } = handoverLock()
+    const w = await runningWriter(dir, lock)
+    const standby = await FileLogStore.prepare({ dir, ...BASE })
+    const a = standby.get('a')!
+    const e = standby.get('e')!
+
+    // Deleted and made again with the same rows and meta: its files could pass for the old ones, so the
+    // writer removed the heads file (the deleted-id guard) before placing it.
+    await w.deleteShape('a')
+    await makeShape(w, 'a', [row(1), row(2)])
+    expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
+    w.get('a')!.appendTransaction([change(9n, 0, 5)])
+    w.advance(9n)
+    await w.flush()
+    const durable = contents(w)
+    kill()
+
+    await standby.promote({ ...lock, waitMs: 5_000 })
+    expect(contents(standby)).toEqual(durable)
+    // Same meta, so the object stays, brought to what its files hold.
+    expect(standby.get('a')).toBe(a)
+    expect(standby.get('e')).toBe(e)
+    expect(standby.cleanOpened).toBe(0)
+    await standby.close()
+  })
+
+  it('waits for the lock, keeping itself current between attempts, and takes over when the writer dies', async () => {
+    const dir = await tempDirs.make('standby-wait')
+    const { lock, kill } = handoverLock()
+    const w = await runningWriter(dir, lock)
+    const standby = await FileLogStore.prepare({ dir, ...BASE })
+    let waits = 0
+    let refreshed = 0
+    const promoted = standby.promote({
+      ...lock,
+      waitMs: Number.POSITIVE_INFINITY,
+      whileWaiting: async () => {
+        waits++
+        if (await standby.refresh()) refreshed++
+      },
+    })
+    let done = false
+    void promoted.then(() => (done = true))
+    await new Promise((r) => setTimeout(r, 250))
+    expect(done).toBe(false)
+    w.get('e')!.appendTransaction([change(9n, 0, 1)])
+    w.advance(9n)
+    await w.flush()
+    await w.writeHeads()
+    await new Promise((r) => setTimeout(r, 250))
+    expect(refreshed).toBe(1)
+    expect(standby.get('e')!.head()).toEqual(w.get('e')!.head())
+    const durable = contents(w)
+    kill()
+    await promoted
+    expect(waits).toBeGreaterThanOrEqual(2)
+    expect(contents(standby)).toEqual(durable)
+    await standby.close()
+  })
+
+  it('prepares an empty store (no watermark, no heads file) and promotes it as an open would', async () => {
+    const dir = await tempDirs.make('standby-empty')
+    const standby = await FileLogStore.prepare({ dir, ...BASE })
+    expect(standby.ids()).toEqual([])
+    expect(await standby.refresh()).toBe(false)
+    await standby.promote()
+    await makeShape(standby, 'a', [row(1)])
+    const log: ShapeLog = standby.get('a')!
+    // The row and the snapshot's end.
+    expect(readAllEntries(log)).toHaveLength(2)
+    await standby.close()
+    // A prepared store closed before its promotion writes nothing and holds nothing.
+    const idle = await FileLogStore.prepare({ dir, ...BASE })
+    expect(idle.ids()).toEqual(['a'])
+    await idle.close()
+    expect(() => idle.get('a')).not.toThrow()
+    await expect(idle.promote()).rejects.toMatchObject({ code: 'store_closed' })
+    const again = await openFileLogStore({ dir, ...BASE })
+    expect(again.ids()).toEqual(['a'])
+    await again.close()
+  })
+})
