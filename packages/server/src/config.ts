@@ -27,8 +27,10 @@ import {
   DEFAULT_TABLE_CACHE_MS,
   DEFAULT_REPLICA_POLL_MS,
   DEFAULT_WRITER_LOCK_WAIT_MS,
+  DEFAULT_STANDBY_REFRESH_MS,
   DEFAULT_RANGE_CACHE_BYTES,
 } from './defaults.js'
+import { DEFAULT_HEADS_INTERVAL_MS } from '@sluice/storage'
 import { DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME, validatePublicationName, validateSlotName } from './replication/pg-names.js'
 
 export type SettingType = 'string' | 'url' | 'integer' | 'bytes' | 'duration' | 'boolean' | 'enum'
@@ -83,6 +85,10 @@ export interface SluiceConfig {
   readonly standby: boolean
   /** How long a start that is not a standby waits for the writer lock. */
   readonly writerLockWaitMs: number
+  /** How often a standby follows a new heads file of the writer. */
+  readonly standbyRefreshMs: number
+  /** How often the writer rewrites its heads file while something changes (0: only at a clean stop). */
+  readonly headsIntervalMs: number
   /** Serve the shapes a writer keeps in the storage directory, without replicating or writing (a read replica). */
   readonly readOnly: boolean
   /** A read replica's re-read of the writer's watermark when no change notification came (0: never). */
@@ -214,6 +220,28 @@ export const SETTINGS: readonly Setting[] = [
     min: 0,
     max: 3_600_000,
     description: 'How long a start waits for another writer of the same storage directory to let go of it before failing (a restart right after the old process was killed waits for it to finish exiting).',
+  },
+  {
+    key: 'standbyRefreshMs',
+    flag: 'standby-refresh',
+    env: 'SLUICE_STANDBY_REFRESH',
+    type: 'duration',
+    default: `${DEFAULT_STANDBY_REFRESH_MS / 1000}s`,
+    min: 100,
+    max: 3_600_000,
+    description:
+      "A standby follows the writer's heads file (every shape log's head, rewritten while the writer runs) at most this often, so that at takeover only what changed since is left to do; each reading costs about a second of CPU per 100,000 shapes.",
+  },
+  {
+    key: 'headsIntervalMs',
+    flag: 'heads-interval',
+    env: 'SLUICE_HEADS_INTERVAL',
+    type: 'duration',
+    default: `${DEFAULT_HEADS_INTERVAL_MS / 1000}s`,
+    min: 0,
+    max: 3_600_000,
+    description:
+      'How often the writer records every shape log\'s head in its heads file while something changes (and always at a clean stop): a start or a standby\'s takeover after a crash scans only the logs changed since; 0: only at a clean stop.',
   },
   {
     key: 'readOnly',

@@ -257,3 +257,11 @@ export const DEFAULT_COMPACT_INTERVAL_MS = 10_000
  * just before the switch still finds it moving.
  */
 export const DEFAULT_COMPACT_RETIRE_MS = 60_000
+
+/**
+ * A standby (`sluice start --standby`) reads the writer's heads file again
+ * when a new one is in place, at most this often: each reading costs it about
+ * a second of CPU with 100k shapes, and the writer writes one every 30 s while
+ * it changes. What changed since the last reading is left to the takeover.
+ */
+export const DEFAULT_STANDBY_REFRESH_MS = 10_000

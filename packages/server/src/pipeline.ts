@@ -1,6 +1,7 @@
 import { join } from 'node:path'
 import { formatLsn } from '@sluice/protocol'
-import { type FileLogStore, FlushError, type FsPort, type StorageError, type StoreLockOptions, openFileLogStore } from '@sluice/storage'
+import { FileLogStore, type FileStoreOptions, FlushError, type FsPort, type StorageError, type StoreLockOptions, openFileLogStore } from '@sluice/storage'
+import { waitAndPromote } from './standby.js'
 import pg from 'pg'
 import {
   BufferingSink,
@@ -81,6 +82,17 @@ export interface PipelineOptions {
   readonly storageFs?: FsPort
   /** How the storage directory's writer lock is taken and waited for (writer-lock.ts). */
   readonly writerLock?: StoreLockOptions
+  /**
+   * A standby writer (standby.ts): builds its store's logs and restores its
+   * shapes from the heads file while another process writes, keeps them
+   * current while it waits for the writer lock, and takes over with only what
+   * changed left to do.
+   */
+  readonly standby?: boolean
+  /** How often a standby follows a new heads file of the writer (default DEFAULT_STANDBY_REFRESH_MS). */
+  readonly standbyRefreshMs?: number
+  /** How often the writer rewrites its heads file while something changes (FileStoreOptions.headsIntervalMs). */
+  readonly headsIntervalMs?: number
   /** How long replication may be disconnected before health reports it (default DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS). */
   readonly healthReplicationTimeoutMs?: number
   /** Repeats of one error line are summarised once per this many ms (default DEFAULT_DEDUPE_WINDOW_MS). */
@@ -192,7 +204,7 @@ export class Pipeline {
     // The batched stat at the store's open after a clean stop; without it the store stats file by file.
     const statFiles = (await loadNativeAddon())?.statFiles
     let opening = true
-    const store = await openFileLogStore({
+    const storeOptions: FileStoreOptions = {
       dir: join(options.storageDir, 'logs'),
       ...(statFiles === undefined ? {} : { statFiles }),
       ...(options.chunkBytes === undefined ? {} : { chunkBytes: options.chunkBytes }),
@@ -200,6 +212,7 @@ export class Pipeline {
       ...(options.storageFs === undefined ? {} : { fs: options.storageFs }),
       ...(options.writerLock === undefined ? {} : { lock: options.writerLock }),
       ...(options.tailBudgetBytes === undefined ? {} : { tailBudgetBytes: options.tailBudgetBytes }),
+      ...(options.headsIntervalMs === undefined ? {} : { headsIntervalMs: options.headsIntervalMs }),
       // A long-running writer will use the tail reserve: map it now, not page by page on the append path.
       prefaultTails: true,
       // A log set aside at open (quarantine/) is not restored: its shape is made again on request and
@@ -207,8 +220,10 @@ export class Pipeline {
       onError: (err) => {
         if (opening) options.logger?.error({ err }, err.code === 'io_error' || err.code === 'disk_full' ? 'storage error at open' : 'shape log quarantined at open')
       },
-    })
-    opening = false
+    }
+    const standby = options.standby === true
+    const store = standby ? await FileLogStore.prepare(storeOptions) : await openFileLogStore(storeOptions)
+    if (!standby) opening = false
     const db = new pg.Pool({ connectionString: options.connectionString, max: 4, application_name: 'sluice' })
     const snapshotConnections = options.snapshotConnections ?? DEFAULT_SNAPSHOT_CONNECTIONS
     const snapshotPool = new pg.Pool({
@@ -229,14 +244,7 @@ export class Pipeline {
     let shapes: ShapeManager | undefined
     try {
       const publication = new PublicationManager(db, { name: options.publicationName ?? DEFAULT_PUBLICATION_NAME })
-      await publication.ensure()
-      const slot = new SlotManager(db, { name: options.slotName ?? DEFAULT_SLOT_NAME })
-      const slotLsn = (await slot.ensure()).slot.confirmedFlushLsn ?? 0n
-      // Opened once each: opening wipes what a previous process left, which the slot will resend.
-      streams = await SpillStreamBuffer.open(await SpillDir.open(join(options.storageDir, 'spill', 'streams')))
-      const queues = await SpillDir.open(join(options.storageDir, 'spill', 'queues'))
-      const routedDir = await SpillDir.open(join(options.storageDir, 'spill', 'routed'))
-
+      const queuesDir = join(options.storageDir, 'spill', 'queues')
       let replication: ReplicationClient | undefined
       const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
       const routed = { lsn: store.durableLsn }
@@ -260,16 +268,13 @@ export class Pipeline {
           }
         },
       })
-      // Streamed transactions are routed as they arrive, their lines kept until the commit (routed-ahead.ts).
-      ahead = new RoutedAhead(router, routedDir)
-      shapes = await ShapeManager.open({
+      const shapeOptions = {
         store,
         router,
         db,
         snapshotPool,
         snapshotConnections,
         publication,
-        spillDir: queues,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),
         ...(options.maxSubqueryViewEntries === undefined ? {} : { maxSubqueryViewEntries: options.maxSubqueryViewEntries }),
@@ -279,8 +284,26 @@ export class Pipeline {
         ...(options.catalogCheckMs === undefined ? {} : { catalogCheckMs: options.catalogCheckMs }),
         ...(options.subqueryHeld === undefined ? {} : { subqueryHeld: options.subqueryHeld }),
         ...(options.logger === undefined ? {} : { logger: options.logger }),
-        onPressure: (paused) => (paused ? replication?.pause(PAUSE_SHAPE_MEMORY) : replication?.resume(PAUSE_SHAPE_MEMORY)),
-      })
+        onPressure: (paused: boolean) => (paused ? replication?.pause(PAUSE_SHAPE_MEMORY) : replication?.resume(PAUSE_SHAPE_MEMORY)),
+      }
+      if (standby) {
+        // Everything the takeover can do without the lock, done while waiting for it (standby.ts); the
+        // spill directory, still the writer's, is wiped below once the lock is ours.
+        shapes = await ShapeManager.prepare({ ...shapeOptions, spillDir: SpillDir.at(queuesDir) })
+        await waitAndPromote(store, shapes, options)
+        opening = false
+        await shapes.promote({ recheckTables: true })
+      }
+      await publication.ensure()
+      const slot = new SlotManager(db, { name: options.slotName ?? DEFAULT_SLOT_NAME })
+      const slotLsn = (await slot.ensure()).slot.confirmedFlushLsn ?? 0n
+      // Opened once each: opening wipes what a previous process left, which the slot will resend.
+      streams = await SpillStreamBuffer.open(await SpillDir.open(join(options.storageDir, 'spill', 'streams')))
+      const queues = await SpillDir.open(queuesDir)
+      const routedDir = await SpillDir.open(join(options.storageDir, 'spill', 'routed'))
+      // Streamed transactions are routed as they arrive, their lines kept until the commit (routed-ahead.ts).
+      ahead = new RoutedAhead(router, routedDir)
+      shapes ??= await ShapeManager.open({ ...shapeOptions, spillDir: queues })
       const replicationGap = await discardIfSlotAhead(shapes, slotLsn, store.durableLsn, options.logger)
       // Now every log holds all commits below the slot's position (or there is no log): say so, so that a
       // crash before the first transaction is routed does not find a fresh store's shapes behind the slot.

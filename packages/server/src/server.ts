@@ -136,6 +136,9 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     pipeline = await Pipeline.start({
       connectionString: databaseUrl,
       writerLock,
+      standby: config.standby,
+      standbyRefreshMs: config.standbyRefreshMs,
+      headsIntervalMs: config.headsIntervalMs,
       storageDir: config.storageDir,
       slotName: config.slot,
       publicationName: config.publication,

@@ -1,4 +1,4 @@
-import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
+import type { ShapeLog } from '@sluice/storage'
 import { type IndexableConjunct, RestoredClause, type WhereClause, compileWhereSync, sameRoute } from '../where/index.js'
 import { type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
 import type { LiveShape } from './live-shape.js'
@@ -21,31 +21,30 @@ export interface StoredShape {
 }
 
 /**
- * The store's shapes; `broken` lists the logs to delete: those whose meta
- * cannot be read, and logs a compaction replaced (a crash came between the
- * compacted log's rename and the old one's deletion: the newer generation of
- * a handle is the shape's log, compaction/log-ids.ts).
+ * The shapes of these logs; `broken` lists the logs to delete: those whose
+ * meta cannot be read, and logs a compaction replaced (a crash came between
+ * the compacted log's rename and the old one's deletion: the newer generation
+ * of a handle is the shape's log, compaction/log-ids.ts).
  */
-export function readStoredShapes(store: ShapeLogStore, logger: ShapeLogger | undefined): { stored: StoredShape[]; broken: string[] } {
+export function readStoredShapes(logs: Iterable<ShapeLog>, logger: ShapeLogger | undefined): { stored: StoredShape[]; broken: ShapeLog[] } {
   const byHandle = new Map<string, StoredShape>()
-  const broken: string[] = []
-  for (const id of store.ids()) {
-    const log = store.get(id)
-    if (log === undefined) continue
+  const broken: ShapeLog[] = []
+  for (const log of logs) {
+    const id = log.id
     let meta: ShapeMeta
     try {
       // The text form where the log keeps one: a restart decodes every meta.
       meta = decodeShapeMeta(log.metaText ?? log.meta)
     } catch (error) {
       logger?.error({ handle: id, err: error }, 'shape meta unreadable; deleting the shape')
-      broken.push(id)
+      broken.push(log)
       continue
     }
     const other = byHandle.get(meta.handle)
     if (other !== undefined) {
       const [keep, drop] = generationOfLogId(other.log.id) > generationOfLogId(id) ? [other, log] : [{ meta, log }, other.log]
       logger?.info({ handle: meta.handle, kept: keep.log.id, deleted: drop.id }, 'a compacted shape log replaced this one; deleting it')
-      broken.push(drop.id)
+      broken.push(drop)
       byHandle.set(meta.handle, keep)
       continue
     }

@@ -18,11 +18,11 @@ import { type ShapeDefinition, ShapeRegistry, systemMicrosClock } from './defini
 import { catalogChanged } from './invalidation.js'
 import { type LiveShape, type ShapeRemoval, routeSpec } from './live-shape.js'
 import { QueueBudget } from './queue-budget.js'
-import { RestoreRoutes, readStoredShapes, revive } from './restore-shapes.js'
 import type { Invalidation } from './route-contracts.js'
 import { ShapeBuilder, creationError } from './shape-builder.js'
 import { ShapeError } from './shape-error.js'
 import { ShapeLifecycle } from './shape-lifecycle.js'
+import { ShapeRestore } from './shape-restore.js'
 import { SubqueryShape, viewsFull } from './subquery/subquery-shape.js'
 import { ViewBudget } from './subquery/view-budget.js'
 import { SnapshotSemaphore } from './snapshot-semaphore.js'
@@ -86,6 +86,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly builder: ShapeBuilder
   private readonly watch: CatalogWatch
   private readonly lifecycle: ShapeLifecycle
+  /** The restore, until `promote` finishes it. */
+  private restoring: ShapeRestore | undefined
   private closed = false
 
   private constructor(
@@ -126,6 +128,21 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       invalidate: (info, reason) => this.invalidateHandles(this.handlesFor(info), reason),
       onError: (error) => options.logger?.warn({ err: error }, 'checking the catalog for DDL failed'),
     })
+    const manager = this
+    this.restoring = new ShapeRestore({
+      store: options.store,
+      registry,
+      router: options.router,
+      shapes: this.shapes,
+      logger: options.logger,
+      add: (shape) => manager.add(shape),
+      drop: (shape) => manager.drop(shape),
+      // Interned as requests' answers are, so a request finds its restored shape's table by identity.
+      loadTable: async (schema, name) => {
+        const info = await loadTable(options.db, { schema, name })
+        return info === undefined ? undefined : manager.tables.adopt(info)
+      },
+    })
   }
 
   /**
@@ -134,57 +151,59 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * passes a restored shape by.
    */
   static async open(options: ShapeManagerOptions): Promise<ShapeManager> {
-    await loadWhereParser()
-    const { stored, broken } = readStoredShapes(options.store, options.logger)
-    // The floor at the clock: every handle an earlier process issued is 'expired' unless restored (ShapeRegistry.status).
-    const registry = ShapeRegistry.restore(
-      stored.map((s) => s.meta),
-      { floor: systemMicrosClock() },
-    )
-    const manager = new ShapeManager(options, registry)
-    for (const id of broken) await options.store.deleteShape(id)
-    if (registry.expiredDuringRestore.length > 0) {
-      // Rare (a crash between a new shape and its predecessor's expiry): no map of every handle otherwise.
-      const logIds = new Map(stored.map((s) => [s.meta.handle, s.log.id]))
-      for (const handle of registry.expiredDuringRestore) await options.store.deleteShape(logIds.get(handle) ?? handle)
-    }
-
-    // Each table loaded once, and awaited once: not a suspension per shape.
-    const tables = new Map<string, TableInfo | undefined>()
-    let lastSchema: string | undefined
-    let lastTable: string | undefined
-    let lastKey = ''
-    const routes = new RestoreRoutes()
-    for (const shape of stored) {
-      const { meta } = shape
-      if (registry.status(meta.handle) !== 'active') continue
-      const def = meta.definition
-      // The same table as the shape before (the usual case): no key string per shape.
-      const key = def.schema === lastSchema && def.table === lastTable ? lastKey : `${def.schema}\u0000${def.table}`
-      lastSchema = def.schema
-      lastTable = def.table
-      lastKey = key
-      let table = tables.get(key)
-      if (table === undefined && !tables.has(key)) {
-        // Interned as requests' answers are, so a request finds its restored shape's table by identity.
-        table = await loadTable(options.db, { schema: def.schema, name: def.table }).then(
-          (info) => (info === undefined ? undefined : manager.tables.adopt(info)),
-          () => undefined,
-        )
-        tables.set(key, table)
-      }
-      const revived = revive(shape, table, options.store.durableLsn, routes)
-      if (revived.problem !== undefined) {
-        await manager.dropRestored(meta.handle, shape.log.id, def, revived.problem)
-        continue
-      }
-      manager.add(revived.shape)
-      options.router.add(routeSpec(revived.shape), revived.target)
-    }
-    options.logger?.info({ shapes: manager.shapes.size }, 'shapes restored')
-    manager.watch.start()
-    manager.lifecycle.start()
+    const manager = await ShapeManager.prepare(options)
+    await manager.promote()
     return manager
+  }
+
+  /**
+   * The first half of `open`, for a standby whose store is prepared and not
+   * promoted yet (`FileLogStore.prepare`): restores and routes the shapes of
+   * its logs, writing nothing. `sync` follows the store's logs while the
+   * standby waits; `promote` finishes once the store is promoted.
+   */
+  static async prepare(options: ShapeManagerOptions): Promise<ShapeManager> {
+    await loadWhereParser()
+    // The floor at the clock: every handle an earlier process issued is 'expired' unless restored (ShapeRegistry.status).
+    const manager = new ShapeManager(options, new ShapeRegistry({ floor: systemMicrosClock() }))
+    await manager.sync()
+    return manager
+  }
+
+  /**
+   * A prepared manager's: restores the shapes of the store's logs that have
+   * none, and forgets those whose log went or was replaced (after the store's
+   * `refresh`, and by `promote`).
+   */
+  async sync(): Promise<void> {
+    if (this.restoring === undefined) throw new Error('the shape manager is promoted: nothing to sync')
+    await this.restoring.sync()
+  }
+
+  /**
+   * Finishes the restore once the store takes writes (for a standby, after
+   * `FileLogStore.promote`): syncs with the store's logs as they are now,
+   * deletes the logs that were not restored, and starts the catalog watch and
+   * expiry. `recheckTables`: look at the catalog again first (a standby's
+   * tables were loaded while it waited).
+   */
+  async promote(options: { recheckTables?: boolean } = {}): Promise<void> {
+    const restore = this.restoring
+    if (restore === undefined) throw new Error('the shape manager is promoted already')
+    await restore.sync()
+    // Handles its predecessor issued while this one waited are below the clock now.
+    this.registry.raiseFloor(systemMicrosClock())
+    for (const { log, dropped } of restore.finish()) {
+      if (dropped === undefined) await this.options.store.deleteShape(log.id)
+      else await this.dropRestored(dropped.handle, log.id, dropped.definition, dropped.why)
+    }
+    this.restoring = undefined
+    if (options.recheckTables === true) {
+      await this.watch.check().catch((error: unknown) => this.options.logger?.warn({ err: error }, 'checking the catalog for DDL failed'))
+    }
+    this.options.logger?.info({ shapes: this.shapes.size }, 'shapes restored')
+    this.watch.start()
+    this.lifecycle.start()
   }
 
   /**
@@ -573,11 +592,10 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     return [...(this.byTable.get(info) ?? [])]
   }
 
+  /** A stored shape that no longer matches its table (retired from the registry by the restore). */
   private async dropRestored(handle: string, logId: string, definition: ShapeDefinition, why: string): Promise<void> {
     this.options.logger?.warn({ handle, why }, 'restored shape no longer matches its table; deleting it')
-    this.registry.invalidate(handle)
     await this.options.store.deleteShape(logId)
-    this.registry.forget(handle)
     this.emit('invalidated', { handle, definition, reason: { kind: 'deleted', detail: why } })
   }
 }

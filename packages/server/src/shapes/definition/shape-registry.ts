@@ -61,6 +61,18 @@ export class ShapeRegistry {
    */
   static restore(entries: Iterable<ShapeMeta | ShapeEntry>, options: ShapeRegistryOptions = {}): ShapeRegistry {
     const registry = new ShapeRegistry(options)
+    registry.restoreMore(entries)
+    return registry
+  }
+
+  /**
+   * Adds stored metas to a registry restored before (a standby's store found
+   * logs made since it prepared), by the same rule as `restore`: of two
+   * active entries for one definition the newer handle stays active, the
+   * other is expired and listed in `expiredDuringRestore`, whichever call
+   * brought it.
+   */
+  restoreMore(entries: Iterable<ShapeMeta | ShapeEntry>): void {
     // Each handle parsed once, not once per comparison, and sorted as indices: a restart with 100k
     // shapes sorts them all, and an object per entry would live through the whole sort.
     const list = [...entries]
@@ -74,21 +86,32 @@ export class ShapeRegistry {
     for (const i of order) {
       const entry = list[i]!
       const at = times[i]!
-      if (registry.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
+      if (this.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
       const definition = freezeDefinition(entry.definition)
       const key = uncachedDefinitionKey(definition)
-      registry.#issuer.observe(at)
-      registry.#byHandle.set(entry.handle, { definition, key, expired: entry.expired })
+      this.#issuer.observe(at)
+      const restored = { definition, key, expired: entry.expired }
+      this.#byHandle.set(entry.handle, restored)
       if (entry.expired) continue
-      const previous = registry.#active.get(key)
-      if (previous !== undefined) {
-        const old = registry.#byHandle.get(previous)
-        if (old !== undefined) old.expired = true
-        registry.#expiredDuringRestore.push(previous)
+      const previous = this.#active.get(key)
+      if (previous !== undefined && micros(previous) > at) {
+        // A newer handle restored by an earlier call stays.
+        restored.expired = true
+        this.#expiredDuringRestore.push(entry.handle)
+        continue
       }
-      registry.#active.set(key, entry.handle)
+      if (previous !== undefined) {
+        const old = this.#byHandle.get(previous)
+        if (old !== undefined) old.expired = true
+        this.#expiredDuringRestore.push(previous)
+      }
+      this.#active.set(key, entry.handle)
     }
-    return registry
+  }
+
+  /** Raises the handle floor to `micros` (a standby's clock when it takes over: every handle its predecessor issued is below it). */
+  raiseFloor(micros: number): void {
+    this.#issuer.observe(micros)
   }
 
   get expiredDuringRestore(): readonly string[] {
