@@ -11,6 +11,7 @@
  * directory is renamed into place while its descriptors stay valid.
  */
 import type { FsPort } from '../fs-port.js'
+import { DOUBLE_FIELD } from './double-field.js'
 import { StorageError, fromSystemError } from '../errors.js'
 
 export class FileRef {
@@ -21,9 +22,12 @@ export class FileRef {
   /**
    * Inode of the file first opened under this ref. A reopen that finds another
    * file at the path (the log was deleted and a new one created under the same
-   * id) must fail rather than mix the old index with the new bytes.
+   * id) must fail rather than mix the old index with the new bytes. A double
+   * field from the start (set to -1 in the constructor): an open sets it from
+   * a batched stat's Float64Array, and a small-integer field taking those
+   * values would migrate every ref made before (300k with 100k logs).
    */
-  ino = -1
+  ino: number = DOUBLE_FIELD
   /** Neighbours in the cache's LRU list while open (older, newer). */
   older: FileRef | undefined = undefined
   newer: FileRef | undefined = undefined
@@ -43,6 +47,7 @@ export class FileRef {
   ) {
     this.at = path
     this.name = name
+    this.ino = -1
   }
 
   get path(): string {

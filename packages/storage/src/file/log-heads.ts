@@ -257,6 +257,19 @@ export abstract class LogHeads {
     this.endSeq = seq
   }
 
+  /**
+   * Whether both heads are `head` and nothing waits between them: a log built
+   * from a heads-file entry and not appended to since, asked whether another
+   * entry describes it as it is (`prepareLogs`, `loadLogs`).
+   */
+  isAt(head: HeadState): boolean {
+    if (this.endSeq !== 0 || this.open) return false
+    if (this.publishedEntries !== head.entries || this.publishedDataEnd !== head.dataEnd || this.publishedClosed !== head.closedChunks) return false
+    if (this.publishedSnapshotChunks !== head.snapshotChunks || this.appendedEntries !== head.entries || this.appendedDataEnd !== head.dataEnd) return false
+    splitLsn(head.last.tx)
+    return this.publishedTxHi === lsnHalves.hi && this.publishedTxLo === lsnHalves.lo && this.publishedOp === Number(head.last.op)
+  }
+
   hasUnpublished(): boolean {
     return this.endSeq !== 0
   }

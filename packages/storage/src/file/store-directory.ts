@@ -83,7 +83,8 @@ export function prepareLogs(root: string, logHost: LogHost, entries: ReadonlyMap
     const dir = shapeDir(root, entry.id)
     const kept = prepared.get(entry.id)
     if (kept !== undefined && kept.dir === dir && kept.metaText === entry.meta) {
-      kept.restore(entry.head, entry.chunks)
+      // Durable bytes are never rewritten: the same head is the same chunks.
+      if (!kept.isAt(entry.head)) kept.restore(entry.head, entry.chunks)
       logs.set(entry.id, kept)
     } else {
       // decodeHeads made the array for this log alone: no copy.
@@ -99,10 +100,9 @@ function retireUnused(prepared: ReadonlyMap<string, FileShapeLog> | undefined, u
   for (const [id, log] of prepared) if (used.get(id) !== log) log.retire()
 }
 
-/** The prepared log to use again for `id` in `dir` with `meta`, if there is one. */
-function reusable(prepared: PreparedLogs | undefined, id: string, dir: string, meta: string): FileShapeLog | undefined {
-  const log = prepared?.logs.get(id)
-  return log !== undefined && log.dir === dir && log.metaText === meta ? log : undefined
+/** The prepared log of the id to use again in `dir` with `meta`, if it is that. */
+function reusable(kept: FileShapeLog | undefined, dir: string, meta: string): FileShapeLog | undefined {
+  return kept !== undefined && kept.dir === dir && kept.metaText === meta ? kept : undefined
 }
 
 /**
@@ -126,15 +126,17 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEn
   for (let i = 0; i < logs.length; i++) {
     const { id, dir } = logs[i]!
     try {
-      checkShapeId(id)
+      const kept = prepared?.logs.get(id)
+      // A prepared log's id was checked when it was prepared.
+      if (kept === undefined) checkShapeId(id)
       const known = clean?.get(id)
       const found = known === undefined || stats === undefined ? undefined : checkHeads(stats, i, known)
       if (found === undefined) {
-        loaded.logs.set(id, await openLog(ctx, id, dir, undefined, prepared))
+        loaded.logs.set(id, await openLog(ctx, id, dir, undefined, kept))
       } else if (found === 'grown') {
-        loaded.logs.set(id, await openLog(ctx, id, dir, known, prepared))
+        loaded.logs.set(id, await openLog(ctx, id, dir, known, kept))
       } else {
-        loaded.logs.set(id, openClean(ctx, known!, dir, found, prepared))
+        loaded.logs.set(id, openClean(ctx, known!, dir, found, kept, prepared?.fromClean === true))
         loaded.cleanOpened++
       }
     } catch (caught) {
@@ -180,9 +182,9 @@ function unreadable(id: string, err: unknown): StorageError | undefined {
  * heads file for these very files) from that prefix on. Into a prepared log
  * of the same meta when there is one.
  */
-async function openLog(ctx: DirectoryContext, id: string, dir: string, known: HeadsEntry | undefined, prepared: PreparedLogs | undefined): Promise<FileShapeLog> {
+async function openLog(ctx: DirectoryContext, id: string, dir: string, known: HeadsEntry | undefined, kept: FileShapeLog | undefined): Promise<FileShapeLog> {
   const meta = known?.meta ?? readLogMeta(ctx, id, dir).toString('latin1')
-  let log = reusable(prepared, id, dir, meta)
+  let log = reusable(kept, dir, meta)
   if (log === undefined) {
     log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
   } else {
@@ -264,12 +266,13 @@ function checkHeads(stats: Float64Array, i: number, known: HeadsEntry): FileInod
   return data >= head.dataEnd && entries >= entriesEnd && chunks >= chunksEnd ? 'grown' : undefined
 }
 
-function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes: FileInodes, prepared: PreparedLogs | undefined): FileShapeLog {
-  let log = reusable(prepared, known.id, dir, known.meta)
+/** `fromClean`: `kept` was built from this very entry. */
+function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes: FileInodes, kept: FileShapeLog | undefined, fromClean: boolean): FileShapeLog {
+  let log = reusable(kept, dir, known.meta)
   if (log === undefined) {
     // decodeHeads made the array for this log alone: no copy.
     log = new FileShapeLog(known.id, dir, known.meta, ctx.logHost, known.chunks as ChunkInfo[], known.head)
-  } else if (!prepared!.fromClean) {
+  } else if (!fromClean && !log.isAt(known.head)) {
     log.restore(known.head, known.chunks)
   }
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
