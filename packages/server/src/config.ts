@@ -209,7 +209,7 @@ export const SETTINGS: readonly Setting[] = [
     type: 'boolean',
     default: 'false',
     description:
-      'Start as a standby writer: wait for the writer of the same storage directory to exit (its lock to be released), then take over replication from where it left off.',
+      'Start as a standby writer: restore the shapes of the same storage directory while its writer runs, wait for the writer to exit (its lock to be released), then take over replication from where it left off.',
   },
   {
     key: 'writerLockWaitMs',

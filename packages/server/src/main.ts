@@ -5,6 +5,7 @@ import { type SluiceConfig, helpText, parseCli } from './config.js'
 import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { createLogger, redactUrl } from './logger.js'
 import { createReplicaServer } from './replica/replica-server.js'
+import { ServerError } from './errors.js'
 import { type SluiceServer, createServer } from './server.js'
 import { onShutdownSignals } from './shutdown-signals.js'
 import { limitMallocArenas } from './heap-trim.js'
@@ -65,6 +66,8 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
 
   let server: Running | undefined
   let stopping = false
+  // A standby waiting for the writer lock gives up the wait at a stop signal: nothing to drain.
+  const waiting = new AbortController()
   const stop = async (running: Running): Promise<void> => {
     const t0 = performance.now()
     try {
@@ -81,6 +84,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       stopping = true
       logger.info({ signal }, 'shutting down (a repeat within a second counts once; send the signal again later to exit at once)')
       if (server !== undefined) void stop(server) // else the start-up path below shuts down
+      else waiting.abort()
     },
     repeated: (signal) => logger.debug({ signal }, 'signal repeated within the window: still shutting down'),
     force: (signal) => {
@@ -91,8 +95,12 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   })
 
   try {
-    server = config.readOnly ? await createReplicaServer(config, { logger }) : await createServer(config, { logger })
+    server = config.readOnly ? await createReplicaServer(config, { logger }) : await createServer(config, { logger, signal: waiting.signal })
   } catch (err) {
+    if (err instanceof ServerError && err.code === 'standby_stopped') {
+      logger.info('stopped while waiting for the writer lock')
+      process.exit(0)
+    }
     logger.fatal({ err }, 'start-up failed')
     process.stderr.write(`sluice: start-up failed: ${(err as Error).message}\n`)
     process.exit(1)

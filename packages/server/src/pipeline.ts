@@ -89,6 +89,8 @@ export interface PipelineOptions {
    * changed left to do.
    */
   readonly standby?: boolean
+  /** Gives up a standby's wait for the writer lock: the start rejects with `standby_stopped`. */
+  readonly signal?: AbortSignal
   /** How often a standby follows a new heads file of the writer (default DEFAULT_STANDBY_REFRESH_MS). */
   readonly standbyRefreshMs?: number
   /** How often the writer rewrites its heads file while something changes (FileStoreOptions.headsIntervalMs). */

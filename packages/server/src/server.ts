@@ -53,6 +53,8 @@ export interface SluiceServer {
 export interface CreateServerOptions {
   /** Default: a pino logger on stdout at config.logLevel. */
   readonly logger?: SluiceLogger
+  /** Gives up a standby's wait for the writer lock (the start then rejects with `standby_stopped`). */
+  readonly signal?: AbortSignal
 }
 
 export function httpOptions(config: SluiceConfig): HttpOptions {
@@ -137,6 +139,7 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
       connectionString: databaseUrl,
       writerLock,
       standby: config.standby,
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
       standbyRefreshMs: config.standbyRefreshMs,
       headsIntervalMs: config.headsIntervalMs,
       storageDir: config.storageDir,

@@ -10,10 +10,13 @@
  */
 import type { FileLogStore, StoreLockOptions } from '@sluice/storage'
 import { DEFAULT_STANDBY_REFRESH_MS } from './defaults.js'
+import { ServerError } from './errors.js'
 import type { ShapeLogger, ShapeManager } from './shapes/shape-manager.js'
 
 export interface StandbyOptions {
   readonly writerLock?: StoreLockOptions
+  /** Gives up the wait (the promise rejects with `standby_stopped`); the store, never promoted, is closed. */
+  readonly signal?: AbortSignal
   readonly standbyRefreshMs?: number
   readonly logger?: ShapeLogger
 }
@@ -27,6 +30,7 @@ export async function waitAndPromote(store: FileLogStore, shapes: ShapeManager, 
   await store.promote({
     ...options.writerLock,
     whileWaiting: async () => {
+      if (options.signal?.aborted === true) throw new ServerError('standby_stopped')
       if (performance.now() - last < refreshMs) return
       last = performance.now()
       try {

@@ -160,4 +160,31 @@ describe('warm standby', () => {
     standby.child.kill('SIGINT')
     expect((await standby.exited).code).toBe(0)
   })
+
+  it('a standby stopped while it waits exits at once and leaves the writer alone', { timeout: 120_000 }, async () => {
+    const dir = await dirs.make('store')
+    await chmod(dir, 0o755)
+    await cluster.query('CREATE TABLE standby_stop (id int PRIMARY KEY, title text NOT NULL)')
+    await cluster.query("INSERT INTO standby_stop VALUES (1, 'one')")
+    const writer = start(dir, [])
+    const [, writerUrl] = await writer.waitFor(HTTP, 120_000)
+    const first = await fetch(`${writerUrl}/v1/shape?table=standby_stop&offset=-1`)
+    await first.arrayBuffer()
+    const handle = first.headers.get('electric-handle')!
+    const offset = first.headers.get('electric-offset')!
+    const standby = start(dir, ['--standby'])
+    await standby.waitFor(/standby: waiting for the writer lock/, 120_000)
+    const stoppedAt = performance.now()
+    standby.child.kill('SIGTERM')
+    expect((await standby.exited).code).toBe(0)
+    expect(performance.now() - stoppedAt).toBeLessThan(10_000)
+    expect(standby.stdout).toMatch(/stopped while waiting for the writer lock/)
+    // The writer never noticed.
+    await cluster.query("INSERT INTO standby_stop VALUES (2, 'two')")
+    const live = await fetch(`${writerUrl}/v1/shape?table=standby_stop&handle=${handle}&offset=${offset}&live=true`)
+    expect(live.status).toBe(200)
+    expect(JSON.stringify(await live.json())).toContain('"two"')
+    writer.child.kill('SIGINT')
+    expect((await writer.exited).code).toBe(0)
+  })
 })
