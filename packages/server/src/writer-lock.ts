@@ -1,6 +1,9 @@
 import type { StoreLockOptions } from '@sluice/storage'
 import { loadNativeAddon } from './native-addon.js'
 
+/** How often a standby tries the writer lock (others: the storage engine's LOCK_RETRY_MS). */
+export const STANDBY_LOCK_RETRY_MS = 20
+
 /** What the server logs about the lock (a pino logger's shape). */
 interface LockLogger {
   info(fields: object, message: string): void
@@ -25,6 +28,8 @@ export async function writerLockOptions(options: { standby: boolean; waitMs: num
     kind,
     lockFile,
     waitMs: options.standby ? Number.POSITIVE_INFINITY : options.waitMs,
+    // A standby's whole point is to take over at once: an attempt is an open, a flock and a close.
+    ...(options.standby ? { retryMs: STANDBY_LOCK_RETRY_MS } : {}),
     onWait: (holder) =>
       options.logger.info({ holder, lock: kind, standby: options.standby }, options.standby ? 'standby: waiting for the writer lock' : 'waiting for the writer lock'),
   }

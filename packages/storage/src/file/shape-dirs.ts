@@ -154,10 +154,10 @@ export function dropBucketIfEmpty(fs: FsPort, root: string, id: string): Promise
  * directory sync failed and was moved back out). Not synced: an empty bucket
  * that comes back after a crash is removed again next time.
  */
-export function dropEmptyBuckets(fs: FsPort, root: string): void {
+export function dropEmptyBuckets(fs: FsPort, root: string, holding?: ReadonlySet<string>): void {
   const top = shapesRoot(root)
   for (const name of fs.readdirSync(top)) {
-    if (!isBucketName(name)) continue
+    if (!isBucketName(name) || holding?.has(name) === true) continue
     try {
       fs.rmdirSync(`${top}/${name}`)
     } catch {

@@ -38,39 +38,60 @@ export function statFilesSync(fs: FsPort, base: string, dirs: readonly string[],
 }
 
 /**
- * A batch of many directories is cut into this many calls, which the thread
- * pool (four threads unless UV_THREADPOOL_SIZE says otherwise) runs side by
- * side: with 100k logs one call took about as long as the rest of an open.
+ * A batch of many directories is cut into calls of this many, which the
+ * thread pool (four threads unless UV_THREADPOOL_SIZE says otherwise) runs
+ * side by side, in order: with 100k logs one call took about as long as the
+ * rest of an open, and an open checks the first parts' logs while the later
+ * ones are still stat'ed (`StatParts`).
  */
-const BATCH_PARTS = 4
-/** Below this many directories one call does it. */
-const PART_MIN_DIRS = 2048
+const PART_DIRS = 2048
 
-/** Stats every file, natively when `batch` is given (and runs), else through the port. Never rejects. */
-export async function statAll(fs: FsPort, batch: StatFiles | undefined, base: string, dirs: readonly string[], names: readonly string[]): Promise<Float64Array> {
+/** Stats under way, part by part in the order of the directories. */
+export interface StatParts {
+  /** Sizes and inodes, as `StatFiles` lays them out; a part's stretch is filled once its `done` resolves. */
+  readonly out: Float64Array
+  /** Parts in order: `to` is the index of the first directory after the part. `done` never rejects. */
+  readonly parts: ReadonlyArray<{ readonly to: number; readonly done: Promise<void> }>
+}
+
+/**
+ * Starts the stats of every file, natively when `batch` is given, in parts of
+ * PART_DIRS directories; a part the batch cannot do is done through the
+ * port's statSync, which reports what went wrong file by file. Without a
+ * batch, through the port at once (one part).
+ */
+export function statInParts(fs: FsPort, batch: StatFiles | undefined, base: string, dirs: readonly string[], names: readonly string[]): StatParts {
   const out = new Float64Array(dirs.length * names.length * 2)
-  if (batch !== undefined) {
-    try {
-      const parts = dirs.length < PART_MIN_DIRS ? 1 : BATCH_PARTS
-      const per = Math.ceil(dirs.length / parts)
-      const calls: Promise<void>[] = []
-      for (let from = 0; from < dirs.length; from += per) {
-        const to = Math.min(from + per, dirs.length)
-        // Each call fills its own stretch of `out` (a view: no copy back).
-        calls.push(batch(base, dirs.slice(from, to), names, out.subarray(from * names.length * 2, to * names.length * 2)))
-      }
-      await Promise.all(calls)
-      return out
-    } catch {
-      // Fall through: the port's statSync reports what went wrong file by file.
-    }
+  if (batch === undefined) {
+    statFilesSync(fs, base, dirs, names, out)
+    return { out, parts: [{ to: dirs.length, done: Promise.resolve() }] }
   }
-  statFilesSync(fs, base, dirs, names, out)
+  const parts: Array<{ to: number; done: Promise<void> }> = []
+  for (let from = 0; from < dirs.length || parts.length === 0; from += PART_DIRS) {
+    const to = Math.min(from + PART_DIRS, dirs.length)
+    const part = dirs.slice(from, to)
+    // Each call fills its own stretch of `out` (a view: no copy back).
+    const stretch = out.subarray(from * names.length * 2, to * names.length * 2)
+    let done: Promise<void>
+    try {
+      done = batch(base, part, names, stretch).catch(() => statFilesSync(fs, base, part, names, stretch))
+    } catch {
+      done = Promise.resolve().then(() => statFilesSync(fs, base, part, names, stretch))
+    }
+    parts.push({ to, done })
+  }
+  return { out, parts }
+}
+
+/** Stats every file (`statInParts`) and resolves once all are done. Never rejects. */
+export async function statAll(fs: FsPort, batch: StatFiles | undefined, base: string, dirs: readonly string[], names: readonly string[]): Promise<Float64Array> {
+  const { out, parts } = statInParts(fs, batch, base, dirs, names)
+  await Promise.all(parts.map((p) => p.done))
   return out
 }
 
 /** A listing of the store's logs and the stats of their files, under way. */
 export interface ListedLogs {
   readonly logs: readonly ListedLog[]
-  readonly stats: Promise<Float64Array>
+  readonly stats: StatParts
 }

@@ -18,7 +18,7 @@ import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
 import { type ListedLog, dropEmptyBuckets, listLogs, shapeDir, shapesRoot } from './shape-dirs.js'
-import { type ListedLogs, type StatFiles, statAll } from './stat-files.js'
+import { type ListedLogs, type StatFiles, type StatParts, statInParts } from './stat-files.js'
 import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
@@ -122,9 +122,23 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEn
   ctx.trash.empty()
   const logs = listed?.logs ?? listLogs(fs, root)
   // Every listed log's files at once, in CLEAN_FILES' order; only the heads file's entries are checked against them.
-  const stats = clean === undefined ? undefined : await (listed?.stats ?? statListed(fs, ctx.statFiles, root, logs))
+  const statParts = clean === undefined ? undefined : (listed?.stats ?? statListed(fs, ctx.statFiles, root, logs))
+  const stats = statParts?.out
+  // The parts of the stats are waited for one by one: the first logs are checked while later ones are stat'ed.
+  let part = 0
+  let statted = 0
+  // Prepared logs used again (when all were, none is left to retire), and the buckets that keep a log.
+  let reused = 0
+  const holding = new Set<string>()
+  let lastBucket = ''
+  const bucketAt = shapesRoot(root).length + 1
   for (let i = 0; i < logs.length; i++) {
     const { id, dir } = logs[i]!
+    if (statParts !== undefined && i >= statted) {
+      while (statParts.parts[part]!.to <= i) part++
+      await statParts.parts[part]!.done
+      statted = statParts.parts[part]!.to
+    }
     try {
       const kept = prepared?.logs.get(id)
       // A prepared log's id was checked when it was prepared.
@@ -139,6 +153,12 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEn
         loaded.logs.set(id, openClean(ctx, known!, dir, found, kept, prepared?.fromClean === true))
         loaded.cleanOpened++
       }
+      if (kept !== undefined && loaded.logs.get(id) === kept) reused++
+      // Listed bucket by bucket: a bucket's name is taken once per bucket, not per log.
+      if (lastBucket === '' || !dir.startsWith(lastBucket, bucketAt)) {
+        lastBucket = dir.slice(bucketAt, dir.indexOf('/', bucketAt))
+        holding.add(lastBucket)
+      }
     } catch (caught) {
       const err = unreadable(id, caught) ?? caught
       if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
@@ -151,8 +171,8 @@ export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEn
       ctx.emitError(err)
     }
   }
-  retireUnused(prepared?.logs, loaded.logs)
-  dropEmptyBuckets(fs, root)
+  if (reused !== prepared?.logs.size) retireUnused(prepared?.logs, loaded.logs)
+  dropEmptyBuckets(fs, root, holding)
   return loaded
 }
 
@@ -237,10 +257,10 @@ export function listAndStatLogs(fs: FsPort, root: string, statFiles: StatFiles):
 }
 
 /** The stats of the listed logs' files, each log's directory named relative to shapes/ (bucket and id). */
-function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, logs: readonly ListedLog[]): Promise<Float64Array> {
+function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, logs: readonly ListedLog[]): StatParts {
   const top = shapesRoot(root)
   const dirs = logs.map((log) => log.dir.slice(top.length + 1))
-  return statAll(fs, statFiles, top, dirs, CLEAN_FILES)
+  return statInParts(fs, statFiles, top, dirs, CLEAN_FILES)
 }
 
 /**

@@ -33,9 +33,11 @@ export interface StoreLockOptions {
    * next attempt waits for it.
    */
   readonly whileWaiting?: (() => Promise<void>) | undefined
+  /** How often the lock is tried again while held (default LOCK_RETRY_MS): how soon a waiter sees the holder gone. */
+  readonly retryMs?: number | undefined
 }
 
-/** How often a waiting writer tries the lock again: a standby takes over within this of the writer's exit. */
+/** How often a waiting writer tries the lock again by default: it takes over within this of the writer's exit. */
 export const LOCK_RETRY_MS = 100
 
 /** The store's writer lock: resolves with its release, or rejects with `store_locked` once `waitMs` ran out. */
@@ -54,7 +56,7 @@ export async function acquireStoreLock(fs: FsPort, root: string, options: StoreL
       options.onWait?.(attempt.holder)
     }
     await options.whileWaiting?.()
-    await sleep(Math.min(LOCK_RETRY_MS, Math.max(1, deadline - Date.now())))
+    await sleep(Math.min(options.retryMs ?? LOCK_RETRY_MS, Math.max(1, deadline - Date.now())))
   }
 }
 
