@@ -10,7 +10,7 @@ import { appendFileSync, existsSync, readFileSync, readdirSync, renameSync, stat
 import { shapeDir } from '../src/file/shape-dirs.js'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it, vi } from 'vitest'
-import { HEADS_FILE, OLD_HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
+import { HEADS_FILE, type HeadsEntry, OLD_HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FileStoreOptions, FsPort, StatFiles } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
@@ -84,6 +84,33 @@ describe('heads file', () => {
     }
     expect(typeof decodeHeads(bytes.subarray(0, bytes.length - 3), 42n)).toBe('string')
     expect(typeof decodeHeads(Buffer.concat([bytes, Buffer.alloc(1)]), 42n)).toBe('string')
+  })
+
+  it('decoded beside an earlier file, keeps the earlier entries of unchanged logs as they were, in order or not, and decodes the rest', () => {
+    const entry = (id: string, entries: number, dataIno = 100): HeadsEntry => ({
+      id,
+      meta: `meta of ${id}`,
+      head: { entries, dataEnd: 16 + entries * 10, last: { tx: BigInt(entries), op: 0n }, closedChunks: 1, snapshotChunks: 1 },
+      chunks: [{ end: { tx: 0n, op: 1n }, endEntry: 1, endPos: 26, kind: 1 }],
+      dataIno,
+    })
+    const earlierBytes = encodeHeads(9n, ['a', 'b', 'c', 'd', 'e', 'f'].map((id, i) => entry(id, i + 1)))
+    const offsets = new Map<string, number>()
+    const earlierLogs = decodeHeads(earlierBytes, 9n, undefined, offsets) as Map<string, HeadsEntry>
+    const earlier = { logs: earlierLogs, bytes: earlierBytes, offsets }
+    // b grew, c went, g came between, e's files are others (another inode), f moved before a.
+    const now = [entry('f', 6), entry('a', 1), entry('b', 9), entry('g', 1), entry('d', 4), entry('e', 5, 101)]
+    const bytes = encodeHeads(10n, now)
+    const plain = decodeHeads(bytes, 10n) as Map<string, HeadsEntry>
+    const beside = decodeHeads(bytes, 10n, earlier) as Map<string, HeadsEntry>
+    expect([...beside.values()]).toEqual([...plain.values()])
+    expect([...beside.keys()]).toEqual(['f', 'a', 'b', 'g', 'd', 'e'])
+    for (const id of ['a', 'd', 'f']) expect(beside.get(id)).toBe(earlierLogs.get(id))
+    for (const id of ['b', 'e']) expect(beside.get(id)).not.toBe(earlierLogs.get(id))
+    // Damage is found as without it.
+    const damaged = Buffer.from(bytes)
+    damaged[30]! ^= 1
+    expect(typeof decodeHeads(damaged, 10n, earlier)).toBe('string')
   })
 
   it('gives back every byte value of a meta as given, after a clean close and after a scan', async () => {

@@ -211,7 +211,7 @@ export class FileLogStore implements ShapeLogStore {
 
   private refreshNow(): void {
     if (!this.preparing) return
-    const read = peekHeads(this.fs, this.root)
+    const read = peekHeads(this.fs, this.root, this.preparedFrom)
     if (read === undefined) return
     this.logs = prepareLogs(this.root, this.commit, read.logs, this.logs)
     this.preparedFrom = read
@@ -268,7 +268,7 @@ export class FileLogStore implements ShapeLogStore {
     // With a heads file, the logs' files are stat'ed on the thread pool while it is read and decoded
     // (loadLogs checks them against it); after the replay, which may have grown them.
     const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
-    const heads = keep ? prepared.logs : readHeads(fs, root, replay.watermark.lsn)?.logs
+    const heads = keep ? prepared.logs : readHeads(fs, root, replay.watermark.lsn, prepared)?.logs
     await this.load(heads, statFiles, heads === undefined ? undefined : listed, { logs: this.logs, fromClean: keep })
     this.preparedFrom = undefined
     this.preparing = false

@@ -133,8 +133,16 @@ export function encodeHeadsPart(logs: readonly HeadsEntry[], scratch?: Buffer): 
   return buf
 }
 
-/** The logs of a heads file, or why it cannot be used; `watermark` is the store's durable one (a file written past it describes another store). */
-export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, HeadsEntry> | string {
+/**
+ * The logs of a heads file, or why it cannot be used; `watermark` is the
+ * store's durable one (a file written past it describes another store).
+ * `previous`: an earlier file of the same store as decoded with `offsets`,
+ * whose entries are used again (the same objects) where this file's records
+ * are byte for byte theirs: a standby reading the writer's next file decodes
+ * only the logs that changed. `offsets`, when given, gets where each log's
+ * record starts.
+ */
+export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHeads, offsets?: Map<string, number>): Map<string, HeadsEntry> | string {
   const problem = checkHeader('heads', buf)
   if (problem) return problem
   if (buf.length < HEADER_BYTES + TRAILER_BYTES) return 'short'
@@ -149,6 +157,14 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, HeadsEn
   const u64 = new U64Reader(buf)
   const ops = new U64Reader(buf)
   for (let i = 0; i < count; i++) {
+    const same = previous === undefined ? undefined : sameRecord(previous, buf, at, end)
+    if (same !== undefined) {
+      logs.set(same.id, same)
+      offsets?.set(same.id, at)
+      at += logBytes(same)
+      continue
+    }
+    const start = at
     if (!need(1)) return 'short'
     const idLength = buf[at++]!
     if (!need(idLength + 4)) return 'short'
@@ -185,9 +201,30 @@ export function decodeHeads(buf: Buffer, watermark: bigint): Map<string, HeadsEn
       })
     }
     logs.set(id, { id, meta, head, chunks, dataIno })
+    offsets?.set(id, start)
   }
   if (at !== end) return 'trailing bytes'
   return logs
+}
+
+/** A heads file decoded, with its bytes and where each log's record starts in them. */
+export interface DecodedHeads {
+  readonly logs: ReadonlyMap<string, HeadsEntry>
+  readonly bytes: Buffer
+  readonly offsets: ReadonlyMap<string, number>
+}
+
+/** The earlier entry of the log whose record is at `at`, when the record is the earlier one byte for byte. */
+function sameRecord(previous: DecodedHeads, buf: Buffer, at: number, end: number): HeadsEntry | undefined {
+  if (at >= end) return undefined
+  const idLength = buf[at]!
+  if (at + 1 + idLength > end) return undefined
+  const id = buf.toString('latin1', at + 1, at + 1 + idLength)
+  const entry = previous.logs.get(id)
+  const from = previous.offsets.get(id)
+  if (entry === undefined || from === undefined) return undefined
+  const size = logBytes(entry)
+  return at + size <= end && buf.compare(previous.bytes, from, from + size, at, at + size) === 0 ? entry : undefined
 }
 
 /**
@@ -319,10 +356,10 @@ export interface HeadsRead {
 }
 
 /** A usable heads file as `peekHeads` found it. */
-export type PeekedHeads = HeadsRead & { readonly logs: Map<string, HeadsEntry> }
+export type PeekedHeads = HeadsRead & DecodedHeads & { readonly logs: Map<string, HeadsEntry> }
 
 /** The whole file at `path` with its version, or undefined when there is none. Inode and bytes from one descriptor: the writer may replace the file meanwhile. */
-function readHeadsAt(fs: FsPort, path: string, watermark: bigint): HeadsRead | undefined {
+function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: DecodedHeads, offsets?: Map<string, number>): (HeadsRead & { readonly bytes: Buffer }) | undefined {
   let fd: number
   try {
     fd = fs.openSync(path, 'r')
@@ -339,11 +376,11 @@ function readHeadsAt(fs: FsPort, path: string, watermark: bigint): HeadsRead | u
     const written = got >= HEADER_BYTES + TRAILER_BYTES ? bytes.readBigUInt64LE(got - TRAILER_BYTES) : 0n
     let logs: Map<string, HeadsEntry> | string
     try {
-      logs = decodeHeads(bytes, watermark)
+      logs = decodeHeads(bytes, watermark, previous, offsets)
     } catch (err) {
       logs = `unreadable: ${(err as Error).message}`
     }
-    return { logs, watermark: written, version }
+    return { logs, watermark: written, version, bytes }
   } finally {
     fs.closeSync(fd)
   }
@@ -397,10 +434,10 @@ export function tidyHeads(fs: FsPort, root: string): void {
  * every log it vouches for (see the top of this file), so a crash right after
  * this open still finds it.
  */
-export function readHeads(fs: FsPort, root: string, watermark: bigint): { logs: Map<string, HeadsEntry>; version: HeadsVersion } | undefined {
+export function readHeads(fs: FsPort, root: string, watermark: bigint, previous?: DecodedHeads): { logs: Map<string, HeadsEntry>; version: HeadsVersion } | undefined {
   const path = `${root}/${HEADS_FILE}`
   try {
-    const read = readHeadsAt(fs, path, watermark)
+    const read = readHeadsAt(fs, path, watermark, previous)
     if (read === undefined) return undefined
     if (typeof read.logs !== 'string') return { logs: read.logs, version: read.version }
     fs.unlinkSync(path)
@@ -418,16 +455,19 @@ export function readHeads(fs: FsPort, root: string, watermark: bigint): { logs: 
  * Not checked against the store's watermark, which only the lock holder's
  * replay knows: the caller checks `watermark` then.
  */
-export function peekHeads(fs: FsPort, root: string): PeekedHeads | undefined {
+export function peekHeads(fs: FsPort, root: string, previous?: DecodedHeads): PeekedHeads | undefined {
   for (const name of [HEADS_FILE, OLD_HEADS_FILE]) {
-    let read: HeadsRead | undefined
+    const offsets = new Map<string, number>()
+    let read: (HeadsRead & { readonly bytes: Buffer }) | undefined
     try {
-      read = readHeadsAt(fs, `${root}/${name}`, 0xffff_ffff_ffff_ffffn)
+      read = readHeadsAt(fs, `${root}/${name}`, 0xffff_ffff_ffff_ffffn, previous, offsets)
     } catch (err) {
       throw fromSystemError(err, `read the heads file in ${root}`)
     }
     if (read === undefined) continue
-    return typeof read.logs === 'string' ? undefined : (read as PeekedHeads)
+    const { logs } = read
+    // The bytes are kept (the file's size again in memory) so that the next file is compared, not decoded.
+    return typeof logs === 'string' ? undefined : { ...read, logs, offsets }
   }
   return undefined
 }
