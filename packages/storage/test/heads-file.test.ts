@@ -17,29 +17,11 @@ import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { powerCut } from './fixtures/files.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
 import { countedNativeStat } from './fixtures/native-stat.js'
+import { countingFs } from './fixtures/counting-fs.js'
 
 const tempDirs = useTempDir()
 
 const entries = readAllEntries
-
-/** A port counting the files opened under shapes/ (what a scan of the logs costs). */
-function countingFs(base: FsPort = nodeFs): { fs: FsPort; opens: () => number } {
-  let opens = 0
-  return {
-    fs: {
-      ...base,
-      openSync(path, flags, mode) {
-        if (path.includes('/shapes/')) opens++
-        return base.openSync(path, flags, mode)
-      },
-      readFileSync(path) {
-        if (path.includes('/shapes/')) opens++
-        return base.readFileSync(path)
-      },
-    },
-    opens: () => opens,
-  }
-}
 
 const IDS = ['a', 'b', 'c', 'd', 'e']
 

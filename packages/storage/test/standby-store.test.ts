@@ -17,9 +17,10 @@ import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { HEADS_FILE } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore, FileLogStore } from '../src/index.js'
-import type { FileStoreOptions, FsPort, ShapeLog, StoreLockOptions } from '../src/index.js'
+import type { FileStoreOptions, ShapeLog, StoreLockOptions } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
+import { countingFs } from './fixtures/counting-fs.js'
 
 const tempDirs = useTempDir()
 
@@ -40,29 +41,6 @@ function handoverLock(): { lock: StoreLockOptions; kill(): void } {
     kill: () => {
       held = false
     },
-  }
-}
-
-/** Counts what is opened or read under shapes/ (a prepared store touches none of it). */
-function countingFs(): { fs: FsPort; opens: () => number } {
-  let opens = 0
-  return {
-    fs: {
-      ...nodeFs,
-      openSync(path, flags, mode) {
-        if (path.includes('/shapes/')) opens++
-        return nodeFs.openSync(path, flags, mode)
-      },
-      readFileSync(path) {
-        if (path.includes('/shapes/')) opens++
-        return nodeFs.readFileSync(path)
-      },
-      statSync(path) {
-        if (path.includes('/shapes/')) opens++
-        return nodeFs.statSync(path)
-      },
-    },
-    opens: () => opens,
   }
 }
 
@@ -90,7 +68,7 @@ describe('standby store', () => {
     const { lock, kill } = handoverLock()
     const w = await runningWriter(dir, lock)
 
-    const counting = countingFs()
+    const counting = countingFs(nodeFs, { stats: true })
     const standby = await FileLogStore.prepare({ dir, fs: counting.fs, ...BASE })
     expect(counting.opens()).toBe(0)
     expect(standby.prepared).toBe(true)
