@@ -10,7 +10,7 @@ import { appendFileSync, existsSync, readFileSync, readdirSync, renameSync, stat
 import { shapeDir } from '../src/file/shape-dirs.js'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it, vi } from 'vitest'
-import { HEADS_FILE, type HeadsEntry, OLD_HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
+import { HEADS_FILE, type HeadsEntry, type HeadsLayout, OLD_HEADS_FILE, decodeHeads, encodeHeads } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore } from '../src/index.js'
 import type { FileLogStore, FileStoreOptions, FsPort, StatFiles } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
@@ -77,9 +77,9 @@ describe('heads file', () => {
       dataIno,
     })
     const earlierBytes = encodeHeads(9n, ['a', 'b', 'c', 'd', 'e', 'f'].map((id, i) => entry(id, i + 1)))
-    const offsets = new Map<string, number>()
-    const earlierLogs = decodeHeads(earlierBytes, 9n, undefined, offsets) as Map<string, HeadsEntry>
-    const earlier = { logs: earlierLogs, bytes: earlierBytes, offsets }
+    const layout: HeadsLayout = { order: [], starts: [] }
+    const earlierLogs = decodeHeads(earlierBytes, 9n, undefined, layout) as Map<string, HeadsEntry>
+    const earlier = { logs: earlierLogs, bytes: earlierBytes, ...layout }
     // b grew, c went, g came between, e's files are others (another inode), f moved before a.
     const now = [entry('f', 6), entry('a', 1), entry('b', 9), entry('g', 1), entry('d', 4), entry('e', 5, 101)]
     const bytes = encodeHeads(10n, now)

@@ -136,13 +136,13 @@ export function encodeHeadsPart(logs: readonly HeadsEntry[], scratch?: Buffer): 
 /**
  * The logs of a heads file, or why it cannot be used; `watermark` is the
  * store's durable one (a file written past it describes another store).
- * `previous`: an earlier file of the same store as decoded with `offsets`,
+ * `previous`: an earlier file of the same store as decoded with `layout`,
  * whose entries are used again (the same objects) where this file's records
  * are byte for byte theirs: a standby reading the writer's next file decodes
- * only the logs that changed. `offsets`, when given, gets where each log's
- * record starts.
+ * only the logs that changed. `layout`, when given, gets the entries in the
+ * file's order and where each one's record starts.
  */
-export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHeads, offsets?: Map<string, number>): Map<string, HeadsEntry> | string {
+export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHeads, layout?: HeadsLayout): Map<string, HeadsEntry> | string {
   const problem = checkHeader('heads', buf)
   if (problem) return problem
   if (buf.length < HEADER_BYTES + TRAILER_BYTES) return 'short'
@@ -156,11 +156,13 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
   const need = (n: number): boolean => at + n <= end
   const u64 = new U64Reader(buf)
   const ops = new U64Reader(buf)
+  const earlier = previous === undefined ? undefined : new EarlierWalk(previous)
   for (let i = 0; i < count; i++) {
-    const same = previous === undefined ? undefined : sameRecord(previous, buf, at, end)
+    const same = earlier?.match(buf, at, end)
     if (same !== undefined) {
       logs.set(same.id, same)
-      offsets?.set(same.id, at)
+      layout?.order.push(same)
+      layout?.starts.push(at)
       at += logBytes(same)
       continue
     }
@@ -200,31 +202,66 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
         kind: buf[at + 32]!,
       })
     }
-    logs.set(id, { id, meta, head, chunks, dataIno })
-    offsets?.set(id, start)
+    const entry = { id, meta, head, chunks, dataIno }
+    logs.set(id, entry)
+    layout?.order.push(entry)
+    layout?.starts.push(start)
   }
   if (at !== end) return 'trailing bytes'
   return logs
 }
 
-/** A heads file decoded, with its bytes and where each log's record starts in them. */
+/** A heads file's entries in the file's order, and where each one's record starts. */
+export interface HeadsLayout {
+  readonly order: HeadsEntry[]
+  readonly starts: number[]
+}
+
+/** A heads file decoded, with its bytes and its layout. */
 export interface DecodedHeads {
   readonly logs: ReadonlyMap<string, HeadsEntry>
   readonly bytes: Buffer
-  readonly offsets: ReadonlyMap<string, number>
+  readonly order: readonly HeadsEntry[]
+  readonly starts: readonly number[]
 }
 
-/** The earlier entry of the log whose record is at `at`, when the record is the earlier one byte for byte. */
-function sameRecord(previous: DecodedHeads, buf: Buffer, at: number, end: number): HeadsEntry | undefined {
-  if (at >= end) return undefined
-  const idLength = buf[at]!
-  if (at + 1 + idLength > end) return undefined
-  const id = buf.toString('latin1', at + 1, at + 1 + idLength)
-  const entry = previous.logs.get(id)
-  const from = previous.offsets.get(id)
-  if (entry === undefined || from === undefined) return undefined
-  const size = logBytes(entry)
-  return at + size <= end && buf.compare(previous.bytes, from, from + size, at, at + size) === 0 ? entry : undefined
+/**
+ * An earlier heads file walked beside a new one (`decodeHeads`). The writer
+ * lists its logs in the same order each time, so the new file's next record
+ * is first compared with the earlier file's next one, byte for byte, without
+ * reading its id; only when that fails is the record's id looked up (a log
+ * came, went or changed), and the walk goes on from there.
+ */
+class EarlierWalk {
+  private next = 0
+  private index: Map<string, number> | undefined
+
+  constructor(private readonly previous: DecodedHeads) {}
+
+  /** The earlier entry whose record is byte for byte the one at `at`, if there is one. */
+  match(buf: Buffer, at: number, end: number): HeadsEntry | undefined {
+    if (at >= end) return undefined
+    if (this.equalAt(this.next, buf, at, end)) return this.previous.order[this.next++]
+    const idLength = buf[at]!
+    if (at + 1 + idLength > end) return undefined
+    const id = buf.toString('latin1', at + 1, at + 1 + idLength)
+    if (this.index === undefined) {
+      this.index = new Map()
+      this.previous.order.forEach((entry, k) => this.index!.set(entry.id, k))
+    }
+    const k = this.index.get(id)
+    if (k === undefined) return undefined
+    this.next = k + 1
+    return this.equalAt(k, buf, at, end) ? this.previous.order[k] : undefined
+  }
+
+  private equalAt(k: number, buf: Buffer, at: number, end: number): boolean {
+    const entry = this.previous.order[k]
+    if (entry === undefined) return false
+    const size = logBytes(entry)
+    const from = this.previous.starts[k]!
+    return at + size <= end && buf.compare(this.previous.bytes, from, from + size, at, at + size) === 0
+  }
 }
 
 /**
@@ -359,7 +396,7 @@ export interface HeadsRead {
 export type PeekedHeads = HeadsRead & DecodedHeads & { readonly logs: Map<string, HeadsEntry> }
 
 /** The whole file at `path` with its version, or undefined when there is none. Inode and bytes from one descriptor: the writer may replace the file meanwhile. */
-function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: DecodedHeads, offsets?: Map<string, number>): (HeadsRead & { readonly bytes: Buffer }) | undefined {
+function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: DecodedHeads, layout?: HeadsLayout): (HeadsRead & { readonly bytes: Buffer }) | undefined {
   let fd: number
   try {
     fd = fs.openSync(path, 'r')
@@ -376,7 +413,7 @@ function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: Dec
     const written = got >= HEADER_BYTES + TRAILER_BYTES ? bytes.readBigUInt64LE(got - TRAILER_BYTES) : 0n
     let logs: Map<string, HeadsEntry> | string
     try {
-      logs = decodeHeads(bytes, watermark, previous, offsets)
+      logs = decodeHeads(bytes, watermark, previous, layout)
     } catch (err) {
       logs = `unreadable: ${(err as Error).message}`
     }
@@ -457,17 +494,17 @@ export function readHeads(fs: FsPort, root: string, watermark: bigint, previous?
  */
 export function peekHeads(fs: FsPort, root: string, previous?: DecodedHeads): PeekedHeads | undefined {
   for (const name of [HEADS_FILE, OLD_HEADS_FILE]) {
-    const offsets = new Map<string, number>()
+    const layout: HeadsLayout = { order: [], starts: [] }
     let read: (HeadsRead & { readonly bytes: Buffer }) | undefined
     try {
-      read = readHeadsAt(fs, `${root}/${name}`, 0xffff_ffff_ffff_ffffn, previous, offsets)
+      read = readHeadsAt(fs, `${root}/${name}`, 0xffff_ffff_ffff_ffffn, previous, layout)
     } catch (err) {
       throw fromSystemError(err, `read the heads file in ${root}`)
     }
     if (read === undefined) continue
     const { logs } = read
     // The bytes are kept (the file's size again in memory) so that the next file is compared, not decoded.
-    return typeof logs === 'string' ? undefined : { ...read, logs, offsets }
+    return typeof logs === 'string' ? undefined : { ...read, logs, ...layout }
   }
   return undefined
 }
