@@ -28,8 +28,8 @@ function med(c: Case, value: (r: TakeoverRun) => number | null): number {
 
 const takeoverCpu = (r: TakeoverRun): number => r.cpuHealthyMs - r.cpuWaitingMs
 
-/** From the writer's exit to the standby's health: what the standby itself takes. */
-const afterExit = (r: TakeoverRun): number => r.healthyMs - r.writerExitMs
+/** From the writer's exit to the standby's health: what the standby itself takes (0 when it answered before the exit was seen). */
+const afterExit = (r: TakeoverRun): number => Math.max(0, r.healthyMs - r.writerExitMs)
 
 function render(report: TakeoverReport): SectionContent {
   const all = cases(report)
@@ -54,7 +54,7 @@ function render(report: TakeoverReport): SectionContent {
       mib(med(c, (r) => r.rssHealthyKiB) * 1024),
       ms(med(c, (r) => r.writerHealthyMs)),
     ]),
-    note: "Medians, in wall time from the signal. Writer gone: its exit, as its parent sees it. Lock taken: the store's LOCK file names the standby (polled every 5 ms). Shapes restored: the standby's log line, once its store is open and its shapes are back. Healthy: its first 200 of /v1/health; after the writer's exit: the same less the writer's exit. New row served: a row committed right after the signal, in the body of a shape request to the standby from the handle and offset a client of the writer had (retried every 5 ms while the standby does not listen, then long-polled). Standby CPU, takeover: its user + system time from the signal to healthy (every thread). Writer's own start: the writer's spawn to healthy on the same store left at a clean stop, before the run: what a restart without a standby takes, plus the new process's start.",
+    note: "Medians, in wall time from the signal. Writer gone: its exit, as its parent sees it. Lock taken: the store's LOCK file names the standby (polled every 5 ms). Shapes restored: the standby's log line, once its store is open and its shapes are back. Healthy: its first 200 of /v1/health; after the writer's exit: the same less the writer's exit (0 where the standby answered before its parent saw the writer exit: a stopping writer lets the lock go before it ends). New row served: a row committed right after the signal, in the body of a shape request to the standby from the handle and offset a client of the writer had (retried every 5 ms while the standby does not listen, then long-polled). Standby CPU, takeover: its user + system time from the signal to healthy (every thread). Writer's own start: the writer's spawn to healthy on the same store left at a clean stop, before the run: what a restart without a standby takes, plus the new process's start.",
   }
   const chart: ChartSpec = {
     id: 'takeover-healthy',
