@@ -48,6 +48,13 @@ function contents(s: FileLogStore): Record<string, unknown[]> {
   return Object.fromEntries(s.ids().sort().map((id) => [id, readAllEntries(s.get(id)!)]))
 }
 
+/** Appends one row in transaction `tx` to each of `ids`, and makes it durable. */
+async function appendDurable(s: FileLogStore, ids: readonly string[], tx: bigint, row: number): Promise<void> {
+  for (const id of ids) s.get(id)!.appendTransaction([change(tx, 0, row)])
+  s.advance(tx)
+  await s.flush()
+}
+
 /** A writer of five logs with snapshots, several chunks and transactions, flushed, that wrote its heads file; LOCK names another process, as a writer elsewhere leaves it. */
 async function runningWriter(dir: string, lock: StoreLockOptions): Promise<FileLogStore> {
   const w = await openFileLogStore({ dir, fs: volatileFs(nodeFs), lock, ...BASE })
@@ -81,9 +88,7 @@ describe('standby store', () => {
 
     // The writer goes on without writing its heads file again: a and b grow (durably), c goes, f comes,
     // and d takes a transaction no flush made durable; then it dies.
-    for (const id of ['a', 'b']) w.get(id)!.appendTransaction([change(9n, 0, 7)])
-    w.advance(9n)
-    await w.flush()
+    await appendDurable(w, ['a', 'b'], 9n, 7)
     await w.deleteShape('c')
     await makeShape(w, 'f', [row(3)])
     const durable = contents(w)
@@ -101,9 +106,7 @@ describe('standby store', () => {
     expect(standby.cleanOpened).toBe(2)
 
     // A writer now: what it appends survives a close and an open.
-    standby.get('a')!.appendTransaction([change(11n, 0, 9)])
-    standby.advance(11n)
-    await standby.flush()
+    await appendDurable(standby, ['a'], 11n, 9)
     const after = contents(standby)
     await standby.close()
     // The handed-over lock knows no close: a lock taken afresh.
@@ -120,9 +123,7 @@ describe('standby store', () => {
     const a = standby.get('a')
     expect(await standby.refresh()).toBe(false)
 
-    w.get('a')!.appendTransaction([change(9n, 0, 7)])
-    w.advance(9n)
-    await w.flush()
+    await appendDurable(w, ['a'], 9n, 7)
     await w.deleteShape('b')
     await makeShape(w, 'g', [row(4)])
     await w.writeHeads()
@@ -156,9 +157,7 @@ describe('standby store', () => {
     await w.deleteShape('a')
     await makeShape(w, 'a', [row(1), row(2)])
     expect(existsSync(`${dir}/${HEADS_FILE}`)).toBe(false)
-    w.get('a')!.appendTransaction([change(9n, 0, 5)])
-    w.advance(9n)
-    await w.flush()
+    await appendDurable(w, ['a'], 9n, 5)
     const durable = contents(w)
     kill()
 
@@ -190,9 +189,7 @@ describe('standby store', () => {
     void promoted.then(() => (done = true))
     await new Promise((r) => setTimeout(r, 250))
     expect(done).toBe(false)
-    w.get('e')!.appendTransaction([change(9n, 0, 1)])
-    w.advance(9n)
-    await w.flush()
+    await appendDurable(w, ['e'], 9n, 1)
     await w.writeHeads()
     await new Promise((r) => setTimeout(r, 250))
     expect(refreshed).toBe(1)

@@ -31,7 +31,7 @@ import { Checkpointer } from './checkpointer.js'
 import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
-import { HEADS_FILE, type PeekedHeads, headsVersion, peekHeads, readHeads, sameHeadsVersion, tidyHeads } from './heads-file.js'
+import { type PeekedHeads, headsVersion, peekHeads, readHeads, sameHeadsVersion, tidyHeads } from './heads-file.js'
 import type { HeadsEntry } from './heads-file.js'
 import { HeadsSnapshots } from './heads-snapshots.js'
 import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
@@ -264,10 +264,11 @@ export class FileLogStore implements ShapeLogStore {
     const prepared = this.preparedFrom
     // The prepared logs' entries stand only while the file they came from is the one in place (the
     // deleted-id guard removes it from disk, not from memory); else the file in place decides.
-    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && sameHeadsVersion(prepared.version, headsVersion(fs, root))
+    const inPlace = headsVersion(fs, root)
+    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && sameHeadsVersion(prepared.version, inPlace)
     // With a heads file, the logs' files are stat'ed on the thread pool while it is read and decoded
     // (loadLogs checks them against it); after the replay, which may have grown them.
-    const listed = statFiles !== undefined && fs.existsSync(`${root}/${HEADS_FILE}`) ? listAndStatLogs(fs, root, statFiles) : undefined
+    const listed = statFiles !== undefined && inPlace !== undefined ? listAndStatLogs(fs, root, statFiles) : undefined
     const heads = keep ? prepared.logs : readHeads(fs, root, replay.watermark.lsn, prepared)?.logs
     await this.load(heads, statFiles, heads === undefined ? undefined : listed, { logs: this.logs, fromClean: keep })
     this.preparedFrom = undefined
