@@ -16,7 +16,8 @@ export interface FsPort {
   writeSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number
   ftruncateSync(fd: number, length: number): void
   fstatSync(fd: number): { size: number; ino: number }
-  statSync(path: string): { size: number; mtimeMs: number; ino: number }
+  /** `nlink` where the port knows it (a directory's count tells an open how many logs a bucket holds). */
+  statSync(path: string): { size: number; mtimeMs: number; ino: number; nlink?: number }
   read(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>
   /** On the thread pool: write-behind through a port other than the real file system (write-back.ts `PortWriter`). */
   write(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>

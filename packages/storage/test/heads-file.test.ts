@@ -233,6 +233,57 @@ describe('heads file', () => {
     await after.close()
   })
 
+  it('finds a log the file does not name by listing only its bucket, whose link count tells it holds one log more', async () => {
+    const dir = await tempDirs.make('heads-bucket-count')
+    const s = await populated(dir)
+    await s.close()
+    const older = readFileSync(`${dir}/${HEADS_FILE}`)
+    // A log made after the file was written (then the file is put back as a crash would have left it).
+    const again = await reopen(dir)
+    await makeShape(again, 'late', [row(5)])
+    again.get('late')!.appendTransaction([change(20n, 0, 1)])
+    again.advance(20n)
+    await again.flush()
+    const kept = snapshotOf(again)
+    await again.close()
+    writeFileSync(`${dir}/${HEADS_FILE}`, older)
+
+    const counting = countingFs()
+    const after = await reopen(dir, { fs: counting.fs })
+    expect(after.cleanOpened).toBe(IDS.length)
+    expect(snapshotOf(after)).toEqual(kept)
+    // One bucket listed: the one the late log went into. The others hold just what the file names.
+    expect(counting.lists()).toBe(1)
+    await after.close()
+
+    // With every log named, no bucket is listed at all.
+    const named = countingFs()
+    const clean = await reopen(dir, { fs: named.fs })
+    expect(clean.cleanOpened).toBe(IDS.length + 1)
+    expect(named.lists()).toBe(0)
+    await clean.close()
+  })
+
+  it('lists every bucket where the file system gives no link count, and finds the same logs', async () => {
+    const dir = await tempDirs.make('heads-no-nlink')
+    const s = await populated(dir)
+    await s.close()
+    const older = readFileSync(`${dir}/${HEADS_FILE}`)
+    const again = await reopen(dir)
+    await makeShape(again, 'late', [row(5)])
+    const kept = snapshotOf(again)
+    await again.close()
+    writeFileSync(`${dir}/${HEADS_FILE}`, older)
+
+    const counting = countingFs(nodeFs, { nlink: false })
+    const after = await reopen(dir, { fs: counting.fs })
+    expect(after.cleanOpened).toBe(IDS.length)
+    expect(snapshotOf(after)).toEqual(kept)
+    const buckets = readdirSync(`${dir}/shapes`).length
+    expect(counting.lists()).toBe(buckets)
+    await after.close()
+  })
+
   it('is taken back from where a write moved it aside when a crash came before the new one took its name', async () => {
     const dir = await tempDirs.make('heads-aside')
     const s = await populated(dir)

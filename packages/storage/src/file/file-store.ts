@@ -32,15 +32,13 @@ import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
 import { type PeekedHeads, headsVersion, peekHeads, readHeads, sameHeadsVersion, tidyHeads } from './heads-file.js'
-import type { HeadsEntry } from './heads-file.js'
 import { HeadsSnapshots } from './heads-snapshots.js'
 import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
 import { replayJournal } from './journal-replay.js'
 import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
 import { type StoreLockOptions, acquireStoreLock } from './store-lock.js'
-import { type PreparedLogs, listAndStatLogs, loadLogs, prepareLogs } from './store-directory.js'
-import type { ListedLogs, StatFiles } from './stat-files.js'
+import { type HeadsPlan, type PreparedLogs, loadLogs, planHeads, prepareLogs } from './store-directory.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { publishWatermark, readWatermark, watermarkVersion } from './watermark.js'
@@ -76,8 +74,9 @@ export class FileLogStore implements ShapeLogStore {
   private unlock: (() => void) | undefined
   /** A prepared store whose logs come from the heads file (false: a store without a usable watermark yet, left to `promote`). */
   private preparing = false
-  /** The heads file the prepared logs were built from. */
+  /** The heads file the prepared logs were built from, its plan, and the log of each of the plan's entries. */
   private preparedFrom: PeekedHeads | undefined
+  private preparedPlan: { readonly plan: HeadsPlan; readonly aligned: readonly FileShapeLog[] } | undefined
   private tmpCounter = 0
   private readonly trash: Trash
   /** Logs opened from the heads file without scanning their files. */
@@ -213,8 +212,11 @@ export class FileLogStore implements ShapeLogStore {
     if (!this.preparing) return
     const read = peekHeads(this.fs, this.root, this.preparedFrom)
     if (read === undefined) return
-    this.logs = prepareLogs(this.root, this.commit, read.logs, this.logs)
+    const plan = planHeads(read.logs)
+    const { logs, aligned } = prepareLogs(this.root, this.commit, plan, this.logs)
+    this.logs = logs
     this.preparedFrom = read
+    this.preparedPlan = { plan, aligned }
   }
 
   /**
@@ -259,19 +261,15 @@ export class FileLogStore implements ShapeLogStore {
     this.commit.resume(replay.watermark)
     this.journal?.resume(replay.nextGeneration)
     tidyHeads(fs, root)
-    // The native batch stats the real file system: another port keeps answering for its own files.
-    const statFiles = fs === nodeFs ? options.statFiles : undefined
     const prepared = this.preparedFrom
     // The prepared logs' entries stand only while the file they came from is the one in place (the
     // deleted-id guard removes it from disk, not from memory); else the file in place decides.
-    const inPlace = headsVersion(fs, root)
-    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && sameHeadsVersion(prepared.version, inPlace)
-    // With a heads file, the logs' files are stat'ed on the thread pool while it is read and decoded
-    // (loadLogs checks them against it); after the replay, which may have grown them.
-    const listed = statFiles !== undefined && inPlace !== undefined ? listAndStatLogs(fs, root, statFiles) : undefined
-    const heads = keep ? prepared.logs : readHeads(fs, root, replay.watermark.lsn, prepared)?.logs
-    await this.load(heads, statFiles, heads === undefined ? undefined : listed, { logs: this.logs, fromClean: keep })
+    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && sameHeadsVersion(prepared.version, headsVersion(fs, root))
+    const heads = keep ? undefined : readHeads(fs, root, replay.watermark.lsn, prepared)?.logs
+    const plan = keep ? this.preparedPlan!.plan : heads === undefined ? undefined : planHeads(heads)
+    await this.load(plan, { logs: this.logs, aligned: keep ? this.preparedPlan!.aligned : undefined })
     this.preparedFrom = undefined
+    this.preparedPlan = undefined
     this.preparing = false
     this.unlock = unlock
     if (options.prefaultTails === true) this.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.logs.size * PREFAULT_PER_LOG_BYTES))
@@ -280,18 +278,17 @@ export class FileLogStore implements ShapeLogStore {
     this.heads.start()
   }
 
-  private async load(clean: Map<string, HeadsEntry> | undefined, statFiles: StatFiles | undefined, listed: ListedLogs | undefined, prepared: PreparedLogs): Promise<void> {
+  private async load(plan: HeadsPlan | undefined, prepared: PreparedLogs): Promise<void> {
     const loaded = await loadLogs(
-      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles, emitError: (err) => this.emitError(err) },
-      clean,
-      listed,
+      { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles: this.options.statFiles, emitError: (err) => this.emitError(err) },
+      plan,
       prepared,
     )
     this.logs = loaded.logs
     this.quarantined.push(...loaded.quarantined)
     this.cleanOpened = loaded.cleanOpened
     // The heads file names logs deleted before the crash (or set aside now): as if deleted in this run.
-    for (const id of clean?.keys() ?? []) if (!this.logs.has(id)) this.heads.deletedLog(id)
+    for (const id of loaded.gone) this.heads.deletedLog(id)
   }
 
   get durableLsn(): bigint {

@@ -31,12 +31,23 @@ export function isBucketName(name: string): boolean {
   return BUCKET_NAME.test(name)
 }
 
-/** The bucket of `id`: FNV-1a of its characters, folded to a byte. */
-export function bucketOf(id: string): string {
+/** The bucket of `id` as a number: FNV-1a of its characters, folded to a byte. */
+export function bucketIndex(id: string): number {
   let h = 0x811c9dc5
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193)
-  const b = (h ^ (h >>> 8) ^ (h >>> 16) ^ (h >>> 24)) & (SHAPE_BUCKETS - 1)
-  return `b.${b.toString(16).padStart(2, '0')}`
+  return (h ^ (h >>> 8) ^ (h >>> 16) ^ (h >>> 24)) & (SHAPE_BUCKETS - 1)
+}
+
+const BUCKET_NAMES: readonly string[] = Array.from({ length: SHAPE_BUCKETS }, (_, b) => `b.${b.toString(16).padStart(2, '0')}`)
+
+/** The name of bucket `b` (`b.00` .. `b.ff`). */
+export function bucketName(b: number): string {
+  return BUCKET_NAMES[b]!
+}
+
+/** The bucket of `id`. */
+export function bucketOf(id: string): string {
+  return BUCKET_NAMES[bucketIndex(id)]!
 }
 
 /** `shapes/`: its entries are the buckets (made with their first log, removed with their last), and logs of the flat layout. */
@@ -74,36 +85,38 @@ export function flatShapeDir(root: string, id: string): string {
   return `${root}/shapes/${id}`
 }
 
-/** An entry found in the store's logs: its name and directory. */
-export interface ListedLog {
-  readonly id: string
-  readonly dir: string
+/** The entries of one bucket (its name), or of `shapes/` itself (''; flat-layout logs, or junk). */
+export interface ListedBucket {
+  readonly bucket: string
+  readonly ids: readonly string[]
 }
 
 /**
  * Every entry under `shapes/`: each bucket's logs, then anything else
  * `shapes/` itself holds (flat-layout logs, or junk a caller sets aside).
- * A bucket removed while listed is skipped.
+ * A bucket removed while listed is skipped. A log's directory is
+ * `shapes/<bucket>/<id>` (`shapes/<id>` for bucket ''), built only by a
+ * caller that needs it: an open lists 100k logs and opens most of them
+ * from their heads-file entries.
  */
-export function listLogs(fs: FsPort, root: string): ListedLog[] {
+export function listLogs(fs: FsPort, root: string): ListedBucket[] {
   const top = shapesRoot(root)
-  const out: ListedLog[] = []
-  const flat: ListedLog[] = []
+  const out: ListedBucket[] = []
+  const flat: string[] = []
   for (const name of fs.readdirSync(top)) {
     if (!isBucketName(name)) {
-      flat.push({ id: name, dir: `${top}/${name}` })
+      flat.push(name)
       continue
     }
-    let ids: string[]
     try {
-      ids = fs.readdirSync(`${top}/${name}`)
+      out.push({ bucket: name, ids: fs.readdirSync(`${top}/${name}`) })
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') continue
       throw err
     }
-    for (const id of ids) out.push({ id, dir: `${top}/${name}/${id}` })
   }
-  return flat.length === 0 ? out : out.concat(flat)
+  if (flat.length > 0) out.push({ bucket: '', ids: flat })
+  return out
 }
 
 /**

@@ -7,7 +7,6 @@
  * through the port.
  */
 import type { FsPort } from '../fs-port.js'
-import type { ListedLog } from './shape-dirs.js'
 
 /**
  * For each directory of `dirs` (relative to `base`) and each file name of
@@ -88,10 +87,4 @@ export async function statAll(fs: FsPort, batch: StatFiles | undefined, base: st
   const { out, parts } = statInParts(fs, batch, base, dirs, names)
   await Promise.all(parts.map((p) => p.done))
   return out
-}
-
-/** A listing of the store's logs and the stats of their files, under way. */
-export interface ListedLogs {
-  readonly logs: readonly ListedLog[]
-  readonly stats: StatParts
 }

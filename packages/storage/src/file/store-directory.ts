@@ -17,8 +17,9 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { type ListedLog, dropEmptyBuckets, listLogs, shapeDir, shapesRoot } from './shape-dirs.js'
-import { type ListedLogs, type StatFiles, type StatParts, statInParts } from './stat-files.js'
+import { SHAPE_BUCKETS, bucketIndex, bucketName, bucketOf, dropEmptyBuckets, isBucketName, shapesRoot } from './shape-dirs.js'
+import { type StatFiles, statInParts } from './stat-files.js'
+import { nodeFs } from '../fs-port.js'
 import type { Trash } from './trash.js'
 
 /** What opening the logs needs. */
@@ -41,14 +42,47 @@ export interface LoadedLogs {
   /** Ids of logs that failed to open and were moved to quarantine/. */
   readonly quarantined: string[]
   /** Logs opened from the heads file a clean close left, without scanning their files. */
-  cleanOpened: number
+  readonly cleanOpened: number
+  /** Ids the heads file names whose logs are no more (deleted before a crash, or set aside now). */
+  readonly gone: string[]
 }
 
-/** The inode of each of a log's files, as a stat at open found them. */
-interface FileInodes {
-  readonly data: number
-  readonly entries: number
-  readonly chunks: number
+/** What `checkHeads` finds: the files are the entry's and end where it says, or grew from it. */
+const EXACT = 1
+const GROWN = 2
+
+/**
+ * A heads file's logs in its order, with what an open needs of each before
+ * it stats their files: built once per file read (`planHeads`), and by a
+ * standby ahead of its promotion, so that the promotion itself does no work
+ * per log beyond checking the stats.
+ */
+export interface HeadsPlan {
+  /** The entries whose ids a store may hold, in the file's order. */
+  readonly entries: readonly HeadsEntry[]
+  /** Each entry's directory relative to shapes/ (`<bucket>/<id>`). */
+  readonly dirs: readonly string[]
+  /** Each entry's bucket (`bucketIndex`). */
+  readonly buckets: Uint8Array
+}
+
+export function planHeads(clean: ReadonlyMap<string, HeadsEntry>): HeadsPlan {
+  const entries: HeadsEntry[] = []
+  const dirs: string[] = []
+  const buckets = new Uint8Array(clean.size)
+  for (const entry of clean.values()) {
+    try {
+      checkShapeId(entry.id)
+    } catch {
+      // Not a log this store could hold: the open finds what its directory holds, if anything.
+      continue
+    }
+    const bucket = bucketIndex(entry.id)
+    buckets[entries.length] = bucket
+    entries.push(entry)
+    dirs.push(`${bucketName(bucket)}/${entry.id}`)
+  }
+  return { entries, dirs, buckets }
 }
 
 /**
@@ -59,8 +93,12 @@ interface FileInodes {
  */
 export interface PreparedLogs {
   readonly logs: ReadonlyMap<string, FileShapeLog>
-  /** The logs were built from the very entries given to `loadLogs` (so an entry they pass needs no restore). */
-  readonly fromClean: boolean
+  /**
+   * The logs were built from the very plan given to `loadLogs`: `aligned[i]`
+   * is the log of its `i`th entry (so an entry they pass needs no restore,
+   * and no lookup by id).
+   */
+  readonly aligned?: readonly FileShapeLog[] | undefined
 }
 
 /**
@@ -69,34 +107,32 @@ export interface PreparedLogs {
  * is opened or stat'ed: the open that promotes the store checks each against
  * its files (`loadLogs`). A log of `prepared` with the same id, directory and
  * meta is kept and brought to its entry's head in place; the others are
- * retired.
+ * retired. `aligned[i]` is the log of `plan.entries[i]`.
  */
-export function prepareLogs(root: string, logHost: LogHost, entries: ReadonlyMap<string, HeadsEntry>, prepared: ReadonlyMap<string, FileShapeLog>): Map<string, FileShapeLog> {
+export function prepareLogs(root: string, logHost: LogHost, plan: HeadsPlan, prepared: ReadonlyMap<string, FileShapeLog>): { logs: Map<string, FileShapeLog>; aligned: FileShapeLog[] } {
   const logs = new Map<string, FileShapeLog>()
-  for (const entry of entries.values()) {
-    try {
-      checkShapeId(entry.id)
-    } catch {
-      // Not a log this store could hold: the open finds what its directory holds, if anything.
-      continue
-    }
-    const dir = shapeDir(root, entry.id)
+  const aligned: FileShapeLog[] = []
+  const top = shapesRoot(root)
+  plan.entries.forEach((entry, i) => {
     const kept = prepared.get(entry.id)
-    if (kept !== undefined && kept.dir === dir && kept.metaText === entry.meta) {
+    let log: FileShapeLog
+    if (kept !== undefined && kept.metaText === entry.meta && kept.dir.length === top.length + 1 + plan.dirs[i]!.length && kept.dir.endsWith(plan.dirs[i]!)) {
       // Durable bytes are never rewritten: the same head is the same chunks.
       if (!kept.isAt(entry.head)) kept.restore(entry.head, entry.chunks)
-      logs.set(entry.id, kept)
+      log = kept
     } else {
       // decodeHeads made the array for this log alone: no copy.
-      logs.set(entry.id, new FileShapeLog(entry.id, dir, entry.meta, logHost, entry.chunks as ChunkInfo[], entry.head))
+      log = new FileShapeLog(entry.id, `${top}/${plan.dirs[i]!}`, entry.meta, logHost, entry.chunks as ChunkInfo[], entry.head)
     }
-  }
+    logs.set(entry.id, log)
+    aligned.push(log)
+  })
   retireUnused(prepared, logs)
-  return logs
+  return { logs, aligned }
 }
 
 function retireUnused(prepared: ReadonlyMap<string, FileShapeLog> | undefined, used: ReadonlyMap<string, FileShapeLog>): void {
-  if (prepared === undefined) return
+  if (prepared === undefined || prepared === used) return
   for (const [id, log] of prepared) if (used.get(id) !== log) log.retire()
 }
 
@@ -106,74 +142,169 @@ function reusable(kept: FileShapeLog | undefined, dir: string, meta: string): Fi
 }
 
 /**
- * `clean`: the heads file's logs (heads-file.ts); those whose files are still
- * the ones it names and end where it says are opened without scanning them,
- * those whose files grew since are scanned from its prefix on.
- * `listed`: the logs listed and their files stat'ed already (`listAndStatLogs`), only given with `clean`.
- * `prepared`: logs to use again (`PreparedLogs`); those left unused are retired.
+ * Opens every log of the store: `plan`'s (the heads file's, heads-file.ts)
+ * by checking their files' sizes and inodes against their entries (those
+ * still as the entry says are opened without scanning them, those grown since
+ * are scanned from its prefix on), and any other log in shapes/ by a scan.
+ * `prepared`: logs to use again (`PreparedLogs`); those left unused are
+ * retired. `gone` in the result: the plan's logs that are no more (deleted
+ * before a crash, or set aside now).
+ *
+ * Other logs are found without listing every bucket: a directory's link
+ * count is two plus its subdirectories on the usual Linux file systems, so a
+ * bucket whose count says it holds just the logs the plan found there holds
+ * nothing else. Only buckets where the two differ (a log made since the
+ * heads file, one it left out, a file system that counts otherwise) are
+ * listed.
  */
-export async function loadLogs(ctx: DirectoryContext, clean: Map<string, HeadsEntry> | undefined, listed?: ListedLogs, prepared?: PreparedLogs): Promise<LoadedLogs> {
+export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefined, prepared?: PreparedLogs): Promise<LoadedLogs> {
   const { fs, root } = ctx
-  const loaded: LoadedLogs = { logs: new Map(), quarantined: [], cleanOpened: 0 }
+  const top = shapesRoot(root)
   // Unfinished snapshots never became shapes: drop them.
   for (const name of fs.readdirSync(`${root}/tmp`)) {
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
   }
   ctx.trash.empty()
-  const logs = listed?.logs ?? listLogs(fs, root)
-  // Every listed log's files at once, in CLEAN_FILES' order; only the heads file's entries are checked against them.
-  const statParts = clean === undefined ? undefined : (listed?.stats ?? statListed(fs, ctx.statFiles, root, logs))
-  const stats = statParts?.out
-  // The parts of the stats are waited for one by one: the first logs are checked while later ones are stat'ed.
-  let part = 0
-  let statted = 0
-  // Prepared logs used again (when all were, none is left to retire), and the buckets that keep a log.
-  let reused = 0
-  const holding = new Set<string>()
-  let lastBucket = ''
-  const bucketAt = shapesRoot(root).length + 1
-  for (let i = 0; i < logs.length; i++) {
-    const { id, dir } = logs[i]!
-    if (statParts !== undefined && i >= statted) {
-      while (statParts.parts[part]!.to <= i) part++
-      await statParts.parts[part]!.done
-      statted = statParts.parts[part]!.to
+  const entries = plan?.entries ?? []
+  // The native batch stats the real file system only: another port answers for its own files.
+  const statParts = plan === undefined ? undefined : statInParts(fs, fs === nodeFs ? ctx.statFiles : undefined, top, plan.dirs, CLEAN_FILES)
+  const quarantined: string[] = []
+  /** Logs each bucket holds as far as the open knows: the plan's found there, then what a listing adds. */
+  const inBucket = new Uint32Array(SHAPE_BUCKETS)
+  /** The plan's logs opened, in its order (undefined: not found in place, or set aside). */
+  const opened: Array<FileShapeLog | undefined> = new Array<FileShapeLog | undefined>(entries.length)
+  /** Whether the plan's `i`th log was found in its directory (opened or set aside). */
+  const present = new Uint8Array(entries.length)
+  let cleanOpened = 0
+  let allReused = prepared?.aligned !== undefined && prepared.logs.size === entries.length
+  /** A log that failed to open for a fault of its own is set aside (undefined); other errors fail the open. */
+  const setAside = (id: string, dir: string, caught: unknown): undefined => {
+    const err = unreadable(id, caught) ?? caught
+    if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
+      throw err
     }
+    // A damaged log must not stop every other shape from being served; keep
+    // it aside for inspection and let the server recreate the shape.
+    fs.renameSync(dir, `${root}/quarantine/${id}.${Date.now()}`)
+    quarantined.push(id)
+    ctx.emitError(err)
+    return undefined
+  }
+  // Scans a log (whole, or from `known`'s prefix): the only step of an open that awaits per log.
+  const scan = async (id: string, dir: string, known: HeadsEntry | undefined, kept: FileShapeLog | undefined): Promise<FileShapeLog | undefined> => {
     try {
-      const kept = prepared?.logs.get(id)
-      // A prepared log's id was checked when it was prepared.
-      if (kept === undefined) checkShapeId(id)
-      const known = clean?.get(id)
-      const found = known === undefined || stats === undefined ? undefined : checkHeads(stats, i, known)
-      if (found === undefined) {
-        loaded.logs.set(id, await openLog(ctx, id, dir, undefined, kept))
-      } else if (found === 'grown') {
-        loaded.logs.set(id, await openLog(ctx, id, dir, known, kept))
-      } else {
-        loaded.logs.set(id, openClean(ctx, known!, dir, found, kept, prepared?.fromClean === true))
-        loaded.cleanOpened++
-      }
-      if (kept !== undefined && loaded.logs.get(id) === kept) reused++
-      // Listed bucket by bucket: a bucket's name is taken once per bucket, not per log.
-      if (lastBucket === '' || !dir.startsWith(lastBucket, bucketAt)) {
-        lastBucket = dir.slice(bucketAt, dir.indexOf('/', bucketAt))
-        holding.add(lastBucket)
-      }
+      // A prepared log's id was checked when it was prepared (a plan's were when it was planned: checking again costs little on this rare path).
+      if (kept === undefined && known === undefined) checkShapeId(id)
+      return await openLog(ctx, id, dir, known, kept)
     } catch (caught) {
-      const err = unreadable(id, caught) ?? caught
-      if (!(err instanceof StorageError) || (err.code !== 'corrupt_log' && err.code !== 'invalid_shape_id' && err.code !== 'unsupported_format')) {
-        throw err
-      }
-      // A damaged log must not stop every other shape from being served; keep
-      // it aside for inspection and let the server recreate the shape.
-      fs.renameSync(dir, `${root}/quarantine/${id}.${Date.now()}`)
-      loaded.quarantined.push(id)
-      ctx.emitError(err)
+      return setAside(id, dir, caught)
     }
   }
-  if (reused !== prepared?.logs.size) retireUnused(prepared?.logs, loaded.logs)
+  if (plan !== undefined && statParts !== undefined) {
+    const stats = statParts.out
+    const fromPlan = prepared?.aligned
+    let from = 0
+    // The parts are waited for one by one: the first logs are checked while later ones are still stat'ed.
+    for (const part of statParts.parts) {
+      await part.done
+      for (let i = from; i < part.to; i++) {
+        const known = entries[i]!
+        const found = checkHeads(stats, i, known)
+        // Files of neither kind, if any is there: the log is scanned whole (or set aside); with none, the bucket's count decides.
+        if (found === undefined && !anyFile(stats, i)) {
+          allReused = false
+          continue
+        }
+        present[i] = 1
+        inBucket[plan.buckets[i]!]! += 1
+        const kept = fromPlan !== undefined ? fromPlan[i] : prepared?.logs.get(known.id)
+        const dir = kept?.dir ?? `${top}/${plan.dirs[i]!}`
+        let log: FileShapeLog | undefined
+        if (found === EXACT) {
+          // No await here: with 100k logs, one per log would cost more than the rest of the check.
+          try {
+            log = openClean(known, dir, stats, i, kept, fromPlan !== undefined, ctx)
+            cleanOpened++
+          } catch (caught) {
+            log = setAside(known.id, dir, caught)
+          }
+        } else {
+          log = await scan(known.id, dir, found === GROWN ? known : undefined, kept)
+        }
+        opened[i] = log
+        if (log === undefined || log !== kept) allReused = false
+      }
+      from = part.to
+    }
+  }
+  // Logs in shapes/ that the plan did not find: each bucket whose link count differs from what the plan found there is listed.
+  const extra: Array<{ id: string; dir: string; bucket: number }> = []
+  const listed: number[] = []
+  for (const name of fs.readdirSync(top)) {
+    if (!isBucketName(name)) {
+      // The flat layout's place (its logs were moved at open): whatever is left there is scanned, or set aside.
+      extra.push({ id: name, dir: `${top}/${name}`, bucket: -1 })
+      continue
+    }
+    const b = Number.parseInt(name.slice(2), 16)
+    let links: number | undefined
+    try {
+      links = fs.statSync(`${top}/${name}`).nlink
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+      throw err
+    }
+    if (links !== undefined && links >= 2 && links - 2 === inBucket[b]) continue
+    listed.push(b)
+  }
+  if (listed.length > 0) {
+    // The plan's ids found in the buckets to list: only those are looked up.
+    const toList = new Uint8Array(SHAPE_BUCKETS)
+    for (const b of listed) toList[b] = 1
+    const known = new Set<string>()
+    for (let i = 0; i < entries.length; i++) if (present[i] === 1 && toList[plan!.buckets[i]!] === 1) known.add(entries[i]!.id)
+    for (const b of listed) {
+      const name = bucketName(b)
+      let ids: string[]
+      try {
+        ids = fs.readdirSync(`${top}/${name}`)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') continue
+        throw err
+      }
+      for (const id of ids) if (!known.has(id)) extra.push({ id, dir: `${top}/${name}/${id}`, bucket: b })
+    }
+  }
+  const logs = allReused && extra.length === 0 && quarantined.length === 0 ? (prepared!.logs as Map<string, FileShapeLog>) : new Map<string, FileShapeLog>()
+  const gone: string[] = []
+  if (logs !== prepared?.logs) {
+    for (let i = 0; i < entries.length; i++) {
+      const log = opened[i]
+      if (log === undefined) gone.push(entries[i]!.id)
+      else logs.set(log.id, log)
+    }
+  }
+  for (const { id, dir, bucket } of extra) {
+    const log = await scan(id, dir, undefined, prepared?.logs.get(id))
+    if (log !== undefined) {
+      logs.set(id, log)
+      if (bucket >= 0) inBucket[bucket]! += 1
+    }
+  }
+  retireUnused(prepared?.logs, logs)
+  // A bucket holds a log when one was opened there (one whose log was set aside may be empty now).
+  const holding = new Set<string>()
+  for (const log of quarantined.length === 0 ? [] : logs.values()) holding.add(bucketOf(log.id))
+  if (quarantined.length === 0) for (let b = 0; b < SHAPE_BUCKETS; b++) if (inBucket[b]! > 0) holding.add(bucketName(b))
   dropEmptyBuckets(fs, root, holding)
-  return loaded
+  return { logs, quarantined, cleanOpened, gone }
+}
+
+/** Whether any of the `i`th log's files was found. */
+function anyFile(stats: Float64Array, i: number): boolean {
+  const at = i * 2 * CLEAN_FILES.length
+  for (let f = 0; f < CLEAN_FILES.length; f++) if (stats[at + 2 * f]! >= 0) return true
+  return false
 }
 
 /** EUCLEAN's number on Linux: not in Node's table of errno names. */
@@ -247,23 +378,6 @@ function readLogMeta(ctx: DirectoryContext, id: string, dir: string): Buffer {
 const CLEAN_FILES = [LOG_FILES.data, LOG_FILES.entries, LOG_FILES.chunks, LOG_FILES.meta] as const
 
 /**
- * Lists shapes/ and starts the stats of its logs' files (natively, off the
- * event loop), for `loadLogs` after a clean close: the caller reads and
- * decodes the heads file meanwhile. Lists and stats only; changes nothing.
- */
-export function listAndStatLogs(fs: FsPort, root: string, statFiles: StatFiles): ListedLogs {
-  const logs = listLogs(fs, root)
-  return { logs, stats: statListed(fs, statFiles, root, logs) }
-}
-
-/** The stats of the listed logs' files, each log's directory named relative to shapes/ (bucket and id). */
-function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, logs: readonly ListedLog[]): StatParts {
-  const top = shapesRoot(root)
-  const dirs = logs.map((log) => log.dir.slice(top.length + 1))
-  return statInParts(fs, statFiles, top, dirs, CLEAN_FILES)
-}
-
-/**
  * What the stats (`statAll`, no open) say of the `i`th log against its entry
  * in the heads file: its files' inodes when they are still the files the entry
  * names (the data file's inode) and end where it says, so the entry is its
@@ -273,7 +387,7 @@ function statListed(fs: FsPort, statFiles: StatFiles | undefined, root: string, 
  * under the id; bytes rewritten in place at the same size are not looked for
  * here, as a scan would look only at headers and the last records.
  */
-function checkHeads(stats: Float64Array, i: number, known: HeadsEntry): FileInodes | 'grown' | undefined {
+function checkHeads(stats: Float64Array, i: number, known: HeadsEntry): typeof EXACT | typeof GROWN | undefined {
   const { head } = known
   const at = i * 2 * CLEAN_FILES.length
   if (known.dataIno < 0 || stats[at + 1] !== known.dataIno || stats[at + 6] !== META_HEADER_BYTES + known.meta.length) return undefined
@@ -282,12 +396,12 @@ function checkHeads(stats: Float64Array, i: number, known: HeadsEntry): FileInod
   const chunks = stats[at + 4]!
   const entriesEnd = HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES
   const chunksEnd = HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES
-  if (data === head.dataEnd && entries === entriesEnd && chunks === chunksEnd) return { data: stats[at + 1]!, entries: stats[at + 3]!, chunks: stats[at + 5]! }
-  return data >= head.dataEnd && entries >= entriesEnd && chunks >= chunksEnd ? 'grown' : undefined
+  if (data === head.dataEnd && entries === entriesEnd && chunks === chunksEnd) return EXACT
+  return data >= head.dataEnd && entries >= entriesEnd && chunks >= chunksEnd ? GROWN : undefined
 }
 
-/** `fromClean`: `kept` was built from this very entry. */
-function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes: FileInodes, kept: FileShapeLog | undefined, fromClean: boolean): FileShapeLog {
+/** `fromClean`: `kept` was built from this very entry. The inodes are the `i`th log's in `stats`. */
+function openClean(known: HeadsEntry, dir: string, stats: Float64Array, i: number, kept: FileShapeLog | undefined, fromClean: boolean, ctx: DirectoryContext): FileShapeLog {
   let log = reusable(kept, dir, known.meta)
   if (log === undefined) {
     // decodeHeads made the array for this log alone: no copy.
@@ -296,9 +410,10 @@ function openClean(ctx: DirectoryContext, known: HeadsEntry, dir: string, inodes
     log.restore(known.head, known.chunks)
   }
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
-  log.data.ino = inodes.data
-  log.entries.ino = inodes.entries
-  log.chunkFile.ino = inodes.chunks
+  const at = i * 2 * CLEAN_FILES.length
+  log.data.ino = stats[at + 1]!
+  log.entries.ino = stats[at + 3]!
+  log.chunkFile.ino = stats[at + 5]!
   log.registered = true
   return log
 }
