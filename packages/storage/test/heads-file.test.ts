@@ -68,6 +68,26 @@ describe('heads file', () => {
     expect(typeof decodeHeads(Buffer.concat([bytes, Buffer.alloc(1)]), 42n)).toBe('string')
   })
 
+  it('checks every byte but the lineage, which is rewritten in place; a file of an earlier build (no lineage) is checked whole', () => {
+    const logs = [{ id: 'x', meta: 'm', head: { entries: 2, dataEnd: 90, last: { tx: 4n, op: 1n }, closedChunks: 0, snapshotChunks: 0 }, chunks: [], dataIno: 5 }]
+    const withLineage = encodeHeads(7n, logs, 0x1234_5678_9abc_def0n)
+    expect(withLineage.readBigUInt64LE(8)).toBe(0x1234_5678_9abc_def0n)
+    const patched = Buffer.from(withLineage)
+    patched.writeBigUInt64LE(99n, 8)
+    expect([...(decodeHeads(patched, 7n) as Map<string, HeadsEntry>).values()]).toEqual(logs)
+    for (const at of [5, 7, 16, patched.length - 1]) {
+      const damaged = Buffer.from(patched)
+      damaged[at]! ^= 1
+      expect(typeof decodeHeads(damaged, 7n)).toBe('string')
+    }
+    // Lineage 0: written before there were lineages, its check covers those bytes too.
+    const earlier = encodeHeads(7n, logs)
+    expect(typeof decodeHeads(earlier, 7n)).toBe('object')
+    const forged = Buffer.from(earlier)
+    forged.writeBigUInt64LE(99n, 8)
+    expect(typeof decodeHeads(forged, 7n)).toBe('string')
+  })
+
   it('decoded beside an earlier file, keeps the earlier entries of unchanged logs as they were, in order or not, and decodes the rest', () => {
     const entry = (id: string, entries: number, dataIno = 100): HeadsEntry => ({
       id,

@@ -12,12 +12,12 @@
  * giving the lock away without a close acts as a kill -9 that loses the page
  * cache too.
  */
-import { existsSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { HEADS_FILE } from '../src/file/heads-file.js'
 import { nodeFs, openFileLogStore, FileLogStore } from '../src/index.js'
-import type { FileStoreOptions, ShapeLog, StoreLockOptions } from '../src/index.js'
+import type { FileStoreOptions, FsPort, ShapeLog, StoreLockOptions } from '../src/index.js'
 import { change, makeShape, readAllEntries, row } from './contract-suite.js'
 import { volatileFs } from './fixtures/volatile-fs.js'
 import { countingFs } from './fixtures/counting-fs.js'
@@ -42,6 +42,29 @@ function handoverLock(): { lock: StoreLockOptions; kill(): void } {
       held = false
     },
   }
+}
+
+/** A port counting the opens of the heads file in `dir`. */
+function headsReads(dir: string): { fs: FsPort; opens(): number; reset(): void } {
+  let opens = 0
+  return {
+    fs: {
+      ...nodeFs,
+      openSync(path, flags, mode) {
+        if (path === `${dir}/${HEADS_FILE}`) opens++
+        return nodeFs.openSync(path, flags, mode)
+      },
+    },
+    opens: () => opens,
+    reset: () => {
+      opens = 0
+    },
+  }
+}
+
+/** The lineage the heads file in `dir` records (heads-file.ts). */
+function lineageOf(dir: string): bigint {
+  return readFileSync(`${dir}/${HEADS_FILE}`).readBigUInt64LE(8)
 }
 
 function contents(s: FileLogStore): Record<string, unknown[]> {
@@ -167,6 +190,76 @@ describe('standby store', () => {
     expect(standby.get('a')).toBe(a)
     expect(standby.get('e')).toBe(e)
     expect(standby.cleanOpened).toBe(0)
+    await standby.close()
+  })
+
+  it('promotes on what it prepared when the writer put a newer heads file of its lineage in place, without reading that file; the first log it makes draws a new lineage', async () => {
+    const dir = await tempDirs.make('standby-lineage')
+    const { lock, kill } = handoverLock()
+    const w = await runningWriter(dir, lock)
+    const reads = headsReads(dir)
+    const standby = await FileLogStore.prepare({ dir, fs: reads.fs, ...BASE })
+    const before = new Map(IDS.map((id) => [id, standby.get(id)!]))
+    const lineage = lineageOf(dir)
+
+    // A newer file (say, the one a stopping writer writes at its close), then more work it does not name.
+    await appendDurable(w, ['a', 'b'], 9n, 7)
+    await w.deleteShape('c')
+    await makeShape(w, 'f', [row(3)])
+    await w.writeHeads()
+    expect(lineageOf(dir)).toBe(lineage)
+    await appendDurable(w, ['e'], 10n, 2)
+    await w.deleteShape('d')
+    await makeShape(w, 'g', [row(4)])
+    const durable = contents(w)
+    kill()
+
+    reads.reset()
+    await standby.promote({ ...lock, waitMs: 5_000 })
+    // Its version looked at, never read: the prepared entries are checked against the files instead.
+    expect(reads.opens()).toBe(1)
+    expect(contents(standby)).toEqual(durable)
+    for (const id of ['a', 'b', 'e']) expect(standby.get(id)).toBe(before.get(id))
+    expect(standby.get('c')).toBeUndefined()
+    expect(standby.get('d')).toBeUndefined()
+    // a, b and e grew after the prepared entries were taken: each was scanned from its entry on.
+    expect(standby.cleanOpened).toBe(0)
+
+    // Files of its lineage held elsewhere may name logs its predecessor deleted (d): its first creation gives
+    // the file in place a new lineage (rewritten in place: the file stays good for an open), and so do its own.
+    await makeShape(standby, 'h', [row(5)])
+    const patched = lineageOf(dir)
+    expect(patched).not.toBe(lineage)
+    await standby.writeHeads()
+    expect(lineageOf(dir)).toBe(patched)
+    const after = contents(standby)
+    await standby.close()
+    const reopened = await openFileLogStore({ dir, lock: { lockFile: () => true }, ...BASE })
+    expect(contents(reopened)).toEqual(after)
+    await reopened.close()
+  })
+
+  it('reads the file in place when the writer made a log again under a deleted id since: that drew a new lineage', async () => {
+    const dir = await tempDirs.make('standby-new-lineage')
+    const { lock, kill } = handoverLock()
+    const w = await runningWriter(dir, lock)
+    const reads = headsReads(dir)
+    const standby = await FileLogStore.prepare({ dir, fs: reads.fs, ...BASE })
+    const lineage = lineageOf(dir)
+
+    await w.deleteShape('a')
+    await makeShape(w, 'a', [row(1), row(2)])
+    await appendDurable(w, ['a'], 9n, 5)
+    await w.writeHeads()
+    expect(lineageOf(dir)).not.toBe(lineage)
+    const durable = contents(w)
+    kill()
+
+    reads.reset()
+    await standby.promote({ ...lock, waitMs: 5_000 })
+    expect(reads.opens()).toBe(2)
+    expect(contents(standby)).toEqual(durable)
+    expect(standby.cleanOpened).toBe(IDS.length)
     await standby.close()
   })
 

@@ -31,7 +31,7 @@ import { Checkpointer } from './checkpointer.js'
 import { FdCache } from './fd-cache.js'
 import type { FileShapeLog } from './file-log.js'
 import { GroupCommit } from './group-commit.js'
-import { type PeekedHeads, headsVersion, peekHeads, readHeads, sameHeadsVersion, tidyHeads } from './heads-file.js'
+import { type PeekedHeads, headsVersion, peekHeads, readHeads, sameHeadsLineage, sameHeadsVersion, tidyHeads } from './heads-file.js'
 import { HeadsSnapshots } from './heads-snapshots.js'
 import { DEFAULT_IDLE_SYNC_INLINE_MAX_MS, Journal } from './journal.js'
 import { replayJournal } from './journal-replay.js'
@@ -262,10 +262,16 @@ export class FileLogStore implements ShapeLogStore {
     this.journal?.resume(replay.nextGeneration)
     tidyHeads(fs, root)
     const prepared = this.preparedFrom
-    // The prepared logs' entries stand only while the file they came from is the one in place (the
-    // deleted-id guard removes it from disk, not from memory); else the file in place decides.
-    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && sameHeadsVersion(prepared.version, headsVersion(fs, root))
-    const heads = keep ? undefined : readHeads(fs, root, replay.watermark.lsn, prepared)?.logs
+    // The prepared logs' entries stand while the file they came from is the one in place, or one of
+    // its lineage is (heads-file.ts: no log was made again under a deleted id since); else the file in
+    // place decides. Not with no file in place: the deleted-id guard removed it.
+    const inPlace = headsVersion(fs, root)
+    const sameFile = sameHeadsVersion(prepared?.version, inPlace)
+    const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && (sameFile || sameHeadsLineage(prepared.version, inPlace))
+    const read = keep ? undefined : readHeads(fs, root, replay.watermark.lsn, prepared)
+    const heads = read?.logs
+    // The lineage of the file in place (a file may have been given another since the standby read it: heads-snapshots.ts).
+    this.heads.adopt(keep ? inPlace!.lineage : (read?.version.lineage ?? 0n))
     const plan = keep ? this.preparedPlan!.plan : heads === undefined ? undefined : planHeads(heads)
     await this.load(plan, { logs: this.logs, aligned: keep ? this.preparedPlan!.aligned : undefined })
     this.preparedFrom = undefined

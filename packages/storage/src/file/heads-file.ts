@@ -28,18 +28,34 @@
  * vouch for its files (deleted, or with no known inode) is left out and
  * scanned.
  *
+ * Lineage. A standby builds its logs from the file it last read, and at its
+ * promotion finds a newer one in place when the writer wrote one since (at
+ * its close, say). The entries it holds are still true of their logs, as
+ * lower bounds, unless a log was made again under an id deleted since they
+ * were taken: inode numbers are reused, so such a log could pass for the
+ * one an entry names. A writer draws a random lineage at open and records
+ * it in every file it writes; it draws a new one (and removes the file in
+ * place) when it makes a log under an id deleted in its lineage. Two files of
+ * one lineage therefore have no such log between them, and the standby
+ * checks its entries against the files without reading the newer one.
+ *
  * Layout (magic "SLHD", version 2), little-endian; what is known only once
  * every entry was taken comes last, so the file is written as it is encoded,
  * a batch at a time, and never held whole in memory:
- *   0   16   header (format.ts)
+ *   0   16   header (format.ts); bytes 8-15: the lineage (below; 0 in files
+ *             of earlier builds, which readers ignore)
  *   16  ...  per log: id length (1) and id (latin1); meta length (4) and meta;
  *             entries, dataEnd, last tx, last op, data file inode (8 each);
  *             closed chunks, snapshot chunks, chunk count (4 each); per chunk:
  *             end tx, end op, end entry, end pos (8 each) and kind (1).
  *   end-16 8 watermark    the store's durable LSN when the last entry was taken
  *   end-8  4 count        logs before it
- *   end-4  4 check        crc32 of every byte before it, XOR salt
+ *   end-4  4 check        crc32 of every byte before it but the lineage's
+ *                          (which is rewritten in place, `patchLineage`), XOR
+ *                          salt; of every byte before it in a file without
+ *                          a lineage (0: written by an earlier build)
  */
+import { randomBytes } from 'node:crypto'
 import { crc32 } from 'node:zlib'
 import type { LogOffset } from '@sluice/protocol'
 import { fromSystemError } from '../errors.js'
@@ -73,10 +89,32 @@ function logBytes(log: HeadsEntry): number {
   return 1 + log.id.length + 4 + log.meta.length + 40 + 12 + log.chunks.length * CHUNK_BYTES
 }
 
+/** Where the header holds the lineage (see the top of this file). */
+const LINEAGE_AT = 8
+
+/** The crc32 of the file's first `end` bytes as its check covers them: without the lineage, unless it is 0. */
+function bodyCheck(buf: Buffer, end: number): number {
+  if (buf.readBigUInt64LE(LINEAGE_AT) === 0n) return crc32(buf.subarray(0, end))
+  return crc32(buf.subarray(HEADER_BYTES, end), crc32(buf.subarray(0, LINEAGE_AT)))
+}
+
+function headsHeader(lineage: bigint): Buffer {
+  const header = encodeHeader('heads')
+  header.writeBigUInt64LE(lineage, LINEAGE_AT)
+  return header
+}
+
+/** A new lineage: random, never 0 (the lineage of files of earlier builds). */
+export function newLineage(): bigint {
+  let lineage = 0n
+  while (lineage === 0n) lineage = randomBytes(8).readBigUInt64LE(0)
+  return lineage
+}
+
 /** A whole heads file for `logs` (tests; the store streams it, see `HeadsFileWriter`). */
-export function encodeHeads(watermark: bigint, logs: readonly HeadsEntry[]): Buffer {
-  const body = Buffer.concat([encodeHeader('heads'), encodeHeadsPart(logs), Buffer.alloc(TRAILER_BYTES)])
-  writeTrailer(body, body.length - TRAILER_BYTES, watermark, logs.length, crc32(body.subarray(0, body.length - TRAILER_BYTES)))
+export function encodeHeads(watermark: bigint, logs: readonly HeadsEntry[], lineage = 0n): Buffer {
+  const body = Buffer.concat([headsHeader(lineage), encodeHeadsPart(logs), Buffer.alloc(TRAILER_BYTES)])
+  writeTrailer(body, body.length - TRAILER_BYTES, watermark, logs.length, bodyCheck(body, body.length - TRAILER_BYTES))
   return body
 }
 
@@ -147,7 +185,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
   if (problem) return problem
   if (buf.length < HEADER_BYTES + TRAILER_BYTES) return 'short'
   const check = buf.length - 4
-  if (buf.readUInt32LE(check) !== (crc32(buf.subarray(0, check)) ^ SALT) >>> 0) return 'check'
+  if (buf.readUInt32LE(check) !== (crc32(buf.subarray(check - 12, check), bodyCheck(buf, check - 12)) ^ SALT) >>> 0) return 'check'
   const end = buf.length - TRAILER_BYTES
   if (buf.readBigUInt64LE(end) > watermark) return 'written past the store\'s watermark'
   const count = buf.readUInt32LE(end + 8)
@@ -312,7 +350,7 @@ export class HeadsFileWriter {
     private readonly fd: number,
   ) {}
 
-  static open(fs: FsPort, root: string): HeadsFileWriter {
+  static open(fs: FsPort, root: string, lineage: bigint): HeadsFileWriter {
     let fd: number
     try {
       fd = fs.openSync(`${root}/${TEMP_FILE}`, 'w', 0o644)
@@ -320,7 +358,10 @@ export class HeadsFileWriter {
       throw fromSystemError(err, 'write the heads file')
     }
     const writer = new HeadsFileWriter(fs, root, fd)
-    writer.append(encodeHeader('heads'), 0)
+    const header = headsHeader(lineage)
+    writer.append(header, 0)
+    // The check leaves the lineage out (see the layout at the top), unless it is 0.
+    if (lineage !== 0n) writer.crc = crc32(header.subarray(0, LINEAGE_AT))
     return writer
   }
 
@@ -374,11 +415,52 @@ export class HeadsFileWriter {
   }
 }
 
+/**
+ * Gives the heads file in place (and one a write moved aside) another lineage,
+ * durably, without rewriting it: its entries stay true, and a standby that
+ * read an earlier file of the old lineage no longer takes this one for a
+ * successor of its own (heads-snapshots.ts). A file without a lineage, or
+ * none, is left as it is.
+ */
+export async function patchLineage(fs: FsPort, root: string, lineage: bigint): Promise<void> {
+  for (const name of [HEADS_FILE, OLD_HEADS_FILE]) {
+    let fd: number
+    try {
+      fd = fs.openSync(`${root}/${name}`, 'r+')
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+      throw err
+    }
+    try {
+      const header = Buffer.alloc(HEADER_BYTES)
+      if (readFully(fs, fd, header, 0, HEADER_BYTES, 0) !== HEADER_BYTES || checkHeader('heads', header) !== undefined) continue
+      if (header.readBigUInt64LE(LINEAGE_AT) === 0n) continue
+      const bytes = Buffer.alloc(8)
+      bytes.writeBigUInt64LE(lineage, 0)
+      writeFully(fs, fd, bytes, 8, LINEAGE_AT)
+      await fs.fdatasync(fd)
+    } finally {
+      fs.closeSync(fd)
+    }
+  }
+}
+
 /** Which heads file is on disk: inode, size and trailer. A new file is a new inode, and its trailer's check tells apart two files that got the same one. */
 export interface HeadsVersion {
   readonly ino: number
   readonly size: number
   readonly trailer: string
+  /** Its writer's lineage (see the top of this file); 0 when unknown. */
+  readonly lineage: bigint
+}
+
+/** Whether the entries of file `a` are lower bounds of the logs when file `b` is in place: the same file, or one of the same lineage. */
+export function sameHeadsLineage(a: HeadsVersion | undefined, b: HeadsVersion | undefined): boolean {
+  return a !== undefined && b !== undefined && a.lineage !== 0n && a.lineage === b.lineage
+}
+
+function lineageOf(header: Buffer, got: number): bigint {
+  return got >= HEADER_BYTES && checkHeader('heads', header) === undefined ? header.readBigUInt64LE(LINEAGE_AT) : 0n
 }
 
 export function sameHeadsVersion(a: HeadsVersion | undefined, b: HeadsVersion | undefined): boolean {
@@ -409,7 +491,7 @@ function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: Dec
     const buf = Buffer.allocUnsafe(size)
     const got = readFully(fs, fd, buf, 0, size, 0)
     const bytes = got === size ? buf : buf.subarray(0, got)
-    const version = { ino, size: got, trailer: got >= TRAILER_BYTES ? bytes.toString('hex', got - TRAILER_BYTES) : '' }
+    const version = { ino, size: got, trailer: got >= TRAILER_BYTES ? bytes.toString('hex', got - TRAILER_BYTES) : '', lineage: lineageOf(bytes, got) }
     const written = got >= HEADER_BYTES + TRAILER_BYTES ? bytes.readBigUInt64LE(got - TRAILER_BYTES) : 0n
     let logs: Map<string, HeadsEntry> | string
     try {
@@ -436,7 +518,9 @@ export function headsVersion(fs: FsPort, root: string): HeadsVersion | undefined
     const { ino, size } = fs.fstatSync(fd)
     const trailer = Buffer.alloc(TRAILER_BYTES)
     const got = size >= TRAILER_BYTES ? readFully(fs, fd, trailer, 0, TRAILER_BYTES, size - TRAILER_BYTES) : 0
-    return { ino, size, trailer: got === TRAILER_BYTES ? trailer.toString('hex') : '' }
+    const header = Buffer.alloc(HEADER_BYTES)
+    const headerGot = readFully(fs, fd, header, 0, HEADER_BYTES, 0)
+    return { ino, size, trailer: got === TRAILER_BYTES ? trailer.toString('hex') : '', lineage: lineageOf(header, headerGot) }
   } catch (err) {
     throw fromSystemError(err, `read the heads file in ${root}`)
   } finally {

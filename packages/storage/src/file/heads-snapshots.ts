@@ -10,18 +10,23 @@
  *
  * An entry vouches for a log by its id and its data file's inode. Inode
  * numbers are reused, so a log deleted and then made again under its id
- * could, with files of the same sizes, pass for the one a file on disk names.
- * So the ids deleted since the file on disk was started are kept, and
- * creating a log under one of them removes the file (durably) before the new
- * log can be renamed into shapes/ (`beforePlace`). The server never does
- * this (a handle carries its creation time); the storage contract allows it.
+ * could, with files of the same sizes, pass for the one a file names. So the
+ * ids deleted in this lineage (heads-file.ts) are kept, and creating a log
+ * under one of them removes the file in place (durably) before the new log
+ * can be renamed into shapes/ (`beforePlace`), and draws a new lineage: no
+ * file of the lineage, in place or held by a standby, then vouches for the
+ * id. A writer that took its lineage over from the file it opened on (or a
+ * standby's promotion) does not know which ids its predecessors deleted, so
+ * its first creation of any log does the same. The server never makes a log
+ * again under an id (a handle carries its creation time, a compacted log a
+ * new generation); the storage contract allows it.
  */
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { StorageError } from '../errors.js'
 import { fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
 import type { FileShapeLog } from './file-log.js'
-import { type HeadsEntry, HEADS_FILE, HeadsFileWriter, OLD_HEADS_FILE, encodeHeadsPart } from './heads-file.js'
+import { type HeadsEntry, HEADS_FILE, HeadsFileWriter, OLD_HEADS_FILE, encodeHeadsPart, newLineage, patchLineage } from './heads-file.js'
 import { syncDirectory } from './watermark.js'
 import { Serial } from '../serial.js'
 
@@ -29,6 +34,8 @@ import { Serial } from '../serial.js'
 const BATCH_LOGS = 1000
 /** Room for a batch's records (about 150 bytes a log; a batch that needs more gets a buffer of its own). */
 const SCRATCH_BYTES = 256 * 1024
+/** Ids deleted in one lineage that are kept: past this many, a new lineage starts (as for an id made again). */
+const MAX_DELETED_IDS = 65_536
 
 /** What the snapshots read of the store. */
 export interface HeadsHost {
@@ -48,9 +55,13 @@ export class HeadsSnapshots {
   /** What the last file written was taken at (published sequence and log count). */
   private written = ''
   private stopped = false
-  /** Ids of logs deleted since the file on disk was started (it may name them). */
+  /** Ids of logs deleted in this lineage (a file of it may name them). */
   private readonly deleted = new Set<string>()
-  /** Removing the file for a log made again under a deleted id (see the top of this file). */
+  /** Written into every file (heads-file.ts): taken over at open (`adopt`), drawn anew when an id of `deleted` is made again. */
+  private lineage = newLineage()
+  /** The lineage was taken over: files of it may name logs deleted before this writer, so any creation draws a new one. */
+  private namesUnknown = false
+  /** Removing the file for a log made again under a deleted id, or giving it a new lineage (see the top of this file). */
   private removing: Promise<void> | undefined
   /** Moves when the file is removed: a write started before must not put it back. */
   private epoch = 0
@@ -87,15 +98,42 @@ export class HeadsSnapshots {
     return this.writes.run(() => this.writeOnce(sliced))
   }
 
-  /** A log was deleted: the file on disk may still name it. */
+  /** A log was deleted: a file of the lineage may still name it. */
   deletedLog(id: string): void {
     this.deleted.add(id)
+    // Kept bounded: a new lineage (and the file in place removed) forgets them all.
+    if (this.deleted.size > MAX_DELETED_IDS) this.newLineage(id)
   }
 
-  /** A log is being made under `id`: if the file on disk may name an earlier log of that id, it goes. */
+  /**
+   * Takes over the lineage of the heads file the store opened on (or a
+   * standby was promoted on), so that a standby that read a file of it
+   * before this writer started can still trust what it read. 0 (a file of an
+   * earlier build) keeps the lineage drawn at construction.
+   */
+  adopt(lineage: bigint): void {
+    if (lineage === 0n) return
+    this.lineage = lineage
+    this.namesUnknown = true
+  }
+
+  /**
+   * A log is being made under `id`: if the file in place may name an earlier
+   * log of that id (deleted in this lineage), it goes; if only a file of the
+   * lineage held elsewhere may (the lineage was taken over), the file in place
+   * is given the new lineage. A new lineage starts either way.
+   */
   creating(id: string): void {
-    if (!this.deleted.has(id)) return
+    if (this.deleted.has(id)) this.newLineage(id)
+    else if (this.namesUnknown) this.newLineage(undefined)
+  }
+
+  /** `id`: the deleted id made again (the file in place goes); undefined: the file in place takes the new lineage. */
+  private newLineage(id: string | undefined): void {
     this.deleted.clear()
+    this.namesUnknown = false
+    const lineage = newLineage()
+    this.lineage = lineage
     this.epoch++
     // Writes begun or queued before now may name the earlier log: the removal
     // follows them. Later ones cannot (that log has left the store, the new one
@@ -104,6 +142,10 @@ export class HeadsSnapshots {
     const removing = (async () => {
       await Promise.allSettled(earlier)
       const { fs, root } = this.host
+      if (id === undefined) {
+        await patchLineage(fs, root, lineage)
+        return
+      }
       for (const name of [HEADS_FILE, OLD_HEADS_FILE]) if (fs.existsSync(`${root}/${name}`)) fs.unlinkSync(`${root}/${name}`)
       await syncDirectory(fs, root)
     })()
@@ -113,8 +155,9 @@ export class HeadsSnapshots {
       if (this.removing === removing) this.removing = undefined
     }
     removing.then(done, () => {
-      // The file may still be there: the next log made under the id tries again.
-      this.deleted.add(id)
+      // The file may still be there (or of the old lineage): the next log made under the id, or any, tries again.
+      if (id !== undefined) this.deleted.add(id)
+      this.namesUnknown = true
       done()
     })
   }
@@ -128,10 +171,8 @@ export class HeadsSnapshots {
     if (sliced && this.stopped) return
     const state = this.state
     const epoch = this.epoch
-    // Ids deleted from here on may be named by this file too; those before are not.
-    const before = [...this.deleted]
     const logs = [...this.host.logs()]
-    const writer = HeadsFileWriter.open(this.host.fs, this.host.root)
+    const writer = HeadsFileWriter.open(this.host.fs, this.host.root, this.lineage)
     try {
       // One buffer for every batch's records: the file is never held whole.
       const scratch = Buffer.allocUnsafe(SCRATCH_BYTES)
@@ -160,7 +201,6 @@ export class HeadsSnapshots {
     }
     // Taken after every head: each is at or below it.
     await writer.finish(this.host.durableLsn)
-    for (const id of before) this.deleted.delete(id)
     this.written = state
   }
 
