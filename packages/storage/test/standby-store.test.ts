@@ -12,7 +12,7 @@
  * giving the lock away without a close acts as a kill -9 that loses the page
  * cache too.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { HEADS_FILE } from '../src/file/heads-file.js'
@@ -259,6 +259,28 @@ describe('standby store', () => {
     await standby.promote({ ...lock, waitMs: 5_000 })
     expect(reads.opens()).toBe(2)
     expect(contents(standby)).toEqual(durable)
+    expect(standby.cleanOpened).toBe(IDS.length)
+    await standby.close()
+  })
+
+  it('after a copy of the store (other inodes), its writer draws its own lineage, so a standby prepared from the copied file reads the writer\'s', async () => {
+    const original = await tempDirs.make('standby-original')
+    const first = await openFileLogStore({ dir: original, lock: { lockFile: () => true }, ...BASE })
+    for (const id of IDS) await makeShape(first, id, [row(1), row(2)])
+    await first.close()
+    const copied = lineageOf(original)
+    const dir = `${await tempDirs.make('standby-copy')}/store`
+    cpSync(original, dir, { recursive: true })
+
+    const { lock, kill } = handoverLock()
+    const w = await openFileLogStore({ dir, lock, ...BASE })
+    // Every entry names a file of the original: each log is scanned.
+    expect(w.cleanOpened).toBe(0)
+    const standby = await FileLogStore.prepare({ dir, ...BASE })
+    await w.close()
+    expect(lineageOf(dir)).not.toBe(copied)
+    kill()
+    await standby.promote({ ...lock, waitMs: 5_000 })
     expect(standby.cleanOpened).toBe(IDS.length)
     await standby.close()
   })

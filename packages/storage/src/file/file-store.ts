@@ -270,10 +270,11 @@ export class FileLogStore implements ShapeLogStore {
     const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && (sameFile || sameHeadsLineage(prepared.version, inPlace))
     const read = keep ? undefined : readHeads(fs, root, replay.watermark.lsn, prepared)
     const heads = read?.logs
-    // The lineage of the file in place (a file may have been given another since the standby read it: heads-snapshots.ts).
-    this.heads.adopt(keep ? inPlace!.lineage : (read?.version.lineage ?? 0n))
     const plan = keep ? this.preparedPlan!.plan : heads === undefined ? undefined : planHeads(heads)
-    await this.load(plan, { logs: this.logs, aligned: keep ? this.preparedPlan!.aligned : undefined })
+    const foreign = await this.load(plan, { logs: this.logs, aligned: keep ? this.preparedPlan!.aligned : undefined })
+    // The lineage of the file in place (it may have been given another since the standby read it:
+    // heads-snapshots.ts), unless the file names files other than these (a copied or restored store).
+    this.heads.adopt(foreign ? 0n : keep ? inPlace!.lineage : (read?.version.lineage ?? 0n))
     this.preparedFrom = undefined
     this.preparedPlan = undefined
     this.preparing = false
@@ -284,7 +285,8 @@ export class FileLogStore implements ShapeLogStore {
     this.heads.start()
   }
 
-  private async load(plan: HeadsPlan | undefined, prepared: PreparedLogs): Promise<void> {
+  /** Resolves whether the plan named other files than those in place for any log (its entries were of no use for it). */
+  private async load(plan: HeadsPlan | undefined, prepared: PreparedLogs): Promise<boolean> {
     const loaded = await loadLogs(
       { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles: this.options.statFiles, emitError: (err) => this.emitError(err) },
       plan,
@@ -295,6 +297,7 @@ export class FileLogStore implements ShapeLogStore {
     this.cleanOpened = loaded.cleanOpened
     // The heads file names logs deleted before the crash (or set aside now): as if deleted in this run.
     for (const id of loaded.gone) this.heads.deletedLog(id)
+    return loaded.mismatched > 0
   }
 
   get durableLsn(): bigint {

@@ -45,6 +45,8 @@ export interface LoadedLogs {
   readonly cleanOpened: number
   /** Ids the heads file names whose logs are no more (deleted before a crash, or set aside now). */
   readonly gone: string[]
+  /** Logs whose files were there but not the ones their entry names, nor grown from them (scanned whole). */
+  readonly mismatched: number
 }
 
 /** What `checkHeads` finds: the files are the entry's and end where it says, or grew from it. */
@@ -176,6 +178,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
   /** Whether the plan's `i`th log was found in its directory (opened or set aside). */
   const present = new Uint8Array(entries.length)
   let cleanOpened = 0
+  let mismatched = 0
   let allReused = prepared?.aligned !== undefined && prepared.logs.size === entries.length
   /** A log that failed to open for a fault of its own is set aside (undefined); other errors fail the open. */
   const setAside = (id: string, dir: string, caught: unknown): undefined => {
@@ -229,6 +232,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
             log = setAside(known.id, dir, caught)
           }
         } else {
+          if (found === undefined) mismatched++
           log = await scan(known.id, dir, found === GROWN ? known : undefined, kept)
         }
         opened[i] = log
@@ -297,7 +301,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
   for (const log of quarantined.length === 0 ? [] : logs.values()) holding.add(bucketOf(log.id))
   if (quarantined.length === 0) for (let b = 0; b < SHAPE_BUCKETS; b++) if (inBucket[b]! > 0) holding.add(bucketName(b))
   dropEmptyBuckets(fs, root, holding)
-  return { logs, quarantined, cleanOpened, gone }
+  return { logs, quarantined, cleanOpened, gone, mismatched }
 }
 
 /** Whether any of the `i`th log's files was found. */
