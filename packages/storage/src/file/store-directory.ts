@@ -280,14 +280,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
     }
   }
   const logs = allReused && extra.length === 0 && quarantined.length === 0 ? (prepared!.logs as Map<string, FileShapeLog>) : new Map<string, FileShapeLog>()
-  const gone: string[] = []
-  if (logs !== prepared?.logs) {
-    for (let i = 0; i < entries.length; i++) {
-      const log = opened[i]
-      if (log === undefined) gone.push(entries[i]!.id)
-      else logs.set(log.id, log)
-    }
-  }
+  if (logs !== prepared?.logs) for (const log of opened) if (log !== undefined) logs.set(log.id, log)
   for (const { id, dir, bucket } of extra) {
     const log = await scan(id, dir, undefined, prepared?.logs.get(id))
     if (log !== undefined) {
@@ -295,6 +288,9 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
       if (bucket >= 0) inBucket[bucket]! += 1
     }
   }
+  // The plan's logs not opened, unless a listing found them after all (their entry's files were all missing).
+  const gone: string[] = []
+  for (let i = 0; i < entries.length; i++) if (opened[i] === undefined && !logs.has(entries[i]!.id)) gone.push(entries[i]!.id)
   retireUnused(prepared?.logs, logs)
   // A bucket holds a log when one was opened there (one whose log was set aside may be empty now).
   const holding = new Set<string>()
