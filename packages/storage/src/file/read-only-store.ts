@@ -326,7 +326,7 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   /** Every log's id, in its bucket or (from a writer that has not moved it yet) at the flat layout's place. */
   ids(): string[] {
     const ids = new Set<string>()
-    for (const { ids: listed } of listLogs(this.fs, this.root)) for (const id of listed) ids.add(id)
+    for (const id of listLogs(this.fs, this.root)) ids.add(id)
     return [...ids]
   }
 

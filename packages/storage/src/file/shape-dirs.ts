@@ -85,38 +85,29 @@ export function flatShapeDir(root: string, id: string): string {
   return `${root}/shapes/${id}`
 }
 
-/** The entries of one bucket (its name), or of `shapes/` itself (''; flat-layout logs, or junk). */
-export interface ListedBucket {
-  readonly bucket: string
-  readonly ids: readonly string[]
+/** The entries of bucket `name` (its logs); none when the bucket was removed meanwhile. */
+export function listBucket(fs: FsPort, root: string, name: string): string[] {
+  try {
+    return fs.readdirSync(bucketPath(root, name))
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return []
+    throw err
+  }
 }
 
 /**
- * Every entry under `shapes/`: each bucket's logs, then anything else
- * `shapes/` itself holds (flat-layout logs, or junk a caller sets aside).
- * A bucket removed while listed is skipped. A log's directory is
- * `shapes/<bucket>/<id>` (`shapes/<id>` for bucket ''), built only by a
- * caller that needs it: an open lists 100k logs and opens most of them
- * from their heads-file entries.
+ * The ids of every entry under `shapes/`: each bucket's logs, then anything
+ * else `shapes/` itself holds (flat-layout logs, or junk). A bucket removed
+ * while listed is skipped.
  */
-export function listLogs(fs: FsPort, root: string): ListedBucket[] {
-  const top = shapesRoot(root)
-  const out: ListedBucket[] = []
+export function listLogs(fs: FsPort, root: string): string[] {
+  const ids: string[] = []
   const flat: string[] = []
-  for (const name of fs.readdirSync(top)) {
-    if (!isBucketName(name)) {
-      flat.push(name)
-      continue
-    }
-    try {
-      out.push({ bucket: name, ids: fs.readdirSync(`${top}/${name}`) })
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') continue
-      throw err
-    }
+  for (const name of fs.readdirSync(shapesRoot(root))) {
+    if (isBucketName(name)) ids.push(...listBucket(fs, root, name))
+    else flat.push(name)
   }
-  if (flat.length > 0) out.push({ bucket: '', ids: flat })
-  return out
+  return flat.length === 0 ? ids : ids.concat(flat)
 }
 
 /**

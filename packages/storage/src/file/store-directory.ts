@@ -17,7 +17,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { SHAPE_BUCKETS, bucketIndex, bucketName, bucketOf, dropEmptyBuckets, isBucketName, shapesRoot } from './shape-dirs.js'
+import { SHAPE_BUCKETS, bucketIndex, bucketName, bucketOf, dropEmptyBuckets, isBucketName, listBucket, shapesRoot } from './shape-dirs.js'
 import { type StatFiles, statInParts } from './stat-files.js'
 import { nodeFs } from '../fs-port.js'
 import type { Trash } from './trash.js'
@@ -118,13 +118,15 @@ export function prepareLogs(root: string, logHost: LogHost, plan: HeadsPlan, pre
   plan.entries.forEach((entry, i) => {
     const kept = prepared.get(entry.id)
     let log: FileShapeLog
-    if (kept !== undefined && kept.metaText === entry.meta && kept.dir.length === top.length + 1 + plan.dirs[i]!.length && kept.dir.endsWith(plan.dirs[i]!)) {
+    const dir = `${top}/${plan.dirs[i]!}`
+    const reused = reusable(kept, dir, entry.meta)
+    if (reused !== undefined) {
       // Durable bytes are never rewritten: the same head is the same chunks.
-      if (!kept.isAt(entry.head)) kept.restore(entry.head, entry.chunks)
-      log = kept
+      if (!reused.isAt(entry.head)) reused.restore(entry.head, entry.chunks)
+      log = reused
     } else {
       // decodeHeads made the array for this log alone: no copy.
-      log = new FileShapeLog(entry.id, `${top}/${plan.dirs[i]!}`, entry.meta, logHost, entry.chunks as ChunkInfo[], entry.head)
+      log = new FileShapeLog(entry.id, dir, entry.meta, logHost, entry.chunks as ChunkInfo[], entry.head)
     }
     logs.set(entry.id, log)
     aligned.push(log)
@@ -269,13 +271,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
     for (let i = 0; i < entries.length; i++) if (present[i] === 1 && toList[plan!.buckets[i]!] === 1) known.add(entries[i]!.id)
     for (const b of listed) {
       const name = bucketName(b)
-      let ids: string[]
-      try {
-        ids = fs.readdirSync(`${top}/${name}`)
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') continue
-        throw err
-      }
+      const ids = listBucket(fs, root, name)
       for (const id of ids) if (!known.has(id)) extra.push({ id, dir: `${top}/${name}/${id}`, bucket: b })
     }
   }
