@@ -385,6 +385,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("memoryPressure", Napi::Function::New(env, sluice::MemoryPressure));
   exports.Set("lowMemory", Napi::Function::New(env, sluice::LowMemory));
   exports.Set("statFiles", Napi::Function::New(env, sluice::StatFiles));
+  // This build takes `dirs` joined into one string (stat-files.cc); an older one only as an array.
+  exports.Set("statFilesJoined", Napi::Boolean::New(env, true));
   exports.Set("execSelf", Napi::Function::New(env, sluice::ExecSelf));
   return exports;
 }

@@ -34,5 +34,7 @@ export interface NativeAddon {
   /** execve(file, argv, env), env as `NAME=value` (native/exec-self.cc): returns only on failure, with the errno; what `sluice start` runs first (the server's bin/malloc-arenas.js). Missing from an older build. */
   execSelf?(file: string, argv: readonly string[], env: readonly string[]): number
   /** Sizes and inodes of many files (native/stat-files.cc), on the thread pool with a callback. Missing from an older build. */
-  statFiles?(base: string, dirs: readonly string[], names: readonly string[], out: Float64Array, callback?: (error: Error | null) => void): void
+  statFiles?(base: string, dirs: readonly string[] | string, names: readonly string[], out: Float64Array, callback?: (error: Error | null) => void): void
+  /** True when `statFiles` takes `dirs` as one string, each directory followed by a NUL. Missing from an older build. */
+  readonly statFilesJoined?: boolean
 }

@@ -1,9 +1,11 @@
 import { linkSync, mkdirSync, renameSync, statSync, truncateSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { useTempDir } from '@sluice/test-utils'
 import { SeededRandom } from '@sluice/test-utils/seeded-random'
 import { describe, expect, it } from 'vitest'
-import { loadSendfile } from '../src/index.js'
+import { ADDON_PATH, loadSendfile } from '../src/index.js'
+import type { NativeAddon } from '../src/native.js'
 
 // The batched stat the storage engine's open uses after a clean stop: real files, the real addon.
 
@@ -62,6 +64,28 @@ describe('statFiles', () => {
         expect([out[at], out[at + 1]], `${dir}/${name}`).toEqual(expected)
       })
     })
+  })
+
+  it('takes the directories as an array or joined into one string (each followed by a NUL), with the same answer', async () => {
+    const native = createRequire(import.meta.url)(ADDON_PATH) as NativeAddon
+    expect(native.statFilesJoined).toBe(true)
+    const base = temp.makeSync()
+    const names = ['a', 'b']
+    // Names past ASCII cross as UTF-8 either way.
+    const dirs = ['plain', 'ünï-cödé', 'missing', 'x']
+    for (const dir of dirs.filter((d) => d !== 'missing')) {
+      mkdirSync(join(base, dir))
+      writeFileSync(join(base, dir, 'a'), dir)
+    }
+    const viaArray = new Float64Array(dirs.length * names.length * 2)
+    const viaJoined = new Float64Array(dirs.length * names.length * 2)
+    native.statFiles!(base, dirs, names, viaArray)
+    native.statFiles!(base, `${dirs.join('\0')}\0`, names, viaJoined)
+    expect([...viaJoined]).toEqual([...viaArray])
+    expect(viaArray[2 * 2]).toBe(Buffer.byteLength('ünï-cödé'))
+    // A joined list must end with its NUL; its count bounds the output like an array's.
+    expect(() => native.statFiles!(base, 'plain', names, viaJoined)).toThrow(/NUL/)
+    expect(() => native.statFiles!(base, 'plain\0x\0', names, new Float64Array(7))).toThrow(/fewer than/)
   })
 
   it('rejects when the base directory cannot be opened, or the output array is too small for the answer', async () => {

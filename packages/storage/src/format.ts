@@ -206,6 +206,18 @@ export interface EntryRecord {
 export const TWO_32 = 2 ** 32
 
 /**
+ * `n` as V8's small integer when it is one. An integer read from a
+ * Float64Array or made by multiplying by 2^32 is a boxed double, and a class
+ * whose field first receives one keeps a box per object in that field for
+ * every object after (a log would carry 16: 1.6 million objects at 100k logs
+ * for each young collection to copy). Integers only: other values pass as
+ * they are.
+ */
+export function small(n: number): number {
+  return n === (n | 0) ? n | 0 : n
+}
+
+/**
  * The append hot path: writes one entry record from number parts (a BigInt
  * write costs more than the rest of the record together). `txLo`/`txHi` are
  * the low and high 32 bits of the transaction's LSN, computed once per

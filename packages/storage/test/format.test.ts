@@ -13,6 +13,7 @@ import {
   encodeWatermark,
   readChunkRecord,
   readEntryRecord,
+  small,
   splitU64,
   writeChunkRecord,
   writeEntryRecord,
@@ -81,5 +82,16 @@ describe('on-disk formats', () => {
     future[4] = 2
     expect(checkHeader('log', future)).toBe('version')
     expect(checkHeader('log', h.subarray(0, 8))).toBe('short')
+  })
+})
+
+describe('small', () => {
+  it('gives every number back with its value: integers of 32 bits as small integers, the rest as they are', () => {
+    const values = [0, 1, 255, -1, 2 ** 31 - 1, -(2 ** 31), 2 ** 31, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER, 0.5, -2.75, Number.NaN, Number.POSITIVE_INFINITY]
+    for (const v of values) expect(small(v)).toBe(v)
+    // Made the ways the heads file's decode and the batched stat make them (boxed doubles), still the same value.
+    expect(small(new Float64Array([1234])[0]!)).toBe(1234)
+    expect(small(0 * 2 ** 32 + 77)).toBe(77)
+    expect(Object.is(small(-0), 0)).toBe(true)
   })
 })

@@ -253,6 +253,39 @@ describe('heads file', () => {
     await after.close()
   })
 
+  it('is not written again after an open that found every log as it says, until something changes; after an open that did not, it is', async () => {
+    const dir = await tempDirs.make('heads-current')
+    const s = await populated(dir)
+    await s.close()
+    const closed = statSync(`${dir}/${HEADS_FILE}`)
+
+    const again = await reopen(dir, { headsIntervalMs: 20 })
+    expect(again.cleanOpened).toBe(IDS.length)
+    // Many timer turns: the file in place is still the close's (a write renames a new file over it).
+    await new Promise((r) => setTimeout(r, 300))
+    expect(statSync(`${dir}/${HEADS_FILE}`).ino).toBe(closed.ino)
+    again.get('c')!.appendTransaction([change(13n, 0, 1)])
+    again.advance(13n)
+    await again.flush()
+    await vi.waitFor(() => expect(statSync(`${dir}/${HEADS_FILE}`).ino).not.toBe(closed.ino), { timeout: 5_000 })
+    await again.close()
+
+    // A writer without timed writes appends to d and crashes: the next open scans d (it grew past the file).
+    const crashed = await reopen(dir, { headsIntervalMs: 0 })
+    crashed.get('d')!.appendTransaction([change(14n, 0, 1)])
+    crashed.advance(14n)
+    await crashed.flush()
+    const kept = snapshotOf(crashed)
+    powerCut(dir)
+    const grown = statSync(`${dir}/${HEADS_FILE}`).ino
+    const after = await reopen(dir, { headsIntervalMs: 20 })
+    expect(after.cleanOpened).toBe(IDS.length - 1)
+    expect(snapshotOf(after)).toEqual(kept)
+    // Its timer writes the file again, with nothing appended.
+    await vi.waitFor(() => expect(statSync(`${dir}/${HEADS_FILE}`).ino).not.toBe(grown), { timeout: 5_000 })
+    await after.close()
+  })
+
   it('finds a log the file does not name by listing only its bucket, whose link count tells it holds one log more', async () => {
     const dir = await tempDirs.make('heads-bucket-count')
     const s = await populated(dir)

@@ -90,28 +90,61 @@ describe('TailArena', () => {
 })
 
 describe('TailArena.prefault', () => {
-  it('leaves the reserve zeroed and usable, and blocks handed out before it untouched', () => {
-    const arena = new TailArena(2 * 1024 * 1024)
+  const MiB = 1024 * 1024
+
+  it('leaves the reserve zeroed and usable, and blocks handed out before it untouched', async () => {
+    const arena = new TailArena(2 * MiB)
     const before = arena.alloc(1000)
     arena.block(before).fill(9)
-    arena.prefault()
+    await arena.prefault()
     expect(arena.block(before).every((b) => b === 9)).toBe(true)
     const after = arena.alloc(4096)
     expect(arena.block(after).every((b) => b === 0)).toBe(true)
-    expect(arena.slabBytes).toBe(2 * 1024 * 1024)
+    expect(arena.slabBytes).toBe(2 * MiB)
   })
 
-  it('touches only the first bytes asked for, and no more than the reserve', () => {
-    const arena = new TailArena(2 * 1024 * 1024)
+  it('touches only the first bytes asked for, and no more than the reserve', async () => {
+    const arena = new TailArena(2 * MiB)
     const before = arena.alloc(1000)
     arena.block(before).fill(9)
     // Past the reserve's end: clamped, not an error.
-    arena.prefault(64 * 1024 * 1024)
-    arena.prefault(4096)
+    await arena.prefault(64 * MiB)
+    await arena.prefault(4096)
     expect(arena.block(before).every((b) => b === 9)).toBe(true)
     const blocks = Array.from({ length: 8 }, () => arena.alloc(256 * 1024))
     for (const b of blocks) arena.block(b).fill(1)
-    expect(arena.slabBytes).toBe(2 * 1024 * 1024 + 4 * 1024 * 1024)
+    expect(arena.slabBytes).toBe(2 * MiB + 4 * MiB)
+  })
+
+  it('runs a step per turn, leaves alone the blocks carved between its steps, and stops when asked', async () => {
+    const arena = new TailArena(256 * MiB)
+    const done = arena.prefault()
+    // Nothing is touched before the first turn: the open that asked for it goes on.
+    const early = arena.alloc(1024 * 1024)
+    arena.block(early).fill(7)
+    let turns = 0
+    let finished = false
+    void done.then(() => (finished = true))
+    const carved: number[] = []
+    while (!finished) {
+      await new Promise((r) => setImmediate(r))
+      turns++
+      // Blocks handed out while it runs, each filled as a tail would be.
+      const b = arena.alloc(1024 * 1024)
+      arena.block(b).fill(5)
+      carved.push(b)
+    }
+    // 256 MiB in 16 MiB steps, less what was carved meanwhile: several turns, not one.
+    expect(turns).toBeGreaterThan(4)
+    expect(arena.block(early).every((b) => b === 7)).toBe(true)
+    for (const b of carved) expect(arena.block(b).every((x) => x === 5)).toBe(true)
+
+    const other = new TailArena(256 * MiB)
+    const stopped = other.prefault()
+    other.stopPrefault()
+    await stopped
+    // Stopped before its first step: a block carved now is the reserve's start, zero as ever.
+    expect(other.block(other.alloc(4096)).every((b) => b === 0)).toBe(true)
   })
 })
 

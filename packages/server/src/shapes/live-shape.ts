@@ -25,8 +25,13 @@ export interface LiveShape {
   readonly definition: ShapeDefinition
   readonly where: WhereClause | undefined
   readonly table: TableInfo
-  /** Resolves with the log once the snapshot is finished and published (the compacted log once there is one). */
-  ready: Promise<ShapeLog>
+  /**
+   * Resolves with the log once the snapshot is finished and published (the
+   * compacted log once there is one). Undefined for a shape that had its log
+   * from the start (restored): `log` is it, and a restart of 100k shapes makes
+   * no promise each.
+   */
+  ready: Promise<ShapeLog> | undefined
   log: ShapeLog | undefined
   /** The log a compaction replaced, still taking copies of the parts until it is deleted (compaction/shape-compactor.ts). */
   retiring?: ShapeLog | undefined

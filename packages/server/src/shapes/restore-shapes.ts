@@ -25,32 +25,51 @@ export interface StoredShape {
  * meta cannot be read, and logs a compaction replaced (a crash came between
  * the compacted log's rename and the old one's deletion: the newer generation
  * of a handle is the shape's log, compaction/log-ids.ts).
+ *
+ * A log stored under its shape's handle (never compacted: nearly every log
+ * after a restart) is the only one of that id, so only the others are kept in
+ * a map by handle: a restart of 100k shapes builds no map of them all.
  */
 export function readStoredShapes(logs: Iterable<ShapeLog>, logger: ShapeLogger | undefined): { stored: StoredShape[]; broken: ShapeLog[] } {
-  const byHandle = new Map<string, StoredShape>()
+  const underHandle: StoredShape[] = []
+  /** Shapes whose log id is not their handle (compacted ones), by handle: the newest generation of each. */
+  const others = new Map<string, StoredShape>()
   const broken: ShapeLog[] = []
+  /** Of two logs of one handle, the later generation stays (on a tie, `later`) and the other is deleted. */
+  const settle = (earlier: StoredShape, later: StoredShape): StoredShape => {
+    const [keep, drop] = generationOfLogId(earlier.log.id) > generationOfLogId(later.log.id) ? [earlier, later] : [later, earlier]
+    logger?.info({ handle: keep.meta.handle, kept: keep.log.id, deleted: drop.log.id }, 'a compacted shape log replaced this one; deleting it')
+    broken.push(drop.log)
+    return keep
+  }
   for (const log of logs) {
     const id = log.id
     let meta: ShapeMeta
     try {
       // The text form where the log keeps one: a restart decodes every meta.
-      meta = decodeShapeMeta(log.metaText ?? log.meta)
+      meta = decodeShapeMeta(log.metaText ?? log.meta, id)
     } catch (error) {
       logger?.error({ handle: id, err: error }, 'shape meta unreadable; deleting the shape')
       broken.push(log)
       continue
     }
-    const other = byHandle.get(meta.handle)
-    if (other !== undefined) {
-      const [keep, drop] = generationOfLogId(other.log.id) > generationOfLogId(id) ? [other, log] : [{ meta, log }, other.log]
-      logger?.info({ handle: meta.handle, kept: keep.log.id, deleted: drop.id }, 'a compacted shape log replaced this one; deleting it')
-      broken.push(drop)
-      byHandle.set(meta.handle, keep)
+    const shape = { meta, log }
+    if (meta.handle === id) {
+      underHandle.push(shape)
       continue
     }
-    byHandle.set(meta.handle, { meta, log })
+    const other = others.get(meta.handle)
+    others.set(meta.handle, other === undefined ? shape : settle(other, shape))
   }
-  return { stored: [...byHandle.values()], broken }
+  if (others.size === 0) return { stored: underHandle, broken }
+  const stored: StoredShape[] = []
+  for (const shape of underHandle) {
+    const other = others.get(shape.meta.handle)
+    if (other === undefined) stored.push(shape)
+    else others.set(shape.meta.handle, settle(other, shape))
+  }
+  for (const shape of others.values()) stored.push(shape)
+  return { stored, broken }
 }
 
 /** A stored shape back to life with the router target it needs, or why it cannot come back. */
@@ -108,7 +127,7 @@ export function revive(stored: StoredShape, info: TableInfo | undefined, durable
     definition: def,
     where,
     table: info,
-    ready: Promise.resolve(log),
+    ready: undefined,
     log,
     cancelled: undefined,
     abort: undefined,

@@ -304,7 +304,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   ready(handle: string): Promise<ShapeLog> {
     const shape = this.shapes.get(handle)
     if (shape === undefined) return Promise.reject(new ShapeError('shape_invalidated', `shape ${handle} does not exist`))
-    return shape.ready
+    return shape.ready ?? Promise.resolve(shape.log!)
   }
 
   /** Shapes whose log is ready (what compaction looks at). */
@@ -392,7 +392,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     for (const shape of this.shapes.values()) {
       if (shape.log === undefined) shape.abort?.abort(new ShapeError('shutting_down'))
     }
-    await Promise.allSettled([...this.shapes.values()].map((s) => s.ready))
+    await Promise.allSettled([...this.shapes.values()].flatMap((s) => (s.ready === undefined ? [] : [s.ready])))
     await this.queues.disposeAll()
   }
 

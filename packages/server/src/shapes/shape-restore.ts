@@ -120,11 +120,13 @@ export class ShapeRestore {
       this.forget(shape)
       this.left.set(shape.log, { log: shape.log })
     }
+    // Not active: expired in its meta, or by this restore (a newer shape of its definition). No lookup per shape.
+    const expiredNow = new Set(registry.expiredDuringRestore.slice(expiredBefore))
     let lastDef: ShapeDefinition | undefined
     let table: TableInfo | undefined
     for (const shape of more) {
       const { meta, log } = shape
-      if (registry.status(meta.handle) !== 'active') {
+      if (meta.expired || expiredNow.has(meta.handle)) {
         this.left.set(log, { log })
         continue
       }

@@ -56,7 +56,6 @@ export function sameRoute(summary: RouteSummary, conjunct: IndexableConjunct | u
  * already (shape-definition.ts), so `canonical` needs no compiling either.
  */
 export class RestoredClause implements WhereClause {
-  readonly conjuncts: readonly IndexableConjunct[]
   readonly exact: IndexableConjunct
   readonly subqueries = undefined
   #compiled: WhereClause | undefined = undefined
@@ -69,7 +68,11 @@ export class RestoredClause implements WhereClause {
     private readonly tableColumns: readonly WhereColumn[],
   ) {
     this.exact = new SummaryConjunct(summary, domainKeys)
-    this.conjuncts = [this.exact]
+  }
+
+  /** Asked for once, when the router files the shape: a list made then, not one kept per restored shape. */
+  get conjuncts(): readonly IndexableConjunct[] {
+    return [this.exact]
   }
 
   /** Whether the clause was compiled (something besides routing asked for it). */

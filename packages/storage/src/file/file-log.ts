@@ -269,7 +269,7 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
           at += json.length + 1
         }
         this.pendLen = at - this.pendBase
-        journal.write(this, this.journalId, FILE_DATA, beforeDataEnd, tail, from, at - from)
+        journal.write(this, this.id, FILE_DATA, beforeDataEnd, tail, from, at - from)
       } else {
         this.writeThrough(jsons, count, beforeDataEnd)
         this.dataOnDisk = pos

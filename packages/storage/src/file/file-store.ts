@@ -279,9 +279,13 @@ export class FileLogStore implements ShapeLogStore {
     this.preparedPlan = undefined
     this.preparing = false
     this.unlock = unlock
-    if (options.prefaultTails === true) this.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.logs.size * PREFAULT_PER_LOG_BYTES))
+    // After the open, a step per turn (tail-arena.ts): the store serves meanwhile.
+    if (options.prefaultTails === true) void this.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.logs.size * PREFAULT_PER_LOG_BYTES))
     this.commit.live?.write(replay.watermark)
     this.commit.live?.syncNow()
+    // Not for prepared entries the file in place merely shares a lineage with: that file may say more.
+    const named = keep && !sameFile ? undefined : plan?.entries.length
+    if (named !== undefined && this.cleanOpened === named && this.logs.size === named) this.heads.inPlaceIsCurrent()
     this.heads.start()
   }
 
@@ -346,7 +350,7 @@ export class FileLogStore implements ShapeLogStore {
     if (!log) return false
     this.logs.delete(id)
     this.heads.deletedLog(id)
-    if (log.registered) this.journal?.tombstone(log.journalId)
+    if (log.registered) this.journal?.tombstone(log.id)
     log.deleted = true
     this.commit.forget(log)
     log.retire()
@@ -484,6 +488,7 @@ export class FileLogStore implements ShapeLogStore {
     // No timed flush may write the journal while the checkpoint below deletes it.
     this.closed = true
     this.commit.stop()
+    this.arena.stopPrefault()
     // Nothing is appended any more: whoever was held back need not wait.
     this.checkpointer.stop()
     await this.heads.stop()

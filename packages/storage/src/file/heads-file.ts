@@ -59,7 +59,7 @@ import { randomBytes } from 'node:crypto'
 import { crc32 } from 'node:zlib'
 import type { LogOffset } from '@sluice/protocol'
 import { fromSystemError } from '../errors.js'
-import { checkHeader, encodeHeader } from '../format.js'
+import { checkHeader, encodeHeader, small } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 import { readFully, writeFully } from '../fs-port.js'
@@ -316,7 +316,9 @@ class U64Reader {
   constructor(private readonly buf: Buffer) {}
 
   number(at: number): number {
-    return this.buf.readUInt32LE(at + 4) * 0x1_0000_0000 + this.buf.readUInt32LE(at)
+    const high = this.buf.readUInt32LE(at + 4)
+    const low = this.buf.readUInt32LE(at)
+    return high === 0 ? small(low) : high * 0x1_0000_0000 + low
   }
 
   big(at: number): bigint {

@@ -204,6 +204,15 @@ export class HeadsSnapshots {
     this.written = state
   }
 
+  /**
+   * The file in place says what a write now would (the open found every log
+   * it names as it names them, and no other): the timed writes wait for a
+   * change, where the first would otherwise encode every log again.
+   */
+  inPlaceIsCurrent(): void {
+    this.written = this.state
+  }
+
   /** No more timed writes; resolves once one under way has finished or given up. */
   async stop(): Promise<void> {
     this.stopped = true

@@ -72,7 +72,7 @@ export abstract class LogCut extends LogTail {
     const journal = this.journal
     if (journal) {
       const sizes = [head.dataEnd, HEADER_BYTES + head.entries * ENTRY_RECORD_BYTES, HEADER_BYTES + head.closedChunks * CHUNK_RECORD_BYTES] as const
-      for (let f = 0; f < 3; f++) journal.truncate(this, this.journalId, f as 0 | 1 | 2, sizes[f]!)
+      for (let f = 0; f < 3; f++) journal.truncate(this, this.id, f as 0 | 1 | 2, sizes[f]!)
     }
     // A write-back in flight may still land past the cut: it cuts the files when it ends.
     if (!this.flight) this.cutFiles()

@@ -41,11 +41,6 @@ export const STAGE_BYTES = 4 * 1024 * 1024
 export const NO_BYTES = Buffer.alloc(0)
 let chunkStage: Buffer = Buffer.allocUnsafe(16 * CHUNK_RECORD_BYTES)
 
-/** A new sequential string with `id`'s characters (built from bytes, so never a view of another string). */
-function flatCopy(id: string): string {
-  return Buffer.from(id, 'latin1').toString('latin1')
-}
-
 function grow(buf: Buffer, need: number): Buffer {
   if (buf.length >= need) return buf
   return Buffer.allocUnsafe(Math.max(need, Math.min(buf.length * 2, STAGE_BYTES)))
@@ -92,12 +87,6 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
    */
   registered = false
   deleted = false
-  /**
-   * The id as journal records carry it: a flat copy of `id` (which may be a
-   * concatenation or a slice of a longer string, one more object to reach its
-   * characters through).
-   */
-  readonly journalId: string
 
   constructor(
     readonly id: string,
@@ -119,7 +108,6 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     this.dataOnDisk = head.dataEnd
     this.chunksOnDisk = head.closedChunks
     this.staged = new RecordStage(host.arena)
-    this.journalId = flatCopy(id)
   }
 
   /** The journal, while this log's writes must be recorded in it (registered logs only). */
@@ -177,7 +165,7 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
         const n = readFully(fs, fd, buf, 0, buf.length, start)
         if (n !== buf.length) throw new StorageError('io_error', `shape ${this.id}: read back ${n} of ${buf.length} bytes`)
       })
-      journal.write(this, this.journalId, file, start, buf, 0, buf.length)
+      journal.write(this, this.id, file, start, buf, 0, buf.length)
     }
   }
 
@@ -217,7 +205,7 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     for (let i = this.recordsJournaled - this.recordsOnDisk; i < stage.count; ) {
       const end = stage.runEnd(i, stage.count)
       const bytes = (end - i) * ENTRY_RECORD_BYTES
-      journal.write(this, this.journalId, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
+      journal.write(this, this.id, FILE_ENTRIES, at, stage.bufferOf(i), stage.byteOf(i), bytes)
       at += bytes
       i = end
     }
@@ -258,7 +246,7 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     }
     const at = HEADER_BYTES + this.chunksOnDisk * CHUNK_RECORD_BYTES
     this.host.fds.use(this.chunkFile, (fd) => writeFully(fs, fd, chunkStage, count * CHUNK_RECORD_BYTES, at))
-    this.journal?.write(this, this.journalId, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
+    this.journal?.write(this, this.id, FILE_CHUNKS, at, chunkStage, 0, count * CHUNK_RECORD_BYTES)
     this.chunksOnDisk = closed
     this.chunksDirty = true
   }

@@ -55,6 +55,15 @@ export function shapesRoot(root: string): string {
   return `${root}/shapes`
 }
 
+/**
+ * `shapes/` with its trailing slash, as one flat string: a log's directory is
+ * this joined to its `<bucket>/<id>`, so the 100k directories of an open
+ * share one prefix instead of each holding a join of its own to it.
+ */
+export function dirPrefix(root: string): string {
+  return Buffer.from(`${shapesRoot(root)}/`, 'utf8').toString('utf8')
+}
+
 /** The directory of the bucket named `name` (an entry of `shapes/` that `isBucketName` accepts); its entries are its logs. */
 export function bucketPath(root: string, name: string): string {
   return `${root}/shapes/${name}`

@@ -63,8 +63,10 @@ export function makeShapeDir(fs: FsPort, tmpDir: string, id: string, meta: Uint8
 /** The writer of a new log in `tmpDir` (made by `makeShapeDir`). */
 export function snapshotWriter(host: SnapshotHost, id: string, tmpDir: string, meta: Uint8Array): SnapshotWriter {
   const commit = host.commit
-  // Copied into the log's own string: the caller's bytes are neither kept nor viewed.
-  const log = new FileShapeLog(id, tmpDir, meta, commit, [], EMPTY_HEAD)
+  // Copied into the log's own string: the caller's bytes are neither kept nor viewed. The id too, as a
+  // flat string of its own: every journal record writes it, and the caller's may be a concatenation
+  // (handles are built as one) or a slice of a longer string, one more object to reach its characters through.
+  const log = new FileShapeLog(Buffer.from(id, 'latin1').toString('latin1'), tmpDir, meta, commit, [], EMPTY_HEAD)
   let state: 'open' | 'ended' | 'finishing' | 'published' | 'resolved' | 'dropped' = 'open'
   let finishing: FinishingSnapshot | undefined
   let settled: Promise<unknown> = Promise.resolve()

@@ -8,7 +8,7 @@
 import { constants } from 'node:os'
 import { LOG_FILES, checkShapeId } from '../defaults.js'
 import { StorageError, fromSystemError } from '../errors.js'
-import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta } from '../format.js'
+import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta, small } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { FdCache } from './fd-cache.js'
 import { FileShapeLog } from './file-log.js'
@@ -17,7 +17,7 @@ import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
-import { SHAPE_BUCKETS, bucketIndex, bucketName, bucketOf, dropEmptyBuckets, isBucketName, listBucket, shapesRoot } from './shape-dirs.js'
+import { SHAPE_BUCKETS, bucketIndex, bucketName, bucketOf, dropEmptyBuckets, isBucketName, dirPrefix, listBucket, shapesRoot } from './shape-dirs.js'
 import { type StatFiles, statInParts } from './stat-files.js'
 import { nodeFs } from '../fs-port.js'
 import type { Trash } from './trash.js'
@@ -114,11 +114,11 @@ export interface PreparedLogs {
 export function prepareLogs(root: string, logHost: LogHost, plan: HeadsPlan, prepared: ReadonlyMap<string, FileShapeLog>): { logs: Map<string, FileShapeLog>; aligned: FileShapeLog[] } {
   const logs = new Map<string, FileShapeLog>()
   const aligned: FileShapeLog[] = []
-  const top = shapesRoot(root)
+  const prefix = dirPrefix(root)
   plan.entries.forEach((entry, i) => {
     const kept = prepared.get(entry.id)
     let log: FileShapeLog
-    const dir = `${top}/${plan.dirs[i]!}`
+    const dir = prefix + plan.dirs[i]!
     const reused = reusable(kept, dir, entry.meta)
     if (reused !== undefined) {
       // Durable bytes are never rewritten: the same head is the same chunks.
@@ -164,6 +164,7 @@ function reusable(kept: FileShapeLog | undefined, dir: string, meta: string): Fi
 export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefined, prepared?: PreparedLogs): Promise<LoadedLogs> {
   const { fs, root } = ctx
   const top = shapesRoot(root)
+  const prefix = dirPrefix(root)
   // Unfinished snapshots never became shapes: drop them.
   for (const name of fs.readdirSync(`${root}/tmp`)) {
     await fs.rm(`${root}/tmp/${name}`, { recursive: true, force: true })
@@ -223,7 +224,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
         present[i] = 1
         inBucket[plan.buckets[i]!]! += 1
         const kept = fromPlan !== undefined ? fromPlan[i] : prepared?.logs.get(known.id)
-        const dir = kept?.dir ?? `${top}/${plan.dirs[i]!}`
+        const dir = kept?.dir ?? prefix + plan.dirs[i]!
         let log: FileShapeLog | undefined
         if (found === EXACT) {
           // No await here: with 100k logs, one per log would cost more than the rest of the check.
@@ -407,9 +408,9 @@ function openClean(known: HeadsEntry, dir: string, stats: Float64Array, i: numbe
   }
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
   const at = i * 2 * CLEAN_FILES.length
-  log.data.ino = stats[at + 1]!
-  log.entries.ino = stats[at + 3]!
-  log.chunkFile.ino = stats[at + 5]!
+  log.data.ino = small(stats[at + 1]!)
+  log.entries.ino = small(stats[at + 3]!)
+  log.chunkFile.ino = small(stats[at + 5]!)
   log.registered = true
   return log
 }

@@ -184,7 +184,7 @@ export class ShapeCompactor {
       }
       tee.swap(result.log, old)
       shape.log = result.log
-      shape.ready = Promise.resolve(result.log)
+      shape.ready = undefined
       shape.retiring = old
       switched = true
       this.baseline.set(result.log, result.log.head().entryCount)

@@ -199,9 +199,9 @@ function isFrozenDefinition(def: ShapeDefinition): boolean {
 }
 
 /** The params of every definition that has none (most): one frozen object, not one per shape. */
-const NO_PARAMS: ShapeDefinition['params'] = Object.freeze({})
+export const NO_PARAMS: ShapeDefinition['params'] = Object.freeze({})
 
-function hasKeys(o: object): boolean {
+export function hasKeys(o: object): boolean {
   for (const _ in o) return true
   return false
 }

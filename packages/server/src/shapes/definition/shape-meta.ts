@@ -4,7 +4,7 @@ import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/
 import { ServerError } from '../../errors.js'
 import { ROUTE_SUMMARY_VERSION, type RouteSummary, interned } from '../../where/index.js'
 import { isValidHandle } from './handle.js'
-import type { ShapeDefinition } from './shape-definition.js'
+import { NO_PARAMS, type ShapeDefinition, hasKeys } from './shape-definition.js'
 
 /**
  * A shape's definition as stored in the storage engine's per-shape meta bytes,
@@ -132,8 +132,14 @@ function metaJson(meta: Uint8Array | string): string {
 
 const NOT_ASCII = /[^\x00-\x7f]/
 
-/** Decodes and validates (`meta` as bytes, or as one character per byte); throws ShapeMetaError on anything malformed or of another version. */
-export function decodeShapeMeta(bytes: Uint8Array | string): ShapeMeta {
+/**
+ * Decodes and validates (`meta` as bytes, or as one character per byte);
+ * throws ShapeMetaError on anything malformed or of another version.
+ * `handle`: the handle the caller expects (the log's id), kept in place of
+ * the decoded copy when they are equal: a restart decodes 100k metas, and
+ * each would otherwise hold its handle twice.
+ */
+export function decodeShapeMeta(bytes: Uint8Array | string, expected?: string): ShapeMeta {
   let raw: unknown
   try {
     raw = JSON.parse(metaJson(bytes))
@@ -144,12 +150,14 @@ export function decodeShapeMeta(bytes: Uint8Array | string): ShapeMeta {
   if (raw['v'] !== SHAPE_META_VERSION) {
     throw new ShapeMetaError(`unsupported shape meta version ${JSON.stringify(raw['v'])} (expected ${SHAPE_META_VERSION})`)
   }
-  const handle = raw['handle']
-  if (typeof handle !== 'string' || !isValidHandle(handle)) throw new ShapeMetaError('shape meta: bad handle')
+  const decoded = raw['handle']
+  if (typeof decoded !== 'string' || !isValidHandle(decoded)) throw new ShapeMetaError('shape meta: bad handle')
+  const handle = decoded === expected ? expected : decoded
   const expired = raw['expired'] ?? false
   if (typeof expired !== 'boolean') throw new ShapeMetaError('shape meta: bad expired')
-  const schema = stringField(raw, 'schema')
-  const table = stringField(raw, 'table')
+  // One string per table name for every shape of it (JSON.parse makes one per meta of any name past ten characters).
+  const schema = interned(stringField(raw, 'schema'))
+  const table = interned(stringField(raw, 'table'))
   const where = raw['where']
   if (where !== null && typeof where !== 'string') throw new ShapeMetaError('shape meta: bad where')
   const params = raw['params']
@@ -170,7 +178,7 @@ export function decodeShapeMeta(bytes: Uint8Array | string): ShapeMeta {
     schema,
     table,
     where: where ?? undefined,
-    params: Object.freeze(params as Record<string, string>),
+    params: hasKeys(params) ? Object.freeze(params as Record<string, string>) : NO_PARAMS,
     columns: columns === null ? undefined : Object.freeze(columns as string[]),
     replica: replica as ReplicaMode,
     log: log as LogMode,

@@ -73,19 +73,10 @@ export class ShapeRegistry {
    * brought it.
    */
   restoreMore(entries: Iterable<ShapeMeta | ShapeEntry>): void {
-    // Each handle parsed once, not once per comparison, and sorted as indices: a restart with 100k
-    // shapes sorts them all, and an object per entry would live through the whole sort.
-    const list = [...entries]
-    const times = new Float64Array(list.length)
-    const order = new Uint32Array(list.length)
-    for (let i = 0; i < list.length; i++) {
-      times[i] = micros(list[i]!.handle)
-      order[i] = i
-    }
-    order.sort((a, b) => times[a]! - times[b]! || a - b)
-    for (const i of order) {
-      const entry = list[i]!
-      const at = times[i]!
+    // In any order: of two active entries for one definition the newer handle wins whichever comes
+    // first (a restart of 100k shapes sorted them all by handle before, for nothing).
+    for (const entry of entries) {
+      const at = micros(entry.handle)
       if (this.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
       const definition = freezeDefinition(entry.definition)
       const key = uncachedDefinitionKey(definition)
@@ -95,7 +86,7 @@ export class ShapeRegistry {
       if (entry.expired) continue
       const previous = this.#active.get(key)
       if (previous !== undefined && micros(previous) > at) {
-        // A newer handle restored by an earlier call stays.
+        // A newer handle restored before (by this call or an earlier one) stays.
         restored.expired = true
         this.#expiredDuringRestore.push(entry.handle)
         continue

@@ -104,7 +104,7 @@ describe('ShapeRegistry', () => {
     const stored = before.entries().map((e) => encodeShapeMeta(e.definition, e.handle, { expired: e.expired }))
 
     // The restarted machine's clock is behind and frozen.
-    const after = ShapeRegistry.restore(stored.map(decodeShapeMeta), { clock: () => 1 })
+    const after = ShapeRegistry.restore(stored.map((m) => decodeShapeMeta(m)), { clock: () => 1 })
     expect(after.lookup(ITEMS)).toBe(items)
     expect(after.lookup(AWKWARD)).toBe(awkward)
     expect(after.get(awkward)).toEqual(AWKWARD)
