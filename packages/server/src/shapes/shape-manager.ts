@@ -151,8 +151,9 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * passes a restored shape by.
    */
   static async open(options: ShapeManagerOptions): Promise<ShapeManager> {
+    const began = performance.now()
     const manager = await ShapeManager.prepare(options)
-    await manager.promote()
+    await manager.promote({ since: began })
     return manager
   }
 
@@ -187,7 +188,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * expiry. `recheckTables`: look at the catalog again first (a standby's
    * tables were loaded while it waited).
    */
-  async promote(options: { recheckTables?: boolean } = {}): Promise<void> {
+  async promote(options: { recheckTables?: boolean; since?: number } = {}): Promise<void> {
+    const began = options.since ?? performance.now()
     const restore = this.restoring
     if (restore === undefined) throw new Error('the shape manager is promoted already')
     await restore.sync()
@@ -201,7 +203,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     if (options.recheckTables === true) {
       await this.watch.check().catch((error: unknown) => this.options.logger?.warn({ err: error }, 'checking the catalog for DDL failed'))
     }
-    this.options.logger?.info({ shapes: this.shapes.size }, 'shapes restored')
+    // `ms`: the whole restore for an open, the promotion alone for a standby (it restored while it waited).
+    this.options.logger?.info({ shapes: this.shapes.size, ms: Math.round(performance.now() - began) }, 'shapes restored')
     this.watch.start()
     this.lifecycle.start()
   }

@@ -112,6 +112,11 @@ describe('sluice CLI', () => {
     expect(again.status).toBe(200)
     expect(again.headers.get('electric-handle')).toBe(handle)
     await again.arrayBuffer()
+    // The start-up log says what the restart did: the store from the heads file the clean stop wrote, one shape.
+    const opened = logs(second).find((l) => l['msg'] === 'store opened')
+    expect(opened).toMatchObject({ logs: 1, fromHeadsFile: 1, scanned: 0, quarantined: 0 })
+    expect(typeof opened!['ms']).toBe('number')
+    expect(logs(second).find((l) => l['msg'] === 'shapes restored')).toMatchObject({ shapes: 1, ms: expect.any(Number) })
     console.log(`sluice start: cold (initdb) ${Math.round(coldMs)} ms; warm ${Math.round(warmMs)} ms wall, ${startedIn} ms in createServer`)
     expect(warmMs).toBeLessThan(10_000)
     second.child.kill('SIGINT')
