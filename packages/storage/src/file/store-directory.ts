@@ -8,7 +8,7 @@
 import { constants } from 'node:os'
 import { LOG_FILES, checkShapeId } from '../defaults.js'
 import { StorageError, fromSystemError } from '../errors.js'
-import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta, small } from '../format.js'
+import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta } from '../format.js'
 import type { FsPort } from '../fs-port.js'
 import type { FdCache } from './fd-cache.js'
 import { FileShapeLog } from './file-log.js'
@@ -408,9 +408,9 @@ function openClean(known: HeadsEntry, dir: string, stats: Float64Array, i: numbe
   }
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
   const at = i * 2 * CLEAN_FILES.length
-  log.data.ino = small(stats[at + 1]!)
-  log.entries.ino = small(stats[at + 3]!)
-  log.chunkFile.ino = small(stats[at + 5]!)
+  log.data.ino = stats[at + 1]!
+  log.entries.ino = stats[at + 3]!
+  log.chunkFile.ino = stats[at + 5]!
   log.registered = true
   return log
 }
