@@ -258,9 +258,10 @@ export function splitU64(value: bigint): { lo: number; hi: number } {
   return { lo: Number(value & 0xffffffffn), hi: Number(value >> 32n) }
 }
 
-/** The u64 whose 32-bit halves these are (`splitU64`'s inverse). */
+/** The u64 whose 32-bit halves these are (`splitU64`'s inverse); the low half signed or not (the same bits). */
 export function joinU64(hi: number, lo: number): bigint {
-  return hi < 0x200000 ? BigInt(hi * TWO_32 + lo) : (BigInt(hi) << 32n) | BigInt(lo)
+  const low = lo >>> 0
+  return hi < 0x200000 ? BigInt(hi * TWO_32 + low) : (BigInt(hi) << 32n) | BigInt(low)
 }
 
 export function writeEntryRecord(buf: Buffer, at: number, r: EntryRecord): void {

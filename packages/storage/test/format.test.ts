@@ -11,6 +11,7 @@ import {
   encodeHeader,
   encodeMeta,
   encodeWatermark,
+  joinU64,
   readChunkRecord,
   readEntryRecord,
   small,
@@ -34,6 +35,8 @@ describe('on-disk formats', () => {
       { tx: 0n, op: 12n, end: 2 ** 40 + 3, flags: 2 },
       { tx: (1n << 64n) - 1n, op: BigInt(Number.MAX_SAFE_INTEGER), end: Number.MAX_SAFE_INTEGER, flags: 3 },
       { tx: 0x1_0000_0000n, op: 0x1_0000_0001n, end: 2 ** 32, flags: 0 },
+      { tx: 0x8000_0000n, op: 1n, end: 2 ** 31, flags: 1 },
+      { tx: 0x5_ffff_ffffn, op: 2n, end: 40, flags: 1 },
     ]
     for (const r of cases) {
       const plain = Buffer.alloc(ENTRY_RECORD_BYTES + 8)
@@ -43,6 +46,12 @@ describe('on-disk formats', () => {
       const { lo, hi } = splitU64(r.tx)
       writeEntryRecordFast(fast, new DataView(fast.buffer, fast.byteOffset, fast.length), 8, lo, hi, Number(r.op), r.end, r.flags)
       expect(fast.equals(plain)).toBe(true)
+      // The low half as a log keeps it (signed: the same bits) writes the same record and joins to the same LSN.
+      const signed = Buffer.alloc(ENTRY_RECORD_BYTES + 8)
+      writeEntryRecordFast(signed, new DataView(signed.buffer, signed.byteOffset, signed.length), 8, lo | 0, hi, Number(r.op), r.end, r.flags)
+      expect(signed.equals(plain)).toBe(true)
+      expect(joinU64(hi, lo | 0)).toBe(r.tx)
+      expect(joinU64(hi, lo)).toBe(r.tx)
     }
   })
 

@@ -11,7 +11,7 @@
  * directory is renamed into place while its descriptors stay valid.
  */
 import type { FsPort } from '../fs-port.js'
-import { DOUBLE_FIELD } from './double-field.js'
+import { TAGGED_FIELD } from './number-fields.js'
 import { StorageError, fromSystemError } from '../errors.js'
 
 export class FileRef {
@@ -22,12 +22,13 @@ export class FileRef {
   /**
    * Inode of the file first opened under this ref. A reopen that finds another
    * file at the path (the log was deleted and a new one created under the same
-   * id) must fail rather than mix the old index with the new bytes. A double
-   * field from the start (set to -1 in the constructor): an open sets it from
-   * a batched stat's Float64Array, and a small-integer field taking those
-   * values would migrate every ref made before (300k with 100k logs).
+   * id) must fail rather than mix the old index with the new bytes. A tagged
+   * field from the start (number-fields.ts; set to -1 in the constructor): an
+   * open sets it from a batched stat's Float64Array, a small integer on the
+   * file systems we know, and a small-integer field taking a larger inode
+   * would migrate every ref made before (300k with 100k logs).
    */
-  ino: number = DOUBLE_FIELD
+  ino: number = TAGGED_FIELD
   /** Neighbours in the cache's LRU list while open (older, newer). */
   older: FileRef | undefined = undefined
   newer: FileRef | undefined = undefined

@@ -22,7 +22,7 @@
  */
 import type { LogOffset } from '@sluice/protocol'
 import { HEADER_BYTES, joinU64, splitU64 } from '../format.js'
-import { DOUBLE_FIELD } from './double-field.js'
+import { DOUBLE_FIELD, TAGGED_FIELD } from './number-fields.js'
 import type { ChunkInfo, HeadState } from './log-state.js'
 
 /**
@@ -58,6 +58,11 @@ export class Boundary implements HeadState {
  * The last LSN split into halves (`splitLsn`). One transaction's parts for
  * many logs share it, so the split is done once per transaction, not per log.
  * Read `hi` and `lo` right after the call: the next split replaces them.
+ *
+ * `lo` is the low 32 bits as a signed integer (the same bits; `>>> 0` gives
+ * the unsigned half back, and `compareU64` and `joinU64` read it so): a small
+ * integer whatever the LSN, so the log fields that keep it need no heap
+ * number of their own (number-fields.ts) and an append stores none into them.
  */
 export const lsnHalves = { of: -1n, hi: 0, lo: 0 }
 
@@ -67,30 +72,30 @@ export function splitLsn(tx: bigint): void {
   const { hi, lo } = splitU64(tx)
   lsnHalves.of = tx
   lsnHalves.hi = hi
-  lsnHalves.lo = lo
+  lsnHalves.lo = lo | 0
 }
 
-/** Compares two u64s given as 32-bit halves: negative, zero or positive. */
+/** Compares two u64s given as 32-bit halves (the low ones signed or not, as `lsnHalves` keeps them): negative, zero or positive. */
 export function compareU64(aHi: number, aLo: number, bHi: number, bLo: number): number {
-  return aHi !== bHi ? aHi - bHi : aLo - bLo
+  return aHi !== bHi ? aHi - bHi : (aLo >>> 0) - (bLo >>> 0)
 }
 
 export abstract class LogHeads {
   protected appendedEntries = 0
-  protected appendedDataEnd = DOUBLE_FIELD
+  protected appendedDataEnd = TAGGED_FIELD
   protected appendedTxHi = 0
-  protected appendedTxLo = DOUBLE_FIELD
+  protected appendedTxLo = TAGGED_FIELD
   protected appendedOp = -1
   protected appendedClosed = 0
   protected appendedSnapshotChunks = 0
   /** Where the open chunk starts in log.dat (the last closed chunk's end): read by every append, kept to spare it a cold chunk record. */
-  protected openChunkPos = DOUBLE_FIELD
+  protected openChunkPos = TAGGED_FIELD
   /** The store's append sequence number of the appended head (0 after an open or a cut to an earlier head). */
   protected appendedSeq = DOUBLE_FIELD
   protected publishedEntries = 0
-  protected publishedDataEnd = DOUBLE_FIELD
+  protected publishedDataEnd = TAGGED_FIELD
   private publishedTxHi = 0
-  private publishedTxLo = DOUBLE_FIELD
+  private publishedTxLo = TAGGED_FIELD
   private publishedOp = -1
   private publishedClosed = 0
   private publishedSnapshotChunks = 0
@@ -102,9 +107,9 @@ export abstract class LogHeads {
    * scavenge or two and then be promoted.
    */
   private endEntries = 0
-  private endDataEnd = DOUBLE_FIELD
+  private endDataEnd = TAGGED_FIELD
   private endTxHi = 0
-  private endTxLo = DOUBLE_FIELD
+  private endTxLo = TAGGED_FIELD
   private endOp = -1
   private endClosed = 0
   private endSnapshotChunks = 0
@@ -119,7 +124,7 @@ export abstract class LogHeads {
     protected chunks: ChunkInfo[],
     head: HeadState,
   ) {
-    // The start values of the fields laid out as doubles (see DOUBLE_FIELD) that the heads below leave alone.
+    // The start values of the number fields (number-fields.ts) that the heads below leave alone.
     this.setEnd(0, 0, 0, 0, -1, 0, 0, 0)
     this.setAppended(head)
     this.setPublished(head)

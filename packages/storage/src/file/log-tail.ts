@@ -21,7 +21,7 @@ import { StorageError } from '../errors.js'
 import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, readEntryRecord, writeChunkRecord } from '../format.js'
 import { readFully, writeFully } from '../fs-port.js'
 import { LOG_FILES } from '../defaults.js'
-import { DOUBLE_FIELD } from './double-field.js'
+import { DOUBLE_FIELD, TAGGED_FIELD } from './number-fields.js'
 import { FileRef } from './fd-cache.js'
 import type { Journal, JournalOwner } from './journal.js'
 import { FILE_CHUNKS, FILE_DATA, FILE_ENTRIES } from './journal-format.js'
@@ -67,13 +67,13 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
   protected recordsOnDisk: number
   protected chunksOnDisk: number
   protected recordsJournaled: number
-  protected dataOnDisk = DOUBLE_FIELD
+  protected dataOnDisk = TAGGED_FIELD
   /** The tail's arena block (a handle; NO_BLOCK for none), the Buffer it lies in, where it starts there and its size. */
   protected pend = DOUBLE_FIELD
   protected pendBuf: Buffer = NO_BYTES
-  protected pendBase = DOUBLE_FIELD
-  protected pendCap = DOUBLE_FIELD
-  protected pendLen = DOUBLE_FIELD
+  protected pendBase = TAGGED_FIELD
+  protected pendCap = TAGGED_FIELD
+  protected pendLen = TAGGED_FIELD
   /** The write-back in flight, if any (log-write-back.ts). */
   protected flight: Promise<void> | undefined
   /** Tail blocks given up while a write-back read them: back to the arena when it ends. */

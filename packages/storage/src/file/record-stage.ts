@@ -4,7 +4,7 @@
  * never copies its staged records to grow, an idle one holds no memory, and
  * the blocks are reused rather than left to the garbage collector.
  */
-import { DOUBLE_FIELD } from './double-field.js'
+import { DOUBLE_FIELD } from './number-fields.js'
 import { ENTRY_RECORD_BYTES } from '../format.js'
 import { NO_BLOCK } from './tail-arena.js'
 import type { TailArena } from './tail-arena.js'
