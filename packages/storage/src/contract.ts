@@ -215,6 +215,8 @@ export interface ShapeLogStore {
   get(id: string): ShapeLog | undefined
   /** Ids of every finished log. */
   ids(): string[]
+  /** Every finished log (as `get` gives each of `ids()`; a restore of 100k logs looks none up by id). */
+  finishedLogs(): Iterable<ShapeLog>
   /** Removes a log at once for readers; its files go in the background. */
   deleteShape(id: string): Promise<boolean>
   /**

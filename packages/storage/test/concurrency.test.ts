@@ -349,6 +349,8 @@ describe('read-only store and shape ids reused after deletion (engine bug)', () 
     const fresh = openReadOnlyLogStore({ dir: writer.root })
     const want = '{"gen":"B","row":1},{"gen":"B","row":2},{"headers":{"control":"snapshot-end","gen":"B"}},'
     expect(body(fresh.get('x')!)).toBe(want)
+    // Its logs, listed, are the ones it serves by id.
+    expect([...fresh.finishedLogs()]).toEqual([fresh.get('x')])
     await fresh.close()
     // ...the long-lived one must too; it returns its cached log of the deleted A.
     const log = ro.get('x')!

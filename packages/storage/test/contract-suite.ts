@@ -341,6 +341,7 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       await makeShape(store, 'b', [row(2), row(3)])
       expect(new TextDecoder().decode(a.meta)).toBe('{"table":"a"}')
       expect(store.ids().sort()).toEqual(['a', 'b'])
+      expect([...store.finishedLogs()].sort((x, y) => x.id.localeCompare(y.id))).toEqual([store.get('a'), store.get('b')])
       expect(() => store.createShape('a')).toThrow(StorageError)
       for (const bad of ['', '../x', 'a/b', 'x'.repeat(129), 'sp ace', '.']) {
         expect(() => store.createShape(bad)).toThrow(/invalid shape id/)
@@ -349,6 +350,7 @@ export function describeContract(name: string, factory: HarnessFactory): void {
       expect(await store.deleteShape('a')).toBe(false)
       expect(store.get('a')).toBeUndefined()
       expect(store.ids()).toEqual(['b'])
+      expect([...store.finishedLogs()]).toEqual([store.get('b')])
       expect(body(store.get('b')!.read(BEFORE_ALL))).toHaveLength(3)
       const again = await makeShape(store, 'a', [row(7)])
       expect(body(again.read(BEFORE_ALL))).toHaveLength(2)
@@ -424,6 +426,7 @@ export function describeContract(name: string, factory: HarnessFactory): void {
         // Not a log until finish resolves.
         expect(store.get('queued')).toBeUndefined()
         expect(store.ids()).not.toContain('queued')
+        expect([...store.finishedLogs()].map((l) => l.id)).not.toContain('queued')
         const seen: FlushResult[] = []
         const off = store.onFlush((r) => seen.push(r))
         const log = await finishing

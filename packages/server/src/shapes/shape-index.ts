@@ -53,18 +53,18 @@ export class ShapeIndex<S> {
     if (this.placements.has(shape)) this.remove(shape)
     if (views !== undefined) {
       this.views.add(shape, views)
-      this.placements.set(shape, { kind: 'views' })
+      this.placements.set(shape, 'views')
       return
     }
     if (where === undefined) {
       this.everything.add(shape)
-      this.placements.set(shape, { kind: 'everything' })
+      this.placements.set(shape, 'everything')
       return
     }
     const conjunct = chooseConjunct(where)
     if (conjunct === undefined) {
       this.scan.set(shape, where)
-      this.placements.set(shape, { kind: 'scan' })
+      this.placements.set(shape, 'scan')
       return
     }
     let domain = this.domains.get(conjunct.domain)
@@ -76,8 +76,8 @@ export class ShapeIndex<S> {
       this.domainList = [...this.domains.values()]
     }
     // `exact`: the chosen conjunct is the whole clause, so a key hit is the verdict.
-    const entry = new Entry(shape, where, conjunct.kind, conjunct.keys, where.exact === conjunct)
     const filedUnder = fileKeys(conjunct, domain)
+    const entry = new Entry(shape, where, conjunct.kind, conjunct.keys, where.exact === conjunct, conjunct.domain, filedUnder)
     for (const text of filedUnder) {
       const key = mapKey(text)
       const bucket = domain.byKey.get(key)
@@ -89,7 +89,7 @@ export class ShapeIndex<S> {
       }
     }
     domain.shapes++
-    this.placements.set(shape, { kind: 'indexed', domain: conjunct.domain, keys: filedUnder, entry })
+    this.placements.set(shape, entry)
   }
 
   /** Unregisters `shape`; unknown shapes are ignored. Empty buckets and domains are dropped so they cost nothing per row. */
@@ -97,21 +97,21 @@ export class ShapeIndex<S> {
     const placement = this.placements.get(shape)
     if (placement === undefined) return
     this.placements.delete(shape)
-    if (placement.kind === 'everything') {
+    if (placement === 'everything') {
       this.everything.delete(shape)
       return
     }
-    if (placement.kind === 'scan') {
+    if (placement === 'scan') {
       this.scan.delete(shape)
       return
     }
-    if (placement.kind === 'views') {
+    if (placement === 'views') {
       this.views.remove(shape)
       return
     }
     const domain = this.domains.get(placement.domain)
     if (domain === undefined) return
-    for (const text of placement.keys) {
+    for (const text of placement.filedUnder) {
       const key = mapKey(text)
       const bucket = domain.byKey.get(key)
       if (bucket === undefined) continue
@@ -189,8 +189,8 @@ export class ShapeIndex<S> {
   private entryOf(bucket: S | Entry<S>): Entry<S> {
     if (bucket instanceof Entry) return bucket
     const placement = this.placements.get(bucket)
-    if (placement?.kind !== 'indexed') throw new Error('a shape filed alone in the index has no placement')
-    return placement.entry
+    if (!(placement instanceof Entry)) throw new Error('a shape filed alone in the index has no placement')
+    return placement
   }
 
   /**
@@ -265,6 +265,9 @@ class Entry<S> {
     readonly kind: IndexableConjunct['kind'],
     readonly keys: readonly string[],
     readonly exact: boolean,
+    /** The domain and keys it is filed under: the entry is the shape's placement too (no second object per shape). */
+    readonly domain: string,
+    readonly filedUnder: readonly string[],
   ) {}
 
   /** A hit under any of its keys takes the row: nothing to check (see `accepts`), so a bucket can hold the bare shape. */
@@ -273,11 +276,8 @@ class Entry<S> {
   }
 }
 
-type Placement<S> =
-  | { readonly kind: 'everything' }
-  | { readonly kind: 'scan' }
-  | { readonly kind: 'views' }
-  | { readonly kind: 'indexed'; readonly domain: string; readonly keys: readonly string[]; readonly entry: Entry<S> }
+/** Where a shape is filed: an indexed one's entry, or the name of the one place it is in. */
+type Placement<S> = 'everything' | 'scan' | 'views' | Entry<S>
 
 /**
  * Keys a shape is filed under. `equals` under every key (a row has one value,

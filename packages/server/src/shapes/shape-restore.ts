@@ -75,10 +75,7 @@ export class ShapeRestore {
       else this.left.delete(log)
     }
     const fresh: ShapeLog[] = []
-    for (const id of store.ids()) {
-      const log = store.get(id)
-      if (log !== undefined && !known.has(log)) fresh.push(log)
-    }
+    for (const log of store.finishedLogs()) if (!known.has(log)) fresh.push(log)
     if (fresh.length > 0) await this.restore(fresh)
   }
 

@@ -344,6 +344,10 @@ export class FileLogStore implements ShapeLogStore {
     return [...this.logs.keys()]
   }
 
+  finishedLogs(): Iterable<FileShapeLog> {
+    return this.logs.values()
+  }
+
   async deleteShape(id: string): Promise<boolean> {
     this.ensureOpen()
     const log = this.logs.get(id)

@@ -286,6 +286,10 @@ export class MemoryLogStore implements ShapeLogStore {
     return [...this.logs.keys()]
   }
 
+  finishedLogs(): Iterable<ShapeLog> {
+    return this.logs.values()
+  }
+
   async deleteShape(id: string): Promise<boolean> {
     return this.logs.delete(id)
   }

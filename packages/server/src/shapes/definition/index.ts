@@ -20,6 +20,7 @@ export {
   type MicrosClock,
   type ParsedHandle,
   formatHandle,
+  handleMicros,
   isValidHandle,
   parseHandle,
   systemMicrosClock,

@@ -1,4 +1,4 @@
-import { HandleIssuer, parseHandle } from './handle.js'
+import { HandleIssuer, handleMicros, parseHandle } from './handle.js'
 import type { MicrosClock } from './handle.js'
 import type { ShapeDefinition } from './shape-definition.js'
 import { definitionHash, definitionKey, freezeDefinition, uncachedDefinitionKey } from './shape-definition.js'
@@ -186,7 +186,7 @@ export class ShapeRegistry {
 }
 
 function micros(handle: string): number {
-  const parsed = parseHandle(handle)
-  if (parsed === undefined) throw new Error(`not a valid handle: ${handle}`)
-  return parsed.micros
+  const at = handleMicros(handle)
+  if (at === undefined) throw new Error(`not a valid handle: ${handle}`)
+  return at
 }

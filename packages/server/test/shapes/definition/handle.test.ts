@@ -1,5 +1,6 @@
+import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { HandleIssuer, MAX_HANDLE_LENGTH, formatHandle, isValidHandle, parseHandle } from '../../../src/shapes/definition/index.js'
+import { HandleIssuer, MAX_HANDLE_LENGTH, formatHandle, handleMicros, isValidHandle, parseHandle } from '../../../src/shapes/definition/index.js'
 
 const STORAGE_ID = /^[A-Za-z0-9_-]{1,128}$/
 
@@ -99,5 +100,26 @@ describe('handles', () => {
   it('formatHandle refuses what parseHandle would reject', () => {
     expect(() => formatHandle('abc', 1)).toThrow(RangeError)
     expect(() => formatHandle('1', -1)).toThrow(RangeError)
+  })
+})
+
+describe('handleMicros', () => {
+  // Without a regular expression, for the restore; it must refuse and accept exactly what parseHandle does.
+  const digits = fc.stringMatching(/^[0-9]{0,22}$/)
+  const near = fc.oneof(
+    fc.tuple(digits, fc.constantFrom('-', '--', '', '+', ' -'), digits).map(([a, dash, b]) => `${a}${dash}${b}`),
+    fc.constantFrom(
+      '0-0', '00-1', '1-00', '18446744073709551615-1', '18446744073709551616-1', '1-9007199254740991', '1-9007199254740992',
+      '1-9999999999999999', '1-10000000000000000', '-1', '1-', '', '1-2-3', '١-٢', `${'1'.repeat(20)}-${'2'.repeat(16)}`,
+    ),
+    fc.string({ maxLength: 40 }),
+  )
+  it('agrees with parseHandle on near-handles and any text', () => {
+    fc.assert(
+      fc.property(near, (text) => {
+        expect(handleMicros(text)).toBe(parseHandle(text)?.micros)
+      }),
+      { numRuns: process.env.SOAK === '1' ? 200_000 : 5_000 },
+    )
   })
 })
