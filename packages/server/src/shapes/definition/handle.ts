@@ -21,9 +21,6 @@ export const MAX_HANDLE_LENGTH = MAX_HASH_DIGITS + 1 + MAX_MICROS_DIGITS
 
 const U64_MAX_DIGITS = '18446744073709551615'
 
-// No leading zeros (except a lone 0) so each value has one spelling.
-const HANDLE = /^(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,15})$/
-
 export interface ParsedHandle {
   readonly hash: string
   readonly micros: number
@@ -31,32 +28,27 @@ export interface ParsedHandle {
 
 /** Parses a handle we could have issued; undefined for anything else (never throws on client input). */
 export function parseHandle(text: string): ParsedHandle | undefined {
-  if (text.length > MAX_HANDLE_LENGTH) return undefined
-  const match = HANDLE.exec(text)
-  if (match === null) return undefined
-  const [, hash, microsText] = match
-  if (hash === undefined || microsText === undefined) return undefined
-  // Digits without leading zeros: only a 20-digit hash can pass 2^64 - 1, and same-length digit strings compare as numbers (no BigInt per handle: a restart parses 100k).
-  if (hash.length === MAX_HASH_DIGITS && hash > U64_MAX_DIGITS) return undefined
-  const micros = Number(microsText)
-  if (!Number.isSafeInteger(micros)) return undefined
-  return { hash, micros }
+  const micros = handleMicros(text)
+  return micros === undefined ? undefined : { hash: text.slice(0, text.indexOf('-')), micros }
 }
 
 export function isValidHandle(text: string): boolean {
-  return parseHandle(text) !== undefined
+  return handleMicros(text) !== undefined
 }
 
 /**
- * The microseconds of a handle `parseHandle` accepts, undefined for any text
- * it refuses: the same check by hand, with no match array or substrings (a
- * restart reads the microseconds of every restored handle).
+ * The microseconds of a handle we could have issued, undefined for any other
+ * text: `<hash>-<micros>`, each part decimal digits without a leading zero
+ * (but a lone 0, so each value has one spelling), the hash at most 2^64 - 1,
+ * the microseconds a safe integer. By hand, with no match array or substrings:
+ * a restart reads the microseconds of every restored handle.
  */
 export function handleMicros(text: string): number | undefined {
   const length = text.length
   if (length > MAX_HANDLE_LENGTH) return undefined
   const dash = text.indexOf('-')
   if (!digitsWithoutLeadingZero(text, 0, dash, MAX_HASH_DIGITS) || !digitsWithoutLeadingZero(text, dash + 1, length, MAX_MICROS_DIGITS)) return undefined
+  // Same-length digit strings compare as numbers: only a 20-digit hash can pass 2^64 - 1 (no BigInt per handle).
   if (dash === MAX_HASH_DIGITS && text.slice(0, dash) > U64_MAX_DIGITS) return undefined
   let micros = 0
   for (let i = dash + 1; i < length; i++) micros = micros * 10 + (text.charCodeAt(i) - 48)

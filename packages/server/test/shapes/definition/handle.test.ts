@@ -104,7 +104,15 @@ describe('handles', () => {
 })
 
 describe('handleMicros', () => {
-  // Without a regular expression, for the restore; it must refuse and accept exactly what parseHandle does.
+  // The grammar as a regular expression (docs/protocol.md §2: no leading zeros but a lone 0, a hash of
+  // at most 2^64 - 1, microseconds a safe integer), the oracle of the hand-written check parseHandle uses.
+  const SPEC = /^(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,15})$/
+  const spec = (text: string): number | undefined => {
+    const m = SPEC.exec(text)
+    if (m === null || (m[1]!.length === 20 && m[1]! > '18446744073709551615')) return undefined
+    const micros = Number(m[2])
+    return Number.isSafeInteger(micros) ? micros : undefined
+  }
   const digits = fc.stringMatching(/^[0-9]{0,22}$/)
   const near = fc.oneof(
     fc.tuple(digits, fc.constantFrom('-', '--', '', '+', ' -'), digits).map(([a, dash, b]) => `${a}${dash}${b}`),
@@ -114,10 +122,12 @@ describe('handleMicros', () => {
     ),
     fc.string({ maxLength: 40 }),
   )
-  it('agrees with parseHandle on near-handles and any text', () => {
+  it('accepts exactly the handles of the grammar, and parseHandle with it', () => {
     fc.assert(
       fc.property(near, (text) => {
-        expect(handleMicros(text)).toBe(parseHandle(text)?.micros)
+        const micros = spec(text)
+        expect(handleMicros(text)).toBe(micros)
+        expect(parseHandle(text)).toEqual(micros === undefined ? undefined : { hash: text.split('-')[0], micros })
       }),
       { numRuns: process.env.SOAK === '1' ? 200_000 : 5_000 },
     )
