@@ -17,10 +17,10 @@ import type { Report as LargeReport } from '../large/report.js'
 import { type Report as MemoryReport, TARGET as MEMORY_TARGET } from '../memory/report.js'
 import type { Report as PipelineReport } from '../pipeline/report.js'
 import { type Report as StartReport, TARGET_MS as START_TARGET_MS } from '../start/report.js'
-import type { Measurement } from '../storage/report.js'
+import { type Measurement, machineInfo, machineSpeed } from '../storage/report.js'
 import { writeReport, type BuiltReport } from './build.js'
 import { drawable } from './chart.js'
-import { compact, median, ms, num, ratio } from './format.js'
+import { compact, machineLines, median, ms, num, ratio } from './format.js'
 import { BENCHMARKS } from './registry.js'
 
 const resultsDir = join(dirname(fileURLToPath(import.meta.url)), '..', 'results')
@@ -252,6 +252,19 @@ describe('the benchmark report from bench/results', () => {
     for (const r of partial.initial) row(after, num(r.clients), 'Sluice', num(r.sluice.median.requestsPerSec))
     expect(report.charts.map((c) => c.spec.id)).toContain('http-initial-throughput-partial')
     expect(report.markdown).toContain(`newer partial run of ${date.slice(0, 10)}`)
+  })
+})
+
+describe('the machine block', () => {
+  it("records the machine's speed with each run, and the report shows it only for runs that have it", () => {
+    const speed = machineSpeed()
+    expect(Number.isInteger(speed.jsonParseMBps)).toBe(true)
+    expect(speed.jsonParseMBps).toBeGreaterThan(0)
+    const machine = machineInfo(resultsDir)
+    expect(machine.speed?.jsonParseMBps).toBeGreaterThan(0)
+    expect(machineLines(machine).join('\n')).toContain(`at ${num(machine.speed!.jsonParseMBps)} MB/s`)
+    const { speed: _, ...earlier } = machine
+    expect(machineLines(earlier).join('\n')).not.toContain('MB/s')
   })
 })
 

@@ -55,6 +55,7 @@ export function plural(count: number, one: string, many = `${one}s`): string {
 export function machineLines(m: Machine, extra: readonly string[] = []): string[] {
   return [
     `${m.nproc} CPUs (${m.cpu}), ${m.memoryGiB} GiB RAM, ${m.os}, Node ${m.node}`,
+    ...(m.speed === undefined ? [] : [`speed: \`JSON.parse\` of a fixed 2 MB body at ${num(m.speed.jsonParseMBps)} MB/s (\`machineSpeed\`: read absolute times next to it)`]),
     `data on ${m.filesystem}`,
     `run started ${m.date.replace('T', ' ').replace(/\.\d+Z$/, ' UTC')}`,
     ...extra,

@@ -47,6 +47,8 @@ export interface Machine {
   readonly dataDir: string
   readonly filesystem: string
   readonly date: string
+  /** `machineSpeed()` when the run started (absent from runs made before it was recorded). */
+  readonly speed?: MachineSpeed
 }
 
 export function machineInfo(dataDir: string): Machine {
@@ -59,7 +61,55 @@ export function machineInfo(dataDir: string): Machine {
     dataDir,
     filesystem: filesystemOf(dataDir),
     date: new Date().toISOString(),
+    speed: machineSpeed(),
   }
+}
+
+/**
+ * One fixed piece of CPU work timed on this machine, recorded with every run:
+ * `JSON.parse` of the same 2 MB body of change messages (the client's largest
+ * cost, and object-making like a restart's), seven times, the median in 10^6
+ * bytes per second. Two (virtual) machines of the same description have
+ * differed twofold for this code; an absolute figure (a start in seconds, a
+ * download in seconds) is read next to this one.
+ */
+export interface MachineSpeed {
+  readonly jsonParseMBps: number
+}
+
+export function machineSpeed(): MachineSpeed {
+  const body = speedBody()
+  const times: number[] = []
+  for (let i = 0; i < 7; i++) {
+    const t0 = performance.now()
+    const parsed: unknown = JSON.parse(body)
+    times.push(performance.now() - t0)
+    if (!Array.isArray(parsed)) throw new Error('the speed probe parsed no array')
+  }
+  times.sort((a, b) => a - b)
+  return { jsonParseMBps: Math.round(body.length / 1e6 / (times[3]! / 1000)) }
+}
+
+/** About 2 MB: 5,000 messages shaped like the client benchmark's rows (a key, eleven text values, headers). */
+function speedBody(): string {
+  const lines: string[] = []
+  for (let i = 1; i <= 5000; i++) {
+    const value = {
+      id: String(i),
+      title: `Item ${i}`,
+      owner: `user${i % 997}`,
+      status: String(i % 5),
+      score: String((i * 7919) % 100000),
+      active: i % 3 === 0 ? 'true' : 'false',
+      created_at: '2025-01-01 00:00:00+00',
+      updated_at: '2025-01-01 00:00:00.123456+00',
+      doc: JSON.stringify({ tags: [`t${i % 10}`, `t${i % 7}`], priority: i % 4 }),
+      seq: '0',
+      stamp_ns: '0',
+    }
+    lines.push(JSON.stringify({ key: `"public"."items"/"${i}"`, value, headers: { operation: 'insert', relation: ['public', 'items'] } }))
+  }
+  return `[${lines.join(',\n')}]`
 }
 
 /** The type and device of the mount holding `dir` (Linux; "unknown" elsewhere). */

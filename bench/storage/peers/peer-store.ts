@@ -39,6 +39,10 @@ export abstract class PeerLogStore<L extends PeerLog> {
     return [...this.logs.keys()]
   }
 
+  finishedLogs(): Iterable<ShapeLog> {
+    return this.logs.values()
+  }
+
   async deleteShape(id: string): Promise<boolean> {
     this.ensureOpen()
     const log = this.logs.get(id)
