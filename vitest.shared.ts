@@ -20,7 +20,7 @@ export function sharedTestConfig(packageDir: string): ViteUserConfig {
       exclude: process.env['SLUICE_TEST_SCOPE'] === 'unit' ? ['**/node_modules/**', '**/*.pg.test.ts', '**/*.pg.test.tsx'] : ['**/node_modules/**'],
       // Two test files at a time on a two-core machine, where vitest's default (one fewer than the
       // cores) runs one: most of a file's time is spent waiting for Postgres, child processes and the
-      // disk, so two overlap well (the server package's files took 874 s one at a time, 594 s two at a time).
+      // disk, so two overlap well. A test file therefore never has the machine to itself.
       maxWorkers: Math.max(2, availableParallelism() - 1),
       testTimeout: 60_000,
       hookTimeout: 120_000,
