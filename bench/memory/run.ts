@@ -39,7 +39,7 @@ import { fileURLToPath } from 'node:url'
 import { type PostgresCluster, startPostgres } from '@sluice/test-utils'
 import { startSluice } from '../http/sluice-process.js'
 import { BENCH_PG_SETTINGS } from '../pipeline/pg.js'
-import { machineInfo } from '../storage/report.js'
+import { type Machine, machineInfo } from '../storage/report.js'
 import { type MetricsSample, type Report, type Run, TARGET } from './report.js'
 
 const QUICK = process.env.QUICK === '1'
@@ -347,7 +347,7 @@ const f0 = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : 'n/a')
 const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : 'n/a')
 const mib = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? 'n/a' : (x / MiB).toFixed(0))
 
-function report(runs: readonly Run[], startedAt: Date, seconds: number): string {
+function report(runs: readonly Run[], machine: Machine, seconds: number): string {
   const m = (k: keyof Run) => median(runs.map((r) => r[k] as number))
   const pre = m('preMiB')
   const peak = m('peakMiB')
@@ -355,7 +355,6 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
   const afterLast = m('afterLastRowMiB')
   const lastRow = m('lastRowS')
   const ceilingS = m('ceilingS')
-  const machine = machineInfo(tmpdir())
   const met = (ok: boolean) => (ok ? 'met' : 'missed')
   const lines = [
     '# Memory benchmark',
@@ -367,7 +366,7 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
     '## Machine',
     '',
     `- ${machine.nproc} CPUs (${machine.cpu}), ${machine.memoryGiB} GiB RAM, Node ${machine.node}`,
-    `- run on ${startedAt.toISOString()}, ${seconds.toFixed(0)} s; **the machine is shared** with other engineers' builds and tests (load average at the end of each run in the table)`,
+    `- run on ${machine.date}, ${seconds.toFixed(0)} s; **the machine is shared** with other engineers' builds and tests (load average at the end of each run in the table)`,
     '',
     '## Method',
     '',
@@ -407,7 +406,8 @@ function report(runs: readonly Run[], startedAt: Date, seconds: number): string 
 }
 
 async function main(): Promise<void> {
-  const startedAt = new Date()
+  // Once, as the run starts: the machine's speed is measured then, not after the server's work.
+  const machine = machineInfo(process.env.BENCH_DIR ?? tmpdir())
   const t0 = performance.now()
   const runs: Run[] = []
   for (let rep = 1; rep <= REPS; rep++) {
@@ -416,11 +416,11 @@ async function main(): Promise<void> {
     console.log(`  rep ${rep}: malloc heap ${f0(run.start.mallocHeapMiB)} → ${f0(run.end.mallocHeapMiB)} MiB, other anonymous ${f0(run.start.otherAnonMiB)} → ${f0(run.end.otherAnonMiB)} MiB`)
     console.log(`  rep ${rep}: before ${f0(run.preMiB)} MiB, peak ${f0(run.peakMiB)} MiB, +${AFTER_S} s after commit ${f0(run.afterCommitMiB)} MiB, after last row ${f0(run.afterLastRowMiB)} MiB; last row ${f1(run.lastRowS)} s; ceiling ${f1(run.ceilingS)} s`)
   }
-  const text = report(runs, startedAt, (performance.now() - t0) / 1000)
+  const text = report(runs, machine, (performance.now() - t0) / 1000)
   mkdirSync(RESULTS_DIR, { recursive: true })
   const file = join(RESULTS_DIR, QUICK ? 'memory.quick.md' : PARTIAL ? 'memory.partial.md' : 'memory.md')
   writeFileSync(file, text)
-  const results: Report = { machine: { ...machineInfo(process.env.BENCH_DIR ?? tmpdir()), date: startedAt.toISOString() }, rows: ROWS, afterS: AFTER_S, flags: FLAGS, nodeOptions: NODE_OPTIONS, runs }
+  const results: Report = { machine, rows: ROWS, afterS: AFTER_S, flags: FLAGS, nodeOptions: NODE_OPTIONS, runs }
   writeFileSync(file.replace(/\.md$/, '.json'), JSON.stringify(results, null, 2))
   console.log(text)
   console.log(`wrote ${file}`)
