@@ -34,8 +34,8 @@ export interface StartFixture {
   readonly slot: string
 }
 
-/** Raised when the stores a fixture writes change (2: metas carry their routes), so older ones are made again. */
-const FIXTURE_FORMAT = 2
+/** Raised when the stores a fixture writes change (2: metas carry their routes; 3: in the indexed layout), so older ones are made again. */
+const FIXTURE_FORMAT = 3
 
 /** Postgres settings: as the throwaway clusters', with room for the bench's few connections. */
 const PG_SETTINGS = { wal_level: 'logical', fsync: false, autovacuum: false, max_replication_slots: 16, max_wal_senders: 16 } as const
@@ -72,16 +72,19 @@ export async function startFixture(dir: string, shapes: number, cluster?: Postgr
  * starts past its watermark (and the server would invalidate every shape);
  * and a slot the fixture's server confirmed can be a little past the store the
  * fixture then wrote without it. Nothing wrote to the table since, so the
- * store holds every commit up to the slot's position: say so by advancing its
- * watermark there.
+ * store holds every commit up to the slot's position, and up to the end of
+ * the WAL: say so by advancing its watermark there, as a server left idle
+ * does from Postgres's keepalives. A store left below its shapes' snapshots
+ * would restore every shape through a stitching target, which a server that
+ * ran for a moment after making its shapes never does.
  */
 async function catchUp(pg: PostgresCluster, storageDir: string, shapes: number, where: FixtureWhere): Promise<void> {
   const slot = slotName(shapes, where)
   const { rows } = await pg.query<{ lsn: string }>('SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1', [slot])
   // Alone in its query: it refuses to run inside a multi-statement one.
   const text = rows[0]?.lsn ?? (await pg.query<{ lsn: string }>("SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", [slot])).rows[0]!.lsn
-  const [hi, lo] = text.split('/')
-  const lsn = (BigInt(`0x${hi}`) << 32n) | BigInt(`0x${lo}`)
+  const end = (await pg.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0]!.lsn
+  const lsn = [text, end].map(parseLsn).reduce((a, b) => (a > b ? a : b))
   const store = await openFixtureStore(storageDir)
   try {
     if (lsn > store.durableLsn) {
@@ -139,6 +142,11 @@ async function makeStore(pg: PostgresCluster, storageDir: string, shapes: number
 async function openFixtureStore(storageDir: string): Promise<FileLogStore> {
   const { lockFile } = await writerLockOptions({ standby: false, waitMs: 0, logger: { info: () => {}, warn: () => {} } })
   return openFileLogStore({ dir: join(storageDir, 'logs'), lock: { lockFile } })
+}
+
+function parseLsn(text: string): bigint {
+  const [hi, lo] = text.split('/')
+  return (BigInt(`0x${hi}`) << 32n) | BigInt(`0x${lo}`)
 }
 
 /** Each store has a slot of its own, so the stores do not push one another's slots ahead. */

@@ -1,8 +1,10 @@
+import type { ReplicaMode } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
-import { type IndexableConjunct, RestoredClause, type WhereClause, compileWhereSync, sameRoute } from '../where/index.js'
-import { type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
+import { type ClauseText, type IndexableConjunct, RestoredClause, type RouteSummary, type WhereClause, compileWhereSync, sameRoute } from '../where/index.js'
+import { type ShapeDefinition, type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
+import { type MetaIndex, parseRouteSummary } from './definition/shape-meta.js'
 import type { LiveShape } from './live-shape.js'
-import type { ShapeTarget } from './route-contracts.js'
+import type { RouteSpec, ShapeTarget } from './route-contracts.js'
 import { signatureOf } from './shape-builder.js'
 import type { ShapeLogger } from './shape-manager.js'
 import { restoredTarget } from './shape-targets.js'
@@ -87,23 +89,138 @@ export class RestoreRoutes {
   /** The stored shape's clause: restored from its route when its domain is trusted, else compiled (throws if it does not compile). */
   clause(meta: ShapeMeta, info: TableInfo): WhereClause {
     const def = meta.definition
-    const source = def.where!
-    const columns = whereColumns(info)
-    const compiled = (): WhereClause => compileWhereSync(source, { columns, params: paramList(def) })
+    const text = { source: def.where!, params: paramList(def) }
     const route = meta.route
     // Without the table's signature restore did not check the table against the one the route was made for.
-    if (route === undefined || meta.table === undefined) return compiled()
+    if (route === undefined || meta.table === undefined) return compileWhereSync(text.source, { columns: whereColumns(info), params: text.params })
+    return this.routed(route, text, info)
+  }
+
+  /** A clause with a recorded route, on a table checked against the one the route was made for: `text` is read only if it compiles. */
+  routed(route: RouteSummary, text: ClauseText, info: TableInfo): WhereClause {
+    const columns = whereColumns(info)
     let domains = this.#byTable.get(info)
     if (domains === undefined) this.#byTable.set(info, (domains = new Map()))
     const known = domains.get(route.domain)
     if (known === undefined) {
-      const clause = compiled()
+      const clause = compileWhereSync(text.source, { columns, params: text.params })
       domains.set(route.domain, sameRoute(route, clause.exact) ? clause.exact! : null)
       return clause
     }
-    if (known === null) return compiled()
-    return new RestoredClause(source, paramList(def), route, known, columns)
+    if (known === null) return compileWhereSync(text.source, { columns, params: text.params })
+    return new RestoredClause(text, route, known, columns)
   }
+}
+
+/**
+ * A stored shape whose meta is in the indexed layout (`indexShapeMeta`): the
+ * restore reads its table, key and route from slices of the text, and the
+ * meta is decoded whole only when something asks for the definition (a
+ * request, a clause that compiles). A restart of 100k such shapes decodes one
+ * meta per table.
+ */
+export class IndexedShape implements ClauseText {
+  #meta: ShapeMeta | undefined
+
+  constructor(
+    readonly log: ShapeLog,
+    private readonly text: string,
+    readonly index: MetaIndex,
+    /** Counts the metas decoded (the restore's figure). */
+    private readonly counter: { decoded: number },
+  ) {}
+
+  get handle(): string {
+    return this.log.id
+  }
+
+  /** The whole meta, decoded on first use (throws ShapeMetaError if it does not decode). */
+  get meta(): ShapeMeta {
+    if (this.#meta === undefined) {
+      this.counter.decoded++
+      this.#meta = decodeShapeMeta(this.text, this.log.id)
+    }
+    return this.#meta
+  }
+
+  get definition(): ShapeDefinition {
+    return this.meta.definition
+  }
+
+  get source(): string {
+    return this.meta.definition.where!
+  }
+
+  get params(): readonly string[] {
+    return paramList(this.meta.definition)
+  }
+}
+
+/** A restored shape with its definition from an `IndexedShape`, decoded when first read. */
+class IndexedLiveShape implements LiveShape {
+  ready: Promise<ShapeLog> | undefined = undefined
+  retiring: ShapeLog | undefined = undefined
+  cancelled: LiveShape['cancelled'] = undefined
+  abort: AbortController | undefined = undefined
+  queue: LiveShape['queue'] = undefined
+  // Restored counts as used now: a restart gives every shape a full time-to-live.
+  lastUsed = 0
+  subquery: LiveShape['subquery'] = undefined
+
+  constructor(
+    readonly handle: string,
+    readonly table: TableInfo,
+    readonly where: WhereClause,
+    public log: ShapeLog | undefined,
+    private readonly stored: IndexedShape,
+  ) {}
+
+  get definition(): ShapeDefinition {
+    return this.stored.definition
+  }
+}
+
+/** The selected columns and replica mode a definition key ends with, when it selects every column; undefined otherwise. */
+function keySelection(key: string): ReplicaMode | undefined {
+  for (const replica of ['default', 'full'] as const) {
+    for (const log of ['full', 'changes_only'] as const) if (key.endsWith(`,null,"${replica}","${log}"]`)) return replica
+  }
+  return undefined
+}
+
+/** Whether the decimal `lsn` is at most `durable` (decimal too, both without leading zeros). */
+function atOrBelow(lsn: string, durable: string): boolean {
+  return lsn.length < durable.length || (lsn.length === durable.length && lsn <= durable)
+}
+
+/**
+ * An indexed shape back to life without decoding its meta, on a table whose
+ * check its table text already passed (`signed`: that text carried the
+ * table's signature); undefined when it needs what `revive` does (a
+ * stitching target, a route that does not parse, a selection of columns, a
+ * clause that compiles and fails), which decodes it.
+ */
+export function reviveIndexed(
+  stored: IndexedShape,
+  info: TableInfo,
+  signed: boolean,
+  durableLsn: string,
+  routes: RestoreRoutes,
+): { readonly shape: LiveShape; readonly spec: RouteSpec } | undefined {
+  const { index, log } = stored
+  if (!signed || !atOrBelow(index.insertLsn, durableLsn)) return undefined
+  const replica = keySelection(index.key)
+  const route = replica === undefined ? undefined : parseRouteSummary(index.route)
+  if (route === undefined || replica === undefined) return undefined
+  let where: WhereClause
+  try {
+    where = routes.routed(route, stored, info)
+  } catch {
+    return undefined
+  }
+  const handle = log.id
+  const shape = new IndexedLiveShape(handle, info, where, log, stored)
+  return { shape, spec: { handle, table: info, where, columns: undefined, replica } }
 }
 
 /** Checks a stored shape against its table as the catalog describes it now (`info`, undefined when it is gone). */

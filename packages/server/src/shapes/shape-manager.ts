@@ -88,6 +88,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   private readonly lifecycle: ShapeLifecycle
   /** The restore, until `promote` finishes it. */
   private restoring: ShapeRestore | undefined
+  /**
+   * What the restore did, once promoted: the shapes it brought back and how
+   * many stored metas it decoded whole (the rest were read from their indexed
+   * layout, restore-shapes.ts).
+   */
+  restoreStats: { readonly shapes: number; readonly decodedMetas: number } | undefined
   private closed = false
 
   private constructor(
@@ -204,7 +210,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
       await this.watch.check().catch((error: unknown) => this.options.logger?.warn({ err: error }, 'checking the catalog for DDL failed'))
     }
     // `ms`: the whole restore for an open, the promotion alone for a standby (it restored while it waited).
-    this.options.logger?.info({ shapes: this.shapes.size, ms: Math.round(performance.now() - began) }, 'shapes restored')
+    this.restoreStats = { shapes: this.shapes.size, decodedMetas: restore.decoded }
+    this.options.logger?.info({ ...this.restoreStats, ms: Math.round(performance.now() - began) }, 'shapes restored')
     this.watch.start()
     this.lifecycle.start()
   }

@@ -1,15 +1,26 @@
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
 import { generationOfLogId } from './compaction/log-ids.js'
-import type { ShapeDefinition, ShapeRegistry } from './definition/index.js'
+import type { ShapeDefinition, ShapeMeta, ShapeRegistry, TableSignature } from './definition/index.js'
 import type { LiveShape } from './live-shape.js'
 import { routeSpec } from './live-shape.js'
-import { RestoreRoutes, type StoredShape, readStoredShapes, revive } from './restore-shapes.js'
+import { IndexedShape, RestoreRoutes, type Revival, type StoredShape, readStoredShapes, restoreProblem, revive, reviveIndexed } from './restore-shapes.js'
+import { indexShapeMeta } from './definition/shape-meta.js'
 import type { ShapeRouter } from './router.js'
 import type { ShapeLogger } from './shape-manager-contracts.js'
 import type { TableInfo } from './table-catalog.js'
 
 function tableKey(def: ShapeDefinition): string {
   return `${def.schema}\u0000${def.table}`
+}
+
+/** The shapes of one table text (`MetaIndex.table`): its names and signature, decoded once, and the restore's verdict on the table. */
+interface TableGroup {
+  readonly schema: string
+  readonly table: string
+  readonly signature: TableSignature | undefined
+  info: TableInfo | undefined
+  /** Why the table's shapes cannot come back; undefined (with `info` set) when they can. */
+  problem: string | undefined
 }
 
 /** What a restore needs of the shape manager. */
@@ -50,12 +61,16 @@ export class ShapeRestore {
   private readonly tables = new Map<string, TableInfo | undefined>()
   private readonly routes = new RestoreRoutes()
   private readonly left = new Map<ShapeLog, Leftover>()
+  /** Per table text of indexed metas (`MetaIndex.table`), its table and verdict. */
+  private readonly groups = new Map<string, TableGroup>()
   /** Handles of restored shapes routed through a stitching target (the store's watermark was below their snapshot's insert). */
   private readonly stitching = new Map<string, StoredShape>()
   /** The store's watermark the targets were chosen by. */
   private durableLsn = 0n
   /** Shapes restored so far (net of those forgotten). */
   restored = 0
+  /** Stored metas this restore decoded whole (the others were read from their indexed layout alone). */
+  decoded = 0
 
   constructor(private readonly host: RestoreHost) {}
 
@@ -80,8 +95,38 @@ export class ShapeRestore {
   }
 
   private async restore(logs: readonly ShapeLog[]): Promise<void> {
-    const { registry, shapes, router } = this.host
-    const { stored, broken } = readStoredShapes(logs, this.host.logger)
+    const { registry, shapes } = this.host
+    // Metas in the indexed layout are read from slices (restore-shapes.ts IndexedShape); the rest are decoded.
+    let indexed: IndexedShape[] = []
+    const decode: ShapeLog[] = []
+    for (const log of logs) {
+      const text = log.metaText
+      const index = text === undefined || shapes.has(log.id) ? undefined : indexShapeMeta(text, log.id)
+      if (index === undefined) decode.push(log)
+      else indexed.push(new IndexedShape(log, text!, index, this))
+    }
+    // One decoded meta per table text stands for every shape of that text (a meta that fails to decode goes the other way).
+    indexed = indexed.filter((shape) => {
+      if (this.groups.has(shape.index.table)) return true
+      try {
+        const { definition, table } = shape.meta
+        this.groups.set(shape.index.table, { schema: definition.schema, table: definition.table, signature: table, info: undefined, problem: undefined })
+        return true
+      } catch {
+        decode.push(shape.log)
+        return false
+      }
+    })
+    let { stored, broken } = readStoredShapes(decode, this.host.logger)
+    // A compacted log of an indexed shape's handle (a crash between the two): both are decoded, and the newer generation kept.
+    const compacted = new Set<string>()
+    for (const shape of stored) if (shape.meta.handle !== shape.log.id) compacted.add(shape.meta.handle)
+    if (compacted.size > 0 && indexed.some((shape) => compacted.has(shape.handle))) {
+      for (const shape of indexed) if (compacted.has(shape.handle)) decode.push(shape.log)
+      indexed = indexed.filter((shape) => !compacted.has(shape.handle))
+      ;({ stored, broken } = readStoredShapes(decode, this.host.logger))
+    }
+    this.decoded += decode.length
     for (const log of broken) this.left.set(log, { log })
     const more: StoredShape[] = []
     for (const shape of stored) {
@@ -105,11 +150,16 @@ export class ShapeRestore {
       const def = meta.definition
       if (previous !== undefined && def.schema === previous.schema && def.table === previous.table) continue
       previous = def
-      const key = tableKey(def)
-      if (!this.tables.has(key)) this.tables.set(key, await this.host.loadTable(def.schema, def.table))
+      await this.loadTable(def.schema, def.table)
+    }
+    for (const group of this.groups.values()) {
+      if (group.info !== undefined || group.problem !== undefined) continue
+      group.info = await this.loadTable(group.schema, group.table)
+      group.problem = restoreProblem(group.info, group.signature)
     }
     const expiredBefore = registry.expiredDuringRestore.length
     registry.restoreMore(more.map((s) => s.meta))
+    registry.restoreIndexed(indexed.map((shape) => ({ handle: shape.handle, key: shape.index.key, source: shape })))
     // A crash between a new shape and its predecessor's expiry left both: the older goes.
     for (const handle of registry.expiredDuringRestore.slice(expiredBefore)) {
       const shape = shapes.get(handle)
@@ -131,18 +181,58 @@ export class ShapeRestore {
       // The same table as the shape before (the usual case): no key string per shape.
       if (lastDef === undefined || def.schema !== lastDef.schema || def.table !== lastDef.table) table = this.tables.get(tableKey(def))
       lastDef = def
-      const revived = revive(shape, table, this.durableLsn, this.routes)
-      if (revived.problem !== undefined) {
-        registry.invalidate(meta.handle)
-        registry.forget(meta.handle)
-        this.left.set(log, { log, dropped: { handle: meta.handle, definition: def, why: revived.problem } })
+      this.settle(shape, revive(shape, table, this.durableLsn, this.routes))
+    }
+    const durable = this.durableLsn.toString()
+    for (const shape of indexed) {
+      const { log } = shape
+      if (expiredNow.has(shape.handle)) {
+        this.left.set(log, { log })
         continue
       }
-      this.host.add(revived.shape)
-      router.add(routeSpec(revived.shape), revived.target)
-      if (revived.target !== log) this.stitching.set(meta.handle, shape)
-      this.restored++
+      const group = this.groups.get(shape.index.table)!
+      const revived = group.problem === undefined ? reviveIndexed(shape, group.info!, group.signature !== undefined, durable, this.routes) : undefined
+      if (revived !== undefined) {
+        this.host.add(revived.shape)
+        this.host.router.add(revived.spec, log)
+        this.restored++
+        continue
+      }
+      let meta: ShapeMeta
+      try {
+        meta = shape.meta
+      } catch (error) {
+        this.host.logger?.error({ handle: log.id, err: error }, 'shape meta unreadable; deleting the shape')
+        this.host.registry.invalidate(shape.handle)
+        this.host.registry.forget(shape.handle)
+        this.left.set(log, { log })
+        continue
+      }
+      this.settle({ meta, log }, group.problem === undefined ? revive({ meta, log }, group.info, this.durableLsn, this.routes) : { problem: group.problem })
     }
+  }
+
+  /** The table of this name as the catalog describes it now, loaded once by this restore. */
+  private async loadTable(schema: string, name: string): Promise<TableInfo | undefined> {
+    const key = `${schema}\u0000${name}`
+    if (!this.tables.has(key)) this.tables.set(key, await this.host.loadTable(schema, name))
+    return this.tables.get(key)
+  }
+
+  /** A stored shape revived (routed and counted) or not (its log left to delete, the shape told as dropped). */
+  private settle(shape: StoredShape, revived: Revival): void {
+    const { meta, log } = shape
+    const { registry, router } = this.host
+    if (revived.problem !== undefined) {
+      registry.invalidate(meta.handle)
+      registry.forget(meta.handle)
+      this.left.set(log, { log, dropped: { handle: meta.handle, definition: meta.definition, why: revived.problem } })
+      return
+    }
+    this.host.add(revived.shape)
+    router.add(routeSpec(revived.shape), revived.target)
+    if (revived.target !== log) this.stitching.set(meta.handle, shape)
+    this.restored++
   }
 
   /**

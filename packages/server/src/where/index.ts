@@ -11,7 +11,7 @@ export {
   type WhereVerdict,
 } from './where-clause.js'
 export { loadWhereParser } from './parse-clause.js'
-export { ROUTE_SUMMARY_VERSION, RestoredClause, type RouteSummary, routeSummaryOf, sameRoute } from './route-summary.js'
+export { type ClauseText, ROUTE_SUMMARY_VERSION, RestoredClause, type RouteSummary, routeSummaryOf, sameRoute } from './route-summary.js'
 export type { IndexableConjunct } from './conjuncts.js'
 export { interned, isCanonicalInt } from './conjuncts.js'
 export { DEFAULT_WHERE_LIMITS, type WhereLimits } from './limits.js'

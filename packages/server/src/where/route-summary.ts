@@ -61,13 +61,20 @@ export class RestoredClause implements WhereClause {
   #compiled: WhereClause | undefined = undefined
 
   constructor(
-    readonly source: string,
-    readonly params: readonly string[],
+    private readonly text: ClauseText,
     summary: RouteSummary,
     domainKeys: IndexableConjunct,
     private readonly tableColumns: readonly WhereColumn[],
   ) {
     this.exact = new SummaryConjunct(summary, domainKeys)
+  }
+
+  get source(): string {
+    return this.text.source
+  }
+
+  get params(): readonly string[] {
+    return this.text.params
   }
 
   /** Asked for once, when the router files the shape: a list made then, not one kept per restored shape. */
@@ -109,8 +116,19 @@ export class RestoredClause implements WhereClause {
   }
 
   private clause(): WhereClause {
-    return (this.#compiled ??= compileWhereSync(this.source, { columns: this.tableColumns, params: this.params }))
+    return (this.#compiled ??= compileWhereSync(this.text.source, { columns: this.tableColumns, params: this.text.params }))
   }
+}
+
+/**
+ * A restored clause's text and parameters: read when it compiles or is
+ * printed, so a source that decodes them from the shape's stored meta then
+ * (a restart's, restore-shapes.ts) decodes nothing for a shape that is only
+ * routed to.
+ */
+export interface ClauseText {
+  readonly source: string
+  readonly params: readonly string[]
 }
 
 /**

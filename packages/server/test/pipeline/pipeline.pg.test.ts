@@ -241,10 +241,15 @@ describe('the sync pipeline on real Postgres', () => {
       await pipeline.shapes.ready(resolved.handle)
       handles.push(resolved.handle)
     }
+    // The watermark past every snapshot: no shape needs a stitching target (which decodes its meta) on restart.
+    await caughtUp(pipeline, cluster)
     await stop(pipeline)
     await cluster.query(`UPDATE routed SET owner = 'bob' WHERE id IN (3, 6, 9)`)
 
     const { pipeline: second } = await start({}, dir)
+    // One meta decoded for the table's checks, one per key domain to compile its first clause (id, owner,
+    // flag), and the one shape without a route; the other five metas were read from their slices alone.
+    expect(second.shapes.restoreStats).toEqual({ shapes: specs.length, decodedMetas: 4 })
     const restored = handles.map((h) => second.shapes.where(h))
     // One shape per key domain (id, owner, flag) is compiled to check its route; the rest wait until something asks.
     const lazy = restored.filter((w) => w instanceof RestoredClause && !w.isCompiled)

@@ -58,7 +58,7 @@ describe('route summaries (a restart files a shape without compiling its clause)
       const route = storedRoute(where, params)!
       // Row keys come from another shape of the same domain, as on a restart.
       const other = compile(where, params).exact!
-      const restored = new RestoredClause(compiled.canonical, compiled.params, route, other, COLUMNS)
+      const restored = new RestoredClause({ source: compiled.canonical, params: compiled.params }, route, other, COLUMNS)
       expect(restored.exact.keys, where).toEqual(compiled.exact!.keys)
       expect(restored.conjuncts).toEqual([restored.exact])
       expect(restored.canonical, where).toBe(compile(compiled.canonical, params).canonical)
@@ -93,7 +93,7 @@ describe('route summaries (a restart files a shape without compiling its clause)
 
   it('a clause that no longer compiles fails its rows instead of throwing', () => {
     const route = storedRoute('id = 5', [])!
-    const restored = new RestoredClause('("id" = 5)', [], route, compile('id = 1').exact!, [{ name: 'id', type: 'point' }])
+    const restored = new RestoredClause({ source: '("id" = 5)', params: [] }, route, compile('id = 1').exact!, [{ name: 'id', type: 'point' }])
     const result = restored.test({ id: '5' })
     expect(result).toBeInstanceOf(EvaluationFailure)
     expect((result as EvaluationFailure).code).toBe('internal_error')

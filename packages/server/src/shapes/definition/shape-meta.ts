@@ -4,13 +4,15 @@ import { type PgSnapshot, formatPgSnapshot, parsePgSnapshot } from '../snapshot/
 import { ServerError } from '../../errors.js'
 import { ROUTE_SUMMARY_VERSION, type RouteSummary, interned } from '../../where/index.js'
 import { isValidHandle } from './handle.js'
-import { NO_PARAMS, type ShapeDefinition, hasKeys } from './shape-definition.js'
+import { NO_PARAMS, type ShapeDefinition, hasKeys, uncachedDefinitionKey } from './shape-definition.js'
 
 /**
  * A shape's definition as stored in the storage engine's per-shape meta bytes,
  * read back on restart to rebuild the registry.
  *
- * Format: UTF-8 JSON of one object (field order irrelevant):
+ * Format: UTF-8 JSON of one object. A decoder takes the fields in any order;
+ * the encoder writes them in the order below, which a restart relies on to
+ * read a meta's table, key and route without decoding it (`indexShapeMeta`):
  *
  *   field       type                      meaning
  *   v           number                    format version, SHAPE_META_VERSION (never reuse a number)
@@ -18,11 +20,6 @@ import { NO_PARAMS, type ShapeDefinition, hasKeys } from './shape-definition.js'
  *   expired     boolean, optional         true once the shape was invalidated
  *   schema      string                    table schema, as parsed (case kept)
  *   table       string                    table name, as parsed
- *   where       string | null             canonical where text, null for none
- *   params      {"<n>": string}           values of the referenced $n
- *   columns     string[] | null           sorted selected columns, null for all
- *   replica     "default" | "full"
- *   log         "full" | "changes_only"
  *   table_oid   number, optional          the table's oid when the shape was created
  *   table_columns [name, typeOid, typeMod][], optional
  *                                         its published columns then, in order: a table
@@ -31,6 +28,9 @@ import { NO_PARAMS, type ShapeDefinition, hasKeys } from './shape-definition.js'
  *   table_replident "default" | "nothing" | "full" | "index", optional
  *                                         its replica identity then (both: a change on restart
  *                                         invalidates the shape too; absent in older metas)
+ *   key         array, optional           the definition's key (definitionKey) as JSON: what the
+ *                                         registry finds the shape by, without the fields below
+ *                                         decoded (absent in older metas; ignored by the decoder)
  *   snapshot    string, optional          the initial snapshot, as pg_current_snapshot() prints it
  *   insert_lsn  string, optional          decimal pg_current_wal_insert_lsn() just after it
  *                                         (with `snapshot`: a restored shape keeps dropping the
@@ -41,6 +41,11 @@ import { NO_PARAMS, type ShapeDefinition, hasKeys } from './shape-definition.js'
  *                                         files the shape without compiling the clause. One of
  *                                         another version, or malformed, is ignored (the clause
  *                                         is compiled instead)
+ *   where       string | null             canonical where text, null for none
+ *   params      {"<n>": string}           values of the referenced $n
+ *   columns     string[] | null           sorted selected columns, null for all
+ *   replica     "default" | "full"
+ *   log         "full" | "changes_only"
  *
  * JSON rather than a binary layout: it is written once per shape, and the
  * definition is a handful of strings.
@@ -87,24 +92,18 @@ export function encodeShapeMeta(
   options: { expired?: boolean; table?: TableSignature; stitch?: SnapshotStitch; route?: RouteSummary | undefined } = {},
 ): Uint8Array {
   if (!isValidHandle(handle)) throw new ShapeMetaError(`not a valid handle: ${handle}`)
-  const record: Record<string, unknown> = {
-    v: SHAPE_META_VERSION,
-    handle,
-    schema: def.schema,
-    table: def.table,
-    where: def.where ?? null,
-    params: def.params,
-    columns: def.columns ?? null,
-    replica: def.replica,
-    log: def.log,
-  }
+  // The order is the indexed layout's (`indexShapeMeta`): the table, the key, the stitch and the route first.
+  const record: Record<string, unknown> = { v: SHAPE_META_VERSION, handle }
   if (options.expired === true) record['expired'] = true
+  record['schema'] = def.schema
+  record['table'] = def.table
   if (options.table !== undefined) {
     record['table_oid'] = options.table.oid
     record['table_columns'] = options.table.columns
     if (options.table.primaryKey !== undefined) record['table_pk'] = options.table.primaryKey
     if (options.table.replicaIdentity !== undefined) record['table_replident'] = options.table.replicaIdentity
   }
+  record['key'] = JSON.parse(uncachedDefinitionKey(def)) as unknown
   if (options.stitch !== undefined) {
     record['snapshot'] = formatPgSnapshot(options.stitch.snapshot)
     record['insert_lsn'] = options.stitch.insertLsn.toString()
@@ -113,7 +112,66 @@ export function encodeShapeMeta(
     const { kind, column, domain, keys } = options.route
     record['route'] = [ROUTE_SUMMARY_VERSION, kind, column, domain, keys]
   }
+  record['where'] = def.where ?? null
+  record['params'] = def.params
+  record['columns'] = def.columns ?? null
+  record['replica'] = def.replica
+  record['log'] = def.log
   return new TextEncoder().encode(JSON.stringify(record))
+}
+
+/**
+ * What a restart reads of a stored meta without decoding it: slices of the
+ * text, in the layout `encodeShapeMeta` writes when the shape has a table
+ * signature, a snapshot stitch and a route (every shape of one indexable
+ * conjunct since they were recorded). `decodeShapeMeta` reads the same text
+ * whole, and ignores `key`.
+ */
+export interface MetaIndex {
+  /**
+   * From `"schema":` to the end of the table signature: every meta of one
+   * table as one snapshot of its catalog saw it has the same text, so a
+   * restore checks the table once per text, not once per shape.
+   */
+  readonly table: string
+  /** The definition's key (`definitionKey`), as JSON text. */
+  readonly key: string
+  /** `insert_lsn`, decimal. */
+  readonly insertLsn: string
+  /** The route's JSON text (`parseRouteSummary`). */
+  readonly route: string
+}
+
+const INDEXED_HEAD = `{"v":${SHAPE_META_VERSION},"handle":"`
+
+/**
+ * The indexed layout's slices of `text` (one character per byte, as the
+ * storage log's `metaText`), or undefined for a meta of another layout (an
+ * earlier build's, an expired shape's, a shape with no route), of another
+ * handle than `handle` (a compacted log's), or not ASCII: those are decoded
+ * whole. Finding a field by its name is sound because a quote inside a JSON
+ * string is always escaped, so `,"key":` and the like occur only as members.
+ */
+export function indexShapeMeta(text: string, handle: string): MetaIndex | undefined {
+  const start = INDEXED_HEAD.length + handle.length
+  if (!text.startsWith(INDEXED_HEAD) || !text.startsWith(handle, INDEXED_HEAD.length) || !text.startsWith('","schema":', start)) return undefined
+  const tableAt = start + 2
+  const keyAt = text.indexOf(',"key":', tableAt)
+  if (keyAt < 0) return undefined
+  const snapshotAt = text.indexOf(',"snapshot":"', keyAt)
+  if (snapshotAt < 0) return undefined
+  const lsnAt = text.indexOf('","insert_lsn":"', snapshotAt)
+  if (lsnAt < 0) return undefined
+  const routeAt = text.indexOf('","route":', lsnAt)
+  if (routeAt < 0) return undefined
+  const whereAt = text.indexOf(',"where":', routeAt)
+  if (whereAt < 0 || NOT_ASCII.test(text)) return undefined
+  return {
+    table: text.slice(tableAt, keyAt),
+    key: text.slice(keyAt + 7, snapshotAt),
+    insertLsn: text.slice(lsnAt + 16, routeAt),
+    route: text.slice(routeAt + 10, whereAt),
+  }
 }
 
 /** One for every decode: a restart decodes every shape's meta, and making a decoder costs more than using one. */
@@ -191,6 +249,15 @@ export function decodeShapeMeta(bytes: Uint8Array | string, expected?: string): 
 }
 
 const ROUTE_KINDS: ReadonlySet<unknown> = new Set<RouteSummary['kind']>(['equals', 'any', 'contains'])
+
+/** A route as `MetaIndex.route` holds it, or undefined for another version or a malformed one (the clause is compiled then). */
+export function parseRouteSummary(text: string): RouteSummary | undefined {
+  try {
+    return routeSummary(JSON.parse(text))
+  } catch {
+    return undefined
+  }
+}
 
 /** The recorded route, or undefined for none, another version, or a malformed one (the clause is compiled then). */
 function routeSummary(raw: unknown): RouteSummary | undefined {

@@ -41,7 +41,7 @@ export class ShapeRegistry {
   /** definitionKey → active handle. */
   readonly #active = new Map<string, string>()
   /** Every known handle, active or expired. */
-  readonly #byHandle = new Map<string, { definition: ShapeDefinition; key: string; expired: boolean }>()
+  readonly #byHandle = new Map<string, RegistryEntry>()
   /** Handles restore found superseded; see restore. */
   readonly #expiredDuringRestore: string[] = []
 
@@ -76,28 +76,40 @@ export class ShapeRegistry {
     // In any order: of two active entries for one definition the newer handle wins whichever comes
     // first, so a restart of 100k shapes needs no sort of their handles.
     for (const entry of entries) {
-      const at = micros(entry.handle)
-      if (this.#byHandle.has(entry.handle)) throw new Error(`duplicate handle in restore: ${entry.handle}`)
       const definition = freezeDefinition(entry.definition)
-      const key = uncachedDefinitionKey(definition)
-      this.#issuer.observe(at)
-      const restored = { definition, key, expired: entry.expired }
-      this.#byHandle.set(entry.handle, restored)
-      if (entry.expired) continue
-      const previous = this.#active.get(key)
-      if (previous !== undefined && micros(previous) > at) {
-        // A newer handle restored before (by this call or an earlier one) stays.
-        restored.expired = true
-        this.#expiredDuringRestore.push(entry.handle)
-        continue
-      }
-      if (previous !== undefined) {
-        const old = this.#byHandle.get(previous)
-        if (old !== undefined) old.expired = true
-        this.#expiredDuringRestore.push(previous)
-      }
-      this.#active.set(key, entry.handle)
+      this.#restoreOne(entry.handle, new RegistryEntry(uncachedDefinitionKey(definition), entry.expired, definition, undefined))
     }
+  }
+
+  /**
+   * As {@link restoreMore}, for active shapes whose definitions are read only
+   * when asked for: each with its key (`definitionKey`) and where its
+   * definition comes from then (a restart decodes no meta for this).
+   */
+  restoreIndexed(entries: Iterable<{ readonly handle: string; readonly key: string; readonly source: DefinitionSource }>): void {
+    for (const entry of entries) this.#restoreOne(entry.handle, new RegistryEntry(entry.key, false, undefined, entry.source))
+  }
+
+  #restoreOne(handle: string, restored: RegistryEntry): void {
+    const at = micros(handle)
+    if (this.#byHandle.has(handle)) throw new Error(`duplicate handle in restore: ${handle}`)
+    this.#issuer.observe(at)
+    this.#byHandle.set(handle, restored)
+    if (restored.expired) return
+    const key = restored.key
+    const previous = this.#active.get(key)
+    if (previous !== undefined && micros(previous) > at) {
+      // A newer handle restored before (by this call or an earlier one) stays.
+      restored.expired = true
+      this.#expiredDuringRestore.push(handle)
+      return
+    }
+    if (previous !== undefined) {
+      const old = this.#byHandle.get(previous)
+      if (old !== undefined) old.expired = true
+      this.#expiredDuringRestore.push(previous)
+    }
+    this.#active.set(key, handle)
   }
 
   /** Raises the handle floor to `micros` (a standby's clock when it takes over: every handle its predecessor issued is below it). */
@@ -136,7 +148,7 @@ export class ShapeRegistry {
     const definition = freezeDefinition(def)
     const handle = this.#issuer.issue(definitionHash(definition))
     this.#active.set(key, handle)
-    this.#byHandle.set(handle, { definition, key, expired: false })
+    this.#byHandle.set(handle, new RegistryEntry(key, false, definition, undefined))
     return { handle, created: true }
   }
 
@@ -182,6 +194,28 @@ export class ShapeRegistry {
     return [...this.#byHandle]
       .map(([handle, e]) => ({ handle, definition: e.definition, expired: e.expired }))
       .sort((a, b) => micros(a.handle) - micros(b.handle))
+  }
+}
+
+/** Where a restored entry's definition comes from when first asked for (a stored meta, decoded then). */
+export interface DefinitionSource {
+  readonly definition: ShapeDefinition
+}
+
+class RegistryEntry {
+  #definition: ShapeDefinition | undefined
+
+  constructor(
+    readonly key: string,
+    public expired: boolean,
+    definition: ShapeDefinition | undefined,
+    private readonly source: DefinitionSource | undefined,
+  ) {
+    this.#definition = definition
+  }
+
+  get definition(): ShapeDefinition {
+    return (this.#definition ??= freezeDefinition(this.source!.definition))
   }
 }
 

@@ -6,9 +6,11 @@ import {
   ShapeRegistry,
   decodeShapeMeta,
   definitionHash,
+  definitionKey,
   encodeShapeMeta,
   parseHandle,
 } from '../../../src/shapes/definition/index.js'
+import { indexShapeMeta, parseRouteSummary } from '../../../src/shapes/definition/shape-meta.js'
 
 const ITEMS: ShapeDefinition = {
   schema: 'public',
@@ -242,5 +244,90 @@ describe('shape meta', () => {
 
   it('refuses to encode an invalid handle', () => {
     expect(() => encodeShapeMeta(ITEMS, 'no')).toThrow(ShapeMetaError)
+  })
+})
+
+describe('shape meta: the indexed layout a restart reads without decoding', () => {
+  const table = { oid: 16384, columns: [['id', 23, -1], ['key', 25, -1]] as const, primaryKey: ['id'], replicaIdentity: 'default' }
+  const stitch = { snapshot: { xmin: 729n, xmax: 731n, xip: [730n] }, insertLsn: 40705072n }
+  const route = { kind: 'equals', column: 'id', domain: 'value:int:"id"', keys: ['7'] } as const
+  const text = (def: ShapeDefinition, handle = '12-34', options: Parameters<typeof encodeShapeMeta>[2] = { table, stitch, route }): string =>
+    Buffer.from(encodeShapeMeta(def, handle, options)).toString('latin1')
+
+  it('gives the table text, the definition key, the insert LSN and the route as slices of the text', () => {
+    const index = indexShapeMeta(text(ITEMS), '12-34')!
+    expect(index.key).toBe(definitionKey(ITEMS))
+    expect(index.insertLsn).toBe('40705072')
+    expect(parseRouteSummary(index.route)).toEqual(route)
+    expect(JSON.parse(`{${index.table}}`)).toEqual({ schema: 'public', table: 'items', table_oid: 16384, table_columns: table.columns, table_pk: ['id'], table_replident: 'default' })
+    // The decoder reads the same text whole, as it reads the earlier layout.
+    expect(decodeShapeMeta(text(ITEMS))).toEqual(decodeShapeMeta(JSON.stringify({ v: 1, handle: '12-34', schema: 'public', table: 'items', where: ITEMS.where, params: ITEMS.params, columns: ITEMS.columns, replica: 'default', log: 'full', table_oid: 16384, table_columns: table.columns, table_pk: ['id'], table_replident: 'default', snapshot: '729:731:730', insert_lsn: '40705072', route: [1, 'equals', 'id', 'value:int:"id"', ['7']] })))
+  })
+
+  it('metas of one table as one catalog saw it share the table text; another table, signature or name does not', () => {
+    const a = indexShapeMeta(text(ITEMS), '12-34')!.table
+    expect(indexShapeMeta(text({ ...ITEMS, where: '("id" = 8)', params: {} }, '12-35'), '12-35')!.table).toBe(a)
+    expect(indexShapeMeta(text({ ...ITEMS, table: 'others' }), '12-34')!.table).not.toBe(a)
+    expect(indexShapeMeta(text(ITEMS, '12-34', { table: { ...table, oid: 16385 }, stitch, route }), '12-34')!.table).not.toBe(a)
+  })
+
+  it('finds its fields in clauses, names and values that spell the layout\'s own field names', () => {
+    const hostile: ShapeDefinition = {
+      schema: 'x","key":[1],"snapshot":"',
+      table: '","route":[],"where":',
+      where: `("key" = '","insert_lsn":"9","route":[1],"where":null,')`,
+      params: { '1': ',"key":\\"' },
+      columns: undefined,
+      replica: 'full',
+      log: 'changes_only',
+    }
+    const hostileRoute = { kind: 'equals', column: 'key', domain: 'value:text:"key"', keys: ['","where":"'] } as const
+    const index = indexShapeMeta(text(hostile, '12-34', { table, stitch, route: hostileRoute }), '12-34')!
+    expect(index.key).toBe(definitionKey(hostile))
+    expect(index.insertLsn).toBe('40705072')
+    expect(parseRouteSummary(index.route)).toEqual(hostileRoute)
+    expect(JSON.parse(`{${index.table}}`)).toMatchObject({ schema: hostile.schema, table: hostile.table })
+  })
+
+  it.each([
+    ['an earlier layout (no key)', JSON.stringify({ v: 1, handle: '12-34', schema: 'public', table: 'items', where: null, params: {}, columns: null, replica: 'default', log: 'full', snapshot: '1:1:', insert_lsn: '5', route: [1, 'equals', 'id', 'd', ['1']] }), '12-34'],
+    ['an expired shape', text(ITEMS, '12-34', { expired: true, table, stitch, route }), '12-34'],
+    ['no route', text(ITEMS, '12-34', { table, stitch }), '12-34'],
+    ['no stitch', text(ITEMS, '12-34', { table, route }), '12-34'],
+    ['another handle (a compacted log)', text(ITEMS), '12-344'],
+    ['a handle that is a prefix', text(ITEMS, '12-344'), '12-34'],
+    ['text that is not ASCII', text({ ...ITEMS, where: `("title" = 'café')` }), '12-34'],
+    ['not a meta', 'garbage', '12-34'],
+  ])('leaves to the decoder: %s', (_, meta, handle) => {
+    expect(indexShapeMeta(meta, handle)).toBeUndefined()
+  })
+
+  it('refuses a route of another version or shape', () => {
+    expect(parseRouteSummary('[2,"equals","id","d",["1"]]')).toBeUndefined()
+    expect(parseRouteSummary('[1,"equals","id","d",[]]')).toBeUndefined()
+    expect(parseRouteSummary('[1,"equals"')).toBeUndefined()
+  })
+
+  it('a registry restored from keys decodes a definition only when asked for it', () => {
+    let decoded = 0
+    const source = {
+      get definition(): ShapeDefinition {
+        decoded++
+        return ITEMS
+      },
+    }
+    const handle = '9-100'
+    const registry = frozenRegistry(2_000)
+    registry.restoreIndexed([{ handle, key: definitionKey(ITEMS), source }])
+    expect(registry.status(handle)).toBe('active')
+    expect(registry.lookup(ITEMS)).toBe(handle)
+    expect(decoded).toBe(0)
+    expect(registry.get(handle)).toEqual(ITEMS)
+    expect(registry.get(handle)).toEqual(ITEMS)
+    expect(decoded).toBe(1)
+    // The newer of two handles of one definition stays active, whichever way each was restored.
+    registry.restoreMore([{ handle: '9-200', definition: ITEMS, expired: false }])
+    expect(registry.lookup(ITEMS)).toBe('9-200')
+    expect(registry.expiredDuringRestore).toEqual([handle])
   })
 })
