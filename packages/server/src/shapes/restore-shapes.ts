@@ -2,7 +2,7 @@ import type { ReplicaMode } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
 import { type ClauseText, type IndexableConjunct, RestoredClause, type RouteSummary, type WhereClause, compileWhereSync, sameRoute } from '../where/index.js'
 import { type ShapeDefinition, type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
-import { type MetaIndex, parseRouteSummary } from './definition/shape-meta.js'
+import { type MetaIndex, type RouteReader } from './definition/shape-meta.js'
 import type { LiveShape } from './live-shape.js'
 import type { RouteSpec, ShapeTarget } from './route-contracts.js'
 import { signatureOf } from './shape-builder.js'
@@ -180,11 +180,14 @@ class IndexedLiveShape implements LiveShape {
   }
 }
 
-/** The selected columns and replica mode a definition key ends with, when it selects every column; undefined otherwise. */
+/** How a definition key ends when it selects every column, per replica mode. */
+const ALL_COLUMNS_ENDINGS: ReadonlyArray<readonly [string, ReplicaMode]> = (['default', 'full'] as const).flatMap((replica) =>
+  (['full', 'changes_only'] as const).map((log) => [`,null,"${replica}","${log}"]`, replica] as const),
+)
+
+/** The replica mode a definition key ends with, when it selects every column; undefined otherwise. */
 function keySelection(key: string): ReplicaMode | undefined {
-  for (const replica of ['default', 'full'] as const) {
-    for (const log of ['full', 'changes_only'] as const) if (key.endsWith(`,null,"${replica}","${log}"]`)) return replica
-  }
+  for (const [ending, replica] of ALL_COLUMNS_ENDINGS) if (key.endsWith(ending)) return replica
   return undefined
 }
 
@@ -206,11 +209,12 @@ export function reviveIndexed(
   signed: boolean,
   durableLsn: string,
   routes: RestoreRoutes,
+  reader: RouteReader,
 ): { readonly shape: LiveShape; readonly spec: RouteSpec } | undefined {
   const { index, log } = stored
   if (!signed || !atOrBelow(index.insertLsn, durableLsn)) return undefined
   const replica = keySelection(index.key)
-  const route = replica === undefined ? undefined : parseRouteSummary(index.route)
+  const route = replica === undefined ? undefined : reader.read(index.route)
   if (route === undefined || replica === undefined) return undefined
   let where: WhereClause
   try {

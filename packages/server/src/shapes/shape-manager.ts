@@ -159,7 +159,8 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
   static async open(options: ShapeManagerOptions): Promise<ShapeManager> {
     const began = performance.now()
     const manager = await ShapeManager.prepare(options)
-    await manager.promote({ since: began })
+    // Nothing changed the store's logs since the prepare's sync (nothing else runs yet): no second pass over every shape.
+    await manager.finishRestore({ since: began }, false)
     return manager
   }
 
@@ -194,11 +195,15 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
    * expiry. `recheckTables`: look at the catalog again first (a standby's
    * tables were loaded while it waited).
    */
-  async promote(options: { recheckTables?: boolean; since?: number } = {}): Promise<void> {
+  promote(options: { recheckTables?: boolean; since?: number } = {}): Promise<void> {
+    return this.finishRestore(options, true)
+  }
+
+  private async finishRestore(options: { recheckTables?: boolean; since?: number }, resync: boolean): Promise<void> {
     const began = options.since ?? performance.now()
     const restore = this.restoring
     if (restore === undefined) throw new Error('the shape manager is promoted already')
-    await restore.sync()
+    if (resync) await restore.sync()
     // Handles its predecessor issued while this one waited are below the clock now.
     this.registry.raiseFloor(systemMicrosClock())
     for (const { log, dropped } of restore.finish()) {

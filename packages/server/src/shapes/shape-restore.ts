@@ -4,7 +4,7 @@ import type { ShapeDefinition, ShapeMeta, ShapeRegistry, TableSignature } from '
 import type { LiveShape } from './live-shape.js'
 import { routeSpec } from './live-shape.js'
 import { IndexedShape, RestoreRoutes, type Revival, type StoredShape, readStoredShapes, restoreProblem, revive, reviveIndexed } from './restore-shapes.js'
-import { indexShapeMeta } from './definition/shape-meta.js'
+import { RouteReader, indexShapeMeta } from './definition/shape-meta.js'
 import type { ShapeRouter } from './router.js'
 import type { ShapeLogger } from './shape-manager-contracts.js'
 import type { TableInfo } from './table-catalog.js'
@@ -184,6 +184,7 @@ export class ShapeRestore {
       this.settle(shape, revive(shape, table, this.durableLsn, this.routes))
     }
     const durable = this.durableLsn.toString()
+    const reader = new RouteReader()
     for (const shape of indexed) {
       const { log } = shape
       if (expiredNow.has(shape.handle)) {
@@ -191,7 +192,7 @@ export class ShapeRestore {
         continue
       }
       const group = this.groups.get(shape.index.table)!
-      const revived = group.problem === undefined ? reviveIndexed(shape, group.info!, group.signature !== undefined, durable, this.routes) : undefined
+      const revived = group.problem === undefined ? reviveIndexed(shape, group.info!, group.signature !== undefined, durable, this.routes, reader) : undefined
       if (revived !== undefined) {
         this.host.add(revived.shape)
         this.host.router.add(revived.spec, log)

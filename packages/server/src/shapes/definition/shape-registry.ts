@@ -92,9 +92,10 @@ export class ShapeRegistry {
 
   #restoreOne(handle: string, restored: RegistryEntry): void {
     const at = micros(handle)
-    if (this.#byHandle.has(handle)) throw new Error(`duplicate handle in restore: ${handle}`)
+    const known = this.#byHandle.size
+    // One lookup, not two: a set that adds nothing found the handle there (the restore then fails).
+    if (this.#byHandle.set(handle, restored).size === known) throw new Error(`duplicate handle in restore: ${handle}`)
     this.#issuer.observe(at)
-    this.#byHandle.set(handle, restored)
     if (restored.expired) return
     const key = restored.key
     const previous = this.#active.get(key)

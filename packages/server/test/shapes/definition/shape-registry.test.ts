@@ -10,7 +10,7 @@ import {
   encodeShapeMeta,
   parseHandle,
 } from '../../../src/shapes/definition/index.js'
-import { indexShapeMeta, parseRouteSummary } from '../../../src/shapes/definition/shape-meta.js'
+import { RouteReader, indexShapeMeta, parseRouteSummary } from '../../../src/shapes/definition/shape-meta.js'
 
 const ITEMS: ShapeDefinition = {
   schema: 'public',
@@ -300,6 +300,27 @@ describe('shape meta: the indexed layout a restart reads without decoding', () =
     ['not a meta', 'garbage', '12-34'],
   ])('leaves to the decoder: %s', (_, meta, handle) => {
     expect(indexShapeMeta(meta, handle)).toBeUndefined()
+  })
+
+  it('reads a run of routes as parsing each whole would, the plain keys of a domain seen before without parsing', () => {
+    const routes = [
+      [1, 'equals', 'id', 'value:int:"id"', ['1']],
+      [1, 'equals', 'id', 'value:int:"id"', ['22']],
+      [1, 'equals', 'id', 'value:int:"id"', ['a"b']],
+      [1, 'equals', 'id', 'value:int:"id"', ['back\\slash']],
+      [1, 'equals', 'id', 'value:int:"id"', ['']],
+      [1, 'any', 'id', 'value:int:"id"', ['3', '4']],
+      [1, 'any', 'id', 'value:int:"id"', ['5']],
+      [1, 'equals', 'id', 'value:int:"id"', ['6']],
+      [1, 'equals', 'owner', 'value:text:"owner"', ['"]]']],
+      [1, 'equals', 'owner', 'value:text:"owner"', ['ann']],
+      [2, 'equals', 'owner', 'value:text:"owner"', ['bob']],
+      [1, 'equals', 'owner', 'value:text:"owner"', []],
+      [1, 'sideways', 'owner', 'value:text:"owner"', ['x']],
+    ].map((r) => JSON.stringify(r))
+    routes.push('[1,"equals","owner","value:text:\\"owner\\"",["cid"]]]', '[1, "equals","owner","value:text:\\"owner\\"",["dan"]]', '[1,"equals","owner","value:text:\\"owner\\"",["eve"]')
+    const reader = new RouteReader()
+    for (const text of routes) expect(reader.read(text), text).toEqual(parseRouteSummary(text))
   })
 
   it('refuses a route of another version or shape', () => {
