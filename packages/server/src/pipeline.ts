@@ -215,8 +215,6 @@ export class Pipeline {
       ...(options.writerLock === undefined ? {} : { lock: options.writerLock }),
       ...(options.tailBudgetBytes === undefined ? {} : { tailBudgetBytes: options.tailBudgetBytes }),
       ...(options.headsIntervalMs === undefined ? {} : { headsIntervalMs: options.headsIntervalMs }),
-      // A long-running writer will use the tail reserve: map it now, not page by page on the append path.
-      prefaultTails: true,
       // A log set aside at open (quarantine/) is not restored: its shape is made again on request and
       // its clients, naming the old handle, get 409. Later errors go to the listener below.
       onError: (err) => {

@@ -181,6 +181,9 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath, caches: requestCaches })
     app.register(metricsRoute, { metrics })
     const address = await app.listen({ port: config.port, host: config.host })
+    // A long-running writer will use the tail reserve: mapped now, not page by page on the append path,
+    // and only now, so that its steps do not slow the start.
+    void pipeline.store.prefaultTails()
     const port = Number(new URL(address).port)
     const url = `http://${hostForUrl(config.host)}:${port}`
 

@@ -279,8 +279,7 @@ export class FileLogStore implements ShapeLogStore {
     this.preparedPlan = undefined
     this.preparing = false
     this.unlock = unlock
-    // After the open, a step per turn (tail-arena.ts): the store serves meanwhile.
-    if (options.prefaultTails === true) void this.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.logs.size * PREFAULT_PER_LOG_BYTES))
+    if (options.prefaultTails === true) void this.prefaultTails()
     this.commit.live?.write(replay.watermark)
     this.commit.live?.syncNow()
     // Not for prepared entries the file in place merely shares a lineage with: that file may say more.
@@ -302,6 +301,17 @@ export class FileLogStore implements ShapeLogStore {
     // The heads file names logs deleted before the crash (or set aside now): as if deleted in this run.
     for (const id of loaded.gone) this.heads.deletedLog(id)
     return loaded.mismatched > 0
+  }
+
+  /**
+   * Touches the start of the tail reserve (`FileStoreOptions.prefaultTails`),
+   * a step per turn of the event loop (tail-arena.ts) while the store serves:
+   * for a writer that opens with the option off and calls this once its own
+   * start-up is done, so the steps do not slow it. Resolves when done (or
+   * stopped by a later call, which starts over, or by the close).
+   */
+  prefaultTails(): Promise<void> {
+    return this.arena.prefault(Math.max(DEFAULT_ARENA_RESERVE_BYTES, this.logs.size * PREFAULT_PER_LOG_BYTES))
   }
 
   get durableLsn(): bigint {
