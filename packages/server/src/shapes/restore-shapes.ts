@@ -117,24 +117,45 @@ export class RestoreRoutes {
  * restore reads its table, key and route from slices of the text, and the
  * meta is decoded whole only when something asks for the definition (a
  * request, a clause that compiles). A restart of 100k such shapes decodes one
- * meta per table.
+ * meta per table. Only `stored` outlives the restore.
  */
-export class IndexedShape implements ClauseText {
+export class IndexedShape {
+  readonly stored: StoredDefinition
+
+  constructor(
+    log: ShapeLog,
+    text: string,
+    readonly index: MetaIndex,
+    counter: { decoded: number },
+  ) {
+    this.stored = new StoredDefinition(log, text, counter)
+  }
+
+  get log(): ShapeLog {
+    return this.stored.log
+  }
+
+  get handle(): string {
+    return this.stored.log.id
+  }
+
+  /** The whole meta, decoded on first use (throws ShapeMetaError if it does not decode). */
+  get meta(): ShapeMeta {
+    return this.stored.meta
+  }
+}
+
+/** A restored shape's definition and clause text, from its stored meta decoded on first use. */
+export class StoredDefinition implements ClauseText {
   #meta: ShapeMeta | undefined
 
   constructor(
     readonly log: ShapeLog,
     private readonly text: string,
-    readonly index: MetaIndex,
     /** Counts the metas decoded (the restore's figure). */
     private readonly counter: { decoded: number },
   ) {}
 
-  get handle(): string {
-    return this.log.id
-  }
-
-  /** The whole meta, decoded on first use (throws ShapeMetaError if it does not decode). */
   get meta(): ShapeMeta {
     if (this.#meta === undefined) {
       this.counter.decoded++
@@ -156,7 +177,7 @@ export class IndexedShape implements ClauseText {
   }
 }
 
-/** A restored shape with its definition from an `IndexedShape`, decoded when first read. */
+/** A restored shape with its definition from its stored meta, decoded when first read. */
 class IndexedLiveShape implements LiveShape {
   ready: Promise<ShapeLog> | undefined = undefined
   retiring: ShapeLog | undefined = undefined
@@ -172,7 +193,7 @@ class IndexedLiveShape implements LiveShape {
     readonly table: TableInfo,
     readonly where: WhereClause,
     public log: ShapeLog | undefined,
-    private readonly stored: IndexedShape,
+    private readonly stored: StoredDefinition,
   ) {}
 
   get definition(): ShapeDefinition {
@@ -218,12 +239,12 @@ export function reviveIndexed(
   if (route === undefined || replica === undefined) return undefined
   let where: WhereClause
   try {
-    where = routes.routed(route, stored, info)
+    where = routes.routed(route, stored.stored, info)
   } catch {
     return undefined
   }
   const handle = log.id
-  const shape = new IndexedLiveShape(handle, info, where, log, stored)
+  const shape = new IndexedLiveShape(handle, info, where, log, stored.stored)
   return { shape, spec: { handle, table: info, where, columns: undefined, replica } }
 }
 

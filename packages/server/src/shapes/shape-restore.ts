@@ -159,7 +159,7 @@ export class ShapeRestore {
     }
     const expiredBefore = registry.expiredDuringRestore.length
     registry.restoreMore(more.map((s) => s.meta))
-    registry.restoreIndexed(indexed.map((shape) => ({ handle: shape.handle, key: shape.index.key, source: shape })))
+    registry.restoreIndexed(indexed.map((shape) => ({ handle: shape.handle, key: shape.index.key, source: shape.stored })))
     // A crash between a new shape and its predecessor's expiry left both: the older goes.
     for (const handle of registry.expiredDuringRestore.slice(expiredBefore)) {
       const shape = shapes.get(handle)
