@@ -38,7 +38,8 @@ import { replayJournal } from './journal-replay.js'
 import { makeShapeDir, snapshotWriter } from './snapshot-writer.js'
 import type { SnapshotHost } from './snapshot-writer.js'
 import { type StoreLockOptions, acquireStoreLock } from './store-lock.js'
-import { type HeadsPlan, type PreparedLogs, loadLogs, planHeads, prepareLogs } from './store-directory.js'
+import { EarlyStats, type HeadsPlan, type PreparedLogs, loadLogs, planHeads, prepareLogs } from './store-directory.js'
+import type { StatParts } from './stat-files.js'
 import type { CheckpointStats, FileStoreOptions, FileStoreStats } from './store-options.js'
 import { DEFAULT_ARENA_RESERVE_BYTES, TailArena } from './tail-arena.js'
 import { publishWatermark, readWatermark, watermarkVersion } from './watermark.js'
@@ -268,10 +269,13 @@ export class FileLogStore implements ShapeLogStore {
     const inPlace = headsVersion(fs, root)
     const sameFile = sameHeadsVersion(prepared?.version, inPlace)
     const keep = prepared !== undefined && prepared.watermark <= replay.watermark.lsn && (sameFile || sameHeadsLineage(prepared.version, inPlace))
-    const read = keep ? undefined : readHeads(fs, root, replay.watermark.lsn, prepared)
+    // The native stats of the logs' files start while the file is decoded (store-directory.ts EarlyStats).
+    const early = !keep && fs === nodeFs && options.statFiles !== undefined ? new EarlyStats(fs, options.statFiles, root) : undefined
+    const read = keep ? undefined : readHeads(fs, root, replay.watermark.lsn, prepared, early)
     const heads = read?.logs
-    const plan = keep ? this.preparedPlan!.plan : heads === undefined ? undefined : planHeads(heads)
-    const foreign = await this.load(plan, { logs: this.logs, aligned: keep ? this.preparedPlan!.aligned : undefined })
+    const planned = heads === undefined ? undefined : early?.plan(heads)
+    const plan = keep ? this.preparedPlan!.plan : heads === undefined ? undefined : (planned?.plan ?? planHeads(heads))
+    const foreign = await this.load(plan, { logs: this.logs, aligned: keep ? this.preparedPlan!.aligned : undefined }, planned?.stats)
     // The lineage of the file in place (it may have been given another since the standby read it:
     // heads-snapshots.ts), unless the file names files other than these (a copied or restored store).
     this.heads.adopt(foreign ? 0n : keep ? inPlace!.lineage : (read?.version.lineage ?? 0n))
@@ -289,11 +293,12 @@ export class FileLogStore implements ShapeLogStore {
   }
 
   /** Resolves whether the plan named other files than those in place for any log (its entries were of no use for it). */
-  private async load(plan: HeadsPlan | undefined, prepared: PreparedLogs): Promise<boolean> {
+  private async load(plan: HeadsPlan | undefined, prepared: PreparedLogs, started?: StatParts): Promise<boolean> {
     const loaded = await loadLogs(
       { fs: this.fs, root: this.root, fds: this.fds, durable: this.commit.durableLsn, logHost: this.commit, trash: this.trash, statFiles: this.options.statFiles, emitError: (err) => this.emitError(err) },
       plan,
       prepared,
+      started,
     )
     this.logs = loaded.logs
     this.quarantined.push(...loaded.quarantined)

@@ -180,7 +180,7 @@ export function encodeHeadsPart(logs: readonly HeadsEntry[], scratch?: Buffer): 
  * only the logs that changed. `layout`, when given, gets the entries in the
  * file's order and where each one's record starts.
  */
-export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHeads, layout?: HeadsLayout): Map<string, HeadsEntry> | string {
+export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHeads, layout?: HeadsLayout, listener?: HeadsListener): Map<string, HeadsEntry> | string {
   const problem = checkHeader('heads', buf)
   if (problem) return problem
   if (buf.length < HEADER_BYTES + TRAILER_BYTES) return 'short'
@@ -189,6 +189,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
   const end = buf.length - TRAILER_BYTES
   if (buf.readBigUInt64LE(end) > watermark) return 'written past the store\'s watermark'
   const count = buf.readUInt32LE(end + 8)
+  listener?.begin(count)
   const logs = new Map<string, HeadsEntry>()
   let at = HEADER_BYTES
   const need = (n: number): boolean => at + n <= end
@@ -198,6 +199,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
   for (let i = 0; i < count; i++) {
     const same = earlier?.match(buf, at, end)
     if (same !== undefined) {
+      listener?.entry(same.id)
       logs.set(same.id, same)
       layout?.order.push(same)
       layout?.starts.push(at)
@@ -209,6 +211,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
     const idLength = buf[at++]!
     if (!need(idLength + 4)) return 'short'
     const id = buf.toString('latin1', at, at + idLength)
+    listener?.entry(id)
     at += idLength
     const metaLength = buf.readUInt32LE(at)
     at += 4
@@ -247,6 +250,15 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
   }
   if (at !== end) return 'trailing bytes'
   return logs
+}
+
+/**
+ * Hears a decode's entries as it reaches them (ids in the file's order, the
+ * count first): an open starts its stats of their files meanwhile.
+ */
+export interface HeadsListener {
+  begin(count: number): void
+  entry(id: string): void
 }
 
 /** A heads file's entries in the file's order, and where each one's record starts. */
@@ -480,7 +492,7 @@ export interface HeadsRead {
 export type PeekedHeads = HeadsRead & DecodedHeads & { readonly logs: Map<string, HeadsEntry> }
 
 /** The whole file at `path` with its version, or undefined when there is none. Inode and bytes from one descriptor: the writer may replace the file meanwhile. */
-function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: DecodedHeads, layout?: HeadsLayout): (HeadsRead & { readonly bytes: Buffer }) | undefined {
+function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: DecodedHeads, layout?: HeadsLayout, listener?: HeadsListener): (HeadsRead & { readonly bytes: Buffer }) | undefined {
   let fd: number
   try {
     fd = fs.openSync(path, 'r')
@@ -497,7 +509,7 @@ function readHeadsAt(fs: FsPort, path: string, watermark: bigint, previous?: Dec
     const written = got >= HEADER_BYTES + TRAILER_BYTES ? bytes.readBigUInt64LE(got - TRAILER_BYTES) : 0n
     let logs: Map<string, HeadsEntry> | string
     try {
-      logs = decodeHeads(bytes, watermark, previous, layout)
+      logs = decodeHeads(bytes, watermark, previous, layout, listener)
     } catch (err) {
       logs = `unreadable: ${(err as Error).message}`
     }
@@ -557,10 +569,10 @@ export function tidyHeads(fs: FsPort, root: string): void {
  * every log it vouches for (see the top of this file), so a crash right after
  * this open still finds it.
  */
-export function readHeads(fs: FsPort, root: string, watermark: bigint, previous?: DecodedHeads): { logs: Map<string, HeadsEntry>; version: HeadsVersion } | undefined {
+export function readHeads(fs: FsPort, root: string, watermark: bigint, previous?: DecodedHeads, listener?: HeadsListener): { logs: Map<string, HeadsEntry>; version: HeadsVersion } | undefined {
   const path = `${root}/${HEADS_FILE}`
   try {
-    const read = readHeadsAt(fs, path, watermark, previous)
+    const read = readHeadsAt(fs, path, watermark, previous, undefined, listener)
     if (read === undefined) return undefined
     if (typeof read.logs !== 'string') return { logs: read.logs, version: read.version }
     fs.unlinkSync(path)

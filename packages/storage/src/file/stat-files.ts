@@ -60,26 +60,80 @@ export interface StatParts {
  * batch, through the port at once (one part).
  */
 export function statInParts(fs: FsPort, batch: StatFiles | undefined, base: string, dirs: readonly string[], names: readonly string[]): StatParts {
-  const out = new Float64Array(dirs.length * names.length * 2)
   if (batch === undefined) {
+    const out = new Float64Array(dirs.length * names.length * 2)
     statFilesSync(fs, base, dirs, names, out)
     return { out, parts: [{ to: dirs.length, done: Promise.resolve() }] }
   }
-  const parts: Array<{ to: number; done: Promise<void> }> = []
-  for (let from = 0; from < dirs.length || parts.length === 0; from += PART_DIRS) {
-    const to = Math.min(from + PART_DIRS, dirs.length)
-    const part = dirs.slice(from, to)
+  const stats = new StatBatches(fs, batch, base, names, dirs.length)
+  for (let from = 0; from < dirs.length; from += PART_DIRS) stats.add(dirs.slice(from, Math.min(from + PART_DIRS, dirs.length)))
+  return stats.finish()
+}
+
+/**
+ * Natively batched stats started part by part as the directories become
+ * known (an open starts them while it is still decoding the heads file that
+ * names them, so the thread pool stats while the opening thread decodes), at
+ * most `capacity` directories in all.
+ */
+export class StatBatches {
+  readonly out: Float64Array
+  private readonly parts: Array<{ to: number; done: Promise<void> }> = []
+  private count = 0
+  private pending: string[] = []
+
+  constructor(
+    private readonly fs: FsPort,
+    private readonly batch: StatFiles,
+    private readonly base: string,
+    private readonly names: readonly string[],
+    capacity: number,
+  ) {
+    this.out = new Float64Array(capacity * names.length * 2)
+  }
+
+  /** Directories known so far, in order. */
+  get size(): number {
+    return this.count + this.pending.length
+  }
+
+  /** The next directory: its part starts once PART_DIRS are waiting. */
+  push(dir: string): void {
+    this.pending.push(dir)
+    if (this.pending.length >= PART_DIRS) this.flush()
+  }
+
+  /** Starts a part of `dirs` at once. */
+  add(dirs: readonly string[]): void {
+    const { fs, batch, base, names } = this
+    const from = this.count
+    const to = from + dirs.length
+    if (to * names.length * 2 > this.out.length) throw new RangeError('StatBatches: more directories than its capacity')
     // Each call fills its own stretch of `out` (a view: no copy back).
-    const stretch = out.subarray(from * names.length * 2, to * names.length * 2)
+    const stretch = this.out.subarray(from * names.length * 2, to * names.length * 2)
     let done: Promise<void>
     try {
-      done = batch(base, part, names, stretch).catch(() => statFilesSync(fs, base, part, names, stretch))
+      done = batch(base, dirs, names, stretch).catch(() => statFilesSync(fs, base, dirs, names, stretch))
     } catch {
-      done = Promise.resolve().then(() => statFilesSync(fs, base, part, names, stretch))
+      done = Promise.resolve().then(() => statFilesSync(fs, base, dirs, names, stretch))
     }
-    parts.push({ to, done })
+    this.parts.push({ to, done })
+    this.count = to
   }
-  return { out, parts }
+
+  private flush(): void {
+    if (this.pending.length === 0) return
+    const dirs = this.pending
+    this.pending = []
+    this.add(dirs)
+  }
+
+  /** Starts what is left; the parts of every directory given. */
+  finish(): StatParts {
+    this.flush()
+    if (this.parts.length === 0) this.parts.push({ to: 0, done: Promise.resolve() })
+    return { out: this.out, parts: this.parts }
+  }
 }
 
 /** Stats every file (`statInParts`) and resolves once all are done. Never rejects. */

@@ -12,13 +12,13 @@ import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES
 import type { FsPort } from '../fs-port.js'
 import type { FdCache } from './fd-cache.js'
 import { FileShapeLog } from './file-log.js'
-import type { HeadsEntry } from './heads-file.js'
+import type { HeadsEntry, HeadsListener } from './heads-file.js'
 import type { LogHost } from './log-host.js'
 import { EMPTY_HEAD } from './log-state.js'
 import type { ChunkInfo } from './log-state.js'
 import { recoverLog } from './recovery.js'
 import { SHAPE_BUCKETS, bucketIndex, bucketName, bucketOf, dropEmptyBuckets, isBucketName, dirPrefix, listBucket, shapesRoot } from './shape-dirs.js'
-import { type StatFiles, statInParts } from './stat-files.js'
+import { StatBatches, type StatFiles, type StatParts, statInParts } from './stat-files.js'
 import { nodeFs } from '../fs-port.js'
 import type { Trash } from './trash.js'
 
@@ -88,6 +88,67 @@ export function planHeads(clean: ReadonlyMap<string, HeadsEntry>): HeadsPlan {
 }
 
 /**
+ * The stats of a heads file's logs, started while the file is being decoded
+ * (a `HeadsListener`): the thread pool stats the files of the first logs
+ * while the opening thread decodes the rest, where statting only once the
+ * plan is whole left one core idle through the decode and then shared both
+ * between the stats and the checks. `plan` gives the decoded file's plan with
+ * them, if it lists the directories they were started for (it does unless the
+ * file names an id twice); otherwise they go unused.
+ */
+export class EarlyStats implements HeadsListener {
+  private batches: StatBatches | undefined
+  private readonly ids: string[] = []
+  private readonly dirs: string[] = []
+  private readonly buckets: number[] = []
+
+  constructor(
+    private readonly fs: FsPort,
+    private readonly batch: StatFiles,
+    private readonly root: string,
+  ) {}
+
+  begin(count: number): void {
+    this.batches = new StatBatches(this.fs, this.batch, shapesRoot(this.root), CLEAN_FILES, count)
+  }
+
+  entry(id: string): void {
+    // As `planHeads` does: an id no log of this store could have is not planned.
+    if (this.batches === undefined || !isShapeId(id)) return
+    const bucket = bucketIndex(id)
+    const dir = `${bucketName(bucket)}/${id}`
+    this.ids.push(id)
+    this.dirs.push(dir)
+    this.buckets.push(bucket)
+    this.batches.push(dir)
+  }
+
+  /** The plan of `clean` (as `planHeads` makes it) and its stats, or undefined when the decode named other directories. */
+  plan(clean: ReadonlyMap<string, HeadsEntry>): { readonly plan: HeadsPlan; readonly stats: StatParts } | undefined {
+    const batches = this.batches
+    if (batches === undefined) return undefined
+    const stats = batches.finish()
+    const entries: HeadsEntry[] = []
+    for (const entry of clean.values()) {
+      if (!isShapeId(entry.id)) continue
+      if (this.ids[entries.length] !== entry.id) return undefined
+      entries.push(entry)
+    }
+    if (entries.length !== this.ids.length) return undefined
+    return { plan: { entries, dirs: this.dirs, buckets: Uint8Array.from(this.buckets) }, stats }
+  }
+}
+
+function isShapeId(id: string): boolean {
+  try {
+    checkShapeId(id)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
  * Logs a standby built before it held the lock (`prepareLogs`), to be used
  * again by the open that promotes it, so that what was built on them (its
  * shapes) stays valid. A log is used again only for the same id, directory
@@ -152,7 +213,8 @@ function reusable(kept: FileShapeLog | undefined, dir: string, meta: string): Fi
  * are scanned from its prefix on), and any other log in shapes/ by a scan.
  * `prepared`: logs to use again (`PreparedLogs`); those left unused are
  * retired. `gone` in the result: the plan's logs that are no more (deleted
- * before a crash, or set aside now).
+ * before a crash, or set aside now). `started`: the stats of the plan's
+ * files, started already (`EarlyStats`).
  *
  * Other logs are found without listing every bucket: a directory's link
  * count is two plus its subdirectories on the usual Linux file systems, so a
@@ -161,7 +223,7 @@ function reusable(kept: FileShapeLog | undefined, dir: string, meta: string): Fi
  * heads file, one it left out, a file system that counts otherwise) are
  * listed.
  */
-export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefined, prepared?: PreparedLogs): Promise<LoadedLogs> {
+export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefined, prepared?: PreparedLogs, started?: StatParts): Promise<LoadedLogs> {
   const { fs, root } = ctx
   const top = shapesRoot(root)
   const prefix = dirPrefix(root)
@@ -172,7 +234,7 @@ export async function loadLogs(ctx: DirectoryContext, plan: HeadsPlan | undefine
   ctx.trash.empty()
   const entries = plan?.entries ?? []
   // The native batch stats the real file system only: another port answers for its own files.
-  const statParts = plan === undefined ? undefined : statInParts(fs, fs === nodeFs ? ctx.statFiles : undefined, top, plan.dirs, CLEAN_FILES)
+  const statParts = plan === undefined ? undefined : (started ?? statInParts(fs, fs === nodeFs ? ctx.statFiles : undefined, top, plan.dirs, CLEAN_FILES))
   const quarantined: string[] = []
   /** Logs each bucket holds as far as the open knows: the plan's found there, then what a listing adds. */
   const inBucket = new Uint32Array(SHAPE_BUCKETS)
