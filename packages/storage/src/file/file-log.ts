@@ -83,10 +83,11 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
    * the next open scans those.
    */
   headsEntry(): HeadsEntry | undefined {
-    if (this.deleted || this.data.ino < 0) return undefined
+    const dataIno = this.dataInode
+    if (this.deleted || dataIno < 0) return undefined
     this.catchUp()
     const head = this.published
-    return { id: this.id, meta: this.metaText, head, chunks: this.chunks.slice(0, head.closedChunks), dataIno: this.data.ino }
+    return { id: this.id, meta: this.metaText, head, chunks: this.chunks.slice(0, head.closedChunks), dataIno }
   }
 
   /** The appended (not necessarily durable) head: the skip point for replays. */
@@ -359,9 +360,7 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
     this.dropPend()
     this.pendLen = 0
     this.staged.truncate(0)
-    this.host.fds.retire(this.data)
-    this.host.fds.retire(this.entries)
-    this.host.fds.retire(this.chunkFile)
+    this.retireFiles()
   }
 }
 

@@ -50,9 +50,20 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
   /** The journal's marks (see JournalOwner). */
   journalGroup = 0
   journalSegment = 0
-  readonly data: FileRef
-  readonly entries: FileRef
-  readonly chunkFile: FileRef
+  /**
+   * The three files' refs, made on first use (`data`, `entries`,
+   * `chunkFile`): an open of 100k logs uses few of them, and three objects
+   * per log were a good part of what its collections copied. Until then the
+   * inodes the open found wait in the number fields below.
+   */
+  private dataRef: FileRef | undefined = undefined
+  private entriesRef: FileRef | undefined = undefined
+  private chunksRef: FileRef | undefined = undefined
+  private dataIno = TAGGED_FIELD
+  private entriesIno = TAGGED_FIELD
+  private chunksIno = TAGGED_FIELD
+  /** `retire` was called: a ref made after it is born retired (never opens a file). */
+  private filesRetired = false
   /**
    * Entry records are staged here. With the journal, they also go into the
    * journal (`journalRecords`: at a log's first append in a group, else at the
@@ -96,9 +107,9 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     head: HeadState,
   ) {
     super(chunks, head)
-    this.data = new FileRef(dir, 'r+', LOG_FILES.data)
-    this.entries = new FileRef(dir, 'r+', LOG_FILES.entries)
-    this.chunkFile = new FileRef(dir, 'r+', LOG_FILES.chunks)
+    this.dataIno = -1
+    this.entriesIno = -1
+    this.chunksIno = -1
     this.pend = NO_BLOCK
     this.pendBase = 0
     this.pendCap = 0
@@ -126,12 +137,56 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     if (this.endSeq !== 0 && this.registered) this.publish(this.host.publishedLsn, this.host.publishedSeq)
   }
 
+  get data(): FileRef {
+    return (this.dataRef ??= this.fileRef(LOG_FILES.data, this.dataIno))
+  }
+
+  get entries(): FileRef {
+    return (this.entriesRef ??= this.fileRef(LOG_FILES.entries, this.entriesIno))
+  }
+
+  get chunkFile(): FileRef {
+    return (this.chunksRef ??= this.fileRef(LOG_FILES.chunks, this.chunksIno))
+  }
+
+  private fileRef(name: string, ino: number): FileRef {
+    const ref = new FileRef(this.dir, 'r+', name)
+    ref.ino = ino
+    ref.retired = this.filesRetired
+    return ref
+  }
+
+  /** The inode of the data file as known (-1: not yet), without making its ref. */
+  get dataInode(): number {
+    return this.dataRef === undefined ? this.dataIno : this.dataRef.ino
+  }
+
+  /**
+   * The inodes of the three files, as an open found them (-1: to be found
+   * when first opened): no write, on the write-back thread by path, then
+   * lands in another file put at the same path.
+   */
+  setInodes(data: number, entries: number, chunks: number): void {
+    if (this.dataRef === undefined) this.dataIno = data
+    else this.dataRef.ino = data
+    if (this.entriesRef === undefined) this.entriesIno = entries
+    else this.entriesRef.ino = entries
+    if (this.chunksRef === undefined) this.chunksIno = chunks
+    else this.chunksRef.ino = chunks
+  }
+
+  /** Retires the refs made (closing their files once unpinned); any made later are born retired. */
+  protected retireFiles(): void {
+    this.filesRetired = true
+    for (const ref of [this.dataRef, this.entriesRef, this.chunksRef]) if (ref !== undefined) this.host.fds.retire(ref)
+  }
+
   /** Points the file refs at a new directory (the snapshot was renamed into place). */
   moveTo(dir: string): void {
     this.dir = dir
-    this.data.moveTo(dir)
-    this.entries.moveTo(dir)
-    this.chunkFile.moveTo(dir)
+    this.dataRef?.moveTo(dir)
+    this.entriesRef?.moveTo(dir)
+    this.chunksRef?.moveTo(dir)
   }
 
   /** Sizes of the three files as this process wrote them (only called on a log writing through). */

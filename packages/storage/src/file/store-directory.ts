@@ -399,9 +399,7 @@ async function openLog(ctx: DirectoryContext, id: string, dir: string, known: He
     log = new FileShapeLog(id, dir, meta, ctx.logHost, [], EMPTY_HEAD)
   } else {
     // Its files are found by this open, as a new log's would be.
-    log.data.ino = -1
-    log.entries.ino = -1
-    log.chunkFile.ino = -1
+    log.setInodes(-1, -1, -1)
   }
   try {
     const files = { data: log.data, entries: log.entries, chunks: log.chunkFile }
@@ -470,9 +468,7 @@ function openClean(known: HeadsEntry, dir: string, stats: Float64Array, i: numbe
   }
   // Known from the start, so no write (on the write-back thread, by path) lands in another file put at the same path.
   const at = i * 2 * CLEAN_FILES.length
-  log.data.ino = stats[at + 1]!
-  log.entries.ino = stats[at + 3]!
-  log.chunkFile.ino = stats[at + 5]!
+  log.setInodes(stats[at + 1]!, stats[at + 3]!, stats[at + 5]!)
   log.registered = true
   return log
 }
