@@ -69,10 +69,19 @@ export class ShapeRestore {
   private durableLsn = 0n
   /** Shapes restored so far (net of those forgotten). */
   restored = 0
-  /** Stored metas this restore decoded whole (the others were read from their indexed layout alone). */
-  decoded = 0
+  /**
+   * Counts the stored metas decoded whole (the others were read from their
+   * indexed layout alone). An object of its own: every restored shape's
+   * definition source holds it, and must not hold this restore.
+   */
+  private readonly decodes = { decoded: 0 }
 
   constructor(private readonly host: RestoreHost) {}
+
+  /** Stored metas this restore decoded whole so far. */
+  get decoded(): number {
+    return this.decodes.decoded
+  }
 
   /** Brings the restored shapes to the store's logs now; writes nothing. */
   async sync(): Promise<void> {
@@ -103,7 +112,7 @@ export class ShapeRestore {
       const text = log.metaText
       const index = text === undefined || shapes.has(log.id) ? undefined : indexShapeMeta(text, log.id)
       if (index === undefined) decode.push(log)
-      else indexed.push(new IndexedShape(log, text!, index, this))
+      else indexed.push(new IndexedShape(log, text!, index, this.decodes))
     }
     // One decoded meta per table text stands for every shape of that text (a meta that fails to decode goes the other way).
     indexed = indexed.filter((shape) => {
@@ -126,7 +135,7 @@ export class ShapeRestore {
       indexed = indexed.filter((shape) => !compacted.has(shape.handle))
       ;({ stored, broken } = readStoredShapes(decode, this.host.logger))
     }
-    this.decoded += decode.length
+    this.decodes.decoded += decode.length
     for (const log of broken) this.left.set(log, { log })
     const more: StoredShape[] = []
     for (const shape of stored) {
