@@ -359,7 +359,7 @@ export class FileShapeLog extends LogWriteBack implements ShapeLog {
   retire(): void {
     this.dropPend()
     this.pendLen = 0
-    this.staged.truncate(0)
+    this.truncateStaged(0)
     this.retireFiles()
   }
 }

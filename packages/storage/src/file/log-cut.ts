@@ -35,7 +35,7 @@ export abstract class LogCut extends LogTail {
     this.dropPend()
     this.pendLen = 0
     this.chunksOnDisk = head.closedChunks
-    this.staged.truncate(0)
+    this.truncateStaged(0)
     this.open = false
   }
 
@@ -65,7 +65,7 @@ export abstract class LogCut extends LogTail {
       this.pendLen = 0
     }
     this.recordsOnDisk = Math.min(this.recordsOnDisk, head.entries)
-    this.staged.truncate(head.entries - this.recordsOnDisk)
+    this.truncateStaged(head.entries - this.recordsOnDisk)
     this.recordsJournaled = Math.min(this.recordsJournaled, head.entries)
     this.chunksOnDisk = Math.min(this.chunksOnDisk, head.closedChunks)
     // Recorded whether or not the truncates succeed: replay must never bring back bytes past the head.

@@ -71,9 +71,10 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
    * through, `writeIndex()` writes them to the file when a flush syncs this
    * log, just before the sync. Readers only ever see published entries, and
    * publishing follows the flush, so every record a reader can ask for is
-   * durable by then.
+   * durable by then. Made when first used (`staged`): an open of 100k logs
+   * would otherwise make one per log before any of them takes an append.
    */
-  protected readonly staged: RecordStage
+  private stage: RecordStage | undefined = undefined
   /** Entry records and chunk records already in their files. */
   protected recordsOnDisk: number
   protected chunksOnDisk: number
@@ -118,7 +119,6 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
     this.recordsJournaled = head.entries
     this.dataOnDisk = head.dataEnd
     this.chunksOnDisk = head.closedChunks
-    this.staged = new RecordStage(host.arena)
   }
 
   /** The journal, while this log's writes must be recorded in it (registered logs only). */
@@ -135,6 +135,15 @@ export abstract class LogTail extends LogHeads implements JournalOwner {
    */
   protected catchUp(): void {
     if (this.endSeq !== 0 && this.registered) this.publish(this.host.publishedLsn, this.host.publishedSeq)
+  }
+
+  protected get staged(): RecordStage {
+    return (this.stage ??= new RecordStage(this.host.arena))
+  }
+
+  /** Drops the staged records from the `keep`th on, if any were ever staged. */
+  protected truncateStaged(keep: number): void {
+    this.stage?.truncate(keep)
   }
 
   get data(): FileRef {
