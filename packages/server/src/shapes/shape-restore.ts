@@ -9,8 +9,8 @@ import type { ShapeRouter } from './router.js'
 import type { ShapeLogger } from './shape-manager-contracts.js'
 import type { TableInfo } from './table-catalog.js'
 
-function tableKey(def: ShapeDefinition): string {
-  return `${def.schema}\u0000${def.table}`
+function tableKey(schema: string, table: string): string {
+  return `${schema}\u0000${table}`
 }
 
 /** The shapes of one table text (`MetaIndex.table`): its names and signature, decoded once, and the restore's verdict on the table. */
@@ -188,7 +188,7 @@ export class ShapeRestore {
       }
       const def = meta.definition
       // The same table as the shape before (the usual case): no key string per shape.
-      if (lastDef === undefined || def.schema !== lastDef.schema || def.table !== lastDef.table) table = this.tables.get(tableKey(def))
+      if (lastDef === undefined || def.schema !== lastDef.schema || def.table !== lastDef.table) table = this.tables.get(tableKey(def.schema, def.table))
       lastDef = def
       this.settle(shape, revive(shape, table, this.durableLsn, this.routes))
     }
@@ -224,7 +224,7 @@ export class ShapeRestore {
 
   /** The table of this name as the catalog describes it now, loaded once by this restore. */
   private async loadTable(schema: string, name: string): Promise<TableInfo | undefined> {
-    const key = `${schema}\u0000${name}`
+    const key = tableKey(schema, name)
     if (!this.tables.has(key)) this.tables.set(key, await this.host.loadTable(schema, name))
     return this.tables.get(key)
   }
