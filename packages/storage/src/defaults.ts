@@ -37,7 +37,12 @@ export const LOG_FILES = { data: 'log.dat', entries: 'entries.idx', chunks: 'chu
 
 const SHAPE_ID = /^[A-Za-z0-9_-]{1,128}$/
 
+/** Whether `id` can name a shape (see `checkShapeId`). */
+export function isShapeId(id: string): boolean {
+  return SHAPE_ID.test(id)
+}
+
 /** Shape ids become directory names, so they are restricted to a safe alphabet. */
 export function checkShapeId(id: string): void {
-  if (!SHAPE_ID.test(id)) throw new StorageError('invalid_shape_id', `invalid shape id ${JSON.stringify(id)}`)
+  if (!isShapeId(id)) throw new StorageError('invalid_shape_id', `invalid shape id ${JSON.stringify(id)}`)
 }

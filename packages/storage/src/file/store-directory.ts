@@ -6,7 +6,7 @@
  * the heads file written for the next open.
  */
 import { constants } from 'node:os'
-import { LOG_FILES, checkShapeId } from '../defaults.js'
+import { LOG_FILES, checkShapeId, isShapeId } from '../defaults.js'
 import { StorageError, fromSystemError } from '../errors.js'
 import { CHUNK_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, META_HEADER_BYTES, decodeMeta } from '../format.js'
 import type { FsPort } from '../fs-port.js'
@@ -73,16 +73,12 @@ export function planHeads(clean: ReadonlyMap<string, HeadsEntry>): HeadsPlan {
   const dirs: string[] = []
   const buckets = new Uint8Array(clean.size)
   for (const entry of clean.values()) {
-    try {
-      checkShapeId(entry.id)
-    } catch {
-      // Not a log this store could hold: the open finds what its directory holds, if anything.
-      continue
-    }
+    // Not a log this store could hold: the open finds what its directory holds, if anything.
+    if (!isShapeId(entry.id)) continue
     const bucket = bucketIndex(entry.id)
     buckets[entries.length] = bucket
     entries.push(entry)
-    dirs.push(`${bucketName(bucket)}/${entry.id}`)
+    dirs.push(plannedDir(bucket, entry.id))
   }
   return { entries, dirs, buckets }
 }
@@ -116,7 +112,7 @@ export class EarlyStats implements HeadsListener {
     // As `planHeads` does: an id no log of this store could have is not planned.
     if (this.batches === undefined || !isShapeId(id)) return
     const bucket = bucketIndex(id)
-    const dir = `${bucketName(bucket)}/${id}`
+    const dir = plannedDir(bucket, id)
     this.ids.push(id)
     this.dirs.push(dir)
     this.buckets.push(bucket)
@@ -139,13 +135,9 @@ export class EarlyStats implements HeadsListener {
   }
 }
 
-function isShapeId(id: string): boolean {
-  try {
-    checkShapeId(id)
-    return true
-  } catch {
-    return false
-  }
+/** A planned log's directory relative to shapes/ (`HeadsPlan.dirs`). */
+function plannedDir(bucket: number, id: string): string {
+  return `${bucketName(bucket)}/${id}`
 }
 
 /**
