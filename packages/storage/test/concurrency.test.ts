@@ -251,23 +251,34 @@ describe('concurrent readers and writer', () => {
     expect(state.deleted.size).toBeGreaterThan(0)
   })
 
-  it('cross-process: a read-only reader sees only watermark-covered, complete, byte-exact transactions, new shapes only once complete, deleted ones never again', { timeout: SOAK ? 600_000 : 60_000 }, async () => {
+  it('cross-process: a read-only reader sees only watermark-covered, complete, byte-exact transactions, new shapes only once complete, deleted ones never again', { timeout: SOAK ? 600_000 : 90_000 }, async () => {
     const durationMs = SOAK ? 60_000 : 4_000
     const dir = tempDir('conc-b')
     const child = spawnFixture('ro-reader.ts', [])
     try {
       await child.waitFor((l) => l === 'loaded', { timeoutMs: 60_000 })
       const store = await openFileLogStore({ dir, chunkBytes: CHUNK_BYTES, flushIntervalMs: 2 })
-      const config: ReaderConfig = { dir, chunkBytes: CHUNK_BYTES, schedule: SCHEDULE, seed: SEED }
+      // The run lasts its duration and then until the reader has done enough to check (a slow machine reads less per second).
+      const config: ReaderConfig = {
+        dir,
+        chunkBytes: CHUNK_BYTES,
+        schedule: SCHEDULE,
+        seed: SEED,
+        enough: { reads: 101, watermarks: 6, dynamicShapes: 3 },
+      }
       child.send(`go ${JSON.stringify(config)}`)
       await child.waitFor((l) => l === 'reading')
       const state = newWriterState()
       const deletions: string[] = []
       const deadline = Date.now() + durationMs
+      const cap = deadline + 40_000
       await runWriter(store, state, {
         schedule: SCHEDULE,
         rand: rng(SEED ^ 7),
-        running: () => Date.now() < deadline && !child.lines.some((l) => l.startsWith('violation')),
+        running: () =>
+          (Date.now() < deadline || !child.lines.includes('enough')) &&
+          Date.now() < cap &&
+          !child.lines.some((l) => l.startsWith('violation')),
         onDeleted: (id) => {
           deletions.push(id)
           child.send(`deleted ${id}`)
