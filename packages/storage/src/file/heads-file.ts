@@ -196,6 +196,12 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
   const u64 = new U64Reader(buf)
   const ops = new U64Reader(buf)
   const earlier = previous === undefined ? undefined : new EarlierWalk(previous)
+  // Each meta is a slice of one string of the whole file: a string that large is made outside the
+  // V8 heap, and a slice is a small object pointing into it, so an open of 100k logs hands the
+  // young-generation collector 100k small objects to copy, not 100k copies of their metas. The
+  // string lives while any log opened from this file does (it is the size of the metas plus ~150
+  // bytes a log). A standby's re-read (`previous`) makes few new entries: those copy their metas.
+  const text = previous === undefined ? buf.toString('latin1') : undefined
   for (let i = 0; i < count; i++) {
     const same = earlier?.match(buf, at, end)
     if (same !== undefined) {
@@ -216,8 +222,7 @@ export function decodeHeads(buf: Buffer, watermark: bigint, previous?: DecodedHe
     const metaLength = buf.readUInt32LE(at)
     at += 4
     if (!need(metaLength + 52)) return 'short'
-    // A string of its own: the file's buffer is not kept alive by 100k small views of it.
-    const meta = buf.toString('latin1', at, at + metaLength)
+    const meta = text === undefined ? buf.toString('latin1', at, at + metaLength) : text.slice(at, at + metaLength)
     at += metaLength
     const last: LogOffset = { tx: u64.big(at + 16), op: ops.big(at + 24) }
     const head: HeadState = {
