@@ -50,4 +50,55 @@ export function staleReason(packageDir) {
   return readFileSync(stamp, 'utf8').trim() === sourceDigest(packageDir) ? undefined : `${join(packageDir, 'src')} changed after the last build`
 }
 
+/**
+ * The CLI's bundle (bin/bundle.js): dist/main.js and the @sluice packages it
+ * imports, in one file, which Node loads in a fraction of the time the
+ * hundreds of modules take. Beside it, the stamp of each package it holds as
+ * it was when bundled.
+ */
+export const BUNDLE = join('dist', 'sluice.mjs')
+export const BUNDLE_SOURCES = join('dist', 'sluice.sources.json')
+
+function readStamp(packageDir) {
+  try {
+    return readFileSync(join(packageDir, STAMP), 'utf8').trim()
+  } catch {
+    return undefined
+  }
+}
+
+/** Records which package builds the bundle holds: `packages` maps each bundled package's name to its directory. */
+export function writeBundleSources(packageDir, packages) {
+  const stamps = {}
+  for (const [name, dir] of [...packages].sort((a, b) => a[0].localeCompare(b[0]))) {
+    const stamp = readStamp(dir)
+    if (stamp === undefined) throw new Error(`${name} (${dir}) has no build stamp: build it before bundling`)
+    stamps[name] = stamp
+  }
+  writeFileSync(join(packageDir, BUNDLE_SOURCES), `${JSON.stringify(stamps, null, 2)}\n`)
+}
+
+/**
+ * Undefined when the bundle holds the builds that each package's stamp
+ * describes now, else why not (a package built again since, by its own
+ * build, say). `packages` maps names to the directories installed now; the
+ * stamps themselves are checked against the sources by `staleReason`.
+ */
+export function staleBundle(packageDir, packages) {
+  if (!existsSync(join(packageDir, BUNDLE))) return `${join(packageDir, BUNDLE)} is missing`
+  let recorded
+  try {
+    recorded = JSON.parse(readFileSync(join(packageDir, BUNDLE_SOURCES), 'utf8'))
+  } catch {
+    return `${join(packageDir, BUNDLE_SOURCES)} is missing or unreadable`
+  }
+  if (typeof recorded !== 'object' || recorded === null || Object.keys(recorded).length === 0) return `${join(packageDir, BUNDLE_SOURCES)} lists no package`
+  for (const [name, stamp] of Object.entries(recorded)) {
+    const dir = packages.get(name)
+    if (dir === undefined) return `${name} is in the bundle but not installed`
+    if (readStamp(dir) !== stamp) return `${name} was built again after the bundle`
+  }
+  return undefined
+}
+
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) writeStamp(process.argv[2] ?? process.cwd())

@@ -8,17 +8,23 @@
 // condition); tsx compiles every module on each start, which costs seconds.
 // SLUICE_FROM_SOURCE=1 asks for the sources whatever the build (tests of the
 // workspace, and the start benchmark's baseline).
+//
+// Of a current build it runs the bundle, dist/sluice.mjs (bin/bundle.js: the
+// same code in one module, loaded in a fraction of the time), unless a
+// package in it was built again since or SLUICE_UNBUNDLED=1 asks for the
+// modules of dist/ one by one (stack traces then name each module's file).
 import { existsSync, readFileSync, realpathSync } from 'node:fs'
 import * as nodeModule from 'node:module'
 import { createRequire, register } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
-import { staleReason } from './build-stamp.js'
+import { BUNDLE, staleBundle, staleReason } from './build-stamp.js'
 import { execWithArenaCap } from './malloc-arenas.js'
 
 const packageDir = fileURLToPath(new URL('..', import.meta.url))
 const source = join(packageDir, 'src', 'main.ts')
 const compiled = join(packageDir, 'dist', 'main.js')
+const bundle = join(packageDir, BUNDLE)
 
 /** Where Node finds package `name` from `dir` (node_modules here or in a parent), links followed. */
 function installedAt(dir, name) {
@@ -41,7 +47,7 @@ function tsxAvailable() {
   }
 }
 
-/** This package's directory and those of the @sluice packages it depends on, directly or not. */
+/** This package's directory and those of the @sluice packages it depends on, directly or not, by name. */
 function sluicePackages() {
   const found = new Map([['@sluice/server', packageDir]])
   const pending = [packageDir]
@@ -55,21 +61,26 @@ function sluicePackages() {
       pending.push(depDir)
     }
   }
-  return [...found.values()]
+  return found
 }
 
-/** Why the build cannot be run (undefined when it can): each package's dist/ must be the build of its src/ now. */
-function staleBuild() {
-  if (!existsSync(compiled)) return 'nothing is built'
+/**
+ * Why the build cannot be run (undefined when it can): each package's dist/
+ * must be the build of its src/ now. `bundled` says whether the bundle holds
+ * those builds.
+ */
+function checkBuild() {
+  if (!existsSync(compiled)) return { stale: 'nothing is built', bundled: false }
   try {
-    for (const dir of sluicePackages()) {
+    const packages = sluicePackages()
+    for (const dir of packages.values()) {
       const reason = staleReason(dir)
-      if (reason !== undefined) return reason
+      if (reason !== undefined) return { stale: reason, bundled: false }
     }
+    return { stale: undefined, bundled: process.env.SLUICE_UNBUNDLED !== '1' && staleBundle(packageDir, packages) === undefined }
   } catch (error) {
-    return `the build could not be checked (${error.message})`
+    return { stale: `the build could not be checked (${error.message})`, bundled: false }
   }
-  return undefined
 }
 
 async function runSource() {
@@ -94,11 +105,11 @@ if (process.env.SLUICE_FROM_SOURCE === '1') {
   }
   entry = await runSource()
 } else {
-  const stale = staleBuild()
+  const { stale, bundled } = checkBuild()
   if (stale === undefined) {
     // Node 22.1 and later keep the compiled code of each module on disk for the next start (a no-op on Node 20).
     nodeModule.enableCompileCache?.()
-    entry = compiled
+    entry = bundled ? bundle : compiled
   }
   else if (haveSource) {
     process.stderr.write(`sluice: running the sources through tsx (slow to start): ${stale}; \`npm start\` or \`pnpm build\` builds it\n`)

@@ -71,15 +71,24 @@ function expectCompiled(recordFile: string, entry: string): void {
   const urls = readFileSync(recordFile, 'utf8').split('\n').filter((u) => u !== '')
   const href = (path: string): string => pathToFileURL(join(ROOT, path)).href
   expect(urls).toContain(href(entry))
-  // The CLI imports the server's modules by path, the demo through its index: dist/ either way.
-  expect(urls.filter((u) => u.startsWith(href('packages/server/dist/'))).length).toBeGreaterThan(10)
-  for (const pkg of ['storage', 'protocol']) expect(urls).toContain(href(`packages/${pkg}/dist/index.js`))
   // No TypeScript source and no tsx: everything ran as compiled JavaScript.
   expect(urls.filter((u) => /\.tsx?$/.test(u) || /\/tsx[@/]/.test(u))).toEqual([])
+  const server = urls.filter((u) => u.startsWith(href('packages/server/dist/')))
+  if (entry.endsWith('sluice.mjs')) {
+    // The bundle holds the server, storage and protocol: none of their modules is loaded on its own.
+    expect(server).toEqual([href(entry)])
+    for (const pkg of ['storage', 'protocol']) expect(urls.filter((u) => u.startsWith(href(`packages/${pkg}/`)))).toEqual([])
+    // The packages that find files beside their code stay outside it.
+    expect(urls).toContain(href('packages/sendfile/dist/index.js'))
+    return
+  }
+  // The CLI imports the server's modules by path, the demo through its index: dist/ either way.
+  expect(server.length).toBeGreaterThan(10)
+  for (const pkg of ['storage', 'protocol']) expect(urls).toContain(href(`packages/${pkg}/dist/index.js`))
 }
 
 describe('a start from a checkout runs compiled JavaScript', () => {
-  it('npm run start:server builds and runs dist/main.js, with the other @sluice packages from their dist/ and no tsx', async () => {
+  it('npm run start:server builds and runs the bundle of dist/ (dist/sluice.mjs), no tsx; SLUICE_UNBUNDLED=1 runs dist/main.js and the packages\' dist/', async () => {
     const dir = await storageDir()
     const record = join(dir, 'modules.txt')
     slots.push('start_compiled_server')
@@ -93,7 +102,21 @@ describe('a start from a checkout runs compiled JavaScript', () => {
     expect((await fetch(`${url}/v1/health`)).status).toBe(200)
     process.kill(started.child.pid!, 'SIGTERM')
     expect(await started.exited).toBe(0)
-    expectCompiled(record, 'packages/server/dist/main.js')
+    expectCompiled(record, 'packages/server/dist/sluice.mjs')
+
+    // The build is current now (the task built it): the same start, module by module.
+    const unbundled = join(dir, 'unbundled.txt')
+    slots.push('start_compiled_unbundled')
+    const again = await runTask(
+      'server',
+      ['--port', '0', '--database-url', cluster.url, '--storage-dir', join(dir, 'data2'), '--slot', 'start_compiled_unbundled'],
+      { RECORD_MODULES_FILE: unbundled, SLUICE_UNBUNDLED: '1' },
+      /HTTP: +(http:\/\/127\.0\.0\.1:\d+)/,
+    )
+    expect((await fetch(`${again.match[1]!}/v1/health`)).status).toBe(200)
+    process.kill(again.child.pid!, 'SIGTERM')
+    expect(await again.exited).toBe(0)
+    expectCompiled(unbundled, 'packages/server/dist/main.js')
   }, 300_000)
 
   it("npm start builds and runs the demo's compiled server (apps/todo/dist-server) on the compiled packages, no tsx", async () => {
