@@ -1,8 +1,8 @@
 /**
  * The start benchmark: time from spawning `sluice start` to the first 200 of
  * /v1/health, on a store a previous run left at a clean stop with 10 and with
- * 100,000 shapes, for the compiled CLI (dist/, what `sluice start` and
- * `npm start` run) side by side with the same CLI run from its TypeScript
+ * 100,000 shapes, for the compiled CLI (the build in dist/, run as its
+ * bundle dist/sluice.mjs, as `sluice start` runs it) side by side with the same CLI run from its TypeScript
  * sources through tsx (SLUICE_FROM_SOURCE=1, the old way), runs interleaved.
  *
  * Environment: START_RUNS (runs per size and mode, default 7), START_SIZES
@@ -128,7 +128,7 @@ function report(runs: readonly Run[], seconds: number, fixtureReused: boolean): 
     '',
     '**Measures:** wall time from spawning `node packages/server/bin/sluice.js start --database-url … --storage-dir …` to the first',
     '200 of `GET /v1/health` (polled every 5 ms), on a store a previous run closed cleanly, with Postgres already running.',
-    '`compiled` runs dist/ (what `sluice start` and `npm start` run); `source` runs src/ through tsx (`SLUICE_FROM_SOURCE=1`),',
+    '`compiled` runs the build in dist/ (the bundle dist/sluice.mjs from 2026-11-30 on, what `sluice start` runs); `source` runs src/ through tsx (`SLUICE_FROM_SOURCE=1`),',
     'the way every start ran before. Runs alternate between the two. "server" is the banner\'s `started in` (createServer() to',
     'listening: opening the store, restoring shapes, publication, slot, replication); the rest of "healthy" is Node starting and',
     'loading the code. "CPU at healthy" is the server process\'s user + system time then (all threads, from /proc): on a machine',

@@ -107,7 +107,7 @@ function render(report: Report): SectionContent {
   const cores = report.machine?.nproc
   return {
     measures:
-      'Wall time from spawning `node packages/server/bin/sluice.js start` to the first 200 of `GET /v1/health`, on a store a previous server left at a clean stop with 10 and with 100,000 shapes, Postgres already running: the compiled CLI (`dist/`, what `sluice start` and `npm start` run) next to the same CLI run from its TypeScript sources through tsx (`SLUICE_FROM_SOURCE=1`); with the server\'s own part of it, its CPU time by then, and the time to stop.',
+      'Wall time from spawning `node packages/server/bin/sluice.js start` to the first 200 of `GET /v1/health`, on a store a previous server left at a clean stop with 10 and with 100,000 shapes, Postgres already running: the compiled CLI (the build in `dist/`: from 2026-11-30 on its bundle `dist/sluice.mjs`, what `sluice start` runs) next to the same CLI run from its TypeScript sources through tsx (`SLUICE_FROM_SOURCE=1`); with the server\'s own part of it, its CPU time by then, and the time to stop.',
     doesNotMeasure: 'An embedded Postgres starting, a start after a crash (the journal replay and the scan of every log), building the sources (a no-op when nothing changed), the first requests after healthy, other machines.',
     method: [
       'The fixture: one table; the first shape made by a real server over HTTP, the rest written through the storage engine with its meta (one `id = $1` shape per id), then the store closed cleanly; one store per shape count, reused by every run.',
