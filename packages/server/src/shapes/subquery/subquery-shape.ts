@@ -7,7 +7,7 @@ import type { ShapeRouter } from '../router.js'
 import { type PgSnapshot, encodeSnapshotEnd, isVisibleInSnapshot } from '../snapshot/index.js'
 import type { TableInfo } from '../table-catalog.js'
 import { type DependencyState, type TableLookup, type ViewMoves, allStates, applyInnerChanges, dependencyStates } from './dependency-state.js'
-import { MOVE_IN_MESSAGE_PREFIX, type MoveInResult, runMoveIn } from './move-in.js'
+import { MOVE_IN_MESSAGE_PREFIX, type MoveInQuery, type MoveInResult, runMoveIn } from './move-in.js'
 import { type IntakeChange, readIntake } from './intake.js'
 import { type LineContext, type MovePattern, moveEventLine, outerChangeLines } from './shape-lines.js'
 import { tagHash } from './tags.js'
@@ -68,8 +68,17 @@ interface PendingTxn {
 }
 
 interface MovingIn {
-  /** Names the move-in's logical message. */
+  /** Names the move-in; each run of its query emits `<id>/<attempt>` as its logical message. */
   readonly id: string
+  readonly query: MoveInQuery
+  /** Runs of the query so far (see `acceptRun`). */
+  attempt: number
+  /**
+   * The xids of the transactions routed before it started, and of the one that
+   * started it: the query's snapshot must see every one of them, since their
+   * changes were judged before the move.
+   */
+  readonly routedBefore: readonly number[]
   /** The views the held transactions the query saw are judged against. */
   readonly before: SubqueryView[]
   readonly patterns: MovePattern[]
@@ -88,6 +97,14 @@ interface MovingIn {
 }
 
 const encoder = new TextEncoder()
+
+/**
+ * Runs of one move-in's query before the shape is made anew instead (see
+ * `acceptRun`), the first retry this long after the rejected run, doubling:
+ * the last run starts about 5 s after the first.
+ */
+const MAX_MOVE_IN_RUNS = 10
+const MOVE_IN_RETRY_MS = 10
 
 /** The tuple with NULL in place of each non-empty subset of its non-NULL values. */
 function nullVariants(values: readonly unknown[]): unknown[][] {
@@ -436,6 +453,16 @@ export class SubqueryShape {
     const id = `${this.options.handle}:${++this.moveCount}`
     const moving: MovingIn = {
       id,
+      query: {
+        table: this.options.table,
+        handle: this.options.handle,
+        plan: this.options.where.subqueries!,
+        definition: this.options.definition,
+        newViews: this.roots.map((s) => s.view),
+        oldViews: before,
+      },
+      attempt: 0,
+      routedBefore: [...this.options.router.recentXids, txn.xid],
       before,
       patterns,
       xids: [txn.xid],
@@ -452,42 +479,81 @@ export class SubqueryShape {
     this.unsubscribe ??= this.options.router.onMessage((message) => {
       const current = this.moving
       if (current === undefined || message.transactional || message.prefix !== MOVE_IN_MESSAGE_PREFIX) return
-      if (message.content.toString('utf8') !== current.id) return
+      if (message.content.toString('utf8') !== `${current.id}/${current.attempt}`) return
       current.markerLsn = message.lsn
       this.advanceMove()
     })
-    const query = {
-      table: this.options.table,
-      handle: this.options.handle,
-      plan: this.options.where.subqueries!,
-      definition: this.options.definition,
-      newViews: this.roots.map((s) => s.view),
-      oldViews: before,
-    }
-    runMoveIn(this.options.pool, query, id, moving.abort.signal).then(
+    this.runMoveIn(moving)
+  }
+
+  /** One run of a move-in's query; its result and its message, once both are in, go to `advanceMove`. */
+  private runMoveIn(moving: MovingIn): void {
+    moving.attempt++
+    moving.result = undefined
+    moving.markerLsn = undefined
+    const run = moving.attempt
+    runMoveIn(this.options.pool, moving.query, `${moving.id}/${run}`, moving.abort.signal).then(
       (result) => {
-        if (this.moving !== moving) return
+        if (this.moving !== moving || moving.attempt !== run) return
         moving.result = result
         this.advanceMove()
       },
       (error: unknown) => {
-        if (this.moving !== moving) return
+        if (this.moving !== moving || moving.attempt !== run) return
         this.kill(`the move-in query failed: ${error instanceof Error ? error.message : String(error)}`)
       },
     )
   }
 
   /**
-   * The splice (docs/protocol.md, "Subquery shapes"): held transactions the
-   * query saw go first, judged against the views before the move; at the
-   * first it did not see, or once the stream has passed the query (its
-   * message arrived), the move-in event, its rows and a `snapshot-end`; then
-   * the held transactions' inner changes, then the rest as usual.
+   * Whether a run's snapshot fits the stream, which orders transactions by
+   * their commit records, while a snapshot sees those whose backends have left
+   * the proc array: a transaction can be in the WAL, and so delivered, and
+   * still unseen by a snapshot that sees a later one (its backend waiting for a
+   * synchronous standby, or not yet scheduled again). The splice needs every
+   * transaction judged before the move seen, and the held ones it saw to come
+   * first. Otherwise the query runs again a little later, when the laggard is
+   * seen; after `MAX_MOVE_IN_RUNS` the shape is made anew (a 409: its clients
+   * refetch, and a new snapshot waits for the same).
+   */
+  private acceptRun(moving: MovingIn, result: MoveInResult): boolean {
+    const { snapshot, insertLsn } = result
+    const missed = moving.routedBefore.find((xid) => !isVisibleInSnapshot(snapshot, xid))
+    const seen = (txn: PendingTxn): boolean => txn.lsn < insertLsn && isVisibleInSnapshot(snapshot, txn.xid)
+    const firstUnseen = moving.held.findIndex((txn) => !seen(txn))
+    const late = firstUnseen < 0 ? undefined : moving.held.slice(firstUnseen + 1).find(seen)
+    if (missed === undefined && late === undefined) return true
+    const why =
+      missed !== undefined
+        ? `transaction ${missed}, routed before the move, was not yet visible to the move-in query`
+        : `the move-in query saw transaction ${late!.xid} but not the earlier ${moving.held[firstUnseen]!.xid}`
+    if (moving.attempt >= MAX_MOVE_IN_RUNS) {
+      this.kill(`${why} in ${moving.attempt} runs`)
+      return false
+    }
+    const timer = setTimeout(() => {
+      if (this.moving === moving && !this.dead) this.runMoveIn(moving)
+    }, MOVE_IN_RETRY_MS * 2 ** (moving.attempt - 1))
+    timer.unref?.()
+    moving.result = undefined
+    moving.markerLsn = undefined
+    return false
+  }
+
+  /**
+   * The splice (docs/protocol.md, "Subquery shapes"), once the query's result
+   * is in and the stream has passed it (its message arrived: every
+   * transaction it saw is held by then) and the run fits the stream
+   * (`acceptRun`): held transactions the query saw go first, judged against
+   * the views before the move; at the first it did not see, or at the
+   * message, the move-in event, its rows and a `snapshot-end`; then the held
+   * transactions' inner changes, then the rest as usual.
    */
   private advanceMove(): void {
     const moving = this.moving
     const result = moving?.result
-    if (moving === undefined || result === undefined || this.dead) return
+    if (moving === undefined || result === undefined || moving.markerLsn === undefined || this.dead) return
+    if (!this.acceptRun(moving, result)) return
     const { snapshot, insertLsn } = result
     while (moving.held.length > 0) {
       const txn = moving.held[0]!
@@ -499,7 +565,6 @@ export class SubqueryShape {
       moving.deferred.push(txn)
     }
     const boundary = moving.held[0]
-    if (boundary === undefined && moving.markerLsn === undefined) return
     // Splice at the boundary transaction's LSN, before its own lines, or at the message's, above everything routed.
     const lsn = boundary?.lsn ?? moving.markerLsn!
     const xid = boundary?.xid ?? moving.xids[0]!
