@@ -150,6 +150,42 @@ async function routed(table: string, key: string): Promise<void> {
 
 const keysOf = (read: Read): string[] => [...read.rows.keys()].sort()
 
+/**
+ * `<p>_posts` of active `<p>_users` (user 1 inactive, user 2 active with post
+ * 10), read once from -1 so the shape exists, and a whole-table shape of the
+ * posts too (`routed` reads it).
+ */
+async function postsOfActiveUsers(prefix: string): Promise<{ key(id: number): string; expectOnce(ids: number[]): Promise<void> }> {
+  const posts = `${prefix}_posts`
+  await cluster.query(`CREATE TABLE ${prefix}_users (id int PRIMARY KEY, active bool);
+    CREATE TABLE ${posts} (id int PRIMARY KEY, user_id int);
+    INSERT INTO ${prefix}_users VALUES (1, false), (2, true);
+    INSERT INTO ${posts} VALUES (10, 2);`)
+  const where = `user_id IN (SELECT id FROM ${prefix}_users WHERE active)`
+  const key = (id: number): string => `"public"."${posts}"/"${id}"`
+  const first = await readShape(posts, where)
+  expect(keysOf(first)).toEqual([key(10)])
+  expect(keysOf(await readShape(posts))).toEqual([key(10)])
+  return {
+    key,
+    /** Until the shape holds exactly these posts: the same handle throughout (no 409), no row sent twice. */
+    async expectOnce(ids) {
+      const want = ids.map(key).sort()
+      for (let i = 0; ; i++) {
+        const read = await readShape(posts, where)
+        expect(read.handle).toBe(first.handle)
+        expect(read.duplicates).toEqual([])
+        if (read.rows.size === want.length) {
+          expect(keysOf(read)).toEqual(want)
+          return
+        }
+        if (i > 100) throw new Error(`the move-in never brought every post in: ${keysOf(read).join(', ')}`)
+        await sleep(50)
+      }
+    },
+  }
+}
+
 describe('transactions delivered before snapshots see them', () => {
   it('a shape made meanwhile answers 503 until its snapshot sees them, then holds their rows', async () => {
     await cluster.query('CREATE TABLE cv_items (id int PRIMARY KEY, v text)')
@@ -171,50 +207,23 @@ describe('transactions delivered before snapshots see them', () => {
   })
 
   it('a move-in whose query misses a transaction routed before the move runs again once it is visible: the row comes in once, no 409', async () => {
-    await cluster.query(`CREATE TABLE cv_users (id int PRIMARY KEY, active bool);
-      CREATE TABLE cv_posts (id int PRIMARY KEY, user_id int);
-      INSERT INTO cv_users VALUES (1, false), (2, true);
-      INSERT INTO cv_posts VALUES (10, 2);`)
-    const where = 'user_id IN (SELECT id FROM cv_users WHERE active)'
-    const first = await readShape('cv_posts', where)
-    expect(keysOf(first)).toEqual(['"public"."cv_posts"/"10"'])
-    expect(keysOf(await readShape('cv_posts'))).toEqual(['"public"."cv_posts"/"10"'])
-
+    const shape = await postsOfActiveUsers('cv')
     // Routed while user 1 is inactive (judged out of the shape), invisible to the move-in's snapshot.
     const session = await waiting()
     await session.commit('INSERT INTO cv_posts VALUES (100, 1)')
-    await routed('cv_posts', '"public"."cv_posts"/"100"')
+    await routed('cv_posts', shape.key(100))
     await cluster.query('UPDATE cv_users SET active = true WHERE id = 1')
     await sleep(200)
     await session.release()
-
-    for (let i = 0; ; i++) {
-      const read = await readShape('cv_posts', where)
-      expect(read.handle).toBe(first.handle)
-      expect(read.duplicates).toEqual([])
-      if (read.rows.size === 2) {
-        expect(keysOf(read)).toEqual(['"public"."cv_posts"/"10"', '"public"."cv_posts"/"100"'])
-        break
-      }
-      if (i > 100) throw new Error(`the move-in never brought post 100 in: ${keysOf(read).join(', ')}`)
-      await sleep(50)
-    }
+    await shape.expectOnce([10, 100])
   })
 
   it('a move-in whose query sees a held transaction but not an earlier one runs again: every row once, no 409', async () => {
-    await cluster.query(`CREATE TABLE cv3_users (id int PRIMARY KEY, active bool);
-      CREATE TABLE cv3_posts (id int PRIMARY KEY, user_id int);
-      INSERT INTO cv3_users VALUES (1, false), (2, true);
-      INSERT INTO cv3_posts VALUES (10, 2);`)
-    const where = 'user_id IN (SELECT id FROM cv3_users WHERE active)'
-    const first = await readShape('cv3_posts', where)
-    expect(keysOf(first)).toEqual(['"public"."cv3_posts"/"10"'])
-    expect(keysOf(await readShape('cv3_posts'))).toEqual(['"public"."cv3_posts"/"10"'])
-
+    const shape = await postsOfActiveUsers('cv3')
     // Routed before the move and invisible: the move-in's runs wait for it...
     const before = await waiting()
     await before.commit('INSERT INTO cv3_posts VALUES (200, 1)')
-    await routed('cv3_posts', '"public"."cv3_posts"/"200"')
+    await routed('cv3_posts', shape.key(200))
     await routedXid(await commitNow('UPDATE cv3_users SET active = true WHERE id = 1'))
     // ...while two more arrive and are held: the earlier one invisible, the later one visible.
     const earlier = await waiting()
@@ -224,18 +233,6 @@ describe('transactions delivered before snapshots see them', () => {
     await before.release()
     await sleep(100)
     await earlier.release()
-
-    const want = ['"public"."cv3_posts"/"10"', '"public"."cv3_posts"/"200"', '"public"."cv3_posts"/"201"', '"public"."cv3_posts"/"202"']
-    for (let i = 0; ; i++) {
-      const read = await readShape('cv3_posts', where)
-      expect(read.handle).toBe(first.handle)
-      expect(read.duplicates).toEqual([])
-      if (read.rows.size === want.length) {
-        expect(keysOf(read)).toEqual(want)
-        break
-      }
-      if (i > 100) throw new Error(`the move-in never brought every post in: ${keysOf(read).join(', ')}`)
-      await sleep(50)
-    }
+    await shape.expectOnce([10, 200, 201, 202])
   })
 })
