@@ -158,6 +158,12 @@ export class SubqueryShape {
   /** The highest LSN lines were written at. */
   private wroteAt = 0n
   private lastOp = -1
+  /**
+   * A move-in spliced in at a transaction its query did not see, before the
+   * stream reached the query: until a transaction at or past its insert LSN
+   * arrives, one the query saw would be applied twice (see `acceptRun`).
+   */
+  private splicedEarly: { readonly snapshot: PgSnapshot; readonly insertLsn: bigint } | undefined
   /** The snapshot the views were read in: transactions it saw are never applied again. */
   private seen: { snapshot: PgSnapshot; insertLsn: bigint } | undefined
   private readonly columns: readonly string[]
@@ -321,6 +327,14 @@ export class SubqueryShape {
 
   /** A transaction, in order: applied now, or held while a move-in's query runs. */
   private enqueue(txn: PendingTxn): void {
+    const early = this.splicedEarly
+    if (early !== undefined) {
+      if (txn.lsn >= early.insertLsn) this.splicedEarly = undefined
+      else if (isVisibleInSnapshot(early.snapshot, txn.xid)) {
+        this.kill(`the move-in query saw transaction ${txn.xid}, which arrived after one it did not see`)
+        return
+      }
+    }
     const moving = this.moving
     if (moving === undefined) {
       this.process(txn, txn.op ?? 0)
@@ -514,7 +528,9 @@ export class SubqueryShape {
    * transaction judged before the move seen, and the held ones it saw to come
    * first. Otherwise the query runs again a little later, when the laggard is
    * seen; after `MAX_MOVE_IN_RUNS` the shape is made anew (a 409: its clients
-   * refetch, and a new snapshot waits for the same).
+   * refetch, and a new snapshot waits for the same). A transaction the query
+   * saw that arrives only after the splice (`splicedEarly`) can no longer be
+   * put first: the shape is made anew then too.
    */
   private acceptRun(moving: MovingIn, result: MoveInResult): boolean {
     const { snapshot, insertLsn } = result
@@ -542,18 +558,27 @@ export class SubqueryShape {
 
   /**
    * The splice (docs/protocol.md, "Subquery shapes"), once the query's result
-   * is in and the stream has passed it (its message arrived: every
-   * transaction it saw is held by then) and the run fits the stream
-   * (`acceptRun`): held transactions the query saw go first, judged against
-   * the views before the move; at the first it did not see, or at the
-   * message, the move-in event, its rows and a `snapshot-end`; then the held
-   * transactions' inner changes, then the rest as usual.
+   * is in and the run fits the stream (`acceptRun`): held transactions the
+   * query saw go first, judged against the views before the move; at the
+   * first it did not see, or once the stream has passed the query (its
+   * message arrived), the move-in event, its rows and a `snapshot-end`; then
+   * the held transactions' inner changes, then the rest as usual. A write the
+   * log refuses makes the shape anew (it runs in a promise's callback, where
+   * a throw would reach no one).
    */
   private advanceMove(): void {
     const moving = this.moving
     const result = moving?.result
-    if (moving === undefined || result === undefined || moving.markerLsn === undefined || this.dead) return
+    if (moving === undefined || result === undefined || this.dead) return
     if (!this.acceptRun(moving, result)) return
+    try {
+      this.splice(moving, result)
+    } catch (error) {
+      this.kill(`the move-in could not be written: ${error instanceof Error ? error.message : String(error)}`)
+    }
+  }
+
+  private splice(moving: MovingIn, result: MoveInResult): void {
     const { snapshot, insertLsn } = result
     while (moving.held.length > 0) {
       const txn = moving.held[0]!
@@ -565,6 +590,7 @@ export class SubqueryShape {
       moving.deferred.push(txn)
     }
     const boundary = moving.held[0]
+    if (boundary === undefined && moving.markerLsn === undefined) return
     // Splice at the boundary transaction's LSN, before its own lines, or at the message's, above everything routed.
     const lsn = boundary?.lsn ?? moving.markerLsn!
     const xid = boundary?.xid ?? moving.xids[0]!
@@ -572,6 +598,7 @@ export class SubqueryShape {
     if (result.lines.length > 0) lines.push(encodeSnapshotEnd(snapshot))
     let op = this.write(lsn, xid, boundary?.op ?? 0, lines)
     this.moving = undefined
+    if (boundary !== undefined && boundary.lsn < insertLsn) this.splicedEarly = { snapshot, insertLsn }
     const held = moving.held
     // The held transactions' inner changes, as one transaction at the splice: their moves follow the move-in.
     const deferred: PendingTxn = { lsn, xid, outer: [], inner: new Map(), op }
