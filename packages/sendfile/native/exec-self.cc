@@ -6,6 +6,7 @@
 #include "exec-self.h"
 
 #include <cerrno>
+#include <csignal>
 #include <fcntl.h>
 #include <string>
 #include <unistd.h>
@@ -53,8 +54,20 @@ Napi::Value ExecSelf(const Napi::CallbackInfo& info) {
     flags[fd] = fcntl(fd, F_GETFD);
     if (flags[fd] != -1 && (flags[fd] & FD_CLOEXEC) != 0) fcntl(fd, F_SETFD, flags[fd] & ~FD_CLOEXEC);
   }
+  // A sampling profiler (node --cpu-prof) signals the main thread with
+  // SIGPROF every few hundred microseconds. A signal pending at the execve
+  // outlives the image whose handler it was meant for, and the new image's
+  // default action for SIGPROF ends the process before it runs. Ignoring it
+  // discards a pending one and any sent until the exec; the disposition
+  // SIG_IGN carries over, and the new image's profiler installs its handler.
+  struct sigaction ignore = {};
+  struct sigaction previous = {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  const bool ignored = sigaction(SIGPROF, &ignore, &previous) == 0;
   execve(file.c_str(), argvp.data(), envpp.data());
   const int failed = errno;
+  if (ignored) sigaction(SIGPROF, &previous, nullptr);
   for (int fd = 0; fd < 3; fd++) {
     if (flags[fd] != -1) fcntl(fd, F_SETFD, flags[fd]);
   }

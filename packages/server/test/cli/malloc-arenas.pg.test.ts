@@ -1,7 +1,8 @@
 // `sluice start` runs itself again in place with MALLOC_ARENA_MAX set (bin/malloc-arenas.js), so that
 // glibc caps the arenas of every thread, V8's helpers included: the process a supervisor started keeps
 // its pid, its arguments and its standard descriptors, and a MALLOC_ARENA_MAX of the user's stands.
-import { readFileSync } from 'node:fs'
+import { readFileSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { BIN, cleanEnv, sluice } from './sluice-run.js'
@@ -41,6 +42,27 @@ describe('malloc arena cap at start', () => {
     expect(own.env.filter((e) => e.startsWith('MALLOC_ARENA_MAX='))).toEqual(['MALLOC_ARENA_MAX=4'])
     mine.child.kill('SIGTERM')
     expect(await mine.exited).toEqual({ code: 0, signal: null })
+    await cluster.dropReplicationSlots()
+  })
+
+  it('survives the restart under a sampling profiler (a profiler tick pending at the exec does not end the new image) and writes its profile', async () => {
+    const dir = await dirs.make()
+    const profiles = await dirs.make()
+    const args = ['start', '--database-url', cluster.url, '--storage-dir', dir, '--port', '0', '--slot', 'arenas_prof_slot', '--publication', 'arenas_prof_pub']
+    // Ticks every 50 µs: one is all but certain to be pending when the process runs execve.
+    const run = sluice(args, { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profiles}`, '--cpu-prof-interval=50'] })
+    const [, httpUrl] = await run.waitFor(/HTTP: +(http:\/\/127\.0\.0\.1:\d+)/)
+    expect(procOf(run.child.pid!).env).toContain('MALLOC_ARENA_MAX=2')
+    expect((await fetch(`${httpUrl}/v1/health`)).status).toBe(200)
+    run.child.kill('SIGTERM')
+    expect(await run.exited).toEqual({ code: 0, signal: null })
+    // Named CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile; a worker thread of the server writes its own.
+    const pid = run.child.pid!
+    const written = readdirSync(profiles).filter((f) => f.endsWith('.cpuprofile'))
+    const main = written.filter((f) => f.split('.')[3] === String(pid) && f.split('.')[4] === '0')
+    expect(main, written.join(' ')).toHaveLength(1)
+    const profile = JSON.parse(readFileSync(join(profiles, main[0]!), 'utf8')) as { samples: number[] }
+    expect(profile.samples.length).toBeGreaterThan(100)
     await cluster.dropReplicationSlots()
   })
 })
