@@ -32,11 +32,19 @@
  * Deadlines are rounded *up* to a multiple of `resolutionMs` (default 100 ms)
  * and kept in one bucket per multiple. A single interval of `resolutionMs`
  * (unref'd, so it never keeps the process alive on its own) runs only while
- * at least one waiter exists, and each tick resolves every bucket whose time has
+ * at least one waiter exists, and each tick resolves the buckets whose time has
  * come. 10k waiters therefore cost one timer, and the work per tick is the
  * number of live buckets (at most `longest timeout / resolutionMs`, e.g. 600 for
  * 60 s SSE streams at 100 ms) plus the waiters actually resolved. A timeout is
- * never early and at most about `2 × resolutionMs` late.
+ * never early and at most about `2 × resolutionMs` late (plus the turns below).
+ *
+ * The due waiters are resolved `expireSlice` (default 8) per turn of the event
+ * loop, not all in the tick. Ten thousand clients on a 20 s timeout expire
+ * about fifty per tick, and each answers its request; done in one stretch,
+ * that held the loop for milliseconds every tick, and a commit arriving then
+ * waited behind answers nobody was waiting for. Between slices the loop reads
+ * its sockets, so a flush and the waiter it wakes go first, and late by a
+ * few turns is nothing to a deadline of seconds.
  *
  * Resolution is exactly once per park: whichever of advanced / timeout /
  * invalidated / aborted comes first wins, and the waiter is removed from its
@@ -70,6 +78,8 @@ export interface LiveWaitersOptions {
   readonly now?: () => number
   /** Waiters woken per turn of the event loop after a flush (see Waking); default 256. */
   readonly wakeSlice?: number
+  /** Waiters whose deadline passed resolved per turn of the event loop (see Deadlines); default 8. */
+  readonly expireSlice?: number
 }
 
 /** What `wait` needs of a cancellation: an `AbortSignal`, or something lighter with the same three members. */
@@ -86,6 +96,8 @@ export interface WaitOptions {
 
 export const DEFAULT_WAIT_RESOLUTION_MS = 100
 export const DEFAULT_WAKE_SLICE = 256
+/** See `LiveWaitersOptions.expireSlice`. */
+export const DEFAULT_EXPIRE_SLICE = 8
 
 /**
  * One parked wait, as the waiters hold it: what a long-poll parks as (see
@@ -138,6 +150,9 @@ export class LiveWaiters {
   private pending: Waiter[][] = []
   private pendingAt = 0
   private draining: NodeJS.Immediate | undefined
+  private readonly expireSlice: number
+  /** Set while due waiters remain for a later turn. */
+  private expiring: NodeJS.Immediate | undefined
 
   constructor(options: LiveWaitersOptions) {
     const resolutionMs = options.resolutionMs ?? DEFAULT_WAIT_RESOLUTION_MS
@@ -148,6 +163,9 @@ export class LiveWaiters {
     const slice = options.wakeSlice ?? DEFAULT_WAKE_SLICE
     if (!Number.isInteger(slice) || slice < 1) throw new RangeError(`wakeSlice must be a positive integer, got ${slice}`)
     this.wakeSlice = slice
+    const expire = options.expireSlice ?? DEFAULT_EXPIRE_SLICE
+    if (!Number.isInteger(expire) || expire < 1) throw new RangeError(`expireSlice must be a positive integer, got ${expire}`)
+    this.expireSlice = expire
   }
 
   /**
@@ -288,11 +306,32 @@ export class LiveWaiters {
   }
 
   private tick(): void {
+    if (this.expiring === undefined) this.expireSome()
+  }
+
+  /** Resolves up to `expireSlice` due waiters, and schedules the next turn's if more are due. */
+  private expireSome(): void {
+    this.expiring = undefined
     const due = Math.floor(this.clock() / this.resolutionMs)
+    let settled = 0
+    // Settling removes the waiter from its set (and an emptied set from the map), which
+    // iteration allows; a waiter parked again by its wake goes to a bucket after `due`.
     for (const [bucket, set] of this.buckets) {
       if (bucket > due) continue
-      for (const w of [...set]) this.settle(w, 'timeout')
+      for (const w of set) {
+        if (settled === this.expireSlice) {
+          if (!this.closed) this.expiring = setImmediate(() => this.expireSome())
+          return
+        }
+        this.settle(w, 'timeout')
+        settled++
+      }
     }
+  }
+
+  private stopExpiring(): void {
+    if (this.expiring !== undefined) clearImmediate(this.expiring)
+    this.expiring = undefined
   }
 
   private settle(w: Waiter, result: WaitResult): void {
@@ -306,6 +345,7 @@ export class LiveWaiters {
     if (this.count === 0) {
       // Nobody left to wake: the flushed list holds only resolved waiters.
       this.dropPending()
+      this.stopExpiring()
       this.unlisten()
       if (this.timer !== undefined) {
         clearInterval(this.timer)

@@ -4,7 +4,7 @@ import { runInNewContext } from 'node:vm'
 import { BEFORE_ALL, parseOffset } from '@sluice/protocol'
 import { MemoryLogStore } from '@sluice/storage'
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { LiveWaiters, type WaitResult, waitForData } from '../../../src/http/live/index.js'
+import { LiveWaiters, type WaitResult, Waiter, waitForData } from '../../../src/http/live/index.js'
 import { FakeFlushes, changeJson, commit, makeShape, rowJson } from './helpers.js'
 
 /** Tracks when each promise settled and with what. */
@@ -203,6 +203,66 @@ describe('LiveWaiters on fake timers', () => {
     // s0 (1) is under the slice, so 'busy' (500) goes with it; the rest wait.
     expect(waiters.size).toBe(800 - 501)
     waiters.close()
+  })
+
+  it('resolves due waiters a slice per turn, so a flush between slices wakes its waiter before the rest expire', () => {
+    vi.useFakeTimers({ now: 1_000_000 })
+    const base = vi.getTimerCount()
+    const flushes = new FakeFlushes()
+    const waiters = new LiveWaiters({ store: flushes, resolutionMs: 100, expireSlice: 3, now: () => Date.now() })
+    const woken: string[] = []
+    class Recorded extends Waiter {
+      constructor(readonly name: string) {
+        super()
+      }
+      wake(result: WaitResult): void {
+        woken.push(`${this.name} ${result}`)
+      }
+    }
+    for (let i = 0; i < 10; i++) expect(waiters.park(new Recorded(`s${i}`), `s${i}`, 1000)).toBeUndefined()
+    expect(waiters.park(new Recorded('hot'), 'hot', 60_000)).toBeUndefined()
+    vi.advanceTimersByTime(999)
+    expect(woken).toEqual([])
+    // The tick at the deadline: three expire, the rest wait for the next turn.
+    vi.advanceTimersToNextTimer()
+    expect(woken).toEqual(['s0 timeout', 's1 timeout', 's2 timeout'])
+    flushes.emit(['hot'])
+    expect(woken.at(-1)).toBe('hot advanced')
+    // One turn each, none early and none twice.
+    vi.advanceTimersToNextTimer()
+    expect(woken.slice(4)).toEqual(['s3 timeout', 's4 timeout', 's5 timeout'])
+    vi.advanceTimersToNextTimer()
+    vi.advanceTimersToNextTimer()
+    expect(woken.slice(4)).toEqual(Array.from({ length: 7 }, (_, i) => `s${i + 3} timeout`))
+    expect(waiters.size).toBe(0)
+    // Nobody left: neither the interval nor a turn of expiry is scheduled.
+    expect(vi.getTimerCount()).toBe(base)
+    expect(() => new LiveWaiters({ store: flushes, expireSlice: 0 })).toThrow(RangeError)
+  })
+
+  it('a waiter cancelled while its slice waits is not woken, and close() drops the pending turn', () => {
+    vi.useFakeTimers({ now: 2_000_000 })
+    const base = vi.getTimerCount()
+    const waiters = new LiveWaiters({ store: new FakeFlushes(), resolutionMs: 100, expireSlice: 2, now: () => Date.now() })
+    const woken: string[] = []
+    const all = Array.from({ length: 6 }, (_, i) => {
+      const w = new (class extends Waiter {
+        wake(result: WaitResult): void {
+          woken.push(`w${i} ${result}`)
+        }
+      })()
+      waiters.park(w, `s${i}`, 500)
+      return w
+    })
+    vi.advanceTimersByTime(500)
+    expect(woken).toEqual(['w0 timeout', 'w1 timeout'])
+    waiters.cancel(all[2]!)
+    expect(woken.at(-1)).toBe('w2 aborted')
+    vi.advanceTimersToNextTimer()
+    expect(woken.slice(3)).toEqual(['w3 timeout', 'w4 timeout'])
+    waiters.close()
+    expect(woken.slice(5)).toEqual(['w5 aborted'])
+    expect(vi.getTimerCount()).toBe(base)
   })
 
   it('the timer and the flush listener are there only while waiters exist, and close() stops everything', async () => {
