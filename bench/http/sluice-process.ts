@@ -4,6 +4,7 @@
  * current, else the sources through tsx; see docs/operations.md), in a
  * process of its own, on a port the kernel picks (read from its banner).
  */
+import { appendFileSync } from 'node:fs'
 import { type ChildProcess, spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
@@ -30,6 +31,10 @@ export async function startSluice(options: {
   // BENCH_CPU_PROF=<dir>: the server writes a V8 CPU profile there when it stops (summarise with pipeline/profile-summary.ts).
   const profile = process.env.BENCH_CPU_PROF
   const nodeFlags = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`, '--cpu-prof-interval=200']
+  // BENCH_SLUICE_NODE_ARGS='--trace-gc ...': more Node flags for every server a benchmark starts (a probe, not a setting
+  // to report: results files do not record it); BENCH_SLUICE_STDOUT=<file> appends the server's stdout there.
+  const extra = process.env.BENCH_SLUICE_NODE_ARGS?.split(' ').filter((a) => a !== '') ?? []
+  nodeFlags.push(...extra)
   const child: ChildProcess = spawn(
     process.execPath,
     [...nodeFlags, ...(options.nodeArgs ?? []), SLUICE_BIN, 'start', '--database-url', options.databaseUrl, '--port', '0', '--host', '127.0.0.1', '--storage-dir', options.storageDir, ...options.flags],
@@ -44,7 +49,9 @@ export async function startSluice(options: {
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`sluice did not start within ${START_TIMEOUT_MS} ms: ${tail}`)), START_TIMEOUT_MS)
     let found = false
+    const copyTo = process.env.BENCH_SLUICE_STDOUT
     createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (copyTo !== undefined) appendFileSync(copyTo, `${line}\n`)
       const m = /HTTP:\s+(http:\/\/\S+)/.exec(line)
       if (m !== null && !found) {
         found = true
