@@ -11,12 +11,18 @@ import { median } from '../pipeline/stats.js'
 import type { Machine } from '../storage/report.js'
 import { num as n } from '../report/format.js'
 
-export type LargeClient = 'ours' | 'official' | 'raw'
-export const LARGE_CLIENTS: readonly LargeClient[] = ['ours', 'official', 'raw']
+export type LargeClient = 'ours' | 'official' | 'parse' | 'raw'
+export const LARGE_CLIENTS: readonly LargeClient[] = ['ours', 'official', 'parse', 'raw']
 export const LARGE_LABEL: Record<LargeClient, string> = {
   ours: '@sluice/client',
   official: '@electric-sql/client 1.5.28',
+  parse: 'JSON.parse floor (node:http, each body parsed, rows kept in a Map, values not typed)',
   raw: 'raw HTTP download (node:http, bodies counted, not parsed)',
+}
+
+/** The clients a results file has runs of: files written before the `parse` floor existed have none of it. */
+export function clientsIn(row: Pick<LargeRow, 'runs'>): LargeClient[] {
+  return LARGE_CLIENTS.filter((c) => (row.runs[c]?.length ?? 0) > 0)
 }
 
 /** Warm: the shape exists and was downloaded once before the clock. Cold: the first request creates it (the server's snapshot is in the time). */
@@ -70,8 +76,9 @@ export interface LargeRow {
   /** Bytes of the shape's bodies over all its requests (from the priming download; for cold rows, from a raw run). */
   readonly bodyBytes: number
   readonly requests: number
-  readonly runs: Record<LargeClient, LargeRun[]>
-  readonly median: Record<LargeClient, LargeMedian>
+  /** `parse` is missing from files written before it existed. */
+  readonly runs: Partial<Record<LargeClient, LargeRun[]>> & Record<'ours' | 'official' | 'raw', LargeRun[]>
+  readonly median: Partial<Record<LargeClient, LargeMedian>> & Record<'ours' | 'official' | 'raw', LargeMedian>
   /** Ours and the official client materialised equal rows (one digest over all their runs). */
   readonly rowsEqual: boolean
 }
@@ -122,6 +129,12 @@ export function verdictLines(report: Report): string[] {
     `Our client, ${n(row.rows)} rows from a warm shape: ${n(m.ours.ms)} ms (target under ${n(OURS_TARGET_MS)} ms): ${verdict(m.ours.ms, OURS_TARGET_MS)}; ` +
       `${ratio(m.ours.ms, m.official.ms)} the official client's time (${n(m.official.ms)} ms), ${ratio(m.ours.ms, m.raw.ms)} the raw download's; ` +
       `peak RSS ${mib(m.ours.peakRss)} vs ${mib(m.official.peakRss)} MiB (${ratio(m.ours.peakRss, m.official.peakRss)}).`,
+    ...(m.parse === undefined
+      ? []
+      : [
+          `The floor of any JavaScript client that keeps the rows (each body through one JSON.parse, every row into a Map, no value typed): ${n(m.parse.ms)} ms; ` +
+            `our client ${ratio(m.ours.ms, m.parse.ms)} of it, the official client ${ratio(m.official.ms, m.parse.ms)}.`,
+        ]),
   ]
 }
 
@@ -131,8 +144,9 @@ export function markdown(report: Report): string {
   out.push(`# Large shape, one client${report.quick ? ' (QUICK smoke run: small counts, not figures)' : report.partial ? ' (partial run)' : ''}`)
   out.push('')
   out.push(
-    'One client downloads one large shape from a Sluice server: our `Shape` (`@sluice/client`), the official one (`@electric-sql/client` 1.5.28) and a raw HTTP download ' +
-      'of the same log (node:http, bodies read and counted, the next offset taken from the headers, no JSON parsed), each run in a fresh Node process of its own. ' +
+    'One client downloads one large shape from a Sluice server: our `Shape` (`@sluice/client`), the official one (`@electric-sql/client` 1.5.28), a raw HTTP download ' +
+      'of the same log (node:http, bodies read and counted, the next offset taken from the headers, no JSON parsed) and the JSON.parse floor (the same download, each body ' +
+      'decoded and given to one JSON.parse, every row put in a Map by its key, values left as text: the least any JavaScript client that keeps the rows does), each run in a fresh Node process of its own. ' +
       'Produced by `bench/large/run.ts` (`npm run bench:large`).',
   )
   out.push('')
@@ -161,10 +175,9 @@ export function markdown(report: Report): string {
   out.push('| rows | shape | body MB (requests) | client | time ms (median) | CPU ms | peak RSS MiB | RSS before MiB | peak heap MiB | retained heap MiB | time / official | time / raw |')
   out.push('|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
   for (const row of report.results) {
-    for (const c of LARGE_CLIENTS) {
-      const md = row.median[c]
-      if (row.runs[c].length === 0) continue
-      const before = median(row.runs[c].map((r) => r.before.rss))
+    for (const c of clientsIn(row)) {
+      const md = row.median[c]!
+      const before = median(row.runs[c]!.map((r) => r.before.rss))
       out.push(
         `| ${n(row.rows)} | ${row.temperature} | ${n(row.bodyBytes / 1e6, 1)} (${row.requests}) | ${LARGE_LABEL[c]} | ${n(md.ms)} | ${n(md.cpuMs)} | ${mib(md.peakRss)} | ${mib(before)} | ${mib(md.peakHeapUsed)} | ${mib(md.retainedHeapUsed)} | ` +
           `${c === 'official' ? '' : ratio(md.ms, row.median.official.ms)} | ${c === 'raw' ? '' : ratio(md.ms, row.median.raw.ms)} |`,
@@ -179,8 +192,8 @@ export function markdown(report: Report): string {
   out.push('| rows | shape | client | rep | pos | ms | CPU ms | peak RSS MiB | peak heap MiB | retained heap MiB | CPU pressure % | load 1m |')
   out.push('|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for (const row of report.results) {
-    for (const c of LARGE_CLIENTS) {
-      for (const r of row.runs[c]) {
+    for (const c of clientsIn(row)) {
+      for (const r of row.runs[c]!) {
         out.push(
           `| ${n(row.rows)} | ${row.temperature} | ${c} | ${r.rep + 1} | ${r.position + 1} | ${n(r.ms)} | ${n(r.userMs + r.systemMs)} | ${mib(r.peakRss ?? r.peakRssSampled)} | ${mib(r.peakHeapUsed)} | ${mib(r.retained.heapUsed)} | ${n(r.cpuPressurePercent ?? Number.NaN)} | ${n(r.loadavg1, 2)} |`,
         )

@@ -115,7 +115,7 @@ function summarise(rows: number, temperature: Temperature, runs: Record<LargeCli
     bodyBytes: download.bodyBytes,
     requests: download.requests,
     runs,
-    median: { ours: largeMedian(runs.ours), official: largeMedian(runs.official), raw: largeMedian(runs.raw) },
+    median: { ours: largeMedian(runs.ours), official: largeMedian(runs.official), parse: largeMedian(runs.parse), raw: largeMedian(runs.raw) },
     rowsEqual: digests.size === 1,
   }
 }
@@ -145,7 +145,7 @@ async function main(): Promise<void> {
         // The priming download creates the shape and brings its log into the page cache: what a warm run reads.
         const primed = await oneRun(url, table, undefined, rows, 'raw', 'cold', 0, 0)
         log(`primed ${table}: ${(primed.bodyBytes! / 1e6).toFixed(1)} MB in ${primed.requests} requests (${(primed.bodyBytes! / rows).toFixed(0)} B/row), ${(primed.ms / 1000).toFixed(1)} s`)
-        const runs: Record<LargeClient, LargeRun[]> = { ours: [], official: [], raw: [] }
+        const runs: Record<LargeClient, LargeRun[]> = { ours: [], official: [], parse: [], raw: [] }
         for (let rep = 0; rep < SETTINGS.reps; rep++) {
           for (const [position, client] of order(rep).entries()) runs[client].push(await oneRun(url, table, undefined, rows, client, 'warm', rep, position))
         }
@@ -157,7 +157,7 @@ async function main(): Promise<void> {
       let shapeNo = 0
       for (const rows of SETTINGS.rows) {
         const table = largeTable(rows)
-        const runs: Record<LargeClient, LargeRun[]> = { ours: [], official: [], raw: [] }
+        const runs: Record<LargeClient, LargeRun[]> = { ours: [], official: [], parse: [], raw: [] }
         for (let rep = 0; rep < SETTINGS.coldReps; rep++) {
           for (const [position, client] of order(rep).entries()) {
             // All rows, but a where clause no earlier request used: a new shape, snapshotted for this run.
