@@ -30,7 +30,7 @@ import { type ResolvedShape, type ShapeService, headOffset } from '../shape-serv
 import { type Admission, type AdmissionWaiter, type RequestKind, clientKey } from './admission.js'
 import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
-import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, serveSse } from './live/index.js'
+import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, startSse } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
@@ -437,23 +437,23 @@ class ShapeResponder extends DataWait<ShapeLog> {
     headers[ResponseHeader.offset] = this.requestOffset
     headers[ResponseHeader.cursor] = this.cursor()
     this.reply.hijack()
-    // Not awaited: while the stream is held, the request is the stream's own object and this one (see DataWait), no suspended call.
-    serveSse({
-      raw: this.reply.raw,
-      headers,
-      handle: shape.handle,
-      after,
-      read: readFromStore(shapes, shape.handle, this.context.sharedReads),
-      upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
-      waiters: this.context.waiters,
-      isInvalidated: () => shapes.status(shape.handle) !== 'active',
-      // No signal: the stream notices its client leaving itself, and waiters.close() ends it at shutdown.
-      timeoutMs: this.http.sseTimeoutMs,
-    }).then(
-      () => this.finish(),
-      (error: unknown) => {
+    // While the stream is held, the request is the stream's own object and this one (see DataWait): no suspended call, no promise.
+    startSse(
+      {
+        raw: this.reply.raw,
+        headers,
+        handle: shape.handle,
+        after,
+        read: readFromStore(shapes, shape.handle, this.context.sharedReads),
+        upToDate: (next) => upToDateMessage(next.tx > 0n ? next.tx : shapes.lastSeenLsn),
+        waiters: this.context.waiters,
+        isInvalidated: () => shapes.status(shape.handle) !== 'active',
+        // No signal: the stream notices its client leaving itself, and waiters.close() ends it at shutdown.
+        timeoutMs: this.http.sseTimeoutMs,
+      },
+      (outcome, error) => {
         // The stream was already open: it has been cut, and the client reconnects.
-        this.request.log.error({ err: error }, 'SSE stream failed')
+        if (outcome === undefined) this.request.log.error({ err: error }, 'SSE stream failed')
         this.finish()
       },
     )

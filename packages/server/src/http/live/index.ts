@@ -19,9 +19,11 @@ export {
   type ServeSseOptions,
   type SseRead,
   type SseBatch,
+  type SseEnded,
   type SseOutcome,
   readFromStore,
   serveSse,
+  startSse,
 } from './sse.js'
 export { DEFAULT_SHARED_READ_BYTES, SharedRange, SharedReads, type SharedReadsOptions } from './shared-reads.js'
 export {

@@ -100,11 +100,25 @@ export type SseOutcome = 'timeout' | 'invalidated' | 'disconnected' | 'aborted'
  * destroyed first (the client sees a broken stream and retries).
  */
 export function serveSse(options: ServeSseOptions): Promise<SseOutcome> {
+  return new Promise<SseOutcome>((resolve, reject) => startSse(options, (outcome, error) => (outcome === undefined ? reject(error) : resolve(outcome))))
+}
+
+/**
+ * `serveSse` with a callback instead of a promise: `ended` is called once,
+ * with the outcome, or with `undefined` and the error where `serveSse` would
+ * reject. What the route uses: a held stream then keeps no promise, no
+ * reaction and no resolving functions of its own (a parked stream's memory is
+ * what ten thousand of them cost).
+ */
+export function startSse(options: ServeSseOptions, ended: SseEnded): void {
   const headers = sseHeaders(options.headers, options.cacheControl ?? liveSseCacheControl(options.timeoutMs ?? DEFAULT_SSE_TIMEOUT_MS))
   // The stream keeps its options for its whole life, the headers are sent once: not kept.
   const kept: ServeSseOptions = { ...options, headers: NO_HEADERS }
-  return new Promise<SseOutcome>((resolve, reject) => new SseStream(kept, resolve, reject).start(headers))
+  new SseStream(kept, ended).start(headers)
 }
+
+/** How `startSse` reports the end of a stream: an outcome, or `undefined` and the error. */
+export type SseEnded = (outcome: SseOutcome | undefined, error?: unknown) => void
 
 const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({})
 
@@ -132,15 +146,12 @@ class SseStream extends Waiter {
     // 'close' after a normal end too; only an unfinished response means the client left.
     if (!this.options.raw.writableFinished) this.leave()
   }
-  private readonly onAbort = (): void => {
-    this.aborted = true
-    if (this.isParked) this.options.waiters.cancel(this)
-  }
+  /** Made only for a stream given a signal (the route gives none). */
+  private onAbort: (() => void) | undefined = undefined
 
   constructor(
     private readonly options: ServeSseOptions,
-    private readonly resolve: (outcome: SseOutcome) => void,
-    private readonly reject: (error: unknown) => void,
+    private readonly onEnd: SseEnded,
   ) {
     super()
     const now = options.waiters.now()
@@ -156,7 +167,13 @@ class SseStream extends Waiter {
     if (raw.destroyed) this.gone = true
     if (signal !== undefined) {
       if (signal.aborted) this.aborted = true
-      else signal.addEventListener('abort', this.onAbort, { once: true })
+      else {
+        this.onAbort = () => {
+          this.aborted = true
+          if (this.isParked) this.options.waiters.cancel(this)
+        }
+        signal.addEventListener('abort', this.onAbort, { once: true })
+      }
     }
     try {
       raw.writeHead(200, headers)
@@ -264,7 +281,7 @@ class SseStream extends Waiter {
     this.ended = true
     const { raw, signal, waiters } = this.options
     raw.off('close', this.onClose)
-    signal?.removeEventListener('abort', this.onAbort)
+    if (this.onAbort !== undefined) signal?.removeEventListener('abort', this.onAbort)
     if (this.isParked) waiters.cancel(this)
     this.drained?.()
     return true
@@ -274,13 +291,13 @@ class SseStream extends Waiter {
     if (!this.cleanUp()) return
     const { raw } = this.options
     if (!raw.destroyed && !raw.writableEnded) raw.end()
-    this.resolve(outcome)
+    this.onEnd(outcome)
   }
 
   private fail(error: unknown): void {
     if (!this.cleanUp()) return
     this.options.raw.destroy()
-    this.reject(error)
+    this.onEnd(undefined, error)
   }
 }
 
