@@ -45,8 +45,9 @@ interface Download {
 
 /**
  * Follows the shape's log with plain HTTP/1.1 keep-alive requests: each body
- * is read to its end (its bytes counted, then dropped) and the next request
- * is made from the response's electric-handle and electric-offset headers.
+ * is read to its end (its bytes counted, then dropped, or with `rows` kept
+ * there: the `parse` floor) and the next request is made from the response's
+ * electric-handle and electric-offset headers.
  */
 async function rawDownload(base: string, table: string, where: string | undefined, rows?: Map<string, unknown>): Promise<Download> {
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })

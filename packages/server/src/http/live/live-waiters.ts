@@ -320,7 +320,7 @@ export class LiveWaiters {
       if (bucket > due) continue
       for (const w of set) {
         if (settled === this.expireSlice) {
-          if (!this.closed) this.expiring = setImmediate(() => this.expireSome())
+          this.expiring = setImmediate(() => this.expireSome())
           return
         }
         this.settle(w, 'timeout')
