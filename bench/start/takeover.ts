@@ -35,7 +35,7 @@ import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { freePort } from '@sluice/test-utils'
+import { stablePort } from '@sluice/test-utils'
 import { markdownTable } from '../report/markdown.js'
 import { takeoverSection } from '../report/sections/takeover.js'
 import { machineInfo } from '../storage/report.js'
@@ -163,7 +163,8 @@ function mustBeRunning(server: Server, what: string, t0: number): () => void {
 
 async function oneTakeover(fixture: StartFixture, storageDir: string, slot: string, way: Way, db: pg.Client): Promise<TakeoverRun> {
   const load1 = loadavg()[0]!
-  const [writerPort, standbyPort] = [await freePort(), await freePort()]
+  // Outside the ephemeral range: the standby's port stays unbound until it takes over.
+  const [writerPort, standbyPort] = [await stablePort(), await stablePort()]
   const args = (port: number) => ['--database-url', fixture.cluster.url, '--port', String(port), '--storage-dir', storageDir, '--slot', slot]
   const writerUrl = `http://127.0.0.1:${writerPort}`
   const standbyUrl = `http://127.0.0.1:${standbyPort}`

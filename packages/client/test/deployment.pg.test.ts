@@ -21,7 +21,7 @@ import { chmod } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Shape as ElectricShape, ShapeStream as ElectricStream, type ShapeStreamInterface } from '@electric-sql/client'
-import { type NginxServer, freePort, startNginx, useTempDir, usePostgres } from '@sluice/test-utils'
+import { type NginxServer, stablePort, startNginx, useTempDir, usePostgres } from '@sluice/test-utils'
 import { afterEach, describe, expect, it } from 'vitest'
 import { Shape, ShapeStream } from '../src/index.js'
 
@@ -195,6 +195,8 @@ interface Follower {
   readonly handle: () => string | undefined
   readonly rows: () => readonly Row[]
   readonly upToDate: () => boolean
+  /** Where it is and what went wrong last, for a failure message. */
+  readonly describe: () => string
   stop(): void
 }
 
@@ -207,7 +209,8 @@ function followElectric(url: string, grp: number): Follower {
     backoffOptions: { initialDelay: 100, maxDelay: 1000, multiplier: 1.5 },
   })
   const shape = new ElectricShape<Row>(stream as unknown as ShapeStreamInterface<Row>)
-  return { name: `electric ${grp}`, handle: () => stream.shapeHandle, rows: () => shape.currentRows, upToDate: () => stream.isUpToDate, stop: () => abort.abort() }
+  const describe = (): string => `handle ${stream.shapeHandle} offset ${stream.lastOffset} connected ${stream.isConnected()} error ${String(stream.error)}`
+  return { name: `electric ${grp}`, handle: () => stream.shapeHandle, rows: () => shape.currentRows, upToDate: () => stream.isUpToDate, describe, stop: () => abort.abort() }
 }
 
 function followSluice(url: string, grp: number): Follower {
@@ -217,7 +220,8 @@ function followSluice(url: string, grp: number): Follower {
     backoff: { initialDelayMs: 100, maxDelayMs: 1000, multiplier: 1.5, maxRetries: Number.POSITIVE_INFINITY },
   })
   const shape = new Shape<Row>(stream)
-  return { name: `sluice ${grp}`, handle: () => stream.shapeHandle, rows: () => shape.rows, upToDate: () => stream.isUpToDate, stop: () => stream.stop() }
+  const describe = (): string => `handle ${stream.shapeHandle} offset ${stream.lastOffset} state ${stream.state.kind} requests ${stream.requestCount} error ${String(stream.error)}`
+  return { name: `sluice ${grp}`, handle: () => stream.shapeHandle, rows: () => shape.rows, upToDate: () => stream.isUpToDate, describe, stop: () => stream.stop() }
 }
 
 function canonical(rows: readonly Row[]): string[] {
@@ -250,7 +254,11 @@ async function deployment(hosts: { writer: Host; standby: Host; replicas: readon
   try {
     const url = `${nginx.url}/v1/shape`
     for (let g = 0; g < SHAPES; g++) followers.push(followElectric(url, g), followSluice(url, g))
-    await until('every client up to date', () => followers.every((f) => f.upToDate()), 60_000)
+    await until('every client up to date', () => followers.every((f) => f.upToDate()), 60_000).catch(async (error: unknown) => {
+      const lagging = followers.filter((f) => !f.upToDate()).map((f) => `${f.name}: ${f.describe()}`)
+      const log = await nginx.accessLog()
+      throw new Error(`${String(error)}\n${lagging.join('\n')}\nthe last of nginx's log:\n${log.slice(-40).map((e) => JSON.stringify(e)).join('\n')}`)
+    })
     const handles = new Map(followers.map((f) => [f.name, f.handle()]))
     let standbyHost = hosts.standby
     let writerHost = hosts.writer
@@ -294,7 +302,7 @@ async function deployment(hosts: { writer: Host; standby: Host; replicas: readon
       60_000,
     ).catch((error: unknown) => {
       const lagging = followers.filter((f) => JSON.stringify(canonical(f.rows())) !== JSON.stringify(expected.get(Number(f.name.split(' ')[1]))))
-      throw new Error(`${String(error)}: ${lagging.map((f) => f.name).join(', ')}`)
+      throw new Error(`${String(error)}:\n${lagging.map((f) => `${f.name}: ${f.describe()}`).join('\n')}`)
     })
     // The handles they started with: nothing was invalidated, so no client had to start over.
     for (const f of followers) expect(f.handle(), f.name).toBe(handles.get(f.name))
@@ -315,7 +323,11 @@ async function deployment(hosts: { writer: Host; standby: Host; replicas: readon
 
 describe('deployment: nginx over a writer, a standby and two read replicas', () => {
   it('keeps clients syncing through kill -9 of a replica, of the writer, and a standby takeover', { timeout: 100_000 + ROUNDS * 60_000 }, async () => {
-    const local = async (name: string): Promise<Host> => ({ name, address: '127.0.0.1', port: await freePort() })
+    // Ports outside the ephemeral range: the standby's stays unbound until it takes over, and a killed process's
+    // until it is started again; in the meantime a server of a test file running alongside, listening on port 0,
+    // could be given a port from freePort, and nginx would send it this test's clients (a 400 for a table it
+    // does not have, which stops the official client for good).
+    const local = async (name: string): Promise<Host> => ({ name, address: '127.0.0.1', port: await stablePort() })
     await deployment(
       { writer: await local('writer'), standby: await local('standby'), replicas: [await local('replica 1'), await local('replica 2')] },
       cluster.url,
