@@ -12,8 +12,8 @@ import {
   type PostgresCluster,
   type TempDir,
   findChromium,
-  freePort,
   startNginx,
+  stablePort,
   startPostgres,
   tempDir,
 } from '@sluice/test-utils'
@@ -88,7 +88,9 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     cleanups.push(() => db.end())
     await migrate(db)
 
-    const port = await freePort()
+    // Outside the ephemeral range: the server is stopped and started again on this port, and meanwhile a
+    // listener on port 0 elsewhere could be given a port from freePort.
+    const port = await stablePort()
     const config: SluiceConfig = loadConfig(
       [
         ...['--database-url', postgres.url],
