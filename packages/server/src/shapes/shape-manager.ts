@@ -327,6 +327,12 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     for (const shape of this.shapes.values()) if (shape.log !== undefined && shape.cancelled === undefined) yield shape
   }
 
+  /** The shape of `handle`, if its log is ready (what compaction checks after a flush). */
+  readyShape(handle: string): LiveShape | undefined {
+    const shape = this.shapes.get(handle)
+    return shape !== undefined && shape.log !== undefined && shape.cancelled === undefined ? shape : undefined
+  }
+
   /** Whether `shape` is still the shape of its handle, serving `log`. */
   holds(shape: LiveShape, log: ShapeLog): boolean {
     return this.shapes.get(shape.handle) === shape && shape.cancelled === undefined && shape.log === log

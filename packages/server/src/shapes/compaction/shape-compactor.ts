@@ -1,3 +1,4 @@
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import { BEFORE_ALL, type LogOffset } from '@sluice/protocol'
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
 import type { LiveShape } from '../live-shape.js'
@@ -5,7 +6,7 @@ import type { ShapeTarget } from '../route-contracts.js'
 import type { ShapeLogger } from '../shape-manager.js'
 import { StitchingTarget } from '../shape-targets.js'
 import { type CompactedLog, compactLog } from './compact-log.js'
-import { compactedLogId, generationOfLogId } from './log-ids.js'
+import { compactedLogId, generationOfLogId, handleOfLogId } from './log-ids.js'
 import { TeeTarget } from './tee-target.js'
 
 /*
@@ -32,6 +33,8 @@ import { TeeTarget } from './tee-target.js'
 export interface CompactionShapes {
   /** Shapes whose log is ready. */
   readyShapes(): Iterable<LiveShape>
+  /** The shape of `handle`, if its log is ready. */
+  readyShape(handle: string): LiveShape | undefined
   /** Whether `shape` is still the manager's shape for its handle, with `log`. */
   holds(shape: LiveShape, log: ShapeLog): boolean
 }
@@ -48,7 +51,7 @@ export interface ShapeCompactorOptions {
   readonly ratio: number
   /** …and at least this many entries more. */
   readonly minEntries: number
-  /** How often shapes are checked. */
+  /** How often the logs that grew are checked. */
   readonly intervalMs: number
   /** How long the old log keeps taking copies after the switch. */
   readonly retireAfterMs: number
@@ -69,7 +72,12 @@ export interface CompactionStats {
   /** How long the last compaction took, from the tee to the switch. */
   lastDurationMs: number
   running: boolean
+  /** Logs the scheduler has checked for being due, summed over its checks. */
+  checked: number
 }
+
+/** Logs checked in one turn of the event loop (the first check after a start looks at every one). */
+const CHECK_SLICE = 1000
 
 /** Entries of the log's snapshot region (its chunks' ranges, no byte read). */
 function snapshotEntries(log: ShapeLog): number {
@@ -86,7 +94,7 @@ function snapshotEntries(log: ShapeLog): number {
 }
 
 export class ShapeCompactor {
-  readonly stats: CompactionStats = { compactions: 0, failures: 0, bytesReclaimed: 0, peakKeys: 0, peakPendingBytes: 0, lastDurationMs: 0, running: false }
+  readonly stats: CompactionStats = { compactions: 0, failures: 0, bytesReclaimed: 0, peakKeys: 0, peakPendingBytes: 0, lastDurationMs: 0, running: false, checked: 0 }
   /** Entries of each log after its compaction, or when first seen. */
   private readonly baseline = new WeakMap<ShapeLog, number>()
   private readonly busy = new Set<string>()
@@ -95,11 +103,23 @@ export class ShapeCompactor {
   private readonly abort = new AbortController()
   private running: Promise<unknown> = Promise.resolve()
   private current: Promise<unknown> = Promise.resolve()
+  /**
+   * Ids of the logs whose published head moved since the last check: only a
+   * log that grew can have become due, so a check is as long as the list of
+   * logs written to, not of every shape (100k shapes took a few hundred ms).
+   */
+  private grown = new Set<string>()
+  /** The next check looks at every ready shape: a start forgets the baselines, and a log due then need not grow again. */
+  private sweepAll = true
+  private unsubscribe: (() => void) | undefined
 
   constructor(private readonly options: ShapeCompactorOptions) {}
 
   start(): void {
     if (this.options.ratio <= 0 || this.timer !== undefined) return
+    this.unsubscribe = this.options.store.onFlush((result) => {
+      for (const id of result.advanced) this.grown.add(id)
+    })
     const tick = (): void => {
       if (this.abort.signal.aborted) return
       this.timer = setTimeout(() => {
@@ -110,16 +130,38 @@ export class ShapeCompactor {
     tick()
   }
 
-  /** Compacts every due shape, one after another; resolves with how many were compacted. */
+  /**
+   * Compacts every due shape, one after another; resolves with how many were
+   * compacted. Looks at the shapes whose logs grew since the last call (every
+   * ready shape the first time), a slice per turn of the event loop.
+   */
   async runDue(): Promise<number> {
+    const shapes = this.sweepAll ? [...this.options.shapes.readyShapes()] : this.grownShapes()
+    this.sweepAll = false
     let done = 0
-    for (const shape of [...this.options.shapes.readyShapes()]) {
+    for (let i = 0; i < shapes.length; i++) {
+      if (i > 0 && i % CHECK_SLICE === 0) await nextTurn()
       if (this.abort.signal.aborted) break
+      const shape = shapes[i]!
       const log = shape.log
-      if (log === undefined || !this.isDue(log)) continue
+      if (log === undefined) continue
+      this.stats.checked++
+      if (!this.isDue(log)) continue
       if ((await this.compact(shape)) !== undefined) done++
     }
     return done
+  }
+
+  /** The shapes still served by a log that grew since the last check (a log a compaction replaced is not theirs). */
+  private grownShapes(): LiveShape[] {
+    const ids = this.grown
+    this.grown = new Set()
+    const shapes: LiveShape[] = []
+    for (const id of ids) {
+      const shape = this.options.shapes.readyShape(handleOfLogId(id))
+      if (shape !== undefined && shape.log?.id === id) shapes.push(shape)
+    }
+    return shapes
   }
 
   private isDue(log: ShapeLog): boolean {
@@ -240,6 +282,7 @@ export class ShapeCompactor {
    */
   async stop(): Promise<void> {
     clearTimeout(this.timer)
+    this.unsubscribe?.()
     this.abort.abort()
     for (const t of this.retiring) clearTimeout(t)
     this.retiring.clear()
