@@ -91,6 +91,29 @@ describe('ShapeCompactor scheduling', () => {
     expect(compactor.stats.checked).toBe(1_204)
   })
 
+  it('keeps looking at a due log whose last compaction is still retiring, written to or not', async () => {
+    const s = await store()
+    const log = await makeShape(s, 'hot', [rowJson(1)])
+    const w = world([log])
+    const compactor = new ShapeCompactor({ store: s, router: w.router, shapes: w.shapes, ratio: 2, minEntries: 20, intervalMs: 60_000, retireAfterMs: 60_000 })
+    compactor.start()
+    cleanups.push(() => compactor.stop())
+    const grow = async (from: number): Promise<void> => {
+      for (let k = 0; k < 30; k++) await commit(s, w.shape('hot').log!, BigInt(from + k), [changeJson(BigInt(from + k), 0, 1, { v: `v${from + k}` })])
+    }
+    await grow(1000)
+    expect(await compactor.runDue()).toBe(1)
+    expect(w.shape('hot').log!.id).toBe('hot_c1')
+
+    // Due again at once, but the old log has a minute to go: not compacted, and not forgotten.
+    await grow(2000)
+    expect(await compactor.runDue()).toBe(0)
+    const checked = compactor.stats.checked
+    expect(await compactor.runDue()).toBe(0)
+    expect(compactor.stats.checked).toBe(checked + 1)
+    expect(compactor.stats.compactions).toBe(1)
+  })
+
   it('with compaction off (ratio 0) neither listens to flushes nor checks', async () => {
     const s = await store()
     const log = await makeShape(s, 'only', [rowJson(1)])

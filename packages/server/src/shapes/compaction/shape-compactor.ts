@@ -147,7 +147,9 @@ export class ShapeCompactor {
       if (log === undefined) continue
       this.stats.checked++
       if (!this.isDue(log)) continue
-      if ((await this.compact(shape)) !== undefined) done++
+      // Its last compaction's old log is still retiring: looked at again next time, grown or not.
+      if (this.busy.has(shape.handle)) this.grown.add(log.id)
+      else if ((await this.compact(shape)) !== undefined) done++
     }
     return done
   }
@@ -166,7 +168,7 @@ export class ShapeCompactor {
 
   private isDue(log: ShapeLog): boolean {
     const entries = log.head().entryCount
-    // Most logs never get there: they are not read at all (a server with 100k shapes checks them all every interval).
+    // Most logs never get there: they are not read at all (after a start, a server with 100k shapes checks them all).
     if (entries < this.options.minEntries) return false
     let base = this.baseline.get(log)
     if (base === undefined) {
