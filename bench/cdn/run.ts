@@ -385,6 +385,8 @@ async function main(): Promise<void> {
   if (SETTINGS.clientEngine === 'c') nativeClients = compileEpollClients()
   const clientEngine = nativeClients === undefined ? 'node' : 'c'
   const root = mkdtempSync(join(process.env.BENCH_DIR ?? tmpdir(), 'sluice-cdn-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`CDN benchmark${QUICK ? ' (QUICK)' : ''}; nginx ${nginxVersion}, varnish ${varnishVersion}; ulimit -n ${fdLimit}; ${clientEngine === 'c' ? 'C' : 'Node'} clients; load ${loads[0]!.loadavg.join(', ')}`)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
@@ -433,7 +435,7 @@ async function main(): Promise<void> {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
-    machine: { ...machineInfo(root), fdLimit },
+    machine: { ...machine, fdLimit },
     postgres: { version: cluster.version },
     versions: { nginx: nginxVersion, varnish: varnishVersion },
     settings: { ...SETTINGS, clientEngine },

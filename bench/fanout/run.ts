@@ -341,6 +341,8 @@ async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-fanout-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`fan-out benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; ulimit -n ${limit}; load average ${loads[0]!.loadavg.join(', ')}`)
   process.env.BENCH_FANOUT_GC_DIR = join(root, 'gc')
@@ -395,7 +397,7 @@ function save(root: string, limit: string, postgresVersion: string, loads: LoadN
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
-    machine: { ...machineInfo(root), fdLimit: limit },
+    machine: { ...machine, fdLimit: limit },
     postgres: { version: postgresVersion, settings: BENCH_PG_SETTINGS },
     settings: { ...SETTINGS, tableRows: FANOUT_ROWS },
     sluiceFlags: SLUICE_FLAGS,

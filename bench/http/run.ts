@@ -175,6 +175,8 @@ async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-http-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`HTTP benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; wrk ${wrkVersion}; ulimit -n ${limit}; load average ${loads[0]!.loadavg.join(', ')}`)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
@@ -224,7 +226,7 @@ async function main(): Promise<void> {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
-    machine: { ...machineInfo(root), fdLimit: limit },
+    machine: { ...machine, fdLimit: limit },
     postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
     wrkVersion,
     settings: SETTINGS,

@@ -124,6 +124,8 @@ async function main(): Promise<void> {
   const baseDir = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(baseDir, { recursive: true })
   const root = mkdtempSync(join(baseDir, 'sluice-large-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`large-shape benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; load average ${loads[0]!.loadavg.join(', ')}`)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
@@ -177,7 +179,7 @@ async function main(): Promise<void> {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
-    machine: machineInfo(root),
+    machine,
     postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
     settings: { ...SETTINGS, clients: LARGE_CLIENTS },
     sluiceFlags: SLUICE_FLAGS,

@@ -247,6 +247,8 @@ async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-live-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`live benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; ulimit -n ${LIMIT}; clients on at most ${followCap} shapes; load average ${loads[0]!.loadavg.join(', ')}`)
   const cluster = await startPostgres({ settings: BENCH_PG_SETTINGS })
@@ -343,7 +345,7 @@ async function main(): Promise<void> {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
-    machine: { ...machineInfo(root), fdLimit: String(LIMIT) },
+    machine: { ...machine, fdLimit: String(LIMIT) },
     postgres: { version: cluster.version, settings: BENCH_PG_SETTINGS },
     settings: SETTINGS,
     sluiceFlags: SLUICE_FLAGS,

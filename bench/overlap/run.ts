@@ -330,6 +330,8 @@ async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = mkdtempSync(join(base, 'sluice-overlap-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   const loads: LoadNote[] = [loadNote('start')]
   log(`overlap benchmark${QUICK ? ' (QUICK)' : ''}; data in ${root}; ulimit -n ${limit}; load average ${loads[0]!.loadavg.join(', ')}`)
   let fanoutRuns: FanoutRun[] = []
@@ -346,7 +348,7 @@ async function main(): Promise<void> {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
-    machine: { ...machineInfo(root), fdLimit: limit },
+    machine: { ...machine, fdLimit: limit },
     postgresSettings: BENCH_PG_SETTINGS,
     settings: SETTINGS,
     sluiceFlags: SLUICE_FLAGS,

@@ -843,6 +843,8 @@ async function main(): Promise<void> {
   const base = process.env.BENCH_DIR ?? tmpdir()
   mkdirSync(base, { recursive: true })
   const root = FIXTURE ?? mkdtempSync(join(base, 'sluice-pipeline-bench-'))
+  // Taken now: its date is when the run started.
+  const machine = machineInfo(root)
   // The cluster's OS user (postgres, under root) reaches its data through it.
   if (FIXTURE !== undefined) mkdirSync(FIXTURE, { recursive: true, mode: 0o755 })
   if (!BENCH_SOURCE) buildPackages()
@@ -913,7 +915,7 @@ async function main(): Promise<void> {
     quick: QUICK,
     partial: PARTIAL,
     fixture: FIXTURE !== undefined,
-    machine: machineInfo(root),
+    machine,
     postgres: { version: cluster.version, binDir: cluster.binDir, settings: BENCH_PG_SETTINGS },
     protoVersion: PROTO_VERSION,
     settings: { ...SETTINGS, keepUpCores: KEEPUP_CORES, quietWaitMs: QUIET_WAIT_MS },
