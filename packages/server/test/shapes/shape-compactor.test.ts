@@ -54,15 +54,21 @@ function world(logs: readonly ShapeLog[]) {
   }
 }
 
+/** A started compactor over `logs`, stopped after the test. */
+function started(s: ShapeLogStore, logs: readonly ShapeLog[], options: { ratio: number; minEntries: number; intervalMs: number; retireAfterMs: number }) {
+  const w = world(logs)
+  const compactor = new ShapeCompactor({ store: s, router: w.router, shapes: w.shapes, ...options })
+  compactor.start()
+  cleanups.push(() => compactor.stop())
+  return { w, compactor }
+}
+
 describe('ShapeCompactor scheduling', () => {
   it('checks every shape after a start, then only those whose logs grew, and compacts one grown past the ratio', async () => {
     const s = await store()
     // Made together, so that they share the store's flushes.
     const logs = await Promise.all(Array.from({ length: 1_200 }, (_, i) => makeShape(s, `s${i}`, [rowJson(i)])))
-    const w = world(logs)
-    const compactor = new ShapeCompactor({ store: s, router: w.router, shapes: w.shapes, ratio: 2, minEntries: 20, intervalMs: 60_000, retireAfterMs: 10 })
-    compactor.start()
-    cleanups.push(() => compactor.stop())
+    const { w, compactor } = started(s, logs, { ratio: 2, minEntries: 20, intervalMs: 60_000, retireAfterMs: 10 })
 
     // The first check looks at all 1,200 (in two slices): none is due.
     expect(await compactor.runDue()).toBe(0)
@@ -94,10 +100,7 @@ describe('ShapeCompactor scheduling', () => {
   it('keeps looking at a due log whose last compaction is still retiring, written to or not', async () => {
     const s = await store()
     const log = await makeShape(s, 'hot', [rowJson(1)])
-    const w = world([log])
-    const compactor = new ShapeCompactor({ store: s, router: w.router, shapes: w.shapes, ratio: 2, minEntries: 20, intervalMs: 60_000, retireAfterMs: 60_000 })
-    compactor.start()
-    cleanups.push(() => compactor.stop())
+    const { w, compactor } = started(s, [log], { ratio: 2, minEntries: 20, intervalMs: 60_000, retireAfterMs: 60_000 })
     const grow = async (from: number): Promise<void> => {
       for (let k = 0; k < 30; k++) await commit(s, w.shape('hot').log!, BigInt(from + k), [changeJson(BigInt(from + k), 0, 1, { v: `v${from + k}` })])
     }
@@ -117,10 +120,7 @@ describe('ShapeCompactor scheduling', () => {
   it('with compaction off (ratio 0) neither listens to flushes nor checks', async () => {
     const s = await store()
     const log = await makeShape(s, 'only', [rowJson(1)])
-    const w = world([log])
-    const compactor = new ShapeCompactor({ store: s, router: w.router, shapes: w.shapes, ratio: 0, minEntries: 1, intervalMs: 5, retireAfterMs: 10 })
-    compactor.start()
-    cleanups.push(() => compactor.stop())
+    const { compactor } = started(s, [log], { ratio: 0, minEntries: 1, intervalMs: 5, retireAfterMs: 10 })
     for (let k = 0; k < 5; k++) await commit(s, log, BigInt(100 + k), [changeJson(BigInt(100 + k), 0, 1, { v: `x${k}` })])
     await new Promise((resolve) => setTimeout(resolve, 30))
     expect(compactor.stats.checked).toBe(0)
