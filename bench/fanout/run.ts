@@ -41,7 +41,7 @@ import { BENCH_PG_SETTINGS } from '../pipeline/pg.js'
 import { processCpuMs } from '../pipeline/proc.js'
 import type { LoadNote } from '../pipeline/report.js'
 import { SystemMeter, waitForQuiet } from '../storage/measure.js'
-import { machineInfo } from '../storage/report.js'
+import { type Machine, machineInfo } from '../storage/report.js'
 import { CommandChild } from '../http/json-lines.js'
 import { type SluiceProcess, startSluice } from '../http/sluice-process.js'
 import { type Cell, type Collected, type Report, type WriteTiming, closingNote, summarize, writeReport } from './report.js'
@@ -376,7 +376,7 @@ async function main(): Promise<void> {
       cells.push({ kind, clients, sluice: own, ceiling: other })
       loads.push(loadNote(`after ${kind} ${clients}`))
       // After every cell: a run cut short (a timeout, a crash) still leaves what it measured.
-      save(root, limit, cluster.version, loads, cells)
+      save(machine, limit, cluster.version, loads, cells)
     }
   } finally {
     await writer?.close()
@@ -385,7 +385,7 @@ async function main(): Promise<void> {
     await cluster.stop()
   }
   loads.push(loadNote('end'))
-  const { report, name, outDir } = save(root, limit, cluster.version, loads, cells)
+  const { report, name, outDir } = save(machine, limit, cluster.version, loads, cells)
   for (const line of closingNote(report)) log(line)
   log(`wrote ${name}.md and .json in ${outDir} (${report.runSeconds.toFixed(0)} s)`)
   // Heap snapshots asked for (gc-on-signal.cjs) are kept with the rest of the data, for reading.
@@ -393,7 +393,7 @@ async function main(): Promise<void> {
   else rmSync(root, { recursive: true, force: true })
 }
 
-function save(root: string, limit: string, postgresVersion: string, loads: LoadNote[], cells: Report['cells']): { report: Report; name: string; outDir: string } {
+function save(machine: Machine, limit: string, postgresVersion: string, loads: LoadNote[], cells: Report['cells']): { report: Report; name: string; outDir: string } {
   const report: Report = {
     quick: QUICK,
     partial: PARTIAL,
