@@ -130,8 +130,8 @@ describe('a read-only follower holding a log the writer deletes', () => {
     // The old code answered an empty range at the head after 5_1, with 7 published.
     expect(attempt(rx, parseOffset('5_1'))).toBe('shape_deleted')
     // Found deleted, it lets go of the files (in trash/, or removed: their space is freed). A descriptor
-    // pinned by an operation still on the thread pool closes when that ends: a moment is allowed for it.
-    for (let i = 0; i < 100 && heldUnder(join(dir, 'trash')).length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+    // pinned by an operation still on the thread pool closes when that ends.
+    await until(() => heldUnder(join(dir, 'trash')).length === 0)
     expect(heldUnder(join(dir, 'trash'))).toEqual([])
     expect(() => rx.head()).toThrow(expect.objectContaining({ code: 'shape_deleted' }))
     expect(ro.get('x')).toBeUndefined()

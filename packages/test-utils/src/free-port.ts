@@ -7,17 +7,22 @@ import { createServer } from 'node:net'
  * callers retry on "address in use".
  */
 export function freePort(host = '127.0.0.1'): Promise<number> {
+  return listenAndClose(host, 0)
+}
+
+/** Listens on `port` (0: one the kernel picks) and closes again; resolves with the port, rejects as `listen` fails. */
+function listenAndClose(host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer()
     server.unref()
     server.once('error', reject)
-    server.listen({ host, port: 0, exclusive: true }, () => {
+    server.listen({ host, port, exclusive: true }, () => {
       const address = server.address()
-      const port = typeof address === 'object' && address !== null ? address.port : undefined
+      const bound = typeof address === 'object' && address !== null ? address.port : undefined
       server.close((error) => {
         if (error) reject(error)
-        else if (port === undefined) reject(new Error('freePort: the listener reported no port'))
-        else resolve(port)
+        else if (bound === undefined) reject(new Error('freePort: the listener reported no port'))
+        else resolve(bound)
       })
     })
   })
@@ -37,15 +42,6 @@ export function ephemeralPortRange(): { low: number; high: number } {
   return { low: 32_768, high: 60_999 }
 }
 
-function tryListen(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer()
-    server.unref()
-    server.once('error', () => resolve(false))
-    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve(true)))
-  })
-}
-
 /**
  * A free TCP port outside the kernel's ephemeral range, for a server that a
  * test leaves unbound for a while and starts again on the same port (a
@@ -62,7 +58,14 @@ export async function stablePort(host = '127.0.0.1', random: () => number = Math
   if (span <= 0) throw new Error(`stablePort: the ephemeral range starts at ${low}, leaving no ports above ${LOWEST_STABLE_PORT} outside it`)
   for (let attempt = 0; attempt < 100; attempt++) {
     const port = LOWEST_STABLE_PORT + Math.floor(random() * span)
-    if (await tryListen(host, port)) return port
+    const free = await listenAndClose(host, port).then(
+      () => true,
+      (error: NodeJS.ErrnoException) => {
+        if (error.code === 'EADDRINUSE') return false
+        throw error
+      },
+    )
+    if (free) return port
   }
   throw new Error(`stablePort: 100 ports in ${LOWEST_STABLE_PORT}-${low - 1} were all in use`)
 }
