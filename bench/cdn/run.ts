@@ -342,7 +342,7 @@ async function oneRun(kind: CacheKind, clients: number, { kind: originKind, chil
       writes,
       lastClient: distribution(writes.map((w) => w.lastMs)),
       medianClient: distribution(writes.map((w) => w.p50ClientMs)),
-      firstClient: distribution(writes.map((w) => w.firstMs)),
+      firstClient: distribution(writes.map((w) => w.firstMs ?? Number.NaN)),
       incomplete: writes.filter((w) => w.received < clients).length,
       originLiveRequests: liveCounts.requests,
       originLiveUrls: liveCounts.urls,

@@ -238,7 +238,7 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
       `  ${target.who} ${kind} ${clients}: ${parked} parked after ${(connectMs / 1000).toFixed(1)} s; RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssParked / 2 ** 20).toFixed(0)} MiB; after a full collection ${kib(gcBefore.rssBytes, gcParked.rssBytes)} KiB of RSS and ${kib(gcBefore.heapUsedBytes, gcParked.heapUsedBytes)} KiB of heap per parked request (load ${loadavg()[0]!.toFixed(1)})`,
     )
 
-    const bySize: Cell['bySize'] = []
+    const bySize: Array<Cell['bySize'][number]> = []
     let rssPeak = rssParked
     for (const rows of SETTINGS.txRows) {
       await waitForQuiet(QUIET_WAIT_MS)
@@ -351,7 +351,7 @@ async function main(): Promise<void> {
   let sluice: SluiceProcess | undefined
   let ceiling: CommandChild | undefined
   let writer: CommandChild | undefined
-  const cells: Report['cells'] = []
+  const cells: Array<Report['cells'][number]> = []
   try {
     for (const sql of schemaSql()) await cluster.query(sql)
     sluice = await startSluice({ databaseUrl: cluster.url, storageDir: join(root, 'sluice'), flags: SLUICE_FLAGS, nodeArgs: GC_NODE_ARGS })
