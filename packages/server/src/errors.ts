@@ -74,6 +74,12 @@ export const SERVER_ERRORS = {
     wireMessage: 'The shape is not on this read-only server yet, please retry',
     retryAfter: 1,
   },
+  offset_not_on_replica: {
+    description: "A read-only replica has not seen the request's offset after waiting half the long-poll timeout: the writer issued it and this server is behind (or no writer has published it)",
+    wire: 'stack_not_ready',
+    wireMessage: 'This read-only server has not caught up to that offset yet, please retry',
+    retryAfter: 1,
+  },
   read_only_replica: {
     description: 'A read-only replica cannot do this (a subset snapshot, a DELETE): the writer can',
     wire: 'stack_not_ready',

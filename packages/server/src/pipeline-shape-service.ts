@@ -2,7 +2,7 @@
 // the router's recent transactions and the pool that runs subset snapshots.
 // Each method is one call into the part that owns the answer; the per-request
 // ones (resolve, ready, status, lastSeenLsn) add no allocation or await.
-import type { LogOffset, ShapeDefinitionParams, SubsetRequest } from '@sluice/protocol'
+import { type LogOffset, type ShapeDefinitionParams, type SubsetRequest, offsetOutOfBounds } from '@sluice/protocol'
 import type { ShapeLog, ShapeLogStore } from '@sluice/storage'
 import type pg from 'pg'
 import type { HealthReport } from './health-report.js'
@@ -124,6 +124,11 @@ export class PipelineShapeService implements ShapeService {
     const durable = this.store.durableLsn
     const routed = this.routed.lsn
     return routed < durable ? routed : durable
+  }
+
+  /** The writer never issued an offset past its head: the protocol's 400. */
+  offsetNotReached(): Error {
+    return offsetOutOfBounds()
   }
 
   compileSubset(subset: SubsetRequest, table: TableInfo): Promise<CompiledSubset> {

@@ -82,6 +82,13 @@ export interface ShapeService {
    * table means no match, and no catalog query).
    */
   find(params: ShapeDefinitionParams): Promise<string | undefined>
+  /**
+   * The error for a request whose offset is past its shape's head and stayed
+   * so for the whole wait (docs/protocol.md §4.1). The writer's is the 400 of
+   * the protocol: it never issued that offset. A replica's is a 503 the client
+   * retries: the writer may have issued it, and this server has not seen it yet.
+   */
+  offsetNotReached(): Error
   /** Deletes a shape (HTTP DELETE); false if there is none. */
   delete(handle: string): Promise<boolean>
   /** The shape's log as the store holds it, until the shape is deleted: what SSE streams read. */

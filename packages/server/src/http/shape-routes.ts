@@ -19,7 +19,6 @@ import {
   isBeforeAll,
   nextCursor,
   nonLiveCacheControl,
-  offsetOutOfBounds,
   parseDeleteRequest,
   readSecret,
   upToDateMessage,
@@ -57,7 +56,8 @@ import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-rou
  *      request naming another handle gets 409 with the current one);
  *   3. the snapshot awaited (`ready`);
  *   4. `offset=now` answers the head at once; an offset past the head waits up
- *      to half the long-poll timeout for the log to reach it, then is a 400;
+ *      to half the long-poll timeout for the log to reach it, then is a 400
+ *      (a 503 to retry on a replica, which may just be behind the writer);
  *   5. `log.read(after)` gives the chunk-aligned range; the etag is known
  *      before any byte is read, so a matching `If-None-Match` costs no I/O;
  *   6. `live=true` with nothing past the offset parks on the shape's waiter
@@ -400,7 +400,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
     const shape = this.shape!
     if (result === 'data') return this.serveAt(shape, this.waitedLog!, this.waitedAfter!)
     if (result === 'invalidated') return this.rotated(shape)
-    if (result === 'timeout') throw offsetOutOfBounds()
+    if (result === 'timeout') throw this.shapes.offsetNotReached()
     if (this.gone) return this.abandon()
     throw new SluiceError('stack_not_ready', { message: 'Server is shutting down' })
   }

@@ -180,6 +180,17 @@ export class ReplicaShapeService implements ShapeService {
     return this.store.durableLsn
   }
 
+  /**
+   * An offset past what this replica has seen was most likely issued by the
+   * writer, which this server follows with a delay (a notification, or
+   * `--replica-poll` on a file system without them), or it is stuck while no
+   * writer publishes: a 503 the client retries (or the load balancer passes on
+   * to another server), not the 400 that would stop a client for good.
+   */
+  offsetNotReached(): Error {
+    return new ReplicaError('offset_not_on_replica')
+  }
+
   compileSubset(subset: SubsetRequest, table: TableInfo): Promise<CompiledSubset> {
     return compileSubset(subset, table)
   }

@@ -35,7 +35,8 @@ async function storage(): Promise<string> {
 }
 
 function config(dir: string, extra: readonly string[] = []): ReturnType<typeof loadConfig> {
-  return loadConfig(['--database-url', cluster.url, '--storage-dir', dir, '--port', '0', '--log-level', 'silent', '--long-poll-timeout', '20s', ...extra])
+  const timeout = extra.includes('--long-poll-timeout') ? [] : ['--long-poll-timeout', '20s']
+  return loadConfig(['--database-url', cluster.url, '--storage-dir', dir, '--port', '0', '--log-level', 'silent', ...timeout, ...extra])
 }
 
 async function writer(dir: string, extra: readonly string[] = []): Promise<SluiceServer> {
@@ -232,6 +233,38 @@ describe('read replica', () => {
     const deleted = await call(r.port, `/v1/shape?table=r_new&handle=${handle}&where=${encodeURIComponent('n > 2')}`, { method: 'DELETE' })
     expect(deleted.status, deleted.text).toBe(503)
     expect((await get(r, `table=r_new&offset=-1&where=${encodeURIComponent('n > 2')}`)).status).toBe(200)
+  })
+
+  it('answers an offset past what it has seen with 503 and retry-after, where the writer answers 400, and serves one the writer publishes during the wait', async () => {
+    const dir = await storage()
+    await cluster.query('CREATE TABLE r_ahead (id int PRIMARY KEY, title text)')
+    await cluster.query("INSERT INTO r_ahead VALUES (1, 'one')")
+    // Half of a 2 s long-poll timeout: the wait for an offset past the head.
+    const w = await writer(dir, ['--long-poll-timeout', '2s'])
+    const { handle, offset: snapshot } = await catchUp(w, 'r_ahead')
+    await cluster.query("INSERT INTO r_ahead VALUES (2, 'two')")
+    const live = await get(w, `table=r_ahead&handle=${handle}&offset=${snapshot}&live=true`)
+    expect(rows(live)).toHaveLength(1)
+    const [lsn, op] = live.header('electric-offset')!.split('_').map(BigInt) as [bigint, bigint]
+    const r = await replica(dir, ['--long-poll-timeout', '2s', '--replica-poll', '0'])
+
+    const farAhead = `${lsn + 1_000_000_000n}_0`
+    const fromWriter = await get(w, `table=r_ahead&handle=${handle}&offset=${farAhead}`)
+    expect(fromWriter.status).toBe(400)
+    expect(fromWriter.json()).toEqual({ message: 'Invalid request', errors: { offset: ['out of bounds for this shape'] } })
+    for (const liveParam of ['', '&live=true']) {
+      const fromReplica = await get(r, `table=r_ahead&handle=${handle}&offset=${farAhead}${liveParam}`)
+      expect(fromReplica.status, fromReplica.text).toBe(503)
+      expect(fromReplica.header('retry-after')).toBe('1')
+      expect(fromReplica.json()).toEqual({ message: 'This read-only server has not caught up to that offset yet, please retry' })
+    }
+
+    // Just past the head (no entry has this offset): the next commit's entries are after it.
+    const waiting = get(r, `table=r_ahead&handle=${handle}&offset=${lsn}_${op + 1n}`)
+    await cluster.query("INSERT INTO r_ahead VALUES (3, 'three')")
+    const reached = await waiting
+    expect(reached.status, reached.text).toBe(200)
+    expect(rows(reached)).toEqual([expect.objectContaining({ value: { id: '3', title: 'three' } })])
   })
 
   it("keeps serving across the writer's restart, and wakes when the new writer publishes", async () => {
