@@ -174,7 +174,7 @@ export function renderMarkdown(report: Report): string {
     `- **The floor.** Before each repetition \`fsync-probe.ts\` appends ${String(s.fsyncBytes)} bytes to a file in the data directory and fdatasyncs it, ${String(s.fsyncSamples)} times ${String(s.fsyncGapMs)} ms apart; its median is one fdatasync of this disk. The p50 target is the ceiling's p50 plus that; the p99 target is ${P99_TARGET_MS} ms.`,
   )
   out.push(
-    `- **Group commit.** Sluice's \`/metrics\` is read before and after each of its timed runs: \`sluice_storage_flush_duration_seconds_count\` (flushes, each one journal fdatasync) over \`sluice_transactions_routed_total\`. After the latency rows, ${String(s.burstConnections)} writer connections commit back to back for ${String(s.burstSeconds)} s (no clients) and the same counters are read.`,
+    `- **Group commit.** Sluice's \`/metrics\` is read before and after each of its timed runs: \`sluice_storage_flush_duration_seconds_count\` (flushes, each one journal fdatasync) over \`sluice_transactions_routed_total\`, and the mean flush (\`sluice_storage_flush_duration_seconds\`: from the start of a group commit until its watermark is published, the journal's write and fdatasync included, and any wait for the event loop between its steps). After the latency rows, ${String(s.burstConnections)} writer connections commit back to back for ${String(s.burstSeconds)} s (no clients) and the same counters are read.`,
   )
   out.push(`- **Repetitions.** ${String(s.reps)} per shape count, the server order alternating; medians of the repetitions.`)
   out.push('')
@@ -184,14 +184,14 @@ export function renderMarkdown(report: Report): string {
   const b = burstLine(report)
   if (b !== undefined) out.push(`- ${b}`)
   out.push('')
-  out.push('| shapes | followed | server | p50 | p95 | p99 | max | p50 / floor | p50 per run | p99 per run | writes / lost | fdatasync p50 (per rep) | flushes / tx | event-loop delay p99 / max | handshake | server CPU | CPU pressure | load (1 min) |')
-  out.push('|--:|--:|---|--:|--:|--:|--:|--:|---|---|---|---|---|---|---|---|---|---|')
+  out.push('| shapes | followed | server | p50 | p95 | p99 | max | p50 / floor | p50 per run | p99 per run | writes / lost | fdatasync p50 (per rep) | flushes / tx | mean flush | event-loop delay p99 / max | handshake | server CPU | CPU pressure | load (1 min) |')
+  out.push('|--:|--:|---|--:|--:|--:|--:|--:|---|---|---|---|---|---|---|---|---|---|---|')
   for (const row of report.rows) {
     for (const who of ['sluice', 'ceiling'] as const) {
       const side = row[who]
       const med = side.median
       out.push(
-        `| ${num(row.shapes)} | ${num(row.followed)} | ${who === 'sluice' ? 'Sluice' : 'ceiling'} | ${ms(med.p50Ms)} | ${ms(med.p95Ms)} | ${ms(med.p99Ms)} | ${ms(med.maxMs)} | ${who === 'sluice' ? ratio(med.p50Ms / row.floorMs) : ratio(med.p50Ms / row.floorMs)} | ${list(side.runs, (r) => ms(r.p50Ms))} | ${list(side.runs, (r) => ms(r.p99Ms))} | ${list(side.runs, (r) => `${r.writes}/${r.lost}`)} | ${who === 'sluice' ? list(row.fsync, (f) => ms(f.p50Ms)) : ''} | ${list(side.runs, (r) => (r.commits === undefined ? '' : num(r.commits.flushesPerTransaction, 2)))} | ${list(side.runs, (r) => (r.commits === undefined ? '' : `${ms(r.commits.loopP99Ms)} / ${ms(r.commits.loopMaxMs)}`))} | ${list(side.runs, (r) => `${(r.handshakeMs / 1000).toFixed(1)} s`)} | ${list(side.runs, (r) => pct(r.serverCpuPercent))} | ${list(side.runs, (r) => pct(r.cpuPressurePercent))} | ${list(side.runs, (r) => r.loadavg1.toFixed(1))} |`,
+        `| ${num(row.shapes)} | ${num(row.followed)} | ${who === 'sluice' ? 'Sluice' : 'ceiling'} | ${ms(med.p50Ms)} | ${ms(med.p95Ms)} | ${ms(med.p99Ms)} | ${ms(med.maxMs)} | ${who === 'sluice' ? ratio(med.p50Ms / row.floorMs) : ratio(med.p50Ms / row.floorMs)} | ${list(side.runs, (r) => ms(r.p50Ms))} | ${list(side.runs, (r) => ms(r.p99Ms))} | ${list(side.runs, (r) => `${r.writes}/${r.lost}`)} | ${who === 'sluice' ? list(row.fsync, (f) => ms(f.p50Ms)) : ''} | ${list(side.runs, (r) => (r.commits === undefined ? '' : num(r.commits.flushesPerTransaction, 2)))} | ${list(side.runs, (r) => (r.commits === undefined ? '' : ms(r.commits.meanFlushMs)))} | ${list(side.runs, (r) => (r.commits === undefined ? '' : `${ms(r.commits.loopP99Ms)} / ${ms(r.commits.loopMaxMs)}`))} | ${list(side.runs, (r) => `${(r.handshakeMs / 1000).toFixed(1)} s`)} | ${list(side.runs, (r) => pct(r.serverCpuPercent))} | ${list(side.runs, (r) => pct(r.cpuPressurePercent))} | ${list(side.runs, (r) => r.loadavg1.toFixed(1))} |`,
       )
     }
   }
