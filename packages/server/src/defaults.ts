@@ -181,9 +181,10 @@ export const CREATION_QUIET_MS = 2_000
 /**
  * After that collection, every `CREATION_RECHECK_MS`, up to `CREATION_RECHECKS`
  * times, the notification is sent again while V8's committed heap exceeds what
- * it uses by more than `SLACK_MIN_BYTES` and `SLACK_RATIO` of it: the first
- * starts nothing when a collection is already running (one started by the
- * burst's allocation, which does not shrink the heap).
+ * it uses by more than `SLACK_MIN_BYTES` and `SLACK_RATIO` of it and the event
+ * loop was idle since the last look (`IDLE_UTILIZATION`): the first starts
+ * nothing when a collection is already running (one started by the burst's
+ * allocation, which does not shrink the heap).
  */
 export const CREATION_RECHECK_MS = 5_000
 export const CREATION_RECHECKS = 3

@@ -299,6 +299,42 @@ describe('heap trim', () => {
     small.stop()
   })
 
+  it('asks again after a burst of creation only while the event loop stays idle (clients back skip a look, and use it up)', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const used = 100 * 1024 * 1024
+    let load = 0
+    const looks: number[] = []
+    const trim = heapTrimWith(addon, {
+      intervalMs: 3_600_000,
+      loopUtilization: () => {
+        looks.push(load)
+        return load
+      },
+      heapUsedBytes: () => used,
+      heapTotalBytes: () => used * 2,
+    })
+    for (let i = 0; i < CREATED_SHAPES_FOR_COLLECTION; i++) trim.shapeCreated()
+    vi.advanceTimersByTime(CREATION_QUIET_MS + IDLE_CHECK_MS)
+    expect(addon.pressures).toEqual([false])
+
+    // Busy for the next look: no collection then; idle again for the one after: asked again.
+    load = 0.3
+    vi.advanceTimersByTime(CREATION_RECHECK_MS)
+    expect(addon.pressures).toEqual([false])
+    load = 0
+    vi.advanceTimersByTime(CREATION_RECHECK_MS)
+    expect(addon.pressures).toEqual([false, false])
+    // Busy for the rest: no more, and the looks stop after CREATION_RECHECKS of them.
+    load = 0.3
+    const looked = looks.length
+    vi.advanceTimersByTime(CREATION_RECHECK_MS * (CREATION_RECHECKS + 5))
+    expect(addon.pressures).toEqual([false, false])
+    expect(looks.length - looked).toBe(CREATION_RECHECKS - 2)
+    expect(trim.releases.idle_after_creation).toBe(2)
+    trim.stop()
+  })
+
   it('marks a large heap incrementally instead of collecting it at once, leaving the trim to the interval', () => {
     vi.useFakeTimers()
     const addon = recorder()
