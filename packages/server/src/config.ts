@@ -572,10 +572,15 @@ export function helpText(): string {
   return `${lines.join('\n')}\n`
 }
 
-/** A markdown table of every setting (the package README embeds it). */
+/** A description as table text: a pipe would end the cell, and a placeholder such as `<storage-dir>` would be read as an HTML tag and vanish. */
+function markdownText(text: string): string {
+  return text.replaceAll('|', '\\|').replace(/<[a-z][a-z-]*>/g, (placeholder) => `\`${placeholder}\``)
+}
+
+/** A markdown table of every setting (the package README embeds it; a test keeps the two equal). */
 export function settingsMarkdown(): string {
   const rows = SETTINGS.map(
-    (s) => `| \`--${s.flag}\` | \`${s.env}\` | ${s.type} | ${s.default === undefined ? '(unset)' : `\`${s.default}\``} | ${s.description.replaceAll('|', '\\|')} |`,
+    (s) => `| \`--${s.flag}\` | \`${s.env}\` | ${s.type} | ${s.default === undefined ? '(unset)' : `\`${s.default}\``} | ${markdownText(s.description)} |`,
   )
   return ['| flag | env | type | default | description |', '|---|---|---|---|---|', ...rows].join('\n')
 }

@@ -46,7 +46,6 @@ export const SERVER_ERRORS = {
     wire: 'stack_not_ready',
     wireMessage: "The shape's table no longer exists, please retry later",
   },
-  unsupported_table: { description: 'The relation is not a table Sluice can replicate', wire: 'invalid_request', field: 'table' },
   invalid_columns: { description: 'The selected columns are not valid for the table', wire: 'invalid_request', field: 'columns' },
   snapshot_failed: { description: 'The initial snapshot failed', wire: 'snapshot_failed' },
   shape_invalidated: { description: 'The shape was invalidated while it was being created', wire: 'must_refetch' },

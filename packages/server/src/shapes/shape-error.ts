@@ -7,7 +7,6 @@ import { ServerError, codeTable } from '../errors.js'
 export const SHAPE_ERROR_CODES = codeTable(
   'table_not_found',
   'table_gone',
-  'unsupported_table',
   'invalid_columns',
   'snapshot_failed',
   'shape_invalidated',

@@ -93,8 +93,8 @@ export class EvaluationError extends ServerError<EvaluationErrorCode> {
 /**
  * What evaluating a clause on a row returns instead of throwing when Postgres
  * would have raised an error for that row (division by zero, an overflow, a
- * value that does not parse). The shape treats the row as not matching; the
- * caller counts these so that they show up in metrics.
+ * value that does not parse). The shape treats the row as not matching, so
+ * one odd row never stops replication.
  */
 export class EvaluationFailure {
   readonly code: EvaluationErrorCode

@@ -209,6 +209,15 @@ describe('dates and timestamps', () => {
   ] as const)('%s %j is refused (%s)', (type, text, message) => {
     expect(() => parseTimestamp(type, text)).toThrow(message)
   })
+  // Postgres raises its own SQLSTATE for date and time input that does not parse (22007), not the 22P02 of other types.
+  it.each([
+    ['date', () => parseDate('12:00:00'), 'invalid input syntax for type date'],
+    ['time', () => parseTime('2024-01-01'), 'invalid input syntax for type time without time zone'],
+    ['timestamp', () => parseTimestamp('timestamp', '12:00'), 'invalid input syntax for type timestamp without time zone'],
+  ] as const)('%s input that does not parse is invalid_datetime_format', (_type, parse, message) => {
+    expect(parse).toThrow(message)
+    expect(parse).toThrow(expect.objectContaining({ code: 'invalid_datetime_format' }))
+  })
   it('times', () => {
     expect(parseTime('24:00:00')).toBe(86_400_000_000)
     expect(parseTime('allballs')).toBe(0)

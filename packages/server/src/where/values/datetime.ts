@@ -1,5 +1,5 @@
 import { ServerError } from '../../errors.js'
-import { EvaluationError, invalidSyntax } from '../where-error.js'
+import { EvaluationError } from '../where-error.js'
 
 /**
  * date, time, timestamp and timestamptz in Postgres's own representation, so
@@ -187,7 +187,7 @@ function parseOffset(zone: string, text: string): number {
   const lower = zone.toLowerCase()
   if (lower === 'z' || lower === 'utc' || lower === 'gmt') return 0
   const m = OFFSET.exec(zone)
-  if (m === null) throw invalidSyntax('timestamp with time zone', text)
+  if (m === null) throw invalidDatetime('timestamp with time zone', text)
   const hours = Number(m[2])
   const minutes = Number(m[3] ?? '0')
   const seconds = Number(m[4] ?? '0')
@@ -195,6 +195,11 @@ function parseOffset(zone: string, text: string): number {
     throw new EvaluationError('datetime_field_overflow', `time zone displacement out of range: "${text}"`)
   }
   return (m[1] === '-' ? -1 : 1) * ((hours * 60 + minutes) * 60 + seconds)
+}
+
+/** Postgres's error for date and time input that does not parse: its own SQLSTATE (22007), the same text as other types' syntax errors. */
+function invalidDatetime(typeDisplayName: string, text: string): EvaluationError {
+  return new EvaluationError('invalid_datetime_format', `invalid input syntax for type ${typeDisplayName}: "${text}"`)
 }
 
 function fieldOverflow(text: string): EvaluationError {
@@ -218,7 +223,7 @@ export function parseDate(text: string): number {
   if (f === 'infinity') return Infinity
   if (f === '-infinity') return -Infinity
   if (f === 'epoch') return date2j(1970, 1, 1) - EPOCH_JDATE
-  if (f === 'allballs' || !f.hasDate) throw invalidSyntax('date', text)
+  if (f === 'allballs' || !f.hasDate) throw invalidDatetime('date', text)
   if (!validJulian(f.year, f.month)) throw outOfRange('date', text)
   const days = date2j(f.year, f.month, f.day) - EPOCH_JDATE
   if (!validDate(days)) throw outOfRange('date', text)
@@ -255,7 +260,7 @@ export function parseTimestamp(kind: 'timestamp' | 'timestamptz', text: string):
   if (f === 'infinity') return TIMESTAMP_NOEND
   if (f === '-infinity') return TIMESTAMP_NOBEGIN
   if (f === 'epoch') return BigInt(date2j(1970, 1, 1) - EPOCH_JDATE) * USECS_PER_DAY
-  if (f === 'allballs' || !f.hasDate) throw invalidSyntax(WORD[kind], text)
+  if (f === 'allballs' || !f.hasDate) throw invalidDatetime(WORD[kind], text)
   if (!validJulian(f.year, f.month)) throw outOfRange(kind, text)
   const days = date2j(f.year, f.month, f.day) - EPOCH_JDATE
   let micros = BigInt(days) * USECS_PER_DAY + BigInt(f.time)
@@ -277,7 +282,7 @@ export function isFiniteTimestamp(micros: bigint): boolean {
 export function parseTime(text: string): number {
   const f = parseFields('time', text)
   if (f === 'allballs') return 0
-  if (typeof f === 'string' || !f.hasTime) throw invalidSyntax('time without time zone', text)
+  if (typeof f === 'string' || !f.hasTime) throw invalidDatetime('time without time zone', text)
   return f.time
 }
 
