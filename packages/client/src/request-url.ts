@@ -5,7 +5,7 @@ import type { StreamState } from './stream-state.js'
 /**
  * The URL and headers of a stream's next request (docs/protocol.md §2): the shape's
  * params resolved afresh, then the protocol's own (offset, handle, live,
- * cursor, cache buster) from the state, in a stable order.
+ * cursor, cache buster, expired handle) from the state, in a stable order.
  */
 
 export interface RequestUrlOptions {
@@ -34,6 +34,7 @@ export async function requestUrl(options: RequestUrlOptions, state: StreamState,
     }
   }
   if (state.cacheBuster !== undefined) query.set(QueryParam.cacheBuster, state.cacheBuster)
+  if (state.expiredHandle !== undefined) query.set(QueryParam.expiredHandle, state.expiredHandle)
   // A stable order keeps URLs identical across clients, so HTTP caches can share them.
   query.sort()
   return url.toString()

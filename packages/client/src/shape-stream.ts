@@ -45,6 +45,7 @@ interface Ahead {
   readonly handle: string | undefined
   readonly offset: string
   readonly cacheBuster: string | undefined
+  readonly expiredHandle: string | undefined
   readonly controller: AbortController
   readonly unlink: () => void
   readonly result: Promise<AheadResult>
@@ -282,14 +283,20 @@ export class ShapeStream<T extends Row = Row> {
       const headers = await this.#requestHeaders(false)
       return { url, response: await this.#send(url, headers, controller.signal) }
     })().catch((error: unknown) => ({ error }))
-    this.#ahead = { handle: next.handle, offset: next.offset, cacheBuster: next.cacheBuster, controller, unlink, result }
+    this.#ahead = { handle: next.handle, offset: next.offset, cacheBuster: next.cacheBuster, expiredHandle: next.expiredHandle, controller, unlink, result }
   }
 
   /** The request sent ahead, if it is `state`'s; any other one is dropped. */
   #takeAhead(state: StreamState): Ahead | undefined {
     const ahead = this.#ahead
     if (ahead === undefined) return undefined
-    if (state.kind === 'syncing' && ahead.handle === state.handle && ahead.offset === state.offset && ahead.cacheBuster === state.cacheBuster) {
+    if (
+      state.kind === 'syncing' &&
+      ahead.handle === state.handle &&
+      ahead.offset === state.offset &&
+      ahead.cacheBuster === state.cacheBuster &&
+      ahead.expiredHandle === state.expiredHandle
+    ) {
       this.#ahead = undefined
       return ahead
     }

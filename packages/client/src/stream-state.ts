@@ -27,6 +27,13 @@ interface Position {
   readonly cursor: string | undefined
   /** Set after a 409 until the next response: makes the `-1` URL unlike any cached one. */
   readonly cacheBuster: string | undefined
+  /**
+   * The handle a 409 retired, named as `expired_handle` until the next
+   * response (docs/protocol.md §5.4): it tells the server this client followed
+   * a shape of the definition, so a table dropped meanwhile is a 503 to wait
+   * out (`table_gone`) rather than the 400 of a table never seen.
+   */
+  readonly expiredHandle: string | undefined
   /** Consecutive failed requests (network, 5xx, 429); zero after any success. */
   readonly failures: number
   /**
@@ -158,6 +165,7 @@ export function initialState(start: InitialPosition): SyncingState {
     schema: undefined,
     cursor: undefined,
     cacheBuster: undefined,
+    expiredHandle: undefined,
     failures: 0,
     transport: start.transport ?? 'long-poll',
   })
@@ -187,6 +195,7 @@ function position(s: Position): Position {
     schema: s.schema,
     cursor: s.cursor,
     cacheBuster: s.cacheBuster,
+    expiredHandle: s.expiredHandle,
     failures: s.failures,
     transport: s.transport,
   }
@@ -201,6 +210,7 @@ function afterResponse(state: Position, event: ResponseEvent): Omit<Position, 'h
     schema: state.schema ?? event.schema,
     cursor: event.cursor ?? state.cursor,
     cacheBuster: undefined,
+    expiredHandle: undefined,
     failures: 0,
   }
 }
@@ -213,6 +223,8 @@ function refetch(state: Position, event: MustRefetchEvent): SyncingState {
     schema: undefined,
     cursor: undefined,
     cacheBuster: event.cacheBuster,
+    // A second 409 before any response (the replacement gone too) keeps naming the handle the client followed.
+    expiredHandle: state.handle ?? state.expiredHandle,
     failures: 0,
   })
 }

@@ -70,6 +70,8 @@ export interface SeenRequest {
   readonly url: URL
   readonly headers: IncomingMessage['headers']
   readonly fault: Fault['kind'] | 'forwarded'
+  /** The server's status, once it answered a forwarded request. */
+  status: number | undefined
 }
 
 export type Interceptor = (request: { url: URL; headers: IncomingMessage['headers']; index: number }) => Fault | undefined
@@ -107,7 +109,8 @@ export class FaultProxy {
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const url = new URL(req.url ?? '/', this.url)
     const fault = this.interceptor?.({ url, headers: req.headers, index: this.requests.length })
-    this.requests.push({ url, headers: req.headers, fault: fault?.kind ?? 'forwarded' })
+    const seen: SeenRequest = { url, headers: req.headers, fault: fault?.kind ?? 'forwarded', status: undefined }
+    this.requests.push(seen)
     if (fault?.kind === 'destroy') {
       req.socket.destroy()
       return
@@ -121,6 +124,7 @@ export class FaultProxy {
     const upstream = httpRequest(
       { host: '127.0.0.1', port: this.targetPort, path: req.url, method: req.method, headers: req.headers },
       (up) => {
+        seen.status = up.statusCode
         const headers = { ...up.headers }
         if (fault?.kind === 'strip-headers') for (const name of fault.names) delete headers[name]
         res.writeHead(up.statusCode ?? 502, headers)

@@ -51,7 +51,7 @@ describe('the transition table', () => {
 
 describe('syncing', () => {
   it('starts at -1 with no handle, schema or cursor', () => {
-    expect(start).toEqual({ kind: 'syncing', handle: undefined, offset: '-1', schema: undefined, cursor: undefined, cacheBuster: undefined, failures: 0, transport: 'long-poll' })
+    expect(start).toEqual({ kind: 'syncing', handle: undefined, offset: '-1', schema: undefined, cursor: undefined, cacheBuster: undefined, expiredHandle: undefined, failures: 0, transport: 'long-poll' })
   })
 
   it('follows chunks, keeps the first schema, becomes live (long-poll) at up-to-date', () => {
@@ -71,12 +71,18 @@ describe('syncing', () => {
 
   it('a 409 resets to -1 with the new handle, no schema, and a cache buster until the next response', () => {
     const s = run(start, response({ offset: '0_3' }), { type: 'mustRefetch', handle: 'h2', cacheBuster: 'cb' })
-    expect(s).toEqual({ kind: 'syncing', handle: 'h2', offset: '-1', schema: undefined, cursor: undefined, cacheBuster: 'cb', failures: 0, transport: 'long-poll' })
+    expect(s).toEqual({ kind: 'syncing', handle: 'h2', offset: '-1', schema: undefined, cursor: undefined, cacheBuster: 'cb', expiredHandle: 'h1', failures: 0, transport: 'long-poll' })
     expect(transition(s, response({ handle: 'h2' })).cacheBuster).toBeUndefined()
   })
 
-  it('a 409 without a handle drops the old one', () => {
-    expect(transition(live, { type: 'mustRefetch', handle: undefined, cacheBuster: 'x' }).handle).toBeUndefined()
+  it('a 409 without a handle drops the old one, and names it as expired until the next response', () => {
+    const refetching = transition(live, { type: 'mustRefetch', handle: undefined, cacheBuster: 'x' })
+    expect(refetching.handle).toBeUndefined()
+    expect(refetching.expiredHandle).toBe(live.handle)
+    // A second 409 before any response (say the replacement went too) still names the handle the client followed.
+    expect(transition(refetching, { type: 'mustRefetch', handle: undefined, cacheBuster: 'y' }).expiredHandle).toBe(live.handle)
+    expect(transition(refetching, { type: 'retryableError' }).expiredHandle).toBe(live.handle)
+    expect(transition(refetching, response({ handle: 'h5' })).expiredHandle).toBeUndefined()
   })
 
   it('counts failures, cleared by a response or a recovery', () => {

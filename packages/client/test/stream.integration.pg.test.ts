@@ -165,9 +165,41 @@ describe('409 must-refetch', () => {
       expect(new Set(snapshotKeys).size).toBe(snapshotKeys.length)
       const refetch = sluice.proxy.requestsFor(table).find((r) => r.url.searchParams.has('cache-buster'))
       expect(refetch?.url.searchParams.get('offset')).toBe('-1')
+      expect(refetch?.url.searchParams.get('expired_handle')).toBe(oldHandle)
       await shape.stop()
     })
   }
+
+  it('a table dropped under a following stream: a must-refetch, then it waits (503) without an error until the table is back', { timeout: 60_000 }, async () => {
+    const table = await newTable(5)
+    const errors: unknown[] = []
+    const stream = new ShapeStream(options(table, { onError: (error) => void errors.push(error) }))
+    const batches = record(stream)
+    const shape = new Shape(stream)
+    try {
+      await shape.ready()
+      const oldHandle = stream.shapeHandle!
+      await sluice.cluster.query(`DROP TABLE ${table}`)
+      await until('a must-refetch', () => batches.flat().some(isMustRefetchMessage))
+      // The 409 has no handle (nothing replaces the shape); the refetch names the one followed, so the
+      // server answers "retry later", not the 400 of a table it never had, which would end the stream.
+      await until('a 503 for the refetch', () => sluice.proxy.requestsFor(table).some((r) => r.status === 503))
+      const waiting = sluice.proxy.requestsFor(table).find((r) => r.status === 503)!
+      expect(waiting.url.searchParams.get('expired_handle')).toBe(oldHandle)
+      expect(waiting.url.searchParams.get('offset')).toBe('-1')
+      await sluice.cluster.query(ITEMS_DDL(table))
+      await sluice.cluster.query(`INSERT INTO ${table} (id, title) VALUES (7, 'back')`)
+      await until('the table back', () => shape.isUpToDate && shape.value.size === 1 && shape.value.has(`"public"."${table}"/"7"`), 45_000)
+      expect(stream.shapeHandle).not.toBe(oldHandle)
+      expect(sluice.proxy.requestsFor(table).filter((r) => r.status === 400)).toEqual([])
+      expect(errors).toEqual([])
+      // Once a response came, the retired handle is no longer named.
+      const last = sluice.proxy.requestsFor(table).at(-1)!
+      expect(last.url.searchParams.has('expired_handle')).toBe(false)
+    } finally {
+      await shape.stop()
+    }
+  })
 })
 
 describe('errors and retries', () => {
