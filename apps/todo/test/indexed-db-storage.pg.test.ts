@@ -7,13 +7,16 @@
 import { readFileSync } from 'node:fs'
 import { type Server, createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { CHROMIUM_ARGS, findChromium } from '@sluice/test-utils'
 import { type Browser, chromium } from 'playwright-core'
 import { transformWithEsbuild } from 'vite'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
-const ADAPTER_SOURCE = fileURLToPath(new URL('../../../packages/client/src/indexed-db.ts', import.meta.url))
+const CLIENT_SOURCES = fileURLToPath(new URL('../../../packages/client/src/', import.meta.url))
+/** The adapter and the one module it imports at run time (its error classes); the rest of its imports are types. */
+const MODULES = ['indexed-db', 'errors']
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>idb</title>
 <script type="module">
@@ -27,11 +30,16 @@ let origin: string
 let browser: Browser
 
 beforeAll(async () => {
-  // Only type imports besides the class itself: the compiled module stands alone.
-  const compiled = await transformWithEsbuild(readFileSync(ADAPTER_SOURCE, 'utf8'), ADAPTER_SOURCE, { format: 'esm', target: 'es2022' })
+  // Each module compiled on its own and served at /<name>.js, where the adapter's relative import finds it.
+  const compiled = new Map<string, string>()
+  for (const name of MODULES) {
+    const file = join(CLIENT_SOURCES, `${name}.ts`)
+    compiled.set(`/${name}.js`, (await transformWithEsbuild(readFileSync(file, 'utf8'), file, { format: 'esm', target: 'es2022' })).code)
+  }
   server = createServer((req, res) => {
-    if (req.url === '/indexed-db.js') {
-      res.writeHead(200, { 'content-type': 'text/javascript' }).end(compiled.code)
+    const code = compiled.get(req.url ?? '')
+    if (code !== undefined) {
+      res.writeHead(200, { 'content-type': 'text/javascript' }).end(code)
       return
     }
     res.writeHead(200, { 'content-type': 'text/html' }).end(PAGE)

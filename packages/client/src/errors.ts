@@ -14,6 +14,7 @@
  * | `storage_error`    | `StorageCodecError`      | persisted state that cannot be decoded |
  * | `aborted`          | `AbortedError`           | waiting on something the caller aborted |
  * | `invalid_options`  | `InvalidOptionsError`    | options the stream cannot work with (a reserved query parameter, no table) |
+ * | `invalid_txid`     | `InvalidTxidError`       | `waitForTxid` given something that is not a transaction id |
  */
 export type ClientErrorCode =
   | 'http_error'
@@ -26,6 +27,7 @@ export type ClientErrorCode =
   | 'storage_error'
   | 'aborted'
   | 'invalid_options'
+  | 'invalid_txid'
 
 export abstract class ClientError extends Error {
   abstract readonly code: ClientErrorCode
@@ -154,6 +156,15 @@ export class InvalidOptionsError extends ClientError {
 
   constructor(message: string) {
     super(message)
+  }
+}
+
+export class InvalidTxidError extends ClientError {
+  override readonly name = 'InvalidTxidError'
+  readonly code = 'invalid_txid'
+
+  constructor(txid: unknown, options?: { cause?: unknown }) {
+    super(`not a transaction id: ${String(txid)} (pass pg_current_xact_id() of the write, as a number, bigint or string)`, options)
   }
 }
 

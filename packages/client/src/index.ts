@@ -76,6 +76,7 @@ export {
   InvalidOptionsError,
   InvalidResponseError,
   InvalidTransitionError,
+  InvalidTxidError,
   MissingHeadersError,
   NetworkError,
   ParserNullValueError,

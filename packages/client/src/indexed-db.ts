@@ -1,3 +1,4 @@
+import { InvalidOptionsError } from './errors.js'
 import type { PersistedShape, ShapeStorage } from './storage.js'
 
 /**
@@ -13,7 +14,7 @@ export class IndexedDbShapeStorage implements ShapeStorage {
 
   constructor(options: { databaseName?: string; indexedDB?: IDBFactory } = {}) {
     const factory = options.indexedDB ?? (globalThis as { indexedDB?: IDBFactory }).indexedDB
-    if (factory === undefined) throw new TypeError('IndexedDB is not available here; pass options.indexedDB')
+    if (factory === undefined) throw new InvalidOptionsError('IndexedDB is not available here; pass options.indexedDB')
     this.#factory = factory
     this.#name = options.databaseName ?? 'sluice-shapes'
   }

@@ -1,3 +1,4 @@
+import { InvalidOptionsError } from './errors.js'
 import { decodePersistedShape, encodePersistedShape } from './storage-codec.js'
 import type { PersistedShape, ShapeStorage } from './storage.js'
 
@@ -21,7 +22,7 @@ export class LocalStorageShapeStorage implements ShapeStorage {
 
   constructor(options: { storage?: StringStorage; prefix?: string } = {}) {
     const storage = options.storage ?? (globalThis as { localStorage?: StringStorage }).localStorage
-    if (storage === undefined) throw new TypeError('localStorage is not available here; pass options.storage')
+    if (storage === undefined) throw new InvalidOptionsError('localStorage is not available here; pass options.storage')
     this.#storage = storage
     this.#prefix = options.prefix ?? 'sluice:shape:'
   }

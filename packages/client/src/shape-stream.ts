@@ -426,7 +426,13 @@ export class ShapeStream<T extends Row = Row> {
     if (retry !== undefined && retry !== null && typeof retry === 'object') {
       if (retry.params !== undefined) {
         const params = { ...this.#params, ...retry.params } as ShapeParams
-        validateParams(params)
+        try {
+          validateParams(params)
+        } catch (invalid) {
+          // Params the stream cannot send (a reserved name): the stream stops with that error, as with any option.
+          this.#stopWith(invalid)
+          return
+        }
         this.#params = params
       }
       if (retry.headers !== undefined) this.#headers = { ...this.#headers, ...retry.headers }

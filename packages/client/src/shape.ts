@@ -1,10 +1,10 @@
 import { ShapeStream } from './shape-stream.js'
 import type { ShapeStreamOptions } from './stream-options.js'
-import { AbortedError, InvalidOptionsError } from './errors.js'
+import { AbortedError, InvalidOptionsError, InvalidTxidError } from './errors.js'
 import { type Message, isChangeMessage, isControlMessage, isEventMessage } from './messages.js'
 import { MemoryShapeStorage, PERSISTED_SHAPE_VERSION, type PersistedShape, type ShapeStorage } from './storage.js'
 import { TagTracker } from './tag-tracker.js'
-import { type SnapshotVisibility, type Txid, lowXid, snapshotVisibility, visibleInSnapshot } from './txid.js'
+import { type SnapshotVisibility, type Txid, lowXid, snapshotVisibility, toXid8, visibleInSnapshot } from './txid.js'
 import type { Row } from './value-parser.js'
 
 /**
@@ -81,16 +81,20 @@ export class Shape<T extends Row = Row> {
   readonly #readyWaiters = new Set<{ resolve: () => void; reject: (error: unknown) => void }>()
   #error: unknown
   readonly #unsubscribe: () => void
+  readonly #unwatch: () => void
 
   /**
-   * Opens a shape, resuming from `storage` when it holds one for this shape:
-   * the rows are there at once and the stream continues from the saved offset
-   * instead of requesting `-1`.
+   * Opens a shape, resuming from `storage` when it holds one for this shape
+   * (and no `offset` is given: an explicit offset starts there, and the rows
+   * are saved as usual): the rows are there at once and the stream continues
+   * from the saved offset instead of requesting `-1`.
    */
   static async open<T extends Row = Row>(options: OpenShapeOptions): Promise<Shape<T>> {
     const storage = options.storage ?? defaultStorage
     const storageKey = options.storageKey ?? defaultStorageKey(options)
-    const initial = options.offset === undefined ? await storage.load(storageKey) : undefined
+    const loaded = options.offset === undefined ? await storage.load(storageKey) : undefined
+    // A record of another format (an older or newer client wrote it) is ignored, whichever storage kept it.
+    const initial = loaded?.version === PERSISTED_SHAPE_VERSION ? loaded : undefined
     const stream = new ShapeStream<T>({
       ...options,
       ...(initial === undefined ? {} : { offset: initial.offset, handle: initial.handle }),
@@ -112,6 +116,11 @@ export class Shape<T extends Row = Row> {
       (messages) => this.#process(messages),
       (error) => this.#fail(error),
     )
+    // A stream stopped by its caller (this shape's stop(), the stream's own, its signal) tells no
+    // subscriber: the waits it leaves behind would never settle.
+    this.#unwatch = stream.onStateChange((state) => {
+      if (state.kind === 'stopped' && state.reason === 'aborted') this.#abandoned()
+    })
   }
 
   /** The rows, in the order they were first inserted. */
@@ -149,6 +158,7 @@ export class Shape<T extends Row = Row> {
   ready(signal?: AbortSignal): Promise<void> {
     if (this.#upToDate) return Promise.resolve()
     if (this.#error !== undefined) return Promise.reject(this.#error)
+    if (this.#isAborted()) return Promise.reject(new AbortedError('waiting for the shape'))
     return this.#wait(this.#readyWaiters, signal, 'waiting for the shape')
   }
 
@@ -156,11 +166,19 @@ export class Shape<T extends Row = Row> {
    * Resolves once the changes of transaction `txid` are in the rows and the
    * rows are up to date: pass `pg_current_xact_id()` of the transaction that
    * made an optimistic write to know when the synced rows include it.
-   * Resolves at once for a transaction already seen or in the snapshot.
+   * Resolves at once for a transaction already seen or in the snapshot;
+   * rejects at once with `InvalidTxidError` for anything that is not a
+   * transaction id.
    */
   waitForTxid(txid: Txid, options: { signal?: AbortSignal } = {}): Promise<void> {
+    try {
+      toXid8(txid)
+    } catch (cause) {
+      return Promise.reject(new InvalidTxidError(txid, { cause }))
+    }
     if (this.#hasSynced(txid)) return Promise.resolve()
     if (this.#error !== undefined) return Promise.reject(this.#error)
+    if (this.#isAborted()) return Promise.reject(new AbortedError(`waiting for txid ${String(txid)}`))
     return new Promise<void>((resolve, reject) => {
       const signal = options.signal
       const waiter: TxidWaiter = {
@@ -292,6 +310,20 @@ export class Shape<T extends Row = Row> {
       ...(this.#tags.size === 0 ? {} : { tags: this.#tags.persist() }),
       savedAt: this.#lastSyncedAt ?? Date.now(),
     })
+  }
+
+  #isAborted(): boolean {
+    const state = this.stream.state
+    return state.kind === 'stopped' && state.reason === 'aborted'
+  }
+
+  /** The stream was stopped: what waits for rows it will never bring is told so. */
+  #abandoned(): void {
+    this.#unwatch()
+    for (const waiter of this.#readyWaiters) waiter.reject(new AbortedError('waiting for the shape'))
+    this.#readyWaiters.clear()
+    for (const waiter of this.#waiters) waiter.reject(new AbortedError(`waiting for txid ${String(waiter.xid)}`))
+    this.#waiters.clear()
   }
 
   #fail(error: unknown): void {

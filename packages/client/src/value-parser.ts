@@ -1,6 +1,6 @@
 import type { ColumnSchema, ShapeSchema } from '@sluice/protocol'
 import { type ArrayValue, parseArrayLiteral } from './array-literal.js'
-import { ParserNullValueError } from './errors.js'
+import { ClientError, InvalidResponseError, ParserNullValueError } from './errors.js'
 
 /**
  * Turns the Postgres text values of a change message into JavaScript values,
@@ -94,12 +94,17 @@ export function createRowParserInPlace(schema: ShapeSchema, custom: Parsers = {}
   }
   const count = names.length
   return (values) => {
-    for (let i = 0; i < count; i++) {
-      const name = names[i]!
-      const text = values[name]
-      // Own values from JSON are strings or null; anything else (a column absent from an
-      // update, found on the prototype instead) is left alone.
-      if (typeof text === 'string' || text === null) values[name] = parses[i]!(text)
+    let i = 0
+    try {
+      for (; i < count; i++) {
+        const name = names[i]!
+        const text = values[name]
+        // Own values from JSON are strings or null; anything else (a column absent from an
+        // update, found on the prototype instead) is left alone.
+        if (typeof text === 'string' || text === null) values[name] = parses[i]!(text)
+      }
+    } catch (error) {
+      throw valueError(names[i]!, schema[names[i]!]!, error)
     }
     for (let i = 0; i < notNullText.length; i++) {
       const name = notNullText[i]!
@@ -107,6 +112,18 @@ export function createRowParserInPlace(schema: ShapeSchema, custom: Parsers = {}
     }
     return values
   }
+}
+
+/**
+ * A value a parser refused (`BigInt('x')`, JSON that does not parse, a custom
+ * parser's own throw) as the client error it is: the body is not what its
+ * schema says. The client's own errors (a null in a `not_null` column, an array
+ * literal that does not parse) already are one.
+ */
+function valueError(name: string, column: ColumnSchema, error: unknown): ClientError {
+  if (error instanceof ClientError) return error
+  const why = error instanceof Error ? error.message : String(error)
+  return new InvalidResponseError(`column "${name}": a ${column.type} value that does not parse (${why})`, { cause: error })
 }
 
 /** The parser of one column, `null` handling and arrays included. */

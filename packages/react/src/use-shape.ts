@@ -11,7 +11,7 @@ export interface UseShapeResult<T extends Row = Row, S = readonly T[]> {
   readonly error: unknown
   /** When the rendered rows were synced; `shape.lastSyncedAt` is always the current value. */
   readonly lastSyncedAt: number | undefined
-  /** Undefined until mounted (and always on the server). */
+  /** Undefined on the server, while hydrating, and on the first render of a key that no mounted component holds open yet. */
   readonly shape: Shape<T> | undefined
   readonly stream: ShapeStream<T> | undefined
   /** Resolves once the shape's synced rows include transaction `txid`; stable for a given shape. */

@@ -1,0 +1,157 @@
+import { afterEach, describe, expect, it } from 'vitest'
+import { AbortedError, InvalidOptionsError, InvalidResponseError, InvalidTxidError, Shape, ShapeStream, type ShapeStreamOptions } from '../src/index.js'
+
+/**
+ * What callers get back when something goes wrong around the stream rather
+ * than on the wire: a bad argument, a stop, a callback's bad answer, a value
+ * that does not parse. A fetch of the test's own answers each request; live
+ * requests hang until aborted, as a long-poll with nothing new does.
+ */
+
+const SCHEMA = { id: { type: 'int8', pk_index: 0, not_null: true }, doc: { type: 'jsonb' } }
+
+interface Answer {
+  readonly status?: number
+  readonly body?: readonly unknown[]
+  readonly headers?: Record<string, string>
+}
+
+function snapshot(rows: ReadonlyArray<{ id: string; doc: string; txid?: number }>): Answer {
+  return {
+    headers: { 'electric-up-to-date': '' },
+    body: [
+      ...rows.map((r) => ({
+        key: `"public"."t"/"${r.id}"`,
+        value: { id: r.id, doc: r.doc },
+        headers: { operation: 'insert', ...(r.txid === undefined ? {} : { txids: [r.txid] }) },
+      })),
+      { headers: { control: 'up-to-date' } },
+    ],
+  }
+}
+
+/** Answers non-live requests in turn from `answers`; live ones (and any past the list) are held until aborted. */
+function scriptedFetch(answers: Answer[]): { fetch: typeof fetch; urls: URL[] } {
+  const urls: URL[] = []
+  const fetchImpl = (async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const url = new URL(String(input))
+    urls.push(url)
+    const answer = url.searchParams.get('live') === 'true' ? undefined : answers.shift()
+    if (answer === undefined) {
+      return new Promise<Response>((_resolve, reject) => {
+        const signal = init?.signal
+        if (signal?.aborted) return reject(signal.reason)
+        signal?.addEventListener('abort', () => reject(signal.reason), { once: true })
+      })
+    }
+    const status = answer.status ?? 200
+    return new Response(answer.body === undefined ? '' : JSON.stringify(answer.body), {
+      status,
+      headers: {
+        'content-type': 'application/json',
+        'electric-handle': 'h1',
+        'electric-offset': '0_0',
+        'electric-schema': JSON.stringify(SCHEMA),
+        'electric-cursor': '1',
+        ...answer.headers,
+      },
+    })
+  }) as typeof fetch
+  return { fetch: fetchImpl, urls }
+}
+
+const streams: ShapeStream[] = []
+afterEach(async () => {
+  await Promise.all(streams.splice(0).map((s) => s.stop()))
+})
+
+function open(answers: Answer[], extra: Partial<ShapeStreamOptions> = {}): { stream: ShapeStream; urls: URL[] } {
+  const { fetch, urls } = scriptedFetch(answers)
+  const stream = new ShapeStream({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, ...extra })
+  streams.push(stream)
+  return { stream, urls }
+}
+
+describe('waitForTxid with something that is not a transaction id', () => {
+  it('rejects at once with InvalidTxidError, and a good waiter registered after it still resolves', async () => {
+    const { stream } = open([snapshot([{ id: '1', doc: '{}', txid: 7 }])])
+    const shape = new Shape(stream)
+    // Both before the shape is up to date, when a bad waiter used to sit among the good ones.
+    const bad = shape.waitForTxid(-1)
+    const good = shape.waitForTxid(7)
+    await expect(bad).rejects.toBeInstanceOf(InvalidTxidError)
+    await good
+    for (const txid of ['abc', 1.5, 2n ** 64n] as const) {
+      await expect(shape.waitForTxid(txid)).rejects.toMatchObject({ code: 'invalid_txid' })
+    }
+    await expect(shape.waitForTxid('7')).resolves.toBeUndefined()
+  })
+})
+
+describe('waits when the stream is stopped', () => {
+  it("stop() rejects pending waits with AbortedError, and so does every later wait for rows that can't come", async () => {
+    const { stream } = open([snapshot([{ id: '1', doc: '{}', txid: 7 }])])
+    const shape = new Shape(stream)
+    await shape.ready()
+    const pending = shape.waitForTxid(99)
+    await shape.stop()
+    await expect(pending).rejects.toBeInstanceOf(AbortedError)
+    await expect(shape.waitForTxid(100)).rejects.toBeInstanceOf(AbortedError)
+    // Rows already synced stay synced.
+    await expect(shape.ready()).resolves.toBeUndefined()
+    await expect(shape.waitForTxid(7)).resolves.toBeUndefined()
+  })
+
+  it('a stream stopped by its own stop() or signal, before it was ever up to date, rejects ready()', async () => {
+    const controller = new AbortController()
+    const first = open([], { signal: controller.signal })
+    const viaSignal = new Shape(first.stream)
+    const ready = viaSignal.ready()
+    controller.abort()
+    await expect(ready).rejects.toBeInstanceOf(AbortedError)
+
+    const second = open([])
+    const viaStop = new Shape(second.stream)
+    const waiting = [viaStop.ready(), viaStop.waitForTxid(5)]
+    await second.stream.stop()
+    for (const wait of waiting) await expect(wait).rejects.toBeInstanceOf(AbortedError)
+    await expect(viaStop.ready()).rejects.toBeInstanceOf(AbortedError)
+  })
+})
+
+describe('onError answering with params the stream cannot send', () => {
+  it('stops the stream with InvalidOptionsError, told to subscribers, with no unhandled rejection', async () => {
+    const { stream, urls } = open([{ status: 400, body: [{ message: 'Invalid request' }] }], {
+      onError: () => ({ params: { offset: '5_0' } }),
+    })
+    const errors: unknown[] = []
+    stream.subscribe(
+      () => {},
+      (error) => void errors.push(error),
+    )
+    await stream.done
+    expect(stream.state).toMatchObject({ kind: 'stopped', reason: 'error' })
+    expect(errors).toHaveLength(1)
+    expect(errors[0]).toBeInstanceOf(InvalidOptionsError)
+    expect(urls).toHaveLength(1)
+  })
+})
+
+describe('a value its column parser refuses', () => {
+  for (const [column, value] of [
+    ['doc', '{not json'],
+    ['id', 'twelve'],
+  ] as const) {
+    it(`${column} = ${JSON.stringify(value)}: InvalidResponseError naming the column, the parser's error as cause`, async () => {
+      const row = column === 'doc' ? { id: '1', doc: value } : { id: value, doc: '{}' }
+      const { stream } = open([snapshot([row])])
+      const shape = new Shape(stream)
+      await expect(shape.ready()).rejects.toBeInstanceOf(InvalidResponseError)
+      const error = shape.error as InvalidResponseError
+      expect(error.code).toBe('invalid_response')
+      expect(error.message).toContain(`column "${column}"`)
+      expect(error.cause).toBeInstanceOf(SyntaxError)
+      expect(stream.state).toMatchObject({ kind: 'stopped', reason: 'error' })
+    })
+  }
+})
