@@ -139,6 +139,8 @@ class SubsetResponder {
       if (!this.reply.raw.writableFinished) gone.abort(new Error('the client went away'))
     }
     this.reply.raw.once('close', onClose)
+    // Gone while the shape was resolved, compiled or made ready: its 'close' came before this listener.
+    if (this.reply.raw.destroyed) onClose()
     const body = new BodyWriter(this.reply, gone.signal)
     try {
       await this.shapes.runSubset(
@@ -260,7 +262,9 @@ class BodyWriter {
     this.chunks = []
     this.size = 0
     if (stream.write(data)) return
-    await once(stream, 'drain', { signal: this.signal })
+    // A body stream destroyed (its response closed) emits no 'drain' again: its 'close' ends the wait too.
+    await Promise.race([once(stream, 'drain', { signal: this.signal }), once(stream, 'close', { signal: this.signal })])
+    if (stream.destroyed) throw new Error('the response was closed while the subset was written')
   }
 }
 

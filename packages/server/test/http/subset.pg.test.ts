@@ -376,6 +376,34 @@ describe('large subsets stream', () => {
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
   })
+
+  it('clients that leave while their new shape is still being made free their connection too', async () => {
+    await cluster.query(`CREATE TABLE wider (id int4 PRIMARY KEY, body text NOT NULL)`)
+    await cluster.query(`INSERT INTO wider SELECT i, repeat(md5(i::text), 16) FROM generate_series(1, 30000) i`)
+    // Each a new shape (its own where), so the request is still waiting for the shape's snapshot when its
+    // client leaves, before the subset's query starts; each subset would be megabytes, streamed.
+    for (let i = 0; i < 4; i++) {
+      const url = shapeUrl({ table: 'wider', offset: '-1', where: `id > ${i}`, subset__where: 'id > $1', subset__params: '{"1":"10"}', subset__order_by: 'id' })
+      const controller = new AbortController()
+      const req = httpGet({ host: '127.0.0.1', port: server.port, path: url, signal: controller.signal })
+      req.on('error', () => {})
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      controller.abort()
+    }
+    // More than the pool's connections were asked for: one left inside a transaction would hold this one up.
+    const after = await get(shapeUrl({ table: 'wider', offset: '-1', where: 'id > 0', subset__where: 'id <= 3', subset__order_by: 'id' }))
+    expect(after.status).toBe(200)
+    expect(ids(after)).toEqual([1, 2, 3])
+    const deadline = Date.now() + 10_000
+    for (;;) {
+      const { rows } = await cluster.query<{ n: string }>(
+        `SELECT count(*)::text AS n FROM pg_stat_activity WHERE application_name = 'sluice_subset' AND state <> 'idle'`,
+      )
+      if (rows[0]!.n === '0') break
+      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} subset connections still busy`)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  })
 })
 
 describe('shape resolution', () => {
