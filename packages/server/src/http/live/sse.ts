@@ -260,7 +260,12 @@ class SseStream extends Waiter {
     if (this.gone || raw.destroyed) return undefined
     if (raw.write(bytes)) return undefined
     return new Promise<void>((resolve) => {
+      // Nothing else ends a stream whose client stopped reading: parked or not, its deadline is only looked at
+      // between writes. So a write that has not drained by then (and not within a keep-alive interval of now,
+      // a slow reader's time to catch up) cuts the connection, and the 'close' that follows ends the stream.
+      const stalled = setTimeout(() => raw.destroy(), Math.max(this.deadline - this.options.waiters.now(), this.keepAliveMs))
       const done = (): void => {
+        clearTimeout(stalled)
         raw.off('drain', done)
         this.drained = undefined
         resolve()

@@ -518,6 +518,27 @@ describe('serveSse on a real node:http server', () => {
     expect(waiters.size).toBe(0)
   })
 
+  it('a client that stops reading for good is cut once the stream has outlived its timeout, not held for ever', async () => {
+    const store = await memoryStore(1 << 20)
+    const log = await makeShape(store, 'b2', [rowJson(1)])
+    const waiters = liveWaiters(store)
+    const h = await startServer(() => ({
+      headers: {}, handle: 'b2', after: log.head().lastOffset, read: readFromStore(store, 'b2'), upToDate, waiters, timeoutMs: 600, keepAliveMs: 300,
+    }))
+    const stalled = await connect(h.url, { paused: true })
+    await until(() => waiters.size === 1)
+    await commit(store, log, 70n, Array.from({ length: 1500 }, (_, k) => changeJson(70n, 2 * k, k, { pad: 'é'.repeat(1500) })))
+    await until(() => h.raws[0]!.writableNeedDrain)
+    const blockedAt = performance.now()
+    // The stream is blocked on 'drain' and parked nowhere: the cut is what ends it.
+    expect(await h.outcomes[0]).toBe('disconnected')
+    expect(performance.now() - blockedAt).toBeLessThan(5_000)
+    expect(h.raws[0]!.destroyed).toBe(true)
+    expect(h.raws[0]!.listenerCount('drain')).toBe(0)
+    expect(waiters.size).toBe(0)
+    stalled.destroy()
+  })
+
   it('a store/scan disagreement destroys the stream and rejects', async () => {
     const store = await memoryStore()
     await makeShape(store, 'h9', [rowJson(1)])
