@@ -95,7 +95,16 @@ export abstract class DataWait<L extends WaitedLog = WaitedLog> extends Waiter {
     const waiters = this.waiters!
     const { shapes, until } = this.waitOptions
     if (shapes !== undefined && shapes.status(this.waitedKey) !== 'active') return this.end('invalidated')
-    if (compareOffsets(log.head().lastOffset, this.waitedAfter!) >= (until === 'reach' ? 0 : 1)) return this.end('data')
+    let head: LogOffset
+    try {
+      head = log.head().lastOffset
+    } catch {
+      // The log this wait holds is gone under it (on a replica, a log the writer compacted and then deleted, read
+      // by its successor's flush): its shape is to be looked up again, as after an invalidation. Never a throw
+      // here: a wake runs inside the waiters' flush listener, which must not throw.
+      return this.end('invalidated')
+    }
+    if (compareOffsets(head, this.waitedAfter!) >= (until === 'reach' ? 0 : 1)) return this.end('data')
     const remaining = this.deadline - waiters.now()
     if (remaining <= 0) return this.end('timeout')
     if (this.cancelled()) return this.end('aborted')

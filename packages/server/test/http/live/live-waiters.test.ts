@@ -89,6 +89,25 @@ describe('LiveWaiters with a real MemoryLogStore', () => {
     await store.close()
   })
 
+  it("a log whose head throws when a flush wakes its wait (deleted under it) ends the wait as invalidated, and the flush goes on", async () => {
+    const store = new MemoryLogStore({ chunkBytes: 10_000 })
+    const log = await makeShape(store, 'gone', [rowJson(1)])
+    const other = await makeShape(store, 'other', [rowJson(1)])
+    const waiters = new LiveWaiters({ store, resolutionMs: 10 })
+    let deleted = false
+    const held = { id: log.id, head: () => (deleted ? (() => { throw new Error('shape_deleted') })() : log.head()) }
+    const waiting = waitForData(held, log.head().lastOffset, waiters, 5000)
+    const alongside = waitForData(other, other.head().lastOffset, waiters, 5000)
+    deleted = true
+    await commit(store, log, 10n, [changeJson(10n, 0, 1)])
+    await commit(store, other, 11n, [changeJson(11n, 0, 1)])
+    expect(await waiting).toBe('invalidated')
+    expect(await alongside).toBe('data')
+    expect(waiters.size).toBe(0)
+    waiters.close()
+    await store.close()
+  })
+
   it('times out on real timers within the wheel resolution, never early', async () => {
     const waiters = new LiveWaiters({ store: new FakeFlushes(), resolutionMs: 25 })
     const timeouts = [1, 24, 25, 26, 80, 150]
