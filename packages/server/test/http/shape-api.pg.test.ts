@@ -611,6 +611,25 @@ describe('SSE and shutdown (§5.5)', () => {
     expect(data.at(-1)!.headers['global_last_seen_lsn']).toBe(data[0]!.headers['lsn'])
   })
 
+  it('HEAD with live_sse: the stream\'s headers, no body, and the connection free at once for the next request', async () => {
+    const [, up] = await syncAll('items')
+    const path = shapeUrl({ table: 'items', offset: up!.header('electric-offset')!, handle: up!.header('electric-handle')!, live: 'true', live_sse: 'true' })
+    // Two requests on one connection: the second is answered only once the first response has ended.
+    const socket = connect(server.port, '127.0.0.1')
+    await once(socket, 'connect')
+    socket.write(`HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n`)
+    let received = ''
+    socket.on('data', (d: Buffer) => (received += d.toString('latin1')))
+    const deadline = Date.now() + 5_000
+    while (received.split('HTTP/1.1 ').length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+    socket.destroy()
+    const [head, next] = received.split('HTTP/1.1 ').slice(1)
+    expect(head, received).toMatch(/^200 /)
+    expect(head).toMatch(/content-type: text\/event-stream/i)
+    expect(head).not.toContain('data:')
+    expect(next, 'the next request on the connection was answered within 5 s (the SSE lifetime is 60 s)').toMatch(/^200 /)
+  })
+
   it('closing the app answers a held long-poll with up-to-date instead of holding the close', async () => {
     const own = await startServer(pipeline, { longPollTimeoutMs: 20_000 })
     const [, up] = await syncAll('items')

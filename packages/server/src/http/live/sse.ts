@@ -182,6 +182,8 @@ class SseStream extends Waiter {
       this.fail(error)
       return
     }
+    // HEAD: the stream's headers, and no body to hold the connection open for (Node would only drop its bytes).
+    if (raw.req?.method === 'HEAD') return this.finish('timeout')
     // Data already waiting is sent at once and the stream stays open: ending it
     // here would make every SSE request under a steady stream of commits a
     // short one, which the official client takes for a proxy that buffers SSE
