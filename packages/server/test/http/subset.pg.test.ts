@@ -54,6 +54,19 @@ async function pgIds(sql: string, params: unknown[] = []): Promise<number[]> {
   return rows.map((row) => row.id)
 }
 
+/** Waits up to 10 s for every subset connection to be idle: none left inside a transaction. */
+async function subsetConnectionsIdle(): Promise<void> {
+  const deadline = Date.now() + 10_000
+  for (;;) {
+    const { rows } = await cluster.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM pg_stat_activity WHERE application_name = 'sluice_subset' AND state <> 'idle'`,
+    )
+    if (rows[0]!.n === '0') return
+    if (Date.now() > deadline) throw new Error(`${rows[0]!.n} subset connections still busy`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
 async function peopleCount(): Promise<number> {
   const { rows } = await cluster.query<{ n: string }>('SELECT count(*)::text AS n FROM people')
   return Number(rows[0]!.n)
@@ -366,15 +379,7 @@ describe('large subsets stream', () => {
     expect(after.status).toBe(200)
     expect(ids(after)).toEqual([1, 2, 3])
     // Their transactions ended: no subset connection is left inside one.
-    const deadline = Date.now() + 10_000
-    for (;;) {
-      const { rows } = await cluster.query<{ n: string }>(
-        `SELECT count(*)::text AS n FROM pg_stat_activity WHERE application_name = 'sluice_subset' AND state <> 'idle'`,
-      )
-      if (rows[0]!.n === '0') break
-      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} subset connections still busy`)
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
+    await subsetConnectionsIdle()
   })
 
   it('clients that leave while their new shape is still being made free their connection too', async () => {
@@ -394,15 +399,7 @@ describe('large subsets stream', () => {
     const after = await get(shapeUrl({ table: 'wider', offset: '-1', where: 'id > 0', subset__where: 'id <= 3', subset__order_by: 'id' }))
     expect(after.status).toBe(200)
     expect(ids(after)).toEqual([1, 2, 3])
-    const deadline = Date.now() + 10_000
-    for (;;) {
-      const { rows } = await cluster.query<{ n: string }>(
-        `SELECT count(*)::text AS n FROM pg_stat_activity WHERE application_name = 'sluice_subset' AND state <> 'idle'`,
-      )
-      if (rows[0]!.n === '0') break
-      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} subset connections still busy`)
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
+    await subsetConnectionsIdle()
   })
 })
 
