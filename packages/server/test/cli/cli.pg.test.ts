@@ -1,7 +1,7 @@
 // The `sluice` command as a user runs it: bin/sluice.js in a child process.
 import { existsSync } from 'node:fs'
 import { chmod } from 'node:fs/promises'
-import { connect } from 'node:net'
+import { type Socket, connect } from 'node:net'
 import { join } from 'node:path'
 import { usePostgres, useTempDir } from '@sluice/test-utils'
 import pg from 'pg'
@@ -25,6 +25,28 @@ function logs(run: Run): Array<Record<string, unknown>> {
     .split('\n')
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as Record<string, unknown>)
+}
+
+/**
+ * A POST whose body never finishes, surely in flight before the test goes on: its headers ask for
+ * `100 Continue`, which node:http sends once it has parsed them. (A fixed sleep raced the server's
+ * accept on a loaded machine: a connection still in the listen backlog is dropped by close(), and the
+ * drain the test holds up ended at once.)
+ */
+async function unfinishedPost(port: number, partialBody: string): Promise<Socket> {
+  const socket = connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  let seen = ''
+  const continued = new Promise<void>((resolve) => {
+    socket.on('data', (chunk: Buffer) => {
+      seen += chunk.toString('latin1')
+      if (seen.startsWith('HTTP/1.1 100 Continue\r\n\r\n')) resolve()
+    })
+  })
+  socket.write('POST /v1/shape?table=t&offset=-1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\nexpect: 100-continue\r\n\r\n')
+  await continued
+  socket.write(partialBody)
+  return socket
 }
 
 describe('sluice CLI', () => {
@@ -139,11 +161,7 @@ describe('sluice CLI', () => {
     expect(rows).toHaveLength(1)
     // A request whose body never finishes keeps the graceful close waiting.
     const port = Number(/HTTP: +http:\/\/127\.0\.0\.1:(\d+)/.exec(run.stdout)![1])
-    const socket = connect(port, '127.0.0.1')
-    await new Promise((r) => socket.once('connect', r))
-    socket.on('error', () => {})
-    socket.write('POST /v1/shape?table=t&offset=-1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"where":')
-    await new Promise((r) => setTimeout(r, 200))
+    const socket = await unfinishedPost(port, '{"where":')
     run.child.kill('SIGTERM')
     // Signals of one kind do not queue: the second is sent once the first has been taken, and after
     // the window in which a repeat counts as the same request (REPEAT_WINDOW_MS).
@@ -174,11 +192,7 @@ describe('sluice CLI', () => {
     // A drain held up by a request body that never ends; the user signals again later: exit at once, Postgres stopped all the same.
     const forced = start()
     const port = Number((await forced.waitFor(/HTTP: +http:\/\/127\.0\.0\.1:(\d+)/))[1])
-    const socket = connect(port, '127.0.0.1')
-    await new Promise((r) => socket.once('connect', r))
-    socket.on('error', () => {})
-    socket.write('POST /v1/shape?table=t&offset=-1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{')
-    await new Promise((r) => setTimeout(r, 200))
+    const socket = await unfinishedPost(port, '{')
     process.kill(-forced.child.pid!, 'SIGTERM')
     await forced.waitFor(/shutting down/)
     await new Promise((r) => setTimeout(r, REPEAT_WINDOW_MS + 200))
