@@ -90,18 +90,20 @@ function nodeLoopUtilization(): () => number {
  * - every `intervalMs`, the C heap's free pages (glibc's malloc_trim): after a
  *   burst of large buffers (a huge transaction, big responses) glibc keeps the
  *   freed memory, so resident memory would stay at the burst's peak;
- * - once thousands of shapes were retired (an expiry sweep) and retirements
- *   have stopped for a moment, V8's memory pressure notification: their state
- *   is garbage now, and V8 collects only when allocation asks it to, so an idle
- *   server would keep it resident indefinitely. Moderate pressure: incremental
- *   marking, no long pause. The request caches (`forget`) are emptied first:
- *   they hold the retired shapes' requests. Then, `RETIRED_COMPACTION_DELAY_MS`
- *   later, if what is left of the heap is at most
- *   `COMPACTION_MAX_HEAP_BYTES`, V8's low memory notification: full,
- *   compacting collections until one frees nothing more. The survivors of
- *   thousands of shapes' state are spread thin over many pages, which stay
- *   resident until they are moved together; one collection moves only some
- *   of them;
+ * - once thousands of shapes were retired (an expiry sweep), retirements
+ *   have stopped for a moment and the event loop is next idle, V8's memory
+ *   pressure notification: their state is garbage now, and V8 collects only
+ *   when allocation asks it to, so an idle server would keep it resident
+ *   indefinitely. Moderate pressure: incremental marking, whose final pause
+ *   compacts (see below), hence the idle loop; a server that stays busy
+ *   allocates, and V8 collects it on its own. The request caches (`forget`)
+ *   are emptied first: they hold the retired shapes' requests. Then,
+ *   `RETIRED_COMPACTION_DELAY_MS` later, if what is left of the heap is at
+ *   most `COMPACTION_MAX_HEAP_BYTES` and the loop has stayed idle since, V8's
+ *   low memory notification: full, compacting collections until one frees
+ *   nothing more. The survivors of thousands of shapes' state are spread thin
+ *   over many pages, which stay resident until they are moved together; one
+ *   collection moves only some of them;
  * - once thousands of shapes were created and creations have stopped for a
  *   moment, when the event loop is next idle: moderate pressure again. Making
  *   a shape (its request, query, snapshot and first write-back) allocates
@@ -202,6 +204,7 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   let creationQuiet: NodeJS.Timeout | undefined
   let creationIdle: NodeJS.Timeout | undefined
   let retiredQuiet: NodeJS.Timeout | undefined
+  let retiredIdle: NodeJS.Timeout | undefined
   let compaction: NodeJS.Timeout | undefined
   let transactionQuiet: NodeJS.Timeout | undefined
   let idleCheck: NodeJS.Timeout | undefined
@@ -223,6 +226,20 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
       release('idle_after_creation', false)
       recheckAfterCreation(CREATION_RECHECKS)
     })
+  // A sweep runs on its timer, busy server or not: the collection's final pause (it compacts, and grows with the
+  // heap) waits for an idle loop, as after creations; a server that stays busy is collected by V8 on its own.
+  const watchIdleAfterRetirement = (left: number): void =>
+    whenIdle(left, (check) => (retiredIdle = check), () => {
+      release('retired_shapes', false)
+      cancel(compaction)
+      // By then the incremental collection has run: the heap used is about what is live, which the pause grows with.
+      // Full collections hold the loop for their whole length: only if it stayed idle since the release.
+      compaction = later(RETIRED_COMPACTION_DELAY_MS, () => {
+        if (addon.lowMemory !== undefined && utilization() < IDLE_UTILIZATION && heapUsed() <= COMPACTION_MAX_HEAP_BYTES) {
+          release('compacted_after_retirement', true)
+        }
+      })
+    })
   const recheckAfterCreation = (left: number): void => {
     if (left <= 0) return
     creationIdle = later(CREATION_RECHECK_MS, () => {
@@ -242,14 +259,11 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
       if (++retired < RETIRED_SHAPES_FOR_COLLECTION) return
       // Debounced: one collection after the sweep, not one per thousand shapes during it.
       cancel(retiredQuiet)
+      cancel(retiredIdle)
       retiredQuiet = later(RETIREMENT_QUIET_MS, () => {
         retired = 0
-        release('retired_shapes', false)
-        cancel(compaction)
-        // By then the incremental collection has run: the heap used is about what is live, which the pause grows with.
-        compaction = later(RETIRED_COMPACTION_DELAY_MS, () => {
-          if (addon.lowMemory !== undefined && heapUsed() <= COMPACTION_MAX_HEAP_BYTES) release('compacted_after_retirement', true)
-        })
+        utilization()
+        watchIdleAfterRetirement(IDLE_WATCH_MS)
       })
     },
     shapeCreated: () => {

@@ -53,10 +53,10 @@ describe('heap trim', () => {
     expect(addon.trims).toBe(3)
   })
 
-  it('asks V8 to collect once, after a burst of retired shapes has paused, and not for a few', () => {
+  it('asks V8 to collect once, after a burst of retired shapes has paused and the loop is idle, and not for a few', () => {
     vi.useFakeTimers()
     const addon = recorder()
-    const trim = heapTrimWith(addon)
+    const trim = heapTrimWith(addon, { loopUtilization: () => 0 })
     for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION - 1; i++) trim.shapeRetired()
     vi.advanceTimersByTime(RETIREMENT_QUIET_MS * 2)
     expect(addon.pressures).toEqual([])
@@ -67,8 +67,10 @@ describe('heap trim', () => {
       vi.advanceTimersByTime(1)
     }
     expect(addon.pressures).toEqual([])
-    // ...one moderate notification once it has stopped.
+    // ...one moderate notification once it has stopped, at the next look at an idle loop.
     vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    expect(addon.pressures).toEqual([])
+    vi.advanceTimersByTime(IDLE_CHECK_MS)
     expect(addon.pressures).toEqual([false])
     vi.advanceTimersByTime(RETIREMENT_QUIET_MS * 5)
     expect(addon.pressures).toEqual([false])
@@ -92,9 +94,9 @@ describe('heap trim', () => {
       order.push('collect')
       return memoryPressure(critical)
     }
-    const trim = heapTrimWith(addon, { forget: () => order.push('forget'), shed: () => order.push('shed') })
+    const trim = heapTrimWith(addon, { forget: () => order.push('forget'), shed: () => order.push('shed'), loopUtilization: () => 0 })
     for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
-    vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    vi.advanceTimersByTime(RETIREMENT_QUIET_MS + IDLE_CHECK_MS)
     expect(order).toEqual(['forget', 'collect'])
     trim.largeTransactionDurable()
     vi.advanceTimersByTime(LARGE_TRANSACTION_QUIET_MS)
@@ -116,10 +118,10 @@ describe('heap trim', () => {
     }
     let used = 200 * 1024 * 1024
     const released: MemoryRelease[] = []
-    const trim = heapTrimWith(withLow, { heapUsedBytes: () => used, intervalMs: 3_600_000, onRelease: (r) => released.push(r) })
+    const trim = heapTrimWith(withLow, { heapUsedBytes: () => used, intervalMs: 3_600_000, onRelease: (r) => released.push(r), loopUtilization: () => 0 })
     const sweep = (): void => {
       for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
-      vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+      vi.advanceTimersByTime(RETIREMENT_QUIET_MS + IDLE_CHECK_MS)
     }
     sweep()
     expect(addon.pressures).toEqual([false])
@@ -143,6 +145,59 @@ describe('heap trim', () => {
     vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS * 2)
     expect(low).toHaveLength(1)
     expect(trim.releases).toEqual({ large_transaction: 0, idle_after_transaction: 0, retired_shapes: 2, compacted_after_retirement: 1, idle_after_creation: 0 })
+    trim.stop()
+  })
+
+  it('after a sweep, waits for an idle loop to collect and gives up on one that stays busy; compacts only if the loop stayed idle', () => {
+    vi.useFakeTimers()
+    const addon = recorder()
+    const low: number[] = []
+    const withLow: MemoryReturner = { ...addon, lowMemory: () => low.push(Date.now()) > 0 }
+    let load = 1
+    const looks: number[] = []
+    const trim = heapTrimWith(withLow, {
+      intervalMs: 3_600_000,
+      heapUsedBytes: () => 0,
+      loopUtilization: () => {
+        looks.push(Date.now())
+        return load
+      },
+    })
+    const sweep = (): void => {
+      for (let i = 0; i < RETIRED_SHAPES_FOR_COLLECTION; i++) trim.shapeRetired()
+      vi.advanceTimersByTime(RETIREMENT_QUIET_MS)
+    }
+    // Clients keep the loop busy for ten looks: nothing; then it idles, and the collection follows at the next look.
+    sweep()
+    vi.advanceTimersByTime(IDLE_CHECK_MS * 10)
+    expect(addon.pressures).toEqual([])
+    load = 0
+    vi.advanceTimersByTime(IDLE_CHECK_MS)
+    expect(addon.pressures).toEqual([false])
+    // Clients back before the compaction's look: no full collections.
+    load = 0.5
+    vi.advanceTimersByTime(RETIRED_COMPACTION_DELAY_MS)
+    expect(low).toEqual([])
+    expect(trim.releases.compacted_after_retirement).toBe(0)
+
+    // A loop busy for the whole watch: given up, no collection at all, and nothing is looked at after it.
+    sweep()
+    load = 1
+    vi.advanceTimersByTime(IDLE_WATCH_MS)
+    const seen = looks.length
+    load = 0
+    vi.advanceTimersByTime(IDLE_WATCH_MS)
+    expect(looks).toHaveLength(seen)
+    expect(addon.pressures).toEqual([false])
+    expect(trim.releases.retired_shapes).toBe(1)
+
+    // A sweep while the previous one's watch goes on replaces it: one collection for both.
+    load = 1
+    sweep()
+    sweep()
+    load = 0
+    vi.advanceTimersByTime(IDLE_WATCH_MS)
+    expect(addon.pressures).toEqual([false, false])
     trim.stop()
   })
 
