@@ -66,7 +66,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
 
   let server: Running | undefined
   let stopping = false
-  // A standby waiting for the writer lock gives up the wait at a stop signal: nothing to drain.
+  // A standby waiting for the writer lock, or a replica for a writer's store, gives up the wait at a stop signal: nothing to drain.
   const waiting = new AbortController()
   const stop = async (running: Running): Promise<void> => {
     const t0 = performance.now()
@@ -95,10 +95,12 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
   })
 
   try {
-    server = config.readOnly ? await createReplicaServer(config, { logger }) : await createServer(config, { logger, signal: waiting.signal })
+    server = config.readOnly
+      ? await createReplicaServer(config, { logger, signal: waiting.signal })
+      : await createServer(config, { logger, signal: waiting.signal })
   } catch (err) {
-    if (err instanceof ServerError && err.code === 'standby_stopped') {
-      logger.info('stopped while waiting for the writer lock')
+    if (err instanceof ServerError && (err.code === 'standby_stopped' || err.code === 'replica_stopped')) {
+      logger.info(err.code === 'standby_stopped' ? 'stopped while waiting for the writer lock' : 'stopped while waiting for a writer to create the store')
       process.exit(0)
     }
     logger.fatal({ err }, 'start-up failed')

@@ -9,6 +9,7 @@ import { type ReadOnlyFileLogStore, WATERMARK_FILE, openReadOnlyLogStore } from 
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import pg from 'pg'
 import { ConfigError, type SluiceConfig } from '../config.js'
+import { ServerError } from '../errors.js'
 import { DEFAULT_SENDFILE_MIN_BYTES } from '../defaults.js'
 import { buildApp } from '../http/app.js'
 import { type BodyPath, resolveBodyPath } from '../http/body-path.js'
@@ -41,6 +42,8 @@ export interface CreateReplicaServerOptions {
   readonly logger?: SluiceLogger
   /** Gives up waiting for a writer to create the store after this long (default: waits as long as it takes). */
   readonly storeWaitMs?: number
+  /** Gives up that wait at once (the start then rejects with `replica_stopped`): a stop signal while no writer has run yet. */
+  readonly signal?: AbortSignal
 }
 
 export async function createReplicaServer(config: SluiceConfig, options: CreateReplicaServerOptions = {}): Promise<ReplicaServer> {
@@ -52,7 +55,7 @@ export async function createReplicaServer(config: SluiceConfig, options: CreateR
   if (config.standby) problems.push('--read-only and --standby: choose one (a standby becomes the writer, a read replica never writes)')
   if (problems.length > 0 || databaseUrl === undefined) throw new ConfigError(problems)
   const dir = join(config.storageDir, 'logs')
-  await untilStoreExists(dir, options.storeWaitMs ?? Number.POSITIVE_INFINITY, logger)
+  await untilStoreExists(dir, options.storeWaitMs ?? Number.POSITIVE_INFINITY, logger, options.signal)
   const store = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
   const db = new pg.Pool({ connectionString: databaseUrl, max: 2, application_name: 'sluice_replica' })
   db.on('error', (err) => logger.warn({ err }, 'idle Postgres connection failed'))
@@ -109,13 +112,15 @@ export async function createReplicaServer(config: SluiceConfig, options: CreateR
 }
 
 /** A replica started before its writer ever ran waits for the store rather than failing (a fleet starts in any order). */
-async function untilStoreExists(dir: string, waitMs: number, logger: SluiceLogger): Promise<void> {
+async function untilStoreExists(dir: string, waitMs: number, logger: SluiceLogger, signal: AbortSignal | undefined): Promise<void> {
   const deadline = Date.now() + waitMs
   let said = false
   while (!existsSync(join(dir, WATERMARK_FILE))) {
+    if (signal?.aborted === true) throw new ServerError('replica_stopped')
     if (Date.now() >= deadline) throw new ConfigError([`--read-only: ${dir} holds no store (has a writer run on this storage directory?)`])
     if (!said) logger.info({ dir }, 'read replica: waiting for a writer to create the store')
     said = true
-    await sleep(STORE_WAIT_INTERVAL_MS)
+    // The abort ends the sleep too (the loop then throws): a stop is not held up by the interval.
+    await sleep(STORE_WAIT_INTERVAL_MS, undefined, signal === undefined ? undefined : { signal }).catch(() => {})
   }
 }

@@ -207,4 +207,21 @@ describe('warm standby', () => {
     writer.child.kill('SIGINT')
     expect((await writer.exited).code).toBe(0)
   })
+
+  it('a read replica stopped while it waits for a writer to create the store exits at once', { timeout: 60_000 }, async () => {
+    const dir = await dirs.make('empty')
+    await chmod(dir, 0o755)
+    const replica = start(dir, ['--read-only'])
+    await replica.waitFor(/read replica: waiting for a writer to create the store/, 30_000)
+    // Still waiting a moment later: the wait itself is not what ends it.
+    await new Promise((r) => setTimeout(r, 500))
+    expect(replica.child.exitCode).toBeNull()
+    const stoppedAt = performance.now()
+    replica.child.kill('SIGTERM')
+    expect(await replica.exited).toEqual({ code: 0, signal: null })
+    // The first signal ended the wait (before the fix it was ignored, and only a second one ended the process).
+    expect(performance.now() - stoppedAt).toBeLessThan(10_000)
+    expect(replica.stdout).toMatch(/stopped while waiting for a writer to create the store/)
+    expect(replica.stderr).not.toContain('start-up failed')
+  })
 })
