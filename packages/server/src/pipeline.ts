@@ -360,7 +360,9 @@ export class Pipeline {
           if (logger !== undefined) dedupe.log(errorKey('storage error', error), (data, msg) => logger.error(data, msg), { err: error }, 'storage error')
           if (!(error instanceof FlushError)) return
           failingSince ??= Date.now()
-          // Accepted but unsynced entries were rolled back: have Postgres send them again.
+          // Accepted but unsynced entries were rolled back: have Postgres send them again. State kept beside
+          // the logs goes first (subquery shapes' result sets), before any of it is delivered again.
+          shapes?.storeRolledBack()
           client.replayFromDurable(error)
         }),
         store.onFlush(() => {

@@ -9,6 +9,9 @@ import type { LogicalMessage } from '../replication/index.js'
  * ran, so those are promised when the last hold is released, up to the
  * highest LSN routed or written meanwhile.
  */
+/** The LSN commit hooks are run with for a transaction that failed part way (`RouterHooks.abandoned`). */
+export const ABANDONED_LSN = -1n
+
 export class RouterHooks {
   private holds = 0
   private heldLsn = 0n
@@ -49,6 +52,19 @@ export class RouterHooks {
     const hooks = this.commitHooks
     this.commitHooks = []
     for (const hook of hooks) hook(lsn, xid)
+  }
+
+  /**
+   * The transaction being routed failed before reaching every target (it is
+   * delivered again, whole, after a reconnect): its commit hooks run with
+   * `ABANDONED_LSN`, which names no transaction, so their owners drop what they
+   * gathered of it instead of adding the second delivery to the first.
+   */
+  abandoned(): void {
+    if (this.commitHooks.length === 0) return
+    const hooks = this.commitHooks
+    this.commitHooks = []
+    for (const hook of hooks) hook(ABANDONED_LSN, -1)
   }
 
   /** A routed transaction: promised to the store now, or once no hold is left. */

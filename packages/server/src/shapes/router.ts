@@ -648,6 +648,8 @@ export class ShapeRouter implements TransactionSink {
   /** Ends routing work; a transaction's lines die with it. */
   private release(txn?: TxnRouting): void {
     if (txn !== undefined) {
+      // Hooks still waiting belong to this transaction, which threw before `finish` ran them.
+      this.hooks.abandoned()
       txn.clear()
       this.idle.push(txn)
     }

@@ -374,6 +374,11 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
     return true
   }
 
+  /** A failed flush rolled the store back (it is replayed from its durable watermark): subquery shapes cannot follow it back (`SubqueryShape.storeRolledBack`). */
+  storeRolledBack(): void {
+    for (const shape of this.shapes.values()) shape.subquery?.storeRolledBack()
+  }
+
   /** The router's invalidation callback: those shapes no longer follow their table. */
   async invalidateHandles(
     handles: readonly string[],

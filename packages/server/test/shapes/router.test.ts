@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest'
 import type { Change, Relation, StreamAbort, StreamBuffer, StreamedChange, Transaction } from '../../src/replication/index.js'
 import { UNCHANGED_TOAST } from '../../src/replication/index.js'
 import type { AppendOptions } from '@sluice/storage'
+import { ABANDONED_LSN } from '../../src/shapes/router-hooks.js'
 import { type Invalidation, ShapeRouter, type ShapeTarget, type TransactionPart } from '../../src/shapes/router.js'
 import type { TableInfo } from '../../src/shapes/table-catalog.js'
 import { compileWhere, loadWhereParser } from '../../src/where/index.js'
@@ -317,5 +318,29 @@ describe('ShapeRouter', () => {
       expect(a[i]!.parts.length).toBeGreaterThan(0)
       expect(a[i]!.messages).toEqual(b[i]!.messages)
     }
+  })
+
+  it('runs the commit hooks of a transaction that threw part way with ABANDONED_LSN, so its second delivery is not added to the first', async () => {
+    const { router } = setup()
+    const heard: Array<[bigint, number]> = []
+    let failing = true
+    // What a subquery shape's intake does: gathers the transaction and asks to hear its commit.
+    const intake: ShapeTarget = {
+      appendLines: () => {
+        router.atCommit((lsn, xid) => heard.push([lsn, xid]))
+        if (failing) throw new Error('EIO: the store refused the lines')
+      },
+    }
+    await router.register({ handle: 'sub', table: ITEMS, where: undefined, columns: undefined, replica: 'default' }, intake)
+    const t = txn([insert(1, 'ann', 1)], 41)
+    expect(() => router.onTransaction(t)).toThrow(/EIO/)
+    expect(heard).toEqual([[ABANDONED_LSN, -1]])
+    // Delivered again after the reconnect: one commit, heard once.
+    failing = false
+    router.onTransaction(t)
+    expect(heard).toEqual([
+      [ABANDONED_LSN, -1],
+      [t.lsn, 41],
+    ])
   })
 })

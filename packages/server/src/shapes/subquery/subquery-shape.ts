@@ -299,10 +299,16 @@ export class SubqueryShape {
 
   private commit(txn: PendingTxn, lsn: bigint, xid: number): void {
     if (this.pending === txn) this.pending = undefined
-    // A transaction that failed half way is routed again from the start: what it left behind is dropped.
+    // A transaction that failed half way (the router's ABANDONED_LSN) is routed again from the start: what it left behind is dropped.
     if (txn.lsn !== lsn || txn.xid !== xid || this.dead) return
-    if (this.held !== undefined) this.held.push(txn)
-    else if (!this.inSnapshot(txn)) this.enqueue(txn)
+    try {
+      if (this.held !== undefined) this.held.push(txn)
+      else if (!this.inSnapshot(txn)) this.enqueue(txn)
+    } catch (error) {
+      // Thrown out of here, it would fail the transaction for every shape after it had reached some: this shape
+      // alone can no longer be kept exact.
+      this.kill(`a transaction could not be applied: ${error instanceof Error ? error.message : String(error)}`)
+    }
   }
 
   private kill(detail: string): void {
@@ -310,6 +316,17 @@ export class SubqueryShape {
     this.dead = true
     this.dispose()
     this.options.invalidate(detail)
+  }
+
+  /**
+   * A failed flush rolled the store back to what was durable, and the stream
+   * delivers again everything above it. The result sets and the log position
+   * kept here already took those transactions and cannot be rolled back with
+   * the store: the shape is invalidated (as a restart does), since a second
+   * delivery would find its moves already made and write nothing for them.
+   */
+  storeRolledBack(): void {
+    this.kill('a storage flush failed and the store rolled back to its durable state; the result sets of a subquery shape are kept in memory and cannot be rolled back with it')
   }
 
   /** The shape is gone: a move-in in flight stops holding the store back. */
