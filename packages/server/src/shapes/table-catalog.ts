@@ -20,6 +20,12 @@ export interface TableColumn {
   readonly typeMod: number
   /** pg_type.typname of the column type: `_int4` for an int4[] column, an enum's or domain's own name. */
   readonly typeName: string
+  /**
+   * The type as SQL names it whatever the session's search_path: schema and
+   * name, each quoted where it needs to be (`pg_catalog.int4`, `app."Status"`).
+   * Absent from tables built by hand (tests), which then use `typeName`.
+   */
+  readonly typeSql?: string
   /** Arrays (including domains over arrays): the element typname (`int4`); for arrays of domains or enums the element's own name. */
   readonly elementTypeName?: string
   /** When the array element is a domain: the element's base typname, recursively resolved. */
@@ -163,7 +169,9 @@ SELECT pg_catalog.json_build_object(
   'relkind', rel.relkind::pg_catalog.text,
   'relpersistence', rel.relpersistence::pg_catalog.text,
   'replident', rel.relreplident::pg_catalog.text,
-  'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attnum, attname, atttypid::pg_catalog.int8, atttypmod, attndims, attnotnull) ORDER BY attnum) FROM cols),
+  'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attnum, attname, atttypid::pg_catalog.int8, atttypmod, attndims, attnotnull,
+      (SELECT pg_catalog.quote_ident(tn.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(ty.typname)
+       FROM pg_catalog.pg_type ty JOIN pg_catalog.pg_namespace tn ON tn.oid = ty.typnamespace WHERE ty.oid = atttypid)) ORDER BY attnum) FROM cols),
   'types', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       t.oid::pg_catalog.int8, t.typname, t.typtype::pg_catalog.text, t.typcategory::pg_catalog.text, t.typbasetype::pg_catalog.int8,
       CASE WHEN t.is_array THEN t.typelem::pg_catalog.int8 END,
@@ -212,7 +220,7 @@ function validOid(oid: number): boolean {
   return Number.isInteger(oid) && oid > 0 && oid <= 0xffff_ffff
 }
 
-type ColumnRow = [attnum: number, name: string, typeOid: number, typeMod: number, attndims: number, notNull: boolean]
+type ColumnRow = [attnum: number, name: string, typeOid: number, typeMod: number, attndims: number, notNull: boolean, typeSql: string]
 type TypeRow = [
   oid: number,
   name: string,
@@ -268,7 +276,7 @@ function buildInfo(raw: RawInfo): TableInfo {
   }
 
   const primaryKey = raw.primary_key ?? []
-  const columns = (raw.columns ?? []).map(([attnum, name, typeOid, typeMod, attndims, notNull]): TableColumn => {
+  const columns = (raw.columns ?? []).map(([attnum, name, typeOid, typeMod, attndims, notNull, typeSql]): TableColumn => {
     const type = typeOf(typeOid)
     const isDomain = type[2] === 'd'
     const base = baseOf(type)
@@ -279,6 +287,7 @@ function buildInfo(raw: RawInfo): TableInfo {
       typeOid,
       typeMod,
       typeName: type[1],
+      typeSql,
       notNull,
       typeCategory: type[3],
       ...(pk >= 0 ? { pkIndex: pk } : {}),

@@ -287,6 +287,28 @@ describe('subquery shapes', () => {
     await shape.expectMatches(byId('posts5'))
   })
 
+  it('a join column of an enum in a schema outside the search_path moves in and out like any other', async () => {
+    await cluster.query(`
+      CREATE SCHEMA app_types;
+      CREATE TYPE app_types."Kind" AS ENUM ('a', 'b', 'c');
+      CREATE TABLE kinds_on (k app_types."Kind" PRIMARY KEY, active bool);
+      CREATE TABLE kinded (id int PRIMARY KEY, k app_types."Kind", title text);
+      INSERT INTO kinds_on VALUES ('a', true), ('b', false), ('c', false);
+      INSERT INTO kinded VALUES (1, 'a', 'one'), (2, 'b', 'two'), (3, 'b', 'three'), (4, 'c', 'four');`)
+    const shape = new Follower('kinded', 'k IN (SELECT k FROM kinds_on WHERE active)')
+    await shape.sync()
+    const before = shape.handle
+    const got = await shape.live(() => cluster.query("UPDATE kinds_on SET active = true WHERE k = 'b'"))
+    // The move-in query casts the values to the column's type: named with its schema, it is found.
+    expect(shape.handle).toBe(before)
+    expect(events(got).map((m) => m.headers['event'])).toEqual(['move-in'])
+    expect(changes(got).map((m) => m.key).sort()).toEqual(['"public"."kinded"/"2"', '"public"."kinded"/"3"'])
+    await shape.expectMatches(byId('kinded'))
+    await shape.live(() => cluster.query("UPDATE kinds_on SET active = false WHERE k = 'a'"))
+    expect(shape.handle).toBe(before)
+    await shape.expectMatches(byId('kinded'))
+  })
+
   it('6: NOT IN: a value leaving the inner set is a move-in', async () => {
     await cluster.query(`
       CREATE TABLE banned6b (user_id int PRIMARY KEY);

@@ -112,6 +112,7 @@ describe('loadTable: column types', () => {
       ['ip', 'inet', -1, 'I', false],
       ['c', 'complex', -1, 'C', true],
     ]
+    const KEYWORD_TYPES = new Set(['numeric', 'varchar', 'time', 'timestamp', 'interval'])
     for (const [name, typeName, typeMod, typeCategory, castToTextIsOutput] of scalars) {
       const col = column(info, name)
       expect(col, name).toEqual({
@@ -120,6 +121,8 @@ describe('loadTable: column types', () => {
         typeOid: await oidOf(typeName === 'complex' ? 'complex' : typeName),
         typeMod,
         typeName,
+        // Qualified, as SQL outside this session's search_path finds it; type names that are SQL keywords quoted.
+        typeSql: typeName === 'complex' ? 'public.complex' : `pg_catalog.${KEYWORD_TYPES.has(typeName) ? `"${typeName}"` : typeName}`,
         dims: 0,
         notNull: name === 'id' || name === 'i4',
         typeCategory,
@@ -133,7 +136,7 @@ describe('loadTable: column types', () => {
   it('resolves enums, domains (nested, over arrays, over enums) and arrays', async () => {
     const info = await mustLoad('public', 'all_types')
     const labels = ['sad', 'meh', 'ok', 'happy']
-    expect(column(info, 'm')).toMatchObject({ typeName: 'mood', typeCategory: 'E', dims: 0, enumValues: labels, castToTextIsOutput: true })
+    expect(column(info, 'm')).toMatchObject({ typeName: 'mood', typeSql: 'public.mood', typeCategory: 'E', dims: 0, enumValues: labels, castToTextIsOutput: true })
     expect(column(info, 'm').baseTypeName).toBeUndefined()
     expect(column(info, 'pi')).toMatchObject({ typeName: 'posint', baseTypeName: 'int4', typeCategory: 'N', dims: 0, typeOid: await oidOf('posint') })
     expect(column(info, 'spi')).toMatchObject({ typeName: 'small_posint', baseTypeName: 'int4', dims: 0 })
@@ -147,7 +150,7 @@ describe('loadTable: column types', () => {
     })
     expect(column(info, 'hm')).toMatchObject({ typeName: 'happy_mood', baseTypeName: 'mood', enumValues: labels, dims: 0 })
     expect(column(info, 'fl')).toMatchObject({ typeName: 'flag', baseTypeName: 'bool', castToTextIsOutput: false })
-    expect(column(info, 'a1')).toMatchObject({ typeName: '_int4', elementTypeName: 'int4', dims: 1, typeCategory: 'A', typeOid: await oidOf('int4[]') })
+    expect(column(info, 'a1')).toMatchObject({ typeName: '_int4', typeSql: 'pg_catalog._int4', elementTypeName: 'int4', dims: 1, typeCategory: 'A', typeOid: await oidOf('int4[]') })
     expect(column(info, 'a1').baseTypeName).toBeUndefined()
     expect(column(info, 'a2')).toMatchObject({ typeName: '_int4', elementTypeName: 'int4', dims: 2 })
     expect(column(info, 'a_text')).toMatchObject({ typeName: '_text', elementTypeName: 'text', dims: 1 })

@@ -77,8 +77,9 @@ export function moveInSql(query: MoveInQuery): { text: string; values: string[] 
     const members = [...view.values()].map((values) => view.texts(values))
     const params = position.left.map((name, i) => {
       arrays.push(arrayLiteral(members.map((m) => m[i] ?? null)))
-      const type = column(name).typeName
-      return `CAST($${VIEW_PARAM_BASE + arrays.length - 1} AS ${quoteIdent(type)}[])`
+      // Schema-qualified: an enum or domain outside the search_path (`app.status`) is found all the same.
+      const { typeSql, typeName } = column(name)
+      return `CAST($${VIEW_PARAM_BASE + arrays.length - 1} AS ${typeSql ?? quoteIdent(typeName)}[])`
     })
     if (position.left.length === 1) return `${quoteIdent(position.left[0]!)} = ANY(${params[0]})`
     // Several arrays side by side: ROWS FROM, as the parser reads an unqualified `unnest(a, b)` (a qualified one does not exist).
