@@ -74,6 +74,12 @@ interface MovingIn {
   /** Runs of the query so far (see `acceptRun`). */
   attempt: number
   /**
+   * The message of the run under way (`<id>/<attempt>`), none while a rejected
+   * run waits to be tried again: that run's message may still arrive then, and
+   * must not be taken for the next run's.
+   */
+  marker: string | undefined
+  /**
    * The xids of the transactions routed before it started, and of the one that
    * started it: the query's snapshot must see every one of them, since their
    * changes were judged before the move.
@@ -493,6 +499,7 @@ export class SubqueryShape {
         oldViews: before,
       },
       attempt: 0,
+      marker: undefined,
       routedBefore: [...this.options.router.recentXids, txn.xid],
       before,
       patterns,
@@ -510,7 +517,7 @@ export class SubqueryShape {
     this.unsubscribe ??= this.options.router.onMessage((message) => {
       const current = this.moving
       if (current === undefined || message.transactional || message.prefix !== MOVE_IN_MESSAGE_PREFIX) return
-      if (message.content.toString('utf8') !== `${current.id}/${current.attempt}`) return
+      if (current.marker === undefined || message.content.toString('utf8') !== current.marker) return
       current.markerLsn = message.lsn
       this.advanceMove()
     })
@@ -520,7 +527,8 @@ export class SubqueryShape {
   /** One run of a move-in's query; its result and its message, once both are in, go to `advanceMove`. */
   private runMoveIn(moving: MovingIn): void {
     const run = ++moving.attempt
-    runMoveIn(this.options.pool, moving.query, `${moving.id}/${run}`, moving.abort.signal).then(
+    moving.marker = `${moving.id}/${run}`
+    runMoveIn(this.options.pool, moving.query, moving.marker, moving.abort.signal).then(
       (result) => {
         if (this.moving !== moving || moving.attempt !== run) return
         // Judged once per run: the transactions routed before the move do not change while it waits.
@@ -571,6 +579,7 @@ export class SubqueryShape {
     }
     moving.result = undefined
     moving.markerLsn = undefined
+    moving.marker = undefined
     const timer = setTimeout(() => {
       if (this.moving === moving && !this.dead) this.runMoveIn(moving)
     }, MOVE_IN_RETRY_MS * 2 ** (moving.attempt - 1))
