@@ -3,6 +3,7 @@
  * the watermark, damaged tails, bounded descriptors, the store lock, quarantine
  * of damaged logs, and a read-only store following a writer.
  */
+import { hostname } from 'node:os'
 import { bucketDir, shapeDir } from '../src/file/shape-dirs.js'
 import { storedIds } from './fixtures/log-dirs.js'
 import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
@@ -207,9 +208,28 @@ describe('file engine', () => {
     const other = await tempDirs.make('lock2')
     writeFileSync(`${other}/LOCK`, '999999999')
     const s = await openStore(other)
-    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(String(process.pid))
+    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
     await s.close()
     expect(existsSync(`${other}/LOCK`)).toBe(false)
+  })
+
+  it('never takes over a pid-file lock that names another host: its pid means nothing here', async () => {
+    // A writer on another machine sharing the storage (no kernel lock on either): its pid is not running here.
+    const dir = await tempDirs.make('lock-host')
+    writeFileSync(`${dir}/LOCK`, `999999999\nwriter.internal\n`)
+    await expect(openFileLogStore({ dir })).rejects.toMatchObject({
+      code: 'store_locked',
+      message: expect.stringMatching(/process 999999999 on host writer\.internal .*remove .*LOCK/),
+    })
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe('999999999\nwriter.internal\n')
+    // The same dead pid on this host is taken over, as is a LOCK of an older build (the pid alone).
+    writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
+    const s = await openStore(dir)
+    await s.close()
+    writeFileSync(`${dir}/LOCK`, '999999999')
+    const t = await openStore(dir)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    await t.close()
   })
 
   it('sets damaged or unknown-version logs aside and serves the rest', async () => {

@@ -5,6 +5,7 @@
  * refused after its wait. The pid-file fallback is covered in file-store.test.ts.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { loadSendfile } from '@sluice/sendfile'
 import { spawnNode, useTempDir } from '@sluice/test-utils'
@@ -35,7 +36,7 @@ describe('writer lock (flock)', () => {
     // The file stays (a waiter may hold it open); the next writer locks the same file.
     expect(existsSync(join(dir, 'LOCK'))).toBe(true)
     const again = await openFileLogStore({ dir, lock: { lockFile } })
-    expect(readFileSync(join(dir, 'LOCK'), 'utf8')).toBe(String(process.pid))
+    expect(readFileSync(join(dir, 'LOCK'), 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
     await again.close()
   })
 
@@ -45,7 +46,7 @@ describe('writer lock (flock)', () => {
     writeFileSync(join(dir, 'LOCK'), String(process.ppid))
     await expect(openFileLogStore({ dir })).rejects.toMatchObject({ code: 'store_locked' })
     const s = await openFileLogStore({ dir, lock: { lockFile: kernelLock() } })
-    expect(readFileSync(join(dir, 'LOCK'), 'utf8')).toBe(String(process.pid))
+    expect(readFileSync(join(dir, 'LOCK'), 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
     await s.close()
   })
 
@@ -70,7 +71,7 @@ describe('writer lock (flock)', () => {
     expect(waits).toEqual([`process ${holder.pid}`])
     await holder.kill('SIGKILL')
     const s = await standby
-    expect(readFileSync(join(dir, 'LOCK'), 'utf8')).toBe(String(process.pid))
+    expect(readFileSync(join(dir, 'LOCK'), 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
     await s.close()
   })
 

@@ -6,15 +6,20 @@
  * when the holder exits, however it exits, so a killed writer's successor gets
  * in as soon as the dead process's files are closed. The file is never
  * removed: a waiter holding the old file open while a newcomer created and
- * locked a new one would make two writers. Its content (the holder's pid) is
+ * locked a new one would make two writers. Its content (the holder's pid and host) is
  * only for people and error messages.
  *
  * Without one (no native addon), LOCK is created with O_EXCL and holds the
- * writer's pid; a LOCK naming a process that no longer runs is taken over.
- * That can wrongly refuse while a killed writer is still being torn down (its
- * pid still exists), which waiting (`waitMs`) rides out. The two kinds must not
- * share a directory: every writer of one store uses the same build.
+ * writer's pid and host name; a LOCK naming a process of this host that no
+ * longer runs is taken over. That can wrongly refuse while a killed writer is
+ * still being torn down (its pid still exists), which waiting (`waitMs`) rides
+ * out. A LOCK naming another host is never taken over: a pid means nothing
+ * here, and a writer and a standby on two machines sharing the storage would
+ * otherwise both write (the message says to remove LOCK if that host is gone).
+ * The two kinds must not share a directory: every writer of one store uses the
+ * same build.
  */
+import { hostname } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StorageError, fromSystemError } from '../errors.js'
 import type { FsPort } from '../fs-port.js'
@@ -66,20 +71,40 @@ interface Held {
   readonly ownProcess: boolean
   /** The pid LOCK names, if it names one. */
   readonly pid?: number
+  /** LOCK names another host: whether its process runs cannot be told from here. */
+  readonly elsewhere?: boolean
 }
 
 function lockPath(root: string): string {
   return `${root}/LOCK`
 }
 
-function describeHolder(fs: FsPort, root: string): Held {
-  let pid = Number.NaN
+/** What a writer puts in LOCK: its pid, and on the next line its host (LOCK files of older builds hold the pid alone). */
+function lockContent(): Buffer {
+  return Buffer.from(`${process.pid}\n${hostname()}\n`)
+}
+
+/** What LOCK says of its holder; `pidFile` for the O_EXCL lock, where LOCK itself is the lock (and the remedy is to remove it). */
+function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
+  let text = ''
   try {
-    pid = Number.parseInt(fs.readFileSync(lockPath(root)).toString('utf8'), 10)
+    text = fs.readFileSync(lockPath(root)).toString('utf8')
   } catch {
     // Unreadable or gone: the holder is simply unnamed.
   }
+  const [pidText = '', host = ''] = text.split('\n')
+  const pid = /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : Number.NaN
   if (!Number.isInteger(pid)) return { holder: 'another process', ownProcess: false }
+  const hostName = host.trim()
+  if (hostName !== '' && hostName !== hostname()) {
+    const remedy = pidFile ? ` (a lock file this host cannot check; if that process no longer runs, remove ${lockPath(root)})` : ''
+    return {
+      holder: `process ${pid} on host ${hostName}${remedy}`,
+      ownProcess: false,
+      pid,
+      elsewhere: true,
+    }
+  }
   if (pid === process.pid) return { holder: 'this process (the store is already open for writing here)', ownProcess: true }
   return { holder: `process ${pid}`, ownProcess: false, pid }
 }
@@ -101,13 +126,13 @@ function tryKernelLock(fs: FsPort, root: string, lockFile: (fd: number) => boole
   }
   if (!locked) {
     fs.closeSync(fd)
-    return describeHolder(fs, root)
+    return describeHolder(fs, root, false)
   }
   try {
     // An O_APPEND descriptor writes at the end whatever the position: empty it first.
     fs.ftruncateSync(fd, 0)
-    const pid = Buffer.from(String(process.pid))
-    writeFully(fs, fd, pid, pid.length, 0)
+    const content = lockContent()
+    writeFully(fs, fd, content, content.length, 0)
   } catch (err) {
     fs.closeSync(fd)
     throw fromSystemError(err, `write ${lockPath(root)}`)
@@ -139,9 +164,9 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const fd = fs.openSync(path, 'wx', 0o644)
-      const pid = Buffer.from(String(process.pid))
+      const content = lockContent()
       try {
-        writeFully(fs, fd, pid, pid.length, 0)
+        writeFully(fs, fd, content, content.length, 0)
       } finally {
         fs.closeSync(fd)
       }
@@ -154,8 +179,8 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
       }
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw fromSystemError(err, `lock ${root}`)
-      const held = describeHolder(fs, root)
-      if (held.ownProcess || (held.pid !== undefined && alive(held.pid))) return held
+      const held = describeHolder(fs, root, true)
+      if (held.ownProcess || held.elsewhere === true || (held.pid !== undefined && alive(held.pid))) return held
       try {
         fs.unlinkSync(path)
       } catch (unlinkErr) {
@@ -164,5 +189,5 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
       }
     }
   }
-  return describeHolder(fs, root)
+  return describeHolder(fs, root, true)
 }
