@@ -9,7 +9,7 @@ import { storedIds } from './fixtures/log-dirs.js'
 import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { useTempDir } from '@sluice/test-utils'
+import { createFaultyFs, useTempDir } from '@sluice/test-utils'
 import { BEFORE_ALL, formatOffset, parseOffset } from '@sluice/protocol'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ENTRY_RECORD_BYTES, HEADER_BYTES } from '../src/format.js'
@@ -410,6 +410,48 @@ describe('file engine', () => {
     expect(seen).toEqual([{ lsn: 5n, advanced: ['a'] }])
     reader.poll()
     expect(seen).toHaveLength(1)
+    off()
+    await reader.close()
+    await w.close()
+  })
+
+  it('a poll looks at the logs the journal wrote, and at those with records past their head, not at every log held', async () => {
+    const dir = await tempDirs.make('ro-touched')
+    const w = await openStore(dir, 1024)
+    const LOGS = 200
+    for (let i = 0; i < LOGS; i++) await w.createShape(`s${i}`).finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
+    // The first flush's journal segment: a poll after it looks at every log once (a new epoch), as after any checkpoint.
+    w.get('s0')!.appendTransaction([change(5n, 0, 1)])
+    w.advance(5n)
+    await w.flush()
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    const reader = openReadOnlyLogStore({ dir, pollIntervalMs: 0, fs: faulty.fs })
+    for (let i = 0; i < LOGS; i++) reader.get(`s${i}`)!.head()
+    const seen: Array<{ lsn: bigint; advanced: readonly string[] }> = []
+    const off = reader.onFlush((r) => seen.push({ lsn: r.durableLsn, advanced: r.advanced }))
+    w.get('s1')!.appendTransaction([change(6n, 0, 1)])
+    w.advance(6n)
+    await w.flush()
+    reader.poll()
+    expect(seen.at(-1)).toEqual({ lsn: 6n, advanced: ['s1'] })
+
+    // One log written: a handful of calls, where looking at all 200 made three fstat each.
+    w.get('s7')!.appendTransaction([change(7n, 0, 1)])
+    // Written now, covered only by a later watermark whose group writes nothing of s7's.
+    w.get('s9')!.appendTransaction([change(9n, 0, 1)])
+    w.advance(7n)
+    await w.flush()
+    faulty.rules.resetCalls()
+    reader.poll()
+    expect(seen.at(-1)).toEqual({ lsn: 7n, advanced: ['s7'] })
+    const calls = faulty.rules.callCounts()
+    const stats = (calls['fstatSync'] ?? 0) + (calls['statSync'] ?? 0)
+    expect(stats).toBeLessThan(30)
+    w.advance(9n)
+    await w.flush()
+    reader.poll()
+    expect(seen.at(-1)).toEqual({ lsn: 9n, advanced: ['s9'] })
+    expect(formatOffset(reader.get('s9')!.head().lastOffset)).toBe('9_0')
     off()
     await reader.close()
     await w.close()

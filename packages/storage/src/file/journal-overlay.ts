@@ -138,6 +138,20 @@ export class JournalOverlay {
    * holding them for it: a reset, or a segment created and deleted unread.
    */
   epoch = 0
+  /** Ids with records applied since the last `takeTouched`: the logs a new watermark can have moved (see `ReadOnlyFileLogStore.poll`). */
+  private touched = new Set<string>()
+
+  /** Whether any segment is being read: a writer without a journal (or between its segments) leaves nothing to tell which logs moved. */
+  get journaled(): boolean {
+    return this.segments.length > 0
+  }
+
+  /** The ids written, truncated or deleted through the journal since the last call. */
+  takeTouched(): Set<string> {
+    const touched = this.touched
+    this.touched = new Set()
+    return touched
+  }
 
   constructor(
     private readonly fs: FsPort,
@@ -202,6 +216,7 @@ export class JournalOverlay {
 
   private apply(records: readonly JournalRecord[]): void {
     for (const r of records) {
+      this.touched.add(r.id)
       if (r.type === RECORD_TOMBSTONE) {
         this.files.delete(r.id)
         this.onTombstone(r.id)

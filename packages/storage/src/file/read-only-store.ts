@@ -89,10 +89,9 @@ class ReadOnlyShapeLog implements ShapeLog {
     this.checkedEpoch = store.journal.epoch
   }
 
-  /** Extends the known prefix to the current watermark. */
-  catchUp(): HeadState {
+  /** Extends the known prefix to the current watermark (`lsn`: one the caller has just read). */
+  catchUp(lsn: bigint = this.store.durableLsn): HeadState {
     if (this.deleted) throw this.deletedError()
-    const lsn = this.store.durableLsn
     const epoch = this.store.journal.epoch
     if (this.state && lsn === this.seenLsn && this.checkedEpoch === epoch) return this.state
     // After the journal was read (durableLsn above), so a directory still in place covers all it said.
@@ -100,6 +99,8 @@ class ReadOnlyShapeLog implements ShapeLog {
     const known = this.state ? { head: this.state, chunks: this.chunks } : undefined
     const found = scanLog(this.store.fs, this.store.fds, this.id, { data: this.data, entries: this.entries, chunks: this.chunkFile }, lsn, known)
     if (!this.state) this.reportedEntries = found.head.entries
+    // Records past the durable head: a later watermark may cover them with no new record of this log.
+    this.store.noteBehind(this.id, found.cut)
     this.state = found.head
     this.chunks = found.chunks
     this.seenLsn = lsn
@@ -190,6 +191,10 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
   private poller: NodeJS.Timeout | undefined
   private readonly listeners = new Set<(r: FlushResult) => void>()
   private closed = false
+  /** The journal's epoch at the last poll: a poll after it moved looks at every log. */
+  private pollEpoch = -1
+  /** Ids of logs a later watermark may still move (touched by the journal, or behind at their last catch-up). */
+  private readonly pending = new Set<string>()
 
   /** The writer's journal, laid over the log files (see journal-overlay.ts). */
   readonly journal: JournalOverlay
@@ -383,21 +388,44 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     }
     if (this.lsn === this.reportedLsn) return
     this.reportedLsn = this.lsn
+    // A watermark moves only the logs the journal wrote since the last poll, and those whose files already held
+    // records past their durable head. Every log is looked at only when that cannot be told: no journal being
+    // read, or an epoch change (a checkpoint or reset: records may have left the view into the logs' own files).
+    for (const id of this.journal.takeTouched()) this.pending.add(id)
+    const epoch = this.journal.epoch
+    const everyLog = !this.journal.journaled || epoch !== this.pollEpoch
+    this.pollEpoch = epoch
     const advanced: string[] = []
-    for (const log of this.logs.values()) {
+    const look = (log: ReadOnlyShapeLog): void => {
       try {
-        const { entries } = log.catchUp()
+        const { entries } = log.catchUp(this.lsn)
         if (entries !== log.reportedEntries) {
           advanced.push(log.id)
           log.reportedEntries = entries
         }
       } catch {
         // A deleted log: `get` notices and drops it.
+        this.pending.delete(log.id)
+      }
+    }
+    if (everyLog) {
+      for (const log of this.logs.values()) look(log)
+    } else {
+      for (const id of [...this.pending]) {
+        const log = this.logs.get(id)
+        if (log === undefined) this.pending.delete(id)
+        else look(log)
       }
     }
     // A follower's "flush" is noticing the writer's; it has no duration of its own.
     const result = { durableLsn: this.lsn, advanced, durationMs: 0 }
     for (const l of this.listeners) l(result)
+  }
+
+  /** From a log's catch-up: whether its files hold records its durable head does not cover yet (kept for the next poll). */
+  noteBehind(id: string, behind: boolean): void {
+    if (behind) this.pending.add(id)
+    else this.pending.delete(id)
   }
 
   private ensureOpen(): void {
