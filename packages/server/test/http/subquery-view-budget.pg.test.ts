@@ -76,4 +76,25 @@ describe('the bound on subquery shapes’ views', () => {
     expect(again.status, again.text).toBe(200)
     expect(held()).toBe(4)
   }, 120_000)
+
+  it('refuses a view past the bound while its rows are still being read: the rest of a large inner table is never fetched', async () => {
+    const ROWS = 200_000
+    await cluster.query(`
+      CREATE TABLE vb_big_members (user_id int NOT NULL, list_id int NOT NULL);
+      INSERT INTO vb_big_members SELECT 9, g FROM generate_series(1, ${ROWS}) g;
+    `)
+    const scanned = async (): Promise<number> => {
+      const { rows } = await cluster.query<{ n: string }>(`SELECT seq_tup_read::text AS n FROM pg_stat_user_tables WHERE relname = 'vb_big_members'`)
+      return Number(rows[0]!.n)
+    }
+    const before = held()
+    const res = await call(server.port, shapeUrl({ table: 'vb_todos', where: 'list_id IN (SELECT list_id FROM vb_big_members WHERE user_id = 9)', offset: '-1' }))
+    expect(res.status, res.text).toBe(503)
+    expect(res.json()).toMatchObject({ code: 'subquery_views_full' })
+    expect(held()).toBe(before)
+    // Postgres reports a backend's table statistics within seconds of its transaction: the scan's count arrives.
+    await expect.poll(scanned, { timeout: 20_000, interval: 250 }).toBeGreaterThan(0)
+    // One batch of the cursor was read, not the table: the refusal came before the rest was in memory.
+    expect(await scanned()).toBeLessThan(ROWS / 4)
+  }, 120_000)
 })

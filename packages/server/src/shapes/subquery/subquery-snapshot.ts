@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import Cursor from 'pg-cursor'
 import { SubqueryView } from '../../where/index.js'
 import type { ShapeDefinition } from '../definition/index.js'
 import { buildSnapshotQuery, columnText } from '../snapshot/snapshot-query.js'
@@ -75,20 +76,45 @@ export function subquerySnapshotRequest(shape: SubqueryShape, def: ShapeDefiniti
         const { rows } = state
         rows.clear()
         const sql = renumberParams(rowsQuery(state, rows.columns), valueOf, params)
-        const result = await client.query({ text: sql, values: params, rowMode: 'array' })
         const touch = (): void => {}
-        for (const texts of result.rows as (string | null)[][]) {
-          const row: Record<string, string | null> = {}
-          rows.columns.forEach((name, i) => (row[name] = texts[i] ?? null))
-          rows.add(row, touch)
-        }
-        shape.chargeLoad(view.size + rows.size)
+        let charged = 0
+        await readInBatches(client, sql, params, (batch) => {
+          for (const texts of batch) {
+            const row: Record<string, string | null> = {}
+            rows.columns.forEach((name, i) => (row[name] = texts[i] ?? null))
+            rows.add(row, touch)
+          }
+          shape.chargeLoad(view.size + rows.size - charged)
+          charged = view.size + rows.size
+        })
         continue
       }
       const sql = renumberParams(viewQuery(state), valueOf, params)
-      const result = await client.query({ text: sql, values: params, rowMode: 'array' })
-      for (const row of result.rows as (string | null)[][]) if (view.add(view.parse(row))) shape.chargeLoad(1)
+      await readInBatches(client, sql, params, (batch) => {
+        for (const row of batch) if (view.add(view.parse(row))) shape.chargeLoad(1)
+      })
     }
   }
   return { text, values, prepare }
+}
+
+/** Rows a view's query reads at a time: the budget is charged as they come, so a table past it is refused before it is all in memory. */
+const VIEW_BATCH_ROWS = 10_000
+
+/** Runs `text` through a cursor, `take` given each batch of rows in turn (it throws to stop: the cursor is closed first). */
+async function readInBatches(client: pg.ClientBase, text: string, values: readonly string[], take: (rows: (string | null)[][]) => void): Promise<void> {
+  const cursor = client.query(new Cursor<(string | null)[]>(text, [...values], { rowMode: 'array' }))
+  try {
+    for (;;) {
+      const batch = await cursor.read(VIEW_BATCH_ROWS)
+      if (batch.length > 0) take(batch)
+      if (batch.length < VIEW_BATCH_ROWS) break
+    }
+  } catch (error) {
+    // The snapshot's transaction is rolled back next: an open portal is closed first (a failed one has sent Sync already).
+    const state = (cursor as unknown as { state?: string }).state
+    if (state === 'idle' || state === 'submitted') await cursor.close().catch(() => {})
+    throw error
+  }
+  await cursor.close()
 }
