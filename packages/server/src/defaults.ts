@@ -18,6 +18,13 @@ export const DEFAULT_SNAPSHOT_CONNECTIONS = 4
 /** Subset queries are one-shot reads; two at a time keeps them from crowding the database or the snapshot pool. */
 export const DEFAULT_SUBSET_CONNECTIONS = 2
 
+/**
+ * Connections for subquery shapes' move-in queries, apart from the snapshots':
+ * while a move-in waits, every shape's watermark is held back (its clients see
+ * nothing new), so it must not queue behind initial snapshots of large tables.
+ */
+export const MOVE_IN_CONNECTIONS = 2
+
 /** Most shapes kept at once; a new shape beyond it evicts the least recently used one. */
 export const DEFAULT_MAX_SHAPES = 1_000_000
 

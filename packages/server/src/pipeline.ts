@@ -24,6 +24,7 @@ import {
   DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS,
   DEFAULT_MEMORY_BUDGET_BYTES,
   DEFAULT_SNAPSHOT_CONNECTIONS,
+  MOVE_IN_CONNECTIONS,
   DEFAULT_SUBSET_CONNECTIONS,
 } from './defaults.js'
 import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe, errorKey } from './log-dedupe.js'
@@ -244,7 +245,8 @@ export class Pipeline {
       max: options.subsetConnections ?? DEFAULT_SUBSET_CONNECTIONS,
       application_name: 'sluice_subset',
     })
-    const pools = [db, snapshotPool, subsetPool]
+    const moveInPool = new pg.Pool({ connectionString: options.connectionString, max: MOVE_IN_CONNECTIONS, application_name: 'sluice_move_in' })
+    const pools = [db, snapshotPool, subsetPool, moveInPool]
     // Idle pooled connections can die with Postgres; the pool replaces them, this keeps the process alive.
     for (const pool of pools) pool.on('error', (err) => options.logger?.warn({ err }, 'idle Postgres connection failed'))
     let streams: SpillStreamBuffer | undefined
@@ -282,6 +284,7 @@ export class Pipeline {
         db,
         snapshotPool,
         snapshotConnections,
+        moveInPool,
         publication,
         memoryBudgetBytes,
         ...(options.maxShapes === undefined ? {} : { maxShapes: options.maxShapes }),

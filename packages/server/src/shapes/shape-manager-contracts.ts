@@ -19,6 +19,8 @@ export interface ShapeManagerOptions {
   /** Connections for snapshots; `snapshotConnections` of them are used at once. */
   readonly snapshotPool: pg.Pool
   readonly snapshotConnections?: number
+  /** Connections for subquery shapes' move-in queries (see MOVE_IN_CONNECTIONS); the snapshot pool when absent. */
+  readonly moveInPool?: pg.Pool
   readonly publication: PublicationManager
   /** Scratch space for queues that spill, opened (and so wiped) once by the caller. */
   readonly spillDir: SpillDir

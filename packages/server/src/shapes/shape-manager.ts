@@ -460,7 +460,7 @@ export class ShapeManager extends EventEmitter<ShapeManagerEvents> {
         replica: definition.replica,
         tables: (schema, name) => inner.get(`${schema}\u0000${name}`)!,
         router: this.options.router,
-        pool: this.options.snapshotPool,
+        pool: this.options.moveInPool ?? this.options.snapshotPool,
         definition,
         budget: this.viewBudget,
         maxHeld: {

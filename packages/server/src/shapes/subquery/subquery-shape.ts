@@ -46,7 +46,7 @@ export interface SubqueryShapeOptions {
   readonly replica: 'default' | 'full'
   readonly tables: TableLookup
   readonly router: ShapeRouter
-  /** Connections for move-in queries (the snapshot pool). */
+  /** Connections for move-in queries (their own pool: a move-in never waits behind snapshots). */
   readonly pool: pg.Pool
   /** For the move-in query: selected columns and params. */
   readonly definition: ShapeDefinition
