@@ -51,6 +51,8 @@ export class ReplicaShapes {
   private readonly byHandle = new Map<string, Indexed>()
   private readonly gone = new Set<string>()
   private stamp = ''
+  /** When a stamp too recent to be trusted (see `rescan`) is to be scanned again, unchanged or not. */
+  private recheckAt: number | undefined
   private scans = 0
 
   constructor(private readonly options: ReplicaShapesOptions) {}
@@ -70,9 +72,14 @@ export class ReplicaShapes {
    * or always with `force`.
    */
   rescan(force = false): void {
-    const stamp = this.dirStamp()
-    if (!force && stamp === this.stamp) return
+    const started = Date.now()
+    const { stamp, newestMs } = this.dirStamp()
+    if (!force && stamp === this.stamp && (this.recheckAt === undefined || started < this.recheckAt)) return
     this.stamp = stamp
+    // A directory changed within the timestamps' granularity of this scan may change again with the same stamp
+    // (a rename in the same clock tick, on a filesystem whose times are coarse): the same stamp is then scanned
+    // once more, by the first call once that window is over. The margin also covers some clock skew with a file server.
+    this.recheckAt = newestMs >= started - RACY_STAMP_MS ? newestMs + RACY_STAMP_MS : undefined
     this.scans++
     // Each handle's newest generation.
     const present = new Map<string, string>()
@@ -168,29 +175,34 @@ export class ReplicaShapes {
    * comes or goes by a rename in or out of its bucket, and a bucket by a
    * change of `shapes/`.
    */
-  private dirStamp(): string {
+  private dirStamp(): { stamp: string; newestMs: number } {
     const { fs, dir } = this.options
+    const newest = { ms: 0 }
     let stamp: string
     let names: string[]
     try {
-      stamp = statStamp(fs, shapesRoot(dir))
+      stamp = statStamp(fs, shapesRoot(dir), newest)
       names = listBuckets(fs, dir)
     } catch {
-      return ''
+      return { stamp: '', newestMs: 0 }
     }
     for (const name of names) {
       try {
-        stamp += `|${name}:${statStamp(fs, bucketPath(dir, name))}`
+        stamp += `|${name}:${statStamp(fs, bucketPath(dir, name), newest)}`
       } catch {
         // Removed since the listing: `shapes/` changed too.
       }
     }
-    return stamp
+    return { stamp, newestMs: newest.ms }
   }
 }
 
-function statStamp(fs: Pick<FsPort, 'statSync'>, path: string): string {
+/** How recent a directory's change may be for its stamp to be trusted as final (see `rescan`). */
+const RACY_STAMP_MS = 2_000
+
+function statStamp(fs: Pick<FsPort, 'statSync'>, path: string, newest: { ms: number }): string {
   const st = fs.statSync(path) as { ino: number; mtimeMs: number; ctimeMs?: number }
+  newest.ms = Math.max(newest.ms, st.mtimeMs, st.ctimeMs ?? 0)
   return `${st.ino}:${st.mtimeMs}:${st.ctimeMs ?? ''}`
 }
 

@@ -1,5 +1,5 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { nodeFs, openFileLogStore, openReadOnlyLogStore, shapeDir } from '@sluice/storage'
+import { bucketOf, nodeFs, openFileLogStore, openReadOnlyLogStore, shapeDir } from '@sluice/storage'
 import { useTempDir } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import { ReplicaShapes } from '../../src/replica/replica-shapes.js'
@@ -44,6 +44,54 @@ describe('the replica registry over damaged logs', () => {
       expect(bad[0]![1]).toMatchObject({ name: 'StorageError', code: 'corrupt_log' })
     } finally {
       await store.close()
+    }
+  })
+})
+
+describe('the replica registry on a filesystem with coarse timestamps', () => {
+  it('scans again, once, a stamp too recent to trust: a shape renamed into a bucket in the same clock tick is found', async () => {
+    const dir = await dirs.make('coarse')
+    const writer = await openFileLogStore({ dir, flushWhenIdle: false })
+    const make = async (handle: string, table: string): Promise<void> => {
+      await writer.createShape(handle, { meta: encodeShapeMeta(definition(table), handle) }).finish(SNAPSHOT_END)
+    }
+    // Two handles in one bucket: the second rename changes only that bucket's times.
+    const first = '21-1000'
+    let second = ''
+    for (let n = 22; second === ''; n++) if (bucketOf(`${n}-1000`) === bucketOf(first)) second = `${n}-1000`
+    await make(first, 'first')
+    // Directory times frozen at one instant, as a filesystem whose clock has not ticked between two renames.
+    const frozen = Date.now()
+    const fs = {
+      ...nodeFs,
+      statSync: ((path: string) => {
+        const st = nodeFs.statSync(path)
+        return { ino: st.ino, mtimeMs: frozen, ctimeMs: frozen }
+      }) as unknown as typeof nodeFs.statSync,
+    }
+    const store = openReadOnlyLogStore({ dir, pollIntervalMs: 0 })
+    const shapes = new ReplicaShapes({ store, dir, fs, onGone: () => {} })
+    try {
+      shapes.rescan(true)
+      expect(shapes.size).toBe(1)
+      await make(second, 'second')
+      // Same stamp, and still inside its window: not scanned (calls in the window cost a few stats).
+      const scans = shapes.scanCount
+      shapes.rescan()
+      expect(shapes.scanCount).toBe(scans)
+      expect(shapes.lookup(definition('second'))).toBeUndefined()
+      // Once the window is over, the unchanged stamp is scanned once more, and the second shape is there.
+      await new Promise((r) => setTimeout(r, 2_100))
+      expect(shapes.lookup(definition('second'))).toBe(second)
+      expect(shapes.size).toBe(2)
+      // Old enough now: the same stamp is not scanned again.
+      const settled = shapes.scanCount
+      shapes.rescan()
+      shapes.rescan()
+      expect(shapes.scanCount).toBe(settled)
+    } finally {
+      await store.close()
+      await writer.close()
     }
   })
 })
