@@ -169,6 +169,8 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   const timer = setInterval(() => addon.trimHeap(), options.intervalMs ?? HEAP_TRIM_INTERVAL_MS).unref()
   const releases = noReleases()
   const utilization = options.loopUtilization ?? nodeLoopUtilization()
+  // The compaction's look covers the whole time since the release: a window of its own, not the one the other watchers share.
+  const sinceRelease = options.loopUtilization ?? nodeLoopUtilization()
   const heapUsed = options.heapUsedBytes ?? (() => getHeapStatistics().used_heap_size)
   const heapTotal = options.heapTotalBytes ?? (() => getHeapStatistics().total_heap_size)
   const timers = new Set<NodeJS.Timeout>()
@@ -231,11 +233,12 @@ export function heapTrimWith(addon: MemoryReturner, options: HeapTrimOptions = {
   const watchIdleAfterRetirement = (left: number): void =>
     whenIdle(left, (check) => (retiredIdle = check), () => {
       release('retired_shapes', false)
+      sinceRelease()
       cancel(compaction)
       // By then the incremental collection has run: the heap used is about what is live, which the pause grows with.
       // Full collections hold the loop for their whole length: only if it stayed idle since the release.
       compaction = later(RETIRED_COMPACTION_DELAY_MS, () => {
-        if (addon.lowMemory !== undefined && utilization() < IDLE_UTILIZATION && heapUsed() <= COMPACTION_MAX_HEAP_BYTES) {
+        if (addon.lowMemory !== undefined && sinceRelease() < IDLE_UTILIZATION && heapUsed() <= COMPACTION_MAX_HEAP_BYTES) {
           release('compacted_after_retirement', true)
         }
       })

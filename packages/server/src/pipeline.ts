@@ -364,7 +364,9 @@ export class Pipeline {
           if (!(error instanceof FlushError)) return
           failingSince ??= Date.now()
           // Accepted but unsynced entries were rolled back: have Postgres send them again. State kept beside
-          // the logs goes first (subquery shapes' result sets), before any of it is delivered again.
+          // the logs goes first (subquery shapes' result sets), before any of it is delivered again; the
+          // router forgets what move-ins held back first, so the holds those shapes release promise nothing.
+          router.storeRolledBack()
           shapes?.storeRolledBack()
           client.replayFromDurable(error)
         }),

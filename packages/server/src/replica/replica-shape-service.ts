@@ -74,6 +74,7 @@ export class ReplicaShapeService implements ShapeService {
       fs: options.store.baseFs,
       onGone: (handle) => this.events.emit('invalidated', handle),
       onBadMeta: (handle, error) => options.logger?.warn({ handle, err: error }, 'shape meta unreadable; not served'),
+      onScanError: (error) => options.logger?.warn({ err: error }, 'scan of the shapes directory failed'),
     })
     this.shapes.rescan(true)
     this.watch = new StoreWatch({
@@ -202,6 +203,7 @@ export class ReplicaShapeService implements ShapeService {
 
   close(): void {
     this.watch.close()
+    this.shapes.close()
     this.events.removeAllListeners()
   }
 }

@@ -37,6 +37,8 @@ export interface ReplicaShapesOptions {
   readonly onGone: (handle: string) => void
   /** A shape's meta that does not decode, or a log whose meta.bin is damaged: skipped (the writer deletes or quarantines such a shape at its next start). */
   readonly onBadMeta?: (handle: string, error: unknown) => void
+  /** A scan of its own (the recheck's timer) that failed; the next notification or timer scans again. */
+  readonly onScanError?: (error: unknown) => void
 }
 
 interface Indexed {
@@ -53,9 +55,18 @@ export class ReplicaShapes {
   private stamp = ''
   /** When a stamp too recent to be trusted (see `rescan`) is to be scanned again, unchanged or not. */
   private recheckAt: number | undefined
+  private recheck: NodeJS.Timeout | undefined
+  private closed = false
   private scans = 0
 
   constructor(private readonly options: ReplicaShapesOptions) {}
+
+  /** Stops the recheck timer (the service is closing). */
+  close(): void {
+    this.closed = true
+    if (this.recheck !== undefined) clearTimeout(this.recheck)
+    this.recheck = undefined
+  }
 
   /** Full scans of `shapes/` so far. */
   get scanCount(): number {
@@ -80,6 +91,20 @@ export class ReplicaShapes {
     // (a rename in the same clock tick, on a filesystem whose times are coarse): the same stamp is then scanned
     // once more, by the first call once that window is over. The margin also covers some clock skew with a file server.
     this.recheckAt = newestMs >= started - RACY_STAMP_MS ? newestMs + RACY_STAMP_MS : undefined
+    // Nothing else may call again (no fallback timer, one notification already spent): a timer of its own does.
+    if (this.recheck !== undefined) clearTimeout(this.recheck)
+    this.recheck = undefined
+    if (this.recheckAt !== undefined && !this.closed) {
+      this.recheck = setTimeout(() => {
+        this.recheck = undefined
+        try {
+          this.rescan()
+        } catch (error) {
+          this.options.onScanError?.(error)
+        }
+      }, Math.max(1, this.recheckAt - started))
+      this.recheck.unref()
+    }
     this.scans++
     // Each handle's newest generation.
     const present = new Map<string, string>()

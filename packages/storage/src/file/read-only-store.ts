@@ -73,6 +73,8 @@ class ReadOnlyShapeLog implements ShapeLog {
   deleted = false
   /** Entries as last reported to `onFlush` listeners. */
   reportedEntries = -1
+  /** Its files held records past the durable head at its last scan: a later watermark may cover them with no new record. */
+  behind = false
 
   constructor(
     readonly id: string,
@@ -99,8 +101,10 @@ class ReadOnlyShapeLog implements ShapeLog {
     const known = this.state ? { head: this.state, chunks: this.chunks } : undefined
     const found = scanLog(this.store.fs, this.store.fds, this.id, { data: this.data, entries: this.entries, chunks: this.chunkFile }, lsn, known)
     if (!this.state) this.reportedEntries = found.head.entries
-    // Records past the durable head: a later watermark may cover them with no new record of this log.
-    this.store.noteBehind(this.id, found.cut)
+    // Records past the durable head: a later watermark may cover them with no new record of this log. Only a
+    // poll takes a log off that list (a read's catch-up must not: the poll would then not report its advance).
+    this.behind = found.cut
+    if (found.cut) this.store.noteBehind(this.id)
     this.state = found.head
     this.chunks = found.chunks
     this.seenLsn = lsn
@@ -399,13 +403,15 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     const look = (log: ReadOnlyShapeLog): void => {
       try {
         const { entries } = log.catchUp(this.lsn)
+        if (log.behind) this.pending.add(log.id)
+        else this.pending.delete(log.id)
         if (entries !== log.reportedEntries) {
           advanced.push(log.id)
           log.reportedEntries = entries
         }
       } catch {
-        // A deleted log: `get` notices and drops it.
-        this.pending.delete(log.id)
+        // A deleted log: `get` notices and drops it. Any other failure (no descriptor to spare, say): looked at again next poll.
+        if (log.deleted) this.pending.delete(log.id)
       }
     }
     if (everyLog) {
@@ -422,10 +428,9 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     for (const l of this.listeners) l(result)
   }
 
-  /** From a log's catch-up: whether its files hold records its durable head does not cover yet (kept for the next poll). */
-  noteBehind(id: string, behind: boolean): void {
-    if (behind) this.pending.add(id)
-    else this.pending.delete(id)
+  /** From a log's catch-up: its files hold records its durable head does not cover yet (looked at by the next poll). */
+  noteBehind(id: string): void {
+    this.pending.add(id)
   }
 
   private ensureOpen(): void {
