@@ -258,8 +258,13 @@ export class Pipeline {
       let replication: ReplicationClient | undefined
       const idle = pacedAdvance(store, IDLE_PROMISE_INTERVAL_MS)
       const routed = { lsn: store.durableLsn }
+      // From a failed flush until the replay starts nothing routed is promised to the store: a transaction whose
+      // routing was under way at the failure finishes with some of its lines rolled back, and promising it would
+      // let the store publish it, after which the replay skips it as durable.
+      let replayPending = false
       const router = new ShapeRouter({
         advance: (lsn) => {
+          if (replayPending) return
           routed.lsn = lsn
           store.advance(lsn)
         },
@@ -331,6 +336,12 @@ export class Pipeline {
         // The slot skips WAL nobody subscribed to only once the store's watermark covers it (see discardIfSlotAhead).
         // Not while a move-in holds routed transactions back from the store (router.holdAdvance).
         promiseIdle: (lsn) => (router.advanceHeld ? undefined : idle.advance(lsn)),
+        // The replay after a failed flush starts from the store's durable state, nothing accepted past it left.
+        beforeReplay: async () => {
+          const cut = await store.rollbackToDurable()
+          replayPending = false
+          options.logger?.info({ logs: cut, durableLsn: formatLsn(store.durableLsn) }, 'replaying from the durable watermark')
+        },
         // Subquery shapes learn from a message of their own when the stream has passed a move-in's snapshot.
         messages: true,
         slotName: slot.name,
@@ -363,6 +374,8 @@ export class Pipeline {
           if (logger !== undefined) dedupe.log(errorKey('storage error', error), (data, msg) => logger.error(data, msg), { err: error }, 'storage error')
           if (!(error instanceof FlushError)) return
           failingSince ??= Date.now()
+          replayPending = true
+          idle.forget()
           // Accepted but unsynced entries were rolled back: have Postgres send them again. State kept beside
           // the logs goes first (subquery shapes' result sets), before any of it is delivered again; the
           // router forgets what move-ins held back first, so the holds those shapes release promise nothing.
@@ -486,7 +499,7 @@ function ackAfterWakes(acknowledge: (lsn: bigint) => void): { soon: (lsn: bigint
 }
 
 /** `store.advance` at most once per `intervalMs`, with the highest LSN given meanwhile. */
-function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn: bigint) => void; cancel: () => void } {
+function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn: bigint) => void; cancel: () => void; forget: () => void } {
   let latest = 0n
   let timer: NodeJS.Timeout | undefined
   return {
@@ -500,6 +513,11 @@ function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn:
       timer.unref()
     },
     cancel: () => clearTimeout(timer),
+    forget: () => {
+      clearTimeout(timer)
+      timer = undefined
+      latest = 0n
+    },
   }
 }
 

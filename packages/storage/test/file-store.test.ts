@@ -415,6 +415,27 @@ describe('file engine', () => {
     await w.close()
   })
 
+  it('rollbackToDurable cuts every log back to what the watermark covers, so a replay appends all of it again', async () => {
+    const dir = await tempDirs.make('rollback-durable')
+    const s = await openStore(dir, 1024)
+    for (const id of ['a', 'b', 'c']) await s.createShape(id).finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
+    s.get('a')!.appendTransaction([change(5n, 0, 1)])
+    s.advance(5n)
+    await s.flush()
+    // Taken after a failure, never published: an end in a, a transaction still open in b; c holds nothing more.
+    s.get('a')!.appendTransaction([change(7n, 0, 1), change(7n, 1, 2)])
+    s.get('b')!.appendTransaction([change(7n, 2, 3)], { more: true })
+    expect(await s.rollbackToDurable()).toBe(2)
+    expect(formatOffset(s.get('a')!.head().lastOffset)).toBe('5_0')
+    // The replay delivers transaction 7 from its start: every entry is taken again, none skipped.
+    expect(s.get('a')!.appendTransaction([change(7n, 0, 1), change(7n, 1, 2)])).toBe(2)
+    expect(s.get('b')!.appendTransaction([change(7n, 0, 1), change(7n, 2, 3)])).toBe(2)
+    s.advance(7n)
+    await s.flush()
+    expect(formatOffset(s.get('a')!.head().lastOffset)).toBe('7_1')
+    expect(formatOffset(s.get('b')!.head().lastOffset)).toBe('7_2')
+  })
+
   it('a poll looks at the logs the journal wrote, and at those with records past their head, not at every log held', async () => {
     const dir = await tempDirs.make('ro-touched')
     const w = await openStore(dir, 1024)

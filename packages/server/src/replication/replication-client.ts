@@ -49,6 +49,12 @@ export interface ReplicationClientOptions {
    * Pipeline.start). Without it the idle position is confirmed at once.
    */
   readonly promiseIdle?: (lsn: bigint) => void
+  /**
+   * Called before a replay that `replayFromDurable` asked for, once the
+   * previous connection's last delivery has settled: the sink drops whatever
+   * it accepted above its durable watermark, which the replay delivers again.
+   */
+  readonly beforeReplay?: () => Promise<void>
   readonly statusIntervalMs?: number
   /** 0 disables the check. */
   readonly livenessTimeoutMs?: number
@@ -309,6 +315,19 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     let fatal: Error | undefined
     this.downSince = this.now()
     while (!this.stopping) {
+      // A replay asked for (a failed flush), whether during the last connection or while waiting to reconnect:
+      // the last connection's deliveries have settled and it is reset, so nothing delivered is still in the sink.
+      if (this.replayRequested) {
+        try {
+          this.replayRequested = false
+          // The sink goes back to its durable state first: what it accepted past it after the failure goes too.
+          await this.options.beforeReplay?.()
+          this.assembler.forgetDelivered()
+        } catch (error) {
+          fatal = toError(error)
+          break
+        }
+      }
       const stream = new Stream(
         this.clientConfig,
         {
@@ -324,13 +343,12 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       this.stream = undefined
       stream.stopTimers()
       await stream.connection.close().catch(() => {})
+      // What the sink was handed last (a large transaction read back from its buffer, say) finishes before
+      // anything is delivered again: the next connection must not route beside it.
+      if (!this.stopping) await stream.whenIdle()
       let resetFailure: Error | undefined
       try {
         await this.assembler.reset()
-        if (this.replayRequested) {
-          this.replayRequested = false
-          this.assembler.forgetDelivered()
-        }
       } catch (error) {
         // A sink that cannot drop a partial transaction would see it twice after reconnecting: stop instead.
         resetFailure = toError(error)
@@ -432,7 +450,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     }
     backlog.length = 0
     stream.backlogAt = 0
-    stream.busy = false
+    stream.markIdle()
     if (stream.failure === undefined && !stream.closing) stream.connection.resume()
   }
 

@@ -25,6 +25,7 @@ export class ReplicationStream {
   closing = false
   /** A message's handling is pending; later messages wait in `backlog`, in order. */
   busy = false
+  private idleWaiters: Array<() => void> = []
   readonly backlog: Array<PgoutputMessage | DecodeFailure> = []
   backlogAt = 0
 
@@ -33,6 +34,20 @@ export class ReplicationStream {
     this.plugin = new SluicePgoutputPlugin(options)
     this.lastHeardAt = now
     this.lastTickAt = now
+  }
+
+  /** Resolves once no message's handling is pending (at once if none is): what the sink was given has settled. */
+  whenIdle(): Promise<void> {
+    if (!this.busy) return Promise.resolve()
+    return new Promise((resolve) => this.idleWaiters.push(resolve))
+  }
+
+  /** The pending handling settled and the backlog is worked through. */
+  markIdle(): void {
+    this.busy = false
+    const waiters = this.idleWaiters
+    this.idleWaiters = []
+    for (const resolve of waiters) resolve()
   }
 
   /** Every received message has been handled (nothing queued in our backlog or in the sink). */

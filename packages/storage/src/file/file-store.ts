@@ -391,6 +391,15 @@ export class FileLogStore implements ShapeLogStore {
     return this.commit.onFlush(listener, options)
   }
 
+  /**
+   * Cuts every log back to what the watermark covers, for a caller about to
+   * deliver again everything above it (see `GroupCommit.rollbackToDurable`).
+   */
+  rollbackToDurable(): Promise<number> {
+    this.ensureOpen()
+    return this.commit.rollbackToDurable(this.logs.values())
+  }
+
   async flush(): Promise<FlushResult> {
     this.ensureOpen()
     return this.commit.flush(true)

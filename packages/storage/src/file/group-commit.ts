@@ -273,6 +273,30 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
     }
   }
 
+  /**
+   * Before the caller delivers again everything above the durable watermark
+   * (after a failed flush): every log in `logs` is cut back to what was
+   * published, so the replay appends onto published state. A failed flush
+   * rolls back only the logs of its group; entries appended after it (a
+   * transaction whose routing was under way) would otherwise stay, and the
+   * replay, which skips what a log already holds, would not write the earlier
+   * part of that transaction again. Waits for a flush under way first (one that
+   * started before the failure might be publishing). Returns how many logs
+   * were cut.
+   */
+  async rollbackToDurable(logs: Iterable<FileShapeLog>): Promise<number> {
+    while (this.flushing) await this.flushing.catch(() => undefined)
+    let cut = 0
+    for (const log of logs) {
+      if (!log.registered || log.deleted || !log.rollbackIfAhead()) continue
+      this.faults.delete(log)
+      this.dropUnpublished(log)
+      cut++
+    }
+    this.advanced = this.durable
+    return cut
+  }
+
   /** Ends timed flushes (the store is closing; its last flush has run). */
   stop(): void {
     this.stopped = true

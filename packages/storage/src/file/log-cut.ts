@@ -51,6 +51,18 @@ export abstract class LogCut extends LogTail {
     this.cutTo(this.published)
   }
 
+  /**
+   * `rollbackToPublished` for a log holding anything past its published head
+   * (an open transaction, or ends no flush has published); false, and nothing
+   * touched, for one that holds nothing more.
+   */
+  rollbackIfAhead(): boolean {
+    this.catchUp()
+    if (!this.open && this.endSeq === 0 && this.appendedEntries === this.publishedEntries) return false
+    this.rollbackToPublished()
+    return true
+  }
+
   /** Makes `head` the appended head: drops what lies past it in memory and cuts the files to it. */
   protected cutTo(head: HeadState): void {
     this.epoch++
