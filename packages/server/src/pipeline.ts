@@ -377,9 +377,8 @@ export class Pipeline {
           replayPending = true
           idle.forget()
           // Accepted but unsynced entries were rolled back: have Postgres send them again. State kept beside
-          // the logs goes first (subquery shapes' result sets), before any of it is delivered again; the
-          // router forgets what move-ins held back first, so the holds those shapes release promise nothing.
-          router.storeRolledBack()
+          // the logs goes first (subquery shapes' result sets), before any of it is delivered again; what their
+          // move-ins held back, released as they go, is not promised (replayPending).
           shapes?.storeRolledBack()
           client.replayFromDurable(error)
         }),

@@ -41,16 +41,6 @@ export class RouterHooks {
     }
   }
 
-  /**
-   * The store rolled back to its durable watermark (a failed flush), and the
-   * stream delivers everything above it again: LSNs held for a move-in were of
-   * transactions whose lines are gone, so releasing the hold must not promise
-   * them. The replay routes and promises them again.
-   */
-  rolledBack(): void {
-    this.heldLsn = 0n
-  }
-
   /** Runs `fn` at the next `committed`, once. */
   atCommit(fn: (lsn: bigint, xid: number) => void): void {
     this.commitHooks.push(fn)

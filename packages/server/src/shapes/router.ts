@@ -178,11 +178,6 @@ export class ShapeRouter implements TransactionSink {
     return this.hooks.hold()
   }
 
-  /** The store rolled back to its durable watermark: what holds have gathered is not promised (router-hooks.ts `rolledBack`). */
-  storeRolledBack(): void {
-    this.hooks.rolledBack()
-  }
-
   /** Whether a hold (`holdAdvance`) keeps routed transactions from the store. */
   get advanceHeld(): boolean {
     return this.hooks.held

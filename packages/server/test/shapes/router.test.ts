@@ -343,20 +343,4 @@ describe('ShapeRouter', () => {
       [t.lsn, 41],
     ])
   })
-
-  it('promises nothing a move-in held once the store rolled back: the hold released after it advances nothing', async () => {
-    const { router, advanced, add } = setup()
-    await add('all')
-    const release = router.holdAdvance()
-    const t = txn([insert(1, 'ann', 1)], 42)
-    router.onTransaction(t)
-    expect(advanced).not.toContain(t.lsn)
-    // A failed flush: the lines of t are gone, and the stream delivers t again from the durable watermark.
-    router.storeRolledBack()
-    release()
-    expect(advanced).not.toContain(t.lsn)
-    // Routed again, it is promised as usual.
-    router.onTransaction(t)
-    expect(advanced).toContain(t.lsn)
-  })
 })
