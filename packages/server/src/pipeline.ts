@@ -375,7 +375,7 @@ export class Pipeline {
           if (!(error instanceof FlushError)) return
           failingSince ??= Date.now()
           replayPending = true
-          idle.forget()
+          idle.cancel()
           // Accepted but unsynced entries were rolled back: have Postgres send them again. State kept beside
           // the logs goes first (subquery shapes' result sets), before any of it is delivered again; what their
           // move-ins held back, released as they go, is not promised (replayPending).
@@ -498,7 +498,7 @@ function ackAfterWakes(acknowledge: (lsn: bigint) => void): { soon: (lsn: bigint
 }
 
 /** `store.advance` at most once per `intervalMs`, with the highest LSN given meanwhile. */
-function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn: bigint) => void; cancel: () => void; forget: () => void } {
+function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn: bigint) => void; cancel: () => void } {
   let latest = 0n
   let timer: NodeJS.Timeout | undefined
   return {
@@ -511,8 +511,8 @@ function pacedAdvance(store: FileLogStore, intervalMs: number): { advance: (lsn:
       }, intervalMs)
       timer.unref()
     },
-    cancel: () => clearTimeout(timer),
-    forget: () => {
+    // Drops a pending promise and what it would have promised (a stop, or a failed flush before the replay).
+    cancel: () => {
       clearTimeout(timer)
       timer = undefined
       latest = 0n
