@@ -6,7 +6,8 @@ import {
   SluiceError,
 } from '@sluice/protocol'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from 'fastify'
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe } from '../log-dedupe.js'
 import { type ShapeService, healthBody } from '../shape-service.js'
@@ -45,6 +46,9 @@ export interface BuildAppOptions {
 }
 
 const NO_QUERY: Record<string, never> = Object.freeze({})
+
+/** How often a closing server closes the connections whose last response has ended. */
+const CLOSE_IDLE_SWEEP_MS = 100
 
 /** Paths the server answers; anything else is a plain 404. */
 const ROUTES = new Set(['/', '/v1/shape', '/v1/health'])
@@ -91,18 +95,30 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   const stopInvalidating = shapes.onInvalidated((handle) => waiters.invalidate(handle))
   // A shape a live request waits on is in use: it does not expire, and is evicted last.
   shapes.setInUse((handle) => waiters.has(handle))
-  // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
+  const connections = openConnections(app.server)
   let closing = false
+  let idleSweep: NodeJS.Timeout | undefined
+  // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
   app.addHook('preClose', async () => {
     closing = true
     // Queued requests are answered as those that arrive now are: they never started, so the client may retry elsewhere.
     admission.close(() => new SluiceError('stack_not_ready', { message: 'Server is shutting down' }))
     if (ownWaiters) waiters.close()
+    // Node's close() ends only the connections idle when it is called; one whose response ends later (an SSE
+    // stream, a body still being sent) stays open for its keep-alive time (72 s), and one that has sent nothing
+    // yet (a browser's preconnect) until it sends or leaves. close() waits for both; the sweep ends them.
+    idleSweep = setInterval(() => {
+      app.server.closeIdleConnections()
+      for (const socket of connections) if (socket.bytesRead === 0) socket.destroy()
+    }, CLOSE_IDLE_SWEEP_MS)
+    idleSweep.unref()
   })
   // A burst past the admission limits is refused by design, one 503 per request (thousands a second when
   // many clients start at once): one warning and one counted line per window, not an error with a stack each.
   const refusals = new LogDedupe({ windowMs: DEFAULT_DEDUPE_WINDOW_MS })
+  // Runs once the server has closed: fastify closes it in the first onClose hook.
   app.addHook('onClose', async () => {
+    clearInterval(idleSweep)
     stopInvalidating()
     refusals.flush()
   })
@@ -215,6 +231,19 @@ function answerRaw(socket: Duplex, status: number, reason: string, message: stri
       'connection: close\r\n\r\n' +
       body,
   )
+}
+
+/** The server's open connections, each forgotten when it closes (one listener shared by all of them). */
+function openConnections(server: Server): ReadonlySet<Socket> {
+  const open = new Set<Socket>()
+  function forget(this: Socket): void {
+    open.delete(this)
+  }
+  server.on('connection', (socket: Socket) => {
+    open.add(socket)
+    socket.on('close', forget)
+  })
+  return open
 }
 
 /** CONNECT reaches only a 'connect' listener, as a raw socket: without one Node drops the connection unanswered. */

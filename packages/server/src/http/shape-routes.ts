@@ -414,8 +414,12 @@ class ShapeResponder extends DataWait<ShapeLog> {
       return this.sendRead(shape, this.context.sharedReads.read(this.waitedLog!, this.waitedAfter!), this.waitedLog!.id)
     }
     if (result === 'invalidated') return this.rotated(shape)
-    // Aborted without the client leaving: the server is closing, so answer as a timeout would.
-    if (result === 'aborted' && this.gone) return this.abandon()
+    if (result === 'aborted') {
+      if (this.gone) return this.abandon()
+      // Aborted without the client leaving: the server is closing, so answer as a timeout would, on a connection
+      // that then closes (the client's next request goes to a server that is not closing).
+      this.reply.header(ResponseHeader.connection, 'close')
+    }
     return this.sendNoChanges(shape, this.waitedAfter!)
   }
 

@@ -1,5 +1,6 @@
 import { once } from 'node:events'
-import { type AddressInfo, connect } from 'node:net'
+import { Agent, type IncomingHttpHeaders, get as httpGet } from 'node:http'
+import { type AddressInfo, type Socket, connect } from 'node:net'
 import {
   CacheControl,
   EXPOSE_HEADERS_VALUE,
@@ -643,6 +644,52 @@ describe('SSE and shutdown (§5.5)', () => {
     expect(res.header('electric-has-data')).toBe('false')
     expect(res.header('electric-up-to-date')).toBe('')
   })
+  it('closing the app closes keep-alive connections as their responses end, or before they send anything, instead of holding the close (Node would wait out the 72 s keep-alive and the silent connection)', async () => {
+    const own = await startServer(pipeline, { longPollTimeoutMs: 20_000, sseTimeoutMs: 60_000 })
+    const [, up] = await syncAll('items')
+    const live = { table: 'items', offset: up!.header('electric-offset')!, handle: up!.header('electric-handle')!, live: 'true' }
+    // An agent that keeps sockets open for as long as the server allows (the global agent drops them after 5 s).
+    const agent = new Agent({ keepAlive: true, timeout: 0 })
+    const opened: Socket[] = []
+    agent.on('free', (socket: Socket) => opened.push(socket))
+    await cluster.query('CREATE TABLE close_locked (id int4 PRIMARY KEY)')
+    const locker = await cluster.connect()
+    try {
+      // A new shape whose snapshot waits on a lock: answered only after close() has begun, on a keep-alive connection.
+      await locker.query('BEGIN; LOCK TABLE close_locked IN ACCESS EXCLUSIVE MODE')
+      const creating = keepAliveGet(agent, own.port, shapeUrl({ table: 'close_locked', offset: '-1' }))
+      const parked = keepAliveGet(agent, own.port, shapeUrl(live))
+      // An SSE stream: its response ends at close, after Node's close() has ended the connections idle then.
+      const sse = keepAliveGet(agent, own.port, shapeUrl({ ...live, live_sse: 'true' }))
+      await sse.headers
+      // A connection that never sends a request (a browser's preconnect): Node's close() counts it as busy.
+      const silent = connect(own.port, '127.0.0.1')
+      silent.on('error', () => {})
+      await once(silent, 'connect')
+      await new Promise((r) => setTimeout(r, 200))
+      const started = Date.now()
+      const closed = own.close()
+      await new Promise((r) => setTimeout(r, 300))
+      await locker.query('COMMIT')
+      await closed
+      const closedIn = Date.now() - started
+      const [parkedRes, sseRes, createdRes] = await Promise.all([parked.ended, sse.ended, creating.ended])
+      expect(createdRes.status).toBe(200)
+      expect(createdRes.headers['connection']).toBe('keep-alive')
+      expect(parkedRes.status).toBe(200)
+      expect(parkedRes.headers['electric-up-to-date']).toBe('')
+      expect(parkedRes.headers['connection']).toBe('close')
+      expect(sseRes.status).toBe(200)
+      expect(sseRes.headers['connection']).toBe('keep-alive')
+      expect(closedIn, 'close() ended with the responses, not with the keep-alive').toBeLessThan(10_000)
+      // The SSE stream's and the creation's sockets went back to the agent's pool, and the server closed them there.
+      expect(opened).toHaveLength(2)
+      for (const socket of [...opened, silent]) if (!socket.destroyed) await once(socket, 'close')
+    } finally {
+      await locker.end()
+      agent.destroy()
+    }
+  })
   it('a request that reaches a closing app gets a 503 with retry-after, CORS headers and connection: close (was fastify\'s bare 503)', async () => {
     const own = await startServer(pipeline, { longPollTimeoutMs: 20_000 })
     const origin = 'https://app.example'
@@ -671,3 +718,21 @@ describe('SSE and shutdown (§5.5)', () => {
     expect(JSON.parse(refused.body.toString('utf8'))).toEqual({ message: 'Server is shutting down' })
   })
 })
+
+/** A GET on `agent`: `headers` once the response starts, `ended` with its status, headers and body once it ends. */
+function keepAliveGet(agent: Agent, port: number, path: string): { headers: Promise<void>; ended: Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> } {
+  let started!: () => void
+  const headers = new Promise<void>((resolve) => (started = resolve))
+  const ended = new Promise<{ status: number; headers: IncomingHttpHeaders; body: string }>((resolve, reject) => {
+    const req = httpGet({ host: '127.0.0.1', port, path, agent }, (res) => {
+      started()
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => (body += chunk))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+  })
+  return { headers, ended }
+}
