@@ -23,9 +23,9 @@
  * itself, as without sharing.
  *
  * What is shared:
- *  - memory ranges: the stored bytes, copied once (a file log's write-behind
- *    tail may be overwritten by the next append, so they are copied in the
- *    turn they are read); each distinct body (`[`, the bytes, the up-to-date
+ *  - memory ranges: the stored bytes, copied once into a buffer of their own
+ *    (the store's read held until the copy is done: a large one is read on
+ *    the thread pool); each distinct body (`[`, the bytes, the up-to-date
  *    line, `]`) and the SSE events (with and without each distinct
  *    up-to-date event after them) are built once from them;
  *  - file ranges for sendfile (`fileRangeMinBytes`): the one `LogRead`, held by
@@ -74,11 +74,16 @@ export class SharedRange {
       this.file = { read, holds: 1 }
       return
     }
+    // Released once copied: a large range is read on the thread pool after this returns, from the descriptor
+    // number the read holds, which a release now would let the store close and the next open take.
+    let copied: Promise<Buffer>
     try {
-      this.stored = copyOut(read)
-    } finally {
+      copied = copyOut(read)
+    } catch (error) {
       read.release()
+      throw error
     }
+    this.stored = copied.finally(() => read.release())
     // Rejections are the askers' to see; this keeps one that nobody awaited from being reported as unhandled.
     this.stored.catch(() => {})
   }
@@ -240,7 +245,7 @@ function fileBytes(read: LogRead): number {
   return n
 }
 
-/** The read's bytes in a buffer of their own; memory spans are copied before this returns. */
+/** The read's bytes in a buffer of their own; the read must stay unreleased until the promise settles. */
 function copyOut(read: LogRead): Promise<Buffer> {
   const out = Buffer.allocUnsafeSlow(read.byteLength)
   if (read.byteLength <= ASYNC_READ_BYTES) {
