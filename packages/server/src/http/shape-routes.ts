@@ -37,7 +37,7 @@ import { ParsedRequests } from './parsed-requests.js'
 import { RangeCache } from './range-cache.js'
 import type { RequestCaches } from './request-caches.js'
 import { rawQuery } from './raw-query.js'
-import { awaitReady, resolveShape } from './open-shape.js'
+import { type ReadyShape, awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
@@ -255,9 +255,10 @@ type Served = FastifyReply | typeof WAITING
  * (`DataWait`): an offset past the head waits for the log to reach it, a
  * long-poll for data after it, each parked on the live waiters with no
  * suspended call, and what comes of the wait is sent from `dataWaitEnded`.
- * While parked it listens for the client leaving (one listener, removed when
- * the wait ends). The admission permit is held until the answer is sent, or
- * until the request fails or is abandoned, as it was for the whole handler.
+ * While its shape is resolved (perhaps created) and while parked it listens
+ * for the client leaving (one listener, removed after each). The admission
+ * permit is held until the answer is sent, or until the request fails, is
+ * abandoned, or its client leaves.
  */
 class ShapeResponder extends DataWait<ShapeLog> {
   /** What the request waits for, while it waits (the log and offset are `waitedLog`, `waitedAfter`). */
@@ -268,7 +269,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
   private gone = false
   /** The admission this request holds until `finish` (`Admission.enter`), undefined once left. */
   private admitted: RequestKind | undefined
-  /** The 'close' listener while parked: `wentAway` bound (no closure, nor any listener for requests that never wait). */
+  /** The 'close' listener while the shape is resolved and while parked: `wentAway` bound (no closure). */
   private onClose: (() => void) | undefined = undefined
 
   constructor(
@@ -337,10 +338,21 @@ class ShapeResponder extends DataWait<ShapeLog> {
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
     const { creationGate } = this.context.admission
     const client = clientKey(this.request, this.http.clientIdHeader)
-    const resolved = await resolveShape(this.shapes, params, this.req, creationGate, client)
+    // Resolving may wait long (the creation queue, a snapshot): a client that leaves meanwhile gives its admission back at once.
+    this.listenForLeaving()
+    let resolved: ResolvedShape | 'refetch'
+    let ready: ReadyShape | undefined
+    try {
+      resolved = await resolveShape(this.shapes, params, this.req, creationGate, client)
+      if (resolved !== 'refetch' && (this.req.handle === undefined || this.req.handle === resolved.handle)) {
+        ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined, creationGate, client)
+      }
+    } finally {
+      this.reply.raw.off('close', this.onClose!)
+    }
+    if (this.cancelled()) return this.abandon()
     if (resolved === 'refetch') return this.mustRefetch(undefined)
     if (this.req.handle !== undefined && this.req.handle !== resolved.handle) return this.mustRefetch(resolved.handle)
-    const ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined, creationGate, client)
     if (ready === undefined) return this.rotated(resolved)
     const { shape, log } = ready
     this.shape = shape
@@ -364,16 +376,23 @@ class ShapeResponder extends DataWait<ShapeLog> {
   private wait(what: 'reach' | 'data', shape: ResolvedShape, log: ShapeLog, after: LogOffset, timeoutMs: number, options: WaitForDataOptions): Served {
     this.waitingFor = what
     this.shape = shape
-    this.onClose ??= this.wentAway.bind(this)
-    this.reply.raw.on('close', this.onClose)
+    this.listenForLeaving()
     this.waitForData(log, after, this.context.waiters, timeoutMs, options, shape.handle)
     return WAITING
+  }
+
+  private listenForLeaving(): void {
+    this.onClose ??= this.wentAway.bind(this)
+    this.reply.raw.on('close', this.onClose)
   }
 
   private wentAway(): void {
     if (this.reply.raw.writableFinished) return
     this.gone = true
-    this.cancelDataWait()
+    // Parked: the wait ends ('aborted'), and nothing is answered. Resolving its shape: the admission goes back
+    // now, and once the shape is ready nothing is read for it.
+    if (this.waitingFor !== undefined) this.cancelDataWait()
+    else this.finish()
   }
 
   /** A client already gone when the request was about to park ends the wait at once (see DataWait). */
