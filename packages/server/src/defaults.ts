@@ -135,6 +135,14 @@ export const DEFAULT_SSE_TIMEOUT_MS = 60_000
 export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
 
 /**
+ * A response body whose client takes none of it for this long is cut (as
+ * nginx's `send_timeout`): a client that stops reading must not hold a log
+ * file or a buffer for ever. A body goes out in writes of at most 1 MiB,
+ * so a client slower than about 17 KB/s over a whole write is cut too.
+ */
+export const DEFAULT_SEND_TIMEOUT_MS = 60_000
+
+/**
  * Bodies whose file-backed bytes reach this size go out by sendfile(2) when the
  * addon is loaded. Below it the body is pread on the event loop into a pooled
  * buffer and written with one `end()` (one pread, one writev), which costs

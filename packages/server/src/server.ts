@@ -5,7 +5,7 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { ConfigError, type SluiceConfig } from './config.js'
-import { DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
+import { DEFAULT_SEND_TIMEOUT_MS, DEFAULT_SENDFILE_MIN_BYTES } from './defaults.js'
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
@@ -73,6 +73,7 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     clientIdHeader: config.clientIdHeader,
     sseTimeoutMs: config.sseTimeoutMs,
     sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
+    sendTimeoutMs: DEFAULT_SEND_TIMEOUT_MS,
     rangeCacheBytes: config.rangeCacheBytes,
   }
 }

@@ -7,6 +7,7 @@ import {
   DEFAULT_MAX_CONCURRENT_INITIAL,
   DEFAULT_MAX_CREATING_SHAPES,
   DEFAULT_RANGE_CACHE_BYTES,
+  DEFAULT_SEND_TIMEOUT_MS,
   DEFAULT_SENDFILE_MIN_BYTES,
   DEFAULT_SSE_TIMEOUT_MS,
 } from '../defaults.js'
@@ -44,6 +45,8 @@ export interface HttpOptions {
   readonly sseTimeoutMs: number
   /** With a sendfile body path (`BuildAppOptions.bodyPath`): bodies with at least this many file-backed bytes use it. */
   readonly sendfileMinBytes: number
+  /** A response body whose client takes none of it for this long (between one and two of it) is cut (`stalled-sends.ts`). */
+  readonly sendTimeoutMs: number
   /** Bytes of recently served range bodies kept in memory (`range-cache.ts`); 0: none. */
   readonly rangeCacheBytes: number
 }
@@ -62,6 +65,7 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   clientShapesPerMinute: DEFAULT_CLIENT_SHAPES_PER_MINUTE,
   sseTimeoutMs: DEFAULT_SSE_TIMEOUT_MS,
   sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
+  sendTimeoutMs: DEFAULT_SEND_TIMEOUT_MS,
   rangeCacheBytes: DEFAULT_RANGE_CACHE_BYTES,
 })
 

@@ -3,6 +3,7 @@ import type { Socket } from 'node:net'
 import type { FileSender, Sendfile } from '@sluice/sendfile'
 import type { LogRead, Span } from '@sluice/storage'
 import type { FastifyReply } from 'fastify'
+import type { StalledSends } from './stalled-sends.js'
 
 /**
  * The sendfile path for a shape response body (`log-body.ts` is the pread
@@ -17,11 +18,16 @@ import type { FastifyReply } from 'fastify'
  * is sent nothing else writes to it (in-memory spans go through Node between
  * sends, awaited one at a time). Node never learns about the bytes the kernel
  * sent, which is harmless: it only counts them with strictContentLength, and
- * this server sets no socket timeout for kernel progress to refresh.
+ * this server sets no socket timeout for kernel progress to refresh. A file
+ * span goes in sends of at most SEND_PIECE_BYTES, each counted when done,
+ * which is the progress `StalledSends` watches.
  */
 
 const OPEN = Buffer.from('[')
 const CLOSE = Buffer.from(']')
+
+/** The largest single sendfile send: the step in which a body's progress is seen. */
+export const SEND_PIECE_BYTES = 1024 * 1024
 
 /** File-backed bytes of a read: what sendfile would send. */
 export function fileBytes(read: LogRead): number {
@@ -61,7 +67,13 @@ export function canSendfile(sendfile: Sendfile, socket: Socket | null | undefine
  * in the socket, or to the bytes known sent when the connection ended first
  * (the socket is then destroyed, so the client sees a cut body, never a wrong one).
  */
-export async function sendfileBody(reply: FastifyReply, read: LogRead, tail: string | undefined, sendfile: Sendfile): Promise<{ sent: number; complete: boolean }> {
+export async function sendfileBody(
+  reply: FastifyReply,
+  read: LogRead,
+  tail: string | undefined,
+  sendfile: Sendfile,
+  stalled?: StalledSends,
+): Promise<{ sent: number; complete: boolean }> {
   const suffix = tail === undefined ? CLOSE : Buffer.concat([Buffer.from(tail, 'utf8'), CLOSE])
   const spans = bodySpans(read, tail !== undefined)
   let length = OPEN.length + suffix.length
@@ -79,6 +91,7 @@ export async function sendfileBody(reply: FastifyReply, read: LogRead, tail: str
   const cancel = (): void => sender?.close()
   res.once('close', cancel)
   let sent = 0
+  stalled?.watch(res, () => sent)
   try {
     res.writeHead(200, headers)
     // Headers and `[` in one write; once it is done Node has nothing queued for the socket.
@@ -96,8 +109,12 @@ export async function sendfileBody(reply: FastifyReply, read: LogRead, tail: str
         while (socket.writableLength > 0) await drained(res, socket)
         sender = sendfile.open(socket)
       }
-      await sender.send(span.fd, span.position, span.length)
-      sent += span.length
+      for (let done = 0; done < span.length; ) {
+        const piece = Math.min(SEND_PIECE_BYTES, span.length - done)
+        await sender.send(span.fd, span.position + done, piece)
+        done += piece
+        sent += piece
+      }
     }
     sender?.close()
     res.end(suffix)

@@ -1,4 +1,5 @@
 import { timingSafeEqual } from 'node:crypto'
+import { Readable } from 'node:stream'
 import {
   CacheControl,
   JSON_CONTENT_TYPE,
@@ -32,7 +33,7 @@ import type { HttpMetrics } from './http-metrics.js'
 import { DataWait, type LiveWaiters, type LongPollResult, SharedRange, SharedReads, type WaitForDataOptions, readFromStore, startSse } from './live/index.js'
 import type { Sendfile } from '@sluice/sendfile'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
-import { BUFFERED_BODY_MAX_BYTES, streamedLogBody } from './log-body.js'
+import { BUFFERED_BODY_MAX_BYTES, STREAM_PIECE_BYTES, streamedLogBody } from './log-body.js'
 import { ParsedRequests } from './parsed-requests.js'
 import { RangeCache } from './range-cache.js'
 import type { RequestCaches } from './request-caches.js'
@@ -42,6 +43,7 @@ import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
 import { SharedBodies } from './shared-bodies.js'
+import { StalledSends } from './stalled-sends.js'
 import { type SubsetRouteOptions, serveSubset, subsetRoutes } from './subset-route.js'
 
 /**
@@ -106,6 +108,8 @@ interface ShapeReadContext {
   readonly sharedReads: SharedReads
   /** Admission control of new shapes (`Admission.creationGate` and `replacementGate`). */
   readonly admission: Admission
+  /** Bodies being sent, cut when their client stops taking them. */
+  readonly stalled: StalledSends
 }
 
 export const SHAPE_PATH = '/v1/shape'
@@ -147,11 +151,16 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     untilReached: Object.freeze({ until: 'reach', shapes }),
     countRead,
     admission,
+    stalled: new StalledSends(http.sendTimeoutMs),
     sharedReads: new SharedReads({
       onRead: countRead,
       ...(bodyPath.name === 'sendfile' ? { fileRangeMinBytes: http.sendfileMinBytes } : {}),
     }),
   }
+  app.addHook('onClose', (_instance, done) => {
+    context.stalled.close()
+    done()
+  })
 
   // Callback style, as every hook on the read path: an async hook costs each request a promise and a microtask.
   app.addHook('onRequest', (request, reply, done) => {
@@ -523,8 +532,17 @@ class ShapeResponder extends DataWait<ShapeLog> {
       if (hold !== undefined) return this.sendfile(hold, tail, bodyPath.sendfile)
     }
     const body = await range.body(tail)
-    if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.length, 'pread')
-    return this.reply.code(200).send(body)
+    if (this.request.method === 'HEAD') return this.reply.code(200).send(body)
+    metrics?.addBytesServed(body.length, 'pread')
+    if (body.length <= BUFFERED_BODY_MAX_BYTES) return this.sent(this.reply.code(200).send(body))
+    // In pieces, as a streamed body goes: each one written is progress a stalled client shows none of.
+    return this.sent(this.reply.code(200).header('content-length', body.length).send(Readable.from(pieces(body))))
+  }
+
+  /** A body handed to fastify: watched until it is all sent (`StalledSends`). */
+  private sent(reply: FastifyReply): FastifyReply {
+    this.context.stalled.watch(reply.raw)
+    return reply
   }
 
   /**
@@ -547,7 +565,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
       const body = streamedLogBody(read, tail)
       this.reply.raw.once('close', () => body.stream.destroy())
       metrics?.addBytesServed(body.length, 'pread')
-      return this.reply.code(200).header('content-length', body.length).send(body.stream)
+      return this.sent(this.reply.code(200).header('content-length', body.length).send(body.stream))
     }
     // Only bodies without an up-to-date line are cached: that line carries the watermark, which moves with every flush.
     const cacheable = tail === undefined && ranges.enabled
@@ -556,7 +574,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
       if (cached !== undefined) {
         read.release()
         if (this.request.method !== 'HEAD') metrics?.addBytesServed(cached.length, 'pread')
-        return this.reply.code(200).send(cached)
+        return this.sent(this.reply.code(200).send(cached))
       }
     }
     const body = await this.context.bodies.body(tail === undefined ? range : `${range} ${tail}`, read, tail)
@@ -565,13 +583,13 @@ class ShapeResponder extends DataWait<ShapeLog> {
     if (this.reply.raw.destroyed) body.done()
     else this.reply.raw.once('close', body.done)
     if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
-    return this.reply.code(200).send(body.bytes)
+    return this.sent(this.reply.code(200).send(body.bytes))
   }
 
   private sendfile(read: LogRead, tail: string | undefined, sendfile: Sendfile): FastifyReply {
     // Not awaited: as with the pread path, whose body Node writes after the handler returns, the admission
     // permit covers the request's work, not the client's download. The reply is hijacked before this returns.
-    sendfileBody(this.reply, read, tail, sendfile).then(
+    sendfileBody(this.reply, read, tail, sendfile, this.context.stalled).then(
       ({ sent }) => this.context.metrics?.addBytesServed(sent, 'sendfile'),
       (error: unknown) => this.request.log.error({ err: error }, 'sendfile body failed'),
     )
@@ -664,3 +682,7 @@ function sameSecret(given: Buffer, expected: Buffer): boolean {
   return given.length === expected.length && timingSafeEqual(given, expected)
 }
 
+/** Views of `body` of at most STREAM_PIECE_BYTES each. */
+function* pieces(body: Buffer): Generator<Buffer> {
+  for (let at = 0; at < body.length; at += STREAM_PIECE_BYTES) yield body.subarray(at, at + STREAM_PIECE_BYTES)
+}

@@ -29,9 +29,9 @@ beforeAll(async () => {
   sendfile = path.sendfile
 })
 
-async function startPair(pipeline: Pipeline): Promise<{ viaSendfile: TestServer; viaPread: TestServer }> {
+async function startPair(pipeline: Pipeline, http: { sendTimeoutMs?: number } = {}): Promise<{ viaSendfile: TestServer; viaPread: TestServer }> {
   const start = async (bodyPath: Awaited<ReturnType<typeof resolveBodyPath>>): Promise<TestServer> => {
-    const app = buildApp({ shapes: pipeline.shapeService, http: { sendfileMinBytes: 0 }, bodyPath })
+    const app = buildApp({ shapes: pipeline.shapeService, http: { sendfileMinBytes: 0, ...http }, bodyPath })
     await app.listen({ port: 0, host: '127.0.0.1' })
     const port = (app.server.address() as { port: number }).port
     return { app, port, close: () => app.close() }
@@ -110,6 +110,11 @@ function connectionSockets(ports: readonly number[]): Set<string> {
   return held
 }
 
+/** Connections the server holds open. */
+function connections(server: TestServer): Promise<number> {
+  return new Promise((resolve, reject) => server.app.server.getConnections((error, n) => (error ? reject(error) : resolve(n))))
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
@@ -125,8 +130,6 @@ function sleep(ms: number): Promise<void> {
  */
 async function settledConnectionFds(servers: readonly TestServer[]): Promise<number> {
   globalAgent.destroy()
-  const connections = (server: TestServer): Promise<number> =>
-    new Promise((resolve, reject) => server.app.server.getConnections((error, n) => (error ? reject(error) : resolve(n))))
   for (;;) {
     let open = 0
     for (const server of servers) open += await connections(server)
@@ -339,6 +342,32 @@ describe('sendfile bodies on a real server', () => {
     expect((await slowBody).equals(expected.body)).toBe(true)
     slow.destroy()
     expect(await settledConnectionFds(all)).toBe(0)
+  })
+
+  it('a client that stops reading is cut once it has taken nothing for the send timeout, on both paths, and leaves nothing open', async () => {
+    const stalling = await startPair(pipeline, { sendTimeoutMs: 300 })
+    const all = [stalling.viaSendfile, stalling.viaPread]
+    try {
+      await call(stalling.viaSendfile.port, url)
+      expect(await settledConnectionFds(all)).toBe(0)
+      for (const server of all) {
+        const socket = connect({ host: '127.0.0.1', port: server.port })
+        socket.on('error', () => {})
+        socket.write(`GET ${url} HTTP/1.1\r\nhost: x\r\n\r\n`)
+        // The first bytes, then nothing read: the server's send waits on a full socket buffer for ever.
+        await new Promise((resolve) => socket.once('data', resolve))
+        socket.pause()
+        // The server closes its side while this end still holds the connection open, reading nothing.
+        for (const until = Date.now() + 10_000; (await connections(server)) > 0 && Date.now() < until; ) await sleep(50)
+        expect(await connections(server)).toBe(0)
+        socket.destroy()
+      }
+      expect(await settledConnectionFds(all)).toBe(0)
+      expect(sendfile.stats().openDescriptors).toBe(0)
+    } finally {
+      await stalling.viaSendfile.close()
+      await stalling.viaPread.close()
+    }
   })
 })
 

@@ -146,6 +146,31 @@ describe('live requests woken by one write', () => {
     for (const s of streams) expect(s.text()).toBe(events)
   })
 
+  it('a shared range over 1 MiB goes out in pieces: one read, and every body that of the unshared path', async () => {
+    const table = 'shared_reads_big'
+    await cluster.query(`DROP TABLE IF EXISTS ${table}`)
+    await cluster.query(`CREATE TABLE ${table} (id int PRIMARY KEY, v text)`)
+    const { pipeline, port, waiters, logReads } = await setup()
+    const { handle, offset } = await syncTo(port, table)
+    const polls = Array.from({ length: 4 }, () => call(port, shapeUrl({ table, handle, offset, live: 'true', cursor: '1' })))
+    await until(() => waiters.size === 4, '4 parked long-polls')
+    const before = await logReads()
+    // About 2.4 MB of rows in one transaction.
+    await cluster.query(`INSERT INTO ${table} SELECT g, repeat(md5(g::text), 1900) FROM generate_series(1, 40) g`)
+    const done = await Promise.all(polls)
+    expect((await logReads()) - before).toBe(1)
+    const read = pipeline.shapeService.get(handle)!.read(parseOffset(offset))
+    const body = await logBody(read, upToDateMessage(read.nextOffset.tx))
+    const want = Buffer.from(body.bytes)
+    body.done()
+    expect(want.length).toBeGreaterThan(2 * 1024 * 1024)
+    for (const res of done) {
+      expect(res.status).toBe(200)
+      expect(res.header('content-length')).toBe(String(want.length))
+      expect(res.body.equals(want)).toBe(true)
+    }
+  })
+
   it('a later write is read again: nothing is served from an earlier burst', async () => {
     const table = 'shared_reads_again'
     await cluster.query(`DROP TABLE IF EXISTS ${table}`)
