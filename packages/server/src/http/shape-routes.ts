@@ -517,6 +517,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
     // global_last_seen_lsn (§3.4): live with data → the range's commit LSN; otherwise the larger of that and the watermark.
     const lsn = this.req.live && end.tx > 0n ? end.tx : end.tx > durable ? end.tx : durable
     const tail = upToDate ? upToDateMessage(lsn) : undefined
+    if (this.request.method === 'HEAD') return this.sendHeadersOnly(read, tail)
     if (read instanceof SharedRange) return this.sendShared(read, tail)
     // The log's id and the two offsets name the stored bytes exactly (a log's range never changes; a compaction
     // makes a new log, with a new id); the tail the rest.
@@ -527,16 +528,25 @@ class ShapeResponder extends DataWait<ShapeLog> {
   /** A range shared with the other live requests of this burst: one buffer for all, or one file range all sendfile from. */
   private async sendShared(range: SharedRange, tail: string | undefined): Promise<FastifyReply> {
     const { bodyPath, metrics } = this.context
-    if (range.isFile && bodyPath.name === 'sendfile' && this.request.method === 'GET' && canSendfile(bodyPath.sendfile, this.request.raw.socket)) {
+    if (range.isFile && bodyPath.name === 'sendfile' && canSendfile(bodyPath.sendfile, this.request.raw.socket)) {
       const hold = range.holdFile()
       if (hold !== undefined) return this.sendfile(hold, tail, bodyPath.sendfile)
     }
     const body = await range.body(tail)
-    if (this.request.method === 'HEAD') return this.reply.code(200).send(body)
     metrics?.addBytesServed(body.length, 'pread')
     if (body.length <= BUFFERED_BODY_MAX_BYTES) return this.sent(this.reply.code(200).send(body))
     // In pieces, as a streamed body goes: each one written is progress a stalled client shows none of.
     return this.sent(this.reply.code(200).header('content-length', body.length).send(Readable.from(pieces(body))))
+  }
+
+  /**
+   * HEAD: a GET's headers, its content-length included, and no body, so none
+   * is read (a chunk is up to 10 MiB). An empty stream as the payload: fastify's
+   * HEAD handling then keeps the content-length set here.
+   */
+  private sendHeadersOnly(read: LogRead | SharedRange, tail: string | undefined): FastifyReply {
+    if (!(read instanceof SharedRange)) read.release()
+    return this.reply.code(200).header('content-length', bodyLength(read.byteLength, tail)).send(Readable.from([]))
   }
 
   /** A body handed to fastify: watched until it is all sent (`StalledSends`). */
@@ -554,13 +564,12 @@ class ShapeResponder extends DataWait<ShapeLog> {
     const { bodyPath, metrics, ranges } = this.context
     if (
       bodyPath.name === 'sendfile' &&
-      this.request.method === 'GET' &&
       fileBytes(read) >= this.http.sendfileMinBytes &&
       canSendfile(bodyPath.sendfile, this.request.raw.socket)
     ) {
       return this.sendfile(read, tail, bodyPath.sendfile)
     }
-    if (read.byteLength > BUFFERED_BODY_MAX_BYTES && this.request.method !== 'HEAD') {
+    if (read.byteLength > BUFFERED_BODY_MAX_BYTES) {
       // Bigger than the largest pooled buffer: streamed in pieces, not read into one buffer the size of the range.
       const body = streamedLogBody(read, tail)
       this.reply.raw.once('close', () => body.stream.destroy())
@@ -573,7 +582,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
       const cached = ranges.get(range)
       if (cached !== undefined) {
         read.release()
-        if (this.request.method !== 'HEAD') metrics?.addBytesServed(cached.length, 'pread')
+        metrics?.addBytesServed(cached.length, 'pread')
         return this.sent(this.reply.code(200).send(cached))
       }
     }
@@ -582,7 +591,7 @@ class ShapeResponder extends DataWait<ShapeLog> {
     // A client gone while the body was read has had its 'close' already: its share is given back now.
     if (this.reply.raw.destroyed) body.done()
     else this.reply.raw.once('close', body.done)
-    if (this.request.method !== 'HEAD') metrics?.addBytesServed(body.bytes.length, 'pread')
+    metrics?.addBytesServed(body.bytes.length, 'pread')
     return this.sent(this.reply.code(200).send(body.bytes))
   }
 
@@ -685,4 +694,10 @@ function sameSecret(given: Buffer, expected: Buffer): boolean {
 /** Views of `body` of at most STREAM_PIECE_BYTES each. */
 function* pieces(body: Buffer): Generator<Buffer> {
   for (let at = 0; at < body.length; at += STREAM_PIECE_BYTES) yield body.subarray(at, at + STREAM_PIECE_BYTES)
+}
+
+/** The length of the body of `byteLength` stored bytes with `tail`, as `logBody` lays it out: `[`, the bytes (the last `,` dropped without a tail), the tail, `]`. */
+function bodyLength(byteLength: number, tail: string | undefined): number {
+  if (tail !== undefined) return byteLength + Buffer.byteLength(tail) + 2
+  return byteLength > 0 ? byteLength + 1 : 2
 }

@@ -225,13 +225,22 @@ describe('initial sync, headers and the up-to-date rule (§4, §5.1, §5.2)', ()
     expect(again.map((r) => r.header('etag'))).toEqual(responses.map((r) => r.header('etag')))
   })
 
-  it('HEAD returns the same headers and no body', async () => {
-    const g = await get(shapeUrl({ table: 'items', offset: '-1' }))
-    const h = await call(server.port, shapeUrl({ table: 'items', offset: '-1' }), { method: 'HEAD' })
-    expect(h.status).toBe(200)
-    expect(h.body.length).toBe(0)
-    for (const name of ['electric-handle', 'electric-offset', 'electric-schema', 'etag', 'cache-control', 'content-type', 'electric-server']) {
-      expect(h.header(name), name).toBe(g.header(name))
+  it('HEAD returns the same headers (content-length included) and no body, with and without an up-to-date line', async () => {
+    const [first, up] = await syncAll('items')
+    const handle = up!.header('electric-handle')!
+    for (const params of [
+      { table: 'items', offset: '-1' },
+      { table: 'items', offset: first!.header('electric-offset')!, handle },
+      { table: 'items', offset: up!.header('electric-offset')!, handle },
+    ]) {
+      const g = await get(shapeUrl(params))
+      const h = await call(server.port, shapeUrl(params), { method: 'HEAD' })
+      expect(h.status).toBe(200)
+      expect(h.body.length).toBe(0)
+      expect(Number(h.header('content-length')), JSON.stringify(params)).toBe(g.body.length)
+      for (const name of ['electric-handle', 'electric-offset', 'electric-schema', 'electric-up-to-date', 'etag', 'cache-control', 'content-type', 'electric-server']) {
+        expect(h.header(name), name).toBe(g.header(name))
+      }
     }
   })
 })
