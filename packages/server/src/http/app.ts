@@ -47,7 +47,7 @@ export interface BuildAppOptions {
 
 const NO_QUERY: Record<string, never> = Object.freeze({})
 
-/** How often a closing server closes the connections whose last response has ended. */
+/** How often a closing server looks for connections that have sent nothing. */
 const CLOSE_IDLE_SWEEP_MS = 100
 
 /** Paths the server answers; anything else is a plain 404. */
@@ -96,20 +96,36 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // A shape a live request waits on is in use: it does not expire, and is evicted last.
   shapes.setInUse((handle) => waiters.has(handle))
   const connections = openConnections(app.server)
+  // Node's close() destroys the connections it finds idle, and it counts as idle one whose response has ended
+  // but is still in Node's buffers (a large body going to a slow client), which cuts that body short. This
+  // server closes idle connections through their keep-alive timeout instead (preClose, below).
+  app.server.closeIdleConnections = () => {}
   let closing = false
   let idleSweep: NodeJS.Timeout | undefined
   // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
   app.addHook('preClose', async () => {
     closing = true
+    // Node's close() ends only the connections idle when it is called: one whose response ends later (an SSE
+    // stream, a body still being sent) would stay open for its keep-alive time (72 s), and close() wait for it.
+    // Node reads this as each response is sent: from now on a connection closes once idle. Those idle now have
+    // their keep-alive timer (the only socket timeout this server sets) cut short, and Node closes them.
+    app.server.keepAliveTimeout = 1
+    for (const socket of connections) if ((socket.timeout ?? 0) > 0) socket.setTimeout(1)
     // Queued requests are answered as those that arrive now are: they never started, so the client may retry elsewhere.
     admission.close(() => new SluiceError('stack_not_ready', { message: 'Server is shutting down' }))
     if (ownWaiters) waiters.close()
-    // Node's close() ends only the connections idle when it is called; one whose response ends later (an SSE
-    // stream, a body still being sent) stays open for its keep-alive time (72 s), and one that has sent nothing
-    // yet (a browser's preconnect) until it sends or leaves. close() waits for both; the sweep ends them.
+    // A connection that has sent nothing (a browser's preconnect) is busy to Node's close() until it sends or
+    // leaves. One still silent a sweep after it was first seen silent is closed (the grace lets a request on
+    // its way arrive, to be answered 503).
+    let silent = new Set<Socket>()
     idleSweep = setInterval(() => {
-      app.server.closeIdleConnections()
-      for (const socket of connections) if (socket.bytesRead === 0) socket.destroy()
+      const still = new Set<Socket>()
+      for (const socket of connections) {
+        if (socket.bytesRead !== 0) continue
+        if (silent.has(socket)) socket.destroy()
+        else still.add(socket)
+      }
+      silent = still
     }, CLOSE_IDLE_SWEEP_MS)
     idleSweep.unref()
   })

@@ -99,8 +99,12 @@ export async function sendfileBody(
     sent += OPEN.length
     for (const span of spans) {
       if (span.kind === 'bytes') {
-        await written(res, span.bytes)
-        sent += span.bytes.length
+        // Bytes of the log's unwritten tail (up to a chunk): in pieces too, each progress.
+        for (let done = 0; done < span.bytes.length; done += SEND_PIECE_BYTES) {
+          const piece = span.bytes.subarray(done, done + SEND_PIECE_BYTES)
+          await written(res, piece)
+          sent += piece.length
+        }
         continue
       }
       if (sender === undefined) {

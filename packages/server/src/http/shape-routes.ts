@@ -438,6 +438,8 @@ class ShapeResponder extends DataWait<ShapeLog> {
     if (result === 'data') {
       // Checked again in the step that reads: the shape may have gone while the wait's answer was delivered.
       if (this.shapes.status(shape.handle) !== 'active') return this.rotated(shape)
+      // A HEAD reads no body (sendHeadersOnly): the store's read alone, not a shared range copied in full.
+      if (this.request.method === 'HEAD') return this.sendRead(shape, this.readLog(this.waitedLog!, this.waitedAfter!), this.waitedLog!.id)
       // Every live request of this shape woken by the same write, at the same offset, gets the same read.
       return this.sendRead(shape, this.context.sharedReads.read(this.waitedLog!, this.waitedAfter!), this.waitedLog!.id)
     }

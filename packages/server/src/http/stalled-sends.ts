@@ -56,6 +56,11 @@ export class StalledSends {
 
   private check(): void {
     for (const [res, watched] of this.sends) {
+      // A pipelined response waits for the ones before it to get its socket: it has nothing to send yet.
+      if (res.socket === null) {
+        watched.last = Number.NaN
+        continue
+      }
       const now = watched.progress()
       if (now !== watched.last) {
         watched.last = now

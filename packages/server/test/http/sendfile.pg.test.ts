@@ -344,6 +344,41 @@ describe('sendfile bodies on a real server', () => {
     expect(await settledConnectionFds(all)).toBe(0)
   })
 
+  it('a body still being sent when the server starts closing arrives whole, on both paths, and the close then ends', async () => {
+    const expected = await call(servers.viaPread.port, url)
+    const closing = await startPair(pipeline)
+    for (const server of [closing.viaSendfile, closing.viaPread]) {
+      const socket = connect({ host: '127.0.0.1', port: server.port })
+      const chunks: Buffer[] = []
+      let got = 0
+      let slow = false
+      const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+      socket.on('error', () => {})
+      socket.on('data', (chunk: Buffer) => {
+        chunks.push(chunk)
+        got += chunk.length
+        // A slow reader: a piece, then a pause, so the body's end is written while much of it is still queued.
+        if (!slow) return
+        socket.pause()
+        setTimeout(() => socket.resume(), 5)
+      })
+      const first = new Promise((resolve) => socket.once('data', resolve))
+      socket.write(`GET ${url} HTTP/1.1\r\nhost: x\r\n\r\n`)
+      await first
+      socket.pause()
+      const closed = server.close()
+      await sleep(300)
+      slow = true
+      socket.resume()
+      await ended
+      await closed
+      const { responses } = parseResponses(Buffer.concat(chunks), [false], true)
+      expect(responses.length, `${got} bytes`).toBe(1)
+      expect(responses[0]!.complete).toBe(true)
+      expect(responses[0]!.body.equals(expected.body)).toBe(true)
+    }
+  })
+
   it('a client that stops reading is cut once it has taken nothing for the send timeout, on both paths, and leaves nothing open', async () => {
     const stalling = await startPair(pipeline, { sendTimeoutMs: 300 })
     const all = [stalling.viaSendfile, stalling.viaPread]

@@ -728,6 +728,30 @@ describe('SSE and shutdown (§5.5)', () => {
       agent.destroy()
     }
   })
+  it('closing the app lets a response that has ended but is still in Node\'s buffers reach a slow client whole (Node\'s close() cut it short)', async () => {
+    const app = buildApp({ shapes: pipeline.shapeService })
+    const big = Buffer.alloc(32 * 1024 * 1024, 0x61)
+    // A body written with one end(): most of it waits in Node's buffers while the client does not read.
+    app.get('/big', async (_request, reply) => reply.header('content-type', 'application/octet-stream').send(big))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1')
+    let received = Buffer.alloc(0)
+    const parts: Buffer[] = []
+    socket.on('data', (chunk: Buffer) => parts.push(chunk))
+    socket.on('error', () => {})
+    const ended = once(socket, 'close')
+    socket.write('GET /big HTTP/1.1\r\nHost: x\r\n\r\n')
+    await once(socket, 'data')
+    socket.pause()
+    const closed = app.close()
+    await new Promise((r) => setTimeout(r, 300))
+    socket.resume()
+    await ended
+    await closed
+    received = Buffer.concat(parts)
+    const { responses } = parseResponses(received, [false], true)
+    expect(responses.map((r) => [r.status, r.complete, r.body.length])).toEqual([[200, true, big.length]])
+  })
   it('a request that reaches a closing app gets a 503 with retry-after, CORS headers and connection: close (was fastify\'s bare 503)', async () => {
     const own = await startServer(pipeline, { longPollTimeoutMs: 20_000 })
     const origin = 'https://app.example'
