@@ -153,7 +153,8 @@ class SendTask : public Napi::AsyncWorker {
 class Sender : public Napi::ObjectWrap<Sender> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Sender", {InstanceMethod<&Sender::Send>("send"), InstanceMethod<&Sender::Close>("close")});
+    return DefineClass(env, "Sender", {InstanceMethod<&Sender::Send>("send"), InstanceMethod<&Sender::Close>("close"),
+                                       InstanceMethod<&Sender::Remaining>("remaining")});
   }
 
   explicit Sender(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Sender>(info), async_context_(info.Env(), "sluice.sendfile") {
@@ -233,6 +234,12 @@ class Sender : public Napi::ObjectWrap<Sender> {
     Ref();
     NextBurst(false);
     return env.Undefined();
+  }
+
+  // remaining(): bytes of the send in progress not yet in the socket (0 when none is). Read on the loop,
+  // where bursts are accounted (Advance), so it moves as the client takes the bytes.
+  Napi::Value Remaining(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(active_ ? remaining_ : 0));
   }
 
   // close(): stops any send (its callback is never called) and closes the dup.

@@ -3,6 +3,8 @@ export interface NativeSender {
   /** Calls back once with 0 when every byte is sent, or an errno. Never after `close()`. */
   send(inFd: number, position: number, length: number, callback: (errno: number) => void): void
   close(): void
+  /** Bytes of the send in progress not yet in the socket; 0 when none is. Missing from an addon built before it was added. */
+  remaining?(): number
 }
 
 export interface SendfileStats {

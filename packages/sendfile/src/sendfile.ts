@@ -145,6 +145,16 @@ export class FileSender {
     })
   }
 
+  /** Whether `remaining` follows a send as it goes (an addon built before it did not). */
+  get reportsProgress(): boolean {
+    return typeof this.native.remaining === 'function'
+  }
+
+  /** Bytes of the send in progress not yet in the socket's kernel buffer (0 when none is, or without `reportsProgress`). */
+  remaining(): number {
+    return this.closed || this.native.remaining === undefined ? 0 : this.native.remaining()
+  }
+
   /** Closes the duplicate descriptor; a send in progress rejects with `ECANCELED`. Idempotent. */
   close(): void {
     if (this.closed) return

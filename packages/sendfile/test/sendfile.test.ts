@@ -151,7 +151,7 @@ describe('FileSender', () => {
     expect(sendfile.stats().openDescriptors).toBe(0)
   })
 
-  it('serves a slow reader through partial sends while another connection is served in full', async () => {
+  it('serves a slow reader through partial sends while another connection is served in full; remaining() follows the send', async () => {
     const fdsBefore = openFds()
     const slow = await pair()
     slow.client.pause()
@@ -171,6 +171,11 @@ describe('FileSender', () => {
     expect((await fastReceived).equals(big.subarray(1234, 1234 + 8 * 1024 * 1024))).toBe(true)
     fastSender.close()
     expect(settled).toBe(false)
+    // What is left of the slow send: all but what the socket buffers took.
+    expect(slowSender.reportsProgress).toBe(true)
+    const stalledAt = slowSender.remaining()
+    expect(stalledAt).toBeGreaterThan(0)
+    expect(stalledAt).toBeLessThan(BIG)
 
     // Now read the slow one in small sips: the body completes through many sendfile calls.
     const chunks: Buffer[] = []
@@ -182,7 +187,15 @@ describe('FileSender', () => {
       setImmediate(() => slow.client.resume())
     })
     slow.client.resume()
+    // It moves as the client reads, before the send is done.
+    for (let seen = stalledAt; seen === stalledAt && !settled; ) {
+      await new Promise((resolve) => setTimeout(resolve, 5))
+      seen = slowSender.remaining()
+      if (!settled) expect(seen).toBeLessThanOrEqual(stalledAt)
+    }
+    expect(settled || slowSender.remaining() < stalledAt).toBe(true)
     await slowSend
+    expect(slowSender.remaining()).toBe(0)
     slowSender.close()
     while (got < BIG) await new Promise((resolve) => setImmediate(resolve))
     expect(Buffer.concat(chunks).equals(big)).toBe(true)

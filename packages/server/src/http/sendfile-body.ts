@@ -18,15 +18,16 @@ import type { StalledSends } from './stalled-sends.js'
  * is sent nothing else writes to it (in-memory spans go through Node between
  * sends, awaited one at a time). Node never learns about the bytes the kernel
  * sent, which is harmless: it only counts them with strictContentLength, and
- * this server sets no socket timeout for kernel progress to refresh. A file
- * span goes in sends of at most SEND_PIECE_BYTES, each counted when done,
- * which is the progress `StalledSends` watches.
+ * this server sets no socket timeout for kernel progress to refresh. The
+ * progress `StalledSends` watches is the bytes sent so far, the send in
+ * progress included (`FileSender.remaining`); in-memory spans are written in
+ * pieces of at most SEND_PIECE_BYTES, each counted when done.
  */
 
 const OPEN = Buffer.from('[')
 const CLOSE = Buffer.from(']')
 
-/** The largest single sendfile send: the step in which a body's progress is seen. */
+/** The largest single write of an in-memory span: the step in which its progress is seen. */
 export const SEND_PIECE_BYTES = 1024 * 1024
 
 /** File-backed bytes of a read: what sendfile would send. */
@@ -91,7 +92,8 @@ export async function sendfileBody(
   const cancel = (): void => sender?.close()
   res.once('close', cancel)
   let sent = 0
-  stalled?.watch(res, () => sent)
+  /** Bytes of the file send in progress, of which `sender.remaining()` are still to go. */
+  let sending = 0
   try {
     res.writeHead(200, headers)
     // Headers and `[` in one write; once it is done Node has nothing queued for the socket.
@@ -112,13 +114,17 @@ export async function sendfileBody(
         if (socket === null || res.destroyed) throw new Error('the connection closed')
         while (socket.writableLength > 0) await drained(res, socket)
         sender = sendfile.open(socket)
+        // An addon built before sends reported their progress: its bodies are not watched (a slow client's
+        // long send would look stalled).
+        if (stalled !== undefined && sender.reportsProgress) {
+          const watched = sender
+          stalled.watch(res, () => sent + sending - watched.remaining())
+        }
       }
-      for (let done = 0; done < span.length; ) {
-        const piece = Math.min(SEND_PIECE_BYTES, span.length - done)
-        await sender.send(span.fd, span.position + done, piece)
-        done += piece
-        sent += piece
-      }
+      sending = span.length
+      await sender.send(span.fd, span.position, span.length)
+      sending = 0
+      sent += span.length
     }
     sender?.close()
     res.end(suffix)
