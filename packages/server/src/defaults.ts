@@ -137,8 +137,9 @@ export const DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS = 30_000
 /**
  * A response body whose client takes none of it for this long is cut (as
  * nginx's `send_timeout`): a client that stops reading must not hold a log
- * file or a buffer for ever. A body goes out in writes of at most 1 MiB,
- * so a client slower than about 17 KB/s over a whole write is cut too.
+ * file or a buffer for ever. Node writes a body in writes of at most 1 MiB
+ * and counts each when it is done, so on the pread path a client slower
+ * than about 17 KB/s over a whole write is cut too.
  */
 export const DEFAULT_SEND_TIMEOUT_MS = 60_000
 
