@@ -117,7 +117,8 @@ export const SHAPE_PATH = '/v1/shape'
 export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOptions): Promise<void> {
   const { shapes, http, waiters, admission, metrics, bodyPath = PREAD_PATH } = options
   const secret = http.secret === undefined ? undefined : Buffer.from(http.secret)
-  const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH }
+  const stalled = new StalledSends(http.sendTimeoutMs)
+  const subset: SubsetRouteOptions = { shapes, http, admission, path: SHAPE_PATH, stalled }
   const countRead = metrics === undefined ? () => {} : () => metrics.addLogRead()
   const requests = new ParsedRequests()
   const ranges = new RangeCache(http.rangeCacheBytes)
@@ -151,7 +152,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     untilReached: Object.freeze({ until: 'reach', shapes }),
     countRead,
     admission,
-    stalled: new StalledSends(http.sendTimeoutMs),
+    stalled,
     sharedReads: new SharedReads({
       onRead: countRead,
       ...(bodyPath.name === 'sendfile' ? { fileRangeMinBytes: http.sendfileMinBytes } : {}),

@@ -23,6 +23,7 @@ import { awaitReady, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { rawQuery } from './raw-query.js'
 import { schemaHeader } from './schema-header.js'
+import type { StalledSends } from './stalled-sends.js'
 
 /**
  * Subset snapshots (docs/protocol.md §6): `GET /v1/shape?…&subset__where=…` and
@@ -48,6 +49,8 @@ export interface SubsetRouteOptions {
   readonly http: HttpOptions
   readonly admission: Admission
   readonly path: string
+  /** Where a body being sent is watched, to be cut if its client stops taking it (a streamed subset holds a snapshot connection). */
+  readonly stalled?: StalledSends | undefined
 }
 
 /** Responses up to this size are sent whole; larger ones stream. */
@@ -140,7 +143,7 @@ class SubsetResponder {
     this.reply.raw.once('close', onClose)
     // Gone while the shape was resolved, compiled or made ready: its 'close' came before this listener.
     if (this.reply.raw.destroyed) onClose()
-    const body = new BodyWriter(this.reply, gone.signal)
+    const body = new BodyWriter(this.reply, gone.signal, this.options.stalled)
     try {
       await this.shapes.runSubset(
         { shape, log, subset, snapshotMark: mark, signal: gone.signal },
@@ -204,6 +207,7 @@ class BodyWriter {
   constructor(
     private readonly reply: FastifyReply,
     private readonly signal: AbortSignal,
+    private readonly stalled: StalledSends | undefined,
   ) {}
 
   get streaming(): boolean {
@@ -222,13 +226,19 @@ class BodyWriter {
     if (this.stream === undefined && this.size > BUFFER_BYTES) {
       this.stream = new PassThrough()
       this.reply.code(200).send(this.stream)
+      // A client that stops reading would hold the snapshot's connection and transaction, not only memory.
+      this.stalled?.watch(this.reply.raw)
     }
     if (this.stream !== undefined) await this.flush()
   }
 
   end(suffix: string): FastifyReply {
     this.push(Buffer.from(suffix))
-    if (this.stream === undefined) return this.reply.code(200).send(Buffer.concat(this.chunks, this.size))
+    if (this.stream === undefined) {
+      this.reply.code(200).send(Buffer.concat(this.chunks, this.size))
+      this.stalled?.watch(this.reply.raw)
+      return this.reply
+    }
     this.stream.end(Buffer.concat(this.chunks, this.size))
     this.chunks = []
     return this.reply

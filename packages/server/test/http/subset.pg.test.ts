@@ -1,4 +1,6 @@
+import { once } from 'node:events'
 import { get as httpGet } from 'node:http'
+import { connect } from 'node:net'
 import { ShapeStream } from '@electric-sql/client'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -556,6 +558,36 @@ describe('log=changes_only: the metadata describes the snapshot', () => {
     } finally {
       unsubscribe()
       stream.unsubscribeAll()
+    }
+  })
+})
+
+describe('a subset whose client stops reading', () => {
+  it('is cut once the client has taken nothing for the send timeout, and its snapshot is given up', async () => {
+    // About 20 MB of rows: more than loopback's socket buffers hold, so the subset streams and waits on the client.
+    await cluster.query(`CREATE TABLE subset_big (id int PRIMARY KEY, body text); INSERT INTO subset_big SELECT i, repeat(md5(i::text), 32) FROM generate_series(1, 20000) i`)
+    const own = await startServer(pipeline, { sendTimeoutMs: 300 })
+    const connections = (): Promise<number> => new Promise((resolve, reject) => own.app.server.getConnections((error, n) => (error ? reject(error) : resolve(n))))
+    try {
+      const socket = connect(own.port, '127.0.0.1')
+      socket.on('error', () => {})
+      socket.write(`GET ${shapeUrl({ table: 'subset_big', offset: '-1', subset__where: 'id > 0' })} HTTP/1.1\r\nHost: x\r\n\r\n`)
+      await once(socket, 'data')
+      socket.pause()
+      // The server closes its side while this end still holds the connection open, reading nothing.
+      for (const until = Date.now() + 10_000; (await connections()) > 0 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 50))
+      expect(await connections()).toBe(0)
+      socket.destroy()
+      // The subset's query and transaction ended with it: no session is busy with the table any more.
+      const active = async (): Promise<number> =>
+        (await cluster.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE state <> 'idle' AND query ILIKE '%subset_big%' AND pid <> pg_backend_pid()`)).rows[0]!.n
+      for (const until = Date.now() + 10_000; (await active()) > 0 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 50))
+      expect(await active()).toBe(0)
+      const again = await call(own.port, shapeUrl({ table: 'subset_big', offset: '-1', subset__where: 'id < 3' }))
+      expect(again.status).toBe(200)
+      expect(ids(again).sort((a, b) => a - b)).toEqual([1, 2])
+    } finally {
+      await own.close()
     }
   })
 })
