@@ -101,7 +101,7 @@ export async function sendfileBody(
     sent += OPEN.length
     for (const span of spans) {
       if (span.kind === 'bytes') {
-        // Bytes of the log's unwritten tail (up to a chunk): in pieces too, each progress.
+        // Bytes of the log's unwritten tail (up to a chunk): in pieces, each counted once written.
         for (let done = 0; done < span.bytes.length; done += SEND_PIECE_BYTES) {
           const piece = span.bytes.subarray(done, done + SEND_PIECE_BYTES)
           await written(res, piece)
