@@ -48,7 +48,7 @@ export interface BuildAppOptions {
 const NO_QUERY: Record<string, never> = Object.freeze({})
 
 /** How often a closing server looks for connections that have sent nothing. */
-const CLOSE_IDLE_SWEEP_MS = 100
+const CLOSE_SILENT_SWEEP_MS = 100
 
 /** Paths the server answers; anything else is a plain 404. */
 const ROUTES = new Set(['/', '/v1/shape', '/v1/health'])
@@ -101,7 +101,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // server closes idle connections through their keep-alive timeout instead (preClose, below).
   app.server.closeIdleConnections = () => {}
   let closing = false
-  let idleSweep: NodeJS.Timeout | undefined
+  let silentSweep: NodeJS.Timeout | undefined
   // Before connections drain: held long-polls answer up-to-date and SSE streams end, so close() is not held up by them.
   app.addHook('preClose', async () => {
     closing = true
@@ -118,7 +118,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     // leaves. One still silent a sweep after it was first seen silent is closed (the grace lets a request on
     // its way arrive, to be answered 503).
     let silent = new Set<Socket>()
-    idleSweep = setInterval(() => {
+    silentSweep = setInterval(() => {
       const still = new Set<Socket>()
       for (const socket of connections) {
         if (socket.bytesRead !== 0) continue
@@ -126,15 +126,15 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
         else still.add(socket)
       }
       silent = still
-    }, CLOSE_IDLE_SWEEP_MS)
-    idleSweep.unref()
+    }, CLOSE_SILENT_SWEEP_MS)
+    silentSweep.unref()
   })
   // A burst past the admission limits is refused by design, one 503 per request (thousands a second when
   // many clients start at once): one warning and one counted line per window, not an error with a stack each.
   const refusals = new LogDedupe({ windowMs: DEFAULT_DEDUPE_WINDOW_MS })
   // Runs once the server has closed: fastify closes it in the first onClose hook.
   app.addHook('onClose', async () => {
-    clearInterval(idleSweep)
+    clearInterval(silentSweep)
     stopInvalidating()
     refusals.flush()
   })

@@ -159,7 +159,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     }),
   }
   app.addHook('onClose', (_instance, done) => {
-    context.stalled.close()
+    stalled.close()
     done()
   })
 
