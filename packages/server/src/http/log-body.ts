@@ -18,7 +18,7 @@ import { nodeFs, readSpansInto, readSpansIntoAsync } from '@sluice/storage'
  * threshold (128 KiB) costs an mmap, page faults over all of it and an munmap
  * per response. Bigger ranges are streamed (`streamedLogBody`) or go out by
  * sendfile when the addon is loaded (`sendfile-body.ts`, chosen in
- * shape-routes.ts), with the same layout and so the same bytes.
+ * shape-responder.ts), with the same layout and so the same bytes.
  */
 
 /** The smallest size class: snapshot chunks in tests, most live batches. */
