@@ -3,7 +3,7 @@ import type { Socket } from 'node:net'
 import type { FileSender, Sendfile } from '@sluice/sendfile'
 import type { LogRead, Span } from '@sluice/storage'
 import type { FastifyReply } from 'fastify'
-import type { StalledSends } from './stalled-sends.js'
+import { type StalledSends, unsentWriteBytes } from './stalled-sends.js'
 
 /**
  * The sendfile path for a shape response body (`log-body.ts` is the pread
@@ -20,14 +20,14 @@ import type { StalledSends } from './stalled-sends.js'
  * sent, which is harmless: it only counts them with strictContentLength, and
  * this server sets no socket timeout for kernel progress to refresh. The
  * progress `StalledSends` watches is the bytes sent so far, the send in
- * progress included (`FileSender.remaining`); in-memory spans are written in
- * pieces of at most SEND_PIECE_BYTES, each counted when done.
+ * progress included (`FileSender.remaining`), less what libuv still holds of
+ * an in-memory span's write (written in pieces of at most SEND_PIECE_BYTES).
  */
 
 const OPEN = Buffer.from('[')
 const CLOSE = Buffer.from(']')
 
-/** The largest single write of an in-memory span: the step in which its progress is seen. */
+/** The largest single write of an in-memory span. */
 export const SEND_PIECE_BYTES = 1024 * 1024
 
 /** File-backed bytes of a read: what sendfile would send. */
@@ -118,7 +118,7 @@ export async function sendfileBody(
         // long send would look stalled).
         if (stalled !== undefined && sender.reportsProgress) {
           const watched = sender
-          stalled.watch(res, () => sent + sending - watched.remaining())
+          stalled.watch(res, () => sent + sending - watched.remaining() - unsentWriteBytes(res))
         }
       }
       sending = span.length

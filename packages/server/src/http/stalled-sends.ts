@@ -31,7 +31,7 @@ export class StalledSends {
   /**
    * Watches `res` until it closes. `progress` is any count that grows as the
    * client takes the body; by default the bytes of the connection's writes
-   * Node has finished, which moves once per write (a pooled body is one).
+   * the kernel has taken (`finishedWrites`).
    */
   watch(res: ServerResponse, progress: () => number = () => finishedWrites(res)): void {
     if (res.destroyed || res.writableFinished || this.sends.has(res)) return
@@ -76,8 +76,21 @@ export class StalledSends {
   }
 }
 
-/** Bytes of the connection's writes that are done: Node counts a write as written when it is dispatched, and as buffered until it is done. */
+/**
+ * A count that moves as the client takes bytes: those of the connection's
+ * writes that are done (Node counts a write as written when it is dispatched,
+ * and as buffered until it is done), less what libuv still holds of the ones
+ * in progress. Without the second term, progress would show only once a
+ * whole write (up to 1 MiB) is done, and a client slower than a write per
+ * window would be cut while it reads.
+ */
 function finishedWrites(res: ServerResponse): number {
   const socket = res.socket
-  return socket === null ? -1 : socket.bytesWritten - socket.writableLength
+  return socket === null ? -1 : socket.bytesWritten - socket.writableLength - unsentWriteBytes(res)
+}
+
+/** Bytes of the writes in progress on `res`'s connection that the kernel has not taken yet (libuv's write queue). */
+export function unsentWriteBytes(res: ServerResponse): number {
+  const queued = (res.socket as { _handle?: { writeQueueSize?: unknown } | null } | null)?._handle?.writeQueueSize
+  return typeof queued === 'number' ? queued : 0
 }
