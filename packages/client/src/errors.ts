@@ -12,6 +12,8 @@
  * | `invalid_array`    | `InvalidArrayLiteralError` | a Postgres array literal that does not parse |
  * | `invalid_transition` | `InvalidTransitionError` | an event the stream's current state has no transition for (a client bug) |
  * | `storage_error`    | `StorageCodecError`      | persisted state that cannot be decoded |
+ * | `storage_save_failed` | `StorageSaveError`    | the shape's storage refused to save it (a full quota); reported, syncing goes on |
+ * | `subscriber_failed` | `SubscriberError`       | a shape subscriber threw; reported, the other subscribers and waits go on |
  * | `aborted`          | `AbortedError`           | waiting on something the caller aborted |
  * | `invalid_options`  | `InvalidOptionsError`    | options the stream cannot work with (a reserved query parameter, no table) |
  * | `invalid_txid`     | `InvalidTxidError`       | `waitForTxid` given something that is not a transaction id |
@@ -25,6 +27,8 @@ export type ClientErrorCode =
   | 'invalid_array'
   | 'invalid_transition'
   | 'storage_error'
+  | 'storage_save_failed'
+  | 'subscriber_failed'
   | 'aborted'
   | 'invalid_options'
   | 'invalid_txid'
@@ -138,6 +142,24 @@ export class StorageCodecError extends ClientError {
 
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options)
+  }
+}
+
+export class StorageSaveError extends ClientError {
+  override readonly name = 'StorageSaveError'
+  readonly code = 'storage_save_failed'
+
+  constructor(key: string, options: { cause: unknown }) {
+    super(`the shape's storage did not save "${key}"`, options)
+  }
+}
+
+export class SubscriberError extends ClientError {
+  override readonly name = 'SubscriberError'
+  readonly code = 'subscriber_failed'
+
+  constructor(options: { cause: unknown }) {
+    super('a shape subscriber threw', options)
   }
 }
 

@@ -81,4 +81,6 @@ export {
   NetworkError,
   ParserNullValueError,
   StorageCodecError,
+  StorageSaveError,
+  SubscriberError,
 } from './errors.js'

@@ -1,7 +1,7 @@
 import type { ShapeSchema } from '@sluice/protocol'
 import { InvalidResponseError, NetworkError } from './errors.js'
 import { type Message, isChangeMessage } from './messages.js'
-import { readSseEvents } from './sse-reader.js'
+import { type ReadWatch, readSseEvents } from './sse-reader.js'
 import type { Row } from './value-parser.js'
 
 /**
@@ -21,9 +21,9 @@ export function parseSchema(text: string): ShapeSchema {
 }
 
 /** The SSE reader, with a broken connection reported as the network failure it is. */
-export async function* sseEvents(body: ReadableStream<Uint8Array>, url: string): AsyncGenerator<string, void, undefined> {
+export async function* sseEvents(body: ReadableStream<Uint8Array>, url: string, watch?: ReadWatch): AsyncGenerator<string, void, undefined> {
   try {
-    yield* readSseEvents(body)
+    yield* readSseEvents(body, watch)
   } catch (error) {
     throw new NetworkError(url, error)
   }

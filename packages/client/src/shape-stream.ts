@@ -174,7 +174,15 @@ export class ShapeStream<T extends Row = Row> {
     const before = this.#state
     this.#state = transition(before, event)
     if (this.#state.kind === 'live' && (event.type === 'response' || event.type === 'sseBatch')) this.#lastSyncedAt = this.#timers.now()
-    if (this.#state !== before) for (const listener of this.#stateListeners) listener(this.#state)
+    if (this.#state === before) return
+    for (const listener of this.#stateListeners) {
+      try {
+        listener(this.#state)
+      } catch (error) {
+        // A listener's bug must not stop the sync loop (nor reject it, unhandled).
+        console.error(error)
+      }
+    }
   }
 
   async #run(): Promise<void> {
@@ -258,7 +266,12 @@ export class ShapeStream<T extends Row = Row> {
       unlink()
     }
     try {
-      return { url, response: await this.#send(url, headers, controller.signal), release }
+      const response = await this.#send(url, headers, controller.signal)
+      // The watchdog is for an answer that never comes. Once it has come, its body is read as a catch-up
+      // request's is, however long it takes: a live answer can be a whole chunk (up to 10 MiB) that a slow
+      // link takes longer than the watchdog to bring, and aborting it would only ask for it again.
+      if (timer !== undefined) clearTimeout(timer)
+      return { url, response, release }
     } catch (error) {
       release()
       throw error
@@ -318,8 +331,10 @@ export class ShapeStream<T extends Row = Row> {
   /**
    * One SSE connection: events are buffered until an up-to-date closes a batch
    * (so subscribers never see half a transaction), then published; the stream
-   * resumes after the batch's last change. Connections that end quickly with
-   * nothing delivered, or fail, count towards the fallback to long-poll.
+   * resumes after the batch's last change. Streams that end or break quickly
+   * with nothing delivered count towards the fallback to long-poll. A request
+   * whose answer, or whose next bytes, take longer than the live watchdog is
+   * abandoned and retried (the server sends a keep-alive every 21 s).
    */
   async #sseRequest(): Promise<void> {
     const state = this.#state
@@ -327,10 +342,14 @@ export class ShapeStream<T extends Row = Row> {
     const headers = await this.#requestHeaders(true)
     const controller = new AbortController()
     const unlink = link(this.#controller.signal, controller)
+    const timeoutMs = this.options.liveRequestTimeoutMs ?? DEFAULT_LIVE_REQUEST_TIMEOUT_MS
+    const watchdog = networkWatchdog(timeoutMs, () => controller.abort(new LiveTimeout(`nothing from an SSE request for ${timeoutMs} ms`)))
     const started = this.#timers.now()
+    let streaming = false
     let delivered = 0
     try {
       const response = await this.#send(url, headers, controller.signal)
+      watchdog.got()
       if (await this.#handleStatus(url, response)) return
       const contentType = response.headers.get(ResponseHeader.contentType) ?? ''
       if (!contentType.startsWith('text/event-stream') || response.body === null) {
@@ -338,10 +357,11 @@ export class ShapeStream<T extends Row = Row> {
         this.#dispatch({ type: 'sseUnsupported' })
         return
       }
+      streaming = true
       const cursor = response.headers.get(ResponseHeader.cursor) ?? undefined
       const parse = this.#rowParser(state.schema)
       let batch: Array<Message<T>> = []
-      for await (const data of sseEvents(response.body, url)) {
+      for await (const data of sseEvents(response.body, url, watchdog)) {
         const message = parseMessage<T>(data, parse)
         batch.push(message)
         if (!isUpToDateMessage(message)) continue
@@ -356,11 +376,15 @@ export class ShapeStream<T extends Row = Row> {
         this.#dispatch({ type: 'sseEnded', short: delivered === 0 && this.#timers.now() - started < this.#minSse() })
       }
     } catch (error) {
-      if (this.#state.kind === 'live' && !this.#controller.signal.aborted && isRetryable(error)) {
-        this.#dispatch({ type: 'sseEnded', short: delivered === 0 })
+      // A stream that broke soon with nothing delivered is as suspect as one that ended so. A request that
+      // failed before its stream began (offline, a 5xx, a 429) says nothing about SSE: it is retried with
+      // backoff, and a brief outage must not switch SSE off for good.
+      if (this.#state.kind === 'live' && streaming && !this.#controller.signal.aborted && isRetryable(error)) {
+        this.#dispatch({ type: 'sseEnded', short: delivered === 0 && this.#timers.now() - started < this.#minSse() })
       }
       throw error
     } finally {
+      watchdog.stop()
       unlink()
     }
   }
@@ -444,7 +468,7 @@ export class ShapeStream<T extends Row = Row> {
 
   #stopWith(error: unknown): void {
     this.#dispatch({ type: 'fatalError', error })
-    for (const subscription of this.#subscribers) subscription.onError?.(error)
+    for (const subscription of this.#subscribers) tell(subscription.onError, error)
   }
 
   async #publish(messages: ReadonlyArray<Message<T>>): Promise<void> {
@@ -454,8 +478,9 @@ export class ShapeStream<T extends Row = Row> {
         try {
           await callback(messages)
         } catch (error) {
-          // One failing subscriber must not starve the others or stop the stream.
-          onError?.(error)
+          // One failing subscriber must not starve the others or stop the stream; without an error
+          // callback of its own, its error goes to the console rather than nowhere.
+          tell(onError ?? console.error, error)
         }
       }),
     )
@@ -475,6 +500,49 @@ export class ShapeStream<T extends Row = Row> {
 
   #requestHeaders(sse: boolean): Promise<Record<string, string>> {
     return requestHeaders(this.#headers, sse)
+  }
+}
+
+/** Calls a subscriber's error callback; one that throws in turn is reported to the console. */
+function tell(onError: ((error: unknown) => void) | undefined, error: unknown): void {
+  try {
+    onError?.(error)
+  } catch (thrown) {
+    console.error(thrown)
+  }
+}
+
+/**
+ * A timer that fires when the stream has waited on the network for `ms` in one
+ * go: a connection gone half-open (a laptop asleep, a NAT that dropped its
+ * state) brings nothing, not even keep-alives, until TCP gives up hours later.
+ * It runs from its creation (the request) until `got()`, then again from each
+ * `waiting()`: the time a slow subscriber takes between reads does not count.
+ */
+function networkWatchdog(ms: number, onTimeout: () => void): { waiting(): void; got(): void; stop(): void } {
+  let since: number | undefined = Date.now()
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const check = (): void => {
+    timer = undefined
+    if (since === undefined) return
+    const waited = Date.now() - since
+    if (waited >= ms) onTimeout()
+    else timer = setTimeout(check, ms - waited)
+  }
+  timer = setTimeout(check, ms)
+  return {
+    waiting: () => {
+      since = Date.now()
+      timer ??= setTimeout(check, ms)
+    },
+    got: () => {
+      since = undefined
+    },
+    stop: () => {
+      clearTimeout(timer)
+      timer = undefined
+      since = undefined
+    },
   }
 }
 

@@ -1,6 +1,6 @@
 import { ShapeStream } from './shape-stream.js'
 import type { ShapeStreamOptions } from './stream-options.js'
-import { AbortedError, InvalidOptionsError, InvalidTxidError } from './errors.js'
+import { AbortedError, InvalidOptionsError, InvalidTxidError, StorageCodecError, StorageSaveError, SubscriberError } from './errors.js'
 import { type Message, isChangeMessage, isControlMessage, isEventMessage } from './messages.js'
 import { MemoryShapeStorage, PERSISTED_SHAPE_VERSION, type PersistedShape, type ShapeStorage } from './storage.js'
 import { TagTracker } from './tag-tracker.js'
@@ -42,12 +42,21 @@ export interface ShapeOptions {
   readonly initial?: PersistedShape
   /** How many synced txids are remembered for `waitForTxid` (oldest forgotten first). */
   readonly maxRememberedTxids?: number
+  /**
+   * Told what went wrong beside the stream, which goes on: a `SubscriberError`
+   * (a subscriber threw; the other subscribers and the waits are still told)
+   * or a `StorageSaveError` (the rows are current, but were not saved).
+   * `console.error` by default.
+   */
+  readonly reportError?: (error: SubscriberError | StorageSaveError) => void
 }
 
 export interface OpenShapeOptions extends ShapeStreamOptions {
   /** Default: one process-wide in-memory store. */
   readonly storage?: ShapeStorage
   readonly storageKey?: string
+  /** As `ShapeOptions.reportError`. */
+  readonly reportError?: (error: SubscriberError | StorageSaveError) => void
 }
 
 /** Enough for a busy app's recent writes; each is one small number. */
@@ -76,7 +85,14 @@ export class Shape<T extends Row = Row> {
   /** xids seen since the last up-to-date: confirmed once their transactions are complete. */
   readonly #pendingTxids: number[] = []
   readonly #maxTxids: number
-  readonly #snapshots: SnapshotVisibility[] = []
+  readonly #reportError: (error: SubscriberError | StorageSaveError) => void
+  /**
+   * The latest snapshot-end seen (by xmax): a snapshot taken later sees every
+   * transaction an earlier one saw, so it answers for all of them, and a
+   * subquery shape, which gets one per move-in, keeps one instead of a list
+   * that grows for as long as it runs.
+   */
+  #snapshot: SnapshotVisibility | undefined
   readonly #waiters = new Set<TxidWaiter>()
   readonly #readyWaiters = new Set<{ resolve: () => void; reject: (error: unknown) => void }>()
   #error: unknown
@@ -92,14 +108,19 @@ export class Shape<T extends Row = Row> {
   static async open<T extends Row = Row>(options: OpenShapeOptions): Promise<Shape<T>> {
     const storage = options.storage ?? defaultStorage
     const storageKey = options.storageKey ?? defaultStorageKey(options)
-    const loaded = options.offset === undefined ? await storage.load(storageKey) : undefined
+    const loaded = options.offset === undefined ? await loadOrForget(storage, storageKey) : undefined
     // A record of another format (an older or newer client wrote it) is ignored, whichever storage kept it.
     const initial = loaded?.version === PERSISTED_SHAPE_VERSION ? loaded : undefined
     const stream = new ShapeStream<T>({
       ...options,
       ...(initial === undefined ? {} : { offset: initial.offset, handle: initial.handle }),
     })
-    return new Shape<T>(stream, { storage, storageKey, ...(initial === undefined ? {} : { initial }) })
+    return new Shape<T>(stream, {
+      storage,
+      storageKey,
+      ...(initial === undefined ? {} : { initial }),
+      ...(options.reportError === undefined ? {} : { reportError: options.reportError }),
+    })
   }
 
   constructor(stream: ShapeStream<T>, options: ShapeOptions = {}) {
@@ -107,6 +128,7 @@ export class Shape<T extends Row = Row> {
     this.#storage = options.storage
     this.#storageKey = options.storage === undefined ? undefined : (options.storageKey ?? defaultStorageKey(stream.options))
     this.#maxTxids = options.maxRememberedTxids ?? DEFAULT_MAX_REMEMBERED_TXIDS
+    this.#reportError = options.reportError ?? reportToConsole
     if (options.initial !== undefined) {
       for (const [key, row] of options.initial.rows) this.#rows.set(key, row as T)
       if (options.initial.tags !== undefined) this.#tags.restore(options.initial.tags)
@@ -211,7 +233,7 @@ export class Shape<T extends Row = Row> {
   #hasSynced(txid: Txid): boolean {
     if (!this.#upToDate) return false
     if (this.#txids.has(lowXid(txid))) return true
-    return this.#snapshots.some((snapshot) => visibleInSnapshot(txid, snapshot))
+    return this.#snapshot !== undefined && visibleInSnapshot(txid, this.#snapshot)
   }
 
   async #process(messages: ReadonlyArray<Message<T>>): Promise<void> {
@@ -239,9 +261,9 @@ export class Shape<T extends Row = Row> {
           this.#rows.clear()
           this.#tags.clear()
           this.#upToDate = false
-          this.#snapshots.length = 0
+          this.#snapshot = undefined
           changed = true
-        } else if (headers.control === 'snapshot-end') this.#snapshots.push(snapshotVisibility(headers))
+        } else if (headers.control === 'snapshot-end') this.#snapshot = laterSnapshot(this.#snapshot, snapshotVisibility(headers))
       }
     }
     if (changed) this.#rowList = undefined
@@ -251,7 +273,14 @@ export class Shape<T extends Row = Row> {
     this.#lastSyncedAt = this.stream.lastSyncedAt ?? Date.now()
     for (const xid of this.#pendingTxids) this.#remember(xid)
     this.#pendingTxids.length = 0
-    if (this.#storage !== undefined && this.#storageKey !== undefined && (changed || first)) await this.#save()
+    if (this.#storage !== undefined && this.#storageKey !== undefined && (changed || first)) {
+      try {
+        await this.#save()
+      } catch (cause) {
+        // The rows are current; only their copy is stale. Subscribers and waits are still told.
+        this.#report(new StorageSaveError(this.#storageKey, { cause }))
+      }
+    }
     if (changed || first) {
       // `rows` on demand: a subscriber that reads the Map should not pay for a fresh array of every row each time.
       const shape = this
@@ -261,7 +290,13 @@ export class Shape<T extends Row = Row> {
         },
         value: this.#rows,
       }
-      for (const callback of this.#subscribers) callback(data)
+      for (const callback of this.#subscribers) {
+        try {
+          callback(data)
+        } catch (cause) {
+          this.#report(new SubscriberError({ cause }))
+        }
+      }
     }
     for (const resolve of this.#readyWaiters) resolve.resolve()
     this.#readyWaiters.clear()
@@ -312,6 +347,14 @@ export class Shape<T extends Row = Row> {
     })
   }
 
+  #report(error: SubscriberError | StorageSaveError): void {
+    try {
+      this.#reportError(error)
+    } catch {
+      // A reporter that throws has nobody left to tell.
+    }
+  }
+
   #isAborted(): boolean {
     const state = this.stream.state
     return state.kind === 'stopped' && state.reason === 'aborted'
@@ -327,7 +370,7 @@ export class Shape<T extends Row = Row> {
   }
 
   #fail(error: unknown): void {
-    if (!this.stream.isStopped) return // a subscriber's own failure, already reported where it happened
+    if (!this.stream.isStopped) return // this shape's own processing failed: reported in #process
     this.#error = error
     for (const waiter of this.#readyWaiters) waiter.reject(error)
     this.#readyWaiters.clear()
@@ -371,4 +414,31 @@ export function defaultStorageKey(options: ShapeStreamOptions): string {
     params[name] = value
   }
   return JSON.stringify([options.url, options.log ?? 'full', params])
+}
+
+/** Of two snapshots, the one taken later: the higher xmax, then the higher xmin, then the fewer transactions in progress. */
+function laterSnapshot(a: SnapshotVisibility | undefined, b: SnapshotVisibility): SnapshotVisibility {
+  if (a === undefined || b.xmax > a.xmax) return b
+  if (b.xmax < a.xmax) return a
+  if (b.xmin !== a.xmin) return b.xmin > a.xmin ? b : a
+  return b.xip.size <= a.xip.size ? b : a
+}
+
+function reportToConsole(error: SubscriberError | StorageSaveError): void {
+  console.error(error)
+}
+
+/**
+ * The stored record of a shape, or nothing when there is none or it cannot be
+ * decoded (truncated, written by a broken client): an unreadable record is
+ * removed, so the shape syncs afresh instead of failing to open on every load.
+ */
+async function loadOrForget(storage: ShapeStorage, key: string): Promise<PersistedShape | undefined> {
+  try {
+    return await storage.load(key)
+  } catch (error) {
+    if (!(error instanceof StorageCodecError)) throw error
+    await storage.remove(key)
+    return undefined
+  }
 }

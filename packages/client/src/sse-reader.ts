@@ -7,7 +7,7 @@
  * An async generator, so bytes are read from the network only as fast as the
  * consumer takes events: a slow subscriber leaves the rest in the socket.
  */
-export async function* readSseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<string, void, undefined> {
+export async function* readSseEvents(body: ReadableStream<Uint8Array>, watch?: ReadWatch): AsyncGenerator<string, void, undefined> {
   const reader = body.getReader()
   const decoder = new TextDecoder()
   let pending = ''
@@ -16,7 +16,9 @@ export async function* readSseEvents(body: ReadableStream<Uint8Array>): AsyncGen
   let skipLeadingLf = false
   try {
     for (;;) {
+      watch?.waiting()
       const { done, value } = await reader.read()
+      watch?.got()
       if (done) break
       pending += decoder.decode(value, { stream: true })
       if (skipLeadingLf && pending.startsWith('\n')) pending = pending.slice(1)
@@ -52,6 +54,12 @@ export async function* readSseEvents(body: ReadableStream<Uint8Array>): AsyncGen
     // Ends the request when the consumer stops early (abort, error, return).
     await reader.cancel().catch(() => {})
   }
+}
+
+/** Told when the reader starts waiting for the network and when bytes (or the end) came. */
+export interface ReadWatch {
+  waiting(): void
+  got(): void
 }
 
 const LF = 0x0a

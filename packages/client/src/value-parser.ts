@@ -52,6 +52,15 @@ export const DEFAULT_PARSERS: Parsers = Object.freeze({
   jsonb: toJson,
 })
 
+/**
+ * The parser of a type, own entries only: a type is any Postgres name, and an
+ * enum or domain named `constructor` or `toString` must not find Object's
+ * methods (nor `__proto__` the prototype).
+ */
+function parserFor(parsers: Parsers, type: string): ParseFunction | undefined {
+  return Object.prototype.hasOwnProperty.call(parsers, type) ? parsers[type] : undefined
+}
+
 /** `box` is the one built-in type whose array delimiter is `;` rather than `,`. */
 const SEMICOLON_DELIMITED = new Set(['box'])
 
@@ -85,7 +94,7 @@ export function createRowParserInPlace(schema: ShapeSchema, custom: Parsers = {}
   const parses: Array<(text: string | null) => unknown> = []
   const notNullText: string[] = []
   for (const [name, column] of Object.entries(schema)) {
-    if ((column.dims === undefined || column.dims === 0) && parsers[column.type] === undefined) {
+    if ((column.dims === undefined || column.dims === 0) && parserFor(parsers, column.type) === undefined) {
       if (column.not_null === true) notNullText.push(name)
       continue
     }
@@ -128,7 +137,7 @@ function valueError(name: string, column: ColumnSchema, error: unknown): ClientE
 
 /** The parser of one column, `null` handling and arrays included. */
 export function columnParser(name: string, column: ColumnSchema, parsers: Parsers = DEFAULT_PARSERS): (text: string | null) => unknown {
-  const parse = parsers[column.type]
+  const parse = parserFor(parsers, column.type)
   const element = parse === undefined ? (text: string) => text : (text: string) => parse(text, column)
   const notNull = column.not_null === true
   if (column.dims !== undefined && column.dims > 0) {

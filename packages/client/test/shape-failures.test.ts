@@ -1,5 +1,17 @@
-import { afterEach, describe, expect, it } from 'vitest'
-import { AbortedError, InvalidOptionsError, InvalidResponseError, InvalidTxidError, Shape, ShapeStream, type ShapeStreamOptions } from '../src/index.js'
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import {
+  AbortedError,
+  InvalidOptionsError,
+  InvalidResponseError,
+  InvalidTxidError,
+  LocalStorageShapeStorage,
+  MemoryShapeStorage,
+  Shape,
+  ShapeStream,
+  type ShapeStreamOptions,
+  StorageSaveError,
+  SubscriberError,
+} from '../src/index.js'
 
 /**
  * What callers get back when something goes wrong around the stream rather
@@ -154,4 +166,87 @@ describe('a value its column parser refuses', () => {
       expect(stream.state).toMatchObject({ kind: 'stopped', reason: 'error' })
     })
   }
+})
+
+describe('a subscriber that throws, or a storage that cannot save', () => {
+  it('the other subscribers, ready() and waitForTxid are still told, and the error is reported, not swallowed', async () => {
+    const { stream } = open([snapshot([{ id: '1', doc: '{}', txid: 7 }])])
+    const reported: unknown[] = []
+    const shape = new Shape(stream, { reportError: (error) => void reported.push(error) })
+    const told: number[] = []
+    shape.subscribe(() => {
+      throw new Error('a broken view')
+    })
+    shape.subscribe((data) => void told.push(data.value.size))
+    const ready = shape.ready()
+    const txid = shape.waitForTxid(7)
+    await ready
+    await txid
+    expect(told).toEqual([1])
+    expect(reported).toHaveLength(1)
+    expect(reported[0]).toBeInstanceOf(SubscriberError)
+    expect((reported[0] as SubscriberError).code).toBe('subscriber_failed')
+    expect(((reported[0] as SubscriberError).cause as Error).message).toBe('a broken view')
+    expect(shape.error).toBeUndefined()
+    expect(stream.state.kind).toBe('live')
+  })
+
+  it("a save that rejects (a full IndexedDB quota) leaves the rows current and tells subscribers and waits", async () => {
+    const { fetch } = scriptedFetch([snapshot([{ id: '1', doc: '{}', txid: 7 }])])
+    const storage = new MemoryShapeStorage()
+    storage.save = async () => {
+      throw new DOMException('quota', 'QuotaExceededError')
+    }
+    const reported: unknown[] = []
+    const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, storage, reportError: (error) => void reported.push(error) })
+    streams.push(shape.stream)
+    const told: number[] = []
+    shape.subscribe((data) => void told.push(data.value.size))
+    await shape.ready()
+    await shape.waitForTxid(7)
+    expect(told).toEqual([1])
+    expect(shape.value.size).toBe(1)
+    expect(reported).toHaveLength(1)
+    expect(reported[0]).toBeInstanceOf(StorageSaveError)
+    expect((reported[0] as StorageSaveError).cause).toBeInstanceOf(DOMException)
+  })
+
+  it('a state listener that throws stops nothing and rejects nothing; it is reported to the console', async () => {
+    const logged = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const { stream } = open([{ status: 503 }, snapshot([{ id: '1', doc: '{}' }])], { backoff: { initialDelayMs: 1, maxDelayMs: 1 } })
+      const broken = new Error('a broken listener')
+      stream.onStateChange(() => {
+        throw broken
+      })
+      const shape = new Shape(stream)
+      await shape.ready()
+      expect(shape.value.size).toBe(1)
+      expect(stream.state.kind).toBe('live')
+      expect(logged).toHaveBeenCalledWith(broken)
+    } finally {
+      logged.mockRestore()
+    }
+  })
+})
+
+describe('a stored record that cannot be decoded', () => {
+  it('is removed, and the shape syncs afresh instead of failing to open on every load', async () => {
+    const entries = new Map<string, string>([['sluice:shape:k', '{"version":1,"handle":"h0","off']])
+    const storage = new LocalStorageShapeStorage({
+      storage: {
+        getItem: (key) => entries.get(key) ?? null,
+        setItem: (key, value) => void entries.set(key, value),
+        removeItem: (key) => void entries.delete(key),
+      },
+    })
+    const { fetch, urls } = scriptedFetch([snapshot([{ id: '1', doc: '{}' }])])
+    const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, storage, storageKey: 'k' })
+    streams.push(shape.stream)
+    await shape.ready()
+    expect(urls[0]!.searchParams.get('offset')).toBe('-1')
+    expect(shape.value.size).toBe(1)
+    // Saved again at the up-to-date, readable this time.
+    expect((await storage.load('k'))?.handle).toBe('h1')
+  })
 })

@@ -5,6 +5,16 @@ import { createRowParserInPlace } from '../src/value-parser.js'
 
 const col = (type: string, extra: Partial<ColumnSchema> = {}): ColumnSchema => ({ type, ...extra })
 
+describe('type names that are also names of Object members', () => {
+  it('an enum or domain named constructor, toString or __proto__ is text like any type without a parser', () => {
+    const schema = { a: col('constructor'), b: col('toString'), c: col('__proto__'), d: col('hasOwnProperty', { dims: 1 }) }
+    const row = createRowParser(schema)({ a: 'hello', b: 'x', c: 'y', d: '{p,q}' })
+    expect(row).toEqual({ a: 'hello', b: 'x', c: 'y', d: ['p', 'q'] })
+    expect(typeof row.a).toBe('string')
+    expect(columnParser('a', col('valueOf'))('v')).toBe('v')
+  })
+})
+
 describe('scalar values by type (docs/protocol.md §7.1)', () => {
   const cases: Array<[string, ColumnSchema, string | null, unknown]> = [
     ['int2', col('int2'), '-32768', -32768],
