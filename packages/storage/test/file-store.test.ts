@@ -4,6 +4,7 @@
  * of damaged logs, and a read-only store following a writer.
  */
 import { hostname } from 'node:os'
+import { join } from 'node:path'
 import { bucketDir, shapeDir } from '../src/file/shape-dirs.js'
 import { storedIds } from './fixtures/log-dirs.js'
 import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
@@ -441,7 +442,7 @@ describe('file engine', () => {
     const w = await openStore(dir, 1024)
     const LOGS = 200
     for (let i = 0; i < LOGS; i++) await w.createShape(`s${i}`).finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
-    // The first flush's journal segment: a poll after it looks at every log once (a new epoch), as after any checkpoint.
+    // The first flush's journal segment: a poll after it looks at every log once (a new epoch: nothing before it was seen).
     w.get('s0')!.appendTransaction([change(5n, 0, 1)])
     w.advance(5n)
     await w.flush()
@@ -475,6 +476,56 @@ describe('file engine', () => {
     reader.poll()
     expect(seen.at(-1)).toEqual({ lsn: 9n, advanced: ['s9'] })
     expect(formatOffset(reader.get('s9')!.head().lastOffset)).toBe('9_0')
+    off()
+    await reader.close()
+    await w.close()
+  })
+})
+
+describe("a read-only follower across the writer's checkpoints", () => {
+  it('a poll after a checkpoint looks at the logs written, not at every log held, and serves every log whole', async () => {
+    const dir = await tempDirs.make('ro-checkpoint')
+    // Segments of 1 KiB: a few flushes close one, and its checkpoint deletes it.
+    const w = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 1024 })
+    const LOGS = 200
+    for (let i = 0; i < LOGS; i++) await w.createShape(`s${i}`).finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
+    let tx = 5n
+    const write = async (id: string): Promise<void> => {
+      w.get(id)!.appendTransaction([change(tx, 0, Number(tx))])
+      w.advance(tx)
+      await w.flush()
+      tx += 1n
+    }
+    await write('s0')
+    const faulty = createFaultyFs<FsPort>(nodeFs)
+    const reader = openReadOnlyLogStore({ dir, pollIntervalMs: 0, fs: faulty.fs })
+    for (let i = 0; i < LOGS; i++) reader.get(`s${i}`)!.head()
+    const seen: Array<readonly string[]> = []
+    const off = reader.onFlush((r) => seen.push(r.advanced))
+    reader.poll()
+    const segments = (): string[] => readdirSync(join(dir, 'journal')).filter((n) => n.endsWith('.jnl'))
+    const before = new Set(segments())
+    // Flushes to s1, polled one by one, until a segment the follower has read is checkpointed away.
+    let checkpointed = false
+    let written = 0
+    for (let i = 0; i < 200 && !checkpointed; i++) {
+      await write('s1')
+      written++
+      faulty.rules.resetCalls()
+      reader.poll()
+      expect(seen.at(-1)).toEqual(['s1'])
+      const calls = faulty.rules.callCounts()
+      // Looking at all 200 logs made a stat and three fstats each.
+      expect((calls['fstatSync'] ?? 0) + (calls['statSync'] ?? 0)).toBeLessThan(40)
+      checkpointed = [...before].some((n) => !segments().includes(n))
+    }
+    expect(checkpointed).toBe(true)
+    // And after it, a write to a log the follower last saw long ago is reported and served in full.
+    await write('s150')
+    reader.poll()
+    expect(seen.at(-1)).toEqual(['s150'])
+    expect(reader.get('s1')!.head().entryCount).toBe(1 + written)
+    expect(reader.get('s150')!.head().entryCount).toBe(2)
     off()
     await reader.close()
     await w.close()

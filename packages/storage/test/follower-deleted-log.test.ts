@@ -148,6 +148,27 @@ describe('a read-only follower holding a log the writer deletes', () => {
     await s.close()
   })
 
+  it('serves an id deleted and created again, with no flush between, as the new log: never through the old one\'s journaled writes', async () => {
+    const { s, x, ro, rx } = await followedPair('ro-recreated')
+    // x's transaction 7 is in the journal only (the follower reads it through the view).
+    append(x, 7n, 3)
+    s.advance(7n)
+    await s.flush()
+    expect(lsnsOf(rx)).toEqual(['5', '5', '7', '7'])
+    // Deleted and made again at once: the tombstone's group moves no watermark, so no poll reads it.
+    await s.deleteShape('x')
+    const x2 = await makeShape(s, 'x', [row(40), row(41), row(42)])
+    expect(x2.head().entryCount).toBe(4)
+    const again = ro.get('x')!
+    expect(again).not.toBe(rx)
+    // The old code read the new files through x's old extents: torn, unparseable bytes.
+    const parsed = readAllEntries(again) as Array<{ value?: { id?: string } }>
+    expect(parsed.filter((m) => m.value !== undefined).map((m) => m.value!.id)).toEqual(['40', '41', '42'])
+    expect(attempt(rx, parseOffset('5_1'))).toBe('shape_deleted')
+    await ro.close()
+    await s.close()
+  })
+
   it('throws shape_deleted when the segment with its records and tombstone was checkpointed away before the follower looked again', async () => {
     // The follower reads x through the journal: transaction 5 is only there and in the writer's memory.
     const { dir, s, y, ro, rx, ry } = await followedPair('ro-deleted-reset')

@@ -10,7 +10,7 @@
  * first and then the journal, and reads each file through the journal's
  * operations, sees every byte the watermark covers. Once a checkpoint deletes a
  * segment, its logs' files are synced, and the overlay is rebuilt from the
- * segments left.
+ * segments left (after reading the rest of the deleted one, still open here).
  *
  * Per file the operations collapse into sorted, disjoint extents; appends
  * extend the last one in place (amortised doubling), which is what almost
@@ -18,8 +18,8 @@
  *
  * That holds for logs the writer still has. A deleted log's tail is never
  * written back: its records leave the view at its tombstone, and with any
- * segment the overlay drops (a reset) or never read (checkpointed before this
- * follower looked). So the overlay reports those events (`onTombstone`,
+ * segment the overlay never read (checkpointed before this follower looked,
+ * or another writer's). So the overlay reports those events (`onTombstone`,
  * `epoch`), and a reader holding such a log checks it is still there before
  * trusting a view that may have lost them (read-only-store.ts).
  */
@@ -135,9 +135,12 @@ export class JournalOverlay {
   private files = new Map<string, Map<JournalFile, FileOverlay>>()
   /**
    * Moves when records may have left the view without a live log's files
-   * holding them for it: a reset, or a segment created and deleted unread.
+   * holding them for it: segments created and deleted unread, or replaced by
+   * another writer's.
    */
   epoch = 0
+  /** The newest generation opened: a new segment right after it hides nothing. */
+  private newest: number | undefined
   /** Ids with records applied since the last `takeTouched`: the logs a new watermark can have moved (see `ReadOnlyFileLogStore.poll`). */
   private touched = new Set<string>()
 
@@ -160,6 +163,11 @@ export class JournalOverlay {
     private readonly onTombstone: (id: string) => void = () => {},
   ) {}
 
+  /** Whether the view holds records of `id`. */
+  holds(id: string): boolean {
+    return this.files.has(id)
+  }
+
   view(id: string, file: JournalFile): FileOverlay | undefined {
     return this.files.get(id)?.get(file)
   }
@@ -168,7 +176,25 @@ export class JournalOverlay {
   update(): void {
     const present = listSegments(this.fs, this.root)
     const names = new Set(present.map((s) => s.generation))
-    if (this.segments.some((s) => !names.has(s.generation) || !this.same(s))) this.reset()
+    /** Generations known before a rebuild whose files are still there: read again from their start, they hide nothing. */
+    let kept: ReadonlySet<number> = new Set()
+    const gone = this.segments.filter((s) => !names.has(s.generation))
+    const replaced = this.segments.some((s) => names.has(s.generation) && !this.same(s))
+    if (gone.length > 0 || replaced) {
+      // A checkpoint deleted segments: their logs' files now hold what they wrote, so the overlay is
+      // rebuilt from the segments left (or it would grow for ever). What they gained since the last
+      // reading is read first, through the descriptors still held (a deleted file stays readable while
+      // open): no record of theirs goes unseen, which logs it touched nor which it deleted, so nothing
+      // left the view unseen and no reader has to look at every log (the epoch stays). A segment
+      // replaced under its name is another writer's: its files hide what may have come and gone.
+      for (const seg of gone) this.tail(seg)
+      if (replaced) this.epoch++
+      else kept = new Set(this.segments.filter((s) => names.has(s.generation)).map((s) => s.generation))
+      // With none of its segments left, the writer may have closed, and the next one numbers from 1 again:
+      // a segment that looks next by number is no proof that none came and went between.
+      if (kept.size === 0) this.newest = undefined
+      this.rebuild()
+    }
     const known = new Set(this.segments.map((s) => s.generation))
     for (const s of present) {
       if (known.has(s.generation)) continue
@@ -177,8 +203,7 @@ export class JournalOverlay {
       // nothing. Anything else (a gap, none known: a new writer numbers from
       // the last segment it found, or from 1) may hide segments that came and
       // went unread, with a deleted log's records that are nowhere now.
-      const last = this.segments.at(-1)
-      if (last === undefined || s.generation !== last.generation + 1) this.epoch++
+      if (!kept.has(s.generation) && (this.newest === undefined || s.generation !== this.newest + 1)) this.epoch++
       let fd: number
       try {
         fd = this.fs.openSync(s.path, 'r')
@@ -191,6 +216,7 @@ export class JournalOverlay {
         throw fromSystemError(err, `open ${s.path}`)
       }
       this.segments.push({ generation: s.generation, path: s.path, fd, parsed: 0, ino: this.fs.fstatSync(fd).ino })
+      if (this.newest === undefined || s.generation > this.newest) this.newest = s.generation
     }
     for (const seg of this.segments) this.tail(seg)
   }
@@ -231,10 +257,10 @@ export class JournalOverlay {
     }
   }
 
-  private reset(): void {
+  /** Forgets every segment and what they wrote, to read the segments left from their start. */
+  private rebuild(): void {
     this.close()
     this.files = new Map()
-    this.epoch++
   }
 
   close(): void {

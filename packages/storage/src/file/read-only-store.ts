@@ -288,6 +288,9 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
       const found = this.openAt(id, dir)
       if (found !== undefined) return found
     }
+    // In neither place: deleted.
+    const cached = this.logs.get(id)
+    if (cached) cached.deleted = true
     this.forget(id)
     return undefined
   }
@@ -312,8 +315,16 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     } catch {
       return undefined // deleted or moved between the stat and the read
     }
+    // Another directory at the same place: the log held here was deleted (and the id created again). A handle
+    // still held to it then throws `shape_deleted`, as the writer's does, not a closed descriptor's error.
+    if (cached && cached.dir === dir && cached.dirIno !== ino) cached.deleted = true
     this.forget(id)
     if (typeof meta === 'string') throw new StorageError('corrupt_log', `shape ${id}: meta.bin is damaged (${meta})`)
+    // A log opened anew under an id the view holds records of: they may be a deleted log's, whose tombstone
+    // the view has not read (the group that carried it moved no watermark, so no poll looked). The writer
+    // places a log created again only once that tombstone is durable, so one more reading of the journal
+    // has it, and the new log is not read through the old one's writes.
+    if (this.journal.holds(id)) this.journal.update()
     const log = new ReadOnlyShapeLog(id, dir, ino, meta, this)
     this.logs.set(id, log)
     return log
@@ -394,7 +405,9 @@ export class ReadOnlyFileLogStore implements ShapeLogStore {
     this.reportedLsn = this.lsn
     // A watermark moves only the logs the journal wrote since the last poll, and those whose files already held
     // records past their durable head. Every log is looked at only when that cannot be told: no journal being
-    // read, or an epoch change (a checkpoint or reset: records may have left the view into the logs' own files).
+    // read, or an epoch change (segments came and went unread, or another writer's replaced them: which logs
+    // their records touched cannot be told). A checkpoint is not one: the view reads the rest of the segments it
+    // deletes before letting them go (journal-overlay.ts).
     for (const id of this.journal.takeTouched()) this.pending.add(id)
     const epoch = this.journal.epoch
     const everyLog = !this.journal.journaled || epoch !== this.pollEpoch
