@@ -34,6 +34,8 @@ export interface FsPort {
   mkdirSync(path: string, options: { recursive: true }): void
   readdirSync(path: string): string[]
   renameSync(from: string, to: string): void
+  /** A second name for a file; EEXIST if `to` exists (never replaces it, unlike rename). Optional: the pid-file lock falls back to O_EXCL without it. */
+  linkSync?(from: string, to: string): void
   readFileSync(path: string): Buffer
   existsSync(path: string): boolean
   unlinkSync(path: string): void
@@ -98,6 +100,7 @@ export const nodeFs: FsPort = {
   mkdirSync: (path, options) => void fs.mkdirSync(path, options),
   readdirSync: (path) => fs.readdirSync(path),
   renameSync: (from, to) => fs.renameSync(from, to),
+  linkSync: (from, to) => fs.linkSync(from, to),
   readFileSync: (path) => fs.readFileSync(path),
   existsSync: (path) => fs.existsSync(path),
   unlinkSync: (path) => fs.unlinkSync(path),

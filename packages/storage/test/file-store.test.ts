@@ -7,7 +7,7 @@ import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { bucketDir, shapeDir } from '../src/file/shape-dirs.js'
 import { storedIds } from './fixtures/log-dirs.js'
-import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
+import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, utimesSync, writeFileSync, writeSync, existsSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
@@ -18,6 +18,7 @@ import { nodeFs, openFileLogStore, openReadOnlyLogStore, readSpans } from '../sr
 import type { FileLogStore, FsPort, LogRead, ShapeLog, StorageError } from '../src/index.js'
 import type { LogOffset } from '@sluice/protocol'
 import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
+import { acquireStoreLock } from '../src/file/store-lock.js'
 
 const tempDirs = useTempDir()
 
@@ -231,6 +232,60 @@ describe('file engine', () => {
     const t = await openStore(dir)
     expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
     await t.close()
+  })
+
+  it('two starters that both find a dead writer\'s pid-file lock: one takes it over, the other is refused (never both)', async () => {
+    const dir = await tempDirs.make('lock-race')
+    writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
+    // Starter A runs its whole attempt in the instant starter B, which judged the same LOCK stale, takes it
+    // over: B's removal (rename or unlink of LOCK) then meets A's new LOCK.
+    let a: Promise<() => void> | undefined
+    const interleave = (path: string): void => {
+      if (a === undefined && path === `${dir}/LOCK`) a = acquireStoreLock(nodeFs, dir)
+    }
+    const fsB: FsPort = {
+      ...nodeFs,
+      renameSync: (from, to) => {
+        interleave(from)
+        nodeFs.renameSync(from, to)
+      },
+      unlinkSync: (path) => {
+        interleave(path)
+        nodeFs.unlinkSync(path)
+      },
+    }
+    const b = acquireStoreLock(fsB, dir)
+    expect(a).toBeDefined()
+    const releaseA = await a!
+    await expect(b).rejects.toMatchObject({ code: 'store_locked' })
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readdirSync(dir).filter((n) => n.startsWith('LOCK'))).toEqual(['LOCK'])
+    releaseA()
+    expect(existsSync(`${dir}/LOCK`)).toBe(false)
+  })
+
+  it('a pid-file lock that names no process: a power cut\'s leftover, taken over; without link(2), only once it is old', async () => {
+    const dir = await tempDirs.make('lock-empty')
+    // Made by link(2), a LOCK is whole when it appears: an empty one lost its unsynced content.
+    writeFileSync(`${dir}/LOCK`, '')
+    const s = await openStore(dir)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    await s.close()
+    // Made with O_EXCL, it is empty for an instant after its creation: a young one is a starter's, left alone.
+    const { linkSync: _link, ...withoutLink } = nodeFs
+    writeFileSync(`${dir}/LOCK`, '')
+    await expect(acquireStoreLock(withoutLink, dir)).rejects.toMatchObject({ code: 'store_locked', message: expect.stringContaining('names no process') })
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe('')
+    const old = new Date(Date.now() - 60_000)
+    utimesSync(`${dir}/LOCK`, old, old)
+    ;(await acquireStoreLock(withoutLink, dir))()
+    // A dead writer's, taken over without link(2) too.
+    writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
+    const release = await acquireStoreLock(withoutLink, dir)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    await expect(acquireStoreLock(withoutLink, dir)).rejects.toMatchObject({ code: 'store_locked' })
+    release()
+    expect(readdirSync(dir)).not.toContain('LOCK')
   })
 
   it('sets damaged or unknown-version logs aside and serves the rest', async () => {

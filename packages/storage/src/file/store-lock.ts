@@ -9,9 +9,19 @@
  * locked a new one would make two writers. Its content (the holder's pid and host) is
  * only for people and error messages.
  *
- * Without one (no native addon), LOCK is created with O_EXCL and holds the
- * writer's pid and host name; a LOCK naming a process of this host that no
- * longer runs is taken over. That can wrongly refuse while a killed writer is
+ * Without one (no native addon), LOCK is the lock: it appears, with the
+ * writer's pid and host name already in it, by link(2) of a file written
+ * first (exclusive, and never seen empty), and a LOCK naming a process of this
+ * host that no longer runs is taken over. A takeover claims the stale LOCK by
+ * renaming it away, then checks that what it claimed is the one it judged
+ * stale: two starters that both found a killed writer's LOCK (a restarted
+ * writer and its standby) would otherwise each remove it, the second removing
+ * the first one's new LOCK, and both would write. A starter that claimed
+ * another's fresh LOCK links it back. (A third starter that created LOCK in
+ * the instant between that claim and the link back would still make two
+ * writers; the kernel lock has no such window.) A LOCK that names no process
+ * was never whole (a power cut lost its unsynced content) and is taken over
+ * the same way. That can wrongly refuse while a killed writer is
  * still being torn down (its pid still exists), which waiting (`waitMs`) rides
  * out. A LOCK naming another host is never taken over: a pid means nothing
  * here, and a writer and a standby on two machines sharing the storage would
@@ -19,6 +29,7 @@
  * The two kinds must not share a directory: every writer of one store uses the
  * same build.
  */
+import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StorageError, fromSystemError } from '../errors.js'
@@ -94,7 +105,12 @@ function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
   }
   const [pidText = '', host = ''] = text.split('\n')
   const pid = /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : Number.NaN
-  if (!Number.isInteger(pid)) return { holder: 'another process', ownProcess: false }
+  if (!Number.isInteger(pid)) {
+    // For a pid file, written whole before it appears (or, without link(2), in the instant after): a LOCK
+    // that names nobody is damaged, and is not taken over on a guess.
+    const remedy = pidFile ? ` (${lockPath(root)} names no process; if no writer of this store runs, remove it)` : ''
+    return { holder: `another process${remedy}`, ownProcess: false }
+  }
   const hostName = host.trim()
   if (hostName !== '' && hostName !== hostname()) {
     const remedy = pidFile ? ` (a lock file this host cannot check; if that process no longer runs, remove ${lockPath(root)})` : ''
@@ -161,15 +177,8 @@ function alive(pid: number): boolean {
 
 function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
   const path = lockPath(root)
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fd = fs.openSync(path, 'wx', 0o644)
-      const content = lockContent()
-      try {
-        writeFully(fs, fd, content, content.length, 0)
-      } finally {
-        fs.closeSync(fd)
-      }
+  for (let attempt = 0; attempt < 3; attempt++) {
+    if (createPidFile(fs, root)) {
       return () => {
         try {
           fs.unlinkSync(path)
@@ -177,17 +186,116 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
           // Already gone: nothing to release.
         }
       }
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw fromSystemError(err, `lock ${root}`)
-      const held = describeHolder(fs, root, true)
-      if (held.ownProcess || held.elsewhere === true || (held.pid !== undefined && alive(held.pid))) return held
-      try {
-        fs.unlinkSync(path)
-      } catch (unlinkErr) {
-        // Another starter took the dead lock over first: try again.
-        if ((unlinkErr as NodeJS.ErrnoException).code !== 'ENOENT') throw fromSystemError(unlinkErr, `unlock ${root}`)
-      }
     }
+    const held = describeHolder(fs, root, true)
+    if (held.ownProcess || held.elsewhere === true) return held
+    if (held.pid === undefined ? !unnamedIsStale(fs, root) : alive(held.pid)) return held
+    // Its holder is dead: claimed and removed only if it still is that holder's (else another starter's).
+    if (!removeStale(fs, root, held.pid)) return describeHolder(fs, root, true)
   }
   return describeHolder(fs, root, true)
+}
+
+/**
+ * Whether a LOCK that names no process is left over rather than being written:
+ * one made by link(2) was whole when it appeared, so an empty one is what a
+ * power cut left of a LOCK never synced (or damage); one made with O_EXCL
+ * (no link) is empty for an instant after its creation, so only an old one is.
+ */
+function unnamedIsStale(fs: FsPort, root: string): boolean {
+  if (fs.linkSync !== undefined) return true
+  try {
+    return Date.now() - fs.statSync(lockPath(root)).mtimeMs > UNNAMED_LOCK_GRACE_MS
+  } catch {
+    return true // gone: the next attempt creates it
+  }
+}
+
+/** How long a LOCK made with O_EXCL may name no process before it is taken for a dead starter's. */
+const UNNAMED_LOCK_GRACE_MS = 10_000
+
+/** Creates LOCK with this process's pid and host in it; false if it exists. */
+function createPidFile(fs: FsPort, root: string): boolean {
+  const path = lockPath(root)
+  const content = lockContent()
+  const link = fs.linkSync
+  if (link === undefined) {
+    let fd: number
+    try {
+      fd = fs.openSync(path, 'wx', 0o644)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false
+      throw fromSystemError(err, `lock ${root}`)
+    }
+    try {
+      writeFully(fs, fd, content, content.length, 0)
+    } finally {
+      fs.closeSync(fd)
+    }
+    return true
+  }
+  const draft = `${path}.new-${process.pid}-${randomBytes(4).toString('hex')}`
+  try {
+    const fd = fs.openSync(draft, 'wx', 0o644)
+    try {
+      writeFully(fs, fd, content, content.length, 0)
+    } finally {
+      fs.closeSync(fd)
+    }
+    link.call(fs, draft, path)
+    return true
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false
+    throw fromSystemError(err, `lock ${root}`)
+  } finally {
+    try {
+      fs.unlinkSync(draft)
+    } catch {
+      // Never made, or already gone.
+    }
+  }
+}
+
+/**
+ * Removes a LOCK naming `pid` (dead; undefined: naming none): renames it to a name of this process's,
+ * then reads what it took. True when that was the stale LOCK (removed) or LOCK
+ * was gone already; false when it was another starter's new one, which is put
+ * back.
+ */
+function removeStale(fs: FsPort, root: string, pid: number | undefined): boolean {
+  const path = lockPath(root)
+  const claimed = `${path}.stale-${process.pid}-${randomBytes(4).toString('hex')}`
+  try {
+    fs.renameSync(path, claimed)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return true
+    throw fromSystemError(err, `unlock ${root}`)
+  }
+  let text = ''
+  try {
+    text = fs.readFileSync(claimed).toString('utf8')
+  } catch {
+    // Unreadable: not known to be the stale one, so put back below.
+  }
+  const [pidText = '', host = ''] = text.split('\n')
+  const stale =
+    pid === undefined ? !/^\d+$/.test(pidText.trim()) : pidText.trim() === String(pid) && (host.trim() === '' || host.trim() === hostname())
+  try {
+    if (stale) return true
+    // Another starter's LOCK, made since we looked: back where it was. Where link(2) is missing, rename, which
+    // would replace a LOCK made in between (link refuses to).
+    try {
+      if (fs.linkSync === undefined) fs.renameSync(claimed, path)
+      else fs.linkSync(claimed, path)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw fromSystemError(err, `relock ${root}`)
+    }
+    return false
+  } finally {
+    try {
+      fs.unlinkSync(claimed)
+    } catch {
+      // Renamed back: nothing left under the claimed name.
+    }
+  }
 }
