@@ -1,6 +1,7 @@
 export {
   DEFAULT_LIVE_REQUEST_TIMEOUT_MS,
   DEFAULT_MIN_SSE_CONNECTION_MS,
+  DEFAULT_SSE_IDLE_TIMEOUT_MS,
   type Dynamic,
   type RetryOptions,
   type ShapeParams,

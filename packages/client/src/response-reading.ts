@@ -29,6 +29,34 @@ export async function* sseEvents(body: ReadableStream<Uint8Array>, url: string, 
   }
 }
 
+/**
+ * The body as text, telling `watch` while it waits for the network (a live
+ * answer's watchdog runs only then): read piece by piece, where `readText`
+ * lets the runtime read it whole.
+ */
+export async function readTextWatched(response: Response, url: string, watch: ReadWatch): Promise<string> {
+  const body = response.body
+  if (body === null) return ''
+  const reader = body.getReader()
+  const decoder = new TextDecoder()
+  const parts: string[] = []
+  try {
+    for (;;) {
+      watch.waiting()
+      const { done, value } = await reader.read()
+      watch.got()
+      if (done) break
+      parts.push(decoder.decode(value, { stream: true }))
+    }
+    parts.push(decoder.decode())
+    return parts.join('')
+  } catch (error) {
+    throw new NetworkError(url, error)
+  } finally {
+    reader.releaseLock()
+  }
+}
+
 export async function readText(response: Response, url: string): Promise<string> {
   try {
     return await response.text()

@@ -3,9 +3,11 @@ import { type BackoffOptions, DEFAULT_BACKOFF, backoffDelay, parseRetryAfter } f
 import { FetchError, InvalidOptionsError, MissingHeadersError, NetworkError, isRetryable } from './errors.js'
 import { type Message, isUpToDateMessage, parseBody, parseMessage } from './messages.js'
 import { requestHeaders, requestUrl } from './request-url.js'
-import { lastChangeOffset, parseSchema, readText, sseEvents } from './response-reading.js'
+import { lastChangeOffset, parseSchema, readText, readTextWatched, sseEvents } from './response-reading.js'
+import type { ReadWatch } from './sse-reader.js'
 import {
   DEFAULT_LIVE_REQUEST_TIMEOUT_MS,
+  DEFAULT_SSE_IDLE_TIMEOUT_MS,
   DEFAULT_MIN_SSE_CONNECTION_MS,
   type Dynamic,
   type RetryOptions,
@@ -229,7 +231,7 @@ export class ShapeStream<T extends Row = Row> {
       const schema = state.schema ?? (schemaText === null ? undefined : parseSchema(schemaText))
       const event: ResponseEvent = { type: 'response', handle, offset, schema, cursor: cursor ?? undefined, upToDate: response.headers.has(ResponseHeader.upToDate) }
       if (!event.upToDate) this.#sendAhead(transition(state, event))
-      const text = await readText(response, url)
+      const text = sent.watch === undefined ? await readText(response, url) : await readTextWatched(response, url, sent.watch)
       const messages = parseBody<T>(text, this.#rowParser(schema))
       this.#dispatch(event)
       await this.#publish(messages)
@@ -242,7 +244,7 @@ export class ShapeStream<T extends Row = Row> {
    * The response for `state`'s request: the one sent ahead for it if there is
    * one, else a new request (live ones with their watchdog).
    */
-  async #open(state: StreamState): Promise<{ url: string; response: Response; release: () => void }> {
+  async #open(state: StreamState): Promise<{ url: string; response: Response; release: () => void; watch?: ReadWatch }> {
     const ahead = this.#takeAhead(state)
     if (ahead !== undefined) {
       const sent = await ahead.result
@@ -256,22 +258,22 @@ export class ShapeStream<T extends Row = Row> {
     const headers = await this.#requestHeaders(false)
     const controller = new AbortController()
     const unlink = link(this.#controller.signal, controller)
-    let timer: ReturnType<typeof setTimeout> | undefined
+    let watch: ReturnType<typeof networkWatchdog> | undefined
     if (state.kind === 'live') {
       const timeoutMs = this.options.liveRequestTimeoutMs ?? DEFAULT_LIVE_REQUEST_TIMEOUT_MS
-      timer = setTimeout(() => controller.abort(new LiveTimeout(`no answer to a live request in ${timeoutMs} ms`)), timeoutMs)
+      watch = networkWatchdog(timeoutMs, () => controller.abort(new LiveTimeout(`nothing from a live request for ${timeoutMs} ms`)))
     }
     const release = (): void => {
-      if (timer !== undefined) clearTimeout(timer)
+      watch?.stop()
       unlink()
     }
     try {
       const response = await this.#send(url, headers, controller.signal)
-      // The watchdog is for an answer that never comes. Once it has come, its body is read as a catch-up
-      // request's is, however long it takes: a live answer can be a whole chunk (up to 10 MiB) that a slow
-      // link takes longer than the watchdog to bring, and aborting it would only ask for it again.
-      if (timer !== undefined) clearTimeout(timer)
-      return { url, response, release }
+      // The watchdog is for a connection that brings nothing: from here it runs only while the body's next
+      // bytes are awaited. A live answer can be a whole chunk (up to 10 MiB) that a slow link takes longer
+      // than the watchdog to bring, and aborting it while it moves would only ask for it again.
+      watch?.got()
+      return { url, response, release, ...(watch === undefined ? {} : { watch }) }
     } catch (error) {
       release()
       throw error
@@ -332,9 +334,10 @@ export class ShapeStream<T extends Row = Row> {
    * One SSE connection: events are buffered until an up-to-date closes a batch
    * (so subscribers never see half a transaction), then published; the stream
    * resumes after the batch's last change. Streams that end or break quickly
-   * with nothing delivered count towards the fallback to long-poll. A request
-   * whose answer, or whose next bytes, take longer than the live watchdog is
-   * abandoned and retried (the server sends a keep-alive every 21 s).
+   * with nothing delivered, or bring nothing for `sseIdleTimeoutMs`, count
+   * towards the fallback to long-poll. A request whose answer, or whose next
+   * bytes, take longer than that is abandoned and retried (the server sends a
+   * keep-alive every 21 s).
    */
   async #sseRequest(): Promise<void> {
     const state = this.#state
@@ -342,8 +345,12 @@ export class ShapeStream<T extends Row = Row> {
     const headers = await this.#requestHeaders(true)
     const controller = new AbortController()
     const unlink = link(this.#controller.signal, controller)
-    const timeoutMs = this.options.liveRequestTimeoutMs ?? DEFAULT_LIVE_REQUEST_TIMEOUT_MS
-    const watchdog = networkWatchdog(timeoutMs, () => controller.abort(new LiveTimeout(`nothing from an SSE request for ${timeoutMs} ms`)))
+    const timeoutMs = this.options.sseIdleTimeoutMs ?? DEFAULT_SSE_IDLE_TIMEOUT_MS
+    let timedOut = false
+    const watchdog = networkWatchdog(timeoutMs, () => {
+      timedOut = true
+      controller.abort(new LiveTimeout(`nothing from an SSE request for ${timeoutMs} ms`))
+    })
     const started = this.#timers.now()
     let streaming = false
     let delivered = 0
@@ -376,11 +383,12 @@ export class ShapeStream<T extends Row = Row> {
         this.#dispatch({ type: 'sseEnded', short: delivered === 0 && this.#timers.now() - started < this.#minSse() })
       }
     } catch (error) {
-      // A stream that broke soon with nothing delivered is as suspect as one that ended so. A request that
-      // failed before its stream began (offline, a 5xx, a 429) says nothing about SSE: it is retried with
-      // backoff, and a brief outage must not switch SSE off for good.
+      // A stream that broke soon with nothing delivered is as suspect as one that ended so, and so is one
+      // silent past the watchdog (a proxy that buffers event streams, whose events would come only at the
+      // stream's end). A request that failed before its stream began (offline, a 5xx, a 429) says nothing
+      // about SSE: it is retried with backoff, and a brief outage must not switch SSE off for good.
       if (this.#state.kind === 'live' && streaming && !this.#controller.signal.aborted && isRetryable(error)) {
-        this.#dispatch({ type: 'sseEnded', short: delivered === 0 && this.#timers.now() - started < this.#minSse() })
+        this.#dispatch({ type: 'sseEnded', short: delivered === 0 && (timedOut || this.#timers.now() - started < this.#minSse()) })
       }
       throw error
     } finally {

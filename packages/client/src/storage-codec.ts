@@ -34,16 +34,23 @@ export function encodePersistedShape(shape: PersistedShape): string {
 const wrapped = new WeakSet<object>()
 
 export function decodePersistedShape(text: string): PersistedShape | undefined {
-  let parsed: unknown
+  let raw: unknown
   try {
-    parsed = revive(JSON.parse(text))
+    raw = JSON.parse(text)
   } catch (cause) {
     throw new StorageCodecError('persisted shape is not readable', { cause })
   }
-  if (typeof parsed !== 'object' || parsed === null) throw new StorageCodecError('persisted shape is not an object')
+  if (typeof raw !== 'object' || raw === null) throw new StorageCodecError('persisted shape is not an object')
+  // An older or newer format (another client version, in another tab, may use it): start afresh rather than
+  // guess, before reviving values whose tags this version may not know, and leave the record to its writer.
+  if ((raw as { version?: unknown }).version !== PERSISTED_SHAPE_VERSION) return undefined
+  let parsed: unknown
+  try {
+    parsed = revive(raw)
+  } catch (cause) {
+    throw new StorageCodecError('persisted shape is not readable', { cause })
+  }
   const record = parsed as Partial<PersistedShape>
-  // An older or newer format: start afresh rather than guess.
-  if (record.version !== PERSISTED_SHAPE_VERSION) return undefined
   if (typeof record.handle !== 'string' || typeof record.offset !== 'string' || !Array.isArray(record.rows)) {
     throw new StorageCodecError('persisted shape lacks handle, offset or rows')
   }

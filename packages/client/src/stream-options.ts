@@ -57,8 +57,10 @@ export interface ShapeStreamOptions {
    */
   readonly onError?: (error: Error) => void | RetryOptions | Promise<void | RetryOptions>
   readonly backoff?: Partial<BackoffOptions>
-  /** A live long-poll with no answer after this long is abandoned and retried (server holds ~20 s). */
+  /** A live long-poll that brings nothing (no answer, or a body that stops) for this long is abandoned and retried (server holds ~20 s). */
   readonly liveRequestTimeoutMs?: number
+  /** An SSE request that brings nothing, not even a keep-alive (the server sends one every 21 s), for this long is abandoned and retried. */
+  readonly sseIdleTimeoutMs?: number
   /** An SSE connection shorter than this that delivered nothing counts towards the fallback. */
   readonly minSseConnectionMs?: number
   /** The clock and the wait between retries; real ones by default (a port for tests). */
@@ -92,6 +94,8 @@ export const realTimers: Timers = {
 
 /** The official client's watchdog: comfortably above the server's 20 s hold (§4.4). */
 export const DEFAULT_LIVE_REQUEST_TIMEOUT_MS = 45_000
+/** Over two of the server's 21 s SSE keep-alives. */
+export const DEFAULT_SSE_IDLE_TIMEOUT_MS = 45_000
 /** §5.5: connections shorter than this are suspicious. */
 export const DEFAULT_MIN_SSE_CONNECTION_MS = 1_000
 

@@ -65,7 +65,14 @@ function shapeServer(live: (res: ServerResponse, n: number, url: URL) => void): 
 }
 
 function open(url: string, extra: Partial<ShapeStreamOptions> = {}): Shape {
-  const stream = new ShapeStream({ url, params: { table: 't' }, liveRequestTimeoutMs: 200, backoff: { initialDelayMs: 1, maxDelayMs: 5 }, ...extra })
+  const stream = new ShapeStream({
+    url,
+    params: { table: 't' },
+    liveRequestTimeoutMs: 200,
+    sseIdleTimeoutMs: 200,
+    backoff: { initialDelayMs: 1, maxDelayMs: 5 },
+    ...extra,
+  })
   streams.push(stream)
   return new Shape(stream)
 }
@@ -101,6 +108,25 @@ describe('a live long-poll answer', () => {
   })
 })
 
+describe('a live long-poll answer whose body stops', () => {
+  it('is abandoned once nothing has come for the watchdog, and asked for again', async () => {
+    const body = `[${insert(2, 'second')},${UP_TO_DATE}]`
+    const { url, requests } = await serve(
+      shapeServer((res, n) => {
+        res.writeHead(200, headers('1_0', true, { 'content-length': String(Buffer.byteLength(body)) }))
+        // The first answer stops half-way (a connection gone half-open); the next one is whole.
+        if (n === 0) res.write(body.slice(0, 20))
+        else if (n === 1) res.end(body)
+      }),
+    )
+    const shape = open(url)
+    await until(() => shape.value.size === 2)
+    const lives = requests.filter((r) => r.searchParams.get('live') === 'true')
+    expect(lives[0]!.searchParams.get('offset')).toBe('0_0')
+    expect(lives[1]!.searchParams.get('offset')).toBe('0_0')
+  })
+})
+
 describe('an SSE stream', () => {
   function sseHead(res: ServerResponse): void {
     res.writeHead(200, { ...headers('0_0', false), 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
@@ -108,10 +134,13 @@ describe('an SSE stream', () => {
   }
   const sse = (url: URL): boolean => url.searchParams.get('live_sse') === 'true'
 
-  it('that goes silent (a half-open connection) is abandoned after the watchdog and opened again', async () => {
+  it('that goes silent is abandoned after the watchdog and opened again; three in a row (a proxy that buffers event streams) fall back to long-poll', async () => {
     const { url, requests } = await serve(shapeServer((res) => sseHead(res)))
-    open(url, { liveSse: true })
-    await until(() => requests.filter(sse).length >= 3)
+    // A minimum connection time far below the watchdog: the silent streams count as short for their silence.
+    const shape = open(url, { liveSse: true, minSseConnectionMs: 1 })
+    await until(() => shape.stream.state.kind === 'live' && (shape.stream.state as { transport: string }).transport === 'long-poll')
+    const lives = requests.filter((r) => r.searchParams.get('live') === 'true')
+    expect(lives.slice(0, 3).every(sse)).toBe(true)
   })
 
   it('kept alive by comments stays open past the watchdog', async () => {

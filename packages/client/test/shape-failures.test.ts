@@ -249,4 +249,22 @@ describe('a stored record that cannot be decoded', () => {
     // Saved again at the up-to-date, readable this time.
     expect((await storage.load('k'))?.handle).toBe('h1')
   })
+
+  it("one of another format version (another tab's client) is left alone, even with value tags this version does not know", async () => {
+    const newer = JSON.stringify({ version: 99, handle: 'h0', offset: '5_0', rows: [['k', { id: { '\u0000': 'decimal128', v: '1' } }]] })
+    const entries = new Map<string, string>([['sluice:shape:k', newer]])
+    const storage = new LocalStorageShapeStorage({
+      storage: {
+        getItem: (key) => entries.get(key) ?? null,
+        setItem: (key, value) => void entries.set(key, value),
+        removeItem: (key) => void entries.delete(key),
+      },
+    })
+    const { fetch, urls } = scriptedFetch([snapshot([{ id: '1', doc: '{}' }])])
+    const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, storage, storageKey: 'k' })
+    streams.push(shape.stream)
+    expect(entries.get('sluice:shape:k')).toBe(newer)
+    await shape.ready()
+    expect(urls[0]!.searchParams.get('offset')).toBe('-1')
+  })
 })

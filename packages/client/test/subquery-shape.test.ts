@@ -307,20 +307,22 @@ describe('Shape of a subquery shape (the protocol worked example and scenarios)'
     expect(await settled(shape.waitForTxid(822))).toBe('resolved')
   })
 
-  it("snapshot-ends in either order: a txid counts as synced by the latest snapshot's view of it", async () => {
-    const { server, shape } = await open()
-    await server.step(...initial(change('insert', 2, `"title":"two","user_id":"2"`, `"tags":["${H2}"],"active_conditions":[true]`)))
-    // A move-in whose query ran later (xmax 910, 907 still running), then one whose query ran earlier (xmax 904).
-    await server.step({
-      offset: '1_0',
-      lines: [moveIn([[0, H1]], 900), `{"headers":{"control":"snapshot-end","xmin":"905","xmax":"910","xip_list":["907"]}}`, up('24109000')],
+  for (const order of ['later first', 'earlier first'] as const) {
+    it(`snapshot-ends of move-ins, ${order}: a txid is synced as by every snapshot seen (the shape keeps only the latest)`, async () => {
+      const { server, shape } = await open()
+      await server.step(...initial(change('insert', 2, `"title":"two","user_id":"2"`, `"tags":["${H2}"],"active_conditions":[true]`)))
+      // One move-in's query ran later (xmax 910, 907 still running), the other's earlier (xmax 904).
+      const later = `{"headers":{"control":"snapshot-end","xmin":"905","xmax":"910","xip_list":["907"]}}`
+      const earlier = `{"headers":{"control":"snapshot-end","xmin":"902","xmax":"904","xip_list":[]}}`
+      const [first, second] = order === 'later first' ? [later, earlier] : [earlier, later]
+      await server.step({ offset: '1_0', lines: [moveIn([[0, H1]], 900), first, up('24109000')] })
+      await server.step({ offset: '1_1', lines: [moveIn([[0, H3]], 901), second, up('24109100')] })
+      expect(await settled(shape.waitForTxid(906))).toBe('resolved')
+      expect(await settled(shape.waitForTxid(903))).toBe('resolved')
+      expect(await settled(shape.waitForTxid(907))).toBe('pending')
+      expect(await settled(shape.waitForTxid(911))).toBe('pending')
     })
-    await server.step({ offset: '1_1', lines: [moveIn([[0, H3]], 901), `{"headers":{"control":"snapshot-end","xmin":"902","xmax":"904","xip_list":[]}}`, up('24109100')] })
-    expect(await settled(shape.waitForTxid(906))).toBe('resolved')
-    expect(await settled(shape.waitForTxid(903))).toBe('resolved')
-    expect(await settled(shape.waitForTxid(907))).toBe('pending')
-    expect(await settled(shape.waitForTxid(911))).toBe('pending')
-  })
+  }
 
   it('TanStack 35, 37, 39: out then in again; a deleted post; one transaction moving posts both ways and updating one', async () => {
     const { server, shape } = await open()
