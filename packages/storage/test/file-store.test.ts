@@ -288,6 +288,34 @@ describe('file engine', () => {
     expect(readdirSync(dir)).not.toContain('LOCK')
   })
 
+  it('never takes over a pid-file lock it cannot read, and makes one with O_EXCL where the filesystem has no hard links', async () => {
+    const dir = await tempDirs.make('lock-unreadable')
+    const live = `${process.pid + 1_000_000}\n${hostname()}\n`
+    writeFileSync(`${dir}/LOCK`, live)
+    // No descriptor to spare (or another user's file): whose it is cannot be told.
+    const starved: FsPort = {
+      ...nodeFs,
+      readFileSync: (path) => {
+        if (path.endsWith('LOCK') || path.includes('LOCK.')) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' })
+        return nodeFs.readFileSync(path)
+      },
+    }
+    await expect(acquireStoreLock(starved, dir)).rejects.toMatchObject({ code: 'store_locked', message: expect.stringContaining('EMFILE') })
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(live)
+    // link(2) refused (vfat, some network mounts): LOCK is made with O_EXCL instead.
+    const other = await tempDirs.make('lock-nolink')
+    const noLinks: FsPort = {
+      ...nodeFs,
+      linkSync: () => {
+        throw Object.assign(new Error('EPERM: operation not permitted, link'), { code: 'EPERM' })
+      },
+    }
+    const release = await acquireStoreLock(noLinks, other)
+    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readdirSync(other)).toEqual(['LOCK'])
+    release()
+  })
+
   it('sets damaged or unknown-version logs aside and serves the rest', async () => {
     const dir = await tempDirs.make('quarantine')
     const s = await openStore(dir)

@@ -176,8 +176,6 @@ export class JournalOverlay {
   update(): void {
     const present = listSegments(this.fs, this.root)
     const names = new Set(present.map((s) => s.generation))
-    /** Generations known before a rebuild whose files are still there: read again from their start, they hide nothing. */
-    let kept: ReadonlySet<number> = new Set()
     const gone = this.segments.filter((s) => !names.has(s.generation))
     const replaced = this.segments.some((s) => names.has(s.generation) && !this.same(s))
     if (gone.length > 0 || replaced) {
@@ -188,12 +186,17 @@ export class JournalOverlay {
       // left the view unseen and no reader has to look at every log (the epoch stays). A segment
       // replaced under its name is another writer's: its files hide what may have come and gone.
       for (const seg of gone) this.tail(seg)
-      if (replaced) this.epoch++
-      else kept = new Set(this.segments.filter((s) => names.has(s.generation)).map((s) => s.generation))
-      // With none of its segments left, the writer may have closed, and the next one numbers from 1 again:
-      // a segment that looks next by number is no proof that none came and went between.
-      if (kept.size === 0) this.newest = undefined
-      this.rebuild()
+      if (replaced) {
+        this.epoch++
+        this.rebuild([])
+      } else {
+        // The segments left are read again from their start, through the descriptors held.
+        const left = this.segments.filter((s) => names.has(s.generation))
+        // With none of its segments left, the writer may have closed, and the next one numbers from 1 again:
+        // a segment that looks next by number is no proof that none came and went between.
+        if (left.length === 0) this.newest = undefined
+        this.rebuild(left)
+      }
     }
     const known = new Set(this.segments.map((s) => s.generation))
     for (const s of present) {
@@ -203,7 +206,7 @@ export class JournalOverlay {
       // nothing. Anything else (a gap, none known: a new writer numbers from
       // the last segment it found, or from 1) may hide segments that came and
       // went unread, with a deleted log's records that are nowhere now.
-      if (!kept.has(s.generation) && (this.newest === undefined || s.generation !== this.newest + 1)) this.epoch++
+      if (this.newest === undefined || s.generation !== this.newest + 1) this.epoch++
       let fd: number
       try {
         fd = this.fs.openSync(s.path, 'r')
@@ -257,20 +260,31 @@ export class JournalOverlay {
     }
   }
 
-  /** Forgets every segment and what they wrote, to read the segments left from their start. */
-  private rebuild(): void {
-    this.close()
+  /**
+   * Forgets what the segments wrote, to read `keep` again from their start
+   * (through the descriptors held: a segment deleted meanwhile is still the
+   * one read); the others are closed.
+   */
+  private rebuild(keep: readonly KnownSegment[]): void {
+    const kept = new Set(keep)
+    for (const seg of this.segments) {
+      if (kept.has(seg)) seg.parsed = 0
+      else this.closeSegment(seg)
+    }
+    this.segments = [...keep]
     this.files = new Map()
   }
 
-  close(): void {
-    for (const seg of this.segments) {
-      try {
-        this.fs.closeSync(seg.fd)
-      } catch {
-        // Read-only descriptor: nothing to lose.
-      }
+  private closeSegment(seg: KnownSegment): void {
+    try {
+      this.fs.closeSync(seg.fd)
+    } catch {
+      // Read-only descriptor: nothing to lose.
     }
+  }
+
+  close(): void {
+    for (const seg of this.segments) this.closeSegment(seg)
     this.segments = []
   }
 }

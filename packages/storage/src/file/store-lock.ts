@@ -84,6 +84,8 @@ interface Held {
   readonly pid?: number
   /** LOCK names another host: whether its process runs cannot be told from here. */
   readonly elsewhere?: boolean
+  /** LOCK could not be read. */
+  readonly unreadable?: boolean
 }
 
 function lockPath(root: string): string {
@@ -100,8 +102,11 @@ function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
   let text = ''
   try {
     text = fs.readFileSync(lockPath(root)).toString('utf8')
-  } catch {
-    // Unreadable or gone: the holder is simply unnamed.
+  } catch (err) {
+    // Gone: the next attempt creates it. Unreadable (no descriptor to spare, another user's file): whoever
+    // holds it cannot be told, so it is held, never taken over on a guess.
+    const code = (err as NodeJS.ErrnoException).code
+    if (code !== 'ENOENT') return { holder: `a process this one cannot name (${lockPath(root)}: ${code ?? String(err)})`, ownProcess: false, unreadable: true }
   }
   const [pidText = '', host = ''] = text.split('\n')
   const pid = /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : Number.NaN
@@ -188,12 +193,21 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
       }
     }
     const held = describeHolder(fs, root, true)
-    if (held.ownProcess || held.elsewhere === true) return held
+    if (held.ownProcess || held.elsewhere === true || held.unreadable === true) return held
     if (held.pid === undefined ? !unnamedIsStale(fs, root) : alive(held.pid)) return held
     // Its holder is dead: claimed and removed only if it still is that holder's (else another starter's).
     if (!removeStale(fs, root, held.pid)) return describeHolder(fs, root, true)
   }
   return describeHolder(fs, root, true)
+}
+
+/** Store directories found to have no hard links (link(2) refused): their LOCK is made with O_EXCL. */
+const noLinks = new Set<string>()
+
+/** link(2), where this filesystem port and the store's filesystem have it. */
+function linkOf(fs: FsPort, root: string): ((from: string, to: string) => void) | undefined {
+  const link = fs.linkSync
+  return link === undefined || noLinks.has(root) ? undefined : (from, to) => link.call(fs, from, to)
 }
 
 /**
@@ -203,7 +217,7 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
  * (no link) is empty for an instant after its creation, so only an old one is.
  */
 function unnamedIsStale(fs: FsPort, root: string): boolean {
-  if (fs.linkSync !== undefined) return true
+  if (linkOf(fs, root) !== undefined) return true
   try {
     return Date.now() - fs.statSync(lockPath(root)).mtimeMs > UNNAMED_LOCK_GRACE_MS
   } catch {
@@ -218,7 +232,7 @@ const UNNAMED_LOCK_GRACE_MS = 10_000
 function createPidFile(fs: FsPort, root: string): boolean {
   const path = lockPath(root)
   const content = lockContent()
-  const link = fs.linkSync
+  const link = linkOf(fs, root)
   if (link === undefined) {
     let fd: number
     try {
@@ -242,10 +256,16 @@ function createPidFile(fs: FsPort, root: string): boolean {
     } finally {
       fs.closeSync(fd)
     }
-    link.call(fs, draft, path)
+    link(draft, path)
     return true
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'EEXIST') return false
+    if (code === 'EPERM' || code === 'EOPNOTSUPP' || code === 'ENOTSUP' || code === 'ENOSYS') {
+      // A filesystem without hard links (vfat, some network and FUSE mounts): O_EXCL from now on.
+      noLinks.add(root)
+      return createPidFile(fs, root)
+    }
     throw fromSystemError(err, `lock ${root}`)
   } finally {
     try {
@@ -271,22 +291,24 @@ function removeStale(fs: FsPort, root: string, pid: number | undefined): boolean
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return true
     throw fromSystemError(err, `unlock ${root}`)
   }
-  let text = ''
+  let text: string | undefined
   try {
     text = fs.readFileSync(claimed).toString('utf8')
   } catch {
     // Unreadable: not known to be the stale one, so put back below.
   }
-  const [pidText = '', host = ''] = text.split('\n')
+  const [pidText = '', host = ''] = (text ?? '').split('\n')
   const stale =
-    pid === undefined ? !/^\d+$/.test(pidText.trim()) : pidText.trim() === String(pid) && (host.trim() === '' || host.trim() === hostname())
+    text !== undefined &&
+    (pid === undefined ? !/^\d+$/.test(pidText.trim()) : pidText.trim() === String(pid) && (host.trim() === '' || host.trim() === hostname()))
   try {
     if (stale) return true
     // Another starter's LOCK, made since we looked: back where it was. Where link(2) is missing, rename, which
     // would replace a LOCK made in between (link refuses to).
     try {
-      if (fs.linkSync === undefined) fs.renameSync(claimed, path)
-      else fs.linkSync(claimed, path)
+      const link = linkOf(fs, root)
+      if (link === undefined) fs.renameSync(claimed, path)
+      else link(claimed, path)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw fromSystemError(err, `relock ${root}`)
     }
