@@ -128,6 +128,8 @@ interface KnownSegment {
   readonly ino: number
   /** Bytes of the segment parsed into the overlay. */
   parsed: number
+  /** Bytes of it ever parsed: a rebuild reads it again from its start, and those groups are not new. */
+  seen: number
 }
 
 export class JournalOverlay {
@@ -139,8 +141,8 @@ export class JournalOverlay {
    * another writer's.
    */
   epoch = 0
-  /** The newest generation opened: a new segment right after it hides nothing. */
-  private newest: number | undefined
+  /** The sequence of the last group read for the first time. */
+  private lastSequence: number | undefined
   /** Ids with records applied since the last `takeTouched`: the logs a new watermark can have moved (see `ReadOnlyFileLogStore.poll`). */
   private touched = new Set<string>()
 
@@ -191,22 +193,13 @@ export class JournalOverlay {
         this.rebuild([])
       } else {
         // The segments left are read again from their start, through the descriptors held.
-        const left = this.segments.filter((s) => names.has(s.generation))
-        // With none of its segments left, the writer may have closed, and the next one numbers from 1 again:
-        // a segment that looks next by number is no proof that none came and went between.
-        if (left.length === 0) this.newest = undefined
-        this.rebuild(left)
+        this.rebuild(this.segments.filter((s) => names.has(s.generation)))
       }
     }
     const known = new Set(this.segments.map((s) => s.generation))
     for (const s of present) {
       if (known.has(s.generation)) continue
-      // Within a writer's life generations follow one another and segments go
-      // oldest first, so a new one right after the last one known hides
-      // nothing. Anything else (a gap, none known: a new writer numbers from
-      // the last segment it found, or from 1) may hide segments that came and
-      // went unread, with a deleted log's records that are nowhere now.
-      if (this.newest === undefined || s.generation !== this.newest + 1) this.epoch++
+      // Whether segments came and went unread before this one is told by its groups' sequence (`tail`).
       let fd: number
       try {
         fd = this.fs.openSync(s.path, 'r')
@@ -218,8 +211,7 @@ export class JournalOverlay {
         }
         throw fromSystemError(err, `open ${s.path}`)
       }
-      this.segments.push({ generation: s.generation, path: s.path, fd, parsed: 0, ino: this.fs.fstatSync(fd).ino })
-      if (this.newest === undefined || s.generation > this.newest) this.newest = s.generation
+      this.segments.push({ generation: s.generation, path: s.path, fd, parsed: 0, seen: 0, ino: this.fs.fstatSync(fd).ino })
     }
     for (const seg of this.segments) this.tail(seg)
   }
@@ -239,8 +231,20 @@ export class JournalOverlay {
     const n = readFully(this.fs, seg.fd, buf, 0, buf.length, seg.parsed)
     const bytes = buf.subarray(0, n)
     const { groups, end } = seg.parsed === 0 ? readSegmentGroups(bytes, seg.generation) : parseSegment(bytes, seg.generation, 0)
-    for (const g of groups) this.apply(g.records)
+    for (const g of groups) {
+      // Every group a writer commits takes the next sequence number, and a new writer goes on from its
+      // watermark's. A group read for the first time that does not follow the last one seen means groups
+      // that came and went unread (segments checkpointed before this view looked), or a writer that
+      // started over from an earlier sequence: records may have left the view unseen. Groups read again
+      // after a rebuild were seen already.
+      if (seg.parsed + g.end > seg.seen) {
+        if (this.lastSequence === undefined || g.sequence !== this.lastSequence + 1) this.epoch++
+        this.lastSequence = g.sequence
+      }
+      this.apply(g.records)
+    }
     seg.parsed += end
+    seg.seen = Math.max(seg.seen, seg.parsed)
   }
 
   private apply(records: readonly JournalRecord[]): void {
