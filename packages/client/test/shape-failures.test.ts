@@ -230,19 +230,25 @@ describe('a subscriber that throws, or a storage that cannot save', () => {
   })
 })
 
+/** A shape opened from a LocalStorage adapter over `entries` (key `k`), its server answering one row. */
+async function openFromStore(entries: Map<string, string>): Promise<{ storage: LocalStorageShapeStorage; shape: Shape; urls: URL[] }> {
+  const storage = new LocalStorageShapeStorage({
+    storage: {
+      getItem: (key) => entries.get(key) ?? null,
+      setItem: (key, value) => void entries.set(key, value),
+      removeItem: (key) => void entries.delete(key),
+    },
+  })
+  const { fetch, urls } = scriptedFetch([snapshot([{ id: '1', doc: '{}' }])])
+  const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, storage, storageKey: 'k' })
+  streams.push(shape.stream)
+  return { storage, shape, urls }
+}
+
 describe('a stored record that cannot be decoded', () => {
   it('is removed, and the shape syncs afresh instead of failing to open on every load', async () => {
     const entries = new Map<string, string>([['sluice:shape:k', '{"version":1,"handle":"h0","off']])
-    const storage = new LocalStorageShapeStorage({
-      storage: {
-        getItem: (key) => entries.get(key) ?? null,
-        setItem: (key, value) => void entries.set(key, value),
-        removeItem: (key) => void entries.delete(key),
-      },
-    })
-    const { fetch, urls } = scriptedFetch([snapshot([{ id: '1', doc: '{}' }])])
-    const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, storage, storageKey: 'k' })
-    streams.push(shape.stream)
+    const { storage, shape, urls } = await openFromStore(entries)
     await shape.ready()
     expect(urls[0]!.searchParams.get('offset')).toBe('-1')
     expect(shape.value.size).toBe(1)
@@ -253,16 +259,7 @@ describe('a stored record that cannot be decoded', () => {
   it("one of another format version (another tab's client) is left alone, even with value tags this version does not know", async () => {
     const newer = JSON.stringify({ version: 99, handle: 'h0', offset: '5_0', rows: [['k', { id: { '\u0000': 'decimal128', v: '1' } }]] })
     const entries = new Map<string, string>([['sluice:shape:k', newer]])
-    const storage = new LocalStorageShapeStorage({
-      storage: {
-        getItem: (key) => entries.get(key) ?? null,
-        setItem: (key, value) => void entries.set(key, value),
-        removeItem: (key) => void entries.delete(key),
-      },
-    })
-    const { fetch, urls } = scriptedFetch([snapshot([{ id: '1', doc: '{}' }])])
-    const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch, storage, storageKey: 'k' })
-    streams.push(shape.stream)
+    const { shape, urls } = await openFromStore(entries)
     expect(entries.get('sluice:shape:k')).toBe(newer)
     await shape.ready()
     expect(urls[0]!.searchParams.get('offset')).toBe('-1')
