@@ -1,13 +1,12 @@
 /**
  * File-engine behaviour beyond the shared contract: reopening, cutting back to
- * the watermark, damaged tails, bounded descriptors, the store lock, quarantine
+ * the watermark, damaged tails, bounded descriptors, quarantine
  * of damaged logs, and a read-only store following a writer.
  */
-import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { bucketDir, shapeDir } from '../src/file/shape-dirs.js'
 import { storedIds } from './fixtures/log-dirs.js'
-import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, utimesSync, writeFileSync, writeSync, existsSync } from 'node:fs'
+import { appendFileSync, cpSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync, writeSync, existsSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { createFaultyFs, useTempDir } from '@sluice/test-utils'
@@ -18,7 +17,6 @@ import { nodeFs, openFileLogStore, openReadOnlyLogStore, readSpans } from '../sr
 import type { FileLogStore, FsPort, LogRead, ShapeLog, StorageError } from '../src/index.js'
 import type { LogOffset } from '@sluice/protocol'
 import { SNAPSHOT_END, body, change, makeShape, row } from './contract-suite.js'
-import { acquireStoreLock } from '../src/file/store-lock.js'
 
 const tempDirs = useTempDir()
 
@@ -201,119 +199,6 @@ describe('file engine', () => {
     pinned.release()
     expect(s.fds.size).toBeLessThanOrEqual(6)
     for (let i = 0; i < 40; i++) expect(formatOffset(s.get(`s${i}`)!.head().lastOffset)).toBe('3_0')
-  })
-
-  it('refuses a second writer and takes over the lock of a dead one', async () => {
-    const dir = await tempDirs.make('lock')
-    await openStore(dir)
-    await expect(openFileLogStore({ dir })).rejects.toMatchObject({ code: 'store_locked' })
-    const other = await tempDirs.make('lock2')
-    writeFileSync(`${other}/LOCK`, '999999999')
-    const s = await openStore(other)
-    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
-    await s.close()
-    expect(existsSync(`${other}/LOCK`)).toBe(false)
-  })
-
-  it('never takes over a pid-file lock that names another host: its pid means nothing here', async () => {
-    // A writer on another machine sharing the storage (no kernel lock on either): its pid is not running here.
-    const dir = await tempDirs.make('lock-host')
-    writeFileSync(`${dir}/LOCK`, `999999999\nwriter.internal\n`)
-    await expect(openFileLogStore({ dir })).rejects.toMatchObject({
-      code: 'store_locked',
-      message: expect.stringMatching(/process 999999999 on host writer\.internal .*remove .*LOCK/),
-    })
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe('999999999\nwriter.internal\n')
-    // The same dead pid on this host is taken over, as is a LOCK of an older build (the pid alone).
-    writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
-    const s = await openStore(dir)
-    await s.close()
-    writeFileSync(`${dir}/LOCK`, '999999999')
-    const t = await openStore(dir)
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
-    await t.close()
-  })
-
-  it('two starters that both find a dead writer\'s pid-file lock: one takes it over, the other is refused (never both)', async () => {
-    const dir = await tempDirs.make('lock-race')
-    writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
-    // Starter A runs its whole attempt in the instant starter B, which judged the same LOCK stale, takes it
-    // over: B's removal (rename or unlink of LOCK) then meets A's new LOCK.
-    let a: Promise<() => void> | undefined
-    const interleave = (path: string): void => {
-      if (a === undefined && path === `${dir}/LOCK`) a = acquireStoreLock(nodeFs, dir)
-    }
-    const fsB: FsPort = {
-      ...nodeFs,
-      renameSync: (from, to) => {
-        interleave(from)
-        nodeFs.renameSync(from, to)
-      },
-      unlinkSync: (path) => {
-        interleave(path)
-        nodeFs.unlinkSync(path)
-      },
-    }
-    const b = acquireStoreLock(fsB, dir)
-    expect(a).toBeDefined()
-    const releaseA = await a!
-    await expect(b).rejects.toMatchObject({ code: 'store_locked' })
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
-    expect(readdirSync(dir).filter((n) => n.startsWith('LOCK'))).toEqual(['LOCK'])
-    releaseA()
-    expect(existsSync(`${dir}/LOCK`)).toBe(false)
-  })
-
-  it('a pid-file lock that names no process: a power cut\'s leftover, taken over; without link(2), only once it is old', async () => {
-    const dir = await tempDirs.make('lock-empty')
-    // Made by link(2), a LOCK is whole when it appears: an empty one lost its unsynced content.
-    writeFileSync(`${dir}/LOCK`, '')
-    const s = await openStore(dir)
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
-    await s.close()
-    // Made with O_EXCL, it is empty for an instant after its creation: a young one is a starter's, left alone.
-    const { linkSync: _link, ...withoutLink } = nodeFs
-    writeFileSync(`${dir}/LOCK`, '')
-    await expect(acquireStoreLock(withoutLink, dir)).rejects.toMatchObject({ code: 'store_locked', message: expect.stringContaining('names no process') })
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe('')
-    const old = new Date(Date.now() - 60_000)
-    utimesSync(`${dir}/LOCK`, old, old)
-    ;(await acquireStoreLock(withoutLink, dir))()
-    // A dead writer's, taken over without link(2) too.
-    writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
-    const release = await acquireStoreLock(withoutLink, dir)
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
-    await expect(acquireStoreLock(withoutLink, dir)).rejects.toMatchObject({ code: 'store_locked' })
-    release()
-    expect(readdirSync(dir)).not.toContain('LOCK')
-  })
-
-  it('never takes over a pid-file lock it cannot read, and makes one with O_EXCL where the filesystem has no hard links', async () => {
-    const dir = await tempDirs.make('lock-unreadable')
-    const live = `${process.pid + 1_000_000}\n${hostname()}\n`
-    writeFileSync(`${dir}/LOCK`, live)
-    // No descriptor to spare (or another user's file): whose it is cannot be told.
-    const starved: FsPort = {
-      ...nodeFs,
-      readFileSync: (path) => {
-        if (path.endsWith('LOCK') || path.includes('LOCK.')) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' })
-        return nodeFs.readFileSync(path)
-      },
-    }
-    await expect(acquireStoreLock(starved, dir)).rejects.toMatchObject({ code: 'store_locked', message: expect.stringContaining('EMFILE') })
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(live)
-    // link(2) refused (vfat, some network mounts): LOCK is made with O_EXCL instead.
-    const other = await tempDirs.make('lock-nolink')
-    const noLinks: FsPort = {
-      ...nodeFs,
-      linkSync: () => {
-        throw Object.assign(new Error('EPERM: operation not permitted, link'), { code: 'EPERM' })
-      },
-    }
-    const release = await acquireStoreLock(noLinks, other)
-    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
-    expect(readdirSync(other)).toEqual(['LOCK'])
-    release()
   })
 
   it('sets damaged or unknown-version logs aside and serves the rest', async () => {
@@ -559,56 +444,6 @@ describe('file engine', () => {
     reader.poll()
     expect(seen.at(-1)).toEqual({ lsn: 9n, advanced: ['s9'] })
     expect(formatOffset(reader.get('s9')!.head().lastOffset)).toBe('9_0')
-    off()
-    await reader.close()
-    await w.close()
-  })
-})
-
-describe("a read-only follower across the writer's checkpoints", () => {
-  it('a poll after a checkpoint looks at the logs written, not at every log held, and serves every log whole', async () => {
-    const dir = await tempDirs.make('ro-checkpoint')
-    // Segments of 1 KiB: a few flushes close one, and its checkpoint deletes it.
-    const w = await openFileLogStore({ dir, flushIntervalMs: 60_000, flushWhenIdle: false, journalSegmentBytes: 1024 })
-    const LOGS = 200
-    for (let i = 0; i < LOGS; i++) await w.createShape(`s${i}`).finish(Buffer.from('{"headers":{"control":"snapshot-end"}}'))
-    let tx = 5n
-    const write = async (id: string): Promise<void> => {
-      w.get(id)!.appendTransaction([change(tx, 0, Number(tx))])
-      w.advance(tx)
-      await w.flush()
-      tx += 1n
-    }
-    await write('s0')
-    const faulty = createFaultyFs<FsPort>(nodeFs)
-    const reader = openReadOnlyLogStore({ dir, pollIntervalMs: 0, fs: faulty.fs })
-    for (let i = 0; i < LOGS; i++) reader.get(`s${i}`)!.head()
-    const seen: Array<readonly string[]> = []
-    const off = reader.onFlush((r) => seen.push(r.advanced))
-    reader.poll()
-    const segments = (): string[] => readdirSync(join(dir, 'journal')).filter((n) => n.endsWith('.jnl'))
-    const before = new Set(segments())
-    // Flushes to s1, polled one by one, until a segment the follower has read is checkpointed away.
-    let checkpointed = false
-    let written = 0
-    for (let i = 0; i < 200 && !checkpointed; i++) {
-      await write('s1')
-      written++
-      faulty.rules.resetCalls()
-      reader.poll()
-      expect(seen.at(-1)).toEqual(['s1'])
-      const calls = faulty.rules.callCounts()
-      // Looking at all 200 logs made a stat and three fstats each.
-      expect((calls['fstatSync'] ?? 0) + (calls['statSync'] ?? 0)).toBeLessThan(40)
-      checkpointed = [...before].some((n) => !segments().includes(n))
-    }
-    expect(checkpointed).toBe(true)
-    // And after it, a write to a log the follower last saw long ago is reported and served in full.
-    await write('s150')
-    reader.poll()
-    expect(seen.at(-1)).toEqual(['s150'])
-    expect(reader.get('s1')!.head().entryCount).toBe(1 + written)
-    expect(reader.get('s150')!.head().entryCount).toBe(2)
     off()
     await reader.close()
     await w.close()

@@ -2,7 +2,7 @@
  * The store's writer lock (store-lock.ts): with a kernel lock (flock through
  * the native addon) a writer's exit, however it happens, lets the next one in
  * at once, whatever LOCK says; a standby waits for it; a second writer is
- * refused after its wait. The pid-file fallback is covered in file-store.test.ts.
+ * refused after its wait. The pid-file fallback is covered in pid-lock.test.ts.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { hostname } from 'node:os'
