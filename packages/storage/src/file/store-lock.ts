@@ -108,15 +108,13 @@ function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
     const code = (err as NodeJS.ErrnoException).code
     if (code !== 'ENOENT') return { holder: `a process this one cannot name (${lockPath(root)}: ${code ?? String(err)})`, ownProcess: false, unreadable: true }
   }
-  const [pidText = '', host = ''] = text.split('\n')
-  const pid = /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : Number.NaN
-  if (!Number.isInteger(pid)) {
+  const { pid, host: hostName } = parseLock(text)
+  if (pid === undefined) {
     // For a pid file, written whole before it appears (or, without link(2), in the instant after): a LOCK
     // that names nobody is damaged, and is not taken over on a guess.
     const remedy = pidFile ? ` (${lockPath(root)} names no process; if no writer of this store runs, remove it)` : ''
     return { holder: `another process${remedy}`, ownProcess: false }
   }
-  const hostName = host.trim()
   if (hostName !== '' && hostName !== hostname()) {
     const remedy = pidFile ? ` (a lock file this host cannot check; if that process no longer runs, remove ${lockPath(root)})` : ''
     return {
@@ -128,6 +126,12 @@ function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
   }
   if (pid === process.pid) return { holder: 'this process (the store is already open for writing here)', ownProcess: true }
   return { holder: `process ${pid}`, ownProcess: false, pid }
+}
+
+/** What LOCK's text names: its pid (undefined when none), and its host ('' for an older build's LOCK, the pid alone). */
+function parseLock(text: string): { pid: number | undefined; host: string } {
+  const [pidText = '', host = ''] = text.split('\n')
+  return { pid: /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : undefined, host: host.trim() }
 }
 
 function tryKernelLock(fs: FsPort, root: string, lockFile: (fd: number) => boolean): (() => void) | Held {
@@ -297,10 +301,9 @@ function removeStale(fs: FsPort, root: string, pid: number | undefined): boolean
   } catch {
     // Unreadable: not known to be the stale one, so put back below.
   }
-  const [pidText = '', host = ''] = (text ?? '').split('\n')
+  const claimedLock = text === undefined ? undefined : parseLock(text)
   const stale =
-    text !== undefined &&
-    (pid === undefined ? !/^\d+$/.test(pidText.trim()) : pidText.trim() === String(pid) && (host.trim() === '' || host.trim() === hostname()))
+    claimedLock !== undefined && claimedLock.pid === pid && (pid === undefined || claimedLock.host === '' || claimedLock.host === hostname())
   try {
     if (stale) return true
     // Another starter's LOCK, made since we looked: back where it was. Where link(2) is missing, rename, which
