@@ -73,10 +73,61 @@ function toMessage<T extends Row>(raw: unknown, parseRow: RowParser): Message<T>
   if (typeof raw !== 'object' || raw === null || !('headers' in raw) || typeof raw.headers !== 'object' || raw.headers === null) {
     throw new InvalidResponseError(`not a message: ${JSON.stringify(raw)?.slice(0, 200)}`)
   }
-  const message = raw as { value?: unknown; old_value?: unknown }
+  const message = raw as { key?: unknown; value?: unknown; old_value?: unknown; headers: Record<string, unknown> }
+  const problem = malformed(message)
+  if (problem !== undefined) throw new InvalidResponseError(`malformed message (${problem}): ${JSON.stringify(raw).slice(0, 200)}`)
   if (isValues(message.value)) message.value = parseRow(message.value)
   if (isValues(message.old_value)) message.old_value = parseRow(message.old_value)
   return raw as Message<T>
+}
+
+const OPERATIONS = new Set(['insert', 'update', 'delete'])
+const XID8 = /^\d{1,20}$/
+
+/**
+ * What is wrong with a message whose kind is known (change, control or event)
+ * and whose fields a subscriber relies on, or undefined. A message of a kind
+ * this client does not know passes: a newer server may send one, and
+ * subscribers skip it. Checked here so a server's bad message stops the stream
+ * with `InvalidResponseError` instead of failing a subscriber halfway through
+ * a batch.
+ */
+function malformed(message: { key?: unknown; value?: unknown; headers: Record<string, unknown> }): string | undefined {
+  const headers = message.headers
+  if ('operation' in headers) {
+    if (!OPERATIONS.has(headers.operation as string)) return 'unknown operation'
+    if (typeof message.key !== 'string') return 'key is not a string'
+    if (!isValues(message.value)) return 'value is not an object'
+    if (!optionalArray(headers.txids) || !optionalArray(headers.tags) || !optionalArray(headers.removed_tags) || !optionalArray(headers.active_conditions)) {
+      return 'txids, tags, removed_tags or active_conditions is not an array'
+    }
+    return undefined
+  }
+  if ('control' in headers) {
+    if (typeof headers.control !== 'string') return 'control is not a string'
+    if (headers.control !== 'snapshot-end') return undefined
+    const xip = headers.xip_list
+    if (!isXid8(headers.xmin) || !isXid8(headers.xmax) || !Array.isArray(xip) || !xip.every(isXid8)) return 'xmin, xmax or xip_list is not a decimal xid8'
+    return undefined
+  }
+  if ('event' in headers) {
+    const patterns = headers.patterns
+    if (!Array.isArray(patterns) || !patterns.every(isPattern)) return 'patterns is not a list of {pos, value}'
+    if (!optionalArray(headers.txids)) return 'txids is not an array'
+  }
+  return undefined
+}
+
+function optionalArray(value: unknown): boolean {
+  return value === undefined || Array.isArray(value)
+}
+
+function isXid8(value: unknown): boolean {
+  return typeof value === 'string' && XID8.test(value)
+}
+
+function isPattern(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && Number.isInteger((value as { pos?: unknown }).pos) && typeof (value as { value?: unknown }).value === 'string'
 }
 
 function isValues(value: unknown): value is Record<string, string | null> {

@@ -370,7 +370,13 @@ export class Shape<T extends Row = Row> {
   }
 
   #fail(error: unknown): void {
-    if (!this.stream.isStopped) return // this shape's own processing failed: reported in #process
+    if (!this.stream.isStopped) {
+      // This shape's own processing of a batch threw: its rows may hold part of the batch, and
+      // going on from them would build on a wrong state, so the shape stops, as for a stream error.
+      this.#unwatch()
+      this.#unsubscribe()
+      void this.stream.stop()
+    }
     this.#error = error
     for (const waiter of this.#readyWaiters) waiter.reject(error)
     this.#readyWaiters.clear()

@@ -168,6 +168,51 @@ describe('a value its column parser refuses', () => {
   }
 })
 
+describe('a malformed message from the server', () => {
+  const good = { key: '"public"."t"/"1"', value: { id: '1', doc: '{}' }, headers: { operation: 'insert', txids: [7] } }
+  const bad: ReadonlyArray<readonly [string, unknown]> = [
+    ['a snapshot-end whose xmin is not a number', { headers: { control: 'snapshot-end', xmin: 'abc', xmax: '10', xip_list: [] } }],
+    ['a snapshot-end without xip_list', { headers: { control: 'snapshot-end', xmin: '5', xmax: '10' } }],
+    ['a change without a key', { value: { id: '2', doc: '{}' }, headers: { operation: 'insert' } }],
+    ['a change of an unknown operation', { key: 'k', value: { id: '2', doc: '{}' }, headers: { operation: 'upsert' } }],
+    ['a change whose txids is a number', { key: 'k', value: { id: '2', doc: '{}' }, headers: { operation: 'insert', txids: 7 } }],
+    ['a move-out whose patterns is not a list', { headers: { event: 'move-out', patterns: 'all' } }],
+  ]
+  for (const [name, message] of bad) {
+    it(`${name}: the stream stops with InvalidResponseError and no message of its body is applied`, async () => {
+      const { stream } = open([{ headers: { 'electric-up-to-date': '' }, body: [good, message, { headers: { control: 'up-to-date' } }] }])
+      const shape = new Shape(stream)
+      const txid = shape.waitForTxid(7)
+      await expect(shape.ready()).rejects.toBeInstanceOf(InvalidResponseError)
+      await expect(txid).rejects.toBeInstanceOf(InvalidResponseError)
+      expect((shape.error as InvalidResponseError).message).toContain('malformed message')
+      expect(shape.value.size).toBe(0)
+      expect(stream.state).toMatchObject({ kind: 'stopped', reason: 'error' })
+    })
+  }
+
+  it('a message of a kind this client does not know is passed over', async () => {
+    const { stream } = open([{ headers: { 'electric-up-to-date': '' }, body: [good, { headers: { note: 'from a newer server' } }, { headers: { control: 'up-to-date' } }] }])
+    const shape = new Shape(stream)
+    await shape.ready()
+    expect(shape.value.size).toBe(1)
+  })
+
+  it("one the shape's own processing cannot take (tags that are not strings) stops the shape and rejects its waits instead of leaving them pending", async () => {
+    const tagged = { ...good, headers: { ...good.headers, tags: [5] } }
+    const { stream } = open([{ headers: { 'electric-up-to-date': '' }, body: [tagged, { headers: { control: 'up-to-date' } }] }])
+    const shape = new Shape(stream)
+    const txid = shape.waitForTxid(7)
+    await expect(shape.ready()).rejects.toBeInstanceOf(TypeError)
+    await expect(txid).rejects.toBeInstanceOf(TypeError)
+    expect(shape.error).toBeInstanceOf(TypeError)
+    await stream.done
+    expect(stream.state).toMatchObject({ kind: 'stopped' })
+    // Later waits are told at once rather than left pending.
+    await expect(shape.waitForTxid(8)).rejects.toBeInstanceOf(TypeError)
+  })
+})
+
 describe('a subscriber that throws, or a storage that cannot save', () => {
   it('the other subscribers, ready() and waitForTxid are still told, and the error is reported, not swallowed', async () => {
     const { stream } = open([snapshot([{ id: '1', doc: '{}', txid: 7 }])])
