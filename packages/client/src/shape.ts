@@ -93,6 +93,12 @@ export class Shape<T extends Row = Row> {
    * that grows for as long as it runs.
    */
   #snapshot: SnapshotVisibility | undefined
+  /**
+   * Rows changed by batches since the last up-to-date: a response may end
+   * without one (a catch-up in chunks), and the one that brings it may hold
+   * nothing else, yet subscribers and storage must still hear of the changes.
+   */
+  #changedSinceHead = false
   readonly #waiters = new Set<TxidWaiter>()
   readonly #readyWaiters = new Set<{ resolve: () => void; reject: (error: unknown) => void }>()
   #error: unknown
@@ -238,7 +244,7 @@ export class Shape<T extends Row = Row> {
 
   async #process(messages: ReadonlyArray<Message<T>>): Promise<void> {
     let reachedHead = false
-    let changed = false
+    let changed = this.#changedSinceHead
     for (const message of messages) {
       if (isChangeMessage(message)) {
         changed = true
@@ -267,6 +273,7 @@ export class Shape<T extends Row = Row> {
       }
     }
     if (changed) this.#rowList = undefined
+    this.#changedSinceHead = changed && !reachedHead
     if (!reachedHead) return
     const first = !this.#upToDate
     this.#upToDate = true

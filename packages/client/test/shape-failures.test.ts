@@ -275,6 +275,45 @@ describe('a subscriber that throws, or a storage that cannot save', () => {
   })
 })
 
+describe('changes that arrive over several responses', () => {
+  it('a live response of changes without up-to-date, then one of up-to-date alone: subscribers are told and the rows saved', async () => {
+    const row = (id: string): unknown => ({ key: `"public"."t"/"${id}"`, value: { id, doc: '{}' }, headers: { operation: 'insert' } })
+    const upToDate = { headers: { control: 'up-to-date' } }
+    // Answered in turn whatever the request; past the list, held until aborted.
+    const bodies: Array<{ body: unknown[]; upToDate: boolean }> = [
+      { body: [row('1'), upToDate], upToDate: true },
+      // A live answer that is a chunk of a catch-up, the client being behind: no up-to-date.
+      { body: [row('2')], upToDate: false },
+      // The catch-up's last request: the chunk ended at the head, so only the up-to-date is left.
+      { body: [upToDate], upToDate: true },
+    ]
+    const fetchImpl = (async (_input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+      const next = bodies.shift()
+      if (next === undefined) {
+        return new Promise<Response>((_resolve, reject) => init?.signal?.addEventListener('abort', () => reject(init.signal!.reason), { once: true }))
+      }
+      return new Response(JSON.stringify(next.body), {
+        headers: {
+          'content-type': 'application/json',
+          'electric-handle': 'h1',
+          'electric-offset': `${3 - bodies.length}_0`,
+          'electric-schema': JSON.stringify(SCHEMA),
+          'electric-cursor': '1',
+          ...(next.upToDate ? { 'electric-up-to-date': '' } : {}),
+        },
+      })
+    }) as typeof fetch
+    const storage = new MemoryShapeStorage()
+    const shape = await Shape.open({ url: 'http://sluice.test/v1/shape', params: { table: 't' }, fetch: fetchImpl, storage, storageKey: 'k' })
+    streams.push(shape.stream)
+    const told: number[] = []
+    shape.subscribe((data) => void told.push(data.value.size))
+    await vi.waitFor(() => expect(bodies).toHaveLength(0))
+    await vi.waitFor(() => expect(told).toEqual([1, 2]))
+    expect((await storage.load('k'))?.rows.map(([key]) => key)).toEqual(['"public"."t"/"1"', '"public"."t"/"2"'])
+  })
+})
+
 /** A shape opened from a LocalStorage adapter over `entries` (key `k`), its server answering one row. */
 async function openFromStore(entries: Map<string, string>): Promise<{ storage: LocalStorageShapeStorage; shape: Shape; urls: URL[] }> {
   const storage = new LocalStorageShapeStorage({
