@@ -4,6 +4,7 @@ export {
   LOADING_SNAPSHOT,
   loadingSnapshot,
   ShapeCache,
+  ShapeCacheClosedError,
   type ShapeCacheOptions,
   type ShapeSnapshot,
   type UseShapeOptions,

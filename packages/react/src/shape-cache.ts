@@ -1,4 +1,4 @@
-import { Shape, ShapeStream, type Row, type ShapeStorage, type ShapeStreamOptions, type Txid } from '@sluice/client'
+import { InvalidOptionsError, Shape, ShapeStream, type Row, type ShapeStorage, type ShapeStreamOptions, type Txid } from '@sluice/client'
 import { shapeKey } from './shape-key.js'
 
 /** How long a shape nobody uses stays open: long enough to survive StrictMode, a route change and back. */
@@ -23,14 +23,22 @@ const realGcTimers: GcTimers = {
 export interface ShapeCacheOptions {
   /** Grace period after the last subscriber leaves before the shape is stopped. `Infinity`: never. */
   readonly gcTimeMs?: number
-  /** Stream options under every shape's own (fetch, headers, backoff…). */
-  readonly defaults?: Partial<ShapeStreamOptions>
+  /**
+   * Stream options under every shape's own (fetch, headers, backoff…). Not
+   * `params` (every shape gives its own) nor `signal` (a stream is shared).
+   */
+  readonly defaults?: Partial<Omit<ShapeStreamOptions, 'params' | 'signal'>>
   /** Where shapes are saved and resumed from; none by default. */
   readonly storage?: ShapeStorage
   readonly timers?: GcTimers
 }
 
-export interface UseShapeOptions extends ShapeStreamOptions {
+/**
+ * A shape's stream options, without `signal`: the stream is shared by every
+ * component using the shape, so one component's signal would stop it for all;
+ * a component lets go of a shape by unmounting.
+ */
+export interface UseShapeOptions extends Omit<ShapeStreamOptions, 'signal'> {
   /** Use this cache instead of the provider's. */
   readonly cache?: ShapeCache
   /** The shape's identity when it cannot be derived (a param given as a function). */
@@ -58,6 +66,18 @@ export const LOADING_SNAPSHOT: ShapeSnapshot<Row> = Object.freeze({
   shape: undefined,
   stream: undefined,
 })
+
+/** A cache used after `close()`. */
+export class ShapeCacheClosedError extends Error {
+  readonly code = 'cache_closed'
+  constructor() {
+    super('the ShapeCache was closed: give the tree a new cache (a cache per session)')
+    this.name = 'ShapeCacheClosedError'
+  }
+}
+
+/** What every key of a closed cache renders: no rows, and the error saying why. */
+const CLOSED_SNAPSHOT: ShapeSnapshot<Row> = Object.freeze({ ...LOADING_SNAPSHOT, isLoading: false, isError: true, error: new ShapeCacheClosedError() })
 
 /** The loading snapshot at any row type (it holds no rows, so it is every type's). */
 export function loadingSnapshot<T extends Row>(): ShapeSnapshot<T> {
@@ -99,16 +119,18 @@ export class ShapeCache {
   readonly #defaults: Partial<ShapeStreamOptions>
   readonly #storage: ShapeStorage | undefined
   readonly #timers: GcTimers
+  #closed = false
 
   constructor(options: ShapeCacheOptions = {}) {
     this.#gcTimeMs = options.gcTimeMs ?? DEFAULT_GC_TIME_MS
-    this.#defaults = options.defaults ?? {}
+    this.#defaults = definedOnly(options.defaults ?? {})
     this.#storage = options.storage
     this.#timers = options.timers ?? realGcTimers
   }
 
+  /** The shape key of these options over the cache's defaults (a default `log`, say, is part of it). */
   keyOf(options: UseShapeOptions): string {
-    return shapeKey(options)
+    return shapeKey(this.#streamOptions(options))
   }
 
   get size(): number {
@@ -126,11 +148,17 @@ export class ShapeCache {
 
   /** Never starts anything: safe to call while rendering. */
   snapshotOfKey<T extends Row = Row>(key: string): ShapeSnapshot<T> {
+    if (this.#closed) return CLOSED_SNAPSHOT as unknown as ShapeSnapshot<T>
     return (this.#entries.get(key)?.snapshot as ShapeSnapshot<T> | undefined) ?? loadingSnapshot<T>()
   }
 
-  /** Holds the shape (starting it if needed) and calls `onChange` at each new snapshot; returns the release. */
+  /**
+   * Holds the shape (starting it if needed) and calls `onChange` at each new
+   * snapshot; returns the release. On a closed cache nothing starts: the
+   * snapshot says the cache is closed.
+   */
   subscribe(options: UseShapeOptions, onChange: () => void): () => void {
+    if (this.#closed) return () => {}
     const entry = this.#acquire(options)
     entry.listeners.add(onChange)
     let released = false
@@ -142,20 +170,30 @@ export class ShapeCache {
     }
   }
 
-  /** Starts the shape (or joins it) and resolves with it once up to date. */
-  async preload<T extends Row = Row>(options: UseShapeOptions): Promise<Shape<T>> {
+  /**
+   * Starts the shape (or joins it) and resolves with it once up to date; the
+   * signal gives up the wait (the shape then waits its grace period, as after
+   * any preload).
+   */
+  async preload<T extends Row = Row>(options: UseShapeOptions, { signal }: { signal?: AbortSignal } = {}): Promise<Shape<T>> {
+    if (this.#closed) throw new ShapeCacheClosedError()
     const entry = this.#acquire(options)
     try {
       const shape = await entry.started
-      await shape.ready()
+      await shape.ready(signal)
       return shape as unknown as Shape<T>
     } finally {
       this.#release(entry)
     }
   }
 
-  /** Resolves once the shape's synced rows include transaction `txid`; holds the shape meanwhile. */
+  /**
+   * Resolves once the shape's synced rows include transaction `txid`; holds
+   * the shape meanwhile. A transaction that changes no row of the shape never
+   * arrives in it: bound the wait with a signal (`AbortSignal.timeout(…)`).
+   */
   async waitForTxid(options: UseShapeOptions, txid: Txid, { signal }: { signal?: AbortSignal } = {}): Promise<void> {
+    if (this.#closed) throw new ShapeCacheClosedError()
     const entry = this.#acquire(options)
     try {
       const shape = await entry.started
@@ -165,9 +203,15 @@ export class ShapeCache {
     }
   }
 
-  /** Stops every shape now, held or not. */
+  /**
+   * Stops every shape now, held or not, for good (a test's end, a logout):
+   * mounted components render `ShapeCacheClosedError` with no rows, and
+   * whatever asks this cache for a shape afterwards gets that error.
+   */
   async close(): Promise<void> {
+    this.#closed = true
     const entries = [...this.#entries.values()]
+    for (const entry of entries) entry.publish(CLOSED_SNAPSHOT)
     await Promise.all(entries.map((entry) => this.#close(entry)))
   }
 
@@ -196,9 +240,17 @@ export class ShapeCache {
     }, this.#gcTimeMs)
   }
 
+  /** The shape's own options over the defaults; an own option left undefined does not hide its default. */
+  #streamOptions(options: UseShapeOptions): ShapeStreamOptions & { shapeKey?: string } {
+    if ((options as { signal?: unknown }).signal !== undefined) {
+      throw new InvalidOptionsError('useShape options take no signal: the stream is shared by every component using the shape; unmounting lets go of it')
+    }
+    const { cache: _cache, ...own } = options
+    return { ...this.#defaults, ...definedOnly(own) }
+  }
+
   #start(entry: Entry, options: UseShapeOptions): void {
-    const { cache: _cache, shapeKey: _shapeKey, ...own } = options
-    const streamOptions: ShapeStreamOptions = { ...this.#defaults, ...own }
+    const { shapeKey: _shapeKey, ...streamOptions } = this.#streamOptions(options)
     if (this.#storage === undefined) {
       try {
         const shape = new Shape(new ShapeStream(streamOptions))
@@ -258,6 +310,12 @@ export class ShapeCache {
     const shape = entry.shape ?? (await entry.started.catch(() => undefined))
     await shape?.stop()
   }
+}
+
+function definedOnly<T extends object>(options: T): T {
+  const out: Record<string, unknown> = {}
+  for (const [name, value] of Object.entries(options)) if (value !== undefined) out[name] = value
+  return out as T
 }
 
 function failedSnapshot(error: unknown): ShapeSnapshot<Row> {
