@@ -17,6 +17,9 @@ import { TransactionAssembler } from './transaction-assembler.js'
 
 export { DEFAULT_LIVENESS_TIMEOUT_MS, DEFAULT_STATUS_INTERVAL_MS } from './standby-status.js'
 
+/** A connection up this long resets the reconnect backoff even if no transaction came (an idle database). */
+const STABLE_CONNECTION_MS = 30_000
+
 export interface ReplicationClientOptions {
   /** Connection string or pg config; the role needs the REPLICATION attribute. */
   readonly connection: string | pg.ClientConfig
@@ -327,7 +330,11 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
           fatal = toError(error)
           break
         }
+        // stop() during the rollback found no connection to end and no sleep to wake: it is seen here.
+        if (this.stopping) break
       }
+      const reached = this.reachedLsn()
+      const connectedAt = this.now()
       const stream = new Stream(
         this.clientConfig,
         {
@@ -353,7 +360,10 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
         // A sink that cannot drop a partial transaction would see it twice after reconnecting: stop instead.
         resetFailure = toError(error)
       }
-      if (stream.started) attempt = 0
+      // Only a connection that got somewhere, or held for a while, resets the backoff: one that fails at
+      // the same transaction each time (a sink that throws on it) would otherwise have Postgres decode it
+      // again every 250 ms, for ever.
+      if (stream.started && (this.reachedLsn() > reached || this.now() - connectedAt >= STABLE_CONNECTION_MS)) attempt = 0
       if (this.stopping) {
         this.emitDisconnected(reason, undefined)
         break
@@ -373,6 +383,13 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
     this.firstConnect?.reject(fatal ?? new ReplicationError('client_stopped'))
     this.firstConnect = undefined
     this.resolveStopped(fatal)
+  }
+
+  /** How far the sink got: the last transaction handed to it, or the durable position if later. */
+  private reachedLsn(): bigint {
+    const durable = this.options.durableLsn()
+    const delivered = this.assembler.lastDeliveredLsn
+    return delivered > durable ? delivered : durable
   }
 
   /** Streams until the connection ends; returns why it ended. */

@@ -1,0 +1,116 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { usePostgres } from '@sluice/test-utils'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import type { DisconnectedInfo, PublicationManager, ReplicationClient, SlotManager, Transaction } from '../../src/replication/index.js'
+import { CollectingSink, setUpReplication, startClient, waitFor } from './harness.js'
+
+/** How the client retries: a failure that repeats on every connection, and a stop in the middle of a replay. */
+
+const cluster = usePostgres()
+
+/** A sink that refuses every transaction touching `table`, as one with a bug on a certain row would. */
+class RefusingSink extends CollectingSink {
+  refused = 0
+  constructor(private readonly table: string) {
+    super()
+  }
+  override onTransaction(tx: Transaction): void {
+    if (tx.changes.some((c) => c.kind !== 'truncate' && c.relation.table === this.table)) {
+      this.refused++
+      throw new Error(`refusing a transaction on ${this.table}`)
+    }
+    super.onTransaction(tx)
+  }
+}
+
+describe('retrying the replication connection', () => {
+  let names: { slot: SlotManager; publication: PublicationManager }
+  let client: ReplicationClient | undefined
+
+  beforeAll(async () => {
+    await cluster.query('CREATE TABLE retry_ok (id int PRIMARY KEY)')
+    await cluster.query('CREATE TABLE retry_bad (id int PRIMARY KEY)')
+    names = await setUpReplication(cluster, [
+      ['public', 'retry_ok'],
+      ['public', 'retry_bad'],
+    ])
+  })
+
+  afterEach(async () => {
+    await client?.stop()
+    client = undefined
+  })
+
+  afterAll(async () => {
+    await cluster.dropReplicationSlots()
+  })
+
+  it('a transaction the sink fails on every time backs off further at each try instead of retrying at the first delay for ever', async () => {
+    const sink = new RefusingSink('retry_bad')
+    client = startClient(cluster, names, { durableLsn: () => 0n, sink, backoff: { initialMs: 20, maxMs: 5_000, multiplier: 2 } }).client
+    const disconnects: DisconnectedInfo[] = []
+    client.on('disconnected', (d) => disconnects.push(d))
+    await client.start()
+    await cluster.query('INSERT INTO retry_bad VALUES (1)')
+    await waitFor(() => disconnects.length >= 5, 'five failed connections')
+    const delays = disconnects.slice(0, 5).map((d) => d.retryInMs ?? -1)
+    // Equal jitter: try n waits between half and all of 20 ms × 2^n.
+    delays.forEach((delay, n) => expect(delay).toBeGreaterThanOrEqual((20 * 2 ** n) / 2))
+    expect(sink.refused).toBeGreaterThanOrEqual(5)
+  })
+
+  it('a connection that delivers something resets the backoff: a failure after progress retries soon', async () => {
+    let refuse = true
+    const sink = new RefusingSink('retry_bad')
+    const original = sink.onTransaction.bind(sink)
+    sink.onTransaction = (tx) => {
+      if (refuse) original(tx)
+      else CollectingSink.prototype.onTransaction.call(sink, tx)
+    }
+    client = startClient(cluster, names, { durableLsn: () => 0n, sink, backoff: { initialMs: 20, maxMs: 5_000, multiplier: 2 } }).client
+    const disconnects: DisconnectedInfo[] = []
+    client.on('disconnected', (d) => disconnects.push(d))
+    await client.start()
+    await cluster.query('INSERT INTO retry_bad VALUES (2)')
+    await waitFor(() => disconnects.length >= 4, 'four failed connections')
+    // Now the sink takes it: that connection gets past it, so the next failure starts the schedule again.
+    refuse = false
+    await waitFor(() => sink.on('retry_bad').length > 0, 'the transaction to be taken')
+    refuse = true
+    const before = disconnects.length
+    await cluster.query('INSERT INTO retry_bad VALUES (3)')
+    await waitFor(() => disconnects.length > before, 'the next failure')
+    expect(disconnects[before]!.retryInMs).toBeLessThanOrEqual(20)
+  })
+
+  it('stop() while the sink rolls back for a replay ends the client instead of opening a new connection', async () => {
+    let entered!: () => void
+    const inRollback = new Promise<void>((resolve) => (entered = resolve))
+    let finish!: () => void
+    const rollback = new Promise<void>((resolve) => (finish = resolve))
+    const started = startClient(cluster, names, {
+      durableLsn: () => 0n,
+      beforeReplay: async () => {
+        entered()
+        await rollback
+      },
+    })
+    client = started.client
+    await client.start()
+    await cluster.query('INSERT INTO retry_ok VALUES (1)')
+    await started.sink.waitForCount('retry_ok', 1)
+    client.replayFromDurable(new Error('a flush failed'))
+    await inRollback
+    const stopping = client.stop()
+    finish()
+    const outcome = await Promise.race([stopping.then(() => 'stopped'), sleep(10_000).then(() => 'still running')])
+    expect(outcome).toBe('stopped')
+    expect(client.connected).toBe(false)
+    // Nothing holds the slot: no connection was opened after the stop.
+    const slot = await waitFor(async () => {
+      const info = await names.slot.info()
+      return info?.active === false ? info : undefined
+    }, 'the slot to be released')
+    expect(slot.active).toBe(false)
+  })
+})
