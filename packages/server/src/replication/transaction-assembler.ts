@@ -44,6 +44,12 @@ export interface TransactionAssemblerOptions {
   readonly durableLsn?: () => bigint
   readonly maxTransactionBytes?: number
   readonly streamBatchSize?: number
+  /**
+   * Pgoutput bytes after which a batch is handed on even if it has fewer than
+   * `streamBatchSize` changes: 1,024 rows of megabyte documents must not all be
+   * held at once. Default: a quarter of `maxTransactionBytes`, at least 64 KiB.
+   */
+  readonly streamBatchBytes?: number
 }
 
 interface OpenTransaction {
@@ -55,6 +61,8 @@ interface OpenTransaction {
   changes: Change[]
   /** Spilled mode: changes not yet handed to `onStreamedChanges`. */
   batch: StreamedChange[]
+  /** Pgoutput bytes of `batch`. */
+  batchBytes: number
   bytes: number
   /** Already covered by the durable watermark (or delivered before): decoded, not delivered. */
   readonly skip: boolean
@@ -85,11 +93,13 @@ export class TransactionAssembler {
   private readonly durableLsn: () => bigint
   private readonly maxTransactionBytes: number
   private readonly streamBatchSize: number
+  private readonly streamBatchBytes: number
 
   private current: OpenTransaction | undefined
   /** Top-level xid of the segment between Stream Start and Stream Stop. */
   private segmentXid: number | undefined
   private segmentBatch: StreamedChange[] = []
+  private segmentBatchBytes = 0
   /** Top-level xids with streamed changes and no commit or abort yet. */
   private readonly openStreams = new Set<number>()
   private lastCommit = 0n
@@ -103,6 +113,7 @@ export class TransactionAssembler {
     this.durableLsn = options.durableLsn ?? (() => 0n)
     this.maxTransactionBytes = options.maxTransactionBytes ?? DEFAULT_MAX_TRANSACTION_BYTES
     this.streamBatchSize = options.streamBatchSize ?? DEFAULT_STREAM_BATCH_SIZE
+    this.streamBatchBytes = options.streamBatchBytes ?? Math.max(64 * 1024, Math.floor(this.maxTransactionBytes / 4))
   }
 
   /**
@@ -186,6 +197,7 @@ export class TransactionAssembler {
     this.current = undefined
     this.segmentXid = undefined
     this.segmentBatch = []
+    this.segmentBatchBytes = 0
     this.openStreams.clear()
     for (const xid of voided) await this.sink.onStreamAbort({ xid, subxid: xid, reason: 'disconnected' })
   }
@@ -193,7 +205,7 @@ export class TransactionAssembler {
   private begin(xid: number, lsn: bigint, commitTime: bigint): Awaitable {
     if (this.current !== undefined) throw new ProtocolViolationError(`Begin of xid ${xid} inside transaction ${this.current.xid}`)
     if (this.segmentXid !== undefined) throw new ProtocolViolationError(`Begin of xid ${xid} inside a stream segment of xid ${this.segmentXid}`)
-    this.current = { xid, lsn, commitTime, origin: undefined, changes: [], batch: NO_BATCH, bytes: 0, skip: this.alreadyDelivered(lsn), spilled: false }
+    this.current = { xid, lsn, commitTime, origin: undefined, changes: [], batch: NO_BATCH, batchBytes: 0, bytes: 0, skip: this.alreadyDelivered(lsn), spilled: false }
     return undefined
   }
 
@@ -225,6 +237,7 @@ export class TransactionAssembler {
   private spill(tx: OpenTransaction): void {
     tx.spilled = true
     tx.batch = tx.changes.map((c) => ({ subxid: tx.xid, change: c }))
+    tx.batchBytes = tx.bytes
     tx.changes = []
   }
 
@@ -234,7 +247,8 @@ export class TransactionAssembler {
       const xid = this.segmentXid
       if (xid === undefined) throw new ProtocolViolationError(`${message.tag} with a stream xid outside a stream segment`)
       this.segmentBatch.push({ subxid: message.xid, change: this.toChange(message) })
-      if (this.segmentBatch.length < this.streamBatchSize) return undefined
+      if (message.tag !== 'truncate') this.segmentBatchBytes += message.byteLength
+      if (this.segmentBatch.length < this.streamBatchSize && this.segmentBatchBytes < this.streamBatchBytes) return undefined
       return this.flushSegment(xid)
     }
     const tx = this.current
@@ -243,7 +257,8 @@ export class TransactionAssembler {
     }
     if (tx.skip) return undefined
     const change = this.toChange(message)
-    if (message.tag !== 'truncate') tx.bytes += message.byteLength
+    const bytes = message.tag === 'truncate' ? 0 : message.byteLength
+    tx.bytes += bytes
     if (!tx.spilled) {
       tx.changes.push(change)
       if (tx.bytes <= this.maxTransactionBytes) return undefined
@@ -251,10 +266,12 @@ export class TransactionAssembler {
       this.spill(tx)
     } else {
       tx.batch.push({ subxid: tx.xid, change })
+      tx.batchBytes += bytes
     }
-    if (tx.batch.length < this.streamBatchSize) return undefined
+    if (tx.batch.length < this.streamBatchSize && tx.batchBytes < this.streamBatchBytes) return undefined
     const batch = tx.batch
     tx.batch = []
+    tx.batchBytes = 0
     return this.sink.onStreamedChanges(tx.xid, batch)
   }
 
@@ -304,6 +321,7 @@ export class TransactionAssembler {
   private flushSegment(xid: number): Awaitable {
     const batch = this.segmentBatch
     this.segmentBatch = []
+    this.segmentBatchBytes = 0
     return this.sink.onStreamedChanges(xid, batch)
   }
 

@@ -256,6 +256,14 @@ describe('TransactionAssembler: streamed transactions (protocol 2)', () => {
     expect(events.map((e) => (e.type === 'changes' ? e.changes.length : e.type))).toEqual(['relation', 2, 2, 1])
   })
 
+  it('hands the batch of a segment on once its bytes reach streamBatchBytes, however few its changes', async () => {
+    const inserts = Array.from({ length: 5 }, (_, i) => insert([String(i), 'x'], 900))
+    const { events, run } = assembled([relation(), streamStart(900, true), ...inserts, streamStop], { streamBatchSize: 1024, streamBatchBytes: 250 })
+    await run()
+    // 100 bytes each: every third change reaches 250.
+    expect(events.map((e) => (e.type === 'changes' ? e.changes.length : e.type))).toEqual(['relation', 3, 2])
+  })
+
   it('reports whole and subtransaction aborts', async () => {
     const { events, assembler, run } = assembled([
       relation(),
@@ -302,6 +310,18 @@ describe('TransactionAssembler: transactions larger than maxTransactionBytes', (
     // 100 bytes each: the third insert crosses 250 and hands over the first three.
     expect(events.slice(1).map((e) => (e.type === 'changes' ? e.changes.length : e.type))).toEqual([3, 2, 2, 'commit'])
     expect(events.at(-1)).toEqual({ type: 'commit', commit: { xid: 3, lsn: 700n, endLsn: 740n, commitTime: 1000n } })
+  })
+
+  it('hand their batches on by bytes too: large rows are never held 1,024 at a time', async () => {
+    const inserts = Array.from({ length: 9 }, (_, i) => insert([String(i), 'x']))
+    const { events, run } = assembled([relation(), begin(3, 700n), ...inserts, commit(700n)], {
+      maxTransactionBytes: 250,
+      streamBatchSize: 1024,
+      streamBatchBytes: 200,
+    })
+    await run()
+    // The third insert crosses 250 and hands over the first three at once (300 bytes); then every second one.
+    expect(events.slice(1).map((e) => (e.type === 'changes' ? e.changes.length : e.type))).toEqual([3, 2, 2, 2, 'commit'])
   })
 
   it('reset() in the middle of one aborts it in the sink', async () => {
