@@ -1,6 +1,6 @@
 import type { ReplicaMode } from '@sluice/protocol'
 import type { ShapeLog } from '@sluice/storage'
-import { type ClauseText, type IndexableConjunct, RestoredClause, type RouteSummary, type WhereClause, compileWhereSync, sameRoute } from '../where/index.js'
+import { type ClauseText, type IndexableConjunct, RestoredClause, type RouteSummary, type WhereClause, type WhereLimits, compileWhereSync, sameRoute } from '../where/index.js'
 import { type ShapeDefinition, type ShapeMeta, type TableSignature, decodeShapeMeta, paramList } from './definition/index.js'
 import { type MetaIndex, type RouteReader } from './definition/shape-meta.js'
 import type { LiveShape } from './live-shape.js'
@@ -83,6 +83,14 @@ export type Revival = { readonly shape: LiveShape; readonly target: ShapeTarget;
  * (the other shapes of the domain take their row keys from it and are not
  * compiled), or null when it did not (every shape of the domain is compiled).
  */
+/**
+ * A stored clause is its canonical text, which can be longer than the clause a
+ * client sent (quoted names, a parenthesis per comparison): the length limit
+ * was checked on that, so it is not checked again here, where failing would
+ * drop the shape at every restart.
+ */
+const STORED_CLAUSE_LIMITS: Partial<WhereLimits> = { maxLength: Number.MAX_SAFE_INTEGER }
+
 export class RestoreRoutes {
   readonly #byTable = new Map<TableInfo, Map<string, IndexableConjunct | null>>()
 
@@ -92,7 +100,7 @@ export class RestoreRoutes {
     const text = { source: def.where!, params: paramList(def) }
     const route = meta.route
     // Without the table's signature restore did not check the table against the one the route was made for.
-    if (route === undefined || meta.table === undefined) return compileWhereSync(text.source, { columns: whereColumns(info), params: text.params })
+    if (route === undefined || meta.table === undefined) return compileWhereSync(text.source, { columns: whereColumns(info), params: text.params, limits: STORED_CLAUSE_LIMITS })
     return this.routed(route, text, info)
   }
 
@@ -103,11 +111,11 @@ export class RestoreRoutes {
     if (domains === undefined) this.#byTable.set(info, (domains = new Map()))
     const known = domains.get(route.domain)
     if (known === undefined) {
-      const clause = compileWhereSync(text.source, { columns, params: text.params })
+      const clause = compileWhereSync(text.source, { columns, params: text.params, limits: STORED_CLAUSE_LIMITS })
       domains.set(route.domain, sameRoute(route, clause.exact) ? clause.exact! : null)
       return clause
     }
-    if (known === null) return compileWhereSync(text.source, { columns, params: text.params })
+    if (known === null) return compileWhereSync(text.source, { columns, params: text.params, limits: STORED_CLAUSE_LIMITS })
     return new RestoredClause(text, route, known, columns)
   }
 }

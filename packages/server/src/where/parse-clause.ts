@@ -35,6 +35,9 @@ const ALLOWED_SELECT_KEYS: ReadonlySet<string> = new Set(['targetList', 'whereCl
  */
 const MAX_NESTING_TOKENS = 1000
 
+/** A UTF-16 code unit of a surrogate pair standing alone (with the `u` flag a whole pair is one code point, not a match). */
+export const LONE_SURROGATE = /\p{Cs}/u
+
 /** Tokens that can add a level of nesting; AND/OR chains are flattened by the grammar and do not. */
 const FLAT_KEYWORDS: ReadonlySet<string> = new Set(['AND', 'OR', 'TRUE', 'FALSE', 'NULL', 'AS', 'ESCAPE', 'SYMMETRIC'])
 const NON_NESTING_TOKENS: ReadonlySet<string> = new Set([
@@ -59,8 +62,20 @@ function countNestingTokens(clause: string): number {
     // to build it cannot recurse.
     return 0
   }
+  // Parentheses count by their depth, not their number: groups side by side (`(a = 1) OR (a = 2) …`,
+  // as canonical texts print every comparison) nest no deeper than one.
   let count = 0
+  let depth = 0
+  let deepest = 0
   for (const token of tokens) {
+    if (token.text === '(') {
+      if (++depth > deepest) deepest = depth
+      continue
+    }
+    if (token.text === ')') {
+      depth--
+      continue
+    }
     if (NON_NESTING_TOKENS.has(token.tokenName) || token.text === ']') continue
     const upper = token.text.toUpperCase()
     if (FLAT_KEYWORDS.has(upper)) continue
@@ -68,7 +83,7 @@ function countNestingTokens(clause: string): number {
     if ((token.keywordKind === 1 || token.keywordKind === 2) && upper !== 'BETWEEN') continue
     count++
   }
-  return count
+  return count + deepest
 }
 
 /**
@@ -127,6 +142,14 @@ function parseUncached(clause: string, limits: WhereLimits): RawNode {
     // libpg_query reads a C string: it would parse the text before the NUL and silently drop the rest.
     throw new WhereClauseError('syntax_error', `At location ${STATEMENT_PREFIX.length + nul}: the where clause contains a NUL character, which Postgres does not accept`, {
       position: STATEMENT_PREFIX.length + nul,
+    })
+  }
+  const lone = clause.search(LONE_SURROGATE)
+  if (lone >= 0) {
+    // Not text Postgres could receive: sent as UTF-8 it would become U+FFFD, so the snapshot and the
+    // evaluator would read two different clauses.
+    throw new WhereClauseError('syntax_error', `At location ${STATEMENT_PREFIX.length + lone}: the where clause contains an unpaired UTF-16 surrogate, which is not a character`, {
+      position: STATEMENT_PREFIX.length + lone,
     })
   }
   const statement = STATEMENT_PREFIX + clause

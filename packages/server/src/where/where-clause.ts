@@ -8,7 +8,7 @@ import { type Expr, columnsOf } from './expr.js'
 import { constantError } from './fold.js'
 import type { WhereLimits } from './limits.js'
 import { DEFAULT_WHERE_LIMITS } from './limits.js'
-import { type RawNode, loadWhereParser, parseWhereClause } from './parse-clause.js'
+import { LONE_SURROGATE, type RawNode, loadWhereParser, parseWhereClause } from './parse-clause.js'
 import { findSublinks } from './sublink-form.js'
 import { type CompileInner, type PreparedSublinks, type SubqueryPlan, planSubqueries, prepareSublinks } from './subquery-clause.js'
 import type { ElementType, EnumType, SqlType } from './sql-type.js'
@@ -187,6 +187,11 @@ function checkParams(params: readonly string[], limits: WhereLimits): void {
   if (nul >= 0) {
     // Postgres's own words for a NUL in any text value; unrefused here, the snapshot query would fail with them.
     throw new WhereClauseError('invalid_value', `$${nul + 1}: invalid byte sequence for encoding "UTF8": 0x00`, { field: 'params' })
+  }
+  const lone = params.findIndex((value) => LONE_SURROGATE.test(value))
+  if (lone >= 0) {
+    // Sent to Postgres as UTF-8 it would become U+FFFD: the snapshot would match other rows than the evaluator.
+    throw new WhereClauseError('invalid_value', `$${lone + 1}: contains an unpaired UTF-16 surrogate, which is not a character`, { field: 'params' })
   }
 }
 

@@ -74,3 +74,32 @@ describe('RestoreRoutes: which restored clauses skip compiling', () => {
     expect(routes.clause(meta('id = 3'), TABLE)).toBeInstanceOf(RestoredClause)
   })
 })
+
+describe('RestoreRoutes: a stored canonical text is restored whenever its source was accepted', () => {
+  beforeAll(loadWhereParser)
+
+  it('600 comparisons joined by OR: the canonical text has a parenthesis per comparison and still compiles', () => {
+    const source = Array.from({ length: 600 }, (_, i) => `id = ${i}`).join(' OR ')
+    const stored = meta(source)
+    expect(stored.definition.where!.split('(').length - 1).toBeGreaterThan(600)
+    const clause = new RestoreRoutes().clause(stored, TABLE)
+    expect(clause.evaluate({ id: '599', owner: null })).toBe(true)
+    expect(clause.evaluate({ id: '600', owner: null })).toBe(false)
+  })
+
+  it('a clause near the length limit whose canonical text is longer than the limit', () => {
+    // `owner='…'` prints as `("owner" = '…')`: 830 terms are 31.5 KB of source and about 36 KB stored.
+    const terms = Array.from({ length: 830 }, (_, i) => `owner='${String(i).padStart(26, 'x')}'`)
+    const source = terms.join(' OR ')
+    expect(source.length).toBeLessThan(32 * 1024)
+    const stored = meta(source)
+    expect(stored.definition.where!.length).toBeGreaterThan(32 * 1024)
+    const owner = String(829).padStart(26, 'x')
+    expect(new RestoreRoutes().clause(stored, TABLE).evaluate({ id: '7', owner })).toBe(true)
+  })
+
+  it('nesting is still bounded: 1,500 levels of parentheses are refused', () => {
+    const deep = `${'('.repeat(1500)}id = 1${')'.repeat(1500)}`
+    expect(() => compileWhereSync(deep, { columns: whereColumns(TABLE) })).toThrow(/too many operators/)
+  })
+})

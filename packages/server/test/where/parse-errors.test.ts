@@ -93,6 +93,12 @@ describe('hostile clauses', () => {
     expect(refusal("t = 'a\0b'")).toMatch(/^syntax_error: At location 21: /)
   })
 
+  it('an unpaired UTF-16 surrogate (not a character: Postgres would get U+FFFD) is refused in the clause and in a parameter; a pair is fine', () => {
+    expect(refusal("t = 'a\ud800b'")).toBe('syntax_error: At location 21: the where clause contains an unpaired UTF-16 surrogate, which is not a character')
+    expect(refusal('t = $1', ['\udc00'])).toBe('invalid_value: $1: contains an unpaired UTF-16 surrogate, which is not a character')
+    expect(compileWhereSync("t = '\u{1F600}' OR t = $1", { columns: COLUMNS, params: ['\u{1F600}'] }).evaluate({ t: '\u{1F600}' })).toBe(true)
+  })
+
   it('a parameter with a NUL is refused with Postgres\'s message, naming params', () => {
     expect(refusal('t = $1', ['a\0b'])).toBe('invalid_value: $1: invalid byte sequence for encoding "UTF8": 0x00')
     let error: unknown
