@@ -70,17 +70,48 @@ export interface BindContext {
    * subquery is refused, as where no inner table can be looked up (subsets).
    */
   readonly sublink?: (node: Node, left: readonly ColumnExpr[]) => Expr
+  /**
+   * Filled with the nodes whose result depends on a text collation (ordering
+   * comparisons and ILIKE on text, lower and upper): the evaluator uses C's,
+   * and the canonical text says so (canonical.ts).
+   */
+  readonly collated?: Set<object>
+}
+
+/** Operators whose result on text depends on the collation (equality does not, for the deterministic ones). */
+const COLLATION_SENSITIVE_OPERATORS: ReadonlySet<string> = new Set(['<', '<=', '>', '>=', '~~*', '!~~*'])
+const COLLATION_SENSITIVE_FUNCTIONS: ReadonlySet<string> = new Set(['lower', 'upper'])
+
+/** text and varchar read and compare a value alike (bpchar does not: its trailing spaces). */
+function readsTextAlike(type: SqlType): boolean {
+  return isScalar(type, 'text', 'varchar')
+}
+
+function isInteger(type: SqlType): boolean {
+  return isScalar(type, 'int2', 'int4', 'int8')
+}
+
+/** Text types and arrays of them: what a collation applies to. */
+function isCollatable(type: SqlType): boolean {
+  return type.kind === 'array' ? isCollatable(type.element) : isScalar(type, 'text', 'varchar', 'bpchar')
 }
 
 export class Binder {
   private depth = 0
+  /** The type each `$n` took at its first use, and the params seen untyped so far. */
+  private readonly paramTypes = new Map<number, SqlType>()
+  private readonly paramsSeen = new Set<number>()
 
   constructor(private readonly ctx: BindContext) {}
 
   bindWhere(root: RawNode): Expr {
-    const expr = this.bind(root)
-    if (isUnknown(expr.type)) return this.coerce(expr, BOOL, 'implicit')
+    let expr = this.bind(root)
+    if (isUnknown(expr.type)) expr = this.coerce(expr, BOOL, 'implicit')
     if (!isScalar(expr.type, 'bool')) fail('datatype_mismatch', 'WHERE clause must return a boolean')
+    for (const n of this.paramsSeen) {
+      // Postgres's words: the snapshot query would fail with them.
+      if (!this.paramTypes.has(n)) fail('datatype_mismatch', `could not determine data type of parameter $${n}`, undefined, 'params')
+    }
     return expr
   }
 
@@ -192,6 +223,7 @@ export class Binder {
     const at = location(node)
     const value = this.ctx.params[n - 1]
     if (n < 1 || value === undefined) fail('undefined_parameter', `there is no parameter $${n}`, at, 'params')
+    this.paramsSeen.add(n)
     return { k: 'const', type: UNKNOWN, value, param: n, ...(at === undefined ? {} : { location: at }) }
   }
 
@@ -228,6 +260,7 @@ export class Binder {
   }
 
   private parseConst(expr: ConstExpr, target: SqlType): Expr {
+    if (expr.param !== undefined) this.typeParam(expr.param, target)
     const base = {
       ...(expr.param === undefined ? {} : { param: expr.param }),
       ...(expr.location === undefined ? {} : { location: expr.location }),
@@ -240,6 +273,28 @@ export class Binder {
     } catch (error) {
       return valueError(error, expr)
     }
+  }
+
+  /**
+   * Postgres gives a `$n` one type, its first use's, and casts it at the others;
+   * here each use parses the value for its own context. The two agree only when
+   * the types read a value alike, so other mixes are refused rather than
+   * evaluated differently from the snapshot (`f4 = $1 AND f8 = $1`: 0.1 as
+   * float8 is not 0.1 as float4).
+   */
+  private typeParam(n: number, type: SqlType): void {
+    const first = this.paramTypes.get(n)
+    if (first === undefined) {
+      this.paramTypes.set(n, type)
+      return
+    }
+    if (first.key === type.key || (readsTextAlike(first) && readsTextAlike(type)) || (isInteger(first) && isInteger(type))) return
+    fail(
+      'datatype_mismatch',
+      `parameter $${n} is used as ${displayName(first)} and as ${displayName(type)}; Postgres gives it one type: cast it where it is used (e.g. $${n}::${displayName(type)})`,
+      undefined,
+      'params',
+    )
   }
 
   private opaqueUse(expr: Expr, use: string, type: SqlType = expr.type): never {
@@ -302,12 +357,12 @@ export class Binder {
         const op = this.operatorName(node)
         const left = node['lexpr'] === undefined ? undefined : this.bind(node['lexpr'])
         const right = this.bind(node['rexpr'])
-        return this.makeOperator(op, left, right, at)
+        return this.makeOperator(op, left, right, at, node)
       }
       case 'AEXPR_OP_ANY':
       case 'AEXPR_OP_ALL': {
         const op = this.operatorName(node)
-        return this.makeScalarArray(op, kind === 'AEXPR_OP_ANY', this.bind(node['lexpr']), this.bind(node['rexpr']), at)
+        return this.makeScalarArray(op, kind === 'AEXPR_OP_ANY', this.bind(node['lexpr']), this.bind(node['rexpr']), at, node)
       }
       case 'AEXPR_DISTINCT':
       case 'AEXPR_NOT_DISTINCT': {
@@ -351,8 +406,8 @@ export class Binder {
     }
   }
 
-  /** make_op: resolve, coerce the arguments, pick the implementation. */
-  makeOperator(op: string, left: Expr | undefined, right: Expr, at?: number): Expr {
+  /** make_op: resolve, coerce the arguments, pick the implementation. `node`: the clause's node, noted if collated. */
+  makeOperator(op: string, left: Expr | undefined, right: Expr, at?: number, node?: Node): Expr {
     if (!OPERATOR_NAMES.has(op)) fail('unsupported', `operator ${op} is not supported in where clauses`, at)
     for (const arg of [left, right]) {
       if (arg !== undefined && arg.type.kind === 'opaque') this.opaqueUse(arg, `operator ${op}`)
@@ -372,6 +427,7 @@ export class Binder {
       return foldExpr({ k: 'call', type: signature.result, fn, args: [arg], label: op, operator: op })
     }
     const [lt, rt] = args as [SqlType, SqlType]
+    this.noteCollated(node, op, lt)
     const l = this.coerce(left, lt, 'implicit')
     const r = this.coerce(right, rt, 'implicit')
     const fn = this.operatorFn(op, lt, rt, signature, r)
@@ -397,7 +453,7 @@ export class Binder {
   }
 
   /** make_scalar_array_op: `left op ANY/ALL (right)`. */
-  makeScalarArray(op: string, any: boolean, left: Expr, right: Expr, at?: number): Expr {
+  makeScalarArray(op: string, any: boolean, left: Expr, right: Expr, at?: number, node?: Node): Expr {
     if (!OPERATOR_NAMES.has(op)) fail('unsupported', `operator ${op} is not supported in where clauses`, at)
     if (left.type.kind === 'opaque') this.opaqueUse(left, `operator ${op}`)
     let elementType: SqlType
@@ -412,6 +468,7 @@ export class Binder {
     if (!isScalar(signature.result, 'bool')) fail('datatype_mismatch', 'op ANY/ALL (array) requires operator to yield boolean', at)
     if (!signature.supported) fail('unsupported', `operator is not supported in where clauses: ${what}`, at)
     const [lt, rt] = args as [SqlType, SqlType]
+    this.noteCollated(node, op, lt)
     const arrayType = rt.kind === 'array' && right.type.kind === 'array' ? right.type : arrayOf(rt as ElementType)
     const l = this.coerce(left, lt, 'implicit')
     const r = this.coerce(right, arrayType, 'implicit')
@@ -419,6 +476,10 @@ export class Binder {
     if (fn === undefined) fail('unsupported', `operator is not supported in where clauses: ${what}`, at)
     const stable = COMPARISON_OPERATORS.has(op) && comparisonIsStable(lt, rt)
     return foldExpr({ k: 'scalararray', type: BOOL, any, operator: op, fn, left: l, right: r, ...(stable ? { stable } : {}) })
+  }
+
+  private noteCollated(node: Node | undefined, op: string, left: SqlType): void {
+    if (node !== undefined && COLLATION_SENSITIVE_OPERATORS.has(op) && isCollatable(left)) this.ctx.collated?.add(node)
   }
 
   private makeDistinct(left: Expr, right: Expr, at?: number): Expr {
@@ -490,9 +551,9 @@ export class Binder {
     const and = (args: Expr[]): Expr => foldExpr({ k: 'and', type: BOOL, args })
     const or = (args: Expr[]): Expr => foldExpr({ k: 'or', type: BOOL, args })
     const inRange = (lo: () => Expr, hi: () => Expr): Expr =>
-      and([this.makeOperator('>=', value(), lo(), at), this.makeOperator('<=', value(), hi(), at)])
+      and([this.makeOperator('>=', value(), lo(), at, node), this.makeOperator('<=', value(), hi(), at, node)])
     const outOfRange = (lo: () => Expr, hi: () => Expr): Expr =>
-      or([this.makeOperator('<', value(), lo(), at), this.makeOperator('>', value(), hi(), at)])
+      or([this.makeOperator('<', value(), lo(), at, node), this.makeOperator('>', value(), hi(), at, node)])
     switch (kind) {
       case 'AEXPR_BETWEEN':
         return inRange(low, high)
@@ -595,6 +656,7 @@ export class Binder {
     const what = `${name}(${args.map((a) => displayName(a.type)).join(', ')})`
     if (resolution.kind !== 'found') return this.resolutionFailure(resolution, what, 'function', at)
     const declared = resolution.args
+    if (COLLATION_SENSITIVE_FUNCTIONS.has(name) && declared.some((type) => isCollatable(type as SqlType))) this.ctx.collated?.add(node)
     const coerced = args.map((a, i) => this.coerce(a, declared[i] as SqlType, 'implicit'))
     const fn = functionImpl(name, declared)
     return foldExpr({ k: 'call', type: resolution.signature.result, fn, args: coerced, label: name })

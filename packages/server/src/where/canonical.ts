@@ -10,9 +10,28 @@ import { quoteIdent, resolveTypeName } from './type-names.js'
  *
  * The text is valid SQL with the same meaning (`$n` kept), so it can also be
  * used in the snapshot query; it is printed only for trees the binder accepted.
+ *
+ * `collated` holds the nodes the binder found comparing or case-folding text
+ * (`Binder.collated`): their operand is printed with `COLLATE "C"`, the order
+ * and case folding the evaluator uses, so that a snapshot query on a column of
+ * another collation (a database created as en_US, an ICU column) selects the
+ * rows the evaluator would. An operand the clause already collates is left.
  */
-export function canonicalText(root: unknown, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
-  return print(root, enums, sublink)
+export function canonicalText(
+  root: unknown,
+  enums: ReadonlyMap<string, EnumType>,
+  sublink?: SublinkPrinter,
+  collated: ReadonlySet<object> = NONE,
+): string {
+  return print(root, { enums, sublink, collated })
+}
+
+const NONE: ReadonlySet<object> = new Set()
+
+interface PrintContext {
+  readonly enums: ReadonlyMap<string, EnumType>
+  readonly sublink: SublinkPrinter | undefined
+  readonly collated: ReadonlySet<object>
 }
 
 /** Prints a subquery (subquery-clause.ts knows its inner clause's canonical text). */
@@ -48,8 +67,9 @@ const BETWEEN_WORDS: Readonly<Record<string, string>> = {
   AEXPR_NOT_BETWEEN_SYM: 'NOT BETWEEN SYMMETRIC',
 }
 
-function print(raw: unknown, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
-  const p = (child: unknown): string => print(child, enums, sublink)
+function print(raw: unknown, ctx: PrintContext): string {
+  const p = (child: unknown): string => print(child, ctx)
+  const { enums, sublink } = ctx
   const [tag, node] = unwrap(raw)
   switch (tag) {
     case 'ColumnRef':
@@ -85,14 +105,15 @@ function print(raw: unknown, enums: ReadonlyMap<string, EnumType>, sublink?: Sub
     case 'CoalesceExpr':
       return `COALESCE(${(node['args'] as unknown[]).map(p).join(', ')})`
     case 'A_ArrayExpr':
-      return `ARRAY${printArrayBody(node, enums, sublink)}`
+      return `ARRAY${printArrayBody(node, ctx)}`
     case 'FuncCall': {
       const names = strings(node['funcname'])
       const name = names[names.length - 1] ?? ''
-      return `${name}(${((node['args'] as unknown[] | undefined) ?? []).map(p).join(', ')})`
+      const arg = ctx.collated.has(node) ? (child: unknown) => collateC(child, ctx) : p
+      return `${name}(${((node['args'] as unknown[] | undefined) ?? []).map(arg).join(', ')})`
     }
     case 'A_Expr':
-      return printAExpr(node, enums, sublink)
+      return printAExpr(node, ctx)
     case 'SubLink':
       if (sublink !== undefined) return sublink(node, p)
       throw new Error('cannot print a subquery without its printer')
@@ -101,11 +122,17 @@ function print(raw: unknown, enums: ReadonlyMap<string, EnumType>, sublink?: Sub
   }
 }
 
-function printArrayBody(node: Node, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
+/** `(operand COLLATE "C")`, or the operand as it is when the clause collates it already. */
+function collateC(raw: unknown, ctx: PrintContext): string {
+  const [tag] = unwrap(raw)
+  return tag === 'CollateClause' ? print(raw, ctx) : `(${print(raw, ctx)} COLLATE "C")`
+}
+
+function printArrayBody(node: Node, ctx: PrintContext): string {
   const elements = (node['elements'] as unknown[] | undefined) ?? []
   const parts = elements.map((e) => {
     const [tag, inner] = unwrap(e)
-    return tag === 'A_ArrayExpr' ? printArrayBody(inner, enums, sublink) : print(e, enums, sublink)
+    return tag === 'A_ArrayExpr' ? printArrayBody(inner, ctx) : print(e, ctx)
   })
   return `[${parts.join(', ')}]`
 }
@@ -115,24 +142,26 @@ function operatorOf(node: Node): string {
   return names[names.length - 1] ?? ''
 }
 
-function printAExpr(node: Node, enums: ReadonlyMap<string, EnumType>, sublink?: SublinkPrinter): string {
-  const p = (child: unknown): string => print(child, enums, sublink)
+function printAExpr(node: Node, ctx: PrintContext): string {
+  const p = (child: unknown): string => print(child, ctx)
+  // The left operand carries the collation: an explicit one decides the operation's.
+  const left = (): string => (ctx.collated.has(node) ? collateC(node['lexpr'], ctx) : p(node['lexpr']))
   const op = operatorOf(node)
   const list = (): string[] =>
     (((node['rexpr'] as { List?: { items?: unknown[] } }).List?.items ?? []) as unknown[]).map(p)
   switch (node['kind']) {
     case 'AEXPR_OP':
-      return node['lexpr'] === undefined ? `(${op} ${p(node['rexpr'])})` : `(${p(node['lexpr'])} ${op} ${p(node['rexpr'])})`
+      return node['lexpr'] === undefined ? `(${op} ${p(node['rexpr'])})` : `(${left()} ${op} ${p(node['rexpr'])})`
     case 'AEXPR_OP_ANY':
-      return `(${p(node['lexpr'])} ${op} ANY (${p(node['rexpr'])}))`
+      return `(${left()} ${op} ANY (${p(node['rexpr'])}))`
     case 'AEXPR_OP_ALL':
-      return `(${p(node['lexpr'])} ${op} ALL (${p(node['rexpr'])}))`
+      return `(${left()} ${op} ALL (${p(node['rexpr'])}))`
     case 'AEXPR_DISTINCT':
-      return `(${p(node['lexpr'])} IS DISTINCT FROM ${p(node['rexpr'])})`
+      return `(${left()} IS DISTINCT FROM ${p(node['rexpr'])})`
     case 'AEXPR_NOT_DISTINCT':
-      return `(${p(node['lexpr'])} IS NOT DISTINCT FROM ${p(node['rexpr'])})`
+      return `(${left()} IS NOT DISTINCT FROM ${p(node['rexpr'])})`
     case 'AEXPR_IN':
-      return `(${p(node['lexpr'])} ${op === '=' ? 'IN' : 'NOT IN'} (${list().join(', ')}))`
+      return `(${left()} ${op === '=' ? 'IN' : 'NOT IN'} (${list().join(', ')}))`
     case 'AEXPR_LIKE':
     case 'AEXPR_ILIKE': {
       const [rtag, rnode] = unwrap(node['rexpr'])
@@ -140,15 +169,15 @@ function printAExpr(node: Node, enums: ReadonlyMap<string, EnumType>, sublink?: 
       const names = rtag === 'FuncCall' ? strings(rnode['funcname']) : []
       if (names.length === 2 && names[0] === 'pg_catalog' && names[1] === 'like_escape') {
         const [pattern, escape] = (rnode['args'] as unknown[]).map(p)
-        return `(${p(node['lexpr'])} ${word} ${pattern ?? ''} ESCAPE ${escape ?? ''})`
+        return `(${left()} ${word} ${pattern ?? ''} ESCAPE ${escape ?? ''})`
       }
-      return `(${p(node['lexpr'])} ${word} ${p(node['rexpr'])})`
+      return `(${left()} ${word} ${p(node['rexpr'])})`
     }
     default: {
       const word = BETWEEN_WORDS[String(node['kind'])]
       if (word === undefined) throw new Error(`cannot print ${String(node['kind'])}`)
       const [low, high] = list()
-      return `(${p(node['lexpr'])} ${word} ${low ?? ''} AND ${high ?? ''})`
+      return `(${left()} ${word} ${low ?? ''} AND ${high ?? ''})`
     }
   }
 }

@@ -205,15 +205,18 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
 function build(source: string, tree: RawNode, options: CompileWhereOptions, limits: WhereLimits, sublinks: PreparedSublinks | undefined): WhereClause {
   const params = options.params ?? []
   const { columns, enums } = columnTypes(options.columns)
-  const ctx: BindContext = { columns, enums, params, limits, ...(sublinks === undefined ? {} : { sublink: sublinks.bind }) }
+  const collated = new Set<object>()
+  const ctx: BindContext = { columns, enums, params, limits, collated, ...(sublinks === undefined ? {} : { sublink: sublinks.bind }) }
   const expr = new Binder(ctx).bindWhere(tree)
   const planningError = constantError(expr)
   if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)
 
   const conjuncts = indexableConjuncts(expr)
-  const canonical = sublinks === undefined ? canonicalOf(tree, enums) : canonicalText(tree, enums, sublinks.print)
+  // The cache holds texts without collated nodes only: which nodes are depends on the columns' types too.
+  const canonical =
+    sublinks === undefined && collated.size === 0 ? canonicalOf(tree, enums) : canonicalText(tree, enums, sublinks?.print, collated)
   const subqueries =
-    sublinks === undefined ? undefined : planSubqueries(tree, sublinks, ctx, (atom) => canonicalText(atom, enums, sublinks.print))
+    sublinks === undefined ? undefined : planSubqueries(tree, sublinks, ctx, (atom) => canonicalText(atom, enums, sublinks.print, collated))
   return new CompiledClause(
     source,
     canonical,

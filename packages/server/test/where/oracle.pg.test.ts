@@ -20,7 +20,11 @@ import { clauseArbitrary, COLUMNS, ENUM_LABELS, rowArbitrary, valueExpressionArb
  *   `evaluate`; when that query fails, each row is evaluated alone and
  *   Postgres's error must meet an {@link EvaluationFailure} from Sluice;
  * - Sluice refuses the clause exactly when Postgres does (plan-time errors such
- *   as 1/0 in a constant included).
+ *   as 1/0 in a constant included);
+ * - the clause's canonical text (what snapshot queries run) selects the same
+ *   rows from a copy of the table whose text columns have an ICU collation
+ *   (`en-x-icu`: another order, other case folding) as from the C one: the
+ *   canonical text carries the C collation the evaluator uses.
  *
  * SOAK=1 runs many more cases; ORACLE_SEED replays a run.
  */
@@ -48,7 +52,7 @@ const cluster = usePostgres()
 let client: Client
 let rows: { id: string; values: Record<string, string | null> }[] = []
 
-const counts = { expressions: 0, values: 0, whereErrors: 0, clauses: 0, pairs: 0, rejectedByBoth: 0, erroringPairs: 0, perRowFallbacks: 0, trueResults: 0, nullResults: 0 }
+const counts = { icuClauses: 0, expressions: 0, values: 0, whereErrors: 0, clauses: 0, pairs: 0, rejectedByBoth: 0, erroringPairs: 0, perRowFallbacks: 0, trueResults: 0, nullResults: 0 }
 
 beforeAll(async () => {
   await loadWhereParser()
@@ -76,6 +80,9 @@ beforeAll(async () => {
     }
   }
   await client.query(`INSERT INTO t (id) VALUES (${id + 1})`) // an all-NULL row
+  const icuColumns = COLUMNS.map((c) => `${c.name} ${c.sql.replace('COLLATE "C"', 'COLLATE "en-x-icu"')}`)
+  await client.query(`CREATE TABLE t_icu (id int4 PRIMARY KEY, ${icuColumns.join(', ')}) WITH (autovacuum_enabled = false)`)
+  await client.query('INSERT INTO t_icu SELECT * FROM t')
   const result = await client.query({ text: `SELECT id, ${COLUMNS.map((c) => c.name).join(', ')} FROM t ORDER BY id`, types: RAW_TEXT })
   rows = result.rows.map((r: Record<string, string | null>) => ({ id: String(r['id']), values: { ...r, id: String(r['id']) } }))
 }, 120_000)
@@ -87,7 +94,8 @@ afterAll(async () => {
       `${counts.trueResults} true, ${counts.nullResults} NULL, ${counts.erroringPairs} erroring pairs matched; ` +
       `${counts.rejectedByBoth} clauses rejected by both; ${counts.perRowFallbacks} clauses checked row by row; ` +
       `${counts.expressions} expressions x rows = ${counts.values} computed values compared as text` +
-      `; ${counts.whereErrors} WHERE queries raised an error in Postgres (compared row by row only)`,
+      `; ${counts.whereErrors} WHERE queries raised an error in Postgres (compared row by row only)` +
+      `; ${counts.icuClauses} canonical texts compared on ICU-collated columns`,
   )
 })
 
@@ -161,6 +169,12 @@ async function checkClause(clause: string): Promise<void> {
           return `  row ${row.id} ${values}: Postgres ${expected.includes(row.id) ? 'matches' : 'does not match'}, Sluice ${show(verdicts.get(row.id) as WhereResult)}`
         })
       throw new Error(`rows matched by WHERE ${clause} differ\n${differing.join('\n')}`)
+    }
+    const icu = await pgQuery(`SELECT id FROM t_icu WHERE ${where.canonical} ORDER BY id`)
+    if (!('error' in icu)) {
+      counts.icuClauses++
+      const icuIds = icu.rows.map((r) => String(r['id']))
+      expect(icuIds.join(), `rows matched by the canonical text ${where.canonical} on ICU-collated columns`).toBe(expected.join())
     }
   }
 

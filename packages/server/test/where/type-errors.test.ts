@@ -143,9 +143,34 @@ describe('parameters are typed by their context, like quoted literals', () => {
     ['b = $1', ['yes'], { b: 't' }, true],
     // Unknown everywhere: resolved as text.
     ['$1 = $2', ['a', 'a'], {}, true],
-    ['$1 IS NOT NULL', ['x'], {}, true],
     ['$1 < $2', ['B', 'a'], {}, true],
   ] as const)('%s with %j', (where, params, row, expected) => {
+    expect(compileWhereSync(where, { columns: COLUMNS, params }).evaluate(row)).toBe(expected)
+  })
+
+  // Postgres types a `$n` once, at its first use, and casts it at the others.
+  it.each([
+    ['f4 = $1 AND f8 = $1', ['0.1'], 'parameter $1 is used as real and as double precision'],
+    ['bc = $1 OR t = $1', ['a '], 'parameter $1 is used as character and as text'],
+    ['d = $1 OR ts = $1', ['2024-01-01 12:00'], 'parameter $1 is used as date'],
+    ['$1 IS NOT NULL', ['x'], 'could not determine data type of parameter $1'],
+  ] as const)('%s with %j is refused: %s', (where, params, message) => {
+    let error: unknown
+    try {
+      compileWhereSync(where, { columns: COLUMNS, params })
+    } catch (e) {
+      error = e
+    }
+    expect(error).toBeInstanceOf(WhereClauseError)
+    expect((error as WhereClauseError).message).toContain(message)
+    expect((error as WhereClauseError).toBody().errors).toHaveProperty('params')
+  })
+
+  it.each([
+    ['t = $1 OR vc = $1', ['a'], { t: 'b', vc: 'a' }, true],
+    ['i4 = $1 OR i8 = $1', ['7'], { i4: '1', i8: '7' }, true],
+    ['f8 = $1::float8 AND f4::float8 = $1::float8', ['0.5'], { f8: '0.5', f4: '0.5' }, true],
+  ] as const)('%s with %j: one $n in types that read it alike is accepted', (where, params, row, expected) => {
     expect(compileWhereSync(where, { columns: COLUMNS, params }).evaluate(row)).toBe(expected)
   })
 
