@@ -72,23 +72,25 @@ describe('LIKE patterns (C collation, UTF-8 characters)', () => {
   })
 })
 
+/** The pattern as an anchored regular expression over code points (`_` one, `%` any run); undefined for a dangling escape. */
+const escape = (c: string): string => c.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+const reference = (pattern: string): RegExp | undefined => {
+  let source = '^'
+  const chars = Array.from(pattern)
+  for (let i = 0; i < chars.length; i++) {
+    const c = chars[i] as string
+    if (c === '\\') {
+      const next = chars[i + 1]
+      if (next === undefined) return undefined
+      source += escape(next)
+      i++
+    } else source += c === '%' ? '.*' : c === '_' ? '.' : escape(c)
+  }
+  return new RegExp(`${source}$`, 'su')
+}
+
 describe('LIKE agrees with a regular-expression reference on random patterns', () => {
   it('for 20k pattern/text pairs', () => {
-    const escape = (c: string): string => c.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
-    const reference = (pattern: string): RegExp | undefined => {
-      let source = '^'
-      const chars = Array.from(pattern)
-      for (let i = 0; i < chars.length; i++) {
-        const c = chars[i] as string
-        if (c === '\\') {
-          const next = chars[i + 1]
-          if (next === undefined) return undefined
-          source += escape(next)
-          i++
-        } else source += c === '%' ? '.*' : c === '_' ? '.' : escape(c)
-      }
-      return new RegExp(`${source}$`, 'su')
-    }
     const unit = fc.constantFrom('a', 'b', '%', '_', '\\', '𝄞', 'é')
     fc.assert(
       fc.property(fc.string({ unit, maxLength: 7 }), fc.string({ unit, maxLength: 8 }), (pattern, text) => {
@@ -98,5 +100,30 @@ describe('LIKE agrees with a regular-expression reference on random patterns', (
       }),
       { numRuns: 20_000, seed: 7 },
     )
+  })
+})
+
+describe('long patterns over long texts (the one-pass search of a segment with `_`s, in several 32-bit words)', () => {
+  it('agree with the reference, LIKE and ILIKE, with and without astral characters in the text', () => {
+    const unit = fc.constantFrom('a', 'a', 'b', 'B', '_', '_', '%')
+    const textUnit = fc.constantFrom('a', 'a', 'a', 'b', 'B')
+    fc.assert(
+      fc.property(fc.string({ unit, maxLength: 90 }), fc.string({ unit: textUnit, maxLength: 140 }), fc.boolean(), (pattern, text, astral) => {
+        const subject = astral ? `${text}𝄞${text}` : text
+        for (const caseInsensitive of [false, true]) {
+          const regex = reference(caseInsensitive ? pattern.toLowerCase() : pattern)
+          if (regex === undefined) return
+          expect(compileLike(pattern, caseInsensitive)(subject)).toBe(regex.test(caseInsensitive ? subject.toLowerCase() : subject))
+        }
+      }),
+      { numRuns: 3_000, seed: 11 },
+    )
+  })
+
+  it('a hostile pattern on a long repetitive text gives the right answer (its cost is measured by bench/where/like-probe.ts)', () => {
+    const text = 'a'.repeat(100_000)
+    expect(compileLike(`%${'_a'.repeat(1_000)}b%`, false)(text)).toBe(false)
+    expect(compileLike(`%${'_a'.repeat(1_000)}%`, false)(text)).toBe(true)
+    expect(compileLike(`%${'a'.repeat(3_000)}_b`, false)(text)).toBe(false)
   })
 })

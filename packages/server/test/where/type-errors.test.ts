@@ -163,7 +163,7 @@ describe('parameters are typed by their context, like quoted literals', () => {
     }
     expect(error).toBeInstanceOf(WhereClauseError)
     expect((error as WhereClauseError).message).toContain(message)
-    expect((error as WhereClauseError).toBody().errors).toHaveProperty('params')
+    expect((error as WhereClauseError).toBody()).toHaveProperty('errors.params')
   })
 
   it.each([

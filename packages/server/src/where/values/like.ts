@@ -9,8 +9,12 @@ import { lowerAscii } from './text.js'
  * The pattern is split at `%` into segments of literal text and `_`; the first
  * segment must match at the start, the last at the end, and each middle one at
  * its leftmost position after the previous (which is optimal when only `%`
- * varies in length). That is O(text × pattern) at worst, so a hostile pattern
- * cannot make a row's evaluation explode the way a backtracking regex could.
+ * varies in length). On text without surrogate pairs (each `_` then one code
+ * unit) a middle segment with `_`s is found by shift-and in one pass,
+ * O(text × ⌈segment / 32⌉), and the last is checked at its one place; text
+ * with surrogate pairs falls back to trying each position, O(text × pattern).
+ * Either way a hostile pattern cannot make a row's evaluation explode the way
+ * a backtracking regex could, and the common case cannot be made quadratic.
  */
 
 export type LikeMatcher = (text: string) => boolean
@@ -65,6 +69,92 @@ function isLowSurrogate(s: string, i: number): boolean {
   return c >= 0xdc00 && c <= 0xdfff && i > 0 && s.charCodeAt(i - 1) >= 0xd800 && s.charCodeAt(i - 1) <= 0xdbff
 }
 
+/** Any UTF-16 surrogate: text without them has one code unit per code point. */
+const SURROGATE = /[\uD800-\uDFFF]/
+
+/**
+ * A segment with `_`s as a fixed-length pattern over code units (for text
+ * without surrogates): the bit-parallel shift-and automaton, one state bit per
+ * pattern position, in 32-bit words.
+ */
+class ShiftAnd {
+  /** Code units the segment spans (each `_` one). */
+  readonly length: number
+  private readonly words: number
+  /** Per code unit of the pattern, the positions it (or a `_`) may stand at. */
+  private readonly masks = new Map<number, Uint32Array>()
+  /** Positions of `_`: what any other code unit may stand at. */
+  private readonly wildcard: Uint32Array
+  private readonly state: Uint32Array
+  /** The literal text the segment starts with: no match starts anywhere else, so the search skips to it. */
+  private readonly first: string
+
+  constructor(segment: Segment) {
+    this.first = segment[0] ?? ''
+    const units: number[] = []
+    segment.forEach((part, p) => {
+      for (let i = 0; i < part.length; i++) units.push(part.charCodeAt(i))
+      if (p < segment.length - 1) units.push(ANY_ONE)
+    })
+    this.length = units.length
+    this.words = Math.max(1, Math.ceil(units.length / 32))
+    this.wildcard = new Uint32Array(this.words)
+    this.state = new Uint32Array(this.words)
+    units.forEach((unit, i) => {
+      if (unit === ANY_ONE) this.wildcard[i >>> 5]! |= 1 << (i & 31)
+    })
+    units.forEach((unit, i) => {
+      if (unit === ANY_ONE) return
+      let mask = this.masks.get(unit)
+      if (mask === undefined) this.masks.set(unit, (mask = Uint32Array.from(this.wildcard)))
+      mask[i >>> 5]! |= 1 << (i & 31)
+    })
+  }
+
+  /** Where the leftmost match starting at or after `from` ends, or -1. */
+  findEnd(s: string, from: number): number {
+    const state = this.state
+    state.fill(0)
+    const words = this.words
+    const last = this.length - 1
+    const lastWord = last >>> 5
+    const lastBit = 1 << (last & 31)
+    const first = this.first
+    const start = first.length > 0 ? s.indexOf(first, from) : from
+    if (start < 0) return -1
+    for (let i = start; i < s.length; i++) {
+      const mask = this.masks.get(s.charCodeAt(i)) ?? this.wildcard
+      let carry = 1
+      let alive = 0
+      for (let w = 0; w < words; w++) {
+        const d = state[w]!
+        const next = ((d << 1) | carry) & mask[w]!
+        state[w] = next
+        alive |= next
+        carry = d >>> 31
+      }
+      if ((state[lastWord]! & lastBit) !== 0) return i + 1
+      if (alive === 0 && first.length > 0) {
+        // No match under way: the next can only start where the segment's first text does.
+        const at = s.indexOf(first, i + 1)
+        if (at < 0) return -1
+        i = at - 1
+      }
+    }
+    return -1
+  }
+}
+
+/** A segment and, when it has `_`s and no surrogates of its own, its shift-and automaton. */
+interface Prepared {
+  readonly segment: Segment
+  readonly shift: ShiftAnd | undefined
+}
+
+function prepare(segment: Segment): Prepared {
+  return { segment, shift: segment.length > 1 && !SURROGATE.test(segment.join('')) ? new ShiftAnd(segment) : undefined }
+}
+
 /** Where `segment` ends if it matches `s` at code-unit offset `at`, or -1. */
 function matchAt(segment: Segment, s: string, at: number): number {
   let i = at
@@ -86,13 +176,19 @@ function matchAt(segment: Segment, s: string, at: number): number {
  * First segment anchored at the start, last at the end, the ones between at
  * their leftmost place: with only `%` varying in length, leftmost is optimal.
  */
-function segmentMatch(segments: readonly Segment[], s: string): boolean {
-  const head = segments[0] as Segment
+function segmentMatch(prepared: readonly Prepared[], s: string): boolean {
+  const head = prepared[0]!.segment
   let pos = matchAt(head, s, 0)
   if (pos < 0) return false
-  if (segments.length === 1) return pos === s.length
-  for (let k = 1; k < segments.length - 1; k++) {
-    const segment = segments[k] as Segment
+  if (prepared.length === 1) return pos === s.length
+  const plain = !SURROGATE.test(s)
+  for (let k = 1; k < prepared.length - 1; k++) {
+    const { segment, shift } = prepared[k]!
+    if (plain && shift !== undefined) {
+      pos = shift.findEnd(s, pos)
+      if (pos < 0) return false
+      continue
+    }
     const first = segment[0] as string
     let end = -1
     for (let at = pos; at <= s.length; at++) {
@@ -107,7 +203,12 @@ function segmentMatch(segments: readonly Segment[], s: string): boolean {
     if (end < 0) return false
     pos = end
   }
-  const tail = segments[segments.length - 1] as Segment
+  const tail = prepared[prepared.length - 1]!.segment
+  if (plain) {
+    // One code unit a `_`: the tail can only start at one place.
+    const at = s.length - (tail.length - 1) - tail.reduce((sum, part) => sum + part.length, 0)
+    return at >= pos && matchAt(tail, s, at) === s.length
+  }
   for (let at = s.length; at >= pos; at--) {
     if (isLowSurrogate(s, at)) continue
     if (matchAt(tail, s, at) === s.length) return true
@@ -185,7 +286,8 @@ export function compileLike(pattern: string, caseInsensitive: boolean): LikeMatc
       return (text) => fold(text).includes(middle)
     }
   }
-  return (text) => segmentMatch(segments, fold(text))
+  const prepared = segments.map(prepare)
+  return (text) => segmentMatch(prepared, fold(text))
 }
 
 /**
