@@ -17,6 +17,19 @@ import { TransactionAssembler } from './transaction-assembler.js'
 
 export { DEFAULT_LIVENESS_TIMEOUT_MS, DEFAULT_STATUS_INTERVAL_MS } from './standby-status.js'
 
+/** How long a stop waits for the sink's last call to finish before it goes on without it. */
+const STOP_IDLE_WAIT_MS = 10_000
+
+/** Waits for `promise`, or `ms` at most. */
+async function settledWithin(promise: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  try {
+    await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** A connection up this long resets the reconnect backoff even if no transaction came (an idle database). */
 const STABLE_CONNECTION_MS = 30_000
 
@@ -351,8 +364,10 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       stream.stopTimers()
       await stream.connection.close().catch(() => {})
       // What the sink was handed last (a large transaction read back from its buffer, say) finishes before
-      // anything is delivered again: the next connection must not route beside it.
+      // anything is delivered again: the next connection must not route beside it. On a stop too, for a
+      // while: whoever stops us closes what the sink writes to next, which must not happen under a call.
       if (!this.stopping) await stream.whenIdle()
+      else await settledWithin(stream.whenIdle(), STOP_IDLE_WAIT_MS)
       let resetFailure: Error | undefined
       try {
         await this.assembler.reset()

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { DisconnectedInfo, PublicationManager, ReplicationClient, SlotManager, Transaction } from '../../src/replication/index.js'
 import { CollectingSink, setUpReplication, startClient, waitFor } from './harness.js'
 
-/** How the client retries: a failure that repeats on every connection, and a stop in the middle of a replay. */
+/** How the client retries (a failure that repeats on every connection) and stops (in the middle of a replay, or of a sink call). */
 
 const cluster = usePostgres()
 
@@ -112,5 +112,45 @@ describe('retrying the replication connection', () => {
       return info?.active === false ? info : undefined
     }, 'the slot to be released')
     expect(slot.active).toBe(false)
+  })
+})
+
+describe('stopping the client', () => {
+  let names: { slot: SlotManager; publication: PublicationManager }
+
+  beforeAll(async () => {
+    await cluster.query('CREATE TABLE stop_rows (id int PRIMARY KEY)')
+    names = await setUpReplication(cluster, [['public', 'stop_rows']])
+  })
+
+  afterAll(async () => {
+    await cluster.dropReplicationSlots()
+  })
+
+  it("waits for the sink's call under way to finish before it resolves (whoever stopped it then closes what the sink writes to)", async () => {
+    const events: string[] = []
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    let arrived!: () => void
+    const inSink = new Promise<void>((resolve) => (arrived = resolve))
+    class SlowSink extends CollectingSink {
+      override async onTransaction(tx: Transaction): Promise<void> {
+        events.push('sink started')
+        arrived()
+        await held
+        super.onTransaction(tx)
+        events.push('sink finished')
+      }
+    }
+    const { client } = startClient(cluster, names, { durableLsn: () => 0n, sink: new SlowSink() })
+    await client.start()
+    await cluster.query('INSERT INTO stop_rows VALUES (1)')
+    await inSink
+    const stopped = client.stop().then(() => events.push('stopped'))
+    await sleep(300)
+    expect(events).toEqual(['sink started'])
+    release()
+    await stopped
+    expect(events).toEqual(['sink started', 'sink finished', 'stopped'])
   })
 })
