@@ -328,7 +328,7 @@ export class Binder {
     const names = strings(node['collname'])
     const arg = this.bind(node['arg'])
     const name = names[names.length - 1] ?? ''
-    if (!isScalar(arg.type, 'text', 'varchar', 'bpchar', 'unknown')) {
+    if (!isCollatable(arg.type) && !isScalar(arg.type, 'unknown')) {
       fail('datatype_mismatch', `collations are not supported by type ${displayName(arg.type)}`, location(node))
     }
     // Evaluation always compares in C order, so only collations meaning exactly that are accepted.

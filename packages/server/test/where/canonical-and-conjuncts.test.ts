@@ -49,6 +49,7 @@ describe('canonical text', () => {
     ["t > ALL ('{a,b}')", `(("t" COLLATE "C") > ALL ('{a,b}'))`],
     ["t COLLATE \"C\" < 'b'", `(("t" COLLATE "C") < 'b')`],
     ["i4::text >= 'a'", `((CAST("i4" AS text) COLLATE "C") >= 'a')`],
+    ["at < '{b}'", `(("at" COLLATE "C") < '{b}')`],
   ])('%j prints as %j', (where, canonical) => {
     expect(compile(where, ['1']).canonical).toBe(canonical)
   })
@@ -60,6 +61,7 @@ describe('canonical text', () => {
       "ts BETWEEN '2024-01-01' AND '2024-12-31' AND tz IS NOT NULL",
       "n::numeric(5,1) IN (1.5, 2) AND f8 <> 'NaN'",
       "t < 'b' OR lower(t) = 'x' OR t ILIKE 'a%' OR t COLLATE \"C\" >= 'z'",
+      "at > '{a}' OR at COLLATE \"C\" <= '{z}'",
     ]
     const row = { i4: '1', t: 'a%', b: 'f', mood: 'ok', ai: '{1,2}', jb: '{"a":1}', ts: '2024-06-01 00:00:00', tz: null, n: '1.45', f8: '0' }
     for (const clause of clauses) {

@@ -21,6 +21,8 @@ import { clauseArbitrary, COLUMNS, ENUM_LABELS, rowArbitrary, valueExpressionArb
  *   Postgres's error must meet an {@link EvaluationFailure} from Sluice;
  * - Sluice refuses the clause exactly when Postgres does (plan-time errors such
  *   as 1/0 in a constant included);
+ * - the clause's canonical text, which a restart compiles instead of the
+ *   source, prints the same again and evaluates the same on every row;
  * - the clause's canonical text (what snapshot queries run) selects the same
  *   rows from a copy of the table whose text columns have an ICU collation
  *   (`en-x-icu`: another order, other case folding) as from the C one: the
@@ -52,7 +54,7 @@ const cluster = usePostgres()
 let client: Client
 let rows: { id: string; values: Record<string, string | null> }[] = []
 
-const counts = { icuClauses: 0, expressions: 0, values: 0, whereErrors: 0, clauses: 0, pairs: 0, rejectedByBoth: 0, erroringPairs: 0, perRowFallbacks: 0, trueResults: 0, nullResults: 0 }
+const counts = { restored: 0, icuClauses: 0, expressions: 0, values: 0, whereErrors: 0, clauses: 0, pairs: 0, rejectedByBoth: 0, erroringPairs: 0, perRowFallbacks: 0, trueResults: 0, nullResults: 0 }
 
 beforeAll(async () => {
   await loadWhereParser()
@@ -95,7 +97,7 @@ afterAll(async () => {
       `${counts.rejectedByBoth} clauses rejected by both; ${counts.perRowFallbacks} clauses checked row by row; ` +
       `${counts.expressions} expressions x rows = ${counts.values} computed values compared as text` +
       `; ${counts.whereErrors} WHERE queries raised an error in Postgres (compared row by row only)` +
-      `; ${counts.icuClauses} canonical texts compared on ICU-collated columns`,
+      `; ${counts.icuClauses} canonical texts compared on ICU-collated columns; ${counts.restored} recompiled from their canonical text alike`,
   )
 })
 
@@ -150,6 +152,16 @@ async function checkClause(clause: string): Promise<void> {
   const where = compiled as WhereClause
   const results = new Map(rows.map((row) => [row.id, where.evaluate(row.values)]))
   const verdicts = new Map(rows.map((row) => [row.id, where.test(row.values)]))
+
+  // A restart compiles the stored canonical text instead of the source: it must print the same and mean the same.
+  const restored = await compileWhere(where.canonical, { columns: WHERE_COLUMNS })
+  expect(restored.canonical, `the canonical text of ${clause} is not a fixed point`).toBe(where.canonical)
+  for (const row of rows) {
+    if (show(restored.evaluate(row.values)) !== show(results.get(row.id) as WhereResult)) {
+      throw new Error(`${clause} and its canonical text ${where.canonical} differ on row ${row.id}`)
+    }
+  }
+  counts.restored++
 
   // WHERE semantics (what a shape uses): Postgres's rewrites of a WHERE clause may skip evaluations.
   const matched = await pgQuery(`SELECT id FROM t WHERE ${clause} ORDER BY id`)
