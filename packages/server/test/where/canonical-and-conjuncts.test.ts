@@ -63,7 +63,7 @@ describe('canonical text', () => {
       "t < 'b' OR lower(t) = 'x' OR t ILIKE 'a%' OR t COLLATE \"C\" >= 'z'",
       "at > '{a}' OR at COLLATE \"C\" <= '{z}'",
     ]
-    const row = { i4: '1', t: 'a%', b: 'f', mood: 'ok', ai: '{1,2}', jb: '{"a":1}', ts: '2024-06-01 00:00:00', tz: null, n: '1.45', f8: '0' }
+    const row = { i4: '1', t: 'a%', b: 'f', mood: 'ok', ai: '{1,2}', at: '{b}', jb: '{"a":1}', ts: '2024-06-01 00:00:00', tz: null, n: '1.45', f8: '0' }
     for (const clause of clauses) {
       const first = compile(clause)
       const second = compile(first.canonical)
