@@ -48,7 +48,9 @@ export interface TableColumn {
    * Whether `col::text` prints what the type's output function prints (what
    * pgoutput sends). False where a cast function to text differs: boolean
    * (`true` vs `t`), bpchar (trailing blanks trimmed), inet/cidr (`/32` added),
-   * domains over these, and any user-defined function cast to text.
+   * domains over these, and any user-defined function cast to text; and for
+   * xml, whose binary cast keeps the stored text while its output function
+   * drops an `<?xml …?>` declaration.
    */
   readonly castToTextIsOutput: boolean
 }
@@ -176,7 +178,8 @@ SELECT pg_catalog.json_build_object(
       t.oid::pg_catalog.int8, t.typname, t.typtype::pg_catalog.text, t.typcategory::pg_catalog.text, t.typbasetype::pg_catalog.int8,
       CASE WHEN t.is_array THEN t.typelem::pg_catalog.int8 END,
       CASE WHEN t.typtype = 'e' THEN (SELECT pg_catalog.json_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid) END,
-      EXISTS (SELECT FROM pg_catalog.pg_cast k WHERE k.castsource = t.oid AND k.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND k.castmethod = 'f')
+      EXISTS (SELECT FROM pg_catalog.pg_cast k WHERE k.castsource = t.oid AND k.casttarget = 'pg_catalog.text'::pg_catalog.regtype
+        AND (k.castmethod = 'f' OR t.oid = 'pg_catalog.xml'::pg_catalog.regtype))
     )) FROM types t),
   'primary_key', ${primaryKeySql('rel.oid')}
 )::pg_catalog.text AS info
