@@ -107,7 +107,7 @@ export const SERVER_ERRORS = {
     field: 'table',
   },
   statement_timeout: { description: 'The snapshot ran longer than statement_timeout', wire: 'snapshot_failed' },
-  lock_timeout: { description: 'The table lock could not be taken within lock_timeout', wire: 'snapshot_failed' },
+  lock_timeout: { description: 'The table lock could not be taken within lock_timeout (10 s for a snapshot: its ACCESS SHARE lock queues behind a waiting ALTER TABLE)', wire: 'snapshot_failed' },
   canceled: { description: 'The snapshot query was canceled by someone else (pg_cancel_backend)', wire: 'snapshot_failed' },
   connection_failed: { description: 'No connection, or the connection was lost', wire: 'snapshot_failed' },
   invalid_query: { description: 'Postgres rejected the snapshot query (the where clause or its parameters)', wire: 'snapshot_failed' },

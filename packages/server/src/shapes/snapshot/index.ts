@@ -13,7 +13,7 @@ export { SNAPSHOT_ERROR_CODES, SnapshotError, snapshotErrorFrom } from './snapsh
 export type { SnapshotErrorCode } from './snapshot-error.js'
 export { buildSnapshotQuery, columnText } from './snapshot-query.js'
 export type { SnapshotQueryOptions } from './snapshot-query.js'
-export { DEFAULT_SNAPSHOT_BATCH_BYTES, DEFAULT_SNAPSHOT_BATCH_ROWS, runSnapshot } from './run-snapshot.js'
+export { DEFAULT_SNAPSHOT_BATCH_BYTES, DEFAULT_SNAPSHOT_BATCH_ROWS, DEFAULT_SNAPSHOT_LOCK_TIMEOUT_MS, runSnapshot } from './run-snapshot.js'
 export type {
   SnapshotOptions,
   SnapshotRequest,

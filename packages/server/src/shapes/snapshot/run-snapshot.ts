@@ -53,6 +53,14 @@ export interface SnapshotOptions {
    */
   readonly statementTimeoutMs?: number | undefined
   /**
+   * `SET LOCAL lock_timeout` for the table lock, in milliseconds (default
+   * DEFAULT_SNAPSHOT_LOCK_TIMEOUT_MS; 0 waits for ever). The lock queues
+   * behind any waiting ACCESS EXCLUSIVE request (an ALTER TABLE stuck behind
+   * a long transaction): without a bound every snapshot of that table would
+   * wait as long, each holding a connection and a snapshot slot.
+   */
+  readonly lockTimeoutMs?: number | undefined
+  /**
    * Runs in the snapshot's transaction once the snapshot is fixed, before the
    * rows: what else must be read at the same snapshot (a subquery shape's views).
    */
@@ -85,6 +93,8 @@ export interface SnapshotResult {
 }
 
 export const DEFAULT_SNAPSHOT_BATCH_ROWS = 1000
+/** How long a snapshot waits for its table lock before it fails with `lock_timeout` (a 503 the client retries). */
+export const DEFAULT_SNAPSHOT_LOCK_TIMEOUT_MS = 10_000
 export const DEFAULT_SNAPSHOT_BATCH_BYTES = 4 * 1024 * 1024
 /** How long a rollback after a failure may take before the connection is closed instead. */
 const ROLLBACK_TIMEOUT_MS = 5_000
@@ -127,11 +137,13 @@ export async function runSnapshot(pool: pg.Pool, request: SnapshotRequest, sink:
   const batchBytes = positiveInteger(request.batchBytes, DEFAULT_SNAPSHOT_BATCH_BYTES, 'batchBytes')
   const timeout = request.statementTimeoutMs ?? 0
   if (!Number.isSafeInteger(timeout) || timeout < 0) throw new SnapshotError('invalid_request', `statementTimeoutMs must be a non-negative integer, not ${timeout}`)
+  const lockTimeout = request.lockTimeoutMs ?? DEFAULT_SNAPSHOT_LOCK_TIMEOUT_MS
+  if (!Number.isSafeInteger(lockTimeout) || lockTimeout < 0) throw new SnapshotError('invalid_request', `lockTimeoutMs must be a non-negative integer, not ${lockTimeout}`)
   const query = request.text ?? buildSnapshotQuery(request.table, { where: request.where, columns: request.columns })
   const params = request.text === undefined ? request.params : request.values
 
   const client = await connect(pool, signal)
-  const run = new SnapshotRun(client, request, query, [...(params ?? [])], sink, batchRows, batchBytes, timeout)
+  const run = new SnapshotRun(client, request, query, [...(params ?? [])], sink, batchRows, batchBytes, timeout, lockTimeout)
   let onAbort: (() => void) | undefined
   const aborted =
     signal === undefined
@@ -181,6 +193,7 @@ class SnapshotRun {
     readonly batchRows: number,
     readonly batchBytes: number,
     readonly statementTimeoutMs: number,
+    readonly lockTimeoutMs: number,
   ) {
     client.on('error', this.#onError)
   }
@@ -202,6 +215,7 @@ class SnapshotRun {
       'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
       ...Object.entries({ ...DISPLAY_SETTINGS, standard_conforming_strings: 'on' }).map(([name, value]) => `SET LOCAL ${settingName(name)} = ${literal(value)}`),
       ...(this.statementTimeoutMs > 0 ? [`SET LOCAL statement_timeout = ${this.statementTimeoutMs}`] : []),
+      `SET LOCAL lock_timeout = ${this.lockTimeoutMs}`,
       `LOCK TABLE ONLY ${quoteIdent(info.schema)}.${quoteIdent(info.name)} IN ACCESS SHARE MODE`,
     ]
   }

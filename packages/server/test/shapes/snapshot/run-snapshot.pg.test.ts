@@ -477,6 +477,30 @@ describe('runSnapshot: failures', () => {
     expect((await backendsOf(pool.app)).map((b) => b.state)).toEqual(['idle'])
   })
 
+  it('gives up on a table lock queued behind an ALTER TABLE after lockTimeoutMs, and gives the connection back', async () => {
+    await cluster.query('CREATE TABLE lock_queued (id int PRIMARY KEY); INSERT INTO lock_queued VALUES (1)')
+    const info = await mustLoad('lock_queued')
+    // A long transaction holds the table; an ALTER TABLE then waits for it, and a snapshot's lock queues behind that.
+    const long = await cluster.connect()
+    const alter = await cluster.connect()
+    try {
+      await long.query('BEGIN; SELECT * FROM lock_queued')
+      const altering = alter.query('ALTER TABLE lock_queued ADD COLUMN note text').catch((error: unknown) => error)
+      await waitFor(async () => (await cluster.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE lock_queued%'`)).rows.length === 1, 'the ALTER TABLE to wait')
+      const pool = newPool({ max: 1 })
+      for (const statementTimeoutMs of [0, 60_000]) {
+        const error = await errorOf(runSnapshot(pool, { table: info, lockTimeoutMs: 300, statementTimeoutMs }, new Collect()))
+        expect(error).toMatchObject({ code: 'lock_timeout', sqlState: '55P03', retryable: true })
+        expectReleased(pool)
+      }
+      await long.query('COMMIT')
+      await altering
+    } finally {
+      await long.end()
+      await alter.end()
+    }
+  })
+
   it('wraps sink failures, rolls back and gives the connection back', async () => {
     const pool = newPool({ max: 1 })
     const info = await mustLoad('items')
