@@ -84,6 +84,7 @@ export function mergeBody(all: Fields, body: Readonly<Record<string, unknown>> |
   if (body === undefined || Object.keys(body).length === 0) return all
   const merged = isPlainObject(all['subset']) ? copyInto(emptyRecord<unknown>(), all['subset']) : emptyRecord<unknown>()
   const fromUrl = new Set(Object.keys(merged))
+  // Errors of keys inside `subset`: one given twice, or one that is not a subset parameter.
   const twice = new ErrorMap()
   const take = (key: string, value: unknown): void => {
     if (has(merged, key)) twice.add(key, fromUrl.has(key) ? ParamMessage.inUrlAndBody : ParamMessage.twiceInBody)
@@ -91,7 +92,11 @@ export function mergeBody(all: Fields, body: Readonly<Record<string, unknown>> |
   }
   for (const [key, value] of Object.entries(body)) {
     if (key === 'subset' && isPlainObject(value)) {
-      for (const [inner, innerValue] of Object.entries(value)) take(inner, innerValue)
+      for (const [inner, innerValue] of Object.entries(value)) {
+        // The same keys as at the top level: a misspelt `wher` must not quietly return every row.
+        if (BODY_SUBSET_KEYS.has(inner)) take(inner, innerValue)
+        else twice.add(inner, ParamMessage.notInBody)
+      }
     } else if (key === 'subset') {
       // Not an object: stage 8 reports it as the subset's type error.
       merged['subset'] = value

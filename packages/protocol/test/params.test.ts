@@ -398,6 +398,11 @@ describe('parseShapeRequest: subset snapshots', () => {
     expect(errors(B, { body: { limit: 1, subset: { limit: 2, order_by: 'a' } } })).toEqual({ subset: { limit: [ParamMessage.twiceInBody] } })
   })
 
+  it('refuses a key inside `subset` that is not a subset parameter (a misspelt where must not return every row)', () => {
+    expect(errors(B, { body: { subset: { wher: '1=1', limit: 5, order_by: 'id' } } })).toEqual({ subset: { wher: [notInBody] } })
+    expect(errors(B, { body: { subset: { table: 'x', where: 'a > 1', live: true } } })).toEqual({ subset: { table: [notInBody], live: [notInBody] } })
+  })
+
   it('rejects a subset that is not an object', () => {
     expect(errors(B, { body: { subset: 'x' } })).toEqual({ subset: ['is invalid'] })
   })

@@ -17,7 +17,7 @@ import { forgetParsedClauses } from './where/parse-clause.js'
 import { forgetCanonicalTexts } from './where/where-clause.js'
 import { writerLockOptions } from './writer-lock.js'
 import { metricsRoute } from './http/metrics-route.js'
-import type { HttpOptions } from './http/options.js'
+import { DEFAULT_HTTP_OPTIONS, type HttpOptions } from './http/options.js'
 import { type SluiceLogger, createLogger } from './logger.js'
 import { ServerMetrics } from './metrics.js'
 import { Pipeline } from './pipeline.js'
@@ -75,6 +75,7 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
     sendTimeoutMs: DEFAULT_SEND_TIMEOUT_MS,
     rangeCacheBytes: config.rangeCacheBytes,
+    requestTimeoutMs: DEFAULT_HTTP_OPTIONS.requestTimeoutMs,
   }
 }
 

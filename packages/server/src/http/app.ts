@@ -19,6 +19,7 @@ import type { HttpMetrics } from './http-metrics.js'
 import { LiveWaiters } from './live/index.js'
 import { DEFAULT_HTTP_OPTIONS, ELECTRIC_SERVER_VALUE, type HttpOptions } from './options.js'
 import { urlForLog } from './raw-query.js'
+import { guardArrival } from './request-arrival.js'
 import { requestLogger } from './request-logger.js'
 import type { RequestCaches } from './request-caches.js'
 import { SHAPE_PATH, type ShapeWaiters, shapeRoutes } from './shape-routes.js'
@@ -142,6 +143,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // Hooks that every request runs take a callback: an async hook costs each request a promise and a microtask.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
+    guardArrival(request.raw, http.requestTimeoutMs)
     if (metrics !== undefined) metrics.setLiveWaiters(waiters.size)
     if (!closing) return done()
     // A request that reaches a closing server (on a connection that was busy when close began): a 503 the
@@ -201,10 +203,11 @@ async function rootRoutes(app: FastifyInstance, { shapes }: { shapes: ShapeServi
 
 /** Every error body is JSON (§5.4); the cache-control of errors follows §5.2. */
 export function sendError(reply: FastifyReply, error: SluiceError): FastifyReply {
-  if (error.status === 409) {
+  const method = reply.request.method
+  if (error.status === 409 && (method === 'GET' || method === 'HEAD')) {
     // A must-refetch raised as an error has no new handle to offer.
     reply.header(ResponseHeader.cacheControl, CacheControl.conflictWithoutHandle)
-  } else if (reply.request.method === 'GET' || reply.request.method === 'HEAD' || reply.request.method === 'OPTIONS') {
+  } else if (method === 'GET' || method === 'HEAD' || method === 'OPTIONS') {
     reply.header(ResponseHeader.cacheControl, CacheControl.noStore)
     reply.header(ResponseHeader.surrogateControl, CacheControl.noStore)
   } else {

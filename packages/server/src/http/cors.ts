@@ -12,17 +12,14 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 /**
  * CORS (docs/protocol.md §8): the request's Origin echoed (or `*`), the methods of
  * the route, and the electric-* headers exposed so a browser client can read
- * them. An echoed origin adds `vary: origin`, so an HTTP cache never hands one
- * origin's answer to another.
+ * them. Every answer says `vary: origin`, the `*` one too: the header depends on
+ * the Origin, and a cached `*` answer without it (to a server-side render, say)
+ * would be handed to every browser origin, whose credentialed requests `*` fails.
  */
 export function setCors(request: FastifyRequest, reply: FastifyReply, shapeRoute: boolean): void {
   const origin = request.headers[RequestHeader.origin]
-  if (typeof origin === 'string' && origin !== '') {
-    reply.header(ResponseHeader.allowOrigin, origin)
-    reply.header(ResponseHeader.vary, 'origin')
-  } else {
-    reply.header(ResponseHeader.allowOrigin, '*')
-  }
+  reply.header(ResponseHeader.allowOrigin, typeof origin === 'string' && origin !== '' ? origin : '*')
+  reply.header(ResponseHeader.vary, 'origin')
   reply.header(ResponseHeader.allowMethods, shapeRoute ? SHAPE_ALLOW_METHODS_VALUE : DEFAULT_ALLOW_METHODS_VALUE)
   reply.header(ResponseHeader.exposeHeaders, EXPOSE_HEADERS_VALUE)
 }

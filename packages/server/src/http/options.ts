@@ -49,6 +49,12 @@ export interface HttpOptions {
   readonly sendTimeoutMs: number
   /** Bytes of recently served range bodies kept in memory (`range-cache.ts`); 0: none. */
   readonly rangeCacheBytes: number
+  /**
+   * The longest a client may take to send one whole request, headers and body
+   * (a POST subset, a DELETE): one trickled a byte at a time is cut with 408.
+   * Only the request's arrival is timed, never a long-poll's answer.
+   */
+  readonly requestTimeoutMs: number
 }
 
 /** Electric's defaults, except where docs/protocol.md says otherwise. */
@@ -67,6 +73,7 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   sendfileMinBytes: DEFAULT_SENDFILE_MIN_BYTES,
   sendTimeoutMs: DEFAULT_SEND_TIMEOUT_MS,
   rangeCacheBytes: DEFAULT_RANGE_CACHE_BYTES,
+  requestTimeoutMs: 60_000,
 })
 
 /**

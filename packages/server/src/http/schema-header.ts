@@ -112,8 +112,11 @@ export function schemaHeader(table: TableInfo, columns: readonly string[] | unde
 /**
  * Node writes header strings as latin1, one byte per char, and refuses chars
  * above U+00FF. Column names can be any Unicode: send their UTF-8 bytes, as
- * Electric does, by spelling each byte as one latin1 char.
+ * Electric does, by spelling each byte as one latin1 char. DEL, the one
+ * control character JSON.stringify leaves as it is, Node refuses in a header:
+ * it is written as its JSON escape (it can only be inside a name's string).
  */
 function headerBytes(text: string): string {
-  return /^[\x00-\x7f]*$/.test(text) ? text : Buffer.from(text, 'utf8').toString('latin1')
+  const json = text.includes('\x7f') ? text.replaceAll('\x7f', '\\u007f') : text
+  return /^[\x00-\x7f]*$/.test(json) ? json : Buffer.from(json, 'utf8').toString('latin1')
 }
