@@ -142,6 +142,16 @@ export class Admission {
     this.replacementGate = Object.freeze({ admit, evict: false })
   }
 
+  /**
+   * `creationGate` for one request: a wait for a creation slot ends when
+   * `signal` aborts (its client went away), so a client that asks for shapes
+   * and leaves at once cannot keep the creation queue full of shapes nobody
+   * will read. Once admitted, the creation goes on (another request may want it).
+   */
+  creationGateFor(signal: AbortSignal): CreationGate {
+    return { admit: (client) => this.admitCreation(client, signal), evict: true }
+  }
+
   /** A release function, or the 503 to answer with. Call the release exactly once. */
   acquire(kind: RequestKind): (() => void) | SluiceError {
     const refused = this.enter(kind)
@@ -239,7 +249,7 @@ export class Admission {
    * Admits one new shape for `client` (undefined: not told apart), at once or
    * once a creation slot frees; rejects with `AdmissionError` to refuse it.
    */
-  private admitCreation(client: string | undefined): Promise<() => void> {
+  private admitCreation(client: string | undefined, signal?: AbortSignal): Promise<() => void> {
     const { maxCreating, clientPerMinute } = this.creation
     const full = maxCreating > 0 && this.creating >= maxCreating
     if (full && this.creationQueue === undefined) return Promise.reject(this.creationRefusal())
@@ -252,9 +262,24 @@ export class Admission {
       this.creating++
       return Promise.resolve(this.creationRelease())
     }
+    const queue = this.creationQueue!
     return new Promise((resolve, reject) => {
-      const waiter: AdmissionWaiter = { admitted: () => resolve(this.creationRelease()), refused: reject }
-      if (!this.creationQueue!.add(waiter)) reject(this.creationRefusal())
+      const leave = (): void => {
+        if (queue.remove(waiter)) reject(signal!.reason)
+      }
+      const waiter: AdmissionWaiter = {
+        admitted: () => {
+          signal?.removeEventListener('abort', leave)
+          resolve(this.creationRelease())
+        },
+        refused: (error) => {
+          signal?.removeEventListener('abort', leave)
+          reject(error)
+        },
+      }
+      if (signal?.aborted === true) return reject(signal.reason)
+      if (!queue.add(waiter)) return reject(this.creationRefusal())
+      signal?.addEventListener('abort', leave, { once: true })
     })
   }
 

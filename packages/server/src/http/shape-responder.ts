@@ -144,6 +144,8 @@ export class ShapeResponder extends DataWait<ShapeLog> {
   private shape: ResolvedShape | undefined = undefined
   /** Set when the client went away while the request waited. */
   private gone = false
+  /** Aborted when the client leaves while its shape is resolved (a wait for a creation slot ends with it). */
+  private leaving: AbortController | undefined = undefined
   /** The admission this request holds until `finish` (`Admission.enter`), undefined once left. */
   private admitted: RequestKind | undefined
   /** The 'close' listener while the shape is resolved and while parked: `wentAway` bound (no closure). */
@@ -213,9 +215,11 @@ export class ShapeResponder extends DataWait<ShapeLog> {
   private async serve(): Promise<Served> {
     const params = this.req.shape
     if (params === undefined) throw invalidRequest({ table: ["can't be blank"] })
-    const { creationGate } = this.context.admission
     const client = clientKey(this.request, this.http.clientIdHeader)
-    // Resolving may wait long (the creation queue, a snapshot): a client that leaves meanwhile gives its admission back at once.
+    // Resolving may wait long (the creation queue, a snapshot): a client that leaves meanwhile gives its admission
+    // back at once, and its place in the creation queue too.
+    this.leaving = new AbortController()
+    const creationGate = this.context.admission.creationGateFor(this.leaving.signal)
     this.listenForLeaving()
     let resolved: ResolvedShape | 'refetch'
     let ready: ReadyShape | undefined
@@ -224,8 +228,12 @@ export class ShapeResponder extends DataWait<ShapeLog> {
       if (resolved !== 'refetch' && (this.req.handle === undefined || this.req.handle === resolved.handle)) {
         ready = await awaitReady(this.shapes, resolved, params, this.req.handle !== undefined, creationGate, client)
       }
+    } catch (error) {
+      if (this.cancelled()) return this.abandon()
+      throw error
     } finally {
       this.reply.raw.off('close', this.onClose!)
+      this.leaving = undefined
     }
     if (this.cancelled()) return this.abandon()
     if (resolved === 'refetch') return this.mustRefetch(undefined)
@@ -266,6 +274,7 @@ export class ShapeResponder extends DataWait<ShapeLog> {
   private wentAway(): void {
     if (this.reply.raw.writableFinished) return
     this.gone = true
+    this.leaving?.abort(new DOMException('the client went away', 'AbortError'))
     // Parked: the wait ends ('aborted'), and nothing is answered. Resolving its shape: the admission goes back
     // now, and once the shape is ready nothing is read for it.
     if (this.waitingFor !== undefined) this.cancelDataWait()

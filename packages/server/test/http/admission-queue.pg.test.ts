@@ -241,6 +241,26 @@ describe('the initial-request queue (§5.4)', () => {
     await server.until((m) => m.initialInFlight === 0 && m.creationQueued === 0)
   })
 
+  it('a client that goes away while its new shape waits for a creation slot frees its place, and that shape is never made', async () => {
+    const server = await start({ maxConcurrentInitial: 10, maxCreatingShapes: 1, initialQueueLength: 2, initialQueueWaitMs: 60_000 })
+    const lock = await lockHeld()
+    const held = holdSlots(server, 1)
+    await held.inFlight
+    const controller = new AbortController()
+    const gone = [900, 901].map((n) => call(server.port, newShape('queued_items', n), { signal: controller.signal }).catch((e: unknown) => e))
+    await server.until((m) => m.creationQueued === 2)
+    controller.abort()
+    for (const answer of gone) expect(await answer).toBeInstanceOf(Error)
+    // Their places are free: a request that stays waits in the queue instead of a 503 for a full one.
+    await server.until((m) => m.creationQueued === 0 && m.initialInFlight === 1)
+    const stays = call(server.port, newShape('queued_items', 902))
+    await server.until((m) => m.creationQueued === 1)
+    await lock.release()
+    expect((await held.answers[0]!).status).toBe(200)
+    expect((await stays).status).toBe(200)
+    for (const n of [900, 901]) expect(await pipeline.shapeService.find(shapeParams('public', 'queued_items', { where: `id >= ${n}` }))).toBeUndefined()
+  })
+
   it('with a queue of length 0, refuses past the limit at once as before', async () => {
     const server = await start({ maxConcurrentInitial: 1, initialQueueLength: 0 })
     const lock = await lockHeld()
