@@ -357,8 +357,11 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
         // Logs the journal does not cover are synced first: the group below
         // publishes a watermark that covers them too.
         if (whole.length > 0) await forEachConcurrently(whole, syncConcurrency(this.fds), (log) => syncFiles(this.fs, this.fds, log))
-        const publishes = failed.length === 0 && (target > this.durable || this.republish)
-        await journal.commit(publishes ? { lsn: target > this.durable ? target : this.durable, sequence: this.sequence + 1n } : undefined, idle && whole.length === 0)
+        // A failed group may still reach the disk with its watermark: the next group says the real one again,
+        // even when it publishes nothing new itself (a log failed in it too), or replay would end at the failed one.
+        const advances = failed.length === 0 && target > this.durable
+        const publishes = advances || this.republish
+        await journal.commit(publishes ? { lsn: advances ? target : this.durable, sequence: this.sequence + 1n } : undefined, idle && whole.length === 0)
         if (publishes) this.republish = false
       } catch (err) {
         journalFailed = true
@@ -383,8 +386,10 @@ export class GroupCommit extends FlushLists implements LogHost, FinisherHost {
       })
     }
     // After a failed journal commit a tombstone may not be durable: a log
-    // re-created under its id must not go live yet.
-    const { created, waiting } = journalFailed ? { created: [], waiting: snapshots } : await this.snapshots.finish(snapshots, target)
+    // re-created under its id must not go live yet. After a failed log the
+    // group published no watermark: a snapshot finished now would take
+    // `target` as its floor, above what the rollback keeps.
+    const { created, waiting } = journalFailed || failed.length > 0 ? { created: [], waiting: snapshots } : await this.snapshots.finish(snapshots, target)
     if (waiting.length > 0) {
       // Kept ahead of snapshots finished meanwhile; the timer keeps a process
       // whose only work is awaiting `finish` alive.

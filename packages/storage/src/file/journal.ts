@@ -293,14 +293,28 @@ export class Journal<T extends JournalOwner> {
     return seg.size * OWNERS_PER_SEGMENT >= seg.owners.length * segmentBytes
   }
 
+  /**
+   * A new segment, listed only once its header is written: one whose header
+   * write failed (a full disk) must not take the next group at offset 0, where
+   * replay, finding no header, would read none of the groups acknowledged in it.
+   */
   private startSegment(): Segment<T> {
     const generation = this.nextGeneration++
-    const fd = this.fs.openSync(`${this.dir}/${segmentName(generation)}`, 'wx', 0o644)
-    const seg: Segment<T> = { generation, mark: ++lastMark, fd, size: 0, openedAt: performance.now(), owners: [], watermark: undefined, sealed: false }
-    this.segments.push(seg)
+    const path = `${this.dir}/${segmentName(generation)}`
+    const fd = this.fs.openSync(path, 'wx', 0o644)
     const header = encodeHeader('journal')
-    writeFully(this.fs, fd, header, header.length, 0)
-    seg.size = header.length
+    try {
+      writeFully(this.fs, fd, header, header.length, 0)
+    } catch (err) {
+      // Left behind if these fail too, it holds no group: replay reads nothing from a segment without its header.
+      try {
+        this.fs.closeSync(fd)
+        this.fs.unlinkSync(path)
+      } catch {}
+      throw err
+    }
+    const seg: Segment<T> = { generation, mark: ++lastMark, fd, size: header.length, openedAt: performance.now(), owners: [], watermark: undefined, sealed: false }
+    this.segments.push(seg)
     return seg
   }
 

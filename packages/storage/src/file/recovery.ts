@@ -120,7 +120,7 @@ export function scanLog(fs: FsPort, fds: FdCache, id: string, files: Files, lsn:
     let lo = from
     let hi = total
     while (lo < hi) {
-      const mid = (lo + hi) >>> 1
+      const mid = lo + Math.floor((hi - lo) / 2)
       if (durable(recordAt(fd, mid), lsn)) lo = mid + 1
       else hi = mid
     }
