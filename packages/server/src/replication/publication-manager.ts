@@ -94,6 +94,12 @@ export class PublicationManager {
       await this.alter(`ALTER TABLE ${formatRelation(relation)} REPLICA IDENTITY FULL`, relation, `set REPLICA IDENTITY FULL on table ${formatRelation(relation)}`)
       replicaIdentitySet = true
     }
+    // A partitioned table's changes are decoded on its partitions, each by its own replica identity, which
+    // the parent's does not set: every partition (those created since, too) is made FULL as well.
+    for (const partition of await this.partitionsNotFull(relation)) {
+      await this.alter(`ALTER TABLE ${formatRelation(partition)} REPLICA IDENTITY FULL`, partition, `set REPLICA IDENTITY FULL on partition ${formatRelation(partition)}`)
+      replicaIdentitySet = true
+    }
     if (await this.publishes(relation)) return { added: false, replicaIdentitySet }
     try {
       await this.alter(
@@ -151,6 +157,20 @@ export class PublicationManager {
     if (rows.length > 0) return true
     if (!(await this.exists())) throw new PublicationNotFoundError(this.name, 'dropped while in use')
     return false
+  }
+
+  /** The partitions (at any depth) of a partitioned table whose replica identity is not FULL; none for a plain table. */
+  private async partitionsNotFull(relation: RelationName): Promise<RelationName[]> {
+    const { rows } = await this.db.query(
+      `SELECT pn.nspname::text AS schema, pc.relname::text AS name
+         FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace,
+              pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) pt
+         JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'p' AND pt.relid <> c.oid AND pc.relreplident <> 'f'
+        ORDER BY pt.level, 1, 2`,
+      [relation.schema, relation.name],
+    )
+    return rows.map((row) => ({ schema: String(row['schema']), name: String(row['name']) }))
   }
 
   private async replicaIdentity(relation: RelationName): Promise<string> {

@@ -145,9 +145,22 @@ function primaryKeySql(relationOid: string): string {
  * is schema-qualified so a hostile search_path changes nothing, and returned
  * as one JSON text so the driver's type parsers play no part.
  */
+/**
+ * The relation's replica identity as decoding sees it. Changes of a
+ * partitioned table are decoded on its partitions, each by its own setting
+ * (pgoutput sends a DEFAULT partition's old rows with only their key
+ * columns), and a partition created later starts at DEFAULT: so a partitioned
+ * table counts as FULL only while every partition is, and the catalog watch
+ * sees a new DEFAULT partition as a change of the table.
+ */
+function replidentSql(c: string): string {
+  return `CASE WHEN ${c}.relkind = 'p' AND EXISTS (SELECT FROM pg_catalog.pg_partition_tree(${c}.oid::pg_catalog.regclass) pt
+      JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid WHERE pc.relreplident <> 'f') THEN 'd' ELSE ${c}.relreplident::pg_catalog.text END`
+}
+
 function catalogQuery(condition: string): string {
   return `WITH RECURSIVE rel AS (
-  SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, c.relreplident
+  SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, ${replidentSql('c')} AS relreplident
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
   WHERE ${condition}
 ), cols AS (
@@ -502,7 +515,7 @@ const TABLE_STATES = `SELECT pg_catalog.json_build_object(
   'oid', c.oid::pg_catalog.int8,
   'schema', n.nspname,
   'name', c.relname,
-  'replident', c.relreplident::pg_catalog.text,
+  'replident', ${replidentSql('c')},
   'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(a.attname, a.atttypid::pg_catalog.int8, a.atttypmod) ORDER BY a.attnum)
       FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''),
   'primary_key', ${primaryKeySql('c.oid')}

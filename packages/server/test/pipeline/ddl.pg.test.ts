@@ -2,7 +2,7 @@ import { once } from 'node:events'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import { describe, expect, it } from 'vitest'
 import type { ShapeInvalidated } from '../../src/shapes/shape-manager.js'
-import { caughtUp, parseLsnText, shapeParams, usePipelines } from './harness.js'
+import { caughtUp, compareShape, parseLsnText, shapeParams, sorted, usePipelines } from './harness.js'
 
 /**
  * The three ways the pipeline notices DDL on a table with shapes
@@ -79,5 +79,43 @@ describe('the catalog watch', () => {
     expect(event.reason.kind).toBe('table_dropped')
     expect(pipeline.shapes.status(shape.handle)).toBe('expired')
     expect(pipeline.store.get(shape.handle)).toBeUndefined()
+  })
+})
+
+describe('a partitioned table', () => {
+  it('has every partition made REPLICA IDENTITY FULL, so deletes and updates of non-key columns in a partition reach a shape filtering on them; a partition created later invalidates the shape', async () => {
+    await cluster.query(`
+      CREATE TABLE zoned (id int4, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+      CREATE TABLE zoned_eu PARTITION OF zoned FOR VALUES IN ('eu');
+      CREATE TABLE zoned_us PARTITION OF zoned FOR VALUES IN ('us') PARTITION BY LIST (id);
+      CREATE TABLE zoned_us_rest PARTITION OF zoned_us DEFAULT;
+      INSERT INTO zoned VALUES (1, 'eu', 'a'), (2, 'us', 'a'), (3, 'eu', 'b'), (4, 'us', 'a')`)
+    const { pipeline } = await start({ catalogCheckMs: 50 })
+    const where = "v = 'a'"
+    const shape = await pipeline.shapes.resolve(shapeParams('public', 'zoned', { where }))
+    await pipeline.shapes.ready(shape.handle)
+    const { rows } = await cluster.query(`SELECT relname, relreplident FROM pg_class WHERE relname LIKE 'zoned%' AND relkind IN ('r', 'p') ORDER BY 1`)
+    expect(rows.map((r) => [r['relname'], r['relreplident']])).toEqual([
+      ['zoned', 'f'],
+      ['zoned_eu', 'f'],
+      ['zoned_us', 'f'],
+      ['zoned_us_rest', 'f'],
+    ])
+    // Only the old row's v tells that 1 and 2 leave the shape.
+    await cluster.query(`DELETE FROM zoned WHERE id = 1; UPDATE zoned SET v = 'z' WHERE id = 2; UPDATE zoned SET v = 'a' WHERE id = 3`)
+    await caughtUp(pipeline, cluster)
+    const c = await compareShape(pipeline, cluster, shape.handle, { where })
+    expect(sorted(c.actual)).toEqual(sorted(c.expected))
+    expect([...c.actual.keys()].sort()).toEqual(['"public"."zoned"/"3"/"eu"', '"public"."zoned"/"4"/"us"'])
+
+    const invalidated = once(pipeline.shapes, 'invalidated') as Promise<[ShapeInvalidated]>
+    await cluster.query(`CREATE TABLE zoned_asia PARTITION OF zoned FOR VALUES IN ('asia')`)
+    const [event] = await invalidated
+    expect(event.handle).toBe(shape.handle)
+    // The next request makes the shape again, and the new partition FULL with it.
+    const again = await pipeline.shapes.resolve(shapeParams('public', 'zoned', { where }))
+    await pipeline.shapes.ready(again.handle)
+    const asia = await cluster.query(`SELECT relreplident FROM pg_class WHERE relname = 'zoned_asia'`)
+    expect(asia.rows[0]!['relreplident']).toBe('f')
   })
 })
