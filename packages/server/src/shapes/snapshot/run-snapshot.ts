@@ -96,6 +96,10 @@ export const DEFAULT_SNAPSHOT_BATCH_ROWS = 1000
 /** How long a snapshot waits for its table lock before it fails with `lock_timeout` (a 503 the client retries). */
 export const DEFAULT_SNAPSHOT_LOCK_TIMEOUT_MS = 10_000
 export const DEFAULT_SNAPSHOT_BATCH_BYTES = 4 * 1024 * 1024
+/** Rows of a snapshot read in one round trip with its set-up, at most (`wholeRows`). */
+const WHOLE_MAX_ROWS = 100
+/** Rows of a streamed snapshot's first fetch, before any row's size is known. */
+const FIRST_FETCH_ROWS = 16
 /** How long a rollback after a failure may take before the connection is closed instead. */
 const ROLLBACK_TIMEOUT_MS = 5_000
 
@@ -238,7 +242,7 @@ class SnapshotRun {
       ...this.#setup(),
       SNAPSHOT_SQL,
       tableByOidSql(info.oid),
-      `${this.query} LIMIT ${this.batchRows + 1}`,
+      `${this.query} LIMIT ${this.wholeRows() + 1}`,
       'COMMIT',
     ]
     let results: pg.QueryResult[]
@@ -253,7 +257,7 @@ class SnapshotRun {
     if (!Array.isArray(results) || results.length !== n) throw new SnapshotError('protocol_error', 'the snapshot query returned fewer results than statements')
     const { snapshot, insertLsn } = this.#snapshotOf(results[n - 4]!, results[n - 3]!)
     const rows = results[n - 2]!.rows as Array<{ line?: unknown }>
-    if (rows.length > this.batchRows) return undefined
+    if (rows.length > this.wholeRows()) return undefined
     const lines = rows.map(({ line }) => {
       if (typeof line !== 'string') throw new SnapshotError('protocol_error', 'the snapshot query returned a NULL line')
       return utf8.encode(line)
@@ -261,6 +265,15 @@ class SnapshotRun {
     await this.#sink('start', () => this.sink.start?.({ snapshot, insertLsn }))
     if (lines.length > 0) await this.#sink('rows', () => this.sink.rows(lines))
     return { snapshot, insertLsn, rows: lines.length }
+  }
+
+  /**
+   * Rows the one-round-trip form reads at most: they are all held at once
+   * whatever their size (a table of megabyte documents), so fewer than a
+   * streamed batch, which is sized by the rows it has seen.
+   */
+  wholeRows(): number {
+    return Math.min(this.batchRows, WHOLE_MAX_ROWS)
   }
 
   /** The snapshot and insert LSN from their query's result, once the catalog's answer shows the table unchanged. */
@@ -310,13 +323,13 @@ class SnapshotRun {
   async #stream(): Promise<number> {
     const cursor = this.client.query(new Cursor<[string]>(this.query, [...this.params], { rowMode: 'array' }))
     let count = 0
-    let bytes = 0
+    let largest = 0
     let asked = 0
     let pending: Promise<[string][]> | undefined
     const read = (): Promise<[string][]> => {
-      // Rows are sized from what came so far, so a table of large rows fetches fewer at a time.
-      const average = count === 0 ? 0 : bytes / count
-      asked = average === 0 ? this.batchRows : Math.max(1, Math.min(this.batchRows, Math.floor(this.batchBytes / average)))
+      // Sized by the largest row so far, the first fetch small: a table of large rows (or a stretch of them
+      // after small ones) must not come a thousand at a time, all held at once.
+      asked = count === 0 ? Math.min(this.batchRows, FIRST_FETCH_ROWS) : Math.max(1, Math.min(this.batchRows, Math.floor(this.batchBytes / Math.max(1, largest))))
       const next = cursor.read(asked)
       next.catch(() => {})
       return next
@@ -333,7 +346,7 @@ class SnapshotRun {
           return utf8.encode(line)
         })
         count += lines.length
-        for (const line of lines) bytes += line.length
+        for (const line of lines) if (line.length > largest) largest = line.length
         // Fewer rows than asked for means the query completed: no empty fetch needed.
         const done = batch.length < asked
         if (!done) pending = read()

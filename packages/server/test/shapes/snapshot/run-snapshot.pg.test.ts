@@ -108,7 +108,8 @@ describe('runSnapshot', () => {
     expect(result.snapshot.xmin).toBeLessThanOrEqual(result.snapshot.xmax)
     const { rows } = await cluster.query<{ xid: string }>('SELECT pg_current_xact_id()::text AS xid')
     expect(BigInt(rows[0]?.xid as string)).toBeGreaterThanOrEqual(result.snapshot.xmax)
-    expect(sink.batches.map((b) => b.length)).toEqual([1000, 1000, 500])
+    // The first fetch is small (row sizes unknown yet), then a batch at a time.
+    expect(sink.batches.map((b) => b.length)).toEqual([16, 1000, 1000, 484])
     expect(new Set(sink.lines.map((l) => (JSON.parse(l) as { key: string }).key)).size).toBe(2500)
     expect(JSON.parse(decoder.decode(encodeSnapshotEnd(result.snapshot)))).toEqual({
       headers: {
@@ -131,17 +132,30 @@ describe('runSnapshot', () => {
       return sink.batches.map((b) => b.length)
     }
     expect(await sizes({ batchRows: 7, where: '"id" <= 20' })).toEqual([7, 7, 6])
-    expect(await sizes({ batchRows: 1000, where: '"id" <= 2000' })).toEqual([1000, 1000])
+    expect(await sizes({ batchRows: 1000, where: '"id" <= 2000' })).toEqual([16, 1000, 984])
     expect(await sizes({ where: 'FALSE' })).toEqual([])
 
     await cluster.query(`CREATE TABLE big_rows (id int PRIMARY KEY, blob text); INSERT INTO big_rows SELECT i, repeat('x', 10000) FROM generate_series(1, 60) i`)
     const big = await mustLoad('big_rows')
     const sink = new Collect()
     await runSnapshot(pool, { table: big, batchRows: 20, batchBytes: 50_000 }, sink)
-    // The first fetch knows nothing about row sizes; after it, about 50 kB (4 rows of 10 kB) at a time.
-    expect(sink.batches.map((b) => b.length)).toEqual([20, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4])
+    // The first fetch knows nothing about row sizes, so it is small; after it, about 50 kB (4 rows of 10 kB) at a time.
+    expect(sink.batches.map((b) => b.length)).toEqual([16, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4])
     await expect(runSnapshot(pool, { table: big, batchRows: 0 }, sink)).rejects.toMatchObject({ code: 'invalid_request' })
     await expect(runSnapshot(pool, { table: big, statementTimeoutMs: -1 }, sink)).rejects.toMatchObject({ code: 'invalid_request' })
+    expectReleased(pool)
+  })
+
+  it('never holds more than one batch of large rows: a one-round-trip read takes at most 100 rows, and a stream sizes its fetches by the largest row', async () => {
+    await cluster.query(`CREATE TABLE documents (id int PRIMARY KEY, body text); INSERT INTO documents SELECT i, repeat(md5(i::text), 6400) FROM generate_series(1, 150) i`)
+    const pool = newPool({ max: 1 })
+    const sink = new Collect()
+    // 150 rows of 200 kB: before, all of them in one round trip (30 MB at once, and a table of megabyte rows, a gigabyte).
+    const result = await runSnapshot(pool, { table: await mustLoad('documents'), batchBytes: 4 * 1024 * 1024 }, sink)
+    expect(result.rows).toBe(150)
+    const sizes = sink.batches.map((b) => b.length)
+    expect(sizes[0]).toBe(16)
+    expect(Math.max(...sizes.slice(1))).toBe(20)
     expectReleased(pool)
   })
 
@@ -230,7 +244,7 @@ describe('runSnapshot', () => {
       },
     })
     expect(result.rows).toBe(200_000)
-    expect(batches).toBe(200)
+    expect(batches).toBe(201)
     // Over 80 MB of lines went through; a buffered result would have held all of it (twice: strings and bytes).
     expect(bytes).toBeGreaterThan(80_000_000)
     expect(maxHeap - baseline).toBeLessThan(48 * 1024 * 1024)
