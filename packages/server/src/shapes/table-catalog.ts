@@ -45,6 +45,12 @@ export interface TableColumn {
   /** pg_type.typcategory of the column type (a domain has its base type's category). */
   readonly typeCategory: string
   /**
+   * The column's collation when it is nondeterministic (equal strings that
+   * differ in bytes: case- or accent-insensitive ICU collations): where
+   * clauses compare text byte for byte and refuse to compare such a column.
+   */
+  readonly nondeterministicCollation?: string
+  /**
    * Whether `col::text` prints what the type's output function prints (what
    * pgoutput sends). False where a cast function to text differs: boolean
    * (`true` vs `t`), bpchar (trailing blanks trimmed), inet/cidr (`/32` added),
@@ -164,7 +170,7 @@ function catalogQuery(condition: string): string {
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
   WHERE ${condition}
 ), cols AS (
-  SELECT a.attnum, a.attname, a.atttypid, a.atttypmod, a.attndims, a.attnotnull
+  SELECT a.attnum, a.attname, a.atttypid, a.atttypmod, a.attndims, a.attnotnull, a.attcollation
   FROM pg_catalog.pg_attribute a JOIN rel ON a.attrelid = rel.oid
   WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 ), types AS (
@@ -186,7 +192,8 @@ SELECT pg_catalog.json_build_object(
   'replident', rel.relreplident::pg_catalog.text,
   'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attnum, attname, atttypid::pg_catalog.int8, atttypmod, attndims, attnotnull,
       (SELECT pg_catalog.quote_ident(tn.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(ty.typname)
-       FROM pg_catalog.pg_type ty JOIN pg_catalog.pg_namespace tn ON tn.oid = ty.typnamespace WHERE ty.oid = atttypid)) ORDER BY attnum) FROM cols),
+       FROM pg_catalog.pg_type ty JOIN pg_catalog.pg_namespace tn ON tn.oid = ty.typnamespace WHERE ty.oid = atttypid),
+      (SELECT co.collname FROM pg_catalog.pg_collation co WHERE co.oid = attcollation AND NOT co.collisdeterministic)) ORDER BY attnum) FROM cols),
   'types', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       t.oid::pg_catalog.int8, t.typname, t.typtype::pg_catalog.text, t.typcategory::pg_catalog.text, t.typbasetype::pg_catalog.int8,
       CASE WHEN t.is_array THEN t.typelem::pg_catalog.int8 END,
@@ -236,7 +243,16 @@ function validOid(oid: number): boolean {
   return Number.isInteger(oid) && oid > 0 && oid <= 0xffff_ffff
 }
 
-type ColumnRow = [attnum: number, name: string, typeOid: number, typeMod: number, attndims: number, notNull: boolean, typeSql: string]
+type ColumnRow = [
+  attnum: number,
+  name: string,
+  typeOid: number,
+  typeMod: number,
+  attndims: number,
+  notNull: boolean,
+  typeSql: string,
+  nondeterministicCollation: string | null,
+]
 type TypeRow = [
   oid: number,
   name: string,
@@ -292,7 +308,7 @@ function buildInfo(raw: RawInfo): TableInfo {
   }
 
   const primaryKey = raw.primary_key ?? []
-  const columns = (raw.columns ?? []).map(([attnum, name, typeOid, typeMod, attndims, notNull, typeSql]): TableColumn => {
+  const columns = (raw.columns ?? []).map(([attnum, name, typeOid, typeMod, attndims, notNull, typeSql, nondeterministic]): TableColumn => {
     const type = typeOf(typeOid)
     const isDomain = type[2] === 'd'
     const base = baseOf(type)
@@ -306,6 +322,7 @@ function buildInfo(raw: RawInfo): TableInfo {
       typeSql,
       notNull,
       typeCategory: type[3],
+      ...(nondeterministic !== null && nondeterministic !== undefined ? { nondeterministicCollation: nondeterministic } : {}),
       ...(pk >= 0 ? { pkIndex: pk } : {}),
     }
     const elementOid = base[5]
@@ -391,6 +408,7 @@ function whereColumnsUncached(info: TableInfo): WhereColumn[] {
       ...(isArray ? { dims: column.dims } : {}),
       ...(plain ? { typeOid: column.typeOid } : {}),
       ...(column.enumValues !== undefined && !domainOverEnum ? { enumValues: column.enumValues } : {}),
+      ...(column.nondeterministicCollation !== undefined ? { nondeterministicCollation: column.nondeterministicCollation } : {}),
       notNull: column.notNull,
     }
   })

@@ -76,6 +76,12 @@ export interface BindContext {
    * and the canonical text says so (canonical.ts).
    */
   readonly collated?: Set<object>
+  /**
+   * Columns of a nondeterministic collation, with its name: Postgres compares
+   * them as the collation says (case-insensitively, say) and the evaluator
+   * byte for byte, so they may only be tested for NULL.
+   */
+  readonly nondeterministic?: ReadonlyMap<string, string>
 }
 
 /** Operators whose result on text depends on the collation (equality does not, for the deterministic ones). */
@@ -145,13 +151,16 @@ export class Binder {
         return this.bindAExpr(node)
       case 'BoolExpr':
         return this.bindBoolExpr(node)
-      case 'NullTest':
+      case 'NullTest': {
+        const [argTag, argNode] = nodeOf(node['arg'])
         return {
           k: 'nulltest',
           type: BOOL,
           negated: node['nulltesttype'] === 'IS_NOT_NULL',
-          arg: this.bind(node['arg']),
+          // A column of any collation may be tested for NULL.
+          arg: argTag === 'ColumnRef' ? this.bindColumn(argNode, true) : this.bind(node['arg']),
         }
+      }
       case 'BooleanTest': {
         const test = node['booltesttype'] as BoolTest
         const words = test.replaceAll('_', ' ')
@@ -177,7 +186,7 @@ export class Binder {
 
   // --- leaves ---------------------------------------------------------------------------
 
-  private bindColumn(node: Node): Expr {
+  private bindColumn(node: Node, nullTest = false): Expr {
     const fields = node['fields'] as readonly Record<string, unknown>[]
     const at = location(node)
     if (fields.some((f) => 'A_Star' in f)) fail('unsupported', '* is not supported in where clauses', at)
@@ -188,6 +197,14 @@ export class Binder {
     const name = names[0] ?? ''
     const type = this.ctx.columns.get(name)
     if (type === undefined) fail('unknown_column', `column "${name}" does not exist`, at)
+    const collation = nullTest ? undefined : this.ctx.nondeterministic?.get(name)
+    if (collation !== undefined) {
+      fail(
+        'unsupported',
+        `column "${name}" has the nondeterministic collation "${collation}", which where clauses cannot follow (they compare text byte for byte); only IS [NOT] NULL is supported on it`,
+        at,
+      )
+    }
     return { k: 'column', type, name }
   }
 

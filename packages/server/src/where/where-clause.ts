@@ -30,6 +30,8 @@ export interface WhereColumn {
   /** For an enum (or an array of one): its labels in sort order. */
   readonly enumValues?: readonly string[]
   readonly notNull?: boolean
+  /** Its collation, when nondeterministic: the column may only be tested for NULL. */
+  readonly nondeterministicCollation?: string
 }
 
 export interface CompileWhereOptions {
@@ -92,16 +94,26 @@ export interface WhereClause {
  */
 const typesOfColumns = new WeakMap<readonly WhereColumn[], { columns: ReadonlyMap<string, SqlType>; enums: ReadonlyMap<string, EnumType> }>()
 
-function columnTypes(list: readonly WhereColumn[]): { columns: ReadonlyMap<string, SqlType>; enums: ReadonlyMap<string, EnumType> } {
+function columnTypes(list: readonly WhereColumn[]): ColumnTypes {
   const known = typesOfColumns.get(list)
   if (known !== undefined) return known
   const enums = new Map<string, EnumType>()
   const columns = new Map<string, SqlType>()
-  for (const column of list) columns.set(column.name, columnType(column, enums))
-  const types = { columns, enums }
+  const collations = new Map<string, string>()
+  for (const column of list) {
+    columns.set(column.name, columnType(column, enums))
+    if (column.nondeterministicCollation !== undefined) collations.set(column.name, column.nondeterministicCollation)
+  }
+  const types = { columns, enums, ...(collations.size > 0 ? { nondeterministic: collations } : {}) }
   // A list that could change under the cache is not cached.
   if (Object.isFrozen(list)) typesOfColumns.set(list, types)
   return types
+}
+
+interface ColumnTypes {
+  readonly columns: ReadonlyMap<string, SqlType>
+  readonly enums: ReadonlyMap<string, EnumType>
+  readonly nondeterministic?: ReadonlyMap<string, string>
 }
 
 function columnType(column: WhereColumn, enums: Map<string, EnumType>): SqlType {
@@ -204,9 +216,17 @@ export function compileWhereSync(source: string, options: CompileWhereOptions): 
 
 function build(source: string, tree: RawNode, options: CompileWhereOptions, limits: WhereLimits, sublinks: PreparedSublinks | undefined): WhereClause {
   const params = options.params ?? []
-  const { columns, enums } = columnTypes(options.columns)
+  const { columns, enums, nondeterministic } = columnTypes(options.columns)
   const collated = new Set<object>()
-  const ctx: BindContext = { columns, enums, params, limits, collated, ...(sublinks === undefined ? {} : { sublink: sublinks.bind }) }
+  const ctx: BindContext = {
+    columns,
+    enums,
+    params,
+    limits,
+    collated,
+    ...(nondeterministic === undefined ? {} : { nondeterministic }),
+    ...(sublinks === undefined ? {} : { sublink: sublinks.bind }),
+  }
   const expr = new Binder(ctx).bindWhere(tree)
   const planningError = constantError(expr)
   if (planningError !== undefined) throw new WhereClauseError('invalid_value', planningError.message)

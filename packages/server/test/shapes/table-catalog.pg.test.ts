@@ -424,3 +424,25 @@ describe('matchesRelation and tableDescription', () => {
     expect(tableDescription(info)).toEqual({ schema: 'public', name: 'pk_order', columns: ['a', 'b', 'c', 'd'], primaryKey: ['d', 'a', 'c'] })
   })
 })
+
+describe('a column of a nondeterministic collation', () => {
+  it('is known to the catalog, and a where clause may only test it for NULL (Postgres would compare it case-insensitively, the evaluator byte for byte)', async () => {
+    await cluster.query(`
+      CREATE COLLATION case_blind (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+      CREATE DOMAIN blind_text AS text COLLATE case_blind;
+      CREATE TABLE people (id int PRIMARY KEY, email text COLLATE case_blind, nick blind_text, name text)`)
+    const info = await mustLoad('public', 'people')
+    expect(column(info, 'email').nondeterministicCollation).toBe('case_blind')
+    expect(column(info, 'nick').nondeterministicCollation).toBe('case_blind')
+    expect(column(info, 'name').nondeterministicCollation).toBeUndefined()
+    const columns = whereColumns(info)
+    for (const where of ["email = 'A@x.com'", "lower(email) = 'a@x.com'", "nick IN ('a', 'b')", "email::text LIKE 'a%'", "email IS NOT NULL AND email <> ''"]) {
+      const error = await errorOf(compileWhere(where, { columns }))
+      expect(error, where).toMatchObject({ reason: 'unsupported', message: expect.stringMatching(/nondeterministic collation "case_blind"/) })
+    }
+    const row = { id: '1', email: 'A@x.com', nick: null, name: 'x' }
+    for (const where of ['email IS NOT NULL', 'nick IS NULL OR id = 2', "name = 'x'"]) {
+      expect((await compileWhere(where, { columns })).evaluate(row), where).toBe(true)
+    }
+  })
+})
