@@ -190,10 +190,13 @@ export const LIKE_OPERATORS: Readonly<Record<string, { readonly negated: boolean
   '!~~*': { negated: true, insensitive: true },
 }
 
+/** Compiled LIKE patterns one non-constant LIKE keeps (a clause's array holds at most 10,000). */
+const MAX_CACHED_PATTERNS = 16_384
+
 /**
- * LIKE with a pattern known only per row: the last pattern's matcher is kept,
- * since most rows of a column-vs-column LIKE repeat patterns rarely but a
- * pattern is cheap to recompile.
+ * LIKE, its matcher compiled once for a constant pattern, and for patterns
+ * known only per row (an array's elements, another column) once per distinct
+ * pattern.
  */
 export function likeFn(op: string, constantPattern: string | undefined): BinaryFn {
   const spec = LIKE_OPERATORS[op]
@@ -203,14 +206,17 @@ export function likeFn(op: string, constantPattern: string | undefined): BinaryF
     const matcher = compileLike(constantPattern, insensitive)
     return negated ? (a) => !matcher(a as string) : (a) => matcher(a as string)
   }
-  let lastPattern: string | undefined
-  let lastMatcher: LikeMatcher | undefined
+  // Patterns from an array (`name LIKE ANY ($1)`, up to 10,000) come round again at every row: each is
+  // compiled once. Patterns from rows are endless, so the cache starts over when it fills.
+  const matchers = new Map<string, LikeMatcher>()
   return (a, b) => {
-    if (b !== lastPattern || lastMatcher === undefined) {
-      lastMatcher = compileLike(b as string, insensitive)
-      lastPattern = b as string
+    let matcher = matchers.get(b as string)
+    if (matcher === undefined) {
+      if (matchers.size >= MAX_CACHED_PATTERNS) matchers.clear()
+      matcher = compileLike(b as string, insensitive)
+      matchers.set(b as string, matcher)
     }
-    const matched = lastMatcher(a as string)
+    const matched = matcher(a as string)
     return negated ? !matched : matched
   }
 }

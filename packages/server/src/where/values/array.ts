@@ -309,8 +309,20 @@ export function arrayOverlaps<T>(a: ArrayValue<T>, b: ArrayValue<T>, key: (x: T)
   return false
 }
 
+/**
+ * Key sets by array and key function: a constant array (`tags && $1` with
+ * 10,000 elements) is the same object for every row, so its set is built once,
+ * not per row; a row's own array is collected with it.
+ */
+const keySets = new WeakMap<object, WeakMap<object, Set<string>>>()
+
 function keySet<T>(a: ArrayValue<T>, key: (x: T) => string): Set<string> {
+  let byKey = keySets.get(a)
+  const known = byKey?.get(key)
+  if (known !== undefined) return known
   const keys = new Set<string>()
   for (const x of a.items) if (x !== null) keys.add(key(x))
+  if (byKey === undefined) keySets.set(a, (byKey = new WeakMap()))
+  byKey.set(key, keys)
   return keys
 }
