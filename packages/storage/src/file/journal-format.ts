@@ -69,8 +69,10 @@ export type JournalFile = 0 | 1 | 2
 
 // Same salt as the other files' checks (format.ts): an all-zero group fails.
 const CHECK_SALT = 0x5a17ce01
-// A length past this is garbage, not a group (flushes cap theirs far below).
-const MAX_GROUP_BYTES = 1 << 30
+// Any length the header can hold: a flush is not capped (one transaction fanned out to many shapes can
+// pass a gigabyte), and a group the writer acknowledged must read back. A length past the segment's end
+// is a torn group all the same.
+const MAX_GROUP_BYTES = 0xffffffff
 
 export function segmentName(generation: number): string {
   return `${String(generation).padStart(8, '0')}.jnl`
