@@ -13,6 +13,9 @@ import { type FileLogStore, type FsPort, nodeFs, openFileLogStore } from '../src
 
 const tempDirs = useTempDir()
 
+/** LOCK as this process writes it: its pid, its host and its process token. */
+const OWN_LOCK = new RegExp(`^${process.pid}\\n${hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\n[0-9a-f]{16}\\n$`)
+
 describe('pid-file writer lock', () => {
   const open: FileLogStore[] = []
   afterEach(async () => {
@@ -31,9 +34,21 @@ describe('pid-file writer lock', () => {
     const other = await tempDirs.make('lock2')
     writeFileSync(`${other}/LOCK`, '999999999')
     const s = await openStore(other)
-    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readFileSync(`${other}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
     await s.close()
     expect(existsSync(`${other}/LOCK`)).toBe(false)
+  })
+
+  it("takes over a pid-file lock naming this process's pid and host but not this process (a container restarted after a kill runs as the same pid)", async () => {
+    for (const left of [`${process.pid}\n${hostname()}\n0123456789abcdef\n`, `${process.pid}\n${hostname()}\n`, `${process.pid}`]) {
+      const dir = await tempDirs.make('lock-earlier')
+      writeFileSync(`${dir}/LOCK`, left)
+      const s = await openStore(dir)
+      expect(readFileSync(`${dir}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
+      // This process's own lock still refuses a second writer here.
+      await expect(openFileLogStore({ dir })).rejects.toMatchObject({ code: 'store_locked' })
+      await s.close()
+    }
   })
 
   it('never takes over a pid-file lock that names another host: its pid means nothing here', async () => {
@@ -51,7 +66,7 @@ describe('pid-file writer lock', () => {
     await s.close()
     writeFileSync(`${dir}/LOCK`, '999999999')
     const t = await openStore(dir)
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
     await t.close()
   })
 
@@ -79,7 +94,7 @@ describe('pid-file writer lock', () => {
     expect(a).toBeDefined()
     const releaseA = await a!
     await expect(b).rejects.toMatchObject({ code: 'store_locked' })
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
     expect(readdirSync(dir).filter((n) => n.startsWith('LOCK'))).toEqual(['LOCK'])
     releaseA()
     expect(existsSync(`${dir}/LOCK`)).toBe(false)
@@ -90,7 +105,7 @@ describe('pid-file writer lock', () => {
     // Made by link(2), a LOCK is whole when it appears: an empty one lost its unsynced content.
     writeFileSync(`${dir}/LOCK`, '')
     const s = await openStore(dir)
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
     await s.close()
     // Made with O_EXCL, it is empty for an instant after its creation: a young one is a starter's, left alone.
     const { linkSync: _link, ...withoutLink } = nodeFs
@@ -103,7 +118,7 @@ describe('pid-file writer lock', () => {
     // A dead writer's, taken over without link(2) too.
     writeFileSync(`${dir}/LOCK`, `999999999\n${hostname()}\n`)
     const release = await acquireStoreLock(withoutLink, dir)
-    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readFileSync(`${dir}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
     await expect(acquireStoreLock(withoutLink, dir)).rejects.toMatchObject({ code: 'store_locked' })
     release()
     expect(readdirSync(dir)).not.toContain('LOCK')
@@ -132,7 +147,7 @@ describe('pid-file writer lock', () => {
       },
     }
     const release = await acquireStoreLock(noLinks, other)
-    expect(readFileSync(`${other}/LOCK`, 'utf8')).toBe(`${process.pid}\n${hostname()}\n`)
+    expect(readFileSync(`${other}/LOCK`, 'utf8')).toMatch(OWN_LOCK)
     expect(readdirSync(other)).toEqual(['LOCK'])
     release()
   })

@@ -86,15 +86,24 @@ interface Held {
   readonly elsewhere?: boolean
   /** LOCK could not be read. */
   readonly unreadable?: boolean
+  /** LOCK names this process's pid but not this process: its holder is gone. */
+  readonly earlier?: boolean
 }
 
 function lockPath(root: string): string {
   return `${root}/LOCK`
 }
 
-/** What a writer puts in LOCK: its pid, and on the next line its host (LOCK files of older builds hold the pid alone). */
+/**
+ * This process among those that had its pid on this host: a container
+ * restarted after a kill runs as the same pid (1, say) under the same host
+ * name, and its LOCK, left by the process before it, must not pass for its own.
+ */
+const PROCESS_TOKEN = randomBytes(8).toString('hex')
+
+/** What a writer puts in LOCK: its pid, its host and its process token, a line each (older builds wrote the pid alone, or the pid and host). */
 function lockContent(): Buffer {
-  return Buffer.from(`${process.pid}\n${hostname()}\n`)
+  return Buffer.from(`${process.pid}\n${hostname()}\n${PROCESS_TOKEN}\n`)
 }
 
 /** What LOCK says of its holder; `pidFile` for the O_EXCL lock, where LOCK itself is the lock (and the remedy is to remove it). */
@@ -108,7 +117,7 @@ function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
     const code = (err as NodeJS.ErrnoException).code
     if (code !== 'ENOENT') return { holder: `a process this one cannot name (${lockPath(root)}: ${code ?? String(err)})`, ownProcess: false, unreadable: true }
   }
-  const { pid, host: hostName } = parseLock(text)
+  const { pid, host: hostName, token } = parseLock(text)
   if (pid === undefined) {
     // For a pid file, written whole before it appears (or, without link(2), in the instant after): a LOCK
     // that names nobody is damaged, and is not taken over on a guess.
@@ -124,14 +133,18 @@ function describeHolder(fs: FsPort, root: string, pidFile: boolean): Held {
       elsewhere: true,
     }
   }
-  if (pid === process.pid) return { holder: 'this process (the store is already open for writing here)', ownProcess: true }
+  if (pid === process.pid) {
+    if (token === PROCESS_TOKEN) return { holder: 'this process (the store is already open for writing here)', ownProcess: true }
+    // Our pid, another process's token: one that ran before this one with the same pid (a restarted container).
+    return { holder: `process ${pid}, an earlier process with this one's pid`, ownProcess: false, pid, earlier: true }
+  }
   return { holder: `process ${pid}`, ownProcess: false, pid }
 }
 
-/** What LOCK's text names: its pid (undefined when none), and its host ('' for an older build's LOCK, the pid alone). */
-function parseLock(text: string): { pid: number | undefined; host: string } {
-  const [pidText = '', host = ''] = text.split('\n')
-  return { pid: /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : undefined, host: host.trim() }
+/** What LOCK's text names: its pid (undefined when none), its host and its process token ('' for an older build's LOCK). */
+function parseLock(text: string): { pid: number | undefined; host: string; token: string } {
+  const [pidText = '', host = '', token = ''] = text.split('\n')
+  return { pid: /^\d+$/.test(pidText.trim()) ? Number(pidText.trim()) : undefined, host: host.trim(), token: token.trim() }
 }
 
 function tryKernelLock(fs: FsPort, root: string, lockFile: (fd: number) => boolean): (() => void) | Held {
@@ -198,7 +211,7 @@ function tryPidLock(fs: FsPort, root: string): (() => void) | Held {
     }
     const held = describeHolder(fs, root, true)
     if (held.ownProcess || held.elsewhere === true || held.unreadable === true) return held
-    if (held.pid === undefined ? !unnamedIsStale(fs, root) : alive(held.pid)) return held
+    if (held.pid === undefined ? !unnamedIsStale(fs, root) : held.earlier !== true && alive(held.pid)) return held
     // Its holder is dead: claimed and removed only if it still is that holder's (else another starter's).
     if (!removeStale(fs, root, held.pid)) return describeHolder(fs, root, true)
   }
