@@ -347,8 +347,16 @@ export function parseBytes(text: string): number | undefined {
   const multiplier = BYTE_UNITS[unit]
   if (multiplier === undefined) return undefined
   if (unit === 'B' && m[1]!.includes('.')) return undefined
-  const value = Number(m[1]) * multiplier
-  return Number.isSafeInteger(value) ? value : undefined
+  return wholeNumber(Number(m[1]) * multiplier)
+}
+
+/**
+ * `value` when it is a safe integer, also when binary floating point left it a
+ * hair off one (`1.1h` is 3960000.0000000005 ms); undefined otherwise.
+ */
+function wholeNumber(value: number): number | undefined {
+  const rounded = Math.round(value)
+  return Number.isSafeInteger(rounded) && Math.abs(value - rounded) < 1e-6 ? rounded : undefined
 }
 
 /** Durations: a number with a unit (ms, s, m, h); a bare 0 is allowed. Whole milliseconds only. */
@@ -358,8 +366,7 @@ export function parseDuration(text: string): number | undefined {
   if (m === null) return undefined
   const multiplier = DURATION_UNITS[m[2]!]
   if (multiplier === undefined) return undefined
-  const value = Number(m[1]) * multiplier
-  return Number.isSafeInteger(value) ? value : undefined
+  return wholeNumber(Number(m[1]) * multiplier)
 }
 
 const TRUE = new Set(['true', '1', 'yes', 'on'])
@@ -450,11 +457,12 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
       continue
     }
     if (arg === '--version' || arg === '-v' || arg === 'version') {
-      command ??= 'version'
+      // As help does, it wins over start: `sluice start -v` prints the version instead of starting a server.
+      if (command !== 'help') command = 'version'
       continue
     }
     if (!arg.startsWith('--')) {
-      if (arg === 'start' && command === undefined) command = 'start'
+      if (arg === 'start' && command !== 'start') command ??= 'start'
       else if (arg.startsWith('-') && arg !== '-') problems.push(`unknown option ${arg} (see sluice --help)`)
       else problems.push(`unexpected argument ${JSON.stringify(arg)} (the only command is "start"; see sluice --help)`)
       continue

@@ -28,6 +28,8 @@ export function redactUrl(url: string): string {
   try {
     const parsed = new URL(url)
     if (parsed.password !== '') parsed.password = '***'
+    // libpq (and pg) also take the password as a query parameter.
+    for (const name of ['password', 'sslpassword']) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, '***')
     return parsed.toString()
   } catch {
     return '(unparseable URL)'

@@ -1,5 +1,8 @@
-// SIGINT/SIGTERM handling for the processes that run a Sluice server (the CLI,
-// the demo): the first signal drains, a later one exits at once.
+// SIGINT/SIGTERM/SIGHUP handling for the processes that run a Sluice server (the
+// CLI, the demo): the first signal drains, a later one exits at once. SIGHUP is
+// what closing the terminal or SSH session of `sluice start` sends; left to its
+// default it killed the process with no drain and no exit hooks (the embedded
+// Postgres, in a session of its own, kept running).
 //
 // Supervisors (`timeout`, systemd's control-group kill, container runtimes, a
 // terminal's Ctrl-C) signal every process of a group at once, and wrappers such
@@ -20,7 +23,10 @@ export interface ShutdownSignalHandlers {
   readonly repeated?: (signal: NodeJS.Signals) => void
 }
 
-/** Installs the handlers on SIGINT and SIGTERM; returns a function that removes them. */
+/** The signals that stop a server. */
+const SHUTDOWN_SIGNALS: readonly NodeJS.Signals[] = ['SIGTERM', 'SIGINT', 'SIGHUP']
+
+/** Installs the handlers on SIGTERM, SIGINT and SIGHUP; returns a function that removes them. */
 export function onShutdownSignals(handlers: ShutdownSignalHandlers, options: { readonly windowMs?: number } = {}): () => void {
   const windowMs = options.windowMs ?? REPEAT_WINDOW_MS
   let first: number | undefined
@@ -35,10 +41,8 @@ export function onShutdownSignals(handlers: ShutdownSignalHandlers, options: { r
       handlers.force(signal)
     }
   }
-  process.on('SIGTERM', onSignal)
-  process.on('SIGINT', onSignal)
+  for (const signal of SHUTDOWN_SIGNALS) process.on(signal, onSignal)
   return () => {
-    process.off('SIGTERM', onSignal)
-    process.off('SIGINT', onSignal)
+    for (const signal of SHUTDOWN_SIGNALS) process.off(signal, onSignal)
   }
 }

@@ -5,6 +5,7 @@ import { DEFAULT_CHUNK_BYTES, DEFAULT_TAIL_BUDGET_BYTES } from '@sluice/storage'
 import { SETTINGS, type SluiceConfig, helpText, loadConfig, parseBytes, parseCli, parseDuration, settingsMarkdown } from '../../src/config.js'
 import { DEFAULT_HEALTH_REPLICATION_TIMEOUT_MS, DEFAULT_MAX_SHAPES, DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_SNAPSHOT_CONNECTIONS, DEFAULT_TABLE_CACHE_MS } from '../../src/defaults.js'
 import { DEFAULT_HTTP_OPTIONS } from '../../src/http/options.js'
+import { redactUrl } from '../../src/logger.js'
 import { httpOptions } from '../../src/server.js'
 
 const DEFAULTS: Partial<SluiceConfig> = {
@@ -171,6 +172,25 @@ describe('config schema', () => {
     expect(parseDuration('0')).toBe(0)
     for (const bad of ['', '20', '20S', 's', '-1s', '1.0005s', '1d', '20 s', '1e3ms', 'PT20S', '20sec'])
       expect(parseDuration(bad), bad).toBeUndefined()
+    // Decimals whose product binary floating point leaves a hair off a whole number of milliseconds.
+    expect(parseDuration('1.1h')).toBe(3_960_000)
+    expect(parseDuration('2.3h')).toBe(8_280_000)
+    expect(parseDuration('4.35m')).toBe(261_000)
+    expect(parseDuration('1.005s')).toBe(1005)
+    expect(parseBytes('1.1MB')).toBe(1_100_000)
+  })
+
+  it('-v and --version win over start, as --help does', () => {
+    for (const argv of [['start', '-v'], ['start', '--version'], ['--version', 'start']]) expect(parseCli(argv, {}).command, argv.join(' ')).toBe('version')
+    expect(parseCli(['start', '--help', '-v'], {}).command).toBe('help')
+    expect(parseCli(['start'], {}).command).toBe('start')
+  })
+
+  it('the banner hides a password given in the query string too', () => {
+    expect(redactUrl('postgres://app:s3cret@db/x')).toBe('postgres://app:***@db/x')
+    const hidden = redactUrl('postgres://app@db/x?password=hunter2&sslpassword=k3y&sslmode=require')
+    expect(hidden).not.toMatch(/hunter2|k3y/)
+    expect(hidden).toContain('sslmode=require')
   })
 
   const INVALID: Array<[string[], Record<string, string>, string]> = [
