@@ -63,6 +63,9 @@ SELECT pg_current_wal_lsn()::text AS current,
          WHERE s.slot_name = $1) AS flush_lag`
 
 /** The metrics of one server; `buildApp` is given it as the HTTP layer's `metrics`. */
+/** The longest a scrape waits for Postgres (a connection, then the slot's query). */
+const SAMPLE_TIMEOUT_MS = 2_000
+
 export class ServerMetrics implements HttpMetrics {
   readonly registry = new Registry()
   // What the HTTP layer counts per request is kept in plain numbers and read into the metrics when they are
@@ -84,7 +87,15 @@ export class ServerMetrics implements HttpMetrics {
     const { pipeline } = options
     const registers = [this.registry]
     const maxAge = options.sampleMaxAgeMs ?? 1000
-    this.pool = new pg.Pool({ connectionString: options.connectionString, max: 1, idleTimeoutMillis: 30_000, application_name: 'sluice_metrics' })
+    // Bounded waits: a Postgres whose network went silent must not hold every scrape (and a shutdown) for minutes.
+    this.pool = new pg.Pool({
+      connectionString: options.connectionString,
+      max: 1,
+      idleTimeoutMillis: 30_000,
+      application_name: 'sluice_metrics',
+      connectionTimeoutMillis: SAMPLE_TIMEOUT_MS,
+      query_timeout: SAMPLE_TIMEOUT_MS,
+    })
     this.pool.on('error', () => {})
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry })
 

@@ -41,6 +41,13 @@ export interface CompactionShapes {
 
 export interface CompactionRouter {
   retargetBetween(handle: string, make: (current: ShapeTarget) => ShapeTarget | undefined): Promise<boolean>
+  /**
+   * Whether routed transactions are held back from the store (a subquery
+   * move-in runs): the flush before a compaction would not publish those
+   * routed before the tee, and the compacted log would have neither them
+   * nor their copies.
+   */
+  readonly advanceHeld?: boolean
 }
 
 export interface ShapeCompactorOptions {
@@ -206,6 +213,9 @@ export class ShapeCompactor {
     let switched = false
     try {
       const routed = await this.options.router.retargetBetween(handle, (current) => {
+        // Between transactions, with nothing held: everything routed so far is promised to the store, so the
+        // flush below publishes it all and the tee gets the rest. Held: not now (the next check tries again).
+        if (this.options.router.advanceHeld === true) return undefined
         if (current === old) return tee
         // A restored shape still dropping what its snapshot holds: the tee goes behind the filter.
         if (current instanceof StitchingTarget) {
