@@ -134,6 +134,24 @@ describe('ShapeCompactor scheduling', () => {
     expect(w.shape('held').log!.id).toBe('held_c1')
   })
 
+  it('stops a compaction whose shape goes meanwhile before its new log is finished (a finished one could outlive the shape after a crash)', async () => {
+    const s = await store()
+    const log = await makeShape(s, 'going', [rowJson(1)])
+    const { w, compactor } = started(s, [log], { ratio: 2, minEntries: 5, intervalMs: 60_000, retireAfterMs: 10 })
+    for (let k = 0; k < 20; k++) await commit(s, log, BigInt(100 + k), [changeJson(BigInt(100 + k), 0, 1, { v: `v${k}` })])
+    const finished: string[] = []
+    const off = s.onFlush((r) => void finished.push(...r.advanced))
+    // The shape is there when the compaction starts, and gone (invalidated, say) once the merge is under way.
+    let looks = 0
+    const holds = w.shapes.holds
+    w.shapes.holds = (shape, of) => looks++ < 1 && holds(shape, of)
+    expect((await compactor.compact(w.shape('going'))) === undefined).toBe(true)
+    await s.flush()
+    off()
+    expect(finished).not.toContain('going_c1')
+    expect(s.get('going_c1')).toBeUndefined()
+  })
+
   it('with compaction off (ratio 0) neither listens to flushes nor checks', async () => {
     const s = await store()
     const log = await makeShape(s, 'only', [rowJson(1)])

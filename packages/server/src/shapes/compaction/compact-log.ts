@@ -81,11 +81,14 @@ export async function compactLog(
   tee: TeeTarget,
   signal?: AbortSignal,
   maxMergeBytes = Number.POSITIVE_INFINITY,
+  wanted: () => boolean = () => true,
 ): Promise<CompactedLog> {
-  // Stopped (the server stops), or the tee gave up (more changes held than it may keep).
+  // Stopped (the server stops), the tee gave up (more changes held than it may keep), or the shape went
+  // (invalidated, deleted, evicted): a new log finished for a shape that is gone could outlive it after a crash.
   const check = (): void => {
     signal?.throwIfAborted()
     if (tee.failed !== undefined) throw tee.failed
+    if (!wanted()) throw new Error(`the shape of ${old.id} went while its log was compacted`)
   }
   // Entries are parsed one by one, the event loop getting its turn every YIELD_EVERY_BYTES (a chunk may be 10 MiB).
   const pace = new Pace(check)

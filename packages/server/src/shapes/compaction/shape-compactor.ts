@@ -229,7 +229,8 @@ export class ShapeCompactor {
       await this.options.store.flush()
       const until = old.head().lastOffset
       const newId = compactedLogId(handle, generationOfLogId(old.id) + 1)
-      const result = await compactLog(this.options.store, old, until, newId, tee, this.abort.signal, this.options.memoryBytes)
+      const wanted = (): boolean => this.options.shapes.holds(shape, old)
+      const result = await compactLog(this.options.store, old, until, newId, tee, this.abort.signal, this.options.memoryBytes, wanted)
       this.stats.peakPendingBytes = Math.max(this.stats.peakPendingBytes, tee.pendingBytes)
       if (!this.options.shapes.holds(shape, old)) {
         // Invalidated or deleted meanwhile: its new log must not outlive it.
@@ -256,7 +257,9 @@ export class ShapeCompactor {
       this.stats.failures++
       // Not again at the next check: only once the log has grown by the ratio again (a log too big to merge, or too busy, would be re-read every interval).
       this.baseline.set(old, entriesAtStart)
-      if (!this.abort.signal.aborted) this.options.logger?.warn({ handle, err: error }, 'shape log compaction failed; the log stays as it was')
+      if (!this.abort.signal.aborted && this.options.shapes.holds(shape, old)) {
+        this.options.logger?.warn({ handle, err: error }, 'shape log compaction failed; the log stays as it was')
+      }
       return undefined
     } finally {
       if (!switched) {
