@@ -232,9 +232,10 @@ export class ShapeCompactor {
       const wanted = (): boolean => this.options.shapes.holds(shape, old)
       const result = await compactLog(this.options.store, old, until, newId, tee, this.abort.signal, this.options.memoryBytes, wanted)
       this.stats.peakPendingBytes = Math.max(this.stats.peakPendingBytes, tee.pendingBytes)
-      if (!this.options.shapes.holds(shape, old)) {
-        // Invalidated or deleted meanwhile: its new log must not outlive it.
-        await this.options.store.deleteShape(result.log.id)
+      // Invalidated or deleted meanwhile: its new log must not outlive it. Stopped meanwhile: the router and the
+      // store are closing, and nothing is switched. A copy the new log refused while it was finished: incomplete.
+      if (!this.options.shapes.holds(shape, old) || this.abort.signal.aborted || tee.failed !== undefined) {
+        await this.options.store.deleteShape(result.log.id).catch(() => {})
         return undefined
       }
       tee.swap(result.log, old)
