@@ -188,6 +188,7 @@ export const SERVER_ERRORS = {
   invalid_config: { description: 'The configuration (flags, environment) has problems', wire: 'internal' },
   embedded_postgres_failed: { description: 'The embedded Postgres could not be found, created or started', wire: 'internal' },
   standby_stopped: { description: 'A standby was stopped while it waited for the writer lock (it never wrote)', wire: 'internal' },
+  start_stopped: { description: 'The server was stopped while it waited for replication to begin (the slot in use elsewhere, the database down)', wire: 'internal' },
   replica_stopped: { description: 'A read replica was stopped while it waited for a writer to create the store', wire: 'internal' },
 } as const satisfies Readonly<Record<string, ServerErrorSpec>>
 

@@ -66,7 +66,8 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
 
   let server: Running | undefined
   let stopping = false
-  // A standby waiting for the writer lock, or a replica for a writer's store, gives up the wait at a stop signal: nothing to drain.
+  // A start still waiting (a standby for the writer lock, a replica for a writer's store, a writer for its replication slot)
+  // gives up the wait at a stop signal: nothing to drain.
   const waiting = new AbortController()
   const stop = async (running: Running): Promise<void> => {
     const t0 = performance.now()
@@ -99,8 +100,10 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       ? await createReplicaServer(config, { logger, signal: waiting.signal })
       : await createServer(config, { logger, signal: waiting.signal })
   } catch (err) {
-    if (err instanceof ServerError && (err.code === 'standby_stopped' || err.code === 'replica_stopped')) {
-      logger.info(err.code === 'standby_stopped' ? 'stopped while waiting for the writer lock' : 'stopped while waiting for a writer to create the store')
+    if (err instanceof ServerError && (err.code === 'standby_stopped' || err.code === 'replica_stopped' || err.code === 'start_stopped')) {
+      const waits: Record<string, string> = { standby_stopped: 'the writer lock', replica_stopped: 'a writer to create the store', start_stopped: 'replication to begin' }
+      const what = waits[err.code]
+      logger.info(`stopped while waiting for ${what}`)
       process.exit(0)
     }
     logger.fatal({ err }, 'start-up failed')

@@ -2,6 +2,7 @@ import { join } from 'node:path'
 import { formatLsn } from '@sluice/protocol'
 import { FileLogStore, type FileStoreOptions, FlushError, type FsPort, type StorageError, type StoreLockOptions, openFileLogStore } from '@sluice/storage'
 import { waitAndPromote } from './standby.js'
+import { ServerError } from './errors.js'
 import pg from 'pg'
 import {
   BufferingSink,
@@ -90,7 +91,11 @@ export interface PipelineOptions {
    * changed left to do.
    */
   readonly standby?: boolean
-  /** Gives up a standby's wait for the writer lock: the start rejects with `standby_stopped`. */
+  /**
+   * Gives up the start: a standby's wait for the writer lock (the start
+   * rejects with `standby_stopped`), or the wait for replication to begin,
+   * which retries for ever while the slot is in use elsewhere (`start_stopped`).
+   */
   readonly signal?: AbortSignal
   /** How often a standby follows a new heads file of the writer (default DEFAULT_STANDBY_REFRESH_MS). */
   readonly standbyRefreshMs?: number
@@ -394,7 +399,7 @@ export class Pipeline {
         if (logger === undefined) return
         dedupe.log(errorKey('replication disconnected', info.reason), (data, msg) => logger.warn(data, msg), { err: info.reason, retryInMs: info.retryInMs }, 'replication disconnected')
       })
-      await client.start()
+      await startStoppable(client, options.signal)
       const shapeService = new PipelineShapeService({ shapes, store, router, subsetPool, routed, health })
       const compactor = new ShapeCompactor({
         store,
@@ -540,4 +545,29 @@ async function discardIfSlotAhead(shapes: ShapeManager, slotLsn: bigint, storeLs
     `replication slot is ahead of the shape store (${formatLsn(slotLsn)} > ${formatLsn(storeLsn)}); invalidated ${handles.length} restored shape(s)`,
   )
   return { slotLsn, storeLsn, invalidated: handles.length }
+}
+
+/**
+ * Starts replication, which retries for as long as Postgres refuses it (the
+ * slot active in another process, a database down); an abort of `signal` (a
+ * stop signal during start-up) stops the client and rejects with
+ * `start_stopped`.
+ */
+async function startStoppable(client: ReplicationClient, signal: AbortSignal | undefined): Promise<void> {
+  if (signal?.aborted === true) throw new ServerError('start_stopped')
+  const onAbort = (): void => void client.stop()
+  signal?.addEventListener('abort', onAbort, { once: true })
+  try {
+    await client.start()
+  } catch (error) {
+    if (isAborted(signal)) throw new ServerError('start_stopped', undefined, { cause: error })
+    throw error
+  } finally {
+    signal?.removeEventListener('abort', onAbort)
+  }
+}
+
+/** Read through a call: TypeScript would keep `signal.aborted` narrowed to its value before an await. */
+function isAborted(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true
 }
