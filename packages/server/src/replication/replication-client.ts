@@ -213,6 +213,8 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
   /**
    * Since when the client has had no streaming connection: set when one ends
    * (and at start, before the first), cleared when the next starts streaming.
+   * A connection that ends having got nowhere (no transaction taken, up less
+   * than 30 s) does not end the outage: the time runs from before it.
    */
   get disconnectedSince(): number | undefined {
     return this.downSince
@@ -348,6 +350,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       }
       const reached = this.reachedLsn()
       const connectedAt = this.now()
+      const downBefore: number | undefined = this.downSince
       const stream = new Stream(
         this.clientConfig,
         {
@@ -359,7 +362,11 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
       )
       this.stream = stream
       const reason = await this.runStream(stream)
-      this.downSince ??= this.now()
+      // Only a connection that got somewhere, or held for a while, ends the outage: one that fails at the
+      // same transaction each time (a sink that throws on it) would otherwise have Postgres decode it again
+      // every 250 ms, for ever, and health would see a connection up every few seconds and report none down.
+      const progressed = stream.started && (this.reachedLsn() > reached || this.now() - connectedAt >= STABLE_CONNECTION_MS)
+      this.downSince = progressed ? this.now() : (downBefore ?? this.now())
       this.stream = undefined
       stream.stopTimers()
       await stream.connection.close().catch(() => {})
@@ -375,10 +382,7 @@ export class ReplicationClient extends EventEmitter<ReplicationClientEvents> {
         // A sink that cannot drop a partial transaction would see it twice after reconnecting: stop instead.
         resetFailure = toError(error)
       }
-      // Only a connection that got somewhere, or held for a while, resets the backoff: one that fails at
-      // the same transaction each time (a sink that throws on it) would otherwise have Postgres decode it
-      // again every 250 ms, for ever.
-      if (stream.started && (this.reachedLsn() > reached || this.now() - connectedAt >= STABLE_CONNECTION_MS)) attempt = 0
+      if (progressed) attempt = 0
       if (this.stopping) {
         this.emitDisconnected(reason, undefined)
         break

@@ -57,6 +57,11 @@ describe('retrying the replication connection', () => {
     // Equal jitter: try n waits between half and all of 20 ms × 2^n.
     delays.forEach((delay, n) => expect(delay).toBeGreaterThanOrEqual((20 * 2 ** n) / 2))
     expect(sink.refused).toBeGreaterThanOrEqual(5)
+    // Connections that got nowhere do not end the outage health measures: it runs from before the first.
+    // (Read between connections: while one is up it says none is down.)
+    const since = await waitFor(() => client!.disconnectedSince, 'the outage')
+    await waitFor(() => disconnects.length >= 6, 'a sixth failed connection')
+    expect(await waitFor(() => client!.disconnectedSince, 'the outage')).toBe(since)
   })
 
   it('a connection that delivers something resets the backoff: a failure after progress retries soon', async () => {
