@@ -106,6 +106,8 @@ export async function prepareSublinks(tree: RawNode, source: string, innerColumn
       const type = columns.get(name)
       if (type === undefined) fail('unknown_column', `column "${name}" does not exist`, form.location)
       if (codecFor(type).key === undefined) fail('unsupported', `a subquery cannot select ${displayName(type)} column "${name}": the type has no equality`, form.location)
+      // A move-in sends the view's values as one array parameter per column, and an array of arrays is not one.
+      if (type.kind === 'array') fail('unsupported', `a subquery cannot select array column "${name}"`, form.location)
       return type
     })
     const inner = form.where === undefined ? undefined : (await compileInner(form.where as RawNode, source, form.schema, form.table)).clause
@@ -147,8 +149,13 @@ export function planSubqueries(tree: RawNode, prepared: PreparedSublinks, ctx: B
   for (const disjunct of disjuncts) {
     const list: number[] = []
     for (const literal of disjunct) {
-      const expr = new Binder(ctx).bindWhere(literal.atom as RawNode)
       const sublink = literal.atom['SubLink'] as Node | undefined
+      if (sublink === undefined && findSublinks(literal.atom).length > 0) {
+        // Inside another expression (`(x IN (SELECT …)) IS NOT TRUE`, `COALESCE(…)`) a subquery has no position
+        // of its own: no move would ever be sent for it.
+        fail('unsupported', 'a subquery can only be a condition of its own (`col IN (SELECT …)`), under AND, OR and NOT')
+      }
+      const expr = new Binder(ctx).bindWhere(literal.atom as RawNode)
       let dep: number | undefined
       let left: readonly string[] = []
       let leftValues: ((row: RowValues) => unknown[]) | undefined

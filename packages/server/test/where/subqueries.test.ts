@@ -10,12 +10,14 @@ const TABLES: Record<string, readonly WhereColumn[]> = {
     { name: 'team_id', type: 'int4' },
     { name: 'pinned', type: 'bool' },
     { name: 'big', type: 'int8' },
+    { name: 'tags', type: 'text', dims: 1 },
   ],
   'public.users': [
     { name: 'id', type: 'int4' },
     { name: 'active', type: 'bool' },
     { name: 'team_id', type: 'int4' },
     { name: 'name', type: 'text' },
+    { name: 'tags', type: 'text', dims: 1 },
   ],
   'public.members': [
     { name: 'user_id', type: 'int4' },
@@ -116,6 +118,11 @@ describe('where clauses with subqueries', () => {
     expect((await refusal('user_id IN (SELECT id FROM users) OR NOT user_id IN (SELECT id FROM users)')).message).toBe(
       'a subquery dependency cannot be used with both positive and negative polarity in the same filter',
     )
+    // Inside another expression a subquery has no position of its own, and no move would be sent for it.
+    for (const nested of ['(user_id IN (SELECT id FROM users)) IS NOT TRUE', '(user_id IN (SELECT id FROM users)) = false', 'COALESCE(user_id IN (SELECT id FROM users), false) = false']) {
+      expect((await refusal(nested)).message, nested).toMatch(/a subquery can only be a condition of its own/)
+    }
+    expect((await refusal('tags IN (SELECT tags FROM users)')).message).toMatch(/a subquery cannot select array column "tags"/)
     const wide = Array.from({ length: 7 }, (_, i) => `(id = ${i} OR id = ${i + 10})`).join(' AND ')
     expect((await refusal(`user_id IN (SELECT id FROM users) AND ${wide}`)).message).toMatch(/too complex for DNF/)
   })
