@@ -356,7 +356,8 @@ export function parseBytes(text: string): number | undefined {
  */
 function wholeNumber(value: number): number | undefined {
   const rounded = Math.round(value)
-  return Number.isSafeInteger(rounded) && Math.abs(value - rounded) < 1e-6 ? rounded : undefined
+  // Relative: a product's error grows with it (4.1TB is 4099999999999.9995 bytes).
+  return Number.isSafeInteger(rounded) && Math.abs(value - rounded) <= 1e-9 * Math.max(1, Math.abs(value)) ? rounded : undefined
 }
 
 /** Durations: a number with a unit (ms, s, m, h); a bare 0 is allowed. Whole milliseconds only. */

@@ -62,10 +62,10 @@ SELECT pg_current_wal_lsn()::text AS current,
           FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
          WHERE s.slot_name = $1) AS flush_lag`
 
-/** The metrics of one server; `buildApp` is given it as the HTTP layer's `metrics`. */
 /** The longest a scrape waits for Postgres (a connection, then the slot's query). */
 const SAMPLE_TIMEOUT_MS = 2_000
 
+/** The metrics of one server; `buildApp` is given it as the HTTP layer's `metrics`. */
 export class ServerMetrics implements HttpMetrics {
   readonly registry = new Registry()
   // What the HTTP layer counts per request is kept in plain numbers and read into the metrics when they are

@@ -5,11 +5,13 @@ import type { IncomingMessage } from 'node:http'
  * 408 on the socket, which then closes. A POST subset or a DELETE trickled a
  * byte at a time would otherwise hold its socket for ever (Node's own
  * `requestTimeout` is checked only every 30 s, and fastify turns it off).
- * Requests without a body are complete once their headers are read, so a
- * long-poll's wait for its answer is never timed here.
+ * Requests without a body are not timed, so a long-poll's wait for its
+ * answer never is.
  */
 export function guardArrival(raw: IncomingMessage, ms: number): void {
-  if (raw.complete || ms <= 0) return
+  // A request without a body (every GET, a long-poll's among them) has nothing more to arrive.
+  const headers = raw.headers
+  if (raw.complete || ms <= 0 || (headers['content-length'] === undefined && headers['transfer-encoding'] === undefined)) return
   const timer = setTimeout(() => {
     if (raw.complete) return
     const socket = raw.socket

@@ -78,12 +78,6 @@ export function readStoredShapes(logs: Iterable<ShapeLog>, logger: ShapeLogger |
 export type Revival = { readonly shape: LiveShape; readonly target: ShapeTarget; readonly problem?: undefined } | { readonly problem: string }
 
 /**
- * For one restore: per table and key domain, the compiled conjunct of the
- * first shape restored there when it agreed with that shape's recorded route
- * (the other shapes of the domain take their row keys from it and are not
- * compiled), or null when it did not (every shape of the domain is compiled).
- */
-/**
  * A stored clause is its canonical text, which can be longer than the clause a
  * client sent (quoted names, a parenthesis per comparison): the length limit
  * was checked on that, so it is not checked again here, where failing would
@@ -91,6 +85,12 @@ export type Revival = { readonly shape: LiveShape; readonly target: ShapeTarget;
  */
 const STORED_CLAUSE_LIMITS: Partial<WhereLimits> = { maxLength: Number.MAX_SAFE_INTEGER }
 
+/**
+ * For one restore: per table and key domain, the compiled conjunct of the
+ * first shape restored there when it agreed with that shape's recorded route
+ * (the other shapes of the domain take their row keys from it and are not
+ * compiled), or null when it did not (every shape of the domain is compiled).
+ */
 export class RestoreRoutes {
   readonly #byTable = new Map<TableInfo, Map<string, IndexableConjunct | null>>()
 

@@ -139,7 +139,8 @@ export class TableCache {
 
   /** Adds the table to the publication once per table at a time (concurrent creations share the call). */
   async addToPublication(info: TableInfo): Promise<void> {
-    if (this.published.has(info.oid)) return
+    // Published, and FULL as loaded (a partition created since makes a partitioned table count as not FULL).
+    if (this.published.has(info.oid) && info.replicaIdentity === 'full') return
     const refusal = this.refused.get(info.oid)
     if (refusal !== undefined && Date.now() - refusal.at < PRIVILEGE_REFUSAL_MS) throw refusal.error
     const key = String(info.oid)

@@ -92,7 +92,9 @@ function print(raw: unknown, ctx: PrintContext): string {
       return `CAST(${p(node['arg'])} AS ${type.sql})`
     }
     case 'CollateClause':
-      return `(${p(node['arg'])} COLLATE ${strings(node['collname']).map(quoteIdent).join('.')})`
+      // The binder accepts only collations meaning C's order ("C", "POSIX", "ucs_basic"): one spelling, which
+      // is also the one the canonical text adds elsewhere, so two explicit collations in one operation agree.
+      return `(${p(node['arg'])} COLLATE "C")`
     case 'BoolExpr': {
       const args = (node['args'] as unknown[]).map(p)
       if (node['boolop'] === 'NOT_EXPR') return `(NOT ${args[0] ?? ''})`

@@ -192,6 +192,8 @@ export const LIKE_OPERATORS: Readonly<Record<string, { readonly negated: boolean
 
 /** Compiled LIKE patterns one non-constant LIKE keeps (a clause's array holds at most 10,000). */
 const MAX_CACHED_PATTERNS = 16_384
+/** The longest pattern kept in that cache. */
+const MAX_CACHED_PATTERN_LENGTH = 256
 
 /**
  * LIKE, its matcher compiled once for a constant pattern, and for patterns
@@ -212,9 +214,12 @@ export function likeFn(op: string, constantPattern: string | undefined): BinaryF
   return (a, b) => {
     let matcher = matchers.get(b as string)
     if (matcher === undefined) {
-      if (matchers.size >= MAX_CACHED_PATTERNS) matchers.clear()
       matcher = compileLike(b as string, insensitive)
-      matchers.set(b as string, matcher)
+      // Short ones only: a pattern from a row may be any length, and the cache is per clause.
+      if ((b as string).length <= MAX_CACHED_PATTERN_LENGTH) {
+        if (matchers.size >= MAX_CACHED_PATTERNS) matchers.clear()
+        matchers.set(b as string, matcher)
+      }
     }
     const matched = matcher(a as string)
     return negated ? !matched : matched

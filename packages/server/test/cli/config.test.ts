@@ -178,6 +178,8 @@ describe('config schema', () => {
     expect(parseDuration('4.35m')).toBe(261_000)
     expect(parseDuration('1.005s')).toBe(1005)
     expect(parseBytes('1.1MB')).toBe(1_100_000)
+    expect(parseBytes('4.1TB')).toBe(4_100_000_000_000)
+    expect(parseBytes('8.2TB')).toBe(8_200_000_000_000)
   })
 
   it('-v and --version win over start, as --help does', () => {

@@ -50,6 +50,9 @@ describe('canonical text', () => {
     ["t COLLATE \"C\" < 'b'", `(("t" COLLATE "C") < 'b')`],
     ["i4::text >= 'a'", `((CAST("i4" AS text) COLLATE "C") >= 'a')`],
     ["at < '{b}'", `(("at" COLLATE "C") < '{b}')`],
+    // Every accepted collation prints as "C": an explicit one beside the one the canonical text adds agrees with it.
+    ["t < 'x' COLLATE \"POSIX\"", `(("t" COLLATE "C") < ('x' COLLATE "C"))`],
+    ["t BETWEEN 'a' AND 'c' COLLATE pg_catalog.ucs_basic", `(("t" COLLATE "C") BETWEEN 'a' AND ('c' COLLATE "C"))`],
   ])('%j prints as %j', (where, canonical) => {
     expect(compile(where, ['1']).canonical).toBe(canonical)
   })

@@ -235,7 +235,10 @@ export class ShapeCompactor {
       // Invalidated or deleted meanwhile: its new log must not outlive it. Stopped meanwhile: the router and the
       // store are closing, and nothing is switched. A copy the new log refused while it was finished: incomplete.
       if (!this.options.shapes.holds(shape, old) || this.abort.signal.aborted || tee.failed !== undefined) {
-        await this.options.store.deleteShape(result.log.id).catch(() => {})
+        await this.options.store.deleteShape(result.log.id).catch((error: unknown) => {
+          // Left behind, it would be restored as the shape after a restart: worth a line in the log.
+          this.options.logger?.warn({ handle, log: result.log.id, err: error }, 'deleting an unused compacted shape log failed')
+        })
         return undefined
       }
       tee.swap(result.log, old)

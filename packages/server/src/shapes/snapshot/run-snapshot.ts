@@ -327,8 +327,8 @@ class SnapshotRun {
     let asked = 0
     let pending: Promise<[string][]> | undefined
     const read = (): Promise<[string][]> => {
-      // Sized by the largest row so far, the first fetch small: a table of large rows (or a stretch of them
-      // after small ones) must not come a thousand at a time, all held at once.
+      // Sized by the largest row of the last batch, the first fetch small: a table of large rows must not come
+      // a thousand at a time, all held at once, and one large row must not shrink every later fetch.
       asked = count === 0 ? Math.min(this.batchRows, FIRST_FETCH_ROWS) : Math.max(1, Math.min(this.batchRows, Math.floor(this.batchBytes / Math.max(1, largest))))
       const next = cursor.read(asked)
       next.catch(() => {})
@@ -346,6 +346,7 @@ class SnapshotRun {
           return utf8.encode(line)
         })
         count += lines.length
+        largest = 0
         for (const line of lines) if (line.length > largest) largest = line.length
         // Fewer rows than asked for means the query completed: no empty fetch needed.
         const done = batch.length < asked

@@ -156,6 +156,14 @@ describe('runSnapshot', () => {
     const sizes = sink.batches.map((b) => b.length)
     expect(sizes[0]).toBe(16)
     expect(Math.max(...sizes.slice(1))).toBe(20)
+
+    // One large row among small ones shrinks the fetch after it, not every later one.
+    await cluster.query(`CREATE TABLE mostly_small (id int PRIMARY KEY, body text); INSERT INTO mostly_small SELECT i, CASE WHEN i = 20 THEN repeat('x', 2000000) ELSE 'small' END FROM generate_series(1, 3000) i`)
+    const mixed = new Collect()
+    await runSnapshot(pool, { table: await mustLoad('mostly_small'), batchBytes: 4 * 1024 * 1024 }, mixed)
+    const mixedSizes = mixed.batches.map((b) => b.length)
+    expect(mixedSizes.reduce((a, b) => a + b, 0)).toBe(3000)
+    expect(mixedSizes.length).toBeLessThan(10)
     expectReleased(pool)
   })
 
