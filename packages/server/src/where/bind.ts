@@ -42,7 +42,7 @@ import {
 import { codecFor } from './type-codec.js'
 import { resolveTypeName } from './type-names.js'
 import { functionImpl } from './functions.js'
-import { EMPTY_ARRAY } from './values/array.js'
+import { type ArrayValue, EMPTY_ARRAY } from './values/array.js'
 import { parseInteger } from './values/integer.js'
 import { parseNumeric } from './values/numeric.js'
 import { NODE_DESCRIPTIONS, type Node, fail, location, nodeOf, strings, valueError } from './parse-node.js'
@@ -465,7 +465,10 @@ export class Binder {
       const pattern = rightExpr?.k === 'const' && typeof rightExpr.value === 'string' ? rightExpr.value : undefined
       return likeFn(op, pattern)
     }
-    if (op === '@>' || op === '<@' || op === '&&') return arrayOperatorFn(op, left)
+    if (op === '@>' || op === '<@' || op === '&&') {
+      const constant = rightExpr?.k === 'const' && rightExpr.value !== null ? (rightExpr.value as ArrayValue<unknown>) : undefined
+      return arrayOperatorFn(op, left, constant)
+    }
     return arithmeticFn(op, left, right, signature.result)
   }
 

@@ -1,7 +1,7 @@
 import type { SqlType } from './sql-type.js'
 import { codecFor } from './type-codec.js'
 import type { ArrayValue } from './values/array.js'
-import { arrayContains, arrayOverlaps } from './values/array.js'
+import { arrayContains, arrayKeySet, arrayOverlaps, keysContain, overlapsKeys } from './values/array.js'
 import { compareDateTimestamp } from './values/datetime.js'
 import type { FloatOp } from './values/float.js'
 import { compareFloat, floatArith } from './values/float.js'
@@ -168,16 +168,20 @@ export function prefixFn(op: string, type: SqlType): UnaryFn | undefined {
   return undefined
 }
 
-export function arrayOperatorFn(op: string, type: SqlType): BinaryFn | undefined {
+export function arrayOperatorFn(op: string, type: SqlType, constantRight?: ArrayValue<unknown>): BinaryFn | undefined {
   if (type.kind !== 'array') return undefined
   const key = codecFor(type.element).key
   if (key === undefined) return undefined
+  // A constant right side (`tags && $1`, `tags <@ $1`) has its keys built once, not at every row.
+  const constantKeys = constantRight === undefined ? undefined : arrayKeySet(constantRight, key)
   switch (op) {
     case '@>':
       return (a, b) => arrayContains(a as ArrayValue<unknown>, b as ArrayValue<unknown>, key)
     case '<@':
+      if (constantKeys !== undefined) return (a) => keysContain(constantKeys, a as ArrayValue<unknown>, key)
       return (a, b) => arrayContains(b as ArrayValue<unknown>, a as ArrayValue<unknown>, key)
     case '&&':
+      if (constantKeys !== undefined) return (a) => overlapsKeys(a as ArrayValue<unknown>, constantKeys, key)
       return (a, b) => arrayOverlaps(a as ArrayValue<unknown>, b as ArrayValue<unknown>, key)
   }
   return undefined

@@ -292,7 +292,11 @@ export function compareArrays<T>(a: ArrayValue<T>, b: ArrayValue<T>, compare: (x
 /** `@>`: every non-NULL... every element of `b` equals some element of `a` (a NULL in `b` never does). */
 export function arrayContains<T>(a: ArrayValue<T>, b: ArrayValue<T>, key: (x: T) => string): boolean {
   if (b.items.length === 0) return true
-  const keys = keySet(a, key)
+  return keysContain(arrayKeySet(a, key), b, key)
+}
+
+/** `@>` with the left side's keys built already (a constant's, once for every row). */
+export function keysContain<T>(keys: ReadonlySet<string>, b: ArrayValue<T>, key: (x: T) => string): boolean {
   for (const y of b.items) {
     if (y === null || !keys.has(key(y))) return false
   }
@@ -302,27 +306,20 @@ export function arrayContains<T>(a: ArrayValue<T>, b: ArrayValue<T>, key: (x: T)
 /** `&&`: some non-NULL element in both. */
 export function arrayOverlaps<T>(a: ArrayValue<T>, b: ArrayValue<T>, key: (x: T) => string): boolean {
   if (a.items.length === 0 || b.items.length === 0) return false
-  const keys = keySet(b, key)
+  return overlapsKeys(a, arrayKeySet(b, key), key)
+}
+
+/** `&&` with the right side's keys built already (a constant's, once for every row). */
+export function overlapsKeys<T>(a: ArrayValue<T>, keys: ReadonlySet<string>, key: (x: T) => string): boolean {
   for (const x of a.items) {
     if (x !== null && keys.has(key(x))) return true
   }
   return false
 }
 
-/**
- * Key sets by array and key function: a constant array (`tags && $1` with
- * 10,000 elements) is the same object for every row, so its set is built once,
- * not per row; a row's own array is collected with it.
- */
-const keySets = new WeakMap<object, WeakMap<object, Set<string>>>()
-
-function keySet<T>(a: ArrayValue<T>, key: (x: T) => string): Set<string> {
-  let byKey = keySets.get(a)
-  const known = byKey?.get(key)
-  if (known !== undefined) return known
+/** The keys of an array's non-NULL elements. */
+export function arrayKeySet<T>(a: ArrayValue<T>, key: (x: T) => string): Set<string> {
   const keys = new Set<string>()
   for (const x of a.items) if (x !== null) keys.add(key(x))
-  if (byKey === undefined) keySets.set(a, (byKey = new WeakMap()))
-  byKey.set(key, keys)
   return keys
 }
