@@ -42,6 +42,8 @@ const XLOG_HEADER_BYTES = 25
 const KEEPALIVE_BYTES = 18
 /** Postgres timestamps count microseconds from 2000-01-01. */
 const PG_EPOCH_MS = Date.UTC(2000, 0, 1)
+/** How long a close waits for the server to end the connection before it drops the socket. */
+const CLOSE_WAIT_MS = 5_000
 
 /**
  * One replication connection (`replication=database`) on `pg`: the walsender
@@ -68,6 +70,8 @@ export class WalConnection {
   private streaming = false
   private ended = false
   private closing: Promise<void> | undefined
+  /** Rejects a `connect()` under way: pg's own never settles when the client is ended while it connects. */
+  private abandonConnect: ((error: Error) => void) | undefined
 
   /** `onError`: the connection failed (pg's 'error' event, or a copy message this does not know). */
   constructor(
@@ -81,7 +85,13 @@ export class WalConnection {
   /** Connects; copy messages go to `handlers` once a `START_REPLICATION` query switches to CopyBoth. */
   async connect(handlers: WalHandlers): Promise<void> {
     this.handlers = handlers
-    await this.client.connect()
+    if (this.closing !== undefined) throw new ReplicationError('client_stopped', 'the connection was closed before it was opened')
+    await new Promise<void>((resolve, reject) => {
+      this.abandonConnect = reject
+      this.client.connect().then(() => resolve(), reject)
+    }).finally(() => {
+      this.abandonConnect = undefined
+    })
     const connection = (this.client as unknown as { connection: PgConnection }).connection
     this.connection = connection
     connection.on('replicationStart', () => {
@@ -202,7 +212,28 @@ export class WalConnection {
   /** Closes the connection; every call gets the same promise. */
   close(): Promise<void> {
     this.streaming = false
-    this.closing ??= this.client.end()
+    this.closing ??= this.end()
+    this.abandonConnect?.(new ReplicationError('client_stopped', 'the connection was closed while it was being opened'))
     return this.closing
+  }
+
+  /**
+   * pg's `end()` says goodbye and waits for the server to close the socket: a
+   * server that does not read any more (a hung host, a half-open link) would
+   * hold it for ever. While connecting nothing it has to say matters, so the
+   * socket goes at once; otherwise after CLOSE_WAIT_MS.
+   */
+  private async end(): Promise<void> {
+    const ended = this.client.end()
+    const socket = (): { destroy(): void } => (this.client as unknown as { connection: { stream: { destroy(): void } } }).connection.stream
+    if (this.abandonConnect !== undefined) socket().destroy()
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), CLOSE_WAIT_MS)))
+    const outcome = await Promise.race([ended, late])
+    clearTimeout(timer)
+    if (outcome === 'late') {
+      socket().destroy()
+      await ended
+    }
   }
 }

@@ -1,7 +1,8 @@
+import { type AddressInfo, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { usePostgres } from '@sluice/test-utils'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type { DisconnectedInfo, PublicationManager, ReplicationClient, SlotManager, Transaction } from '../../src/replication/index.js'
+import { type DisconnectedInfo, type PublicationManager, ReplicationClient, ReplicationError, type SlotManager, type Transaction } from '../../src/replication/index.js'
 import { CollectingSink, setUpReplication, startClient, waitFor } from './harness.js'
 
 /** How the client retries (a failure that repeats on every connection) and stops (in the middle of a replay, or of a sink call). */
@@ -88,6 +89,19 @@ describe('retrying the replication connection', () => {
     expect(disconnects[before]!.retryInMs).toBeLessThanOrEqual(20)
   })
 
+  it('stop() at any moment of a client that reconnects every few milliseconds ends it (connecting, streaming or waiting)', async () => {
+    await cluster.query('INSERT INTO retry_bad VALUES (100) ON CONFLICT DO NOTHING')
+    const rounds = process.env.SOAK === '1' ? 300 : 25
+    for (let round = 0; round < rounds; round++) {
+      const sink = new RefusingSink('retry_bad')
+      const stopping = startClient(cluster, names, { durableLsn: () => 0n, sink, backoff: { initialMs: 1, maxMs: 4, multiplier: 2 } }).client
+      stopping.start().catch(() => {})
+      await sleep(Math.floor(Math.random() * 120))
+      const outcome = await Promise.race([stopping.stop().then(() => 'stopped'), sleep(15_000).then(() => `still running in round ${round}`)])
+      expect(outcome).toBe('stopped')
+    }
+  }, 300_000)
+
   it('stop() while the sink rolls back for a replay ends the client instead of opening a new connection', async () => {
     let entered!: () => void
     const inRollback = new Promise<void>((resolve) => (entered = resolve))
@@ -157,5 +171,34 @@ describe('stopping the client', () => {
     release()
     await stopped
     expect(events).toEqual(['sink started', 'sink finished', 'stopped'])
+  })
+
+  it('stop() while a connection is being opened ends the client (pg never settles a connect whose client is ended)', async () => {
+    // A server that accepts and never answers: the client waits in its startup for as long as it likes.
+    const sockets: Socket[] = []
+    const silent = createServer((socket) => sockets.push(socket))
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    try {
+      const client = new ReplicationClient({
+        connection: { host: '127.0.0.1', port: (silent.address() as AddressInfo).port, user: 'nobody', database: 'none' },
+        slotName: names.slot.name,
+        publicationNames: [names.publication.name],
+        sink: new CollectingSink(),
+        durableLsn: () => 0n,
+      })
+      const started = client.start().then(
+        () => 'connected',
+        (error: unknown) => error,
+      )
+      await waitFor(() => sockets.length > 0, 'the connection to be accepted')
+      const outcome = await Promise.race([client.stop().then(() => 'stopped'), sleep(10_000).then(() => 'still running')])
+      expect(outcome).toBe('stopped')
+      const reason = await started
+      expect(reason).toBeInstanceOf(ReplicationError)
+      expect((reason as ReplicationError).code).toBe('client_stopped')
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      silent.close()
+    }
   })
 })
