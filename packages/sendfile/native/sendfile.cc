@@ -17,6 +17,7 @@
 #include "exec-self.h"
 #include "file-lock.h"
 #include "memory-pressure.h"
+#include "parked-sockets.h"
 #include "stat-files.h"
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -395,6 +396,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   // This build takes `dirs` joined into one string (stat-files.cc); an older one only as an array.
   exports.Set("statFilesJoined", Napi::Boolean::New(env, true));
   exports.Set("execSelf", Napi::Function::New(env, sluice::ExecSelf));
+  exports.Set("Parking", sluice::DefineParking(env));
   return exports;
 }
 

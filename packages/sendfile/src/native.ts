@@ -20,7 +20,19 @@ export interface SendfileStats {
   readonly poolBursts: number
 }
 
+/** The addon's parked connections (native/parked-sockets.cc); wrapped by `SocketParking`. */
+export interface NativeParking {
+  /** Holds a duplicate of `fd` and watches it for the client leaving; throws when it cannot. */
+  park(fd: number): number
+  /** Writes head then body; `callback(0, fd or -1)` when written, `callback(errno, -1)` on failure. False when `id` is not parked. */
+  answer(id: number, head: Buffer, body: Buffer | null, keepOpen: boolean, callback: (errno: number, fd: number) => void): boolean
+  drop(id: number): void
+  readonly size: number
+}
+
 export interface NativeAddon {
+  /** Missing from an addon built before it was added. */
+  readonly Parking?: new (onGone: (id: number) => void) => NativeParking
   readonly Sender: new (socketFd: number) => NativeSender
   stats(): SendfileStats
   /** Missing from an addon built before it was added. */

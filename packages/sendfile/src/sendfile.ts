@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net'
 import { getSystemErrorName } from 'node:util'
 import type { NativeAddon, NativeSender, SendfileStats } from './native.js'
+import { SocketParking } from './parking.js'
 
 /** An error of a send: `code` is the errno name (`EPIPE`, `ECONNRESET`...), or `ECANCELED` after `close()`. */
 export class SendfileError extends Error {
@@ -39,6 +40,15 @@ export class Sendfile {
     const fd = this.descriptorOf(socket)
     if (fd === undefined) throw new SendfileError('EBADF', 'the socket has no descriptor sendfile can write to')
     return new FileSender(new this.native.Sender(fd))
+  }
+
+  /**
+   * Parked connections (`SocketParking`), or undefined with an addon built
+   * before they existed. `onGone(id)`: a parked client left.
+   */
+  parking(onGone: (id: number) => void): SocketParking | undefined {
+    const Parking = this.native.Parking
+    return typeof Parking === 'function' ? new SocketParking(Parking, onGone) : undefined
   }
 
   /** Process-wide counters: calls, bytes, and descriptors open (for leak checks). */
