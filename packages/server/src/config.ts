@@ -79,6 +79,8 @@ export interface SluiceConfig {
   readonly allowDelete: boolean
   /** Large bodies by sendfile(2) when the addon loaded; false: every body by pread. */
   readonly sendfile: boolean
+  /** Waiting long-polls parked outside node:http by the native addon, when it loaded. */
+  readonly parkLongPolls: boolean
   /** Bytes of recently served range bodies kept in memory; 0: none. */
   readonly rangeCacheBytes: number
   /** Wait for the storage writer lock as long as it takes (a standby writer). */
@@ -201,6 +203,7 @@ export const SETTINGS: readonly Setting[] = [
   { key: 'routeAhead', flag: 'route-ahead', env: 'SLUICE_ROUTE_AHEAD', type: 'boolean', default: 'true', description: 'Route a transaction that Postgres streams before its commit while it arrives, keeping its encoded lines in a scratch file until the commit, so its rows reach clients soon after it; --no-route-ahead routes it only once it has committed (to compare the two).' },
   { key: 'allowDelete', flag: 'allow-delete', env: 'SLUICE_ALLOW_DELETE', type: 'boolean', default: 'false', description: 'Serve DELETE /v1/shape (drops a shape; clients get 409 and resync).' },
   { key: 'sendfile', flag: 'sendfile', env: 'SLUICE_SENDFILE', type: 'boolean', default: 'true', description: 'Send large ranges of shape logs from file to socket with sendfile(2) when the @sluice/sendfile addon loaded; --no-sendfile reads every body with pread (to compare the two).' },
+  { key: 'parkLongPolls', flag: 'park-long-polls', env: 'SLUICE_PARK_LONG_POLLS', type: 'boolean', default: 'true', description: 'Hold live long-polls that wait for data outside node:http, by socket descriptor in the @sluice/sendfile addon (when it loaded): a fraction of the memory per waiting client; --no-park-long-polls keeps them in node:http.' },
   { key: 'rangeCacheBytes', flag: 'range-cache', env: 'SLUICE_RANGE_CACHE', type: 'bytes', default: `${DEFAULT_RANGE_CACHE_BYTES / 1024 ** 2}MiB`, min: 0, max: 1024 ** 4, description: 'Memory for bodies of log ranges below the sendfile threshold recently served (LRU; a range is kept once asked for twice), so a hot chunk is written from memory without a read per request; 0: off.' },
   {
     key: 'standby',

@@ -9,6 +9,7 @@ import { DEFAULT_SEND_TIMEOUT_MS, DEFAULT_SENDFILE_MIN_BYTES } from './defaults.
 import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { buildApp } from './http/app.js'
 import { type BodyPath, resolveBodyPath } from './http/body-path.js'
+import { loadNativeAddon } from './native-addon.js'
 import { type HeapTrim, startHeapTrim } from './heap-trim.js'
 import { releasePooledBodies } from './http/log-body.js'
 import { RequestCaches } from './http/request-caches.js'
@@ -76,6 +77,7 @@ export function httpOptions(config: SluiceConfig): HttpOptions {
     sendTimeoutMs: DEFAULT_SEND_TIMEOUT_MS,
     rangeCacheBytes: config.rangeCacheBytes,
     requestTimeoutMs: DEFAULT_HTTP_OPTIONS.requestTimeoutMs,
+    parkLongPolls: config.parkLongPolls,
   }
 }
 
@@ -180,7 +182,9 @@ export async function createServer(config: SluiceConfig, options: CreateServerOp
     if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
     else logger.info({ bodyPath: 'pread', reason: bodyPath.reason }, 'response bodies are sent with pread (no sendfile)')
     metrics = new ServerMetrics({ pipeline, connectionString: databaseUrl, slotName: config.slot, bodyPath, memoryReleases: trim.releases })
-    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath, caches: requestCaches })
+    const addon = config.parkLongPolls ? await loadNativeAddon() : undefined
+    if (config.parkLongPolls) logger.info({ parkLongPolls: addon !== undefined }, addon !== undefined ? 'waiting long-polls are parked outside node:http' : 'waiting long-polls stay in node:http (the native addon did not load)')
+    app = buildApp({ shapes: pipeline.shapeService, http: httpOptions(config), logger: logger as FastifyBaseLogger, metrics, bodyPath, caches: requestCaches, addon })
     app.register(metricsRoute, { metrics })
     const address = await app.listen({ port: config.port, host: config.host })
     // A long-running writer will use the tail reserve: mapped now, not page by page on the append path,

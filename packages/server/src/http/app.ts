@@ -9,6 +9,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
+import type { Sendfile } from '@sluice/sendfile'
 import { DEFAULT_DEDUPE_WINDOW_MS, LogDedupe } from '../log-dedupe.js'
 import { type ShapeService, healthBody } from '../shape-service.js'
 import { Admission } from './admission.js'
@@ -22,6 +23,8 @@ import { urlForLog } from './raw-query.js'
 import { guardArrival } from './request-arrival.js'
 import { requestLogger } from './request-logger.js'
 import type { RequestCaches } from './request-caches.js'
+import { LongPollParking } from './parked-long-polls.js'
+import { errorHeaders } from './shape-headers.js'
 import { SHAPE_PATH, type ShapeWaiters, shapeRoutes } from './shape-routes.js'
 
 /**
@@ -44,6 +47,8 @@ export interface BuildAppOptions {
   readonly bodyPath?: BodyPath
   /** Where the shape routes register their request caches, for the server to empty after a sweep (heap-trim.ts). */
   readonly caches?: RequestCaches
+  /** The native addon, which parks waiting long-polls outside node:http (`parked-long-polls.ts`, `HttpOptions.parkLongPolls`); none: they wait in it. */
+  readonly addon?: Sendfile | undefined
 }
 
 const NO_QUERY: Record<string, never> = Object.freeze({})
@@ -97,6 +102,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // A shape a live request waits on is in use: it does not expire, and is evicted last.
   shapes.setInUse((handle) => waiters.has(handle))
   const connections = openConnections(app.server)
+  const parking = http.parkLongPolls && options.addon !== undefined ? LongPollParking.create(app.server, options.addon, http.sendTimeoutMs) : undefined
   // Node's close() destroys the connections it finds idle, and it counts as idle one whose response has ended
   // but is still in Node's buffers (a large body going to a slow client), which cuts that body short. This
   // server closes idle connections through their keep-alive timeout instead (preClose, below).
@@ -114,6 +120,8 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     for (const socket of connections) if ((socket.timeout ?? 0) > 0) socket.setTimeout(1)
     // Queued requests are answered as those that arrive now are: they never started, so the client may retry elsewhere.
     admission.close(() => new SluiceError('stack_not_ready', { message: 'Server is shutting down' }))
+    // Parked long-polls answered from now on close their connections, as those answered by node:http do.
+    parking?.beginClose()
     if (ownWaiters) waiters.close()
     // A connection that has sent nothing (a browser's preconnect) is busy to Node's close() until it sends or
     // leaves. One still silent a sweep after it was first seen silent is closed (the grace lets a request on
@@ -136,6 +144,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // Runs once the server has closed: fastify closes it in the first onClose hook.
   app.addHook('onClose', async () => {
     clearInterval(silentSweep)
+    parking?.close()
     stopInvalidating()
     refusals.flush()
   })
@@ -143,6 +152,8 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // Hooks that every request runs take a callback: an async hook costs each request a promise and a microtask.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
+    // Pipelined behind a request not yet answered (node:http queues its response): that one must not be parked.
+    if (reply.raw.socket === null) markPipelined(request.raw.socket)
     guardArrival(request.raw, http.requestTimeoutMs)
     if (metrics !== undefined) metrics.setLiveWaiters(waiters.size)
     if (!closing) return done()
@@ -174,7 +185,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   )
 
   app.register(rootRoutes, { shapes })
-  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics, ...(options.bodyPath === undefined ? {} : { bodyPath: options.bodyPath }), ...(options.caches === undefined ? {} : { caches: options.caches }) })
+  app.register(shapeRoutes, { shapes, http, waiters, admission, metrics, parking, ...(options.bodyPath === undefined ? {} : { bodyPath: options.bodyPath }), ...(options.caches === undefined ? {} : { caches: options.caches }) })
   return app
 }
 
@@ -203,24 +214,12 @@ async function rootRoutes(app: FastifyInstance, { shapes }: { shapes: ShapeServi
 
 /** Every error body is JSON (§5.4); the cache-control of errors follows §5.2. */
 export function sendError(reply: FastifyReply, error: SluiceError): FastifyReply {
-  const method = reply.request.method
-  if (error.status === 409 && (method === 'GET' || method === 'HEAD')) {
-    // A must-refetch raised as an error has no new handle to offer.
-    reply.header(ResponseHeader.cacheControl, CacheControl.conflictWithoutHandle)
-  } else if (method === 'GET' || method === 'HEAD' || method === 'OPTIONS') {
-    reply.header(ResponseHeader.cacheControl, CacheControl.noStore)
-    reply.header(ResponseHeader.surrogateControl, CacheControl.noStore)
-  } else {
-    reply.header(ResponseHeader.cacheControl, CacheControl.noCache)
-    reply.header(ResponseHeader.surrogateControl, CacheControl.noStore)
-  }
   // Headers of a response that was being built (offset, etag, schema...) do not belong on an error.
   for (const name of [ResponseHeader.offset, ResponseHeader.etag, ResponseHeader.schema, ResponseHeader.cursor, ResponseHeader.upToDate, ResponseHeader.hasData]) {
     reply.removeHeader(name)
   }
-  if (error.retryAfter !== undefined) reply.header(ResponseHeader.retryAfter, String(error.retryAfter))
-  if (error.knownError) reply.header(ResponseHeader.knownError, 'true')
-  return reply.code(error.status).header(ResponseHeader.contentType, JSON_CONTENT_TYPE).send(JSON.stringify(error.toBody()))
+  errorHeaders(reply, error, reply.request.method)
+  return reply.code(error.status).send(JSON.stringify(error.toBody()))
 }
 
 /** How long a client whose request was refused at the socket may take to close its side before it is cut. */
@@ -253,6 +252,10 @@ function answerRaw(socket: Duplex, status: number, reason: string, message: stri
 }
 
 /** The server's open connections, each forgotten when it closes (one listener shared by all of them). */
+function markPipelined(socket: Socket): void {
+  ;(socket as Socket & { sluicePipelined?: boolean }).sluicePipelined = true
+}
+
 function openConnections(server: Server): ReadonlySet<Socket> {
   const open = new Set<Socket>()
   function forget(this: Socket): void {

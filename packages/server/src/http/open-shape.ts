@@ -74,3 +74,27 @@ export async function awaitReady(
     throw toSluiceError(error)
   }
 }
+
+/**
+ * The handle a 409 for the invalidated `shape` names (§5.4): the shape its
+ * definition has now, or, when none has replaced it yet, one created now, as a
+ * request naming an unknown handle would (the client's very next request is
+ * for it anyway). Created as any new shape is, except that it never evicts
+ * another: when the shape was itself evicted for room, evicting the next
+ * would only pass the 409 along. Undefined when none can be made (the table
+ * is gone, say).
+ */
+export async function replacementHandle(
+  shapes: ShapeService,
+  gate: CreationGate,
+  shape: ResolvedShape,
+  params: ShapeDefinitionParams | undefined,
+  client: () => string | undefined,
+): Promise<string | undefined> {
+  const handle = shapes.lookup(shape.definition)
+  if (handle !== undefined || params === undefined) return handle
+  return shapes.resolve(params, gate, client()).then(
+    (next) => next.handle,
+    () => undefined,
+  )
+}

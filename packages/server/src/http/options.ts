@@ -55,6 +55,12 @@ export interface HttpOptions {
    * Only the request's arrival is timed, never a long-poll's answer.
    */
   readonly requestTimeoutMs: number
+  /**
+   * Live long-polls that wait are parked outside node:http, by descriptor,
+   * when the native addon is given (`BuildAppOptions.addon`): a fraction of
+   * the memory per waiting client. False: they wait in node:http.
+   */
+  readonly parkLongPolls: boolean
 }
 
 /** Electric's defaults, except where docs/protocol.md says otherwise. */
@@ -74,6 +80,7 @@ export const DEFAULT_HTTP_OPTIONS: HttpOptions = Object.freeze({
   sendTimeoutMs: DEFAULT_SEND_TIMEOUT_MS,
   rangeCacheBytes: DEFAULT_RANGE_CACHE_BYTES,
   requestTimeoutMs: 60_000,
+  parkLongPolls: true,
 })
 
 /**

@@ -1,7 +1,6 @@
 import { Readable } from 'node:stream'
 import {
   CacheControl,
-  JSON_CONTENT_TYPE,
   type LogOffset,
   MUST_REFETCH_BODY,
   RequestHeader,
@@ -10,7 +9,6 @@ import {
   SluiceError,
   UP_TO_DATE_VALUE,
   compareOffsets,
-  conflictCacheControl,
   etagValue,
   formatOffset,
   formatRequestOffset,
@@ -39,10 +37,12 @@ import {
 import type { Sendfile } from '@sluice/sendfile'
 import type { BodyPath } from './body-path.js'
 import { BUFFERED_BODY_MAX_BYTES, STREAM_PIECE_BYTES, streamedLogBody } from './log-body.js'
+import { type LongPollParking, ParkedLongPoll, wouldWait } from './parked-long-polls.js'
 import { RangeCache } from './range-cache.js'
-import { type ReadyShape, awaitReady, resolveShape } from './open-shape.js'
+import { type ReadyShape, awaitReady, replacementHandle, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
+import { liveHeaders, mustRefetchHeaders, rangeHeaders } from './shape-headers.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
 import type { SharedBodies } from './shared-bodies.js'
 import type { StalledSends } from './stalled-sends.js'
@@ -81,6 +81,8 @@ export interface ShapeReadContext {
   readonly admission: Admission
   /** Bodies being sent, cut when their client stops taking them. */
   readonly stalled: StalledSends
+  /** Where live requests that wait are parked outside node:http; undefined: they wait in it. */
+  readonly parking?: LongPollParking | undefined
 }
 
 /**
@@ -259,11 +261,30 @@ export class ShapeResponder extends DataWait<ShapeLog> {
   }
 
   private wait(what: 'reach' | 'data', shape: ResolvedShape, log: ShapeLog, after: LogOffset, timeoutMs: number, options: WaitForDataOptions): Served {
+    const parking = this.context.parking
+    if (what === 'data' && parking !== undefined && wouldWait(log, after) && parking.accepts(this.request) && this.park(parking, shape, log, after)) {
+      return WAITING
+    }
     this.waitingFor = what
     this.shape = shape
     this.listenForLeaving()
     this.waitForData(log, after, this.context.waiters, timeoutMs, options, shape.handle)
     return WAITING
+  }
+
+  /**
+   * Hands the request's connection and its wait to a `ParkedLongPoll`, which
+   * answers it: nothing of this object, fastify's or node:http's stays. False
+   * when the connection could not be taken (the request then waits here).
+   */
+  private park(parking: LongPollParking, shape: ResolvedShape, log: ShapeLog, after: LogOffset): boolean {
+    const client = clientKey(this.request, this.http.clientIdHeader)
+    const parked = new ParkedLongPoll(this.context, parking, shape, this.req, ParkedLongPoll.hookHeaders(this.reply), client, this.admitted)
+    if (!parking.take(this.request, this.reply, parked)) return false
+    // The parked wait holds the admission now, and gives it back when it has answered.
+    this.admitted = undefined
+    parked.start(log, after)
+    return true
   }
 
   private listenForLeaving(): void {
@@ -500,14 +521,9 @@ export class ShapeResponder extends DataWait<ShapeLog> {
 
   private commonHeaders(shape: ResolvedShape, responseOffset: string, etag: string, hasData: boolean): void {
     const reply = this.reply
-    reply.header(ResponseHeader.handle, shape.handle)
-    reply.header(ResponseHeader.offset, responseOffset)
-    reply.header(ResponseHeader.etag, `"${etag}"`)
-    reply.header(ResponseHeader.hasData, hasData ? 'true' : 'false')
-    reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+    rangeHeaders(reply, shape.handle, responseOffset, etag, hasData)
     if (this.req.live) {
-      reply.header(ResponseHeader.cursor, this.cursor())
-      reply.header(ResponseHeader.cacheControl, CacheControl.live)
+      liveHeaders(reply, this.cursor())
     } else {
       reply.header(ResponseHeader.schema, schemaHeader(shape.table, shape.definition.columns))
       reply.header(
@@ -526,36 +542,16 @@ export class ShapeResponder extends DataWait<ShapeLog> {
     })
   }
 
-  /**
-   * 409 for a shape that was invalidated under this request. Usually no shape
-   * has replaced it yet; rather than answer without a handle (the official
-   * client then warns that a proxy must be stripping headers), create the
-   * replacement now, as a request naming an unknown handle does (§5.4 (a)):
-   * the client's very next request is for it anyway. Without one (the table is
-   * gone, say) the 409 carries none. The replacement is admitted as any new
-   * shape is, except that it never evicts another: when the shape was itself
-   * evicted for room, evicting the next would only pass the 409 along.
-   */
+  /** 409 for a shape that was invalidated under this request, naming its replacement (`replacementHandle`). */
   private async rotated(shape: ResolvedShape): Promise<FastifyReply> {
-    let handle = this.shapes.lookup(shape.definition)
-    if (handle === undefined && this.req.shape !== undefined) {
-      const client = clientKey(this.request, this.http.clientIdHeader)
-      handle = await this.shapes.resolve(this.req.shape, this.context.admission.replacementGate, client).then(
-        (next) => next.handle,
-        () => undefined,
-      )
-    }
-    return this.mustRefetch(handle)
+    const { shapes, admission, http } = this.context
+    return this.mustRefetch(await replacementHandle(shapes, admission.replacementGate, shape, this.req.shape, () => clientKey(this.request, http.clientIdHeader)))
   }
 
   /** 409 must-refetch (§5.4), with the definition's current handle when there is one. */
   private mustRefetch(handle: string | undefined): FastifyReply {
-    const reply = this.reply
-    if (handle !== undefined) reply.header(ResponseHeader.handle, handle)
-    reply.header(ResponseHeader.cacheControl, conflictCacheControl(handle !== undefined))
-    reply.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
-    if (this.req.live) reply.header(ResponseHeader.cursor, this.cursor())
-    return reply.code(409).send(MUST_REFETCH_BODY)
+    mustRefetchHeaders(this.reply, handle, this.req.live ? this.cursor() : undefined)
+    return this.reply.code(409).send(MUST_REFETCH_BODY)
   }
 
   /** The client went away while waiting: nothing to answer. */

@@ -15,6 +15,7 @@ import { sendPreflight, setCors } from './cors.js'
 import type { HttpMetrics } from './http-metrics.js'
 import { SharedReads } from './live/index.js'
 import { type BodyPath, PREAD_PATH } from './body-path.js'
+import type { LongPollParking } from './parked-long-polls.js'
 import { ParsedRequests } from './parsed-requests.js'
 import { RangeCache } from './range-cache.js'
 import type { RequestCaches } from './request-caches.js'
@@ -63,6 +64,8 @@ export interface ShapeRoutesOptions {
   readonly bodyPath?: BodyPath
   /** Where the request caches are registered, for the server to empty after a sweep. */
   readonly caches?: RequestCaches
+  /** Where waiting long-polls are parked (`parked-long-polls.ts`); none: they wait in node:http. */
+  readonly parking?: LongPollParking | undefined
 }
 
 export const SHAPE_PATH = '/v1/shape'
@@ -106,6 +109,7 @@ export async function shapeRoutes(app: FastifyInstance, options: ShapeRoutesOpti
     countRead,
     admission,
     stalled,
+    parking: options.parking,
     sharedReads: new SharedReads({
       onRead: countRead,
       ...(bodyPath.name === 'sendfile' ? { fileRangeMinBytes: http.sendfileMinBytes } : {}),

@@ -13,6 +13,7 @@ import { ServerError } from '../errors.js'
 import { DEFAULT_SENDFILE_MIN_BYTES } from '../defaults.js'
 import { buildApp } from '../http/app.js'
 import { type BodyPath, resolveBodyPath } from '../http/body-path.js'
+import { loadNativeAddon } from '../native-addon.js'
 import { type SluiceLogger, createLogger } from '../logger.js'
 import { SHUTDOWN_GRACE_MS, hostForUrl, httpOptions } from '../server.js'
 import { ReplicaShapeService } from './replica-shape-service.js'
@@ -72,7 +73,8 @@ export async function createReplicaServer(config: SluiceConfig, options: CreateR
     })
     const bodyPath = await resolveBodyPath(config.sendfile)
     if (bodyPath.name === 'sendfile') logger.info({ bodyPath: 'sendfile', minBytes: DEFAULT_SENDFILE_MIN_BYTES }, 'large response bodies are sent with sendfile(2)')
-    app = buildApp({ shapes, http: httpOptions(config), logger: logger as FastifyBaseLogger, bodyPath })
+    const addon = config.parkLongPolls ? await loadNativeAddon() : undefined
+    app = buildApp({ shapes, http: httpOptions(config), logger: logger as FastifyBaseLogger, bodyPath, addon })
     const address = await app.listen({ port: config.port, host: config.host })
     const port = Number(new URL(address).port)
     logger.info({ storageDir: config.storageDir, shapes: shapes.stats().shapes, watching: shapes.stats().watching }, 'read replica serving the store')

@@ -85,6 +85,7 @@ const SAMPLES: Record<keyof SluiceConfig, [string, unknown]> = {
   allowDelete: ['true', true],
   routeAhead: ['false', false],
   sendfile: ['false', false],
+  parkLongPolls: ['false', false],
   rangeCacheBytes: ['0', 0],
   standby: ['true', true],
   writerLockWaitMs: ['2s', 2000],

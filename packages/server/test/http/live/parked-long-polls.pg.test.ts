@@ -2,6 +2,7 @@ import { connect, type Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
+import { loadSendfile } from '@sluice/sendfile'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -33,7 +34,10 @@ beforeAll(async () => {
   await cluster.query('CREATE TABLE parked (id int4 PRIMARY KEY, v text); INSERT INTO parked VALUES (1, $$a$$)')
   pipeline = await startPipeline(cluster, await dirs.make('store'))
   waiters = new LiveWaiters({ store: pipeline.shapeService })
-  app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 600_000, maxConcurrentExisting: ROUND } })
+  // With the native addon, as the server runs: the requests that wait are parked outside node:http.
+  const addon = loadSendfile()
+  if (!addon.available) throw new Error(`the native addon is not available: ${addon.reason}`)
+  app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 600_000, maxConcurrentExisting: ROUND }, addon: addon.sendfile })
   await app.listen({ port: 0, host: '127.0.0.1' })
   port = (app.server.address() as AddressInfo).port
 })
