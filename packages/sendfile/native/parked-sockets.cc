@@ -62,7 +62,8 @@ class Parking : public Napi::ObjectWrap<Parking> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Parking",
                        {InstanceMethod<&Parking::Park>("park"), InstanceMethod<&Parking::Answer>("answer"),
-                        InstanceMethod<&Parking::Drop>("drop"), InstanceAccessor<&Parking::Size>("size")});
+                        InstanceMethod<&Parking::Drop>("drop"), InstanceMethod<&Parking::Written>("written"),
+                        InstanceAccessor<&Parking::Size>("size")});
   }
 
   // new Parking(onGone(id)): onGone is called when a parked connection's peer leaves (it is closed then).
@@ -162,6 +163,13 @@ class Parking : public Napi::ObjectWrap<Parking> {
     // An answer under way is cut too; its callback is never called.
     Release(parked, true);
     return info.Env().Undefined();
+  }
+
+  // written(id): bytes of the answer under way already in the socket; -1 when the id is not parked.
+  Napi::Value Written(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsNumber()) return Napi::Number::New(info.Env(), -1);
+    auto found = parked_.find(info[0].As<Napi::Number>().DoubleValue());
+    return Napi::Number::New(info.Env(), found == parked_.end() ? -1 : static_cast<double>(found->second->written));
   }
 
   Napi::Value Size(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(parked_.size())); }

@@ -27,6 +27,8 @@ export interface NativeParking {
   /** Writes head then body; `callback(0, fd or -1)` when written, `callback(errno, -1)` on failure. False when `id` is not parked. */
   answer(id: number, head: Buffer, body: Buffer | null, keepOpen: boolean, callback: (errno: number, fd: number) => void): boolean
   drop(id: number): void
+  /** Bytes of the answer under way already in the socket; -1 when `id` is not parked. Missing from an older build. */
+  written?(id: number): number
   readonly size: number
 }
 

@@ -66,6 +66,11 @@ export class SocketParking {
     })
   }
 
+  /** Bytes of the answer to `id` already in the socket (what its client has taken, and the kernel holds); -1 when `id` is not parked. */
+  written(id: number): number {
+    return this.native.written?.(id) ?? -1
+  }
+
   /** Closes the parked connection `id` unanswered, an answer under way too (its `done` is not called). */
   drop(id: number): void {
     this.native.drop(id)

@@ -154,6 +154,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
     reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
     // Pipelined behind a request not yet answered (node:http queues its response): that one must not be parked.
     if (reply.raw.socket === null) markPipelined(request.raw.socket)
+    else LongPollParking.requestBegins(request.raw.socket)
     guardArrival(request.raw, http.requestTimeoutMs)
     if (metrics !== undefined) metrics.setLiveWaiters(waiters.size)
     if (!closing) return done()
@@ -279,6 +280,9 @@ function refuseConnect(_request: IncomingMessage, socket: Duplex): void {
  */
 function refuseMalformed(error: Error & { code?: string; reason?: string }, socket: Duplex): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return
+  // A connection that has sent nothing since it was accepted or handed back by a parked long-poll (idle, as after a
+  // response): node:http's headers timeout closes it as a keep-alive timeout would, with nothing to answer.
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT' && (socket as Duplex & { bytesRead?: number }).bytesRead === 0) return void socket.destroy()
   // Garbage pipelined behind a valid request: that request's answer may be on the wire already (Node keeps it
   // as the socket's `_httpMessage`), and nothing may be written into it. It finishes, then the socket closes.
   const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage

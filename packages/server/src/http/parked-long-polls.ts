@@ -50,6 +50,8 @@ import type { ShapeReadContext } from './shape-responder.js'
  */
 export class LongPollParking {
   private readonly parked = new Map<number, ParkedLongPoll>()
+  /** Answers still being written (their clients read slowly), with what ends each. */
+  private readonly writing = new Map<number, () => void>()
   private closing = false
 
   private constructor(
@@ -90,6 +92,9 @@ export class LongPollParking {
     if (headers[RequestHeader.ifNoneMatch] !== undefined) return false
     const connection = headers.connection
     if (connection !== undefined && /(^|,)\s*close\s*(,|$)/i.test(connection)) return false
+    // A request with a body (a GET may have one) could have part of it in node:http's parser still: it would be lost.
+    if (headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')) return false
+    if (!request.raw.complete) return false
     const socket = request.raw.socket as Socket & { sluicePipelined?: boolean }
     return socket.sluicePipelined !== true
   }
@@ -116,22 +121,63 @@ export class LongPollParking {
     let timer: NodeJS.Timeout | undefined
     const answered = this.parking.answer(wait.id, bytes, body, keepOpen, (outcome: AnswerOutcome) => {
       clearTimeout(timer)
+      this.writing.delete(wait.id)
       this.parked.delete(wait.id)
-      if (outcome.ok && outcome.socket !== undefined) this.server.emit('connection', outcome.socket)
+      if (outcome.ok && outcome.socket !== undefined) this.handBack(outcome.socket)
       done()
     })
     if (!answered) {
       this.parked.delete(wait.id)
       return done()
     }
-    // Most answers are in the socket before `answer` returns; one still going has a client that reads slowly.
+    // Most answers are in the socket before `answer` returns; one still going has a client that reads slowly. It is cut
+    // once its client has taken nothing for the send timeout (as `StalledSends` cuts a body fastify sends), not for
+    // being slow: each look that finds progress waits another send timeout.
     if (this.parked.has(wait.id)) {
-      timer = setTimeout(() => {
+      this.writing.set(wait.id, done)
+      let seen = this.parking.written(wait.id)
+      const look = (): void => {
+        const written = this.parking.written(wait.id)
+        if (written < 0) return
+        if (written > seen) {
+          seen = written
+          timer = setTimeout(look, this.sendTimeoutMs)
+          timer.unref()
+          return
+        }
+        this.writing.delete(wait.id)
         this.drop(wait)
         done()
-      }, this.sendTimeoutMs)
+      }
+      timer = setTimeout(look, this.sendTimeoutMs)
       timer.unref()
     }
+  }
+
+  /**
+   * Gives an answered connection back to the HTTP server, as its listener
+   * gives it one it accepted: counted in the server's connections (so that
+   * `close()` waits for a request on it as on any other; what net.Server's
+   * own accept does), and idle under the keep-alive timeout the answer
+   * announced until its next request begins (`requestBegins`).
+   */
+  private handBack(socket: Socket): void {
+    const counted = socket as Socket & { _server?: Server | null; server?: Server; sluiceHandedBack?: boolean }
+    const server = this.server as Server & { _connections: number }
+    server._connections++
+    counted._server = server
+    counted.server = server
+    counted.sluiceHandedBack = true
+    if (server.keepAliveTimeout > 0) socket.setTimeout(server.keepAliveTimeout)
+    server.emit('connection', socket)
+  }
+
+  /** A request begins on `socket`: one handed back stops being idle (node:http clears its own keep-alive timer so). */
+  static requestBegins(socket: Socket): void {
+    const handed = socket as Socket & { sluiceHandedBack?: boolean }
+    if (handed.sluiceHandedBack !== true) return
+    handed.sluiceHandedBack = false
+    socket.setTimeout(0)
   }
 
   /** Closes the connection of a request that is not to be answered. */
@@ -148,7 +194,16 @@ export class LongPollParking {
   /** Closes every connection still held (answers a client has not taken are cut). */
   close(): void {
     this.closing = true
-    for (const wait of [...this.parked.values()]) this.drop(wait)
+    for (const [id, done] of [...this.writing]) {
+      this.writing.delete(id)
+      this.parked.delete(id)
+      this.parking.drop(id)
+      done()
+    }
+    for (const id of [...this.parked.keys()]) {
+      this.parking.drop(id)
+      this.left(id)
+    }
   }
 }
 
