@@ -50,6 +50,8 @@ import type { ShapeReadContext } from './shape-responder.js'
  */
 export class LongPollParking {
   private readonly parked = new Map<number, ParkedLongPoll>()
+  private toHandBack: Socket[] = []
+  private handingBack: NodeJS.Immediate | undefined
   /** Answers still being written (their clients read slowly), with what ends each. */
   private readonly writing = new Map<number, () => void>()
   private closing = false
@@ -123,7 +125,7 @@ export class LongPollParking {
       clearTimeout(timer)
       this.writing.delete(wait.id)
       this.parked.delete(wait.id)
-      if (outcome.ok && outcome.socket !== undefined) this.handBack(outcome.socket)
+      if (outcome.ok && outcome.socket !== undefined) this.handBackSoon(outcome.socket)
       done()
     })
     if (!answered) {
@@ -152,6 +154,23 @@ export class LongPollParking {
       timer = setTimeout(look, this.sendTimeoutMs)
       timer.unref()
     }
+  }
+
+  /**
+   * Connections are handed back in a later turn, together: a write wakes
+   * thousands of parked requests, and giving each its Node socket and
+   * parser as its answer goes out would hold the answers still to go behind
+   * work their clients are not waiting for yet (their next request waits in
+   * the kernel meanwhile).
+   */
+  private handBackSoon(socket: Socket): void {
+    this.toHandBack.push(socket)
+    this.handingBack ??= setImmediate(() => {
+      this.handingBack = undefined
+      const sockets = this.toHandBack
+      this.toHandBack = []
+      for (const one of sockets) this.handBack(one)
+    })
   }
 
   /**
