@@ -56,6 +56,8 @@ const ROWS = list('BENCH_FANOUT_ROWS')
 const WRITES = process.env.BENCH_FANOUT_WRITES === undefined ? undefined : Number(process.env.BENCH_FANOUT_WRITES)
 const ONLY_SLUICE = process.env.ONLY === 'sluice'
 const PARTIAL = [CLIENTS, SSE, ROWS, WRITES].some((x) => x !== undefined) || ONLY_SLUICE
+/** How long the parked clients are left before memory is read; past 10 s the server's periodic malloc_trim has run (steady state). */
+const SETTLE_MS = Number(process.env.BENCH_FANOUT_SETTLE_MS ?? 500)
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 5_000))
 
 const SETTINGS = {
@@ -230,7 +232,7 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
     }
     const parked = await parkedEnough()
     const connectMs = performance.now() - startedAt
-    await sleep(500)
+    await sleep(SETTLE_MS)
     const rssParked = rssBytes(target.pid)
     const gcParked = await collected(target.pid)
     const kib = (before: number, after: number): string => ((after - before) / clients / 1024).toFixed(2)
