@@ -175,17 +175,14 @@ export class LongPollParking {
 
   /**
    * Gives an answered connection back to the HTTP server, as its listener
-   * gives it one it accepted: counted in the server's connections (so that
-   * `close()` waits for a request on it as on any other; what net.Server's
-   * own accept does), and idle under the keep-alive timeout the answer
-   * announced until its next request begins (`requestBegins`).
+   * gives it one it accepted, idle under the keep-alive timeout the answer
+   * announced until its next request begins (`requestBegins`). It is not
+   * counted in net.Server's connections, so the server's `close()` does not
+   * wait for a request on it.
    */
   private handBack(socket: Socket): void {
-    const counted = socket as Socket & { _server?: Server | null; server?: Server; sluiceHandedBack?: boolean }
-    const server = this.server as Server & { _connections: number }
-    server._connections++
-    counted._server = server
-    counted.server = server
+    const counted = socket as Socket & { sluiceHandedBack?: boolean }
+    const server = this.server
     counted.sluiceHandedBack = true
     if (server.keepAliveTimeout > 0) socket.setTimeout(server.keepAliveTimeout)
     server.emit('connection', socket)
