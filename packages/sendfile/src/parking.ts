@@ -24,7 +24,7 @@ export class SocketParking {
 
   /** `onGone(id)`: a parked connection's client left; it is closed already, and its id means nothing any more. */
   constructor(Parking: new (onGone: (id: number) => void) => NativeParking, onGone: (id: number) => void) {
-    this.native = new Parking(onGone)
+    this.native = new Parking((id) => reportThrows(() => onGone(id)))
   }
 
   /** Connections parked or being answered now. */
@@ -60,10 +60,9 @@ export class SocketParking {
    * (its client left: `onGone` said so), and `done` is not called.
    */
   answer(id: number, head: Buffer, body: Buffer | undefined, keepOpen: boolean, done: (outcome: AnswerOutcome) => void): boolean {
-    return this.native.answer(id, head, body ?? null, keepOpen, (errno, fd) => {
-      if (errno !== 0) return done({ ok: false, code: errnoName(errno) })
-      done({ ok: true, socket: fd >= 0 ? adopt(fd) : undefined })
-    })
+    return this.native.answer(id, head, body ?? null, keepOpen, (errno, fd) =>
+      reportThrows(() => done(errno !== 0 ? { ok: false, code: errnoName(errno) } : { ok: true, socket: fd >= 0 ? adopt(fd) : undefined })),
+    )
   }
 
   /** Bytes of the answer to `id` already in the socket (what its client has taken, and the kernel holds); -1 when `id` is not parked. */
@@ -74,6 +73,22 @@ export class SocketParking {
   /** Closes the parked connection `id` unanswered, an answer under way too (its `done` is not called). */
   drop(id: number): void {
     this.native.drop(id)
+  }
+}
+
+/**
+ * Runs a callback the addon calls: what it throws becomes an uncaught
+ * exception, as a throw from any event callback does, instead of an exception
+ * left pending in the addon (built without C++ exceptions), which the next
+ * call into it would meet instead.
+ */
+function reportThrows(run: () => void): void {
+  try {
+    run()
+  } catch (error) {
+    process.nextTick(() => {
+      throw error
+    })
   }
 }
 

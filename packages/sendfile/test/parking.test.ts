@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { readdirSync } from 'node:fs'
-import { type AddressInfo, type Socket, connect, createServer } from 'node:net'
+import type { Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { loopbackPair } from './loopback.js'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type AnswerOutcome, type Sendfile, type SocketParking, loadSendfile } from '../src/index.js'
 
@@ -24,19 +25,8 @@ afterEach(() => {
   gone.length = 0
 })
 
-/** A loopback connection: `server` is the accepted side (the one parked), `client` the peer. */
-async function pair(): Promise<{ server: Socket; client: Socket }> {
-  const listener = createServer()
-  await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve))
-  const accepted = new Promise<Socket>((resolve) => listener.once('connection', resolve))
-  const client = connect((listener.address() as AddressInfo).port, '127.0.0.1')
-  const server = await accepted
-  await new Promise((resolve) => (client.connecting ? client.once('connect', resolve) : resolve(undefined)))
-  listener.close()
-  sockets.push(server, client)
-  server.on('error', () => {})
-  client.on('error', () => {})
-  return { server, client }
+function pair(): ReturnType<typeof loopbackPair> {
+  return loopbackPair(sockets)
 }
 
 function openFds(): number {

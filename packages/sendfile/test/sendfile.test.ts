@@ -1,11 +1,12 @@
 import { spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { closeSync, openSync, readdirSync, writeFileSync } from 'node:fs'
-import { type AddressInfo, type Socket, connect, createServer } from 'node:net'
+import type { Socket } from 'node:net'
 import { join } from 'node:path'
 import { TLSSocket } from 'node:tls'
 import { useTempDir } from '@sluice/test-utils'
 import { SeededRandom } from '@sluice/test-utils/seeded-random'
+import { loopbackPair } from './loopback.js'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type Sendfile, SendfileError, loadSendfile } from '../src/index.js'
 
@@ -33,31 +34,14 @@ beforeAll(() => {
 })
 afterAll(() => closeSync(bigFd))
 
-/** A loopback connection: `server` is the accepted side (we send on it), `client` the reader. */
-interface Pair {
-  readonly server: Socket
-  readonly client: Socket
-}
-
 const sockets: Socket[] = []
 afterEach(() => {
   for (const s of sockets.splice(0)) s.destroy()
 })
 
-async function pair(): Promise<Pair> {
-  const listener = createServer()
-  await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve))
-  const accepted = new Promise<Socket>((resolve) => listener.once('connection', resolve))
-  const client = connect((listener.address() as AddressInfo).port, '127.0.0.1')
-  const server = await accepted
-  await new Promise((resolve) => (client.connecting ? client.once('connect', resolve) : resolve(undefined)))
-  // Closed now, so descriptor counts taken around a test see only its sockets.
-  // (its callback waits for the accepted connection to end as well; the listening descriptor closes at once).
-  listener.close()
-  sockets.push(server, client)
-  server.on('error', () => {})
-  client.on('error', () => {})
-  return { server, client }
+/** A loopback connection: `server` is the accepted side (we send on it), `client` the reader. */
+function pair(): ReturnType<typeof loopbackPair> {
+  return loopbackPair(sockets)
 }
 
 /** Reads exactly `n` bytes from `client`. */
