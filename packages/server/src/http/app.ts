@@ -152,9 +152,7 @@ export function buildApp(options: BuildAppOptions): FastifyInstance {
   // Hooks that every request runs take a callback: an async hook costs each request a promise and a microtask.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header(ResponseHeader.server, ELECTRIC_SERVER_VALUE)
-    // Pipelined behind a request not yet answered (node:http queues its response): that one must not be parked.
-    if (reply.raw.socket === null) markPipelined(request.raw.socket)
-    else LongPollParking.requestBegins(request.raw.socket)
+    LongPollParking.requestArrived(request, reply)
     guardArrival(request.raw, http.requestTimeoutMs)
     if (metrics !== undefined) metrics.setLiveWaiters(waiters.size)
     if (!closing) return done()
@@ -253,10 +251,6 @@ function answerRaw(socket: Duplex, status: number, reason: string, message: stri
 }
 
 /** The server's open connections, each forgotten when it closes (one listener shared by all of them). */
-function markPipelined(socket: Socket): void {
-  ;(socket as Socket & { sluicePipelined?: boolean }).sluicePipelined = true
-}
-
 function openConnections(server: Server): ReadonlySet<Socket> {
   const open = new Set<Socket>()
   function forget(this: Socket): void {

@@ -8,6 +8,7 @@ import {
   SHAPE_ALLOW_METHODS_VALUE,
 } from '@sluice/protocol'
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { asksToClose } from './shape-headers.js'
 
 /**
  * CORS (docs/protocol.md §8): the request's Origin echoed (or `*`), the methods of
@@ -36,6 +37,6 @@ export function sendPreflight(request: FastifyRequest, reply: FastifyReply): Fas
   }
   reply.header(ResponseHeader.maxAge, String(PREFLIGHT_MAX_AGE_SECONDS))
   // Electric's keep-alive, unless the client asked to close: an explicit header would make Node hold the socket open.
-  if (!/(^|,)\s*close\s*(,|$)/i.test(String(request.headers.connection ?? ''))) reply.header(ResponseHeader.connection, 'keep-alive')
+  if (!asksToClose(request.headers.connection)) reply.header(ResponseHeader.connection, 'keep-alive')
   return reply.code(204).send()
 }

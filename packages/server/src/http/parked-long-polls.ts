@@ -1,4 +1,4 @@
-import type { Server } from 'node:http'
+import { STATUS_CODES, type Server } from 'node:http'
 import type { Socket } from 'node:net'
 import {
   type LogOffset,
@@ -12,7 +12,6 @@ import {
   formatOffset,
   formatRequestOffset,
   isBeforeAll,
-  nextCursor,
   upToDateMessage,
 } from '@sluice/protocol'
 import type { AnswerOutcome, Sendfile, SocketParking } from '@sluice/sendfile'
@@ -23,7 +22,7 @@ import type { RequestKind } from './admission.js'
 import { toSluiceError } from './http-errors.js'
 import { DataWait, type LongPollResult, SharedRange } from './live/index.js'
 import { replacementHandle } from './open-shape.js'
-import { type HeaderTarget, errorHeaders, liveHeaders, mustRefetchHeaders, rangeHeaders } from './shape-headers.js'
+import { type HeaderTarget, asksToClose, errorHeaders, liveCursor, liveHeaders, mustRefetchHeaders, rangeHeaders } from './shape-headers.js'
 import type { ShapeReadContext } from './shape-responder.js'
 
 /**
@@ -48,6 +47,9 @@ import type { ShapeReadContext } from './shape-responder.js'
  * not one on a connection where the client sent another request behind it
  * (pipelining: Node has read that one already).
  */
+/** What `LongPollParking` marks on a connection: another request pipelined on it; handed back and idle since. */
+type MarkedSocket = Socket & { sluicePipelined?: boolean; sluiceHandedBack?: boolean }
+
 export class LongPollParking {
   private readonly parked = new Map<number, ParkedLongPoll>()
   private toHandBack: Socket[] = []
@@ -92,13 +94,11 @@ export class LongPollParking {
     if (this.closing || request.method !== 'GET' || request.raw.httpVersion !== '1.1') return false
     const headers = request.headers
     if (headers[RequestHeader.ifNoneMatch] !== undefined) return false
-    const connection = headers.connection
-    if (connection !== undefined && /(^|,)\s*close\s*(,|$)/i.test(connection)) return false
+    if (asksToClose(headers.connection)) return false
     // A request with a body (a GET may have one) could have part of it in node:http's parser still: it would be lost.
     if (headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')) return false
     if (!request.raw.complete) return false
-    const socket = request.raw.socket as Socket & { sluicePipelined?: boolean }
-    return socket.sluicePipelined !== true
+    return (request.raw.socket as MarkedSocket).sluicePipelined !== true
   }
 
   /**
@@ -181,18 +181,26 @@ export class LongPollParking {
    * wait for a request on it.
    */
   private handBack(socket: Socket): void {
-    const counted = socket as Socket & { sluiceHandedBack?: boolean }
-    const server = this.server
-    counted.sluiceHandedBack = true
-    if (server.keepAliveTimeout > 0) socket.setTimeout(server.keepAliveTimeout)
-    server.emit('connection', socket)
+    ;(socket as MarkedSocket).sluiceHandedBack = true
+    if (this.server.keepAliveTimeout > 0) socket.setTimeout(this.server.keepAliveTimeout)
+    this.server.emit('connection', socket)
   }
 
-  /** A request begins on `socket`: one handed back stops being idle (node:http clears its own keep-alive timer so). */
-  static requestBegins(socket: Socket): void {
-    const handed = socket as Socket & { sluiceHandedBack?: boolean }
-    if (handed.sluiceHandedBack !== true) return
-    handed.sluiceHandedBack = false
+  /**
+   * Every request, as it arrives (the app's onRequest hook): one pipelined
+   * behind a request not yet answered (node:http queues its response, so it
+   * has no socket yet) marks its connection, whose earlier request must then
+   * not be parked; one on a connection handed back ends that connection's
+   * idle time (node:http clears its own keep-alive timer so).
+   */
+  static requestArrived(request: FastifyRequest, reply: FastifyReply): void {
+    const socket = request.raw.socket as MarkedSocket
+    if (reply.raw.socket === null) {
+      socket.sluicePipelined = true
+      return
+    }
+    if (socket.sluiceHandedBack !== true) return
+    socket.sluiceHandedBack = false
     socket.setTimeout(0)
   }
 
@@ -336,7 +344,7 @@ export class ParkedLongPoll extends DataWait<ShapeLog> {
   }
 
   private cursor(): string {
-    return nextCursor({ nowMs: Date.now(), longPollTimeoutMs: this.context.http.longPollTimeoutMs, requestCursor: this.req.cursor, random: Math.random })
+    return liveCursor(this.context.http.longPollTimeoutMs, this.req.cursor)
   }
 
   /** What fastify's error handler answers (`sendError`); a log deleted under the read is the shape gone (409). */
@@ -374,14 +382,12 @@ export function wouldWait(log: ShapeLog, after: LogOffset): boolean {
   return !isBeforeAll(after) && compareOffsets(log.head().lastOffset, after) <= 0
 }
 
-const STATUS_TEXT: Record<number, string> = { 200: 'OK', 409: 'Conflict', 500: 'Internal Server Error', 503: 'Service Unavailable' }
-
 /** A response's status line and headers, built up as node:http would write them for a fastify reply. */
 export class ResponseHead implements HeaderTarget {
   private text: string
 
   constructor(status: number, hookHeaders: string) {
-    this.text = `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n${hookHeaders}`
+    this.text = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\n${hookHeaders}`
   }
 
   header(name: string, value: string): this {

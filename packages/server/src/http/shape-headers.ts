@@ -1,4 +1,4 @@
-import { CacheControl, JSON_CONTENT_TYPE, ResponseHeader, type SluiceError, conflictCacheControl } from '@sluice/protocol'
+import { CacheControl, JSON_CONTENT_TYPE, ResponseHeader, type SluiceError, conflictCacheControl, nextCursor } from '@sluice/protocol'
 
 /**
  * The headers of a `/v1/shape` answer, in the order they go on the wire, for
@@ -47,4 +47,14 @@ export function errorHeaders(target: HeaderTarget, error: SluiceError, method: s
   if (error.retryAfter !== undefined) target.header(ResponseHeader.retryAfter, String(error.retryAfter))
   if (error.knownError) target.header(ResponseHeader.knownError, 'true')
   target.header(ResponseHeader.contentType, JSON_CONTENT_TYPE)
+}
+
+/** A live answer's `electric-cursor` (§5.3), from the request's own cursor if it sent one. */
+export function liveCursor(longPollTimeoutMs: number, requestCursor: string | undefined): string {
+  return nextCursor({ nowMs: Date.now(), longPollTimeoutMs, requestCursor, random: Math.random })
+}
+
+/** Whether a request's Connection header asks for the connection to close after the answer. */
+export function asksToClose(connection: string | string[] | undefined): boolean {
+  return connection !== undefined && /(^|,)\s*close\s*(,|$)/i.test(String(connection))
 }

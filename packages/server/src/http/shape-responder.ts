@@ -15,7 +15,6 @@ import {
   ifNoneMatchIncludes,
   invalidRequest,
   isBeforeAll,
-  nextCursor,
   nonLiveCacheControl,
   upToDateMessage,
 } from '@sluice/protocol'
@@ -42,7 +41,7 @@ import { RangeCache } from './range-cache.js'
 import { type ReadyShape, awaitReady, replacementHandle, resolveShape } from './open-shape.js'
 import type { HttpOptions } from './options.js'
 import { schemaHeader } from './schema-header.js'
-import { liveHeaders, mustRefetchHeaders, rangeHeaders } from './shape-headers.js'
+import { liveCursor, liveHeaders, mustRefetchHeaders, rangeHeaders } from './shape-headers.js'
 import { canSendfile, fileBytes, sendfileBody } from './sendfile-body.js'
 import type { SharedBodies } from './shared-bodies.js'
 import type { StalledSends } from './stalled-sends.js'
@@ -534,12 +533,7 @@ export class ShapeResponder extends DataWait<ShapeLog> {
   }
 
   private cursor(): string {
-    return nextCursor({
-      nowMs: Date.now(),
-      longPollTimeoutMs: this.http.longPollTimeoutMs,
-      requestCursor: this.req.cursor,
-      random: Math.random,
-    })
+    return liveCursor(this.http.longPollTimeoutMs, this.req.cursor)
   }
 
   /** 409 for a shape that was invalidated under this request, naming its replacement (`replacementHandle`). */
