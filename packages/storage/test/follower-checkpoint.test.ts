@@ -41,12 +41,17 @@ describe("a read-only follower across the writer's checkpoints", () => {
     for (let i = 0; i < 200 && !checkpointed; i++) {
       await write('s1')
       written++
+      const held = segments().length
       faulty.rules.resetCalls()
       reader.poll()
       expect(seen.at(-1)).toEqual(['s1'])
       const calls = faulty.rules.callCounts()
-      // Looking at all 200 logs made a stat and three fstats each.
-      expect((calls['fstatSync'] ?? 0) + (calls['statSync'] ?? 0)).toBeLessThan(40)
+      // Looking at all 200 logs made a stat and three fstats each. What a poll does
+      // stat is the journal: a stat and an fstat per segment held, and how many
+      // segments are held depends on when the writer's checkpoint gets to run.
+      const stats = (calls['fstatSync'] ?? 0) + (calls['statSync'] ?? 0)
+      expect(stats).toBeLessThanOrEqual(2 * (held + 1) + 8)
+      expect(stats).toBeLessThan(LOGS)
       checkpointed = [...before].some((n) => !segments().includes(n))
     }
     expect(checkpointed).toBe(true)
