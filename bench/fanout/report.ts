@@ -43,6 +43,10 @@ export interface SizeRow extends Summary {
 export interface Collected {
   readonly rssBytes: number
   readonly heapUsedBytes: number
+  /** Resident bytes by mapping: glibc's main arena, anonymous (V8's pages, other arenas), the rest. */
+  readonly resident?: { readonly mallocHeap: number; readonly anonymous: number; readonly other: number }
+  /** Resident bytes of each V8 heap space, by name. */
+  readonly v8Spaces?: Readonly<Record<string, number>>
 }
 
 export interface Cell {

@@ -116,8 +116,8 @@ async function collected(pid: number): Promise<Collected> {
     if (performance.now() > deadline) throw new Error(`process ${pid} did not report a collection within ${GC_TIMEOUT_MS} ms`)
     await sleep(20)
   }
-  const usage = JSON.parse(readFileSync(file, 'utf8')) as { rss: number; heapUsed: number }
-  return { rssBytes: usage.rss, heapUsedBytes: usage.heapUsed }
+  const usage = JSON.parse(readFileSync(file, 'utf8')) as { rss: number; heapUsed: number; resident?: Collected['resident']; v8Spaces?: Collected['v8Spaces'] }
+  return { rssBytes: usage.rss, heapUsedBytes: usage.heapUsed, resident: usage.resident, v8Spaces: usage.v8Spaces }
 }
 
 function get(url: string): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
@@ -239,6 +239,15 @@ async function runCell(target: Target, kind: 'long-poll' | 'sse', clients: numbe
     log(
       `  ${target.who} ${kind} ${clients}: ${parked} parked after ${(connectMs / 1000).toFixed(1)} s; RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssParked / 2 ** 20).toFixed(0)} MiB; after a full collection ${kib(gcBefore.rssBytes, gcParked.rssBytes)} KiB of RSS and ${kib(gcBefore.heapUsedBytes, gcParked.heapUsedBytes)} KiB of heap per parked request (load ${loadavg()[0]!.toFixed(1)})`,
     )
+    const [was, is] = [gcBefore.resident, gcParked.resident]
+    if (was !== undefined && is !== undefined) {
+      log(`    of which, per parked request: glibc's main arena ${kib(was.mallocHeap, is.mallocHeap)} KiB, anonymous mappings ${kib(was.anonymous, is.anonymous)} KiB, the rest ${kib(was.other, is.other)} KiB`)
+    }
+    const [spacesWere, spacesAre] = [gcBefore.v8Spaces, gcParked.v8Spaces]
+    if (spacesWere !== undefined && spacesAre !== undefined) {
+      const grown = Object.keys(spacesAre).map((name) => `${name} ${kib(spacesWere[name] ?? 0, spacesAre[name]!)}`)
+      log(`    V8's resident pages per parked request (KiB): ${grown.join(', ')}`)
+    }
 
     const bySize: Array<Cell['bySize'][number]> = []
     let rssPeak = rssParked

@@ -47,6 +47,28 @@ import type { ShapeReadContext } from './shape-responder.js'
  * not one on a connection where the client sent another request behind it
  * (pipelining: Node has read that one already).
  */
+/**
+ * One copy of each string handed to `intern`, for strings that many live
+ * objects would otherwise each hold a copy of. Bounded: past `limit` distinct
+ * strings it starts again, so a client that varies what it sends (an Origin
+ * per request) costs a cleared map, not a growing one.
+ */
+class StringInterner {
+  private readonly seen = new Map<string, string>()
+
+  constructor(private readonly limit: number) {}
+
+  intern(text: string): string {
+    const known = this.seen.get(text)
+    if (known !== undefined) return known
+    if (this.seen.size >= this.limit) this.seen.clear()
+    this.seen.set(text, text)
+    return text
+  }
+}
+
+const HOOK_HEADERS = new StringInterner(256)
+
 /** What `LongPollParking` marks on a connection: another request pipelined on it; handed back and idle since. */
 type MarkedSocket = Socket & { sluicePipelined?: boolean; sluiceHandedBack?: boolean }
 
@@ -250,15 +272,21 @@ export class ParkedLongPoll extends DataWait<ShapeLog> {
     super()
   }
 
-  /** The headers set on `reply` so far, as `ParkedLongPoll` keeps them. */
+  /**
+   * The headers set on `reply` so far, as `ParkedLongPoll` keeps them: one
+   * string shared by every request whose hooks set the same ones (the CORS
+   * headers of one origin, typically), where each request's own would hold a
+   * rope of a dozen concatenations, more than half of what a parked request
+   * costs in V8's heap.
+   */
   static hookHeaders(reply: FastifyReply): string {
-    let lines = ''
+    const lines: string[] = []
     for (const [name, value] of Object.entries(reply.getHeaders())) {
       if (value === undefined) continue
-      if (Array.isArray(value)) for (const one of value) lines += `${name}: ${one}\r\n`
-      else lines += `${name}: ${value}\r\n`
+      if (Array.isArray(value)) for (const one of value) lines.push(`${name}: ${one}\r\n`)
+      else lines.push(`${name}: ${value}\r\n`)
     }
-    return lines
+    return HOOK_HEADERS.intern(lines.join(''))
   }
 
   /** Starts the wait for data after `after` in `log` (the caller found none there yet). */

@@ -196,6 +196,22 @@ describe('parked long-polls', () => {
     plain.close()
   })
 
+  it('requests parked from more origins than the header strings kept in common each get their own origin back', async () => {
+    const { path } = await livePath()
+    // Past the 256 distinct header sets shared, the shared set starts again: answers must not mix them up either way.
+    const ORIGINS = 300
+    const clients = Array.from({ length: ORIGINS }, () => new Client(parkingPort))
+    clients.forEach((client, i) => client.socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\norigin: http://app${i % 150 === 0 ? 0 : i}.example\r\n\r\n`))
+    await until(() => isParked(parkingApp, parkingWaiters, ORIGINS), 'every request to park')
+    await cluster.query(`INSERT INTO answers VALUES (${nextId++}, 'origins')`)
+    const answers = await Promise.all(clients.map((client) => client.response()))
+    answers.forEach((answer, i) => {
+      expect(answer.status).toBe(200)
+      expect(answer.headers.find(([name]) => name === 'access-control-allow-origin')?.[1]).toBe(`http://app${i % 150 === 0 ? 0 : i}.example`)
+    })
+    for (const client of clients) client.close()
+  })
+
   it('a client that leaves while parked frees its connection and its admission slot', async () => {
     const { path } = await livePath()
     const waiters = new LiveWaiters({ store: pipeline.shapeService })
