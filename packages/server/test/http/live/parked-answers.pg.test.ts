@@ -295,6 +295,90 @@ describe('parked long-polls', () => {
     }
   })
 
+  it('an answer its client reads slowly but steadily is written whole, however long it takes past the send timeout', async () => {
+    await cluster.query('CREATE TABLE trickle (id int4 PRIMARY KEY, v text)')
+    const { path } = await livePath('trickle')
+    const waiters = new LiveWaiters({ store: pipeline.shapeService })
+    const SEND_TIMEOUT_MS = 1_000
+    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000, sendTimeoutMs: SEND_TIMEOUT_MS }, addon })
+    const port = await listen(app)
+    // A reader of its own: no 'data' listener, at most 32 KiB taken every 10 ms (about 3 MB/s).
+    const socket = connect(port, '127.0.0.1')
+    socket.on('error', () => {})
+    let ended = false
+    socket.on('end', () => (ended = true))
+    const taken: Buffer[] = []
+    let trickle: NodeJS.Timeout | undefined
+    try {
+      await new Promise((resolve) => socket.once('connect', resolve))
+      socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n`)
+      await until(() => isParked(app, waiters, 1), 'the request to park')
+      trickle = setInterval(() => {
+        for (let i = 0; i < 2; i++) {
+          const piece = (socket.read(16_384) ?? socket.read()) as Buffer | null
+          if (piece !== null) taken.push(piece)
+        }
+      }, 10)
+      // About 7.7 MB: far more than loopback's buffers of a socket read this slowly.
+      await cluster.query(`INSERT INTO trickle SELECT g, repeat(md5(g::text), 400) FROM generate_series(1, 600) g`)
+      const started = Date.now()
+      const whole = (): { head: string; body: Buffer } | undefined => {
+        const bytes = Buffer.concat(taken)
+        const end = bytes.indexOf('\r\n\r\n')
+        if (end < 0) return undefined
+        const head = bytes.subarray(0, end).toString('latin1')
+        const length = Number(/content-length: (\d+)/i.exec(head)?.[1])
+        return bytes.length >= end + 4 + length ? { head, body: bytes.subarray(end + 4, end + 4 + length) } : undefined
+      }
+      await until(() => whole() !== undefined || ended, 'the whole answer')
+      const took = Date.now() - started
+      const answer = whole()
+      expect(answer).toBeDefined()
+      expect(answer!.head.startsWith('HTTP/1.1 200 ')).toBe(true)
+      const rows = (JSON.parse(answer!.body.toString('utf8')) as Array<{ key?: string }>).filter((m) => m.key !== undefined)
+      expect(rows).toHaveLength(600)
+      // The point of the test: the answer took longer than the send timeout, and was not cut for it.
+      expect(took).toBeGreaterThan(2 * SEND_TIMEOUT_MS)
+      expect(ended).toBe(false)
+    } finally {
+      clearInterval(trickle)
+      socket.destroy()
+      waiters.close()
+      await app.close()
+    }
+  })
+
+  it('a connection handed back and then left idle is closed at the keep-alive timeout, with nothing more written', async () => {
+    const { path } = await livePath()
+    const waiters = new LiveWaiters({ store: pipeline.shapeService })
+    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000 }, addon })
+    const KEEP_ALIVE_MS = 1_000
+    app.server.keepAliveTimeout = KEEP_ALIVE_MS
+    const port = await listen(app)
+    const idle = new Client(port)
+    try {
+      idle.get(path)
+      await until(() => isParked(app, waiters, 1), 'the request to park')
+      await cluster.query(`INSERT INTO answers VALUES (${nextId++}, 'idle')`)
+      const answer = await idle.response()
+      expect(answer.status).toBe(200)
+      expect(answer.headers).toContainEqual(['Keep-Alive', `timeout=${KEEP_ALIVE_MS / 1000}`])
+      const answeredAt = Date.now()
+      // Handed back to node:http (which does not count it among its connections), idle until its keep-alive timeout.
+      await until(() => idle.closed, 'the idle connection to be closed')
+      const idleFor = Date.now() - answeredAt
+      expect(idleFor).toBeGreaterThanOrEqual(KEEP_ALIVE_MS - 50)
+      expect(idleFor).toBeLessThan(KEEP_ALIVE_MS + 5_000)
+      // Closed as a keep-alive timeout closes a connection: no 408 or anything else after the answer.
+      await expect(idle.response(100)).rejects.toThrow()
+      expect(await connectionsOf(app)).toBe(0)
+    } finally {
+      idle.close()
+      waiters.close()
+      await app.close()
+    }
+  })
+
   it('close answers parked long-polls up-to-date on connections that then close, and completes', async () => {
     const { path } = await livePath()
     const waiters = new LiveWaiters({ store: pipeline.shapeService })
