@@ -47,6 +47,9 @@ import type { ShapeReadContext } from './shape-responder.js'
  * not one on a connection where the client sent another request behind it
  * (pipelining: Node has read that one already).
  */
+/** What `LongPollParking` marks on a connection: another request pipelined on it; handed back and idle since. */
+type MarkedSocket = Socket & { sluicePipelined?: boolean; sluiceHandedBack?: boolean }
+
 /**
  * One copy of each string handed to `intern`, for strings that many live
  * objects would otherwise each hold a copy of. Bounded: past `limit` distinct
@@ -68,9 +71,6 @@ class StringInterner {
 }
 
 const HOOK_HEADERS = new StringInterner(256)
-
-/** What `LongPollParking` marks on a connection: another request pipelined on it; handed back and idle since. */
-type MarkedSocket = Socket & { sluicePipelined?: boolean; sluiceHandedBack?: boolean }
 
 export class LongPollParking {
   private readonly parked = new Map<number, ParkedLongPoll>()
