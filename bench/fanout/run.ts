@@ -56,7 +56,7 @@ const ROWS = list('BENCH_FANOUT_ROWS')
 const WRITES = process.env.BENCH_FANOUT_WRITES === undefined ? undefined : Number(process.env.BENCH_FANOUT_WRITES)
 const ONLY_SLUICE = process.env.ONLY === 'sluice'
 const PARTIAL = [CLIENTS, SSE, ROWS, WRITES].some((x) => x !== undefined) || ONLY_SLUICE
-/** How long the parked clients are left before memory is read; past 10 s the server's periodic malloc_trim has run (steady state). */
+/** How long the parked clients are left before memory is read; by 30 s what the arrivals freed is given back (the steady state, bench/README.md). */
 const SETTLE_MS = Number(process.env.BENCH_FANOUT_SETTLE_MS ?? 500)
 const QUIET_WAIT_MS = Number(process.env.BENCH_QUIET_WAIT_MS ?? (QUICK ? 0 : 5_000))
 
