@@ -25,28 +25,6 @@ import { replacementHandle } from './open-shape.js'
 import { type HeaderTarget, asksToClose, errorHeaders, liveCursor, liveHeaders, mustRefetchHeaders, rangeHeaders } from './shape-headers.js'
 import type { ShapeReadContext } from './shape-responder.js'
 
-/**
- * Parked long-polls (docs/architecture.md §5, "Parked long-polls"): a live
- * request that has to wait gives its connection to the native addon
- * (`SocketParking`) and keeps only this object. Node's socket, node:http's
- * request, response and parser, and fastify's request and reply go: what a
- * waiting client costs is then a descriptor, a poll registration and a
- * `ParkedLongPoll`, well under a KiB, where a request held in node:http costs
- * several.
- *
- * When the wait ends, the answer is written here, its headers by the same
- * functions (`shape-headers.ts`) a fastify reply of the route gets them from,
- * after the headers the request's hooks had set when it parked; Node's own
- * (date, connection, keep-alive, content-length) as Node writes them. The
- * connection is then handed back to the HTTP server as a new socket
- * (`server.emit('connection')`, which node:http documents for this), where
- * the client's next request is read as on any connection.
- *
- * Only a plain keep-alive HTTP/1.1 GET that waits for data is parked: not a
- * HEAD, not one with If-None-Match (its 304 stays with fastify), not TLS, and
- * not one on a connection where the client sent another request behind it
- * (pipelining: Node has read that one already).
- */
 /** What `LongPollParking` marks on a connection: another request pipelined on it; handed back and idle since. */
 type MarkedSocket = Socket & { sluicePipelined?: boolean; sluiceHandedBack?: boolean }
 
@@ -72,6 +50,28 @@ class StringInterner {
 
 const HOOK_HEADERS = new StringInterner(256)
 
+/**
+ * Parked long-polls (docs/architecture.md §5, "Parked long-polls"): a live
+ * request that has to wait gives its connection to the native addon
+ * (`SocketParking`) and keeps only this object. Node's socket, node:http's
+ * request, response and parser, and fastify's request and reply go: what a
+ * waiting client costs is then a descriptor, a poll registration and a
+ * `ParkedLongPoll`, well under a KiB, where a request held in node:http costs
+ * several.
+ *
+ * When the wait ends, the answer is written here, its headers by the same
+ * functions (`shape-headers.ts`) a fastify reply of the route gets them from,
+ * after the headers the request's hooks had set when it parked; Node's own
+ * (date, connection, keep-alive, content-length) as Node writes them. The
+ * connection is then handed back to the HTTP server as a new socket
+ * (`server.emit('connection')`, which node:http documents for this), where
+ * the client's next request is read as on any connection.
+ *
+ * Only a plain keep-alive HTTP/1.1 GET that waits for data is parked: not a
+ * HEAD, not one with If-None-Match (its 304 stays with fastify), not TLS, and
+ * not one on a connection where the client sent another request behind it
+ * (pipelining: Node has read that one already).
+ */
 export class LongPollParking {
   private readonly parked = new Map<number, ParkedLongPoll>()
   private toHandBack: Socket[] = []
@@ -169,9 +169,7 @@ export class LongPollParking {
           timer.unref()
           return
         }
-        this.writing.delete(wait.id)
-        this.drop(wait)
-        done()
+        this.cutAnswer(wait.id, done)
       }
       timer = setTimeout(look, this.sendTimeoutMs)
       timer.unref()
@@ -198,7 +196,7 @@ export class LongPollParking {
   /**
    * Gives an answered connection back to the HTTP server, as its listener
    * gives it one it accepted, idle under the keep-alive timeout the answer
-   * announced until its next request begins (`requestBegins`). It is not
+   * announced until its next request begins (`requestArrived`). It is not
    * counted in net.Server's connections, so the server's `close()` does not
    * wait for a request on it.
    */
@@ -232,6 +230,14 @@ export class LongPollParking {
     this.parking.drop(wait.id)
   }
 
+  /** Closes the connection of an answer still being written, and ends it (`done`). */
+  private cutAnswer(id: number, done: () => void): void {
+    this.writing.delete(id)
+    this.parked.delete(id)
+    this.parking.drop(id)
+    done()
+  }
+
   /** Answers from now on close their connections (the server is closing). */
   beginClose(): void {
     this.closing = true
@@ -240,12 +246,7 @@ export class LongPollParking {
   /** Closes every connection still held (answers a client has not taken are cut). */
   close(): void {
     this.closing = true
-    for (const [id, done] of [...this.writing]) {
-      this.writing.delete(id)
-      this.parked.delete(id)
-      this.parking.drop(id)
-      done()
-    }
+    for (const [id, done] of [...this.writing]) this.cutAnswer(id, done)
     for (const id of [...this.parked.keys()]) {
       this.parking.drop(id)
       this.left(id)
