@@ -7,8 +7,9 @@
  *      closed chunk whose end offset is above `after`; none means the open chunk.
  *   2. If `after` is exactly the previous chunk's end (every client that follows
  *      `nextOffset` lands here) the range starts at the chunk start. Otherwise
- *      binary search that chunk's fixed-width records in entries.idx for the
- *      first entry above `after` (a made-up or mid-chunk offset).
+ *      search that chunk's fixed-width records in entries.idx for the first
+ *      entry above `after` (a live reader's last head, a made-up or mid-chunk
+ *      offset): galloping back from the chunk's end, then binary.
  *   3. The span runs from that entry's start to the chunk end, or to the
  *      published head when the chunk is still open.
  */
@@ -96,14 +97,33 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
   if (!aligned) {
     lo = start.entry
     hi = endEntry
+    // The last record found at or below `after`, always the one just before the answer (lo moves
+    // past it and nothing else moves lo): its end is where the range starts.
+    let below: EntryRecord | undefined
+    // Galloping back from the end first: a live reader's offset is the head it was last sent, a few
+    // records from the end of a chunk that may hold thousands, each probe a read of entries.idx.
+    for (let step = 1; hi - step > lo; step *= 2) {
+      const probe = hi - step
+      const r = loadRecord(ctx, probe)
+      if (compareOffsets({ tx: r.tx, op: r.op }, after) > 0) {
+        hi = probe
+      } else {
+        lo = probe + 1
+        below = r
+        break
+      }
+    }
     while (lo < hi) {
       const mid = (lo + hi) >>> 1
       const r = loadRecord(ctx, mid)
       if (compareOffsets({ tx: r.tx, op: r.op }, after) > 0) hi = mid
-      else lo = mid + 1
+      else {
+        lo = mid + 1
+        below = r
+      }
     }
     first = lo
-    if (first > start.entry) firstPos = loadRecord(ctx, first - 1).end
+    if (below !== undefined) firstPos = below.end
   }
   if (first >= endEntry) return emptyRead(after, endEntry === head.entries)
 
