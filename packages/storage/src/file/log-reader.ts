@@ -105,7 +105,7 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
     for (let step = 1; hi - step > lo; step *= 2) {
       const probe = hi - step
       const r = loadRecord(ctx, probe)
-      if (compareOffsets({ tx: r.tx, op: r.op }, after) > 0) {
+      if (compareOffsets(r, after) > 0) {
         hi = probe
       } else {
         lo = probe + 1
@@ -116,7 +116,7 @@ export function readRange(ctx: ReadContext, after: LogOffset): LogRead {
     while (lo < hi) {
       const mid = (lo + hi) >>> 1
       const r = loadRecord(ctx, mid)
-      if (compareOffsets({ tx: r.tx, op: r.op }, after) > 0) hi = mid
+      if (compareOffsets(r, after) > 0) hi = mid
       else {
         lo = mid + 1
         below = r

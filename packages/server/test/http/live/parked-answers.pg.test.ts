@@ -4,7 +4,7 @@ import { type Sendfile, loadSendfile } from '@sluice/sendfile'
 import { useTempDir, usePostgres } from '@sluice/test-utils'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { buildApp } from '../../../src/http/index.js'
+import { type HttpOptions, buildApp } from '../../../src/http/index.js'
 import { LiveWaiters } from '../../../src/http/live/index.js'
 import type { Pipeline } from '../../../src/pipeline.js'
 import { startPipeline } from '../../pipeline/harness.js'
@@ -214,8 +214,7 @@ describe('parked long-polls', () => {
 
   it('a client that leaves while parked frees its connection and its admission slot', async () => {
     const { path } = await livePath()
-    const waiters = new LiveWaiters({ store: pipeline.shapeService })
-    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000, maxConcurrentExisting: 3 }, addon })
+    const { app, waiters } = appWith({ longPollTimeoutMs: 60_000, maxConcurrentExisting: 3 })
     const port = await listen(app)
     try {
       for (let round = 0; round < 5; round++) {
@@ -270,8 +269,7 @@ describe('parked long-polls', () => {
   it('an answer its client does not read is cut after the send timeout, and its slot comes back', async () => {
     await cluster.query('CREATE TABLE wide (id int4 PRIMARY KEY, v text)')
     const { path, handle } = await livePath('wide')
-    const waiters = new LiveWaiters({ store: pipeline.shapeService })
-    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000, maxConcurrentExisting: 1, sendTimeoutMs: 500 }, addon })
+    const { app, waiters } = appWith({ longPollTimeoutMs: 60_000, maxConcurrentExisting: 1, sendTimeoutMs: 500 })
     const port = await listen(app)
     try {
       const stalled = new Client(port)
@@ -298,9 +296,8 @@ describe('parked long-polls', () => {
   it('an answer its client reads slowly but steadily is written whole, however long it takes past the send timeout', async () => {
     await cluster.query('CREATE TABLE trickle (id int4 PRIMARY KEY, v text)')
     const { path } = await livePath('trickle')
-    const waiters = new LiveWaiters({ store: pipeline.shapeService })
     const SEND_TIMEOUT_MS = 1_000
-    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000, sendTimeoutMs: SEND_TIMEOUT_MS }, addon })
+    const { app, waiters } = appWith({ longPollTimeoutMs: 60_000, sendTimeoutMs: SEND_TIMEOUT_MS })
     const port = await listen(app)
     // A reader of its own: no 'data' listener, at most 32 KiB taken every 10 ms (about 3 MB/s).
     const socket = connect(port, '127.0.0.1')
@@ -350,8 +347,7 @@ describe('parked long-polls', () => {
 
   it('a connection handed back and then left idle is closed at the keep-alive timeout, with nothing more written', async () => {
     const { path } = await livePath()
-    const waiters = new LiveWaiters({ store: pipeline.shapeService })
-    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000 }, addon })
+    const { app, waiters } = appWith({ longPollTimeoutMs: 60_000 })
     const KEEP_ALIVE_MS = 1_000
     app.server.keepAliveTimeout = KEEP_ALIVE_MS
     const port = await listen(app)
@@ -381,8 +377,7 @@ describe('parked long-polls', () => {
 
   it('close answers parked long-polls up-to-date on connections that then close, and completes', async () => {
     const { path } = await livePath()
-    const waiters = new LiveWaiters({ store: pipeline.shapeService })
-    const app = buildApp({ shapes: pipeline.shapeService, waiters, http: { longPollTimeoutMs: 60_000 }, addon })
+    const { app, waiters } = appWith({ longPollTimeoutMs: 60_000 })
     // As the server's own close does (preClose): the waiters close once the close has begun.
     app.addHook('preClose', async () => waiters.close())
     const port = await listen(app)
@@ -401,6 +396,12 @@ describe('parked long-polls', () => {
 })
 
 /** Whether `n` requests wait in `app` and node:http holds none of their connections: they are parked. */
+/** An app of its own on the shared pipeline (parking long-polls), with its waiters; the test closes both. */
+function appWith(http: Partial<HttpOptions>): { app: FastifyInstance; waiters: LiveWaiters } {
+  const waiters = new LiveWaiters({ store: pipeline.shapeService })
+  return { app: buildApp({ shapes: pipeline.shapeService, waiters, http, addon }), waiters }
+}
+
 async function isParked(app: FastifyInstance, waiters: LiveWaiters, n: number): Promise<boolean> {
   return waiters.size === n && (await connectionsOf(app)) === 0
 }
